@@ -1,0 +1,59 @@
+#pragma once
+/// \file build.h
+/// Node builders for kiln's own layers (frontend ops, autograd rules). They take
+/// operands that already agree (shapes broadcast, dtypes promoted) and assert it;
+/// user-facing checks and promotion are the frontend's job.
+
+#include <vector>
+
+#include "graph/node.h"
+#include "kiln/scalar.h"
+
+namespace kiln::graph::build {
+
+/// A constant of `dtype` broadcast to `shape` (floating value, converted for ints and bool).
+NodeRef constant(double value, DType dtype, Shape shape = {});
+/// A constant from a Scalar, exact for 64-bit integers.
+NodeRef constant_of(const Scalar& value, DType dtype, Shape shape = {});
+/// A constant shaped and typed like `like`.
+NodeRef constant_like(const NodeRef& like, double value);
+/// An elementwise unary op (LogicalNot gives bool; Cast: use cast()).
+NodeRef unary(OpKind op, const NodeRef& x);
+/// An elementwise binary op on same-shape, same-dtype operands (comparisons give bool).
+NodeRef binary(OpKind op, const NodeRef& a, const NodeRef& b);
+/// where(cond, a, b) on same-shape operands.
+NodeRef where(const NodeRef& cond, const NodeRef& a, const NodeRef& b);
+/// Conversion (identity when the dtype already matches).
+NodeRef cast(const NodeRef& x, DType dtype);
+/// The identity that stops gradients.
+NodeRef detach(const NodeRef& x);
+/// A reduction over `dims` (any order, duplicates rejected), keeping reduced dims as 1.
+NodeRef reduce(OpKind op, const NodeRef& x, std::vector<int64_t> dims);
+/// Same elements, new shape (identity when equal).
+NodeRef reshape(const NodeRef& x, Shape shape);
+/// Reorders dims (identity for the identity permutation).
+NodeRef permute(const NodeRef& x, std::vector<int64_t> perm);
+/// Broadcasts to `shape` by NumPy rules (adds leading dims, expands size-1 dims).
+NodeRef broadcast_to(const NodeRef& x, const Shape& shape);
+/// Sums a broadcast value back to `shape` (the adjoint of broadcast_to).
+NodeRef sum_to(const NodeRef& x, const Shape& shape);
+/// Strided slice: per dim a start and a step, with the result extents `shape`.
+NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape shape);
+/// Constant padding: per dim elements before and after.
+NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, double value = 0);
+/// Concatenation along `dim`.
+NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
+/// Batched matrix product of same-rank operands whose batch dims agree.
+NodeRef matmul(const NodeRef& a, const NodeRef& b);
+/// Swaps the last two dims.
+NodeRef transpose_last(const NodeRef& x);
+
+// Shorthands for arithmetic on same-shape operands.
+NodeRef add(const NodeRef& a, const NodeRef& b); ///< a + b
+NodeRef sub(const NodeRef& a, const NodeRef& b); ///< a - b
+NodeRef mul(const NodeRef& a, const NodeRef& b); ///< a * b
+NodeRef div(const NodeRef& a, const NodeRef& b); ///< a / b
+NodeRef neg(const NodeRef& a);                   ///< -a
+NodeRef scale(const NodeRef& a, double s);       ///< a * s
+
+} // namespace kiln::graph::build

@@ -1,0 +1,42 @@
+#pragma once
+/// \file error.h
+/// The user-error channel: kiln::Error, with the op and the user's source line.
+
+#include <source_location>
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+/// A user error: bad shapes, dtypes, dims or arguments, unreadable files,
+/// an unusable device. The message names the op, its operands and where the
+/// user called it.
+class Error : public std::runtime_error {
+public:
+  /// An error in `op` with a description; `where` is the user's call site.
+  Error(const std::string& op, const std::string& what,
+        const std::source_location& where = std::source_location::current());
+  /// An error that is not tied to an op or a source line (files, devices).
+  explicit Error(const std::string& what);
+  /// The op named in the message ("" when none).
+  const std::string& op() const { return op_; }
+
+private:
+  std::string op_;
+};
+
+/// Formats a source location as "file:line".
+std::string format_location(const std::source_location& loc);
+
+namespace detail {
+/// An internal invariant failed: print file and line and abort.
+[[noreturn]] void internal_error(const char* cond, const char* file, int line, const std::string& msg);
+} // namespace detail
+
+} // namespace kiln
+
+/// Checks an internal invariant (a kiln bug, not a user error); aborts with file and line.
+#define KILN_ASSERT(cond, ...)                                                                     \
+  do {                                                                                             \
+    if (!(cond)) ::kiln::detail::internal_error(#cond, __FILE__, __LINE__, std::string{__VA_ARGS__}); \
+  } while (0)

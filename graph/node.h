@@ -1,0 +1,108 @@
+#pragma once
+/// \file node.h
+/// The graph: one hash-consed node type. Identical nodes are the same node,
+/// so common subexpressions are shared by construction.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "graph/shape.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+
+namespace kiln::graph {
+
+/// Every primitive op, from ops.def.
+enum class OpKind : uint8_t {
+#define KILN_OP(e, name, arity, cat) e,
+#include "graph/ops.def"
+#undef KILN_OP
+};
+
+/// The families of ops, which decide how they are lowered and differentiated.
+enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Contraction };
+
+/// The op's text name ("add").
+std::string_view op_name(OpKind op);
+/// The op's arity (-1: variadic).
+int op_arity(OpKind op);
+/// The op's category.
+OpCategory op_category(OpKind op);
+/// Looks an op up by its text name; false when unknown.
+bool op_from_name(std::string_view name, OpKind& out);
+/// Number of ops in the table.
+constexpr int kNumOps = 0
+#define KILN_OP(e, name, arity, cat) +1
+#include "graph/ops.def"
+#undef KILN_OP
+    ;
+/// True for Unary, Binary and Ternary ops.
+inline bool is_elementwise(OpKind op) {
+  const OpCategory c = op_category(op);
+  return c == OpCategory::Unary || c == OpCategory::Binary || c == OpCategory::Ternary;
+}
+
+/// Raw memory holding a tensor's elements on some device. Backends subclass it.
+class Storage {
+public:
+  virtual ~Storage() = default;
+  /// Pointer to the first byte (device pointer for GPU storage).
+  virtual void* data() const = 0;
+  /// Size in bytes.
+  virtual size_t bytes() const = 0;
+  /// Where the memory lives.
+  virtual Device device() const = 0;
+};
+
+/// Non-structural attributes of a node. Which fields an op reads is listed in ops.def.
+struct Attrs {
+  std::vector<int64_t> ints; ///< dims, permutations, slice and pad parameters
+  double f0 = 0, f1 = 0;     ///< floating-point payload (constants, arange start/step)
+  int64_t i0 = 0, i1 = 0;    ///< integer payload (integer constants, ids, seeds)
+  friend bool operator==(const Attrs&, const Attrs&) = default;
+};
+
+class Node;
+/// Nodes are shared and immutable (but for their realized value).
+using NodeRef = std::shared_ptr<const Node>;
+
+/// One op application. Construct only through make_node().
+class Node : public std::enable_shared_from_this<Node> {
+public:
+  OpKind op;                   ///< what it computes
+  DType dtype;                 ///< element type of the result
+  Shape shape;                 ///< static shape of the result
+  std::vector<NodeRef> inputs; ///< operands
+  Attrs attrs;                 ///< op parameters
+  size_t hash = 0;             ///< structural hash (op, dtype, shape, inputs, attrs)
+
+  ~Node();
+  /// Number of elements.
+  int64_t numel() const { return graph::numel(shape); }
+  /// The computed value, if this node was realized (or is an Input); else null.
+  std::shared_ptr<Storage> realized() const { return realized_.load(); }
+  /// Attaches the computed value (contiguous, row-major).
+  void set_realized(std::shared_ptr<Storage> s) const { realized_.store(std::move(s)); }
+
+  struct Key; // construction key, see make_node
+  Node(const Key&, OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs, size_t hash);
+
+private:
+  mutable std::atomic<std::shared_ptr<Storage>> realized_;
+};
+
+/// Returns the unique node with this structure, creating it if needed.
+/// Asserts the graph invariants (see verify.h); user-facing checks are the frontend's.
+NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs = {});
+/// A new Input leaf holding `data` (or a placeholder when data is null), with a fresh id.
+NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data);
+/// Number of live nodes (for tests of hash-consing and graph size).
+size_t live_node_count();
+
+/// All nodes reachable from `roots`, inputs before users (deterministic order).
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots);
+
+} // namespace kiln::graph

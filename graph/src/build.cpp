@@ -1,0 +1,156 @@
+#include "graph/build.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "graph/verify.h"
+#include "kiln/error.h"
+
+namespace kiln::graph::build {
+
+NodeRef constant(double value, DType dtype, Shape shape) {
+  Attrs a;
+  if (is_floating(dtype)) a.f0 = dtype == DType::Float32 ? static_cast<float>(value) : value;
+  else a.i0 = dtype == DType::Bool ? (value != 0) : static_cast<int64_t>(value);
+  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+}
+
+NodeRef constant_of(const Scalar& value, DType dtype, Shape shape) {
+  if (is_floating(dtype)) return constant(value.to_double(), dtype, std::move(shape));
+  Attrs a;
+  a.i0 = dtype == DType::Bool ? (value.to_double() != 0) : value.to_int();
+  if (dtype == DType::Int32) a.i0 = static_cast<int32_t>(a.i0);
+  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+}
+
+NodeRef constant_like(const NodeRef& like, double value) { return constant(value, like->dtype, like->shape); }
+
+NodeRef unary(OpKind op, const NodeRef& x) {
+  KILN_ASSERT(op != OpKind::Cast, "use cast()");
+  return make_node(op, op == OpKind::LogicalNot ? DType::Bool : x->dtype, x->shape, {x});
+}
+
+NodeRef binary(OpKind op, const NodeRef& a, const NodeRef& b) {
+  return make_node(op, returns_bool(op) ? DType::Bool : a->dtype, a->shape, {a, b});
+}
+
+NodeRef where(const NodeRef& cond, const NodeRef& a, const NodeRef& b) {
+  return make_node(OpKind::Where, a->dtype, a->shape, {cond, a, b});
+}
+
+NodeRef cast(const NodeRef& x, DType dtype) {
+  if (x->dtype == dtype) return x;
+  if (x->op == OpKind::Const) { // fold: constants stay constants
+    const double v = is_floating(x->dtype) ? x->attrs.f0 : static_cast<double>(x->attrs.i0);
+    if (is_floating(x->dtype) == is_floating(dtype) || is_floating(dtype)) return constant(v, dtype, x->shape);
+  }
+  return make_node(OpKind::Cast, dtype, x->shape, {x});
+}
+
+NodeRef detach(const NodeRef& x) { return make_node(OpKind::Detach, x->dtype, x->shape, {x}); }
+
+NodeRef reduce(OpKind op, const NodeRef& x, std::vector<int64_t> dims) {
+  std::sort(dims.begin(), dims.end());
+  Shape shape = x->shape;
+  for (int64_t d : dims) shape[d] = 1;
+  const DType dt = (op == OpKind::Argmax || op == OpKind::Argmin) ? DType::Int64 : x->dtype;
+  Attrs a;
+  a.ints = std::move(dims);
+  return make_node(op, dt, std::move(shape), {x}, std::move(a));
+}
+
+NodeRef reshape(const NodeRef& x, Shape shape) {
+  if (shape == x->shape) return x;
+  if (x->op == OpKind::Reshape) return reshape(x->inputs[0], std::move(shape)); // reshape of reshape
+  return make_node(OpKind::Reshape, x->dtype, std::move(shape), {x});
+}
+
+NodeRef permute(const NodeRef& x, std::vector<int64_t> perm) {
+  std::vector<int64_t> iota(perm.size());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (perm == iota) return x;
+  Shape shape(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) shape[d] = x->shape[perm[d]];
+  Attrs a;
+  a.ints = std::move(perm);
+  return make_node(OpKind::Permute, x->dtype, std::move(shape), {x}, std::move(a));
+}
+
+NodeRef broadcast_to(const NodeRef& x, const Shape& shape) {
+  if (x->shape == shape) return x;
+  KILN_ASSERT(x->shape.size() <= shape.size(), "broadcast to a lower rank");
+  Shape padded(shape.size() - x->shape.size(), 1);
+  padded.insert(padded.end(), x->shape.begin(), x->shape.end());
+  NodeRef r = reshape(x, padded);
+  if (padded == shape) return r;
+  if (r->op == OpKind::Const) return make_node(OpKind::Const, r->dtype, shape, {}, r->attrs);
+  return make_node(OpKind::Expand, x->dtype, shape, {r});
+}
+
+NodeRef sum_to(const NodeRef& x, const Shape& shape) {
+  if (x->shape == shape) return x;
+  const size_t lead = x->shape.size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < x->shape.size(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && x->shape[d] != 1)) dims.push_back(static_cast<int64_t>(d));
+  NodeRef r = dims.empty() ? x : reduce(OpKind::Sum, x, dims);
+  return reshape(r, shape);
+}
+
+NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape shape) {
+  Attrs a;
+  for (size_t d = 0; d < starts.size(); ++d) {
+    a.ints.push_back(starts[d]);
+    a.ints.push_back(steps[d]);
+  }
+  bool identity = shape == x->shape;
+  for (size_t d = 0; d < starts.size(); ++d) identity = identity && starts[d] == 0 && (steps[d] == 1 || shape[d] <= 1);
+  if (identity) return x;
+  return make_node(OpKind::Slice, x->dtype, std::move(shape), {x}, std::move(a));
+}
+
+NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, double value) {
+  Attrs a;
+  Shape shape = x->shape;
+  for (size_t d = 0; d < before.size(); ++d) {
+    a.ints.push_back(before[d]);
+    a.ints.push_back(after[d]);
+    shape[d] += before[d] + after[d];
+  }
+  if (shape == x->shape) return x;
+  if (is_floating(x->dtype)) a.f0 = value;
+  else a.i0 = static_cast<int64_t>(value);
+  return make_node(OpKind::Pad, x->dtype, std::move(shape), {x}, std::move(a));
+}
+
+NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim) {
+  if (xs.size() == 1) return xs[0];
+  Shape shape = xs[0]->shape;
+  shape[dim] = 0;
+  for (const NodeRef& x : xs) shape[dim] += x->shape[dim];
+  Attrs a;
+  a.ints = {dim};
+  return make_node(OpKind::Concat, xs[0]->dtype, std::move(shape), xs, std::move(a));
+}
+
+NodeRef matmul(const NodeRef& a, const NodeRef& b) {
+  Shape shape = a->shape;
+  shape.back() = b->shape.back();
+  return make_node(OpKind::Matmul, a->dtype, std::move(shape), {a, b});
+}
+
+NodeRef transpose_last(const NodeRef& x) {
+  std::vector<int64_t> perm(x->shape.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return permute(x, std::move(perm));
+}
+
+NodeRef add(const NodeRef& a, const NodeRef& b) { return binary(OpKind::Add, a, b); }
+NodeRef sub(const NodeRef& a, const NodeRef& b) { return binary(OpKind::Sub, a, b); }
+NodeRef mul(const NodeRef& a, const NodeRef& b) { return binary(OpKind::Mul, a, b); }
+NodeRef div(const NodeRef& a, const NodeRef& b) { return binary(OpKind::Div, a, b); }
+NodeRef neg(const NodeRef& a) { return unary(OpKind::Neg, a); }
+NodeRef scale(const NodeRef& a, double s) { return mul(a, constant_like(a, s)); }
+
+} // namespace kiln::graph::build

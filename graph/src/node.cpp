@@ -1,0 +1,164 @@
+#include "graph/node.h"
+
+#include <bit>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "graph/verify.h"
+#include "kiln/error.h"
+
+namespace kiln::graph {
+
+namespace {
+
+struct OpInfo {
+  std::string_view name;
+  int arity;
+  OpCategory category;
+};
+
+constexpr OpInfo kOpTable[] = {
+#define KILN_OP(e, name, arity, cat) {name, arity, OpCategory::cat},
+#include "graph/ops.def"
+#undef KILN_OP
+};
+
+size_t mix(size_t h, uint64_t v) {
+  // splitmix64-style combine: cheap, well distributed
+  uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 29;
+  return static_cast<size_t>(x);
+}
+
+size_t structural_hash(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& inputs,
+                       const Attrs& a) {
+  size_t h = mix(static_cast<size_t>(op), static_cast<uint64_t>(dtype));
+  for (int64_t d : shape) h = mix(h, static_cast<uint64_t>(d));
+  h = mix(h, shape.size());
+  for (const NodeRef& in : inputs) h = mix(h, reinterpret_cast<uintptr_t>(in.get()));
+  for (int64_t v : a.ints) h = mix(h, static_cast<uint64_t>(v));
+  h = mix(h, std::bit_cast<uint64_t>(a.f0));
+  h = mix(h, std::bit_cast<uint64_t>(a.f1));
+  h = mix(h, static_cast<uint64_t>(a.i0));
+  return mix(h, static_cast<uint64_t>(a.i1));
+}
+
+// Doubles compare by bit pattern, so that -0.0 and 0.0 stay distinct nodes.
+bool same_attrs(const Attrs& a, const Attrs& b) {
+  return a.ints == b.ints && std::bit_cast<uint64_t>(a.f0) == std::bit_cast<uint64_t>(b.f0) &&
+         std::bit_cast<uint64_t>(a.f1) == std::bit_cast<uint64_t>(b.f1) && a.i0 == b.i0 && a.i1 == b.i1;
+}
+
+// The table of live nodes. Entries are raw pointers removed by ~Node; a recursive
+// mutex because destroying a node can destroy its inputs while the lock is held.
+struct Interner {
+  std::recursive_mutex mu;
+  std::unordered_multimap<size_t, const Node*> table;
+  std::atomic<int64_t> next_input_id{1};
+};
+
+Interner& interner() {
+  static auto* in = new Interner; // never destroyed: nodes may outlive static destruction
+  return *in;
+}
+
+} // namespace
+
+std::string_view op_name(OpKind op) { return kOpTable[static_cast<int>(op)].name; }
+int op_arity(OpKind op) { return kOpTable[static_cast<int>(op)].arity; }
+OpCategory op_category(OpKind op) { return kOpTable[static_cast<int>(op)].category; }
+
+bool op_from_name(std::string_view name, OpKind& out) {
+  for (int i = 0; i < kNumOps; ++i)
+    if (kOpTable[i].name == name) {
+      out = static_cast<OpKind>(i);
+      return true;
+    }
+  return false;
+}
+
+struct Node::Key {};
+
+Node::Node(const Key&, OpKind op_, DType dtype_, Shape shape_, std::vector<NodeRef> inputs_, Attrs attrs_,
+           size_t hash_)
+    : op(op_), dtype(dtype_), shape(std::move(shape_)), inputs(std::move(inputs_)), attrs(std::move(attrs_)),
+      hash(hash_) {}
+
+Node::~Node() {
+  Interner& in = interner();
+  std::lock_guard lock(in.mu);
+  auto [lo, hi] = in.table.equal_range(hash);
+  for (auto it = lo; it != hi; ++it)
+    if (it->second == this) {
+      in.table.erase(it);
+      break;
+    }
+}
+
+NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs) {
+  if (const std::string err = check_node(op, dtype, shape, inputs, attrs); !err.empty())
+    detail::internal_error("check_node", __FILE__, __LINE__,
+                           std::string(op_name(op)) + ": " + err);
+  const size_t h = structural_hash(op, dtype, shape, inputs, attrs);
+  Interner& in = interner();
+  std::lock_guard lock(in.mu);
+  auto [lo, hi] = in.table.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    const Node* n = it->second;
+    if (n->op != op || n->dtype != dtype || n->shape != shape || n->inputs != inputs ||
+        !same_attrs(n->attrs, attrs))
+      continue;
+    if (auto alive = n->weak_from_this().lock()) return alive; // null while it is being destroyed
+  }
+  if (op == OpKind::Input) {
+    int64_t next = in.next_input_id.load();
+    while (attrs.i0 >= next && !in.next_input_id.compare_exchange_weak(next, attrs.i0 + 1)) {
+    }
+  }
+  auto node = std::make_shared<Node>(Node::Key{}, op, dtype, std::move(shape), std::move(inputs),
+                                     std::move(attrs), h);
+  in.table.emplace(h, node.get());
+  return node;
+}
+
+NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data) {
+  Attrs a;
+  a.i0 = interner().next_input_id.fetch_add(1);
+  NodeRef n = make_node(OpKind::Input, dtype, std::move(shape), {}, std::move(a));
+  if (data) n->set_realized(std::move(data));
+  return n;
+}
+
+size_t live_node_count() {
+  Interner& in = interner();
+  std::lock_guard lock(in.mu);
+  return in.table.size();
+}
+
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) {
+  std::vector<const Node*> order;
+  std::unordered_set<const Node*> seen;
+  // iterative post-order DFS, so that deep graphs do not overflow the stack
+  std::vector<std::pair<const Node*, size_t>> stack;
+  for (const Node* r : roots) {
+    if (!seen.insert(r).second) continue;
+    stack.emplace_back(r, 0);
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (next < n->inputs.size()) {
+        const Node* child = n->inputs[next++].get();
+        if (seen.insert(child).second) stack.emplace_back(child, 0);
+        continue;
+      }
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+} // namespace kiln::graph

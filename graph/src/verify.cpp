@@ -1,0 +1,172 @@
+#include "graph/verify.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kiln::graph {
+
+bool is_float_only(OpKind op) {
+  switch (op) {
+  case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Sin:
+  case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Reciprocal: case OpKind::Div:
+  case OpKind::Rand: case OpKind::Randn:
+    return true;
+  default: return false; // the remaining ops accept integers too
+  }
+}
+
+bool returns_bool(OpKind op) {
+  switch (op) {
+  case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge:
+  case OpKind::LogicalAnd: case OpKind::LogicalOr: case OpKind::LogicalNot:
+    return true;
+  default: return false; // arithmetic keeps its operands' dtype
+  }
+}
+
+namespace {
+
+std::string check_leaf(OpKind op, DType dtype, const Shape& shape) {
+  if (op == OpKind::Arange && (shape.size() != 1 || dtype == DType::Bool)) return "arange is 1-d and numeric";
+  if ((op == OpKind::Rand || op == OpKind::Randn) && !is_floating(dtype)) return "rand needs a float dtype";
+  return "";
+}
+
+std::string check_elementwise(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in) {
+  for (const NodeRef& x : in)
+    if (x->shape != shape) return "operand shape " + shape_str(x->shape) + " differs from " + shape_str(shape);
+  if (op == OpKind::Cast) return "";
+  if (op == OpKind::Detach) return in[0]->dtype == dtype ? "" : "detach keeps the dtype";
+  if (op == OpKind::Where) {
+    if (in[0]->dtype != DType::Bool) return "condition must be bool";
+    if (in[1]->dtype != dtype || in[2]->dtype != dtype) return "branches must have the result dtype";
+    return "";
+  }
+  for (const NodeRef& x : in)
+    if (x->dtype != in[0]->dtype) return "operands must have one dtype";
+  if (returns_bool(op)) return dtype == DType::Bool ? "" : "result must be bool";
+  if (in[0]->dtype != dtype) return "result dtype must match operands";
+  if (is_float_only(op) && !is_floating(dtype)) return "needs a floating dtype";
+  if (dtype == DType::Bool) return "arithmetic on bool";
+  return "";
+}
+
+std::string check_reduce(OpKind op, DType dtype, const Shape& shape, const NodeRef& x, const Attrs& a) {
+  if (shape.size() != x->shape.size()) return "reductions keep the rank (reduced dims become 1)";
+  if (!std::is_sorted(a.ints.begin(), a.ints.end()) ||
+      std::adjacent_find(a.ints.begin(), a.ints.end()) != a.ints.end())
+    return "dims must be sorted and unique";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const bool reduced = std::find(a.ints.begin(), a.ints.end(), static_cast<int64_t>(d)) != a.ints.end();
+    if (shape[d] != (reduced ? 1 : x->shape[d])) return "result shape does not match reduced dims";
+  }
+  for (int64_t d : a.ints)
+    if (d < 0 || d >= static_cast<int64_t>(shape.size())) return "dim out of range";
+  if (op == OpKind::Argmax || op == OpKind::Argmin)
+    return a.ints.size() == 1 && dtype == DType::Int64 ? "" : "arg-reductions take one dim and give i64";
+  if (x->dtype != dtype) return "result dtype must match the operand";
+  if (dtype == DType::Bool) return "reduction of bool";
+  return "";
+}
+
+std::string check_permute(const Shape& shape, const NodeRef& x, const Attrs& a) {
+  std::vector<int64_t> sorted = a.ints;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> iota(x->shape.size());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (sorted != iota) return "not a permutation";
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != x->shape[a.ints[d]]) return "shape is not the permuted input shape";
+  return "";
+}
+
+std::string check_slice(const Shape& shape, const NodeRef& x, const Attrs& a) {
+  if (a.ints.size() != 2 * shape.size() || shape.size() != x->shape.size()) return "needs (start, step) per dim";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t start = a.ints[2 * d], step = a.ints[2 * d + 1];
+    if (step <= 0 || start < 0 || shape[d] < 0) return "bad slice parameters";
+    if (shape[d] > 0 && start + (shape[d] - 1) * step >= x->shape[d]) return "slice out of bounds";
+  }
+  return "";
+}
+
+std::string check_movement(OpKind op, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
+  const NodeRef& x = in[0];
+  switch (op) {
+  case OpKind::Reshape: return numel(shape) == x->numel() ? "" : "reshape changes the element count";
+  case OpKind::Permute: return check_permute(shape, x, a);
+  case OpKind::Expand:
+    if (shape.size() != x->shape.size()) return "expand keeps the rank";
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (x->shape[d] != 1 && x->shape[d] != shape[d]) return "expand of a non-1 dim";
+    return "";
+  case OpKind::Slice: return check_slice(shape, x, a);
+  case OpKind::Pad:
+    if (a.ints.size() != 2 * shape.size() || shape.size() != x->shape.size()) return "needs (before, after) per dim";
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (a.ints[2 * d] < 0 || a.ints[2 * d + 1] < 0 || shape[d] != x->shape[d] + a.ints[2 * d] + a.ints[2 * d + 1])
+        return "bad padding";
+    return "";
+  case OpKind::Concat: {
+    if (a.ints.size() != 1 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "bad dim";
+    int64_t total = 0;
+    for (const NodeRef& y : in) {
+      if (y->shape.size() != shape.size()) return "operands differ in rank";
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (static_cast<int64_t>(d) != a.ints[0] && y->shape[d] != shape[d]) return "operands differ off the dim";
+      total += y->shape[a.ints[0]];
+    }
+    return total == shape[a.ints[0]] ? "" : "concat extent mismatch";
+  }
+  default: return "not a movement op";
+  }
+}
+
+std::string check_matmul(DType dtype, const Shape& shape, const NodeRef& a, const NodeRef& b) {
+  const size_t r = shape.size();
+  if (r < 2 || a->shape.size() != r || b->shape.size() != r) return "operands must have the result's rank >= 2";
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (a->shape[d] != shape[d] || b->shape[d] != shape[d]) return "batch dims must match the result";
+  if (a->shape[r - 1] != b->shape[r - 2]) return "inner dims differ";
+  if (a->shape[r - 2] != shape[r - 2] || b->shape[r - 1] != shape[r - 1]) return "result is not [M, N]";
+  if (a->dtype != dtype || b->dtype != dtype || dtype == DType::Bool) return "dtype mismatch";
+  return "";
+}
+
+} // namespace
+
+std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& inputs,
+                       const Attrs& attrs) {
+  const int arity = op_arity(op);
+  if (arity >= 0 && static_cast<int>(inputs.size()) != arity) return "wrong number of operands";
+  if (arity < 0 && inputs.empty()) return "needs at least one operand";
+  for (int64_t d : shape)
+    if (d < 0) return "negative extent";
+  for (const NodeRef& x : inputs)
+    if (!x) return "null operand";
+  switch (op_category(op)) {
+  case OpCategory::Leaf: return check_leaf(op, dtype, shape);
+  case OpCategory::Unary:
+  case OpCategory::Binary:
+  case OpCategory::Ternary: return check_elementwise(op, dtype, shape, inputs);
+  case OpCategory::Reduce: return check_reduce(op, dtype, shape, inputs[0], attrs);
+  case OpCategory::Movement:
+    for (const NodeRef& x : inputs)
+      if (x->dtype != dtype) return "movement keeps the dtype";
+    return check_movement(op, shape, inputs, attrs);
+  case OpCategory::Contraction: return check_matmul(dtype, shape, inputs[0], inputs[1]);
+  }
+  return "unknown category";
+}
+
+std::string verify(const std::vector<NodeRef>& roots) {
+  std::vector<const Node*> raw;
+  for (const NodeRef& r : roots) raw.push_back(r.get());
+  for (const Node* n : topo_order(raw)) {
+    const std::string err = check_node(n->op, n->dtype, n->shape, n->inputs, n->attrs);
+    if (!err.empty()) return std::string(op_name(n->op)) + " " + shape_str(n->shape) + ": " + err;
+  }
+  return "";
+}
+
+} // namespace kiln::graph
