@@ -1,0 +1,121 @@
+#pragma once
+/// \file kernel_ir.h
+/// The backend-neutral kernel IR. Lowering produces it from the graph; the LLVM
+/// and CUDA emitters read it (and never the graph).
+///
+/// A kernel runs, for every point of its parallel *domain* (loop vars LoopVar(0..)):
+///   1. its reductions in order: reduction k loops over its extents (ReduceVar(0..),
+///      the last extent innermost), combining `value` into an accumulator in a fixed,
+///      sequential order; ReduceResult(k) then names the result;
+///   2. its stores: if `map` is empty, once; otherwise once for every point of the
+///      map loops (MapVar(0..), last innermost) - the row pattern of softmax.
+/// A store writes `value` at element `offset` of an output buffer.
+///
+/// On the CPU the domain is flattened in row-major order and split into chunks
+/// [begin, end); the innermost domain dim is the vectorized loop when there are no
+/// reductions. Sizes are Param expressions so one compiled kernel serves many sizes.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/node.h"
+
+namespace kiln::codegen {
+
+/// What an expression is.
+enum class ExprKind : uint8_t {
+  Const,        ///< a constant of `dtype`: `f` for floats, `i` for ints and bool
+  LoopVar,      ///< domain loop var `index` (i64)
+  ReduceVar,    ///< loop var `index` of the enclosing reduction (i64)
+  MapVar,       ///< map loop var `index` (i64)
+  Param,        ///< i64 kernel parameter `index`
+  Load,         ///< element args[0] (i64) of buffer `index`; with args[1] (bool guard): 0 where the guard is false
+  Op,           ///< the elementwise graph op `op` applied to args (Cast converts to `dtype`)
+  IntDiv,       ///< args[0] / args[1] on i64 (operands are never negative)
+  IntMod,       ///< args[0] % args[1] on i64 (operands are never negative)
+  ReduceResult, ///< result of reduction `index` (for Argmax/Argmin the i64 index)
+  Random,       ///< counter-based random number (see random.h): `op` Rand or Randn, seed `i`, counter args[0]
+};
+
+struct Expr;
+/// Expressions are immutable trees (DAGs where subtrees are shared).
+using ExprRef = std::shared_ptr<const Expr>;
+
+/// One expression node.
+struct Expr {
+  ExprKind kind;                             ///< what it is
+  DType dtype;                               ///< type of the value (i64 for indices, bool for predicates)
+  graph::OpKind op = graph::OpKind::Add;     ///< for Op and Random
+  int index = 0;                             ///< var, param, buffer or reduction number
+  int64_t i = 0;                             ///< integer constant or seed
+  double f = 0;                              ///< floating constant
+  std::vector<ExprRef> args;                 ///< operands
+};
+
+/// A kernel argument buffer.
+struct BufferParam {
+  DType dtype;          ///< element type
+  bool output = false;  ///< written by the kernel (outputs are never read by it)
+};
+
+/// One reduction per domain point.
+struct Reduction {
+  graph::OpKind op;              ///< Sum, Max, Min, Argmax or Argmin
+  DType dtype;                   ///< dtype of `value` (the accumulator's type)
+  std::vector<ExprRef> extents;  ///< loop extents (i64); ReduceVar(k) ranges over [0, extents[k])
+  ExprRef value;                 ///< the value combined at each point
+  bool fma = false;              ///< a float Sum of a Mul may fuse multiply and add (matmul)
+};
+
+/// One store per domain (or map) point.
+struct Store {
+  int buffer;      ///< an output buffer
+  ExprRef offset;  ///< element offset (i64)
+  ExprRef value;   ///< of the buffer's dtype
+};
+
+/// A kernel: see the file comment for its semantics.
+struct Kernel {
+  std::string name;                   ///< "k_" + hash of the printed body; set by finalize()
+  std::vector<BufferParam> buffers;   ///< inputs and outputs, in argument order
+  int num_params = 0;                 ///< number of i64 parameters
+  std::vector<ExprRef> domain;        ///< parallel extents (i64 exprs)
+  std::vector<Reduction> reductions;  ///< evaluated in order at each domain point
+  std::vector<ExprRef> map;           ///< map extents (empty: the stores run once per domain point)
+  std::vector<Store> stores;          ///< results
+};
+
+// Builders. They assert dtype invariants (internal errors).
+ExprRef constant(DType dtype, double value);      ///< floating (or any) constant from a double
+ExprRef int_constant(DType dtype, int64_t value); ///< integer or bool constant
+ExprRef index_const(int64_t v);                   ///< i64 constant
+ExprRef loop_var(int d);                          ///< domain var d
+ExprRef reduce_var(int k);                        ///< reduction var k
+ExprRef map_var(int k);                           ///< map var k
+ExprRef param(int k);                             ///< i64 parameter k
+ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard = nullptr); ///< buffer element
+ExprRef op(graph::OpKind op, DType dtype, std::vector<ExprRef> args); ///< elementwise op, result `dtype`
+ExprRef cast(ExprRef x, DType to);                ///< conversion (identity when already `to`)
+ExprRef reduce_result(int k, DType dtype);        ///< result of reduction k
+ExprRef random(graph::OpKind kind, DType dtype, int64_t seed, ExprRef counter); ///< Rand / Randn
+
+// Index arithmetic on i64 with constant folding (0 + x = x, 1 * x = x, ...).
+ExprRef iadd(ExprRef a, ExprRef b); ///< a + b
+ExprRef imul(ExprRef a, ExprRef b); ///< a * b
+ExprRef isub(ExprRef a, ExprRef b); ///< a - b
+ExprRef idiv(ExprRef a, ExprRef b); ///< a / b (non-negative)
+ExprRef imod(ExprRef a, ExprRef b); ///< a % b (non-negative)
+
+/// True for a Const expression equal to v.
+bool is_const(const ExprRef& e, int64_t v);
+
+/// The kernel's text form (stable: it is hashed into the kernel's name).
+std::string print_kernel(const Kernel& k);
+/// Sets k.name from a hash of its text form; returns the name.
+const std::string& finalize(Kernel& k);
+/// 64-bit FNV-1a hash of a string (kernel names and cache keys).
+uint64_t hash_text(const std::string& s);
+
+} // namespace kiln::codegen

@@ -1,0 +1,41 @@
+#pragma once
+/// \file lower.h
+/// Scheduling and lowering: partitions a graph into kernels and builds each
+/// kernel's IR. Movement ops become index arithmetic (views), leaves such as
+/// constants and random numbers are computed in place, and each kernel reads
+/// the buffers of the nodes it depends on.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "graph/node.h"
+
+namespace kiln::codegen {
+
+/// How to partition the graph.
+struct ScheduleOptions {
+  bool fusion = true; ///< false: one kernel per primitive op (KILN_FUSION=0)
+};
+
+/// One kernel launch in a schedule.
+struct KernelLaunch {
+  Kernel kernel;                          ///< finalized kernel IR
+  std::vector<const graph::Node*> inputs; ///< node whose buffer binds to input buffer i
+  const graph::Node* output = nullptr;    ///< the node this launch computes (the last buffer)
+  std::vector<int64_t> params;            ///< values of the kernel's i64 parameters
+  int64_t domain_size = 0;                ///< number of domain points
+  int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
+};
+
+/// Kernels in execution order.
+struct Schedule {
+  std::vector<KernelLaunch> launches;     ///< in dependency order
+  std::vector<std::string> decisions;     ///< why kernel boundaries are where they are (KILN_DEBUG=2)
+};
+
+/// Builds the schedule that computes `outputs` (nodes already realized are read, not recomputed).
+Schedule schedule(const std::vector<const graph::Node*>& outputs, const ScheduleOptions& options);
+
+} // namespace kiln::codegen

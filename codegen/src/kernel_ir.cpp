@@ -1,0 +1,263 @@
+#include "codegen/kernel_ir.h"
+
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+#include "kiln/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+ExprRef make(ExprKind kind, DType dtype, std::vector<ExprRef> args = {}) {
+  auto e = std::make_shared<Expr>();
+  e->kind = kind;
+  e->dtype = dtype;
+  e->args = std::move(args);
+  return e;
+}
+
+ExprRef indexed(ExprKind kind, int index) {
+  auto e = std::make_shared<Expr>();
+  e->kind = kind;
+  e->dtype = DType::Int64;
+  e->index = index;
+  return e;
+}
+
+bool const_value(const ExprRef& e, int64_t& v) {
+  if (e->kind != ExprKind::Const || e->dtype != DType::Int64) return false;
+  v = e->i;
+  return true;
+}
+
+} // namespace
+
+ExprRef constant(DType dtype, double value) {
+  if (!is_floating(dtype)) return int_constant(dtype, static_cast<int64_t>(value));
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Const;
+  e->dtype = dtype;
+  e->f = value;
+  return e;
+}
+
+ExprRef int_constant(DType dtype, int64_t value) {
+  if (is_floating(dtype)) return constant(dtype, static_cast<double>(value));
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Const;
+  e->dtype = dtype;
+  e->i = dtype == DType::Bool ? (value != 0) : value;
+  return e;
+}
+
+ExprRef index_const(int64_t v) { return int_constant(DType::Int64, v); }
+ExprRef loop_var(int d) { return indexed(ExprKind::LoopVar, d); }
+ExprRef reduce_var(int k) { return indexed(ExprKind::ReduceVar, k); }
+ExprRef map_var(int k) { return indexed(ExprKind::MapVar, k); }
+ExprRef param(int k) { return indexed(ExprKind::Param, k); }
+
+ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard) {
+  KILN_ASSERT(offset->dtype == DType::Int64);
+  std::vector<ExprRef> args{std::move(offset)};
+  if (guard) {
+    KILN_ASSERT(guard->dtype == DType::Bool);
+    args.push_back(std::move(guard));
+  }
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Load;
+  e->dtype = dtype;
+  e->index = buffer;
+  e->args = std::move(args);
+  return e;
+}
+
+ExprRef op(graph::OpKind o, DType dtype, std::vector<ExprRef> args) {
+  KILN_ASSERT(graph::is_elementwise(o), std::string(graph::op_name(o)));
+  KILN_ASSERT(static_cast<int>(args.size()) == graph::op_arity(o), std::string(graph::op_name(o)));
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Op;
+  e->dtype = dtype;
+  e->op = o;
+  e->args = std::move(args);
+  return e;
+}
+
+ExprRef cast(ExprRef x, DType to) {
+  if (x->dtype == to) return x;
+  if (x->kind == ExprKind::Const) {
+    if (is_floating(x->dtype)) {
+      if (is_floating(to)) return constant(to, to == DType::Float32 ? static_cast<float>(x->f) : x->f);
+    } else if (to == DType::Bool || !is_floating(to)) {
+      return int_constant(to, to == DType::Int32 ? static_cast<int32_t>(x->i) : x->i);
+    }
+  }
+  return op(graph::OpKind::Cast, to, {std::move(x)});
+}
+
+ExprRef reduce_result(int k, DType dtype) {
+  auto e = indexed(ExprKind::ReduceResult, k);
+  auto m = std::make_shared<Expr>(*e);
+  m->dtype = dtype;
+  return m;
+}
+
+ExprRef random(graph::OpKind kind, DType dtype, int64_t seed, ExprRef counter) {
+  KILN_ASSERT(kind == graph::OpKind::Rand || kind == graph::OpKind::Randn);
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Random;
+  e->dtype = dtype;
+  e->op = kind;
+  e->i = seed;
+  e->args = {std::move(counter)};
+  return e;
+}
+
+bool is_const(const ExprRef& e, int64_t v) {
+  int64_t c;
+  return const_value(e, c) && c == v;
+}
+
+ExprRef iadd(ExprRef a, ExprRef b) {
+  int64_t x, y;
+  if (const_value(a, x) && const_value(b, y)) return index_const(x + y);
+  if (is_const(a, 0)) return b;
+  if (is_const(b, 0)) return a;
+  return op(graph::OpKind::Add, DType::Int64, {std::move(a), std::move(b)});
+}
+
+ExprRef isub(ExprRef a, ExprRef b) {
+  int64_t x, y;
+  if (const_value(a, x) && const_value(b, y)) return index_const(x - y);
+  if (is_const(b, 0)) return a;
+  return op(graph::OpKind::Sub, DType::Int64, {std::move(a), std::move(b)});
+}
+
+ExprRef imul(ExprRef a, ExprRef b) {
+  int64_t x, y;
+  if (const_value(a, x) && const_value(b, y)) return index_const(x * y);
+  if (is_const(a, 0) || is_const(b, 0)) return index_const(0);
+  if (is_const(a, 1)) return b;
+  if (is_const(b, 1)) return a;
+  return op(graph::OpKind::Mul, DType::Int64, {std::move(a), std::move(b)});
+}
+
+ExprRef idiv(ExprRef a, ExprRef b) {
+  int64_t x, y;
+  if (const_value(a, x) && const_value(b, y) && y != 0) return index_const(x / y);
+  if (is_const(b, 1) || is_const(a, 0)) return a;
+  return make(ExprKind::IntDiv, DType::Int64, {std::move(a), std::move(b)});
+}
+
+ExprRef imod(ExprRef a, ExprRef b) {
+  int64_t x, y;
+  if (const_value(a, x) && const_value(b, y) && y != 0) return index_const(x % y);
+  if (is_const(b, 1) || is_const(a, 0)) return index_const(0);
+  return make(ExprKind::IntMod, DType::Int64, {std::move(a), std::move(b)});
+}
+
+namespace {
+
+// Prints expressions as numbered lets so that shared subtrees print once.
+class Printer {
+public:
+  std::string out;
+  std::string ref(const ExprRef& e) {
+    if (auto it = ids_.find(e.get()); it != ids_.end()) return it->second;
+    std::string s = inline_form(e);
+    if (s.empty()) {
+      std::vector<std::string> args;
+      for (const ExprRef& a : e->args) args.push_back(ref(a));
+      s = head(*e) + "(";
+      for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];
+      s += ")";
+      const std::string id = "v" + std::to_string(ids_.size());
+      out += "    " + id + ": " + std::string(dtype_name(e->dtype)) + " = " + s + "\n";
+      s = id;
+    }
+    ids_[e.get()] = s;
+    return s;
+  }
+
+private:
+  std::unordered_map<const Expr*, std::string> ids_;
+
+  static std::string inline_form(const ExprRef& e) {
+    switch (e->kind) {
+    case ExprKind::Const: {
+      if (!is_floating(e->dtype)) return std::to_string(e->i) + ":" + std::string(dtype_name(e->dtype));
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g", e->f);
+      return std::string(buf) + ":" + std::string(dtype_name(e->dtype));
+    }
+    case ExprKind::LoopVar: return "i" + std::to_string(e->index);
+    case ExprKind::ReduceVar: return "r" + std::to_string(e->index);
+    case ExprKind::MapVar: return "m" + std::to_string(e->index);
+    case ExprKind::Param: return "p" + std::to_string(e->index);
+    case ExprKind::ReduceResult: return "red" + std::to_string(e->index);
+    default: return ""; // compound kinds print as numbered lets
+    }
+  }
+  static std::string head(const Expr& e) {
+    switch (e.kind) {
+    case ExprKind::Load: return "load b" + std::to_string(e.index);
+    case ExprKind::Op: return std::string(graph::op_name(e.op));
+    case ExprKind::IntDiv: return "idiv";
+    case ExprKind::IntMod: return "imod";
+    case ExprKind::Random: return std::string(graph::op_name(e.op)) + " seed=" + std::to_string(e.i);
+    default: return "?";
+    }
+  }
+};
+
+std::string extents_str(Printer& p, const std::vector<ExprRef>& ext) {
+  std::string s = "[";
+  for (size_t i = 0; i < ext.size(); ++i) s += (i ? ", " : "") + p.ref(ext[i]);
+  return s + "]";
+}
+
+} // namespace
+
+std::string print_kernel(const Kernel& k) {
+  Printer p;
+  std::string head = "kernel " + k.name + "(";
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    head += (b ? ", " : "") + std::string(k.buffers[b].output ? "out " : "") + "b" + std::to_string(b) + ": " +
+            std::string(dtype_name(k.buffers[b].dtype));
+  head += "; params " + std::to_string(k.num_params) + ")\n";
+  std::string body = "  domain " + extents_str(p, k.domain) + "\n";
+  for (size_t r = 0; r < k.reductions.size(); ++r) {
+    const Reduction& red = k.reductions[r];
+    std::string ext = extents_str(p, red.extents);
+    p.out += "  reduce red" + std::to_string(r) + " = " + std::string(graph::op_name(red.op)) + (red.fma ? " fma" : "") +
+             " over " + ext + ":\n";
+    const std::string v = p.ref(red.value);
+    p.out += "    yield " + v + "\n";
+  }
+  if (!k.map.empty()) p.out += "  map " + extents_str(p, k.map) + ":\n";
+  for (const Store& s : k.stores) {
+    const std::string off = p.ref(s.offset), val = p.ref(s.value);
+    p.out += "    store b" + std::to_string(s.buffer) + "[" + off + "] = " + val + "\n";
+  }
+  return head + body + p.out;
+}
+
+uint64_t hash_text(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+const std::string& finalize(Kernel& k) {
+  k.name.clear();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "k_%016llx", static_cast<unsigned long long>(hash_text(print_kernel(k))));
+  k.name = buf;
+  return k.name;
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,601 @@
+// Kernel IR -> LLVM IR (see kernel_ir.h for the semantics, llvm_jit.h for the ABI).
+//
+// The module holds two functions:
+//   internal alwaysinline void NAME.body(i64 begin, i64 end, ptr b0, ..., ptr params)
+//     with noalias on every buffer (outputs writeonly, inputs readonly), and
+//   void NAME(i64 begin, i64 end, ptr buffers, ptr params), which loads the buffer
+//     pointers and calls the body. After inlining, the noalias arguments become
+//     alias scopes, so the vectorizer needs no runtime overlap checks.
+// Loop counters and accumulators live in allocas; SROA turns them into SSA values.
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/src/llvm_math.h"
+#include "kiln/error.h"
+
+namespace kiln::codegen {
+
+using namespace llvm;
+using graph::OpKind;
+
+namespace {
+
+/// The type of a value of dtype t in registers (bool is i1).
+Type* reg_type(LLVMContext& c, DType t) {
+  switch (t) {
+  case DType::Bool: return Type::getInt1Ty(c);
+  case DType::Int32: return Type::getInt32Ty(c);
+  case DType::Int64: return Type::getInt64Ty(c);
+  case DType::Float32: return Type::getFloatTy(c);
+  case DType::Float64: return Type::getDoubleTy(c);
+  }
+  return nullptr;
+}
+
+/// The type of an element of dtype t in memory (bool is i8).
+Type* mem_type(LLVMContext& c, DType t) { return t == DType::Bool ? Type::getInt8Ty(c) : reg_type(c, t); }
+
+/// The reduction combines, classified once from the op.
+enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
+
+RedKind reduction_kind(OpKind op) {
+  switch (op) {
+  case OpKind::Sum: return RedKind::Sum;
+  case OpKind::Max: return RedKind::Max;
+  case OpKind::Min: return RedKind::Min;
+  case OpKind::Argmax: return RedKind::Argmax;
+  case OpKind::Argmin: return RedKind::Argmin;
+  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
+  case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+  case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
+  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Matmul:
+    break;
+  }
+  KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
+  return RedKind::Sum;
+}
+
+class Emitter {
+public:
+  // No `contract` on the kernel's own arithmetic: a fused chain must round exactly
+  // like the unfused kernels, which store every op's result. FMAs come from the math
+  // functions' polynomials and from reductions marked `fma` (matmul).
+  Emitter(const Kernel& k, Module& mod) : k_(k), mod_(mod), ctx_(mod.getContext()), b_(ctx_) {}
+  void emit() { emit_abi_function(emit_body_function()); }
+
+private:
+  using Scope = std::unordered_map<const Expr*, Value*>;
+
+  const Kernel& k_;
+  Module& mod_;
+  LLVMContext& ctx_;
+  IRBuilder<> b_;
+  Function* fn_ = nullptr;           // the body function being emitted
+  std::vector<Value*> bufs_;         // buffer pointers (body arguments)
+  Value* params_ = nullptr;          // i64 parameter array
+  std::vector<Value*> loop_vars_, reduce_vars_, map_vars_, results_;
+  std::vector<Scope> scopes_;        // expression values, innermost last (outer ones dominate)
+
+  Type* i64() { return b_.getInt64Ty(); }
+  Value* c64(int64_t v) { return b_.getInt64(v); }
+  Type* reg(DType t) { return reg_type(ctx_, t); }
+
+  // --- functions and loops ---------------------------------------------------
+
+  Function* emit_body_function() {
+    std::vector<Type*> args{i64(), i64()};
+    for (size_t i = 0; i <= k_.buffers.size(); ++i) args.push_back(b_.getPtrTy());
+    auto* fty = FunctionType::get(b_.getVoidTy(), args, false);
+    fn_ = Function::Create(fty, GlobalValue::InternalLinkage, k_.name + ".body", mod_);
+    fn_->addFnAttr(Attribute::AlwaysInline);
+    fn_->addFnAttr(Attribute::NoUnwind);
+    for (size_t i = 0; i <= k_.buffers.size(); ++i) {
+      Argument* a = fn_->getArg(2 + i);
+      a->addAttr(Attribute::NoAlias);
+      a->addAttr(Attribute::NoCapture);
+      const bool output = i < k_.buffers.size() && k_.buffers[i].output;
+      a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
+      if (i < k_.buffers.size()) bufs_.push_back(a);
+    }
+    params_ = fn_->getArg(2 + k_.buffers.size());
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", fn_));
+    scopes_.emplace_back();
+    emit_domain(fn_->getArg(0), fn_->getArg(1));
+    scopes_.pop_back();
+    b_.CreateRetVoid();
+    return fn_;
+  }
+
+  void emit_abi_function(Function* body) {
+    Type* ptr = b_.getPtrTy();
+    auto* fty = FunctionType::get(b_.getVoidTy(), {i64(), i64(), ptr, ptr}, false);
+    Function* f = Function::Create(fty, GlobalValue::ExternalLinkage, k_.name, mod_);
+    f->addFnAttr(Attribute::NoUnwind);
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", f));
+    std::vector<Value*> args{f->getArg(0), f->getArg(1)};
+    for (size_t i = 0; i < k_.buffers.size(); ++i)
+      args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), i)));
+    args.push_back(f->getArg(3));
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+  }
+
+  /// An alloca in the entry block (so SROA promotes it).
+  AllocaInst* local(Type* t, const char* name) {
+    IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    return eb.CreateAlloca(t, nullptr, name);
+  }
+
+  /// for (v = start; v < end; ++v) body(v).
+  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body) {
+    AllocaInst* iv = local(i64(), "iv");
+    b_.CreateStore(start, iv);
+    BasicBlock* cond = BasicBlock::Create(ctx_, "cond", fn_);
+    BasicBlock* loop = BasicBlock::Create(ctx_, "loop", fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    Value* v = b_.CreateLoad(i64(), iv);
+    b_.CreateCondBr(b_.CreateICmpSLT(v, end), loop, exit);
+    b_.SetInsertPoint(loop);
+    body(v);
+    b_.CreateStore(b_.CreateAdd(v, c64(1), "", true, true), iv);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(exit);
+  }
+
+  /// Nested loops over ext (last innermost), setting vars; body runs in a fresh scope.
+  void for_nest(const std::vector<Value*>& ext, std::vector<Value*>& vars, size_t d,
+                const std::function<void()>& body) {
+    if (d == ext.size()) {
+      scopes_.emplace_back();
+      body();
+      scopes_.pop_back();
+      return;
+    }
+    for_range(c64(0), ext[d], [&](Value* v) {
+      vars[d] = v;
+      for_nest(ext, vars, d + 1, body);
+    });
+  }
+
+  std::vector<Value*> exprs(const std::vector<ExprRef>& es) {
+    std::vector<Value*> out;
+    for (const ExprRef& e : es) out.push_back(expr(e));
+    return out;
+  }
+
+  /// The flattened domain, one row at a time: the div/mod decomposition of the flat
+  /// index runs once per row; the innermost loop over the row is the vectorized one.
+  void emit_domain(Value* begin, Value* end) {
+    if (k_.domain.empty()) {
+      for_range(begin, end, [&](Value*) { emit_point(); });
+      return;
+    }
+    const size_t rank = k_.domain.size();
+    std::vector<Value*> ext = exprs(k_.domain);
+    AllocaInst* iv = local(i64(), "flat");
+    b_.CreateStore(begin, iv);
+    BasicBlock* cond = BasicBlock::Create(ctx_, "row.cond", fn_);
+    BasicBlock* row = BasicBlock::Create(ctx_, "row", fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, "row.exit", fn_);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    Value* i = b_.CreateLoad(i64(), iv);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), row, exit);
+    b_.SetInsertPoint(row);
+    loop_vars_.assign(rank, nullptr);
+    Value* rem = i;
+    for (size_t d = rank - 1; d > 0; --d) {
+      loop_vars_[d] = b_.CreateURem(rem, ext[d]);
+      rem = b_.CreateUDiv(rem, ext[d]);
+    }
+    loop_vars_[0] = rem;
+    Value* j = loop_vars_[rank - 1];
+    Value* n = b_.CreateBinaryIntrinsic(Intrinsic::smin, b_.CreateSub(ext[rank - 1], j), b_.CreateSub(end, i));
+    for_range(c64(0), n, [&](Value* t) {
+      loop_vars_[rank - 1] = b_.CreateAdd(j, t, "", true, true);
+      emit_point();
+    });
+    b_.CreateStore(b_.CreateAdd(i, n), iv);
+    // An empty last extent gives n <= 0: stop rather than spin.
+    b_.CreateCondBr(b_.CreateICmpSGT(n, c64(0)), cond, exit);
+    b_.SetInsertPoint(exit);
+  }
+
+  /// Everything the kernel does at one domain point.
+  void emit_point() {
+    scopes_.emplace_back();
+    results_.clear();
+    for (const Reduction& r : k_.reductions) results_.push_back(emit_reduction(r));
+    if (k_.map.empty()) {
+      emit_stores();
+    } else {
+      map_vars_.assign(k_.map.size(), nullptr);
+      for_nest(exprs(k_.map), map_vars_, 0, [&] { emit_stores(); });
+    }
+    scopes_.pop_back();
+  }
+
+  void emit_stores() {
+    for (const Store& s : k_.stores) {
+      const DType dt = k_.buffers.at(s.buffer).dtype;
+      KILN_ASSERT(k_.buffers[s.buffer].output && s.value->dtype == dt, "bad store in " + k_.name);
+      Value* off = expr(s.offset);
+      Value* v = expr(s.value);
+      if (dt == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      b_.CreateStore(v, b_.CreateInBoundsGEP(mem_type(ctx_, dt), bufs_[s.buffer], off));
+    }
+  }
+
+  // --- reductions --------------------------------------------------------------
+
+  /// The accumulator's initial value: 0, or the identity of max/min (-inf/+inf, INT_MIN/MAX).
+  Value* reduction_init(RedKind kind, DType dt) {
+    Type* t = reg(dt);
+    const bool maxlike = kind == RedKind::Max || kind == RedKind::Argmax;
+    if (kind == RedKind::Sum) return Constant::getNullValue(t);
+    if (is_floating(dt)) return ConstantFP::getInfinity(t, maxlike);
+    if (dt == DType::Bool) return b_.getInt1(!maxlike);
+    const unsigned w = t->getIntegerBitWidth();
+    return ConstantInt::get(ctx_, maxlike ? APInt::getSignedMinValue(w) : APInt::getSignedMaxValue(w));
+  }
+
+  /// acc (+) v for Sum, Max, Min. Float sums get `reassoc` so the loop vectorizes.
+  Value* combine(RedKind kind, DType dt, Value* acc, Value* v) {
+    if (kind == RedKind::Sum) {
+      if (dt == DType::Bool) return b_.CreateOr(acc, v);
+      if (!is_floating(dt)) return b_.CreateAdd(acc, v);
+      IRBuilder<>::FastMathFlagGuard guard(b_);
+      FastMathFlags f;
+      f.setAllowReassoc(true);
+      b_.setFastMathFlags(f);
+      return b_.CreateFAdd(acc, v);
+    }
+    return max_min(kind == RedKind::Max, dt, acc, v);
+  }
+
+  /// A float Sum of a product that the kernel allows to contract (matmul).
+  static bool is_fma_reduction(const Reduction& r) {
+    return r.fma && r.op == OpKind::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
+           r.value->op == OpKind::Mul;
+  }
+
+  /// acc + a*b as one fused multiply-add, reassociable so the loop vectorizes.
+  Value* fma_step(const Reduction& r, Value* acc) {
+    Value* a = expr(r.value->args[0]);
+    Value* c = expr(r.value->args[1]);
+    IRBuilder<>::FastMathFlagGuard guard(b_);
+    FastMathFlags f;
+    f.setAllowReassoc(true);
+    f.setAllowContract(true);
+    b_.setFastMathFlags(f);
+    return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, c, acc});
+  }
+
+  /// Whether v replaces the best so far in argmax/argmin: strictly better, or the
+  /// first NaN (NaN counts as the extreme; later equal values never replace).
+  Value* arg_better(bool is_max, DType dt, Value* best, Value* v) {
+    if (is_floating(dt)) {
+      Value* strict = is_max ? b_.CreateFCmpOGT(v, best) : b_.CreateFCmpOLT(v, best);
+      Value* first_nan = b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(best, best));
+      return b_.CreateOr(strict, first_nan);
+    }
+    if (dt == DType::Bool) return is_max ? b_.CreateICmpUGT(v, best) : b_.CreateICmpULT(v, best);
+    return is_max ? b_.CreateICmpSGT(v, best) : b_.CreateICmpSLT(v, best);
+  }
+
+  Value* emit_reduction(const Reduction& r) {
+    const RedKind kind = reduction_kind(r.op);
+    const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
+    KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
+    std::vector<Value*> ext = exprs(r.extents);
+    Type* t = reg(r.dtype);
+    AllocaInst* acc = local(t, "acc");
+    AllocaInst* idx = local(i64(), "argidx");
+    AllocaInst* count = local(i64(), "count");
+    b_.CreateStore(reduction_init(kind, r.dtype), acc);
+    b_.CreateStore(c64(0), idx);
+    b_.CreateStore(c64(0), count);
+    reduce_vars_.assign(ext.size(), nullptr);
+    for_nest(ext, reduce_vars_, 0, [&] {
+      if (is_fma_reduction(r)) return b_.CreateStore(fma_step(r, b_.CreateLoad(t, acc)), acc), void();
+      Value* v = expr(r.value);
+      Value* a = b_.CreateLoad(t, acc);
+      if (!arg) {
+        b_.CreateStore(combine(kind, r.dtype, a, v), acc);
+        return;
+      }
+      Value* c = b_.CreateLoad(i64(), count);
+      Value* take = arg_better(kind == RedKind::Argmax, r.dtype, a, v);
+      b_.CreateStore(b_.CreateSelect(take, v, a), acc);
+      b_.CreateStore(b_.CreateSelect(take, c, b_.CreateLoad(i64(), idx)), idx);
+      b_.CreateStore(b_.CreateAdd(c, c64(1)), count);
+    });
+    reduce_vars_.clear();
+    return arg ? b_.CreateLoad(i64(), idx) : b_.CreateLoad(t, acc);
+  }
+
+  // --- expressions -------------------------------------------------------------
+
+  Value* expr(const ExprRef& e) {
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      if (auto it = s->find(e.get()); it != s->end()) return it->second;
+    Value* v = expr_uncached(*e);
+    KILN_ASSERT(v->getType() == reg(e->dtype), "IR type mismatch in " + k_.name);
+    scopes_.back()[e.get()] = v;
+    return v;
+  }
+
+  Value* var(const std::vector<Value*>& vars, int index, const char* what) {
+    KILN_ASSERT(index >= 0 && index < static_cast<int>(vars.size()) && vars[index],
+                std::string(what) + " out of scope in " + k_.name);
+    return vars[index];
+  }
+
+  Value* expr_uncached(const Expr& e) {
+    switch (e.kind) {
+    case ExprKind::Const: return constant(e);
+    case ExprKind::LoopVar: return var(loop_vars_, e.index, "loop var");
+    case ExprKind::ReduceVar: return var(reduce_vars_, e.index, "reduce var");
+    case ExprKind::MapVar: return var(map_vars_, e.index, "map var");
+    case ExprKind::Param:
+      KILN_ASSERT(e.index >= 0 && e.index < k_.num_params, "param out of range in " + k_.name);
+      return b_.CreateLoad(i64(), b_.CreateConstInBoundsGEP1_64(i64(), params_, e.index));
+    case ExprKind::Load: return load(e);
+    case ExprKind::Op: return op(e);
+    case ExprKind::IntDiv: return b_.CreateUDiv(expr(e.args[0]), expr(e.args[1]));
+    case ExprKind::IntMod: return b_.CreateURem(expr(e.args[0]), expr(e.args[1]));
+    case ExprKind::ReduceResult: return var(results_, e.index, "reduction result");
+    case ExprKind::Random: return random(e);
+    }
+    KILN_ASSERT(false, "bad ExprKind");
+    return nullptr;
+  }
+
+  Value* constant(const Expr& e) {
+    if (is_floating(e.dtype)) return ConstantFP::get(reg(e.dtype), e.f);
+    return ConstantInt::get(reg(e.dtype), static_cast<uint64_t>(e.i), true);
+  }
+
+  /// A load; with a guard, element 0 is loaded where the guard is false (always
+  /// allocated) and the result replaced by 0, so the access is memory-safe.
+  Value* load(const Expr& e) {
+    KILN_ASSERT(e.index >= 0 && e.index < static_cast<int>(k_.buffers.size()), "bad buffer in " + k_.name);
+    KILN_ASSERT(k_.buffers[e.index].dtype == e.dtype, "load dtype mismatch in " + k_.name);
+    Value* off = expr(e.args[0]);
+    Value* guard = e.args.size() > 1 ? expr(e.args[1]) : nullptr;
+    if (guard) off = b_.CreateSelect(guard, off, c64(0));
+    Type* mt = mem_type(ctx_, e.dtype);
+    Value* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, bufs_[e.index], off));
+    if (e.dtype == DType::Bool) v = b_.CreateICmpNE(v, b_.getInt8(0));
+    return guard ? b_.CreateSelect(guard, v, Constant::getNullValue(reg(e.dtype))) : v;
+  }
+
+  /// One switch over every op, so a new op is a compile error here.
+  Value* op(const Expr& e) {
+    const DType in = e.args.at(0)->dtype;
+    auto a = [&](int i) { return expr(e.args.at(i)); };
+    switch (e.op) {
+    case OpKind::Neg: return neg(a(0), in);
+    case OpKind::Abs: return abs(a(0), in);
+    case OpKind::Exp: return math(MathFn::Exp, a(0), in);
+    case OpKind::Log: return math(MathFn::Log, a(0), in);
+    case OpKind::Sin: return math(MathFn::Sin, a(0), in);
+    case OpKind::Cos: return math(MathFn::Cos, a(0), in);
+    case OpKind::Tanh: return math(MathFn::Tanh, a(0), in);
+    case OpKind::Sqrt: return sqrt(a(0), in);
+    case OpKind::Rsqrt: return recip(sqrt(a(0), in), in);
+    case OpKind::Sigmoid: return sigmoid(a(0), in);
+    case OpKind::Reciprocal: return recip(a(0), in);
+    case OpKind::Relu: return relu(a(0), in);
+    case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
+    case OpKind::Cast: return cast(a(0), in, e.dtype);
+    case OpKind::Detach: return a(0); // identity (gradients only)
+    case OpKind::Add: return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, a(0), a(1), in);
+    case OpKind::Sub: return arith(Instruction::FSub, Instruction::Sub, Instruction::BinaryOpsEnd, a(0), a(1), in);
+    case OpKind::Mul: return arith(Instruction::FMul, Instruction::Mul, Instruction::And, a(0), a(1), in);
+    case OpKind::Div:
+      require_float(in, "div");
+      return b_.CreateFDiv(a(0), a(1));
+    case OpKind::Pow: return pow(a(0), a(1), in);
+    case OpKind::Maximum: return max_min(true, in, a(0), a(1));
+    case OpKind::Minimum: return max_min(false, in, a(0), a(1));
+    case OpKind::Eq: return compare(CmpInst::FCMP_OEQ, CmpInst::ICMP_EQ, CmpInst::ICMP_EQ, a(0), a(1), in);
+    case OpKind::Ne: return compare(CmpInst::FCMP_UNE, CmpInst::ICMP_NE, CmpInst::ICMP_NE, a(0), a(1), in);
+    case OpKind::Lt: return compare(CmpInst::FCMP_OLT, CmpInst::ICMP_SLT, CmpInst::ICMP_ULT, a(0), a(1), in);
+    case OpKind::Le: return compare(CmpInst::FCMP_OLE, CmpInst::ICMP_SLE, CmpInst::ICMP_ULE, a(0), a(1), in);
+    case OpKind::Gt: return compare(CmpInst::FCMP_OGT, CmpInst::ICMP_SGT, CmpInst::ICMP_UGT, a(0), a(1), in);
+    case OpKind::Ge: return compare(CmpInst::FCMP_OGE, CmpInst::ICMP_SGE, CmpInst::ICMP_UGE, a(0), a(1), in);
+    case OpKind::LogicalAnd: return b_.CreateAnd(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
+    case OpKind::LogicalOr: return b_.CreateOr(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
+    case OpKind::Where: return b_.CreateSelect(to_bool(a(0), in), a(1), a(2));
+    case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+    case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
+    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
+    case OpKind::Concat: case OpKind::Matmul:
+      break;
+    }
+    KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
+    return nullptr;
+  }
+
+  void require_float(DType t, const char* what) {
+    KILN_ASSERT(is_floating(t), std::string(what) + " on " + std::string(dtype_name(t)) + " in " + k_.name);
+  }
+
+  Value* math(MathFn fn, Value* x, DType t) {
+    require_float(t, "math function");
+    return emit_math(b_, fn, x);
+  }
+
+  Value* fconst(DType t, double v) { return ConstantFP::get(reg(t), v); }
+
+  Value* neg(Value* x, DType t) {
+    KILN_ASSERT(t != DType::Bool, "neg on bool in " + k_.name);
+    return is_floating(t) ? b_.CreateFNeg(x) : b_.CreateNeg(x); // ints wrap (no nsw)
+  }
+
+  Value* abs(Value* x, DType t) {
+    if (t == DType::Bool) return x;
+    if (is_floating(t)) return b_.CreateUnaryIntrinsic(Intrinsic::fabs, x);
+    return b_.CreateBinaryIntrinsic(Intrinsic::abs, x, b_.getFalse()); // abs(INT_MIN) wraps to INT_MIN
+  }
+
+  Value* sqrt(Value* x, DType t) {
+    require_float(t, "sqrt");
+    return b_.CreateUnaryIntrinsic(Intrinsic::sqrt, x);
+  }
+
+  Value* recip(Value* x, DType t) {
+    require_float(t, "reciprocal");
+    return b_.CreateFDiv(fconst(t, 1), x);
+  }
+
+  /// 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, with e = exp(-|x|): one exp,
+  /// and no overflow of exp(-x) where sigmoid(x) is still a (subnormal) number.
+  /// f32 is computed in f64 and rounded once: in f32 the three roundings reach ~2.3 ulp.
+  Value* sigmoid(Value* x, DType t) {
+    require_float(t, "sigmoid");
+    if (t == DType::Float32)
+      return b_.CreateFPTrunc(sigmoid(b_.CreateFPExt(x, b_.getDoubleTy()), DType::Float64), b_.getFloatTy());
+    Value* e = emit_math(b_, MathFn::Exp, b_.CreateFNeg(b_.CreateUnaryIntrinsic(Intrinsic::fabs, x)));
+    Value* d = b_.CreateFAdd(fconst(t, 1), e);
+    Value* num = b_.CreateSelect(b_.CreateFCmpOLT(x, fconst(t, 0)), e, fconst(t, 1));
+    return b_.CreateFDiv(num, d);
+  }
+
+  /// max(x, 0), keeping NaN (NaN < 0 is false).
+  Value* relu(Value* x, DType t) {
+    if (t == DType::Bool) return x;
+    Value* zero = Constant::getNullValue(x->getType());
+    if (is_floating(t)) return b_.CreateSelect(b_.CreateFCmpOLT(x, zero), zero, x);
+    return b_.CreateBinaryIntrinsic(Intrinsic::smax, x, zero);
+  }
+
+  /// x != 0 (NaN is true).
+  Value* to_bool(Value* x, DType from) {
+    if (from == DType::Bool) return x;
+    Value* zero = Constant::getNullValue(x->getType());
+    return is_floating(from) ? b_.CreateFCmpUNE(x, zero) : b_.CreateICmpNE(x, zero);
+  }
+
+  Value* arith(Instruction::BinaryOps fop, Instruction::BinaryOps iop, Instruction::BinaryOps bop,
+               Value* x, Value* y, DType t) {
+    if (is_floating(t)) return b_.CreateBinOp(fop, x, y);
+    if (t != DType::Bool) return b_.CreateBinOp(iop, x, y); // wraps: no nsw/nuw
+    KILN_ASSERT(bop != Instruction::BinaryOpsEnd, "arithmetic on bool in " + k_.name);
+    return b_.CreateBinOp(bop, x, y);
+  }
+
+  /// NaN-propagating maximum/minimum (llvm.maximum orders -0 < +0).
+  Value* max_min(bool is_max, DType t, Value* x, Value* y) {
+    if (is_floating(t)) return b_.CreateBinaryIntrinsic(is_max ? Intrinsic::maximum : Intrinsic::minimum, x, y);
+    if (t == DType::Bool) return is_max ? b_.CreateOr(x, y) : b_.CreateAnd(x, y);
+    return b_.CreateBinaryIntrinsic(is_max ? Intrinsic::smax : Intrinsic::smin, x, y);
+  }
+
+  Value* compare(CmpInst::Predicate fp, CmpInst::Predicate sp, CmpInst::Predicate up, Value* x, Value* y,
+                 DType t) {
+    if (is_floating(t)) return b_.CreateFCmp(fp, x, y);
+    return b_.CreateICmp(t == DType::Bool ? up : sp, x, y);
+  }
+
+  Value* cast(Value* x, DType from, DType to) {
+    if (from == to) return x;
+    if (to == DType::Bool) return to_bool(x, from);
+    Type* tt = reg(to);
+    if (from == DType::Bool) return is_floating(to) ? b_.CreateUIToFP(x, tt) : b_.CreateZExt(x, tt);
+    if (is_floating(from) && is_floating(to)) return b_.CreateFPCast(x, tt);
+    if (is_floating(from)) // saturating, NaN -> 0
+      return b_.CreateIntrinsic(Intrinsic::fptosi_sat, {tt, x->getType()}, {x});
+    if (is_floating(to)) return b_.CreateSIToFP(x, tt);
+    return b_.CreateSExtOrTrunc(x, tt);
+  }
+
+  /// Float pow is C's pow (llvm.pow on f64, so f32 is rounded once from a
+  /// near-correctly-rounded double). It is a libm call: the loop is scalarized but
+  /// every lane computes the same function. Integer pow: exact repeated squaring.
+  Value* pow(Value* x, Value* y, DType t) {
+    KILN_ASSERT(t != DType::Bool, "pow on bool in " + k_.name);
+    if (!is_floating(t)) return ipow(x, y);
+    Type* d = b_.getDoubleTy();
+    Value* r = b_.CreateBinaryIntrinsic(Intrinsic::pow, b_.CreateFPExt(x, d), b_.CreateFPExt(y, d));
+    return b_.CreateFPTrunc(r, reg(t));
+  }
+
+  /// x^e on wrapping integers, branch-free (one squaring per exponent bit). For
+  /// e < 0 the result is 1 for x = 1, +-1 for x = -1 (by parity), else 0.
+  Value* ipow(Value* x, Value* e) {
+    auto* t = cast_int(x->getType());
+    const unsigned w = t->getBitWidth();
+    Value* one = ConstantInt::get(t, 1);
+    Value* r = one;
+    Value* base = x;
+    for (unsigned bit = 0; bit + 1 < w; ++bit) {
+      Value* set = b_.CreateTrunc(b_.CreateLShr(e, bit), b_.getInt1Ty());
+      r = b_.CreateSelect(set, b_.CreateMul(r, base), r);
+      if (bit + 2 < w) base = b_.CreateMul(base, base);
+    }
+    Value* minus_one = ConstantInt::get(t, -1, true);
+    Value* odd = b_.CreateTrunc(e, b_.getInt1Ty());
+    Value* of_minus_one = b_.CreateSelect(odd, minus_one, one);
+    Value* neg = b_.CreateSelect(b_.CreateICmpEQ(x, one), one,
+                                 b_.CreateSelect(b_.CreateICmpEQ(x, minus_one), of_minus_one,
+                                                 ConstantInt::get(t, 0)));
+    return b_.CreateSelect(b_.CreateICmpSLT(e, ConstantInt::get(t, 0)), neg, r);
+  }
+
+  static IntegerType* cast_int(Type* t) { return llvm::cast<IntegerType>(t); }
+
+  // --- random numbers (random.h, bit-exact integer part) ------------------------
+
+  Value* random_bits(uint64_t seed, Value* counter) {
+    Value* z = b_.CreateAdd(b_.CreateMul(counter, c64(static_cast<int64_t>(0xd1b54a32d192ed03ULL))),
+                            c64(static_cast<int64_t>(seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL)));
+    z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 30)), c64(static_cast<int64_t>(0xbf58476d1ce4e5b9ULL)));
+    z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 27)), c64(static_cast<int64_t>(0x94d049bb133111ebULL)));
+    return b_.CreateXor(z, b_.CreateLShr(z, 31));
+  }
+
+  /// (b >> 40) 2^-24 (f32) or (b >> 11) 2^-53 (f64): both exact.
+  Value* random_uniform(uint64_t seed, Value* counter, DType t) {
+    const bool f64 = t == DType::Float64;
+    Value* bits = b_.CreateLShr(random_bits(seed, counter), f64 ? 11 : 40);
+    return b_.CreateFMul(b_.CreateUIToFP(bits, reg(t)), fconst(t, f64 ? 0x1p-53 : 0x1p-24));
+  }
+
+  Value* random(const Expr& e) {
+    require_float(e.dtype, "random");
+    const auto seed = static_cast<uint64_t>(e.i);
+    Value* c = expr(e.args.at(0));
+    if (e.op == OpKind::Rand) return random_uniform(seed, c, e.dtype);
+    KILN_ASSERT(e.op == OpKind::Randn, "bad random op in " + k_.name);
+    Value* c2 = b_.CreateShl(c, 1);
+    Value* u1 = random_uniform(seed, c2, e.dtype);
+    Value* u2 = random_uniform(seed, b_.CreateOr(c2, c64(1)), e.dtype);
+    Value* lg = emit_math(b_, MathFn::Log, b_.CreateFSub(fconst(e.dtype, 1), u1));
+    Value* radius = b_.CreateUnaryIntrinsic(Intrinsic::sqrt, b_.CreateFMul(fconst(e.dtype, -2), lg));
+    Value* angle = emit_math(b_, MathFn::Cos, b_.CreateFMul(fconst(e.dtype, 6.283185307179586), u2));
+    return b_.CreateFMul(radius, angle);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Module> emit_kernel_module(const Kernel& k, LLVMContext& ctx) {
+  KILN_ASSERT(!k.name.empty(), "kernel not finalize()d");
+  auto mod = std::make_unique<Module>(k.name, ctx);
+  Emitter(k, *mod).emit();
+  return mod;
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,51 @@
+#pragma once
+/// \file compile.h
+/// Capture and replay: a function (e.g. forward + backward + optimizer update) is
+/// traced once per argument signature into one compiled, memory-planned plan;
+/// later calls bind the new arguments and replay the kernel list with no graph
+/// building, scheduling or hashing.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+/// A traced function. Calls with arguments of a new shape/dtype signature trace again.
+///
+/// What the function does to tensors that outlive it is captured too: parameters
+/// updated with Tensor::assign() and gradients accumulated by backward() or cleared
+/// by zero_grad() are updated after each replay, exactly as an eager call would.
+/// Reading a value inside the function (item(), to_vector()) is an error while
+/// tracing. Random numbers use the seeds recorded at trace time on every replay.
+class CompiledFunction {
+public:
+  /// The traced function's type.
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  /// Wraps `fn`; nothing is traced until the first call.
+  explicit CompiledFunction(Fn fn);
+  ~CompiledFunction();
+  CompiledFunction(CompiledFunction&&) noexcept;
+  CompiledFunction& operator=(CompiledFunction&&) noexcept;
+  /// Runs the function: traces on a new signature, otherwise replays. Results are realized.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args, Loc loc = Loc::current());
+  /// Number of kernels in the plan of the last call.
+  size_t num_kernels() const;
+  /// Peak bytes of the intermediates of the last call's plan (outputs excluded).
+  size_t peak_intermediate_bytes() const;
+  /// Number of traces so far (one per distinct signature).
+  size_t num_traces() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// compile(fn): see CompiledFunction.
+CompiledFunction compile(CompiledFunction::Fn fn);
+
+} // namespace kiln

@@ -1,0 +1,12 @@
+#pragma once
+/// \file kiln.h
+/// kiln's umbrella header: tensors, ops, autograd, options. Pulls in no LLVM, TBB or CUDA header.
+
+#include "kiln/autograd.h"
+#include "kiln/compile.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/options.h"
+#include "kiln/scalar.h"
+#include "kiln/tensor.h"

@@ -1,0 +1,259 @@
+#pragma once
+/// \file tensor.h
+/// kiln's Tensor: a lazy handle on a graph node. Ops record nodes; nothing runs
+/// until a value is read (item(), to_vector(), printing) or realize() is called.
+///
+/// Every op takes the caller's std::source_location (defaulted), so that a
+/// kiln::Error names the user's line. Operators capture it through Operand.
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/scalar.h"
+
+namespace kiln {
+
+namespace graph {
+class Node;
+}
+
+/// A list of extents or dims.
+using IntList = std::vector<int64_t>;
+/// The caller's source line, defaulted at each op.
+using Loc = std::source_location;
+
+struct TensorImpl;
+
+/// A tensor: a (shared) handle on a value computed lazily from a graph.
+class Tensor {
+public:
+  /// An undefined tensor (defined() is false).
+  Tensor();
+  /// Wraps a graph node (internal; used by kiln's own layers).
+  explicit Tensor(std::shared_ptr<const graph::Node> node, bool requires_grad = false);
+
+  /// False for a default-constructed tensor.
+  bool defined() const { return impl_ != nullptr; }
+  /// Element type.
+  DType dtype() const;
+  /// Extents, outermost first.
+  const IntList& shape() const;
+  /// Same as shape() (PyTorch's name).
+  const IntList& sizes() const { return shape(); }
+  /// Extent of one dim (negative dims count from the end).
+  int64_t size(int64_t dim, Loc loc = Loc::current()) const;
+  /// Rank.
+  int64_t dim() const;
+  /// Number of elements.
+  int64_t numel() const;
+  /// Where the value lives.
+  Device device() const;
+  /// "f32[2,3]".
+  std::string type_str() const;
+
+  /// Computes the value now (no-op when it already is).
+  const Tensor& realize() const;
+  /// The only element of a one-element tensor, converted to T.
+  template <class T> T item(Loc loc = Loc::current()) const;
+  /// All elements in row-major order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+  /// A readable form: dtype, shape and values (truncated past 1000 elements).
+  std::string str() const;
+
+  // ---- autograd (see kiln/autograd.h for grad(), jvp(), gradcheck()) ----
+  /// Marks this tensor as a leaf that accumulates gradients in backward().
+  Tensor& requires_grad_(bool on = true);
+  /// True when gradients flow to (or through) this tensor.
+  bool requires_grad() const;
+  /// The gradient accumulated by backward() (undefined before).
+  Tensor grad() const;
+  /// Clears the accumulated gradient.
+  void zero_grad();
+  /// Accumulates d(this)/d(leaf) into every leaf's grad(); `grad_output` defaults to ones for scalars.
+  void backward(const Tensor& grad_output = Tensor(), Loc loc = Loc::current()) const;
+  /// The same value, cut from the graph of gradients.
+  Tensor detach() const;
+  /// Replaces this tensor's value by `value` (same shape and dtype), keeping its identity
+  /// (grad, requires_grad); the way optimizers update parameters.
+  void assign(const Tensor& value, Loc loc = Loc::current());
+
+  // ---- methods mirroring the free functions ----
+  Tensor reshape(IntList shape, Loc loc = Loc::current()) const;      ///< see kiln::reshape
+  Tensor view(IntList shape, Loc loc = Loc::current()) const;         ///< same as reshape
+  Tensor flatten(int64_t start = 0, int64_t end = -1, Loc loc = Loc::current()) const; ///< merges dims
+  Tensor permute(IntList dims, Loc loc = Loc::current()) const;       ///< see kiln::permute
+  Tensor transpose(int64_t d0, int64_t d1, Loc loc = Loc::current()) const; ///< swaps two dims
+  Tensor t(Loc loc = Loc::current()) const;                           ///< transpose of a 2-d tensor
+  Tensor expand(IntList shape, Loc loc = Loc::current()) const;       ///< see kiln::expand
+  Tensor unsqueeze(int64_t dim, Loc loc = Loc::current()) const;      ///< inserts a size-1 dim
+  Tensor squeeze(int64_t dim, Loc loc = Loc::current()) const;        ///< removes a size-1 dim
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current()) const; ///< see kiln::slice
+  Tensor sum(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::sum
+  Tensor mean(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::mean
+  Tensor max(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::max
+  Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
+  Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
+  Tensor argmin(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmin
+  Tensor to(DType dtype, Loc loc = Loc::current()) const;             ///< cast
+  Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::matmul
+
+  /// The graph node currently holding this tensor's value (internal).
+  const std::shared_ptr<const graph::Node>& node() const;
+  /// Shared state (internal).
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+
+private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+/// Prints str().
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---------------------------------------------------------------- creation
+/// Zeros of a shape and dtype.
+Tensor zeros(IntList shape, DType dtype = kFloat32, Loc loc = Loc::current());
+/// Ones of a shape and dtype.
+Tensor ones(IntList shape, DType dtype = kFloat32, Loc loc = Loc::current());
+/// A tensor filled with one value.
+Tensor full(IntList shape, Scalar value, DType dtype = kFloat32, Loc loc = Loc::current());
+/// Zeros shaped like `like`.
+Tensor zeros_like(const Tensor& like, Loc loc = Loc::current());
+/// Ones shaped like `like`.
+Tensor ones_like(const Tensor& like, Loc loc = Loc::current());
+/// [0, end) with step 1, i64 (like torch.arange(end)).
+Tensor arange(int64_t end, Loc loc = Loc::current());
+/// [start, end) in steps of `step`, in `dtype` (i64 for integer arguments in PyTorch; explicit here).
+Tensor arange(double start, double end, double step, DType dtype, Loc loc = Loc::current());
+/// Uniform [0, 1) from a seed (counter-based: the same seed gives the same values anywhere).
+Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
+/// Standard normal from a seed.
+Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
+/// A tensor holding a copy of host data; the shape defaults to 1-d.
+template <class T>
+Tensor from_vector(const std::vector<T>& data, IntList shape = {}, Loc loc = Loc::current());
+/// A 0-d tensor holding one value of `dtype`.
+Tensor scalar_tensor(Scalar value, DType dtype = kFloat32, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- elementwise
+Tensor neg(const Tensor& x, Loc loc = Loc::current());        ///< -x
+Tensor abs(const Tensor& x, Loc loc = Loc::current());        ///< |x|
+Tensor exp(const Tensor& x, Loc loc = Loc::current());        ///< e^x (integers promote to f32)
+Tensor log(const Tensor& x, Loc loc = Loc::current());        ///< natural log
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());       ///< square root
+Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());      ///< 1 / sqrt(x)
+Tensor sin(const Tensor& x, Loc loc = Loc::current());        ///< sine
+Tensor cos(const Tensor& x, Loc loc = Loc::current());        ///< cosine
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());       ///< hyperbolic tangent
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());    ///< 1 / (1 + e^-x)
+Tensor relu(const Tensor& x, Loc loc = Loc::current());       ///< max(x, 0)
+Tensor reciprocal(const Tensor& x, Loc loc = Loc::current()); ///< 1 / x
+Tensor square(const Tensor& x, Loc loc = Loc::current());     ///< x * x
+Tensor logical_not(const Tensor& x, Loc loc = Loc::current()); ///< x == 0, as bool
+
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b
+Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< true division (integers give f32)
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a ^ b
+Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());            ///< a ^ b
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating
+Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
+Tensor ne(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a != b
+Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a < b
+Tensor le(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a <= b
+Tensor gt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a > b
+Tensor ge(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a >= b
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< a && b (bool)
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc = Loc::current());  ///< a || b (bool)
+/// cond ? a : b, broadcasting all three.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// cond ? a : b with a scalar branch.
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b, Loc loc = Loc::current());
+/// Conversion to another dtype.
+Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+/// A 0-d tensor for a scalar operand, typed by PyTorch's rules for wrapped numbers
+/// relative to `other` (used by the scalar overloads).
+Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- reductions
+/// Sum over dims (all when empty); integers and bool sum to i64.
+Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// Mean over dims (all when empty); floating dtypes only.
+Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// Maximum over dims (all when empty), NaN-propagating; error on an empty reduction.
+Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// Minimum over dims (all when empty).
+Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// Index (i64) of the first maximum along dim.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// Index (i64) of the first minimum along dim.
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- movement
+/// Same elements in a new shape (one extent may be -1).
+Tensor reshape(const Tensor& x, IntList shape, Loc loc = Loc::current());
+/// Reorders dims.
+Tensor permute(const Tensor& x, IntList dims, Loc loc = Loc::current());
+/// Swaps two dims.
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc = Loc::current());
+/// Broadcasts to a shape (NumPy rules; -1 keeps an extent).
+Tensor expand(const Tensor& x, IntList shape, Loc loc = Loc::current());
+/// Elements start, start+step, ... below end along dim (Python slice rules for bounds).
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current());
+/// Joins tensors along an existing dim.
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
+/// Pads with a constant: `pads` is (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
+Tensor pad(const Tensor& x, IntList pads, Scalar value = 0, Loc loc = Loc::current());
+/// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- operators
+/// A tensor operand that carries the caller's source line into an operator.
+struct Operand {
+  const Tensor& t; ///< the tensor
+  Loc loc;         ///< where the operator was written
+  /// Implicit on purpose: the default argument records the user's line.
+  Operand(const Tensor& t_, Loc l = Loc::current()) : t(t_), loc(l) {} // NOLINT
+};
+
+Tensor operator-(Operand a);                  ///< neg
+Tensor operator+(Operand a, const Tensor& b); ///< add
+Tensor operator-(Operand a, const Tensor& b); ///< sub
+Tensor operator*(Operand a, const Tensor& b); ///< mul
+Tensor operator/(Operand a, const Tensor& b); ///< div
+Tensor operator+(Operand a, Scalar b);        ///< add a scalar
+Tensor operator-(Operand a, Scalar b);        ///< subtract a scalar
+Tensor operator*(Operand a, Scalar b);        ///< multiply by a scalar
+Tensor operator/(Operand a, Scalar b);        ///< divide by a scalar
+Tensor operator+(Scalar a, Operand b);        ///< scalar + tensor
+Tensor operator-(Scalar a, Operand b);        ///< scalar - tensor
+Tensor operator*(Scalar a, Operand b);        ///< scalar * tensor
+Tensor operator/(Scalar a, Operand b);        ///< scalar / tensor
+Tensor operator==(Operand a, const Tensor& b); ///< eq
+Tensor operator!=(Operand a, const Tensor& b); ///< ne
+Tensor operator<(Operand a, const Tensor& b);  ///< lt
+Tensor operator<=(Operand a, const Tensor& b); ///< le
+Tensor operator>(Operand a, const Tensor& b);  ///< gt
+Tensor operator>=(Operand a, const Tensor& b); ///< ge
+Tensor operator==(Operand a, Scalar b);        ///< eq with a scalar
+Tensor operator!=(Operand a, Scalar b);        ///< ne with a scalar
+Tensor operator<(Operand a, Scalar b);         ///< lt with a scalar
+Tensor operator<=(Operand a, Scalar b);        ///< le with a scalar
+Tensor operator>(Operand a, Scalar b);         ///< gt with a scalar
+Tensor operator>=(Operand a, Scalar b);        ///< ge with a scalar
+
+// ---------------------------------------------------------------- realization
+/// Computes several tensors in one go (sharing the work of common subgraphs).
+void realize(const std::vector<Tensor>& tensors);
+/// The text form of the graph behind some tensors (see graph/text.h).
+std::string graph_text(const std::vector<Tensor>& tensors);
+
+} // namespace kiln

@@ -1,0 +1,190 @@
+// Capture and replay (see kiln/compile.h).
+
+#include "kiln/compile.h"
+
+#include <algorithm>
+
+#include "frontend/src/tensor_impl.h"
+#include "runtime/executor.h"
+
+namespace kiln {
+
+namespace detail {
+
+namespace {
+// Makes a tensor's value a realized input node, so a replay can bind new storage to it.
+graph::NodeRef realized_input(const graph::NodeRef& n) {
+  runtime::realize({n});
+  if (n->op == graph::OpKind::Input) return n;
+  return graph::make_input(n->dtype, n->shape, n->realized());
+}
+} // namespace
+
+void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
+  CaptureState* cap = active_capture();
+  if (!cap) return;
+  for (const auto& s : cap->slots)
+    if (s.impl == impl) return;
+  set_active_capture(nullptr); // realizing a tensor's state is not part of the trace
+  impl->node = realized_input(impl->node);
+  if (impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
+  if (impl->requires_grad) register_leaf(impl);
+  set_active_capture(cap);
+  cap->slots.push_back({impl, impl->node, impl->grad.defined() ? impl->grad.node() : nullptr});
+}
+
+} // namespace detail
+
+namespace {
+
+using Slot = detail::CaptureState::Slot;
+
+// Where each output of a traced plan goes after a replay.
+struct Destination {
+  enum Kind { Result, Value, Grad, ClearGrad } kind;
+  size_t slot = 0;
+};
+
+// One trace: the plan, the placeholders standing for the arguments, and the slots.
+struct Trace {
+  std::vector<graph::NodeRef> placeholders;
+  std::vector<Slot> slots;
+  std::vector<bool> grad_defined; // per slot, at trace start
+  runtime::Plan plan;
+  std::vector<Destination> destinations; // one per plan output, then ClearGrad entries
+};
+
+std::string signature(const std::vector<Tensor>& args) {
+  std::string s;
+  for (const Tensor& t : args) s += t.type_str() + (t.requires_grad() ? "g;" : ";");
+  return s;
+}
+
+class TraceGuard {
+public:
+  explicit TraceGuard(detail::CaptureState* s) { detail::set_active_capture(s); }
+  ~TraceGuard() { detail::set_active_capture(nullptr); }
+};
+
+Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
+  Trace tr;
+  std::vector<Tensor> inputs;
+  for (const Tensor& a : args) {
+    tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr));
+    inputs.emplace_back(tr.placeholders.back(), a.requires_grad());
+  }
+  detail::CaptureState state;
+  std::vector<Tensor> results;
+  {
+    TraceGuard guard(&state);
+    results = fn(inputs);
+  }
+  std::vector<graph::NodeRef> outputs;
+  for (const Tensor& r : results) {
+    outputs.push_back(r.node());
+    tr.destinations.push_back({Destination::Result});
+  }
+  for (size_t i = 0; i < state.slots.size(); ++i) {
+    Slot& s = state.slots[i];
+    tr.grad_defined.push_back(s.start_grad != nullptr);
+    if (s.impl->node != s.start_node) {
+      outputs.push_back(s.impl->node);
+      tr.destinations.push_back({Destination::Value, i});
+    }
+    const graph::NodeRef grad = s.impl->grad.defined() ? s.impl->grad.node() : nullptr;
+    if (grad && grad != s.start_grad) {
+      outputs.push_back(grad);
+      tr.destinations.push_back({Destination::Grad, i});
+    } else if (!grad && s.start_grad) {
+      tr.destinations.push_back({Destination::ClearGrad, i});
+    }
+    // The first call replays like every later one, from the state at trace start.
+    s.impl->node = s.start_node;
+    s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
+  }
+  tr.slots = std::move(state.slots);
+  tr.plan = runtime::make_plan(outputs);
+  return tr;
+}
+
+bool state_matches(const Trace& tr) {
+  for (size_t i = 0; i < tr.slots.size(); ++i)
+    if (tr.slots[i].impl->grad.defined() != tr.grad_defined[i]) return false;
+  return true;
+}
+
+runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
+  runtime::Bindings b;
+  std::vector<Tensor> pending = args;
+  for (const Slot& s : tr.slots) {
+    pending.emplace_back(s.impl->node);
+    if (s.start_grad) pending.push_back(s.impl->grad);
+  }
+  kiln::realize(pending);
+  for (size_t i = 0; i < args.size(); ++i) b[tr.placeholders[i].get()] = args[i].node()->realized();
+  for (const Slot& s : tr.slots) {
+    b[s.start_node.get()] = s.impl->node->realized();
+    if (s.start_grad) b[s.start_grad.get()] = s.impl->grad.node()->realized();
+  }
+  return b;
+}
+
+std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
+  const auto values = runtime::execute(tr.plan, bind(tr, args));
+  std::vector<Tensor> results;
+  size_t out = 0;
+  for (const Destination& d : tr.destinations) {
+    if (d.kind == Destination::ClearGrad) {
+      tr.slots[d.slot].impl->grad = Tensor();
+      continue;
+    }
+    const graph::NodeRef& node = tr.plan.outputs[out];
+    Tensor value(graph::make_input(node->dtype, node->shape, values[out++]));
+    if (d.kind == Destination::Result) {
+      results.push_back(value);
+      continue;
+    }
+    TensorImpl& impl = *tr.slots[d.slot].impl;
+    if (d.kind == Destination::Grad) impl.grad = value;
+    else {
+      impl.node = value.node();
+      if (impl.requires_grad) detail::register_leaf(tr.slots[d.slot].impl);
+    }
+  }
+  return results;
+}
+
+} // namespace
+
+struct CompiledFunction::Impl {
+  Fn fn;
+  std::map<std::string, Trace> traces;
+  const Trace* last = nullptr;
+  size_t num_traces = 0;
+};
+
+CompiledFunction::CompiledFunction(Fn fn) : impl_(std::make_unique<Impl>()) { impl_->fn = std::move(fn); }
+CompiledFunction::~CompiledFunction() = default;
+CompiledFunction::CompiledFunction(CompiledFunction&&) noexcept = default;
+CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = default;
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args, Loc loc) {
+  if (detail::active_capture()) throw Error("compile", "a compiled function cannot be called while tracing another", loc);
+  const std::string sig = signature(args);
+  auto it = impl_->traces.find(sig);
+  if (it == impl_->traces.end() || !state_matches(it->second)) {
+    Trace tr = trace(impl_->fn, args);
+    ++impl_->num_traces;
+    it = impl_->traces.insert_or_assign(sig, std::move(tr)).first;
+  }
+  impl_->last = &it->second;
+  return replay(it->second, args);
+}
+
+size_t CompiledFunction::num_kernels() const { return impl_->last ? impl_->last->plan.schedule.launches.size() : 0; }
+size_t CompiledFunction::peak_intermediate_bytes() const { return impl_->last ? impl_->last->plan.arena_bytes : 0; }
+size_t CompiledFunction::num_traces() const { return impl_->num_traces; }
+
+CompiledFunction compile(CompiledFunction::Fn fn) { return CompiledFunction(std::move(fn)); }
+
+} // namespace kiln

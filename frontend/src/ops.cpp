@@ -1,0 +1,516 @@
+// The user-facing ops: argument checks with clear errors, PyTorch's type
+// promotion and broadcasting, then graph nodes through graph::build.
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/verify.h"
+#include "kiln/autograd.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+
+namespace b = graph::build;
+using graph::NodeRef;
+using graph::OpKind;
+using detail::fail;
+using detail::result;
+
+namespace {
+
+// ---------------------------------------------------------------- promotion
+
+// PyTorch's result_type: dimensioned tensors outrank 0-d tensors, which outrank
+// wrapped numbers; a lower group only wins when it is of a higher category.
+DType combine_categories(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return *lower;
+  if (!lower) return *higher;
+  if (is_floating(*higher)) return *higher;
+  if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+  return *higher;
+}
+
+DType result_type(std::initializer_list<const Tensor*> ts) {
+  std::optional<DType> dim, zero, wrapped;
+  auto update = [](std::optional<DType>& slot, DType t) { slot = slot ? promote_types(*slot, t) : t; };
+  for (const Tensor* t : ts) {
+    if (t->impl()->wrapped_number) update(wrapped, t->dtype() == DType::Float64 ? kDefaultFloat : t->dtype());
+    else if (t->dim() == 0) update(zero, t->dtype());
+    else update(dim, t->dtype());
+  }
+  if (!zero && !wrapped) return *dim;
+  const DType low = !zero ? *wrapped : !wrapped ? *zero : combine_categories(zero, wrapped);
+  return dim ? combine_categories(dim, low) : low;
+}
+
+graph::Shape broadcast_or_fail(const std::string& op, std::initializer_list<const Tensor*> ts, const Loc& loc) {
+  graph::Shape shape;
+  for (const Tensor* t : ts) {
+    auto s = graph::broadcast_shapes(shape, t->shape());
+    if (!s) fail(op, "shapes cannot be broadcast together", ts, loc);
+    shape = *s;
+  }
+  return shape;
+}
+
+NodeRef prepare(const Tensor& t, DType dtype, const graph::Shape& shape) {
+  return b::broadcast_to(b::cast(t.node(), dtype), shape);
+}
+
+bool is_float_result(OpKind op) {
+  return op == OpKind::Div;
+}
+
+// add, sub, mul, div, pow, maximum, minimum.
+Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
+  const std::string name(graph::op_name(op));
+  DType dt = result_type({&a, &c});
+  if (is_float_result(op) && !is_floating(dt)) dt = kDefaultFloat;
+  if (dt == DType::Bool) fail(name, "arithmetic on bool tensors is not supported; cast them first", {&a, &c}, loc);
+  const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
+  return result(b::binary(op, prepare(a, dt, shape), prepare(c, dt, shape)), {&a, &c});
+}
+
+// eq ... ge, logical_and, logical_or: compared in the promoted dtype, result bool.
+Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
+  const DType dt = result_type({&a, &c});
+  const graph::Shape shape = broadcast_or_fail(std::string(graph::op_name(op)), {&a, &c}, loc);
+  return Tensor(b::binary(op, prepare(a, dt, shape), prepare(c, dt, shape)));
+}
+
+// Float-only unary ops promote integers to the default float dtype.
+Tensor float_unary(OpKind op, const Tensor& x, const Loc& loc) {
+  const DType dt = is_floating(x.dtype()) ? x.dtype() : kDefaultFloat;
+  return result(b::unary(op, b::cast(x.node(), dt)), {&x});
+}
+
+Tensor numeric_unary(OpKind op, const Tensor& x, const Loc& loc) {
+  if (x.dtype() == DType::Bool)
+    fail(std::string(graph::op_name(op)), "not defined for bool tensors", {&x}, loc);
+  return result(b::unary(op, x.node()), {&x});
+}
+
+// ---------------------------------------------------------------- dims
+
+int64_t dim_or_fail(const std::string& op, int64_t d, const Tensor& x, const Loc& loc) {
+  auto w = graph::wrap_dim(d, x.dim());
+  if (!w) fail(op, "dim " + std::to_string(d) + " is out of range for rank " + std::to_string(x.dim()), {&x}, loc);
+  return x.dim() == 0 ? -1 : *w; // -1: a 0-d tensor has no dim to reduce
+}
+
+std::vector<int64_t> dims_or_fail(const std::string& op, const IntList& dims, const Tensor& x, const Loc& loc) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    out.resize(x.dim());
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int64_t d : dims) {
+    const int64_t w = dim_or_fail(op, d, x, loc);
+    if (w < 0) continue;
+    if (std::find(out.begin(), out.end(), w) != out.end())
+      fail(op, "dim " + std::to_string(d) + " appears more than once", {&x}, loc);
+    out.push_back(w);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+graph::Shape drop_dims(const graph::Shape& s, const std::vector<int64_t>& dims) {
+  graph::Shape out;
+  for (size_t d = 0; d < s.size(); ++d)
+    if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) == dims.end()) out.push_back(s[d]);
+  return out;
+}
+
+Tensor reduction(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, DType dt, const Loc& loc) {
+  const std::string name(graph::op_name(op));
+  const auto ds = dims_or_fail(name, dims, x, loc);
+  NodeRef r = b::reduce(op, b::cast(x.node(), dt), ds);
+  if (!keepdim) r = b::reshape(r, drop_dims(x.shape(), ds));
+  return result(r, {&x});
+}
+
+int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& ds) {
+  int64_t n = 1;
+  for (int64_t d : ds) n *= x.shape()[d];
+  return n;
+}
+
+Tensor min_max(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, const Loc& loc) {
+  const std::string name(graph::op_name(op));
+  if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
+  if (reduced_count(x, dims_or_fail(name, dims, x, loc)) == 0)
+    fail(name, "cannot reduce over an empty dimension (the result has no identity)", {&x}, loc);
+  return reduction(op, x, dims, keepdim, x.dtype(), loc);
+}
+
+Tensor arg_reduction(OpKind op, const Tensor& x, int64_t dim, bool keepdim, const Loc& loc) {
+  const std::string name(graph::op_name(op));
+  if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
+  const int64_t d = dim_or_fail(name, dim, x, loc);
+  if (d >= 0 && x.shape()[d] == 0) fail(name, "cannot reduce over an empty dimension", {&x}, loc);
+  if (d < 0) return Tensor(b::constant(0, DType::Int64)); // a 0-d tensor: index 0
+  NodeRef r = b::reduce(op, x.node(), {d});
+  if (!keepdim) r = b::reshape(r, drop_dims(x.shape(), {d}));
+  return Tensor(r);
+}
+
+// Shape with one -1 inferred, as torch.reshape.
+graph::Shape infer_shape(const Tensor& x, IntList shape, const Loc& loc) {
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      if (infer >= 0) fail("reshape", "only one dim can be -1 in " + graph::shape_str(shape), {&x}, loc);
+      infer = static_cast<int64_t>(d);
+    } else if (shape[d] < 0) {
+      fail("reshape", "invalid extent in " + graph::shape_str(shape), {&x}, loc);
+    } else {
+      known *= shape[d];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || x.numel() % known != 0)
+      fail("reshape", "shape " + graph::shape_str(shape) + " is invalid for " + std::to_string(x.numel()) + " elements",
+           {&x}, loc);
+    shape[infer] = x.numel() / known;
+  }
+  if (graph::numel(shape) != x.numel())
+    fail("reshape", "shape " + graph::shape_str(shape) + " is invalid for " + std::to_string(x.numel()) + " elements",
+         {&x}, loc);
+  return shape;
+}
+
+template <class T> std::shared_ptr<graph::Storage> copy_to_storage(const std::vector<T>& data, DType dt) {
+  auto s = runtime::allocate_host(data.size() * dtype_size(dt));
+  if constexpr (std::is_same_v<T, bool>) {
+    auto* p = static_cast<uint8_t*>(s->data());
+    for (size_t i = 0; i < data.size(); ++i) p[i] = data[i] ? 1 : 0;
+  } else {
+    std::copy(data.begin(), data.end(), static_cast<T*>(s->data()));
+  }
+  return s;
+}
+
+void check_shape(const std::string& op, const IntList& shape, const Loc& loc) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error(op, "negative extent in shape " + graph::shape_str(shape), loc);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- creation
+
+Tensor full(IntList shape, Scalar value, DType dtype, Loc loc) {
+  check_shape("full", shape, loc);
+  return Tensor(b::constant_of(value, dtype, shape));
+}
+Tensor zeros(IntList shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
+Tensor ones(IntList shape, DType dtype, Loc loc) { return full(std::move(shape), 1, dtype, loc); }
+Tensor zeros_like(const Tensor& like, Loc loc) { return zeros(like.shape(), like.dtype(), loc); }
+Tensor ones_like(const Tensor& like, Loc loc) { return ones(like.shape(), like.dtype(), loc); }
+Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return full({}, value, dtype, loc); }
+
+Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, loc); }
+
+Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    throw Error("arange", "needs finite bounds and a non-zero step", loc);
+  if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
+  if (dtype == DType::Bool) throw Error("arange", "bool is not a valid dtype", loc);
+  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  graph::Attrs a;
+  if (is_floating(dtype)) {
+    a.f0 = start;
+    a.f1 = step;
+  } else {
+    a.i0 = static_cast<int64_t>(start);
+    a.i1 = static_cast<int64_t>(step);
+  }
+  return Tensor(graph::make_node(OpKind::Arange, dtype, {n}, {}, a));
+}
+
+static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, const Loc& loc) {
+  const std::string name(graph::op_name(op));
+  check_shape(name, shape, loc);
+  if (!is_floating(dtype)) throw Error(name, "needs a floating dtype, not " + std::string(dtype_name(dtype)), loc);
+  graph::Attrs a;
+  a.i0 = static_cast<int64_t>(seed);
+  return Tensor(graph::make_node(op, dtype, shape, {}, a));
+}
+Tensor rand(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Rand, shape, seed, dtype, loc); }
+Tensor randn(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Randn, shape, seed, dtype, loc); }
+
+template <class T> Tensor from_vector(const std::vector<T>& data, IntList shape, Loc loc) {
+  if (shape.empty() && data.size() != 1) shape = {static_cast<int64_t>(data.size())};
+  check_shape("from_vector", shape, loc);
+  if (graph::numel(shape) != static_cast<int64_t>(data.size()))
+    throw Error("from_vector", std::to_string(data.size()) + " values do not fill shape " + graph::shape_str(shape), loc);
+  constexpr DType dt = dtype_of<T>();
+  return Tensor(graph::make_input(dt, shape, copy_to_storage(data, dt)));
+}
+template Tensor from_vector<float>(const std::vector<float>&, IntList, Loc);
+template Tensor from_vector<double>(const std::vector<double>&, IntList, Loc);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, IntList, Loc);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, IntList, Loc);
+template Tensor from_vector<bool>(const std::vector<bool>&, IntList, Loc);
+
+Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc) {
+  Tensor t(b::constant_of(s, s.kind()));
+  t.impl()->wrapped_number = true;
+  return t;
+}
+
+// ---------------------------------------------------------------- elementwise
+
+Tensor neg(const Tensor& x, Loc loc) { return numeric_unary(OpKind::Neg, x, loc); }
+Tensor abs(const Tensor& x, Loc loc) { return numeric_unary(OpKind::Abs, x, loc); }
+Tensor relu(const Tensor& x, Loc loc) { return numeric_unary(OpKind::Relu, x, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return float_unary(OpKind::Exp, x, loc); }
+Tensor log(const Tensor& x, Loc loc) { return float_unary(OpKind::Log, x, loc); }
+Tensor sqrt(const Tensor& x, Loc loc) { return float_unary(OpKind::Sqrt, x, loc); }
+Tensor rsqrt(const Tensor& x, Loc loc) { return float_unary(OpKind::Rsqrt, x, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return float_unary(OpKind::Sin, x, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return float_unary(OpKind::Cos, x, loc); }
+Tensor tanh(const Tensor& x, Loc loc) { return float_unary(OpKind::Tanh, x, loc); }
+Tensor sigmoid(const Tensor& x, Loc loc) { return float_unary(OpKind::Sigmoid, x, loc); }
+Tensor reciprocal(const Tensor& x, Loc loc) { return float_unary(OpKind::Reciprocal, x, loc); }
+Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
+Tensor logical_not(const Tensor& x, Loc loc) { return Tensor(b::unary(OpKind::LogicalNot, x.node())); }
+
+Tensor add(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Add, a, c, loc); }
+Tensor sub(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Sub, a, c, loc); }
+Tensor mul(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Mul, a, c, loc); }
+Tensor div(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Div, a, c, loc); }
+Tensor pow(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Pow, a, c, loc); }
+Tensor maximum(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Maximum, a, c, loc); }
+Tensor minimum(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Minimum, a, c, loc); }
+Tensor eq(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Eq, a, c, loc); }
+Tensor ne(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Ne, a, c, loc); }
+Tensor lt(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Lt, a, c, loc); }
+Tensor le(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Le, a, c, loc); }
+Tensor gt(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Gt, a, c, loc); }
+Tensor ge(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Ge, a, c, loc); }
+Tensor logical_and(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::LogicalAnd, a, c, loc); }
+Tensor logical_or(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::LogicalOr, a, c, loc); }
+
+Tensor pow(const Tensor& a, Scalar e, Loc loc) {
+  if (!is_floating(a.dtype()) && e.kind() != DType::Float64 && e.to_int() < 0)
+    fail("pow", "integers to negative integer powers are not allowed", {&a}, loc);
+  return pow(a, wrap_scalar(e, a, loc), loc);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
+  if (cond.dtype() != DType::Bool) fail("where", "the condition must be bool", {&cond, &a, &c}, loc);
+  const DType dt = result_type({&a, &c});
+  const graph::Shape shape = broadcast_or_fail("where", {&cond, &a, &c}, loc);
+  return result(b::where(b::broadcast_to(cond.node(), shape), prepare(a, dt, shape), prepare(c, dt, shape)), {&a, &c});
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, Scalar c, Loc loc) { return where(cond, a, wrap_scalar(c, a, loc), loc); }
+
+Tensor cast(const Tensor& x, DType dtype, Loc loc) {
+  if (x.dtype() == dtype) return x;
+  return result(b::cast(x.node(), dtype), is_floating(dtype) ? std::initializer_list<const Tensor*>{&x}
+                                                              : std::initializer_list<const Tensor*>{});
+}
+
+// ---------------------------------------------------------------- reductions
+
+Tensor sum(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
+  const DType dt = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
+  return reduction(OpKind::Sum, x, dims, keepdim, dt, loc);
+}
+
+Tensor mean(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
+  if (!is_floating(x.dtype())) fail("mean", "needs a floating dtype (cast the input first)", {&x}, loc);
+  const int64_t n = reduced_count(x, dims_or_fail("mean", dims, x, loc));
+  Tensor s = sum(x, dims, keepdim, loc);
+  return result(b::div(s.node(), b::constant_like(s.node(), static_cast<double>(n))), {&s});
+}
+
+Tensor max(const Tensor& x, IntList dims, bool keepdim, Loc loc) { return min_max(OpKind::Max, x, dims, keepdim, loc); }
+Tensor min(const Tensor& x, IntList dims, bool keepdim, Loc loc) { return min_max(OpKind::Min, x, dims, keepdim, loc); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_reduction(OpKind::Argmax, x, dim, keepdim, loc); }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_reduction(OpKind::Argmin, x, dim, keepdim, loc); }
+
+// ---------------------------------------------------------------- movement
+
+Tensor reshape(const Tensor& x, IntList shape, Loc loc) { return result(b::reshape(x.node(), infer_shape(x, shape, loc)), {&x}); }
+
+Tensor permute(const Tensor& x, IntList dims, Loc loc) {
+  if (static_cast<int64_t>(dims.size()) != x.dim())
+    fail("permute", "needs " + std::to_string(x.dim()) + " dims, got " + graph::shape_str(dims), {&x}, loc);
+  std::vector<int64_t> perm;
+  for (int64_t d : dims) {
+    const int64_t w = dim_or_fail("permute", d, x, loc);
+    if (std::find(perm.begin(), perm.end(), w) != perm.end()) fail("permute", "dim " + std::to_string(d) + " repeats", {&x}, loc);
+    perm.push_back(w);
+  }
+  return result(b::permute(x.node(), perm), {&x});
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc) {
+  if (x.dim() == 0) return x;
+  std::vector<int64_t> perm(x.dim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[dim_or_fail("transpose", d0, x, loc)], perm[dim_or_fail("transpose", d1, x, loc)]);
+  return result(b::permute(x.node(), perm), {&x});
+}
+
+Tensor expand(const Tensor& x, IntList shape, Loc loc) {
+  if (shape.size() < static_cast<size_t>(x.dim()))
+    fail("expand", "target " + graph::shape_str(shape) + " has fewer dims than the tensor", {&x}, loc);
+  const size_t lead = shape.size() - x.dim();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d >= lead && shape[d] == -1) shape[d] = x.shape()[d - lead];
+    const int64_t have = d < lead ? 1 : x.shape()[d - lead];
+    if (shape[d] < 0 || (have != 1 && have != shape[d]))
+      fail("expand", "cannot expand to " + graph::shape_str(shape) + " (dim " + std::to_string(d) + ")", {&x}, loc);
+  }
+  return result(b::broadcast_to(x.node(), shape), {&x});
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, Loc loc) {
+  if (step <= 0) fail("slice", "step must be positive, got " + std::to_string(step), {&x}, loc);
+  const int64_t d = dim_or_fail("slice", dim, x, loc);
+  if (d < 0) fail("slice", "cannot slice a 0-d tensor", {&x}, loc);
+  const int64_t n = x.shape()[d];
+  auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  std::vector<int64_t> starts(x.dim(), 0), steps(x.dim(), 1);
+  starts[d] = start;
+  steps[d] = step;
+  graph::Shape shape = x.shape();
+  shape[d] = (end - start + step - 1) / step;
+  if (shape[d] == 0) starts[d] = 0;
+  return result(b::slice(x.node(), starts, steps, shape), {&x});
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
+  if (xs.empty()) throw Error("concat", "needs at least one tensor", loc);
+  const int64_t d = dim_or_fail("concat", dim, xs[0], loc);
+  if (d < 0) fail("concat", "cannot concatenate 0-d tensors", {&xs[0]}, loc);
+  DType dt = xs[0].dtype();
+  for (const Tensor& t : xs) dt = promote_types(dt, t.dtype());
+  std::vector<NodeRef> nodes;
+  for (const Tensor& t : xs) {
+    bool same = t.dim() == xs[0].dim();
+    for (int64_t k = 0; same && k < t.dim(); ++k) same = k == d || t.shape()[k] == xs[0].shape()[k];
+    if (!same) fail("concat", "shapes must match except in dim " + std::to_string(d), {&xs[0], &t}, loc);
+    nodes.push_back(b::cast(t.node(), dt));
+  }
+  return detail::result_of(b::concat(nodes, d), xs);
+}
+
+Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
+  if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
+    fail("pad", "needs (before, after) pairs for at most every dim, got " + graph::shape_str(pads), {&x}, loc);
+  std::vector<int64_t> before(x.dim(), 0), after(x.dim(), 0);
+  for (size_t k = 0; k < pads.size() / 2; ++k) {
+    if (pads[2 * k] < 0 || pads[2 * k + 1] < 0) fail("pad", "negative padding is not supported", {&x}, loc);
+    before[x.dim() - 1 - k] = pads[2 * k];
+    after[x.dim() - 1 - k] = pads[2 * k + 1];
+  }
+  return result(b::pad(x.node(), before, after, value.to_double()), {&x});
+}
+
+Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {
+  if (a.dim() == 0 || c.dim() == 0) fail("matmul", "both operands need at least 1 dim", {&a, &c}, loc);
+  const DType dt = promote_types(a.dtype(), c.dtype());
+  if (dt == DType::Bool) fail("matmul", "not defined for bool tensors", {&a, &c}, loc);
+  NodeRef x = b::cast(a.node(), dt), y = b::cast(c.node(), dt);
+  if (a.dim() == 1) x = b::reshape(x, {1, a.shape()[0]});
+  if (c.dim() == 1) y = b::reshape(y, {c.shape()[0], 1});
+  const int64_t k = x->shape.back(), k2 = y->shape[y->shape.size() - 2];
+  if (k != k2) fail("matmul", "inner dims differ (" + std::to_string(k) + " vs " + std::to_string(k2) + ")", {&a, &c}, loc);
+  const graph::Shape bx(x->shape.begin(), x->shape.end() - 2), by(y->shape.begin(), y->shape.end() - 2);
+  auto batch = graph::broadcast_shapes(bx, by);
+  if (!batch) fail("matmul", "batch dims cannot be broadcast", {&a, &c}, loc);
+  graph::Shape sx = *batch, sy = *batch;
+  sx.insert(sx.end(), x->shape.end() - 2, x->shape.end());
+  sy.insert(sy.end(), y->shape.end() - 2, y->shape.end());
+  NodeRef r = b::matmul(b::broadcast_to(x, sx), b::broadcast_to(y, sy));
+  graph::Shape out = *batch;
+  if (a.dim() > 1) out.push_back(x->shape[x->shape.size() - 2]);
+  if (c.dim() > 1) out.push_back(y->shape.back());
+  return result(b::reshape(r, out), {&a, &c});
+}
+
+// ---------------------------------------------------------------- methods
+
+Tensor Tensor::reshape(IntList s, Loc loc) const { return kiln::reshape(*this, std::move(s), loc); }
+Tensor Tensor::view(IntList s, Loc loc) const { return kiln::reshape(*this, std::move(s), loc); }
+Tensor Tensor::flatten(int64_t start, int64_t end, Loc loc) const {
+  if (dim() == 0) return kiln::reshape(*this, {1}, loc);
+  const int64_t s = dim_or_fail("flatten", start, *this, loc), e = dim_or_fail("flatten", end, *this, loc);
+  if (s > e) fail("flatten", "start dim is after end dim", {this}, loc);
+  IntList out(shape().begin(), shape().begin() + s);
+  out.push_back(graph::numel(IntList(shape().begin() + s, shape().begin() + e + 1)));
+  out.insert(out.end(), shape().begin() + e + 1, shape().end());
+  return kiln::reshape(*this, out, loc);
+}
+Tensor Tensor::permute(IntList d, Loc loc) const { return kiln::permute(*this, std::move(d), loc); }
+Tensor Tensor::transpose(int64_t d0, int64_t d1, Loc loc) const { return kiln::transpose(*this, d0, d1, loc); }
+Tensor Tensor::t(Loc loc) const {
+  if (dim() > 2) fail("t", "expects a tensor of at most 2 dims", {this}, loc);
+  return dim() < 2 ? *this : kiln::transpose(*this, 0, 1, loc);
+}
+Tensor Tensor::expand(IntList s, Loc loc) const { return kiln::expand(*this, std::move(s), loc); }
+Tensor Tensor::unsqueeze(int64_t d, Loc loc) const {
+  auto w = graph::wrap_dim(d, dim() + 1);
+  if (!w) fail("unsqueeze", "dim " + std::to_string(d) + " out of range", {this}, loc);
+  IntList s = shape();
+  s.insert(s.begin() + *w, 1);
+  return kiln::reshape(*this, s, loc);
+}
+Tensor Tensor::squeeze(int64_t d, Loc loc) const {
+  const int64_t w = dim_or_fail("squeeze", d, *this, loc);
+  if (w < 0 || shape()[w] != 1) return *this;
+  IntList s = shape();
+  s.erase(s.begin() + w);
+  return kiln::reshape(*this, s, loc);
+}
+Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st, Loc loc) const { return kiln::slice(*this, d, s, e, st, loc); }
+Tensor Tensor::sum(IntList d, bool k, Loc loc) const { return kiln::sum(*this, std::move(d), k, loc); }
+Tensor Tensor::mean(IntList d, bool k, Loc loc) const { return kiln::mean(*this, std::move(d), k, loc); }
+Tensor Tensor::max(IntList d, bool k, Loc loc) const { return kiln::max(*this, std::move(d), k, loc); }
+Tensor Tensor::min(IntList d, bool k, Loc loc) const { return kiln::min(*this, std::move(d), k, loc); }
+Tensor Tensor::argmax(int64_t d, bool k, Loc loc) const { return kiln::argmax(*this, d, k, loc); }
+Tensor Tensor::argmin(int64_t d, bool k, Loc loc) const { return kiln::argmin(*this, d, k, loc); }
+Tensor Tensor::to(DType dt, Loc loc) const { return kiln::cast(*this, dt, loc); }
+Tensor Tensor::matmul(const Tensor& o, Loc loc) const { return kiln::matmul(*this, o, loc); }
+
+// ---------------------------------------------------------------- operators
+
+Tensor operator-(Operand a) { return neg(a.t, a.loc); }
+Tensor operator+(Operand a, const Tensor& c) { return add(a.t, c, a.loc); }
+Tensor operator-(Operand a, const Tensor& c) { return sub(a.t, c, a.loc); }
+Tensor operator*(Operand a, const Tensor& c) { return mul(a.t, c, a.loc); }
+Tensor operator/(Operand a, const Tensor& c) { return div(a.t, c, a.loc); }
+Tensor operator+(Operand a, Scalar c) { return add(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator-(Operand a, Scalar c) { return sub(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator*(Operand a, Scalar c) { return mul(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator/(Operand a, Scalar c) { return div(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator+(Scalar c, Operand a) { return add(wrap_scalar(c, a.t), a.t, a.loc); }
+Tensor operator-(Scalar c, Operand a) { return sub(wrap_scalar(c, a.t), a.t, a.loc); }
+Tensor operator*(Scalar c, Operand a) { return mul(wrap_scalar(c, a.t), a.t, a.loc); }
+Tensor operator/(Scalar c, Operand a) { return div(wrap_scalar(c, a.t), a.t, a.loc); }
+Tensor operator==(Operand a, const Tensor& c) { return eq(a.t, c, a.loc); }
+Tensor operator!=(Operand a, const Tensor& c) { return ne(a.t, c, a.loc); }
+Tensor operator<(Operand a, const Tensor& c) { return lt(a.t, c, a.loc); }
+Tensor operator<=(Operand a, const Tensor& c) { return le(a.t, c, a.loc); }
+Tensor operator>(Operand a, const Tensor& c) { return gt(a.t, c, a.loc); }
+Tensor operator>=(Operand a, const Tensor& c) { return ge(a.t, c, a.loc); }
+Tensor operator==(Operand a, Scalar c) { return eq(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator!=(Operand a, Scalar c) { return ne(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator<(Operand a, Scalar c) { return lt(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator<=(Operand a, Scalar c) { return le(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator>(Operand a, Scalar c) { return gt(a.t, wrap_scalar(c, a.t), a.loc); }
+Tensor operator>=(Operand a, Scalar c) { return ge(a.t, wrap_scalar(c, a.t), a.loc); }
+
+} // namespace kiln

@@ -1,0 +1,294 @@
+#include <cstring>
+#include <iomanip>
+#include <mutex>
+#include <ostream>
+#include <sstream>
+#include <unordered_map>
+
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/text.h"
+#include "kiln/autograd.h"
+#include "runtime/executor.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+
+namespace detail {
+
+std::string operand_str(const Tensor& t) { return t.defined() ? t.type_str() : "undefined"; }
+
+void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
+          const Loc& loc) {
+  std::string msg = what;
+  if (operands.size()) {
+    msg += " (operands: ";
+    bool first = true;
+    for (const Tensor* t : operands) {
+      msg += (first ? "" : ", ") + operand_str(*t);
+      first = false;
+    }
+    msg += ")";
+  }
+  throw Error(op, msg, loc);
+}
+
+Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs) {
+  bool needs = false;
+  for (const Tensor* t : inputs) needs = needs || (t->defined() && t->requires_grad());
+  if (needs && !grad_mode_enabled()) return Tensor(graph::build::detach(node));
+  Tensor r(std::move(node), needs);
+  r.impl()->is_leaf = !needs;
+  return r;
+}
+
+Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs) {
+  bool needs = false;
+  for (const Tensor& t : inputs) needs = needs || t.requires_grad();
+  if (needs && !grad_mode_enabled()) return Tensor(graph::build::detach(node));
+  Tensor r(std::move(node), needs);
+  r.impl()->is_leaf = !needs;
+  return r;
+}
+
+namespace {
+struct LeafRegistry {
+  std::mutex mu;
+  std::unordered_map<const graph::Node*, std::weak_ptr<TensorImpl>> by_node;
+};
+LeafRegistry& leaves() {
+  static auto* r = new LeafRegistry;
+  return *r;
+}
+} // namespace
+
+void register_leaf(const std::shared_ptr<TensorImpl>& impl) {
+  LeafRegistry& r = leaves();
+  std::lock_guard lock(r.mu);
+  for (auto it = r.by_node.begin(); it != r.by_node.end();) // drop entries of dead or moved leaves
+    it = it->second.expired() ? r.by_node.erase(it) : std::next(it);
+  r.by_node[impl->node.get()] = impl;
+}
+
+std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
+  LeafRegistry& r = leaves();
+  std::lock_guard lock(r.mu);
+  auto it = r.by_node.find(n);
+  if (it == r.by_node.end()) return nullptr;
+  auto impl = it->second.lock();
+  return impl && impl->node.get() == n && impl->requires_grad ? impl : nullptr;
+}
+
+namespace {
+thread_local CaptureState* g_capture = nullptr;
+} // namespace
+
+CaptureState* active_capture() { return g_capture; }
+void set_active_capture(CaptureState* s) { g_capture = s; }
+
+} // namespace detail
+
+namespace {
+
+thread_local bool g_grad_mode = true;
+
+// A realized leaf drops its history: its node becomes a fresh input holding the
+// value, so the graph that computed it can be freed (training loops would
+// otherwise chain every step's graph).
+void become_input(TensorImpl& impl) {
+  if (!impl.is_leaf || impl.node->op == graph::OpKind::Input) return;
+  auto storage = impl.node->realized();
+  if (!storage) return;
+  impl.node = graph::make_input(impl.node->dtype, impl.node->shape, std::move(storage));
+}
+
+template <class T> T read_element(const void* data, DType dt, size_t i) {
+  switch (dt) {
+  case DType::Bool: return static_cast<T>(static_cast<const uint8_t*>(data)[i] != 0);
+  case DType::Int32: return static_cast<T>(static_cast<const int32_t*>(data)[i]);
+  case DType::Int64: return static_cast<T>(static_cast<const int64_t*>(data)[i]);
+  case DType::Float32: return static_cast<T>(static_cast<const float*>(data)[i]);
+  case DType::Float64: return static_cast<T>(static_cast<const double*>(data)[i]);
+  }
+  return T{};
+}
+
+} // namespace
+
+bool grad_mode_enabled() { return g_grad_mode; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_mode) { g_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { g_grad_mode = previous_; }
+
+Tensor::Tensor() = default;
+
+Tensor::Tensor(std::shared_ptr<const graph::Node> node, bool requires_grad) : impl_(std::make_shared<TensorImpl>()) {
+  impl_->node = std::move(node);
+  impl_->requires_grad = requires_grad;
+}
+
+const std::shared_ptr<const graph::Node>& Tensor::node() const {
+  if (!impl_) throw Error("tensor", "use of an undefined tensor");
+  return impl_->node;
+}
+
+DType Tensor::dtype() const { return node()->dtype; }
+const IntList& Tensor::shape() const { return node()->shape; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::numel() const { return node()->numel(); }
+Device Tensor::device() const { return kCPU; }
+std::string Tensor::type_str() const { return std::string(dtype_name(dtype())) + graph::shape_str(shape()); }
+
+int64_t Tensor::size(int64_t d, Loc loc) const {
+  auto w = graph::wrap_dim(d, dim());
+  if (!w || dim() == 0) detail::fail("size", "dim " + std::to_string(d) + " out of range", {this}, loc);
+  return shape()[*w];
+}
+
+const Tensor& Tensor::realize() const {
+  kiln::realize({*this});
+  return *this;
+}
+
+void realize(const std::vector<Tensor>& tensors) {
+  if (detail::active_capture()) return; // a traced function is realized when it is replayed
+  std::vector<graph::NodeRef> nodes;
+  for (const Tensor& t : tensors) nodes.push_back(t.node());
+  runtime::realize(nodes);
+  for (const Tensor& t : tensors) {
+    const graph::Node* before = t.node().get();
+    become_input(*t.impl());
+    if (t.requires_grad() && t.impl()->node.get() != before) detail::register_leaf(t.impl());
+  }
+}
+
+std::string graph_text(const std::vector<Tensor>& tensors) {
+  std::vector<graph::NodeRef> nodes;
+  for (const Tensor& t : tensors) nodes.push_back(t.node());
+  return graph::print_graph(nodes);
+}
+
+namespace {
+void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc) {
+  if (detail::active_capture())
+    detail::fail(op, "values cannot be read inside a function being traced by compile()", {&t}, loc);
+}
+} // namespace
+
+template <class T> T Tensor::item(Loc loc) const {
+  forbid_reads_while_tracing("item", *this, loc);
+  if (numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
+  realize();
+  return read_element<T>(node()->realized()->data(), dtype(), 0);
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  forbid_reads_while_tracing("to_vector", *this, Loc::current());
+  realize();
+  const size_t n = static_cast<size_t>(numel());
+  std::vector<T> out(n);
+  const void* data = node()->realized()->data();
+  for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, dtype(), i);
+  return out;
+}
+
+#define KILN_INSTANTIATE_READ(T)                                                                                 \
+  template T Tensor::item<T>(Loc) const;                                                                         \
+  template std::vector<T> Tensor::to_vector<T>() const;
+KILN_INSTANTIATE_READ(float)
+KILN_INSTANTIATE_READ(double)
+KILN_INSTANTIATE_READ(int32_t)
+KILN_INSTANTIATE_READ(int64_t)
+KILN_INSTANTIATE_READ(bool)
+#undef KILN_INSTANTIATE_READ
+
+namespace {
+
+// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements.
+void print_values(std::ostream& os, const std::vector<double>& v, const IntList& shape, size_t dim, size_t offset,
+                  bool summarize, DType dt, int indent) {
+  if (dim == shape.size()) {
+    if (is_floating(dt)) os << std::setprecision(6) << v[offset];
+    else if (dt == DType::Bool) os << (v[offset] != 0 ? "true" : "false");
+    else os << static_cast<int64_t>(v[offset]);
+    return;
+  }
+  const int64_t n = shape[dim];
+  const size_t stride = static_cast<size_t>(graph::numel(IntList(shape.begin() + dim + 1, shape.end())));
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 6 && i == 3) {
+      os << "...";
+      i = n - 4;
+    } else {
+      print_values(os, v, shape, dim + 1, offset + i * stride, summarize, dt, indent + 1);
+    }
+    if (i + 1 < n) os << (dim + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << "]";
+}
+
+} // namespace
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << "tensor(";
+  const std::vector<double> v = to_vector<double>(); // realizes first: that may replace the node
+  print_values(os, v, shape(), 0, 0, numel() > 1000, dtype(), 7);
+  os << ", dtype=" << dtype_name(dtype()) << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  if (on && !is_floating(dtype())) throw Error("requires_grad_", "only floating tensors can require gradients, not " + type_str());
+  if (on && !impl_->is_leaf) throw Error("requires_grad_", "only leaf tensors can be marked; use detach() first");
+  impl_->requires_grad = on;
+  if (!on) return *this;
+  // A leaf needs an identity of its own: hash-consing would merge two zeros({3}) parameters.
+  if (node()->op != graph::OpKind::Input) {
+    kiln::realize({Tensor(node())});
+    impl_->node = graph::make_input(node()->dtype, node()->shape, node()->realized());
+  }
+  detail::register_leaf(impl_);
+  return *this;
+}
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+Tensor Tensor::grad() const { return impl_ ? impl_->grad : Tensor(); }
+void Tensor::zero_grad() {
+  detail::note_state_change(impl_);
+  impl_->grad = Tensor();
+}
+Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
+
+void Tensor::assign(const Tensor& value, Loc loc) {
+  if (value.shape() != shape() || value.dtype() != dtype())
+    detail::fail("assign", "the new value must have the same shape and dtype", {this, &value}, loc);
+  detail::note_state_change(impl_);
+  impl_->node = value.node()->op == graph::OpKind::Detach || !requires_grad() ? value.node()
+                                                                             : graph::build::detach(value.node());
+  if (requires_grad()) detail::register_leaf(impl_);
+}
+
+void Tensor::backward(const Tensor& grad_output, Loc loc) const {
+  if (!requires_grad()) detail::fail("backward", "the tensor does not require grad", {this}, loc);
+  std::vector<Tensor> leaf_tensors;
+  std::vector<std::shared_ptr<TensorImpl>> impls;
+  for (const graph::Node* n : graph::topo_order({node().get()}))
+    if (auto impl = detail::leaf_for(n)) {
+      impls.push_back(impl);
+      leaf_tensors.push_back(Tensor(impl->node, true));
+    }
+  if (impls.empty()) return;
+  std::vector<Tensor> go;
+  if (grad_output.defined()) go.push_back(grad_output);
+  std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, loc);
+  for (size_t i = 0; i < impls.size(); ++i) {
+    detail::note_state_change(impls[i]);
+    Tensor g = grads[i].detach();
+    impls[i]->grad = impls[i]->grad.defined() ? Tensor(graph::build::add(impls[i]->grad.node(), g.node())) : g;
+  }
+}
+
+} // namespace kiln

@@ -1,0 +1,62 @@
+#pragma once
+// Internal: the shared state behind a Tensor handle, and helpers for op implementations.
+
+#include <initializer_list>
+#include <string>
+
+#include "graph/node.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+/// The state shared by all copies of a Tensor handle.
+struct TensorImpl {
+  graph::NodeRef node;         ///< the value, as a graph node
+  bool requires_grad = false;  ///< gradients flow to or through it
+  bool is_leaf = true;         ///< not the result of an op on grad-requiring tensors
+  bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
+  Tensor grad;                 ///< accumulated by backward()
+};
+
+namespace detail {
+
+/// "f32[2,3]" of a tensor.
+std::string operand_str(const Tensor& t);
+/// Throws kiln::Error for `op`, listing the operands' types.
+[[noreturn]] void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
+                       const Loc& loc);
+/// Wraps an op's result: requires grad when an input does (and grad mode is on); under
+/// no_grad a result of grad-requiring inputs is detached.
+Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs);
+/// Same, for a list of inputs.
+Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs);
+/// Registers a grad-requiring leaf so that backward() can find it by node.
+void register_leaf(const std::shared_ptr<TensorImpl>& impl);
+/// The live leaf tensor whose current node is `n`, or null.
+std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n);
+
+} // namespace detail
+} // namespace kiln
+
+namespace kiln::detail {
+
+/// State a compiled function's trace records about tensors that outlive it.
+struct CaptureState {
+  /// One tensor whose value or gradient the traced function changes.
+  struct Slot {
+    std::shared_ptr<TensorImpl> impl; ///< the tensor
+    graph::NodeRef start_node;        ///< its (realized input) node when first touched
+    graph::NodeRef start_grad;        ///< its gradient's node then, or null
+  };
+  std::vector<Slot> slots; ///< in order of first touch
+};
+
+/// The capture in progress on this thread, or null.
+CaptureState* active_capture();
+/// Sets the capture in progress on this thread (null ends it).
+void set_active_capture(CaptureState* s);
+/// Called before a tensor's value or gradient changes: during a trace, records its
+/// state at first touch (realizing it first).
+void note_state_change(const std::shared_ptr<TensorImpl>& impl);
+
+} // namespace kiln::detail

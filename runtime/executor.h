@@ -1,0 +1,48 @@
+#pragma once
+/// \file executor.h
+/// Realization: a Plan is a schedule whose kernels are compiled and whose
+/// intermediates are packed into one arena by liveness; executing it runs the
+/// kernels on the CPU with oneTBB. realize() plans and executes once; capture
+/// and replay keeps the Plan and executes it again with new inputs.
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/llvm_jit.h"
+#include "codegen/lower.h"
+#include "graph/node.h"
+
+namespace kiln::runtime {
+
+/// Storages bound to leaf nodes, overriding their realized() value.
+using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>>;
+
+/// A compiled, memory-planned schedule.
+struct Plan {
+  codegen::Schedule schedule;                ///< kernels in order
+  std::vector<codegen::CpuKernelFn> kernels; ///< compiled code, one per launch
+  std::vector<graph::NodeRef> outputs;       ///< what the plan computes (keeps the graph alive)
+  std::unordered_map<const graph::Node*, size_t> arena_offset; ///< intermediates' byte offsets
+  size_t arena_bytes = 0;                    ///< peak bytes of intermediates (the arena's size)
+  size_t output_bytes = 0;                   ///< bytes of the outputs
+};
+
+/// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are read).
+Plan make_plan(const std::vector<graph::NodeRef>& outputs);
+/// Runs a plan; returns one storage per output (an output already realized returns its value).
+std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {});
+
+/// Computes every node in `nodes` that is not yet realized and attaches its value.
+void realize(const std::vector<graph::NodeRef>& nodes);
+
+/// Counters of what the executor did (for tests and benchmarks).
+struct ExecutorStats {
+  size_t launches = 0;     ///< kernels run
+  size_t compiles = 0;     ///< kernels compiled (cache misses)
+  size_t realizations = 0; ///< realize() calls that ran something
+};
+/// Current counters.
+ExecutorStats executor_stats();
+
+} // namespace kiln::runtime

@@ -1,0 +1,23 @@
+#pragma once
+/// \file options.h
+/// Process-wide options, initialized from the environment (see the README's table).
+
+#include <string>
+
+namespace kiln {
+
+/// Run-time options. Read once from the environment; tests and programs may change them.
+struct Options {
+  /// KILN_DEBUG: 0 quiet, 1 launches, 2 schedule and fusion reasons, 3 kernel IR,
+  /// 4 LLVM IR / CUDA source, 5 assembly.
+  int debug = 0;
+  /// KILN_FUSION (default 1): 0 runs one kernel per primitive op.
+  bool fusion = true;
+  /// KILN_DUMP_DIR: where debug output at levels >= 3 is also written as files ("" = none).
+  std::string dump_dir;
+};
+
+/// The options in force (a process-wide singleton).
+Options& options();
+
+} // namespace kiln

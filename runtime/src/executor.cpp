@@ -1,0 +1,189 @@
+#include "runtime/executor.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "kiln/error.h"
+#include "kiln/options.h"
+#include "runtime/storage.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Counters {
+  std::atomic<size_t> launches{0}, compiles{0}, realizations{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+size_t node_bytes(const graph::Node* n) { return static_cast<size_t>(n->numel()) * dtype_size(n->dtype); }
+size_t aligned(size_t bytes) { return std::max<size_t>(64, (bytes + 63) / 64 * 64); }
+
+void dump(const std::string& name, const std::string& ext, const std::string& text) {
+  std::fprintf(stderr, "[kiln] ---- %s%s ----\n%s\n", name.c_str(), ext.c_str(), text.c_str());
+  if (options().dump_dir.empty()) return;
+  std::ofstream(options().dump_dir + "/" + name + ext) << text;
+}
+
+codegen::CpuKernelFn compile(const codegen::Kernel& k) {
+  auto& jit = codegen::LlvmJit::instance();
+  const size_t before = jit.compiled_count();
+  codegen::CpuKernelFn fn = jit.compile(k);
+  if (jit.compiled_count() == before) return fn;
+  ++counters().compiles;
+  const int level = options().debug;
+  if (level >= 1) std::fprintf(stderr, "[kiln] compiled %s in %.2f ms\n", k.name.c_str(), jit.last_compile_ms());
+  if (level >= 3) dump(k.name, ".kir", codegen::print_kernel(k));
+  if (level >= 4) dump(k.name, ".ll", jit.llvm_ir(k));
+  if (level >= 5) dump(k.name, ".s", jit.assembly(k));
+  return fn;
+}
+
+// Packs intermediates into one arena: each lives from the launch that writes it to
+// the last launch that reads it; a buffer takes the lowest offset not overlapping
+// any buffer whose lifetime intersects its own (largest buffers placed first).
+void plan_memory(Plan& p) {
+  struct Interval {
+    const graph::Node* node;
+    size_t first, last, bytes;
+  };
+  std::unordered_map<const graph::Node*, size_t> def, last;
+  const auto& launches = p.schedule.launches;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    def[launches[i].output] = i;
+    for (const graph::Node* in : launches[i].inputs) last[in] = i;
+  }
+  std::vector<Interval> items;
+  for (auto [node, d] : def) {
+    const bool is_output = std::any_of(p.outputs.begin(), p.outputs.end(), [&](const auto& o) { return o.get() == node; });
+    if (is_output) continue;
+    items.push_back({node, d, last.count(node) ? last[node] : d, aligned(node_bytes(node))});
+  }
+  std::sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
+  });
+  std::vector<std::pair<Interval, size_t>> placed;
+  for (const Interval& it : items) {
+    std::vector<std::pair<size_t, size_t>> busy; // [offset, end) of overlapping lifetimes
+    for (const auto& [other, off] : placed)
+      if (other.first <= it.last && it.first <= other.last) busy.emplace_back(off, off + other.bytes);
+    std::sort(busy.begin(), busy.end());
+    size_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + it.bytes <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    placed.emplace_back(it, offset);
+    p.arena_offset[it.node] = offset;
+    p.arena_bytes = std::max(p.arena_bytes, offset + it.bytes);
+  }
+}
+
+// Runs the flattened domain in chunks of roughly equal work. Results never depend
+// on the chunking: each domain point is computed by the same code either way.
+void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* bufs) {
+  const int64_t n = l.domain_size;
+  if (n == 0) return;
+  const int64_t work = std::max<int64_t>(1, l.work_per_point);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / work);
+  const int64_t* params = l.params.data();
+  if (n <= grain) return fn(0, n, bufs, params);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, params); });
+}
+
+void log_launch(const codegen::KernelLaunch& l, double run_ms) {
+  size_t bytes = node_bytes(l.output);
+  for (const graph::Node* in : l.inputs) bytes += node_bytes(in);
+  std::fprintf(stderr, "[kiln] launch %s: %lld points, %.3f ms, %.2f MB, %.2f GB/s\n", l.kernel.name.c_str(),
+               static_cast<long long>(l.domain_size), run_ms, bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
+}
+
+// Where each buffer of one execution lives.
+struct Memory {
+  const Plan& plan;
+  const Bindings& bindings;
+  std::shared_ptr<graph::Storage> arena;
+  std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> outputs;
+
+  void* address(const graph::Node* n) const {
+    if (auto it = bindings.find(n); it != bindings.end()) return it->second->data();
+    if (auto it = outputs.find(n); it != outputs.end()) return it->second->data();
+    if (auto it = plan.arena_offset.find(n); it != plan.arena_offset.end())
+      return static_cast<char*>(arena->data()) + it->second;
+    auto s = n->realized();
+    if (!s)
+      throw Error("realize", "input " + std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape) +
+                                 " has no data (a placeholder of a traced function used outside it?)");
+    return s->data();
+  }
+};
+
+} // namespace
+
+Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
+  Plan p;
+  p.outputs = outputs;
+  std::vector<const graph::Node*> todo;
+  for (const auto& n : outputs)
+    if (!n->realized() && std::find(todo.begin(), todo.end(), n.get()) == todo.end()) todo.push_back(n.get());
+  p.schedule = codegen::schedule(todo, {options().fusion});
+  if (options().debug >= 2)
+    for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
+  for (const auto& l : p.schedule.launches) p.kernels.push_back(compile(l.kernel));
+  for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
+  plan_memory(p);
+  return p;
+}
+
+std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings) {
+  Memory mem{plan, bindings, plan.arena_bytes ? allocate_host(plan.arena_bytes) : nullptr, {}};
+  for (const auto& l : plan.schedule.launches)
+    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate_host(node_bytes(l.output));
+  std::vector<void*> bufs;
+  for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
+    const codegen::KernelLaunch& l = plan.schedule.launches[i];
+    bufs.clear();
+    for (const graph::Node* in : l.inputs) bufs.push_back(mem.address(in));
+    bufs.push_back(mem.address(l.output));
+    const auto t0 = Clock::now();
+    run(plan.kernels[i], l, bufs.data());
+    ++counters().launches;
+    if (options().debug >= 1) log_launch(l, ms_since(t0));
+  }
+  std::vector<std::shared_ptr<graph::Storage>> result;
+  for (const auto& n : plan.outputs) {
+    if (auto it = mem.outputs.find(n.get()); it != mem.outputs.end()) result.push_back(it->second);
+    else if (auto b = bindings.find(n.get()); b != bindings.end()) result.push_back(b->second);
+    else result.push_back(n->realized());
+  }
+  return result;
+}
+
+void realize(const std::vector<graph::NodeRef>& nodes) {
+  if (std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n->realized() != nullptr; })) return;
+  ++counters().realizations;
+  const Plan plan = make_plan(nodes);
+  const auto values = execute(plan);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!nodes[i]->realized()) nodes[i]->set_realized(values[i]);
+}
+
+ExecutorStats executor_stats() {
+  return {counters().launches.load(), counters().compiles.load(), counters().realizations.load()};
+}
+
+} // namespace kiln::runtime

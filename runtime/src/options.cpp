@@ -1,0 +1,22 @@
+#include "kiln/options.h"
+
+#include <cstdlib>
+
+namespace kiln {
+
+namespace {
+Options from_environment() {
+  Options o;
+  if (const char* d = std::getenv("KILN_DEBUG")) o.debug = std::atoi(d);
+  if (const char* f = std::getenv("KILN_FUSION")) o.fusion = std::atoi(f) != 0;
+  if (const char* p = std::getenv("KILN_DUMP_DIR")) o.dump_dir = p;
+  return o;
+}
+} // namespace
+
+Options& options() {
+  static Options o = from_environment();
+  return o;
+}
+
+} // namespace kiln

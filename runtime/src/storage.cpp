@@ -1,0 +1,99 @@
+#include "runtime/storage.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "kiln/error.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kMaxCached = size_t{2} << 30; // keep at most 2 GiB of freed blocks
+
+size_t round_up(size_t bytes) { return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+
+// Freed blocks keyed by their (rounded) size; best fit on reuse.
+class HostPool {
+public:
+  void* take(size_t size) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= size + size / 4) { // no more than 25% waste
+        void* p = it->second;
+        stats_.bytes_cached -= it->first;
+        free_.erase(it);
+        note_use(size);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, size);
+    if (!p) {
+      release();
+      p = std::aligned_alloc(kAlign, size);
+    }
+    if (!p) throw Error("out of host memory allocating " + std::to_string(size) + " bytes");
+    std::lock_guard lock(mu_);
+    ++stats_.fresh_allocations;
+    note_use(size);
+    return p;
+  }
+  void give(void* p, size_t size) {
+    std::lock_guard lock(mu_);
+    stats_.bytes_in_use -= size;
+    if (stats_.bytes_cached + size > kMaxCached) {
+      std::free(p);
+      return;
+    }
+    free_.emplace(size, p);
+    stats_.bytes_cached += size;
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    for (auto& [size, p] : free_) std::free(p);
+    free_.clear();
+    stats_.bytes_cached = 0;
+  }
+  AllocatorStats stats() {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  AllocatorStats stats_;
+  void note_use(size_t size) {
+    stats_.bytes_in_use += size;
+    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.bytes_in_use);
+  }
+};
+
+HostPool& pool() {
+  static auto* p = new HostPool; // never destroyed: storages may be freed during static destruction
+  return *p;
+}
+
+class HostStorage final : public graph::Storage {
+public:
+  HostStorage(size_t bytes) : bytes_(bytes), size_(round_up(bytes)), data_(pool().take(size_)) {}
+  ~HostStorage() override { pool().give(data_, size_); }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+  Device device() const override { return kCPU; }
+
+private:
+  size_t bytes_, size_;
+  void* data_;
+};
+
+} // namespace
+
+std::shared_ptr<graph::Storage> allocate_host(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
+AllocatorStats allocator_stats() { return pool().stats(); }
+void release_cached_memory() { pool().release(); }
+
+} // namespace kiln::runtime

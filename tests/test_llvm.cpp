@@ -1,0 +1,821 @@
+// The LLVM emitter and JIT: kernels built by hand with the kernel-IR builders,
+// compiled, run over [0, N) in uneven chunks, compared with plain C++.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/llvm_jit.h"
+#include "codegen/random.h"
+
+using namespace kiln;
+using namespace kiln::codegen;
+using graph::OpKind;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+CpuKernelFn compile(Kernel& k) {
+  finalize(k);
+  return LlvmJit::instance().compile(k);
+}
+
+/// Runs f over [0, n) in uneven chunks 1, 2, 3, 5, 8, ... (chunking must not matter).
+void run_chunked(CpuKernelFn f, int64_t n, const std::vector<void*>& bufs, const std::vector<int64_t>& params) {
+  int64_t begin = 0, a = 1, b = 2;
+  while (begin < n) {
+    const int64_t end = std::min(n, begin + a);
+    f(begin, end, bufs.data(), params.data());
+    begin = end;
+    std::swap(a, b);
+    b += a;
+  }
+}
+
+/// One input column of an elementwise kernel.
+struct Col {
+  DType dtype;
+  const void* data;
+};
+
+/// out[i] = o(ins[0][i], ...) for i < n (Cast when o is Cast), run in chunks.
+template <class Out> std::vector<Out> elementwise(OpKind o, DType out, const std::vector<Col>& ins, int64_t n) {
+  Kernel k;
+  std::vector<ExprRef> args;
+  std::vector<void*> bufs;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    k.buffers.push_back({ins[i].dtype});
+    args.push_back(load(static_cast<int>(i), ins[i].dtype, loop_var(0)));
+    bufs.push_back(const_cast<void*>(ins[i].data));
+  }
+  k.buffers.push_back({out, true});
+  k.num_params = 1;
+  k.domain = {param(0)};
+  ExprRef v = o == OpKind::Cast ? cast(args[0], out) : op(o, out, args);
+  k.stores.push_back({static_cast<int>(ins.size()), loop_var(0), v});
+  std::vector<Out> res(std::max<int64_t>(n, 64));
+  bufs.push_back(res.data());
+  run_chunked(compile(k), n, bufs, {n});
+  res.resize(n);
+  return res;
+}
+
+template <class T> bool same(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    return a == b && std::signbit(a) == std::signbit(b);
+  } else {
+    return a == b;
+  }
+}
+
+template <class T> std::vector<T> specials() {
+  using L = std::numeric_limits<T>;
+  return {0,       -T(0),       1,         -1,         T(0.5),     T(-2.5),  100,      -100,  T(1e30), T(-1e30),
+          L::infinity(), -L::infinity(), L::quiet_NaN(), L::denorm_min(), -L::denorm_min(), L::min(), L::max(),
+          L::lowest(), T(3.75), T(-0.125)};
+}
+
+// ---------------------------------------------------------------------------------
+// ulp error against a long double reference
+
+template <class T> long double ulp_at(long double ref) {
+  using L = std::numeric_limits<T>;
+  int e = ref == 0 ? L::min_exponent - 1 : std::ilogb(std::fabs(ref));
+  e = std::max(e, L::min_exponent - 1);
+  return std::ldexp(1.0L, e - (L::digits - 1));
+}
+
+/// |got - ref| in ulps of T at ref; NaN/inf must match exactly (else +inf); zeros keep the sign.
+template <class T> double ulp_error(T got, long double ref) {
+  if (std::isnan(ref)) return std::isnan(got) ? 0 : kInf;
+  if (std::isnan(got)) return kInf;
+  const T r = static_cast<T>(ref);
+  if (std::isinf(r) || std::isinf(got)) return got == r ? 0 : kInf;
+  if (ref == 0 && got == 0 && std::signbit(got) != std::signbit(ref)) return kInf;
+  return static_cast<double>(std::fabs(static_cast<long double>(got) - ref) / ulp_at<T>(ref));
+}
+
+struct Range {
+  double lo, hi;
+  int count;
+  bool log_scale = false; // |x| log-uniform in [lo, hi] with a random sign
+};
+
+template <class T> std::vector<T> sample(const std::vector<Range>& ranges, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<T> xs = specials<T>();
+  for (const Range& r : ranges) {
+    for (int i = 0; i < r.count; ++i) {
+      if (!r.log_scale) {
+        xs.push_back(static_cast<T>(std::uniform_real_distribution<double>(r.lo, r.hi)(rng)));
+      } else {
+        const double m = std::exp(std::uniform_real_distribution<double>(std::log(r.lo), std::log(r.hi))(rng));
+        xs.push_back(static_cast<T>(rng() & 1 ? m : -m));
+      }
+    }
+  }
+  return xs;
+}
+
+/// Positive floats with uniformly random bit patterns (every binade, subnormals included).
+template <class T> std::vector<T> positive_bit_patterns(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<T> xs;
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const U max_bits = sizeof(T) == 4 ? U(0x7f7fffff) : U(0x7fefffffffffffffULL);
+  for (int i = 0; i < count; ++i) {
+    U u = static_cast<U>(rng() % max_bits) + 1;
+    T x;
+    std::memcpy(&x, &u, sizeof x);
+    xs.push_back(x);
+  }
+  return xs;
+}
+
+template <class T> constexpr DType fdt() { return sizeof(T) == 4 ? DType::Float32 : DType::Float64; }
+
+/// Max ulp error of the kernel op o over xs against ref; prints the worst point.
+/// (Points with finite |x| > max_abs are outside the documented range and skipped.)
+template <class T> double max_ulp(OpKind o, const std::vector<T>& xs, long double (*ref)(long double),
+                                  const char* name, double max_abs = kInf) {
+  const std::vector<T> got = elementwise<T>(o, fdt<T>(), {{fdt<T>(), xs.data()}}, xs.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (std::isfinite(xs[i]) && std::fabs(xs[i]) > max_abs) continue;
+    const double e = ulp_error<T>(got[i], ref(xs[i]));
+    if (e > worst) worst = e, at = i;
+  }
+  std::printf("[ ulp      ] %-8s %s: max %.3f ulp at x=%.9Lg (got %.17Lg, want %.17Lg) over %zu points\n", name,
+              sizeof(T) == 4 ? "f32" : "f64", worst, (long double)xs[at], (long double)got[at], ref(xs[at]),
+              xs.size());
+  return worst;
+}
+
+long double ref_exp(long double x) { return std::exp(x); }
+long double ref_log(long double x) { return std::log(x); }
+long double ref_sin(long double x) { return std::sin(x); }
+long double ref_cos(long double x) { return std::cos(x); }
+long double ref_tanh(long double x) { return std::tanh(x); }
+long double ref_sigmoid(long double x) { return 1.0L / (1.0L + std::exp(-x)); }
+
+} // namespace
+
+// ---------------------------------------------------------------------------------
+// elementwise basics
+
+TEST(LLVM, AddF32SizesAndChunks) {
+  for (int64_t n : {0, 1, 7, 16, 1000, 1027}) {
+    std::vector<float> a(std::max<int64_t>(n, 16)), b(a.size());
+    for (int64_t i = 0; i < n; ++i) a[i] = 0.5f * i - 3, b[i] = 1.0f / (i + 1);
+    const std::vector<float> got = elementwise<float>(OpKind::Add, kFloat32, {{kFloat32, a.data()}, {kFloat32, b.data()}}, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(LLVM, Broadcast2DWithStrideParams) {
+  // out[i, j] = a[i*sa0 + j*sa1] * b[i*sb0 + j*sb1] - a[...]: a is [R, 1], b is [1, C].
+  Kernel k;
+  k.buffers = {{kFloat32}, {kFloat32}, {kFloat32, true}};
+  k.num_params = 6;
+  k.domain = {param(0), param(1)};
+  auto off = [](int s0, int s1) { return iadd(imul(loop_var(0), param(s0)), imul(loop_var(1), param(s1))); };
+  ExprRef a = load(0, kFloat32, off(2, 3)), b = load(1, kFloat32, off(4, 5));
+  ExprRef v = op(OpKind::Sub, kFloat32, {op(OpKind::Mul, kFloat32, {a, b}), a});
+  k.stores = {{2, iadd(imul(loop_var(0), param(1)), loop_var(1)), v}};
+  CpuKernelFn f = compile(k);
+  const int64_t R = 13, C = 37, N = R * C;
+  std::vector<float> av(R), bv(C), whole(N), chunked(N);
+  for (int i = 0; i < R; ++i) av[i] = 1.5f * i - 4;
+  for (int j = 0; j < C; ++j) bv[j] = 0.25f * j + 1;
+  const std::vector<int64_t> params{R, C, 1, 0, 0, 1};
+  std::vector<void*> bufs{av.data(), bv.data(), whole.data()};
+  f(0, N, bufs.data(), params.data());
+  bufs[2] = chunked.data();
+  for (int64_t begin = 0, step = 5; begin < N; begin += step, step = step * 3 % 41 + 1)
+    f(begin, std::min(N, begin + step), bufs.data(), params.data());
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) ASSERT_EQ(whole[i * C + j], av[i] * bv[j] - av[i]) << i << "," << j;
+  EXPECT_EQ(0, std::memcmp(whole.data(), chunked.data(), N * sizeof(float)));
+}
+
+TEST(LLVM, Rank3DomainDecomposition) {
+  // out[i0, i1, i2] = i0 * 100 + i1 * 10 + i2 (cast from i64), chunks crossing rows and planes.
+  Kernel k;
+  k.buffers = {{kInt64, true}};
+  k.num_params = 3;
+  k.domain = {param(0), param(1), param(2)};
+  ExprRef v = iadd(iadd(imul(loop_var(0), index_const(100)), imul(loop_var(1), index_const(10))), loop_var(2));
+  ExprRef flat = iadd(imul(iadd(imul(loop_var(0), param(1)), loop_var(1)), param(2)), loop_var(2));
+  k.stores = {{0, flat, v}};
+  CpuKernelFn f = compile(k);
+  const int64_t D0 = 3, D1 = 4, D2 = 7;
+  std::vector<int64_t> out(D0 * D1 * D2, -1);
+  std::vector<void*> bufs{out.data()};
+  run_chunked(f, D0 * D1 * D2, bufs, {D0, D1, D2});
+  for (int a = 0; a < D0; ++a)
+    for (int b = 0; b < D1; ++b)
+      for (int c = 0; c < D2; ++c) ASSERT_EQ(out[(a * D1 + b) * D2 + c], a * 100 + b * 10 + c);
+}
+
+TEST(LLVM, RankZeroDomain) {
+  Kernel k;
+  k.buffers = {{kFloat64}, {kFloat64, true}};
+  k.reductions = {{OpKind::Sum, kFloat64, {index_const(5)}, load(0, kFloat64, reduce_var(0))}};
+  k.stores = {{1, index_const(0), reduce_result(0, kFloat64)}};
+  CpuKernelFn f = compile(k);
+  std::vector<double> x{1, 2, 3, 4, 5, 0, 0, 0}, out(8);
+  std::vector<void*> bufs{x.data(), out.data()};
+  f(0, 1, bufs.data(), nullptr);
+  EXPECT_EQ(out[0], 15);
+}
+
+// ---------------------------------------------------------------------------------
+// unary and binary ops on floats
+
+template <class T> void check_float_unary() {
+  const DType t = fdt<T>();
+  const std::vector<T> xs = specials<T>();
+  const int64_t n = xs.size();
+  auto run = [&](OpKind o) { return elementwise<T>(o, t, {{t, xs.data()}}, n); };
+  struct Exact {
+    OpKind op;
+    T (*ref)(T);
+  };
+  const Exact exact[] = {
+      {OpKind::Neg, [](T x) { return -x; }},
+      {OpKind::Abs, [](T x) { return std::fabs(x); }},
+      {OpKind::Sqrt, [](T x) { return std::sqrt(x); }},
+      {OpKind::Rsqrt, [](T x) { return T(1) / std::sqrt(x); }},
+      {OpKind::Reciprocal, [](T x) { return T(1) / x; }},
+      {OpKind::Relu, [](T x) { return x < 0 ? T(0) : x; }},
+      {OpKind::Detach, [](T x) { return x; }},
+  };
+  for (const Exact& e : exact) {
+    const std::vector<T> got = run(e.op);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_TRUE(same(got[i], e.ref(xs[i]))) << graph::op_name(e.op) << "(" << xs[i] << ") = " << got[i];
+  }
+  struct Approx {
+    OpKind op;
+    long double (*ref)(long double);
+  };
+  const Approx approx[] = {{OpKind::Exp, ref_exp}, {OpKind::Log, ref_log},   {OpKind::Sin, ref_sin},
+                           {OpKind::Cos, ref_cos}, {OpKind::Tanh, ref_tanh}, {OpKind::Sigmoid, ref_sigmoid}};
+  for (const Approx& a : approx) {
+    const std::vector<T> got = run(a.op);
+    for (int64_t i = 0; i < n; ++i) {
+      // sin/cos of the huge specials are outside the documented range: only check the class.
+      const bool trig = a.op == OpKind::Sin || a.op == OpKind::Cos;
+      if (trig && std::isfinite(xs[i]) && std::fabs(xs[i]) > 1e5) {
+        EXPECT_TRUE(std::isfinite(got[i])) << graph::op_name(a.op) << "(" << xs[i] << ")";
+        continue;
+      }
+      EXPECT_LE(ulp_error<T>(got[i], a.ref(xs[i])), 4)
+          << graph::op_name(a.op) << "(" << xs[i] << ") = " << got[i] << " want " << (double)a.ref(xs[i]);
+    }
+  }
+}
+
+TEST(LLVM, FloatUnaryF32) { check_float_unary<float>(); }
+TEST(LLVM, FloatUnaryF64) { check_float_unary<double>(); }
+
+TEST(LLVM, MathSpecialValues) {
+  auto one = [](OpKind o, double x) {
+    double xs[1] = {x};
+    return elementwise<double>(o, kFloat64, {{kFloat64, xs}}, 1)[0];
+  };
+  auto onef = [](OpKind o, float x) {
+    float xs[1] = {x};
+    return elementwise<float>(o, kFloat32, {{kFloat32, xs}}, 1)[0];
+  };
+  EXPECT_EQ(one(OpKind::Log, 0.0), -kInf);
+  EXPECT_EQ(one(OpKind::Log, -0.0), -kInf);
+  EXPECT_TRUE(std::isnan(one(OpKind::Log, -1e-300)));
+  EXPECT_TRUE(std::isnan(one(OpKind::Log, -kInf)));
+  EXPECT_EQ(one(OpKind::Log, kInf), kInf);
+  EXPECT_EQ(one(OpKind::Exp, 709.78), std::exp(709.78));
+  EXPECT_EQ(one(OpKind::Exp, 709.8), kInf);
+  EXPECT_EQ(one(OpKind::Exp, -746.0), 0.0);
+  EXPECT_EQ(one(OpKind::Exp, -744.0), std::exp(-744.0)); // deep subnormal
+  EXPECT_EQ(one(OpKind::Exp, -kInf), 0.0);
+  EXPECT_EQ(onef(OpKind::Exp, 89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(onef(OpKind::Exp, -104.0f), 0.0f);
+  EXPECT_EQ(onef(OpKind::Exp, -103.0f), std::exp(-103.0f));
+  EXPECT_EQ(onef(OpKind::Log, std::numeric_limits<float>::denorm_min()), std::log(std::numeric_limits<float>::denorm_min()));
+  EXPECT_EQ(one(OpKind::Tanh, 1e300), 1.0);
+  EXPECT_EQ(one(OpKind::Tanh, -kInf), -1.0);
+  EXPECT_TRUE(std::signbit(one(OpKind::Tanh, -0.0)));
+  EXPECT_TRUE(std::signbit(one(OpKind::Sin, -0.0)));
+  EXPECT_TRUE(std::isnan(one(OpKind::Sin, kInf)));
+  EXPECT_TRUE(std::isnan(one(OpKind::Cos, -kInf)));
+  EXPECT_EQ(one(OpKind::Sigmoid, -kInf), 0.0);
+  EXPECT_EQ(one(OpKind::Sigmoid, kInf), 1.0);
+  EXPECT_EQ(onef(OpKind::Sigmoid, -200.0f), 0.0f);
+  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu}) {
+    EXPECT_TRUE(std::isnan(one(o, kNaN))) << graph::op_name(o);
+    EXPECT_TRUE(std::isnan(onef(o, NAN))) << graph::op_name(o);
+  }
+}
+
+template <class T> void check_float_binary() {
+  const DType t = fdt<T>();
+  const std::vector<T> s = specials<T>();
+  std::vector<T> xs, ys;
+  for (T x : s)
+    for (T y : s) xs.push_back(x), ys.push_back(y);
+  const int64_t n = xs.size();
+  const std::vector<Col> in{{t, xs.data()}, {t, ys.data()}};
+  struct Arith {
+    OpKind op;
+    T (*ref)(T, T);
+  };
+  const Arith arith[] = {
+      {OpKind::Add, [](T x, T y) { return x + y; }},
+      {OpKind::Sub, [](T x, T y) { return x - y; }},
+      {OpKind::Mul, [](T x, T y) { return x * y; }},
+      {OpKind::Div, [](T x, T y) { return x / y; }},
+      {OpKind::Maximum, [](T x, T y) { return x != x || y != y ? T(NAN) : x > y ? x : y == x && !std::signbit(x) ? x : y; }},
+      {OpKind::Minimum, [](T x, T y) { return x != x || y != y ? T(NAN) : x < y ? x : y == x && std::signbit(x) ? x : y; }},
+  };
+  for (const Arith& a : arith) {
+    const std::vector<T> got = elementwise<T>(a.op, t, in, n);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_TRUE(same(got[i], a.ref(xs[i], ys[i])))
+          << graph::op_name(a.op) << "(" << xs[i] << ", " << ys[i] << ") = " << got[i];
+  }
+  struct Cmp {
+    OpKind op;
+    bool (*ref)(T, T);
+  };
+  const Cmp cmps[] = {
+      {OpKind::Eq, [](T x, T y) { return x == y; }}, {OpKind::Ne, [](T x, T y) { return x != y; }},
+      {OpKind::Lt, [](T x, T y) { return x < y; }},  {OpKind::Le, [](T x, T y) { return x <= y; }},
+      {OpKind::Gt, [](T x, T y) { return x > y; }},  {OpKind::Ge, [](T x, T y) { return x >= y; }},
+      {OpKind::LogicalAnd, [](T x, T y) { return x != 0 && y != 0; }},
+      {OpKind::LogicalOr, [](T x, T y) { return x != 0 || y != 0; }},
+  };
+  for (const Cmp& c : cmps) {
+    const std::vector<uint8_t> got = elementwise<uint8_t>(c.op, kBool, in, n);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(got[i], c.ref(xs[i], ys[i])) << graph::op_name(c.op) << "(" << xs[i] << ", " << ys[i] << ")";
+  }
+}
+
+TEST(LLVM, FloatBinaryF32) { check_float_binary<float>(); }
+TEST(LLVM, FloatBinaryF64) { check_float_binary<double>(); }
+
+template <class T> void check_pow() {
+  const DType t = fdt<T>();
+  const T vals[] = {0, -T(0), 1, -1, 2, -2, T(0.5), T(-0.5), 3, -3, T(2.5), T(-2.5), INFINITY, -INFINITY, NAN, T(1e-3), 40};
+  std::vector<T> xs, ys;
+  for (T x : vals)
+    for (T y : vals) xs.push_back(x), ys.push_back(y);
+  const std::vector<T> got = elementwise<T>(OpKind::Pow, t, {{t, xs.data()}, {t, ys.data()}}, xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const T want = std::pow(xs[i], ys[i]);
+    if (std::isfinite(want) && want != 0)
+      EXPECT_LE(ulp_error<T>(got[i], std::pow((long double)xs[i], (long double)ys[i])), 1) << xs[i] << "^" << ys[i];
+    else
+      EXPECT_TRUE(same(got[i], want)) << xs[i] << "^" << ys[i] << " = " << got[i] << " want " << want;
+  }
+  // the PyTorch/C cases named in the spec
+  EXPECT_EQ(std::pow(T(0), T(0)), 1);
+}
+
+TEST(LLVM, PowFloat) {
+  check_pow<float>();
+  check_pow<double>();
+}
+
+// ---------------------------------------------------------------------------------
+// integers and bools
+
+template <class T> void check_int_ops() {
+  using U = std::make_unsigned_t<T>;
+  const DType t = sizeof(T) == 4 ? kInt32 : kInt64;
+  using L = std::numeric_limits<T>;
+  const T vals[] = {0, 1, -1, 2, -2, 3, 7, -7, 31, 62, 12345, -999, L::max(), L::min(), L::max() - 1, L::min() + 1};
+  std::vector<T> xs, ys;
+  for (T x : vals)
+    for (T y : vals) xs.push_back(x), ys.push_back(y);
+  const int64_t n = xs.size();
+  const std::vector<Col> in{{t, xs.data()}, {t, ys.data()}};
+  auto ipow = [](T x, T e) -> T {
+    if (e < 0) return x == 1 ? 1 : x == -1 ? (e & 1 ? -1 : 1) : 0;
+    U r = 1, b = static_cast<U>(x);
+    for (U k = static_cast<U>(e); k; k >>= 1, b *= b)
+      if (k & 1) r *= b;
+    return static_cast<T>(r);
+  };
+  struct Bin {
+    OpKind op;
+    std::function<T(T, T)> ref;
+  };
+  const Bin bins[] = {
+      {OpKind::Add, [](T x, T y) { return T(U(x) + U(y)); }},
+      {OpKind::Sub, [](T x, T y) { return T(U(x) - U(y)); }},
+      {OpKind::Mul, [](T x, T y) { return T(U(x) * U(y)); }},
+      {OpKind::Maximum, [](T x, T y) { return std::max(x, y); }},
+      {OpKind::Minimum, [](T x, T y) { return std::min(x, y); }},
+      {OpKind::Pow, ipow},
+  };
+  for (const Bin& b : bins) {
+    const std::vector<T> got = elementwise<T>(b.op, t, in, n);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(got[i], b.ref(xs[i], ys[i])) << graph::op_name(b.op) << "(" << xs[i] << ", " << ys[i] << ")";
+  }
+  const std::vector<uint8_t> lt = elementwise<uint8_t>(OpKind::Lt, kBool, in, n);
+  const std::vector<uint8_t> ne = elementwise<uint8_t>(OpKind::Ne, kBool, in, n);
+  const std::vector<uint8_t> land = elementwise<uint8_t>(OpKind::LogicalAnd, kBool, in, n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(lt[i], xs[i] < ys[i]);
+    EXPECT_EQ(ne[i], xs[i] != ys[i]);
+    EXPECT_EQ(land[i], xs[i] != 0 && ys[i] != 0);
+  }
+  const std::vector<T> neg = elementwise<T>(OpKind::Neg, t, {in[0]}, n);
+  const std::vector<T> abs = elementwise<T>(OpKind::Abs, t, {in[0]}, n);
+  const std::vector<T> relu = elementwise<T>(OpKind::Relu, t, {in[0]}, n);
+  const std::vector<uint8_t> lnot = elementwise<uint8_t>(OpKind::LogicalNot, kBool, {in[0]}, n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(neg[i], T(U(0) - U(xs[i])));
+    EXPECT_EQ(abs[i], xs[i] < 0 ? T(U(0) - U(xs[i])) : xs[i]); // abs(INT_MIN) == INT_MIN
+    EXPECT_EQ(relu[i], std::max<T>(xs[i], 0));
+    EXPECT_EQ(lnot[i], xs[i] == 0);
+  }
+}
+
+TEST(LLVM, IntOpsI32) { check_int_ops<int32_t>(); }
+TEST(LLVM, IntOpsI64) { check_int_ops<int64_t>(); }
+
+TEST(LLVM, BoolOpsAndWhere) {
+  std::vector<uint8_t> a{0, 0, 1, 1}, b{0, 1, 0, 1};
+  const std::vector<Col> in{{kBool, a.data()}, {kBool, b.data()}};
+  auto run = [&](OpKind o) { return elementwise<uint8_t>(o, kBool, in, 4); };
+  EXPECT_EQ(run(OpKind::LogicalAnd), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(OpKind::LogicalOr), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(OpKind::Add), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(OpKind::Mul), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(OpKind::Maximum), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(OpKind::Minimum), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(OpKind::Lt), (std::vector<uint8_t>{0, 1, 0, 0}));
+  EXPECT_EQ(run(OpKind::Ge), (std::vector<uint8_t>{1, 0, 1, 1}));
+  EXPECT_EQ(run(OpKind::Eq), (std::vector<uint8_t>{1, 0, 0, 1}));
+  EXPECT_EQ(elementwise<uint8_t>(OpKind::LogicalNot, kBool, {in[0]}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
+  // where(cond, x, y) with f32 branches, and logical_not of floats (NaN is true)
+  std::vector<float> x{1, 2, 3, 4}, y{-1, -2, -3, -4};
+  EXPECT_EQ(elementwise<float>(OpKind::Where, kFloat32, {in[1], {kFloat32, x.data()}, {kFloat32, y.data()}}, 4),
+            (std::vector<float>{-1, 2, -3, 4}));
+  std::vector<float> f{0.f, -0.f, NAN, 2.f};
+  EXPECT_EQ(elementwise<uint8_t>(OpKind::LogicalNot, kBool, {{kFloat32, f.data()}}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
+}
+
+// ---------------------------------------------------------------------------------
+// casts
+
+TEST(LLVM, Casts) {
+  const float big = 1e10f;
+  std::vector<float> f{2.9f, -2.9f, big, -big, NAN, INFINITY, -INFINITY, -0.0f, 0.5f, 2147483520.0f};
+  const int64_t nf = f.size();
+  EXPECT_EQ(elementwise<int32_t>(OpKind::Cast, kInt32, {{kFloat32, f.data()}}, nf),
+            (std::vector<int32_t>{2, -2, INT32_MAX, INT32_MIN, 0, INT32_MAX, INT32_MIN, 0, 0, 2147483520}));
+  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kFloat32, f.data()}}, nf),
+            (std::vector<int64_t>{2, -2, 10000000000LL, -10000000000LL, 0, INT64_MAX, INT64_MIN, 0, 0, 2147483520}));
+  EXPECT_EQ(elementwise<uint8_t>(OpKind::Cast, kBool, {{kFloat32, f.data()}}, nf),
+            (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 1, 0, 1, 1}));
+  std::vector<double> d{1e300, -1e300, 0.1, 3.4028235677973366e38, 1e-50, -7.5};
+  const std::vector<float> df = elementwise<float>(OpKind::Cast, kFloat32, {{kFloat64, d.data()}}, d.size());
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_TRUE(same(df[i], static_cast<float>(d[i]))) << d[i];
+  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kFloat64, d.data()}}, d.size()),
+            (std::vector<int64_t>{INT64_MAX, INT64_MIN, 0, INT64_MAX, 0, -7}));
+  std::vector<int64_t> i64{(1LL << 24) + 1, -((1LL << 24) + 1), INT64_MAX, (1LL << 32) + 5, -1, 0};
+  const std::vector<float> i64f = elementwise<float>(OpKind::Cast, kFloat32, {{kInt64, i64.data()}}, i64.size());
+  for (size_t i = 0; i < i64.size(); ++i) EXPECT_EQ(i64f[i], static_cast<float>(i64[i])) << i64[i];
+  EXPECT_EQ(elementwise<int32_t>(OpKind::Cast, kInt32, {{kInt64, i64.data()}}, i64.size()),
+            (std::vector<int32_t>{(1 << 24) + 1, -((1 << 24) + 1), -1, 5, -1, 0}));
+  EXPECT_EQ(elementwise<uint8_t>(OpKind::Cast, kBool, {{kInt64, i64.data()}}, i64.size()),
+            (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
+  std::vector<int32_t> i32{-5, INT32_MIN, 7};
+  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kInt32, i32.data()}}, 3), (std::vector<int64_t>{-5, INT32_MIN, 7}));
+  EXPECT_EQ(elementwise<double>(OpKind::Cast, kFloat64, {{kInt32, i32.data()}}, 3), (std::vector<double>{-5, INT32_MIN, 7}));
+  std::vector<uint8_t> bools{0, 1, 1};
+  EXPECT_EQ(elementwise<float>(OpKind::Cast, kFloat32, {{kBool, bools.data()}}, 3), (std::vector<float>{0, 1, 1}));
+  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kBool, bools.data()}}, 3), (std::vector<int64_t>{0, 1, 1}));
+  std::vector<float> small{1.5f, -0.f};
+  const std::vector<double> fd = elementwise<double>(OpKind::Cast, kFloat64, {{kFloat32, small.data()}}, 2);
+  EXPECT_TRUE(same(fd[0], 1.5) && same(fd[1], -0.0));
+}
+
+// ---------------------------------------------------------------------------------
+// reductions and maps
+
+namespace {
+
+/// out[i] = op over r < C of x[i*C + r] (domain [R], extent param 1), run in chunks.
+template <class T, class Out = T>
+std::vector<Out> reduce_rows(OpKind o, DType t, const std::vector<T>& x, int64_t R, int64_t C) {
+  Kernel k;
+  const bool arg = o == OpKind::Argmax || o == OpKind::Argmin;
+  const DType out = arg ? kInt64 : t;
+  k.buffers = {{t}, {out, true}};
+  k.num_params = 2;
+  k.domain = {param(0)};
+  k.reductions = {{o, t, {param(1)}, load(0, t, iadd(imul(loop_var(0), param(1)), reduce_var(0)))}};
+  k.stores = {{1, loop_var(0), reduce_result(0, out)}};
+  std::vector<T> in = x;
+  in.resize(std::max<size_t>(in.size(), 64));
+  std::vector<Out> res(std::max<int64_t>(R, 64));
+  run_chunked(compile(k), R, {in.data(), res.data()}, {R, C});
+  res.resize(R);
+  return res;
+}
+
+} // namespace
+
+TEST(LLVM, ReductionsF32WithNaNAndTies) {
+  const int64_t C = 12;
+  // rows: plain, ties of the max/min, NaN twice, all equal, -inf only, mixed +-0
+  std::vector<std::vector<float>> rows = {
+      {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8},
+      {1, 9, -4, 9, 0, -4, 9, 2, 2, -4, 1, 0},
+      {1, 2, NAN, 7, -1, NAN, 3, 3, 3, 3, 3, 3},
+      {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
+      {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+       -INFINITY, -INFINITY},
+      {NAN, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+  };
+  std::vector<float> x;
+  for (auto& r : rows) x.insert(x.end(), r.begin(), r.end());
+  const int64_t R = rows.size();
+  auto sum = reduce_rows<float>(OpKind::Sum, kFloat32, x, R, C);
+  auto mx = reduce_rows<float>(OpKind::Max, kFloat32, x, R, C);
+  auto mn = reduce_rows<float>(OpKind::Min, kFloat32, x, R, C);
+  auto amx = reduce_rows<float, int64_t>(OpKind::Argmax, kFloat32, x, R, C);
+  auto amn = reduce_rows<float, int64_t>(OpKind::Argmin, kFloat32, x, R, C);
+  const std::vector<int64_t> want_amx{5, 1, 2, 0, 0, 0}, want_amn{1, 2, 2, 0, 0, 0};
+  for (int64_t i = 0; i < R; ++i) {
+    double s = 0;
+    float m = -INFINITY, n = INFINITY;
+    bool nan = false;
+    for (float v : rows[i]) s += v, m = std::max(m, v), n = std::min(n, v), nan |= std::isnan(v);
+    if (nan) {
+      EXPECT_TRUE(std::isnan(sum[i]) && std::isnan(mx[i]) && std::isnan(mn[i])) << "row " << i;
+    } else {
+      EXPECT_TRUE(same(sum[i], static_cast<float>(s))) << "row " << i << ": " << sum[i] << " vs " << s;
+      EXPECT_EQ(mx[i], m) << "row " << i;
+      EXPECT_EQ(mn[i], n) << "row " << i;
+    }
+    EXPECT_EQ(amx[i], want_amx[i]) << "argmax row " << i;
+    EXPECT_EQ(amn[i], want_amn[i]) << "argmin row " << i;
+  }
+}
+
+TEST(LLVM, ReductionLongSumVectorizedIsAccurate) {
+  const int64_t R = 3, C = 100003;
+  std::vector<float> x(R * C);
+  std::mt19937 rng(7);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  auto sum = reduce_rows<float>(OpKind::Sum, kFloat32, x, R, C);
+  for (int64_t i = 0; i < R; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < C; ++j) s += x[i * C + j];
+    EXPECT_NEAR(sum[i], s, 1e-5 * C * 0.05);
+  }
+}
+
+TEST(LLVM, EmptyReductions) {
+  std::vector<float> x(64, 1);
+  EXPECT_EQ(reduce_rows<float>(OpKind::Sum, kFloat32, x, 3, 0), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(reduce_rows<float>(OpKind::Max, kFloat32, x, 3, 0)[0], -INFINITY);
+  EXPECT_EQ(reduce_rows<float>(OpKind::Min, kFloat32, x, 3, 0)[0], INFINITY);
+  EXPECT_EQ((reduce_rows<float, int64_t>(OpKind::Argmax, kFloat32, x, 3, 0)[0]), 0);
+}
+
+TEST(LLVM, IntReductions) {
+  const int64_t C = 5;
+  std::vector<int32_t> x{INT32_MAX, 1, 0, 0, 0, /**/ -3, 7, 7, -9, -9, /**/ INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
+  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Sum, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MIN, -7, INT32_MIN}));
+  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Max, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MAX, 7, INT32_MIN}));
+  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Min, kInt32, x, 3, C), (std::vector<int32_t>{0, -9, INT32_MIN}));
+  EXPECT_EQ((reduce_rows<int32_t, int64_t>(OpKind::Argmax, kInt32, x, 3, C)), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ((reduce_rows<int32_t, int64_t>(OpKind::Argmin, kInt32, x, 3, C)), (std::vector<int64_t>{2, 3, 0}));
+}
+
+TEST(LLVM, TwoExtentReductionArgmaxIsFlat) {
+  // domain [2], reduce over [3, 4] of x[i*12 + r0*4 + r1]; max at flat index 7 (first of two).
+  Kernel k;
+  k.buffers = {{kFloat64}, {kInt64, true}, {kFloat64, true}};
+  k.domain = {index_const(2)};
+  ExprRef v = load(0, kFloat64, iadd(iadd(imul(loop_var(0), index_const(12)), imul(reduce_var(0), index_const(4))), reduce_var(1)));
+  k.reductions = {{OpKind::Argmax, kFloat64, {index_const(3), index_const(4)}, v},
+                  {OpKind::Sum, kFloat64, {index_const(3), index_const(4)}, v}};
+  k.stores = {{1, loop_var(0), reduce_result(0, kInt64)}, {2, loop_var(0), reduce_result(1, kFloat64)}};
+  std::vector<double> x(24, 0);
+  x[7] = 5, x[9] = 5, x[12 + 11] = 1;
+  std::vector<int64_t> idx(8);
+  std::vector<double> sum(8);
+  run_chunked(compile(k), 2, {x.data(), idx.data(), sum.data()}, {0});
+  EXPECT_EQ(idx[0], 7);
+  EXPECT_EQ(idx[1], 11);
+  EXPECT_EQ(sum[0], 10);
+  EXPECT_EQ(sum[1], 1);
+}
+
+TEST(LLVM, SoftmaxRowMap) {
+  // red0 = max_r x[i,r]; red1 = sum_r exp(x[i,r] - red0); map m: out[i,m] = exp(x[i,m] - red0) / red1
+  Kernel k;
+  k.buffers = {{kFloat32}, {kFloat32, true}};
+  k.num_params = 2;
+  k.domain = {param(0)};
+  auto x_at = [](ExprRef col) { return load(0, kFloat32, iadd(imul(loop_var(0), param(1)), col)); };
+  auto shifted_exp = [](ExprRef x) {
+    return op(OpKind::Exp, kFloat32, {op(OpKind::Sub, kFloat32, {x, reduce_result(0, kFloat32)})});
+  };
+  k.reductions = {{OpKind::Max, kFloat32, {param(1)}, x_at(reduce_var(0))},
+                  {OpKind::Sum, kFloat32, {param(1)}, shifted_exp(x_at(reduce_var(0)))}};
+  k.map = {param(1)};
+  k.stores = {{1, iadd(imul(loop_var(0), param(1)), map_var(0)),
+               op(OpKind::Div, kFloat32, {shifted_exp(x_at(map_var(0))), reduce_result(1, kFloat32)})}};
+  const int64_t R = 7, C = 45;
+  std::vector<float> x(R * C), out(R * C);
+  std::mt19937 rng(3);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-20, 20)(rng);
+  run_chunked(compile(k), R, {x.data(), out.data()}, {R, C});
+  for (int64_t i = 0; i < R; ++i) {
+    double m = -kInf, s = 0;
+    for (int64_t j = 0; j < C; ++j) m = std::max<double>(m, x[i * C + j]);
+    // x - max is rounded to f32 in the kernel: do the same here
+    auto shifted = [&](int64_t j) { return std::exp(static_cast<double>(x[i * C + j] - static_cast<float>(m))); };
+    for (int64_t j = 0; j < C; ++j) s += shifted(j);
+    for (int64_t j = 0; j < C; ++j) {
+      const double want = shifted(j) / s;
+      EXPECT_NEAR(out[i * C + j], want, 2e-6 * want + 1e-30) << i << "," << j;
+    }
+  }
+}
+
+TEST(LLVM, GuardedLoadsPad) {
+  // out[j] = x[j - p] where p <= j < n + p, else 0: offsets outside x are never read.
+  Kernel k;
+  k.buffers = {{kFloat64}, {kFloat64, true}};
+  k.num_params = 3; // n, p, out length
+  k.domain = {param(2)};
+  ExprRef j = loop_var(0);
+  ExprRef guard = op(OpKind::LogicalAnd, kBool,
+                     {op(OpKind::Ge, kBool, {j, param(1)}), op(OpKind::Lt, kBool, {j, iadd(param(0), param(1))})});
+  k.stores = {{1, j, op(OpKind::Add, kFloat64, {load(0, kFloat64, isub(j, param(1)), guard), constant(kFloat64, 0.5)})}};
+  const int64_t n = 10, p = 1000000; // unguarded, j - p would be far outside x
+  std::vector<double> x(std::max<int64_t>(n, 8));
+  for (int64_t i = 0; i < n; ++i) x[i] = i + 1;
+  std::vector<double> out(n + 2 * p);
+  run_chunked(compile(k), n + 2 * p, {x.data(), out.data()}, {n, p, n + 2 * p});
+  for (int64_t i = 0; i < n + 2 * p; ++i) {
+    const double want = (i >= p && i < n + p ? x[i - p] : 0) + 0.5;
+    ASSERT_EQ(out[i], want) << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// random numbers
+
+template <class T> void check_random() {
+  const DType t = fdt<T>();
+  const bool f64 = sizeof(T) == 8;
+  const int64_t n = 4099, seed = -1234567;
+  Kernel k;
+  k.buffers = {{t, true}, {t, true}};
+  k.num_params = 1;
+  k.domain = {param(0)};
+  ExprRef c = iadd(loop_var(0), index_const(1000));
+  k.stores = {{0, loop_var(0), random(OpKind::Rand, t, seed, c)}, {1, loop_var(0), random(OpKind::Randn, t, seed, c)}};
+  std::vector<T> u(n), z(n);
+  run_chunked(compile(k), n, {u.data(), z.data()}, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    const T want = static_cast<T>(random_uniform(seed, i + 1000, f64));
+    ASSERT_EQ(u[i], want) << i; // bit-exact
+    const double zn = random_normal(seed, i + 1000, f64);
+    ASSERT_NEAR(z[i], zn, (f64 ? 1e-12 : 2e-5) * (1 + std::fabs(zn))) << i;
+  }
+}
+
+TEST(LLVM, RandomMatchesReference) {
+  check_random<float>();
+  check_random<double>();
+}
+
+// ---------------------------------------------------------------------------------
+// math accuracy: max ulp error over ~1e6 points per function and dtype
+
+template <class T> void check_accuracy() {
+  const bool f64 = sizeof(T) == 8;
+  const double limit = f64 ? 4 : 2;
+  const double e_lo = f64 ? -746 : -104, e_hi = f64 ? 710 : 89;
+  auto xs_exp = sample<T>({{e_lo, e_hi, 600000}, {-1, 1, 200000}, {1e-30, 1, 200000, true}}, 1);
+  EXPECT_LE(max_ulp<T>(OpKind::Exp, xs_exp, ref_exp, "exp"), limit);
+  auto xs_log = positive_bit_patterns<T>(600000, 2);
+  for (T x : sample<T>({{0.5, 2, 400000}}, 3)) xs_log.push_back(x);
+  EXPECT_LE(max_ulp<T>(OpKind::Log, xs_log, ref_log, "log"), limit);
+  auto xs_trig = sample<T>({{-10, 10, 400000}, {-1e4, 1e4, 300000}, {-1e5, 1e5, 200000}, {1e-30, 1, 100000, true}}, 4);
+  EXPECT_LE(max_ulp<T>(OpKind::Sin, xs_trig, ref_sin, "sin", 1e5), limit);
+  EXPECT_LE(max_ulp<T>(OpKind::Cos, xs_trig, ref_cos, "cos", 1e5), limit);
+  auto xs_tanh = sample<T>({{-10, 10, 400000}, {-1, 1, 300000}, {-40, 40, 100000}, {1e-30, 1, 200000, true}}, 5);
+  EXPECT_LE(max_ulp<T>(OpKind::Tanh, xs_tanh, ref_tanh, "tanh"), limit);
+  auto xs_sig = sample<T>({{f64 ? -750.0 : -110.0, 40, 600000}, {-5, 5, 300000}, {1e-30, 1, 100000, true}}, 6);
+  EXPECT_LE(max_ulp<T>(OpKind::Sigmoid, xs_sig, ref_sigmoid, "sigmoid"), limit);
+}
+
+TEST(LLVM, MathAccuracyF32) { check_accuracy<float>(); }
+TEST(LLVM, MathAccuracyF64) { check_accuracy<double>(); }
+
+TEST(LLVM, MathVectorAndScalarLanesAgree) {
+  // one call runs mostly vector code; chunks of 1, 2, 3, ... run mostly the scalar remainder
+  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid}) {
+    Kernel k;
+    k.buffers = {{kFloat32}, {kFloat32, true}};
+    k.num_params = 1;
+    k.domain = {param(0)};
+    k.stores = {{1, loop_var(0), op(o, kFloat32, {load(0, kFloat32, loop_var(0))})}};
+    CpuKernelFn f = compile(k);
+    const std::vector<float> xs = sample<float>({{-50, 50, 3000}}, 9);
+    const int64_t n = xs.size();
+    std::vector<float> whole(n), chunked(n);
+    std::vector<void*> bufs{const_cast<float*>(xs.data()), whole.data()};
+    const int64_t params[1] = {n};
+    f(0, n, bufs.data(), params);
+    bufs[1] = chunked.data();
+    run_chunked(f, n, bufs, {n});
+    EXPECT_EQ(0, std::memcmp(whole.data(), chunked.data(), n * sizeof(float))) << graph::op_name(o);
+  }
+}
+
+TEST(LLVM, UlpMeasureCanFail) {
+  // the measuring stick itself: one ulp off is 1, a NaN for a number is infinite
+  EXPECT_EQ(ulp_error<float>(std::nextafter(1.0f, 2.0f), 1.0L), 1.0);
+  EXPECT_EQ(ulp_error<double>(NAN, 1.0L), kInf);
+  EXPECT_EQ(ulp_error<float>(-0.0f, 0.0L), kInf);
+}
+
+// ---------------------------------------------------------------------------------
+// the JIT: vectorization, cache, threads, text dumps
+
+namespace {
+
+Kernel unary_f32_kernel(OpKind o) {
+  Kernel k;
+  k.buffers = {{kFloat32}, {kFloat32}, {kFloat32, true}};
+  k.num_params = 1;
+  k.domain = {param(0)};
+  ExprRef a = load(0, kFloat32, loop_var(0)), b = load(1, kFloat32, loop_var(0));
+  k.stores = {{2, loop_var(0), o == OpKind::Add ? op(o, kFloat32, {a, b}) : op(o, kFloat32, {a})}};
+  finalize(k);
+  return k;
+}
+
+bool has_wide_float_vectors(const std::string& ir) {
+  return ir.find("<8 x float>") != std::string::npos || ir.find("<16 x float>") != std::string::npos;
+}
+
+} // namespace
+
+TEST(LLVM, InnerLoopIsVectorized) {
+  for (OpKind o : {OpKind::Add, OpKind::Exp, OpKind::Tanh, OpKind::Sin, OpKind::Log}) {
+    const std::string ir = LlvmJit::instance().llvm_ir(unary_f32_kernel(o));
+    EXPECT_TRUE(has_wide_float_vectors(ir)) << graph::op_name(o) << ":\n" << ir.substr(0, 4000);
+  }
+  const std::string raw = LlvmJit::instance().llvm_ir(unary_f32_kernel(OpKind::Add), false);
+  EXPECT_FALSE(has_wide_float_vectors(raw)); // the vectors come from the pipeline, not the emitter
+}
+
+TEST(LLVM, CacheAndThreads) {
+  Kernel k = unary_f32_kernel(OpKind::Sqrt);
+  LlvmJit& jit = LlvmJit::instance();
+  const size_t before = jit.compiled_count();
+  CpuKernelFn fns[4] = {};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { fns[t] = jit.compile(k); });
+  for (auto& th : threads) th.join();
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(fns[t], fns[0]);
+  EXPECT_EQ(jit.compiled_count(), before + 1);
+  EXPECT_GT(jit.last_compile_ms(), 0);
+  EXPECT_EQ(jit.compile(k), fns[0]);
+  std::printf("[ jit      ] %s; last compile %.2f ms\n", jit.target_description().substr(0, 60).c_str(),
+              jit.last_compile_ms());
+}
+
+TEST(LLVM, AssemblyDump) {
+  Kernel k = unary_f32_kernel(OpKind::Add);
+  const std::string s = LlvmJit::instance().assembly(k);
+  EXPECT_NE(s.find(k.name), std::string::npos);
+  EXPECT_NE(s.find("vaddps"), std::string::npos);
+}

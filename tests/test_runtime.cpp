@@ -1,0 +1,136 @@
+// The runtime: lazy realization, memory planning, capture and replay, and the
+// fused and unfused modes agreeing.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "graph/node.h"
+#include "kiln/kiln.h"
+#include "runtime/executor.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+namespace {
+
+std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
+
+// Runs `make` with fusion on and off; the results must be bitwise equal.
+void expect_modes_agree(const std::function<Tensor()>& make) {
+  const bool saved = options().fusion;
+  options().fusion = true;
+  const std::vector<double> fused = make().to_vector<double>();
+  options().fusion = false;
+  const std::vector<double> unfused = make().to_vector<double>();
+  options().fusion = saved;
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    if (std::isnan(fused[i]) && std::isnan(unfused[i])) continue;
+    EXPECT_EQ(fused[i], unfused[i]) << "element " << i;
+  }
+}
+
+TEST(Runtime, NothingRunsUntilAValueIsRead) {
+  const auto before = runtime::executor_stats();
+  Tensor x = rand({1000}, 3);
+  Tensor y = exp(x) * 2.0 + 1.0;
+  Tensor s = y.sum();
+  EXPECT_EQ(runtime::executor_stats().launches, before.launches);
+  const float v = s.item<float>();
+  EXPECT_GT(runtime::executor_stats().launches, before.launches);
+  EXPECT_GT(v, 2000.0f);
+}
+
+TEST(Runtime, RealizedValuesAreNotRecomputed) {
+  Tensor x = rand({4096}, 11);
+  Tensor y = sigmoid(x);
+  y.realize();
+  const auto before = runtime::executor_stats();
+  y.realize();
+  (void)y.to_vector<float>();
+  EXPECT_EQ(runtime::executor_stats().launches, before.launches);
+}
+
+TEST(Runtime, FusedAndUnfusedAgree) {
+  expect_modes_agree([] { return sigmoid(relu((rand({1027}, 1) * 1.5 + 0.5) * rand({1027}, 1) - 0.25)); });
+  expect_modes_agree([] {
+    Tensor x = randn({33, 17}, 2);
+    Tensor m = x.max({1}, true);
+    Tensor e = exp(x - m);
+    return e / e.sum({1}, true);
+  });
+  expect_modes_agree([] {
+    Tensor a = randn({5, 7}, 3), b = randn({7, 3}, 4);
+    return relu(matmul(a * 2.0, b) + randn({3}, 5)).transpose(0, 1).reshape({-1});
+  });
+  expect_modes_agree([] {
+    Tensor x = randn({4, 6}, 6);
+    return concat({pad(x, {1, 2}), x.slice(1, 0, 6, 2).expand({4, 3}).reshape({4, 3}).sum({1}, true)}, 1);
+  });
+}
+
+TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {
+  // A chain of unfused ops: each intermediate dies after its consumer runs, so the
+  // planned arena holds two buffers at a time, not all of them.
+  const bool saved = options().fusion;
+  options().fusion = false;
+  Tensor x = rand({1 << 16}, 9);
+  Tensor y = x;
+  for (int i = 0; i < 10; ++i) y = y * 1.01 + 0.5;
+  runtime::Plan plan = runtime::make_plan({y.node()});
+  options().fusion = saved;
+  const size_t one = (1 << 16) * sizeof(float);
+  EXPECT_EQ(plan.schedule.launches.size(), 20u);
+  EXPECT_LE(plan.arena_bytes, 2 * one);
+  EXPECT_GE(plan.arena_bytes, one);
+  const auto out = runtime::execute(plan);
+  ASSERT_EQ(out.size(), 1u);
+  float expect = x.to_vector<float>()[5];
+  for (int i = 0; i < 10; ++i) expect = expect * 1.01f + 0.5f;
+  EXPECT_NEAR(static_cast<const float*>(out[0]->data())[5], expect, 1e-5f * std::abs(expect));
+}
+
+TEST(Compile, ReplaysWithNewInputsWithoutRetracing) {
+  int traced = 0;
+  auto f = compile([&](const std::vector<Tensor>& a) {
+    ++traced;
+    return std::vector<Tensor>{(a[0] * a[1] + 1.0).sum(), exp(a[0])};
+  });
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = from_vector<float>({1, 2, 3, static_cast<float>(step)});
+    Tensor y = from_vector<float>({4, 5, 6, 7});
+    auto out = f({x, y});
+    EXPECT_FLOAT_EQ(out[0].item<float>(), 4 + 10 + 18 + 7.0f * step + 4);
+    EXPECT_FLOAT_EQ(out[1].to_vector<float>()[3], std::exp(static_cast<float>(step)));
+  }
+  EXPECT_EQ(traced, 1);
+  EXPECT_EQ(f.num_traces(), 1u);
+  auto out = f({from_vector<float>({1, 2}), from_vector<float>({3, 4})}); // a new signature traces again
+  EXPECT_EQ(f.num_traces(), 2u);
+  EXPECT_FLOAT_EQ(out[0].item<float>(), 3 + 8 + 2.0f);
+}
+
+TEST(Compile, CapturesParameterUpdates) {
+  Tensor w = from_vector<float>({1, 2, 3});
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    NoGradGuard no_grad;
+    w.assign(w - a[0] * 0.5);
+    return std::vector<Tensor>{w.sum()};
+  });
+  Tensor g = from_vector<float>({2, 2, 2});
+  step({g});
+  auto out = step({g});
+  EXPECT_EQ(values(w), (std::vector<float>{-1, 0, 1}));
+  EXPECT_FLOAT_EQ(out[0].item<float>(), 0.0f);
+}
+
+TEST(Compile, ReadingValuesWhileTracingIsAnError) {
+  auto f = compile([](const std::vector<Tensor>& a) {
+    (void)a[0].sum().item<float>();
+    return std::vector<Tensor>{a[0]};
+  });
+  EXPECT_THROW(f({from_vector<float>({1, 2})}), Error);
+}
+
+} // namespace
+} // namespace kiln
