@@ -1,0 +1,302 @@
+// The per-op VJP and JVP rules. Elementwise ops have a diagonal Jacobian, so one
+// function, `times_partial` (v ⊙ ∂y/∂operand), serves both modes: the VJP of an
+// elementwise op is the same product applied to the adjoint, the JVP the sum of
+// the products over the operands' tangents. Every switch lists all ops.
+
+#include "autograd/rules.h"
+
+#include <algorithm>
+
+#include "graph/build.h"
+#include "kiln/error.h"
+
+namespace kiln::autograd {
+
+namespace {
+
+namespace b = graph::build;
+using graph::OpKind;
+using graph::Shape;
+
+NodeRef zeros_like(const NodeRef& x) { return b::constant_like(x, 0); }
+NodeRef cst(const NodeRef& like, double v) { return b::constant_like(like, v); }
+NodeRef cmp(OpKind op, const NodeRef& x, double v) { return b::binary(op, x, cst(x, v)); }
+NodeRef keep_where(const NodeRef& cond, const NodeRef& v) { return b::where(cond, v, zeros_like(v)); }
+
+// x + y where either may be null (a zero tangent).
+NodeRef add_opt(const NodeRef& x, const NodeRef& y) {
+  if (!x) return y;
+  if (!y) return x;
+  return b::add(x, y);
+}
+
+[[noreturn]] void missing_rule(const NodeRef& y, const char* mode) {
+  throw Error("grad", std::string("no ") + mode + " rule for op '" + std::string(graph::op_name(y->op)) + "' (" +
+                          std::string(dtype_name(y->dtype)) + graph::shape_str(y->shape) + ")");
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// v where the operand wins, v/2 where it ties (split evenly, as PyTorch's maximum), else 0.
+NodeRef tie_split(const NodeRef& wins, const NodeRef& ties, const NodeRef& v) {
+  return b::where(wins, v, keep_where(ties, b::scale(v, 0.5)));
+}
+
+// d/da a^b = b a^(b-1), zero where b == 0 (so that 0^0 gives 0, not 0 * inf).
+NodeRef pow_base(const NodeRef& a, const NodeRef& e, const NodeRef& v) {
+  if (e->op == OpKind::Const && e->attrs.f0 == 0) return zeros_like(v);
+  const bool fixed = e->op == OpKind::Const; // fold e - 1 for constant exponents (x^2, x^0.5)
+  NodeRef e1 = fixed ? b::constant(e->attrs.f0 - 1, e->dtype, e->shape) : b::sub(e, cst(e, 1));
+  NodeRef d = b::mul(v, b::mul(e, b::binary(OpKind::Pow, a, e1)));
+  if (fixed) return d; // a non-zero constant exponent needs no mask
+  return b::where(cmp(OpKind::Eq, e, 0), zeros_like(v), d);
+}
+
+// d/db a^b = a^b log(a), zero where a == 0 and b >= 0 (PyTorch's choice: the limit from a > 0).
+NodeRef pow_exponent(const NodeRef& y, const NodeRef& v) {
+  const NodeRef &a = y->inputs[0], &e = y->inputs[1];
+  NodeRef d = b::mul(v, b::mul(y, b::unary(OpKind::Log, a)));
+  NodeRef at_zero = b::binary(OpKind::LogicalAnd, cmp(OpKind::Eq, a, 0), cmp(OpKind::Ge, e, 0));
+  return b::where(at_zero, zeros_like(v), d);
+}
+
+// v ⊙ ∂y/∂(operand k) for an elementwise y, in v's dtype; null when operand k gets
+// no gradient. Cast returns v unchanged (float <-> float): the caller casts it.
+NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
+  const NodeRef& x = y->inputs[0];
+  const NodeRef& c = y->inputs.size() > 1 ? y->inputs[1] : x;
+  switch (y->op) {
+  case OpKind::Neg: return b::neg(v);
+  case OpKind::Abs: return b::where(cmp(OpKind::Gt, x, 0), v, keep_where(cmp(OpKind::Lt, x, 0), b::neg(v)));
+  case OpKind::Exp: return b::mul(v, y);
+  case OpKind::Log: return b::div(v, x);
+  case OpKind::Sqrt: return b::div(v, b::scale(y, 2));
+  case OpKind::Rsqrt: return b::mul(v, b::scale(b::mul(y, b::mul(y, y)), -0.5)); // -x^(-3/2) / 2
+  case OpKind::Sin: return b::mul(v, b::unary(OpKind::Cos, x));
+  case OpKind::Cos: return b::neg(b::mul(v, b::unary(OpKind::Sin, x)));
+  case OpKind::Tanh: return b::mul(v, b::sub(cst(y, 1), b::mul(y, y)));
+  case OpKind::Sigmoid: return b::mul(v, b::mul(y, b::sub(cst(y, 1), y)));
+  case OpKind::Relu: return keep_where(cmp(OpKind::Gt, x, 0), v);
+  case OpKind::Reciprocal: return b::neg(b::mul(v, b::mul(y, y)));
+  case OpKind::Cast: return is_floating(x->dtype) && is_floating(y->dtype) ? v : nullptr; // none for int/bool
+  case OpKind::Detach: return nullptr; // blocks gradients by definition
+  case OpKind::Add: return v;
+  case OpKind::Sub: return k == 0 ? v : b::neg(v);
+  case OpKind::Mul: return b::mul(v, k == 0 ? c : x);
+  case OpKind::Div: return k == 0 ? b::div(v, c) : b::neg(b::div(b::mul(v, y), c));
+  case OpKind::Pow: return k == 0 ? pow_base(x, c, v) : pow_exponent(y, v);
+  case OpKind::Maximum:
+    return tie_split(k == 0 ? b::binary(OpKind::Gt, x, c) : b::binary(OpKind::Gt, c, x), b::binary(OpKind::Eq, x, c), v);
+  case OpKind::Minimum:
+    return tie_split(k == 0 ? b::binary(OpKind::Lt, x, c) : b::binary(OpKind::Lt, c, x), b::binary(OpKind::Eq, x, c), v);
+  case OpKind::Where: // no gradient to the condition
+    if (k == 0) return nullptr;
+    return k == 1 ? keep_where(x, v) : b::where(x, zeros_like(v), v);
+  case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
+  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+    missing_rule(y, "derivative"); // bool results: the walks never ask
+  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+  case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
+  case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
+  case OpKind::Concat: case OpKind::Matmul:
+    break;
+  }
+  KILN_ASSERT(false, "times_partial of a non-elementwise op");
+  return nullptr;
+}
+
+std::vector<NodeRef> elementwise_vjp(const NodeRef& y, const NodeRef& g) {
+  std::vector<NodeRef> out;
+  for (size_t k = 0; k < y->inputs.size(); ++k) {
+    NodeRef d = times_partial(y, k, g);
+    out.push_back(d ? b::cast(d, y->inputs[k]->dtype) : nullptr);
+  }
+  return out;
+}
+
+NodeRef elementwise_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  NodeRef sum;
+  for (size_t k = 0; k < y->inputs.size(); ++k)
+    if (t[k]) sum = add_opt(sum, times_partial(y, k, t[k]));
+  return sum ? b::cast(sum, y->dtype) : nullptr;
+}
+
+// ---------------------------------------------------------------- reductions
+
+// Max/Min send the gradient to the elements equal to the result, split evenly
+// among ties (PyTorch's amax/amin): deterministic, and the average of the
+// one-sided derivatives for a two-way tie, so finite differences agree.
+struct Extremum {
+  NodeRef mask;  // 1 where x equals the reduced value, else 0 (x's shape)
+  NodeRef count; // number of ties per reduced slot (y's shape)
+};
+
+Extremum extremum(const NodeRef& y) {
+  const NodeRef& x = y->inputs[0];
+  NodeRef mask = b::cast(b::binary(OpKind::Eq, x, b::broadcast_to(y, x->shape)), x->dtype);
+  return {mask, b::reduce(OpKind::Sum, mask, y->attrs.ints)};
+}
+
+std::vector<NodeRef> reduce_vjp(const NodeRef& y, const NodeRef& g) {
+  const NodeRef& x = y->inputs[0];
+  if (y->op == OpKind::Sum) return {b::broadcast_to(g, x->shape)};
+  const Extremum e = extremum(y);
+  return {b::mul(b::broadcast_to(b::div(g, e.count), x->shape), e.mask)};
+}
+
+NodeRef reduce_jvp(const NodeRef& y, const NodeRef& t) {
+  if (y->op == OpKind::Sum) return b::reduce(OpKind::Sum, t, y->attrs.ints);
+  const Extremum e = extremum(y);
+  return b::div(b::reduce(OpKind::Sum, b::mul(t, e.mask), y->attrs.ints), e.count);
+}
+
+// ---------------------------------------------------------------- movement
+
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) inv[perm[d]] = static_cast<int64_t>(d);
+  return inv;
+}
+
+// Along dim d, moves element i to position i*step with zeros between (pad each
+// element to length `step` in a new inner dim, then merge the dims), and keeps
+// at most `limit` positions (the tail past the last element is dropped).
+NodeRef spread(const NodeRef& r, size_t d, int64_t step, int64_t limit) {
+  const size_t rank = r->shape.size();
+  const int64_t n = r->shape[d];
+  Shape split = r->shape;
+  split.insert(split.begin() + static_cast<int64_t>(d) + 1, 1);
+  std::vector<int64_t> before(rank + 1, 0), after(rank + 1, 0);
+  after[d + 1] = step - 1;
+  Shape merged = r->shape;
+  merged[d] = n * step;
+  NodeRef t = b::reshape(b::pad(b::reshape(r, split), before, after, 0), merged);
+  if (limit >= n * step) return t;
+  Shape kept = merged;
+  kept[d] = limit;
+  return b::slice(t, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), kept);
+}
+
+// The adjoint of a strided slice: the gradient placed at the sliced positions of zeros.
+NodeRef unslice(const NodeRef& y, const NodeRef& g) {
+  const NodeRef& x = y->inputs[0];
+  if (y->numel() == 0) return zeros_like(x);
+  const size_t rank = x->shape.size();
+  NodeRef r = g;
+  std::vector<int64_t> before(rank), after(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t start = y->attrs.ints[2 * d], step = y->attrs.ints[2 * d + 1];
+    if (step > 1 && y->shape[d] > 1) r = spread(r, d, step, x->shape[d] - start);
+    before[d] = start;
+    after[d] = x->shape[d] - start - r->shape[d];
+  }
+  return b::pad(r, before, after, 0);
+}
+
+NodeRef unpad(const NodeRef& y, const NodeRef& g) {
+  const NodeRef& x = y->inputs[0];
+  std::vector<int64_t> starts, steps(x->shape.size(), 1);
+  for (size_t d = 0; d < x->shape.size(); ++d) starts.push_back(y->attrs.ints[2 * d]);
+  return b::slice(g, starts, steps, x->shape);
+}
+
+std::vector<NodeRef> unconcat(const NodeRef& y, const NodeRef& g) {
+  const int64_t dim = y->attrs.ints[0];
+  const size_t rank = y->shape.size();
+  std::vector<NodeRef> out;
+  int64_t offset = 0;
+  for (const NodeRef& x : y->inputs) {
+    std::vector<int64_t> starts(rank, 0);
+    starts[dim] = offset;
+    out.push_back(x->numel() == 0 ? zeros_like(x) : b::slice(g, starts, std::vector<int64_t>(rank, 1), x->shape));
+    offset += x->shape[dim];
+  }
+  return out;
+}
+
+NodeRef concat_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  std::vector<NodeRef> parts;
+  for (size_t k = 0; k < t.size(); ++k) parts.push_back(t[k] ? t[k] : zeros_like(y->inputs[k]));
+  return b::concat(parts, y->attrs.ints[0]);
+}
+
+std::vector<int64_t> slice_part(const std::vector<int64_t>& ints, size_t which) {
+  std::vector<int64_t> out;
+  for (size_t d = which; d < ints.size(); d += 2) out.push_back(ints[d]);
+  return out;
+}
+
+// ---------------------------------------------------------------- matmul
+
+// C = A B with same-rank batched operands: dA = G B^T, dB = A^T G.
+std::vector<NodeRef> matmul_vjp(const NodeRef& y, const NodeRef& g) {
+  const NodeRef &a = y->inputs[0], &c = y->inputs[1];
+  return {b::matmul(g, b::transpose_last(c)), b::matmul(b::transpose_last(a), g)};
+}
+
+NodeRef matmul_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  const NodeRef &a = y->inputs[0], &c = y->inputs[1];
+  return add_opt(t[0] ? b::matmul(t[0], c) : nullptr, t[1] ? b::matmul(a, t[1]) : nullptr);
+}
+
+} // namespace
+
+bool is_differentiable(const graph::Node& y) { return is_floating(y.dtype) && y.op != OpKind::Detach; }
+
+std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
+  switch (y->op) {
+  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+    return {}; // leaves have no operands
+  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
+    return elementwise_vjp(y, g);
+  case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
+  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+  case OpKind::Argmax: case OpKind::Argmin:
+    break; // bool and i64 results carry no gradient: the walk never sends an adjoint here
+  case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_vjp(y, g);
+  case OpKind::Reshape: return {b::reshape(g, y->inputs[0]->shape)};
+  case OpKind::Permute: return {b::permute(g, inverse_permutation(y->attrs.ints))};
+  case OpKind::Expand: return {b::sum_to(g, y->inputs[0]->shape)};
+  case OpKind::Slice: return {unslice(y, g)};
+  case OpKind::Pad: return {unpad(y, g)};
+  case OpKind::Concat: return unconcat(y, g);
+  case OpKind::Matmul: return matmul_vjp(y, g);
+  }
+  missing_rule(y, "VJP");
+}
+
+NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
+  KILN_ASSERT(t.size() == y->inputs.size(), "one tangent per operand");
+  const bool none = std::none_of(t.begin(), t.end(), [](const NodeRef& n) { return n != nullptr; });
+  if (none) return nullptr;
+  const auto& a = y->attrs.ints;
+  switch (y->op) {
+  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+    return nullptr; // leaves have no operands
+  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
+    return elementwise_jvp(y, t);
+  case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
+  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+  case OpKind::Argmax: case OpKind::Argmin:
+    break; // bool and i64 results carry no tangent: the walk never asks
+  case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_jvp(y, t[0]);
+  case OpKind::Reshape: return b::reshape(t[0], y->shape);
+  case OpKind::Permute: return b::permute(t[0], a);
+  case OpKind::Expand: return b::broadcast_to(t[0], y->shape);
+  case OpKind::Slice: return b::slice(t[0], slice_part(a, 0), slice_part(a, 1), y->shape);
+  case OpKind::Pad: return b::pad(t[0], slice_part(a, 0), slice_part(a, 1), 0); // constant fill: zero tangent
+  case OpKind::Concat: return concat_jvp(y, t);
+  case OpKind::Matmul: return matmul_jvp(y, t);
+  }
+  missing_rule(y, "JVP");
+}
+
+} // namespace kiln::autograd

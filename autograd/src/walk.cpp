@@ -1,0 +1,223 @@
+#include "autograd/walk.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/custom.h"
+#include "autograd/rules.h"
+#include "graph/build.h"
+#include "kiln/error.h"
+
+namespace kiln::autograd {
+
+namespace {
+
+namespace b = graph::build;
+using graph::Node;
+
+// What the walks know about one node.
+struct Info {
+  std::vector<NodeRef> operands; // differentiable operands (null where gradients do not flow)
+  CustomInfo custom;             // the custom call behind the node, if any
+  bool relevant = false;         // reverse mode: a target lies below it
+};
+
+// The part of the graph reachable from `roots` along differentiable edges, in
+// topological order (operands first).
+class Graph {
+public:
+  explicit Graph(const std::vector<NodeRef>& roots) {
+    for (const NodeRef& r : roots) visit(r);
+  }
+  /// Nodes, operands before their users.
+  const std::vector<NodeRef>& order() const { return order_; }
+  /// The node's entry (it must be in the graph).
+  Info& info(const Node* n) { return info_.at(n); }
+  /// True when the node is in the graph.
+  bool contains(const Node* n) const { return info_.count(n) > 0; }
+
+private:
+  std::vector<NodeRef> order_;
+  std::unordered_map<const Node*, Info> info_;
+
+  static Info describe(const NodeRef& n) {
+    Info info;
+    info.custom = find_custom(*n);
+    const std::vector<NodeRef>& ins = info.custom.call ? info.custom.call->inputs : n->inputs;
+    const bool flows = info.custom.call || is_differentiable(*n);
+    for (const NodeRef& x : ins) info.operands.push_back(flows && is_floating(x->dtype) ? x : nullptr);
+    return info;
+  }
+
+  // Iterative post-order DFS, so that deep graphs (N-layer networks) do not overflow the stack.
+  void visit(const NodeRef& root) {
+    if (!info_.emplace(root.get(), describe(root)).second) return;
+    std::vector<std::pair<NodeRef, size_t>> stack{{root, 0}};
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      const std::vector<NodeRef>& ops = info_.at(n.get()).operands;
+      if (next < ops.size()) {
+        const NodeRef child = ops[next++];
+        if (child && info_.emplace(child.get(), describe(child)).second) stack.emplace_back(child, 0);
+        continue;
+      }
+      order_.push_back(n);
+      stack.pop_back();
+    }
+  }
+};
+
+void accumulate(std::unordered_map<const Node*, NodeRef>& adj, const NodeRef& n, const NodeRef& g) {
+  KILN_ASSERT(g->shape == n->shape && g->dtype == n->dtype,
+              "gradient " + std::string(dtype_name(g->dtype)) + graph::shape_str(g->shape) + " for node " +
+                  std::string(graph::op_name(n->op)) + " " + std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape));
+  NodeRef& slot = adj[n.get()];
+  slot = slot ? b::add(slot, g) : g;
+}
+
+NodeRef sum_all(const NodeRef& x) {
+  if (x->shape.empty()) return x;
+  std::vector<int64_t> dims(x->shape.size());
+  std::iota(dims.begin(), dims.end(), 0);
+  return b::reshape(b::reduce(graph::OpKind::Sum, x, dims), {});
+}
+
+// Reverse mode over a prepared graph.
+class Reverse {
+public:
+  Reverse(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& targets) : graph_(outputs) {
+    std::unordered_set<const Node*> is_target;
+    for (const NodeRef& t : targets) is_target.insert(t.get());
+    for (const NodeRef& n : graph_.order()) mark(n, is_target.count(n.get()) > 0);
+  }
+
+  std::vector<NodeRef> run(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& seeds,
+                           const std::vector<NodeRef>& targets) {
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (graph_.info(outputs[i].get()).relevant) accumulate(adj_, outputs[i], seeds[i]);
+    const auto& order = graph_.order();
+    for (auto it = order.rbegin(); it != order.rend(); ++it) step(*it);
+    std::vector<NodeRef> out;
+    for (const NodeRef& t : targets) {
+      auto found = adj_.find(t.get());
+      out.push_back(found == adj_.end() ? nullptr : found->second);
+    }
+    return out;
+  }
+
+private:
+  Graph graph_;
+  std::unordered_map<const Node*, NodeRef> adj_;
+  std::unordered_map<const CustomCall*, size_t> pending_; // relevant outputs of a call not yet visited
+
+  void mark(const NodeRef& n, bool target) {
+    Info& info = graph_.info(n.get());
+    info.relevant = target;
+    for (const NodeRef& x : info.operands) info.relevant = info.relevant || (x && graph_.info(x.get()).relevant);
+    if (info.relevant && info.custom.call) ++pending_[info.custom.call.get()];
+  }
+
+  void step(const NodeRef& n) {
+    const Info& info = graph_.info(n.get());
+    if (!info.relevant) return;
+    if (info.custom.call) return custom_step(info);
+    auto found = adj_.find(n.get());
+    if (found == adj_.end() || !feeds_target(info)) return; // e.g. a target with nothing below it
+    const std::vector<NodeRef> grads = vjp_rule(n, found->second);
+    propagate(info.operands, grads);
+  }
+
+  bool feeds_target(const Info& info) {
+    return std::any_of(info.operands.begin(), info.operands.end(),
+                       [&](const NodeRef& x) { return x && graph_.info(x.get()).relevant; });
+  }
+
+  void propagate(const std::vector<NodeRef>& operands, const std::vector<NodeRef>& grads) {
+    for (size_t k = 0; k < operands.size() && k < grads.size(); ++k)
+      if (operands[k] && grads[k] && graph_.info(operands[k].get()).relevant) accumulate(adj_, operands[k], grads[k]);
+  }
+
+  // A call runs its rule once, when the last of its outputs is visited: by then
+  // every output's adjoint is complete (the call's inputs come after all of them).
+  void custom_step(const Info& info) {
+    if (--pending_[info.custom.call.get()] > 0 || !feeds_target(info)) return;
+    std::vector<NodeRef> adjoints;
+    bool any = false;
+    for (const NodeRef& o : info.custom.outputs) {
+      auto found = adj_.find(o.get());
+      any = any || found != adj_.end();
+      adjoints.push_back(found != adj_.end() ? found->second : b::constant_like(o, 0));
+    }
+    if (!any) return;
+    propagate(info.operands, info.custom.call->vjp(info.custom.outputs, adjoints));
+  }
+};
+
+// Forward mode for a custom call without a forward rule: its reverse rule is
+// linear in the adjoints u, so J t = d/du <vjp(u), t>, taken by reverse mode
+// with respect to placeholder adjoints (the double-VJP trick, for custom calls only).
+std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<NodeRef>& tangents) {
+  std::vector<NodeRef> us;
+  for (const NodeRef& o : info.outputs) us.push_back(fresh_zeros(o->dtype, o->shape));
+  const std::vector<NodeRef> cts = info.call->vjp(info.outputs, us);
+  NodeRef s;
+  for (size_t i = 0; i < tangents.size() && i < cts.size(); ++i) {
+    if (!tangents[i] || !cts[i]) continue;
+    NodeRef term = sum_all(b::mul(b::cast(cts[i], tangents[i]->dtype), tangents[i]));
+    s = s ? b::add(s, b::cast(term, s->dtype)) : term;
+  }
+  if (!s) return std::vector<NodeRef>(us.size());
+  return vjp({s}, {b::constant(1, s->dtype)}, us);
+}
+
+std::vector<NodeRef> custom_tangents(const CustomInfo& info, const std::vector<NodeRef>& tangents) {
+  if (std::none_of(tangents.begin(), tangents.end(), [](const NodeRef& t) { return t != nullptr; }))
+    return std::vector<NodeRef>(info.outputs.size());
+  if (info.call->jvp) return info.call->jvp(info.outputs, tangents);
+  return transpose_vjp(info, tangents);
+}
+
+} // namespace
+
+std::vector<NodeRef> vjp(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& seeds,
+                         const std::vector<NodeRef>& targets) {
+  KILN_ASSERT(outputs.size() == seeds.size(), "one seed per output");
+  return Reverse(outputs, targets).run(outputs, seeds, targets);
+}
+
+std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& primals,
+                         const std::vector<NodeRef>& tangents) {
+  KILN_ASSERT(primals.size() == tangents.size(), "one tangent per primal");
+  Graph graph(outputs);
+  std::unordered_map<const Node*, NodeRef> tan;
+  for (size_t i = 0; i < primals.size(); ++i)
+    if (tangents[i]) tan[primals[i].get()] = tangents[i];
+  std::unordered_map<const CustomCall*, std::vector<NodeRef>> call_tangents;
+  auto tangent_of = [&](const NodeRef& x) -> NodeRef {
+    if (!x) return nullptr;
+    auto it = tan.find(x.get());
+    return it == tan.end() ? nullptr : it->second;
+  };
+  for (const NodeRef& n : graph.order()) {
+    if (tan.count(n.get())) continue; // a seeded primal keeps its given tangent
+    const Info& info = graph.info(n.get());
+    std::vector<NodeRef> ts;
+    for (const NodeRef& x : info.operands) ts.push_back(tangent_of(x));
+    NodeRef t;
+    if (info.custom.call) {
+      auto [it, fresh] = call_tangents.try_emplace(info.custom.call.get());
+      if (fresh) it->second = custom_tangents(info.custom, ts);
+      t = it->second.at(info.custom.index);
+    } else {
+      t = jvp_rule(n, ts);
+    }
+    if (t) tan[n.get()] = t;
+  }
+  std::vector<NodeRef> out;
+  for (const NodeRef& o : outputs) out.push_back(tangent_of(o));
+  return out;
+}
+
+} // namespace kiln::autograd
