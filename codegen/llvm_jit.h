@@ -29,6 +29,17 @@ public:
   /// the same name returns the same pointer. Thread-safe. Throws kiln::Error when
   /// LLVM fails to compile or link the module.
   CpuKernelFn compile(const Kernel& k);
+  /// Where compile() found the kernel.
+  enum class Source { Memory, Disk, Compiled };
+  /// compile(), also saying where the code came from.
+  CpuKernelFn compile(const Kernel& k, Source& source);
+  /// Enables the on-disk cache of object code under `dir` (created if missing); "" disables it.
+  /// An unusable directory disables it with one warning on stderr.
+  void set_disk_cache(const std::string& dir);
+  /// Kernels loaded from the disk cache so far.
+  size_t disk_hits() const;
+  /// Disk cache entries found corrupt or truncated (and recompiled) so far.
+  size_t disk_rejects() const;
   /// Textual LLVM IR of the kernel's module, after the O3 pipeline when `optimized` (KILN_DEBUG=4).
   std::string llvm_ir(const Kernel& k, bool optimized = true);
   /// Host assembly of the kernel's optimized module (KILN_DEBUG=5).

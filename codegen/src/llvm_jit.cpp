@@ -2,14 +2,23 @@
 // (without it nothing is vectorized), compile, cache by kernel name.
 #include "codegen/llvm_jit.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -41,6 +50,98 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
+// The on-disk cache of object code. An entry is
+//   "KILNOBJ1" | u64 key length | key | u64 object length | u64 FNV-1a of the object | object
+// where the key is the kernel's text plus the target CPU, LLVM's and kiln's versions.
+// Entries are written to a temporary file and renamed, so readers never see half
+// an entry; anything that does not parse is rejected and recompiled.
+class DiskCache {
+public:
+  bool enabled() const { return !dir_.empty(); }
+  size_t hits = 0, rejects = 0;
+
+  void open(const std::string& dir) {
+    dir_.clear();
+    if (dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string probe = dir + "/.probe." + std::to_string(::getpid());
+    if (!ec && std::ofstream(probe).good() && std::filesystem::remove(probe, ec)) {
+      dir_ = dir;
+      return;
+    }
+    warn("cannot write to " + dir);
+  }
+
+  std::optional<std::string> read(const std::string& key) {
+    std::ifstream in(path(key), std::ios::binary);
+    if (!in) return std::nullopt;
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t pos = 0;
+    auto take = [&](size_t n) -> std::optional<std::string> {
+      if (data.size() - pos < n) return std::nullopt;
+      pos += n;
+      return data.substr(pos - n, n);
+    };
+    auto take_u64 = [&]() -> std::optional<uint64_t> {
+      auto b = take(8);
+      if (!b) return std::nullopt;
+      uint64_t v;
+      std::memcpy(&v, b->data(), 8);
+      return v;
+    };
+    const auto magic = take(8);
+    const auto key_len = magic && *magic == "KILNOBJ1" ? take_u64() : std::nullopt;
+    const auto stored_key = key_len && *key_len <= data.size() ? take(*key_len) : std::nullopt;
+    if (stored_key && *stored_key != key) return std::nullopt; // a hash collision: not ours
+    const auto obj_len = stored_key ? take_u64() : std::nullopt;
+    const auto obj_hash = obj_len ? take_u64() : std::nullopt;
+    const auto obj = obj_hash && *obj_len <= data.size() ? take(*obj_len) : std::nullopt;
+    if (!obj || hash_text(*obj) != *obj_hash || pos != data.size()) {
+      ++rejects;
+      return std::nullopt;
+    }
+    ++hits;
+    return obj;
+  }
+
+  void write(const std::string& key, const std::string& object) {
+    if (!enabled()) return;
+    static std::atomic<uint64_t> counter{0};
+    const std::string final_path = path(key);
+    const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    std::string entry = "KILNOBJ1";
+    append_u64(entry, key.size());
+    entry += key;
+    append_u64(entry, object.size());
+    append_u64(entry, hash_text(object));
+    entry += object;
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(entry.data(), static_cast<std::streamsize>(entry.size()));
+    out.close();
+    std::error_code ec;
+    if (out.good()) std::filesystem::rename(tmp, final_path, ec);
+    if (!out.good() || ec) {
+      std::filesystem::remove(tmp, ec);
+      warn("cannot write " + final_path);
+      dir_.clear();
+    }
+  }
+
+private:
+  std::string dir_;
+
+  std::string path(const std::string& key) const {
+    char name[32];
+    std::snprintf(name, sizeof name, "%016llx.o", static_cast<unsigned long long>(hash_text(key)));
+    return dir_ + "/" + name;
+  }
+  static void append_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+  static void warn(const std::string& why) {
+    std::fprintf(stderr, "[kiln] warning: kernel disk cache disabled: %s\n", why.c_str());
+  }
+};
+
 } // namespace
 
 struct LlvmJit::Impl {
@@ -50,6 +151,7 @@ struct LlvmJit::Impl {
   std::unordered_map<std::string, CpuKernelFn> cache;
   double last_ms = 0;
   size_t compiled = 0;
+  DiskCache disk;
 
   Impl() {
     // Safe to call repeatedly; done before any LLJIT is created.
@@ -101,18 +203,45 @@ struct LlvmJit::Impl {
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
   }
 
-  CpuKernelFn compile(const Kernel& k) {
-    if (auto it = cache.find(k.name); it != cache.end()) return it->second;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    auto m = build(k, *ctx);
+  /// The disk-cache key: everything the object code depends on.
+  std::string cache_key(const Kernel& k) const {
+    return print_kernel(k) + "\ntarget " + tm->getTargetCPU().str() + " " + tm->getTargetFeatureString().str() +
+           "\nllvm " LLVM_VERSION_STRING "\nkiln " KILN_VERSION "\n";
+  }
+
+  /// Optimized object code for the kernel.
+  std::string object_code(const Kernel& k) {
+    llvm::LLVMContext ctx;
+    auto m = build(k, ctx);
     optimize(*m);
-    check(jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))), "adding " + k.name);
+    llvm::SmallString<16384> out;
+    llvm::raw_svector_ostream os(out);
+    llvm::legacy::PassManager pm;
+    const bool unsupported = tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile);
+    KILN_ASSERT(!unsupported, "the target cannot emit object files");
+    pm.run(*m);
+    return std::string(out.str());
+  }
+
+  CpuKernelFn compile(const Kernel& k, Source& source) {
+    if (auto it = cache.find(k.name); it != cache.end()) {
+      source = Source::Memory;
+      return it->second;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string key = disk.enabled() ? cache_key(k) : std::string();
+    std::optional<std::string> object = disk.enabled() ? disk.read(key) : std::nullopt;
+    source = object ? Source::Disk : Source::Compiled;
+    if (!object) {
+      object = object_code(k);
+      disk.write(key, *object);
+    }
+    check(jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(*object, k.name)), "adding " + k.name);
     auto addr = check(jit->lookup(k.name), "looking up " + k.name);
     auto fn = addr.toPtr<CpuKernelFn>();
     cache.emplace(k.name, fn);
     last_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ++compiled;
+    if (source == Source::Compiled) ++compiled;
     return fn;
   }
 
@@ -139,9 +268,29 @@ LlvmJit& LlvmJit::instance() {
 }
 
 CpuKernelFn LlvmJit::compile(const Kernel& k) {
+  Source source;
+  return compile(k, source);
+}
+
+CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) {
   KILN_ASSERT(!k.name.empty(), "compile() of a kernel that was not finalize()d");
   std::lock_guard lock(impl_->mu);
-  return impl_->compile(k);
+  return impl_->compile(k, source);
+}
+
+void LlvmJit::set_disk_cache(const std::string& dir) {
+  std::lock_guard lock(impl_->mu);
+  impl_->disk.open(dir);
+}
+
+size_t LlvmJit::disk_hits() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->disk.hits;
+}
+
+size_t LlvmJit::disk_rejects() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->disk.rejects;
 }
 
 std::string LlvmJit::llvm_ir(const Kernel& k, bool optimized) {

@@ -240,9 +240,9 @@ std::string Tensor::str() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
-Tensor& Tensor::requires_grad_(bool on) {
-  if (on && !is_floating(dtype())) throw Error("requires_grad_", "only floating tensors can require gradients, not " + type_str());
-  if (on && !impl_->is_leaf) throw Error("requires_grad_", "only leaf tensors can be marked; use detach() first");
+Tensor& Tensor::requires_grad_(bool on, Loc loc) {
+  if (on && !is_floating(dtype())) detail::fail("requires_grad_", "only floating tensors can require gradients", {this}, loc);
+  if (on && !impl_->is_leaf) detail::fail("requires_grad_", "only leaf tensors can be marked; use detach() first", {this}, loc);
   impl_->requires_grad = on;
   if (!on) return *this;
   // A leaf needs an identity of its own: hash-consing would merge two zeros({3}) parameters.
@@ -266,8 +266,9 @@ void Tensor::assign(const Tensor& value, Loc loc) {
   if (value.shape() != shape() || value.dtype() != dtype())
     detail::fail("assign", "the new value must have the same shape and dtype", {this, &value}, loc);
   detail::note_state_change(impl_);
-  impl_->node = value.node()->op == graph::OpKind::Detach || !requires_grad() ? value.node()
-                                                                             : graph::build::detach(value.node());
+  // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
+  const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;
+  impl_->node = detached || !requires_grad() ? value.node() : graph::build::detach(value.node());
   if (requires_grad()) detail::register_leaf(impl_);
 }
 

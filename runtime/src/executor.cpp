@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 
 #include "kiln/error.h"
 #include "kiln/options.h"
@@ -38,14 +39,28 @@ void dump(const std::string& name, const std::string& ext, const std::string& te
   std::ofstream(options().dump_dir + "/" + name + ext) << text;
 }
 
+// Points the JIT's disk cache at options().cache_dir whenever that changes.
+void sync_disk_cache(codegen::LlvmJit& jit) {
+  static std::mutex mu;
+  static std::string applied = "\x01unset";
+  std::lock_guard lock(mu);
+  if (applied == options().cache_dir) return;
+  applied = options().cache_dir;
+  jit.set_disk_cache(applied);
+}
+
 codegen::CpuKernelFn compile(const codegen::Kernel& k) {
   auto& jit = codegen::LlvmJit::instance();
-  const size_t before = jit.compiled_count();
-  codegen::CpuKernelFn fn = jit.compile(k);
-  if (jit.compiled_count() == before) return fn;
-  ++counters().compiles;
+  sync_disk_cache(jit);
+  codegen::LlvmJit::Source source;
+  codegen::CpuKernelFn fn = jit.compile(k, source);
+  if (source == codegen::LlvmJit::Source::Memory) return fn;
   const int level = options().debug;
-  if (level >= 1) std::fprintf(stderr, "[kiln] compiled %s in %.2f ms\n", k.name.c_str(), jit.last_compile_ms());
+  const bool compiled = source == codegen::LlvmJit::Source::Compiled;
+  if (compiled) ++counters().compiles;
+  if (level >= 1)
+    std::fprintf(stderr, "[kiln] %s %s in %.2f ms\n", compiled ? "compiled" : "loaded from disk cache", k.name.c_str(),
+                 jit.last_compile_ms());
   if (level >= 3) dump(k.name, ".kir", codegen::print_kernel(k));
   if (level >= 4) dump(k.name, ".ll", jit.llvm_ir(k));
   if (level >= 5) dump(k.name, ".s", jit.assembly(k));

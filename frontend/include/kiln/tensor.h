@@ -69,7 +69,7 @@ public:
 
   // ---- autograd (see kiln/autograd.h for grad(), jvp(), gradcheck()) ----
   /// Marks this tensor as a leaf that accumulates gradients in backward().
-  Tensor& requires_grad_(bool on = true);
+  Tensor& requires_grad_(bool on = true, Loc loc = Loc::current());
   /// True when gradients flow to (or through) this tensor.
   bool requires_grad() const;
   /// The gradient accumulated by backward() (undefined before).

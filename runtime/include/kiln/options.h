@@ -15,6 +15,8 @@ struct Options {
   bool fusion = true;
   /// KILN_DUMP_DIR: where debug output at levels >= 3 is also written as files ("" = none).
   std::string dump_dir;
+  /// KILN_CACHE_DIR: the on-disk kernel cache (default ~/.cache/kiln; "" disables it).
+  std::string cache_dir;
 };
 
 /// The options in force (a process-wide singleton).
