@@ -67,6 +67,11 @@ struct Reduction {
   std::vector<ExprRef> extents;  ///< loop extents (i64); ReduceVar(k) ranges over [0, extents[k])
   ExprRef value;                 ///< the value combined at each point
   bool fma = false;              ///< a float Sum of a Mul may fuse multiply and add (matmul)
+  /// Layout hint: the value's loads are contiguous in the innermost domain var rather than
+  /// in the reduction vars (matmul with a row-major right operand). A backend may then
+  /// evaluate the reduction for a block of consecutive innermost-domain points at once,
+  /// reduction loops outermost; each point still accumulates in the sequential order.
+  bool block_inner = false;
 };
 
 /// One store per domain (or map) point.

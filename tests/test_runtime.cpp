@@ -15,8 +15,11 @@ namespace {
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
 
-// Runs `make` with fusion on and off; the results must be bitwise equal.
-void expect_modes_agree(const std::function<Tensor()>& make) {
+// Runs `make` with fusion on and off. Elementwise results must be bitwise equal.
+// Float sums may differ in the last bits: LLVM picks the vector width and
+// interleaving of a reassociated reduction loop per kernel, so a fused row kernel
+// and the unfused sum kernel can add in different orders (`rel_tol` allows that).
+void expect_modes_agree(const std::function<Tensor()>& make, double rel_tol = 0) {
   const bool saved = options().fusion;
   options().fusion = true;
   const std::vector<double> fused = make().to_vector<double>();
@@ -26,7 +29,8 @@ void expect_modes_agree(const std::function<Tensor()>& make) {
   ASSERT_EQ(fused.size(), unfused.size());
   for (size_t i = 0; i < fused.size(); ++i) {
     if (std::isnan(fused[i]) && std::isnan(unfused[i])) continue;
-    EXPECT_EQ(fused[i], unfused[i]) << "element " << i;
+    if (rel_tol == 0) EXPECT_EQ(fused[i], unfused[i]) << "element " << i;
+    else EXPECT_NEAR(fused[i], unfused[i], rel_tol * std::abs(unfused[i])) << "element " << i;
   }
 }
 
@@ -58,7 +62,12 @@ TEST(Runtime, FusedAndUnfusedAgree) {
     Tensor m = x.max({1}, true);
     Tensor e = exp(x - m);
     return e / e.sum({1}, true);
-  });
+  }, 4e-7);
+  expect_modes_agree([] { // layernorm: two row reductions, the second reading the first
+    Tensor x = randn({9, 31}, 7);
+    Tensor xc = x - x.mean({1}, true);
+    return xc * rsqrt((xc * xc).mean({1}, true) + 1e-5);
+  }, 4e-6);
   expect_modes_agree([] {
     Tensor a = randn({5, 7}, 3), b = randn({7, 3}, 4);
     return relu(matmul(a * 2.0, b) + randn({3}, 5)).transpose(0, 1).reshape({-1});
@@ -67,6 +76,25 @@ TEST(Runtime, FusedAndUnfusedAgree) {
     Tensor x = randn({4, 6}, 6);
     return concat({pad(x, {1, 2}), x.slice(1, 0, 6, 2).expand({4, 3}).reshape({4, 3}).sum({1}, true)}, 1);
   });
+}
+
+// Row patterns become one kernel per row block when fused.
+size_t kernels_for(const Tensor& t) { return runtime::make_plan({t.node()}).schedule.launches.size(); }
+
+TEST(Runtime, RowPatternsFuseIntoOneKernel) {
+  Tensor x = randn({64, 100}, 8);
+  Tensor softmax = exp(x - x.max({1}, true)) / exp(x - x.max({1}, true)).sum({1}, true);
+  Tensor xc = x - x.mean({1}, true);
+  Tensor layernorm = xc * rsqrt((xc * xc).mean({1}, true) + 1e-5) * randn({100}, 9) + randn({100}, 10);
+  EXPECT_EQ(kernels_for(softmax), 1u);
+  EXPECT_EQ(kernels_for(layernorm), 1u);
+  const bool saved = options().fusion;
+  options().fusion = false;
+  EXPECT_GE(kernels_for(softmax), 5u);
+  options().fusion = saved;
+  // Each row of the softmax sums to one.
+  const std::vector<float> v = softmax.sum({1}).to_vector<float>();
+  for (float s : v) EXPECT_NEAR(s, 1.0f, 1e-5f);
 }
 
 TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {

@@ -230,7 +230,7 @@ std::string print_kernel(const Kernel& k) {
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     std::string ext = extents_str(p, red.extents);
-    p.out += "  reduce red" + std::to_string(r) + " = " + std::string(graph::op_name(red.op)) + (red.fma ? " fma" : "") +
+    p.out += "  reduce red" + std::to_string(r) + " = " + std::string(graph::op_name(red.op)) + (red.fma ? " fma" : "") + (red.block_inner ? " block_inner" : "") +
              " over " + ext + ":\n";
     const std::string v = p.ref(red.value);
     p.out += "    yield " + v + "\n";

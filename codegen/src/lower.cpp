@@ -1,5 +1,6 @@
 #include "codegen/lower.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,50 +23,85 @@ std::string describe(const Node* n) {
 
 // ---------------------------------------------------------------- partitioning
 
-// Which nodes get a buffer of their own, and why.
+// Thrown while building a kernel when a reduction chosen for row fusion turns out
+// to be read at indices the row kernel cannot provide; the schedule is redone with
+// that reduction in a buffer of its own.
+struct NeedsBuffer {
+  const Node* node;
+};
+
+// Which nodes get a buffer of their own, and why. Decided from the outputs back:
+// each node learns which kernel consumes it (its owner) before it is decided, so
+// a value used only inside one kernel is computed there, and a reduction whose
+// result is only broadcast back over its input's rows joins the row kernel that
+// uses it (softmax, layernorm: reductions then a map over the same row).
 class Partition {
 public:
-  Partition(const std::vector<const Node*>& outputs, const ScheduleOptions& opt) : opt_(opt) {
+  Partition(const std::vector<const Node*>& outputs, const ScheduleOptions& opt,
+            const std::unordered_set<const Node*>& forced)
+      : opt_(opt), forced_(forced) {
     for (const Node* o : outputs) outputs_.insert(o);
     order_ = graph::topo_order(outputs);
     for (const Node* n : order_)
-      if (!n->realized() && n->op != OpKind::Input)
-        for (const auto& in : n->inputs) {
-          ++consumers_[in.get()];
-          if (graph::op_category(n->op) == OpCategory::Contraction) feeds_matmul_.insert(in.get());
-        }
-    for (const Node* n : order_) decide(n);
+      if (!is_source(n))
+        for (const auto& in : n->inputs) users_[in.get()].push_back(n);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) decide(*it);
   }
   /// Nodes in dependency order.
   const std::vector<const Node*>& order() const { return order_; }
   /// True when `n` is read from a buffer rather than recomputed inside its consumer.
-  bool has_buffer(const Node* n) const { return n->realized() || n->op == OpKind::Input || computed_.count(n); }
+  bool has_buffer(const Node* n) const { return is_source(n) || computed_.count(n); }
   /// True when a kernel must compute `n`.
   bool computed(const Node* n) const { return computed_.count(n) > 0; }
+  /// True for a reduction computed inside the row kernel of its owner.
+  bool absorbed(const Node* n) const { return absorbed_.count(n) > 0; }
+  /// The row dims (reduced and mapped over) of a kernel root, empty when it has none.
+  std::vector<int64_t> row_dims(const Node* root) const {
+    auto it = row_dims_.find(root);
+    return it == row_dims_.end() ? std::vector<int64_t>{} : it->second;
+  }
   /// The reasons behind each boundary.
   std::vector<std::string> decisions;
 
 private:
   const ScheduleOptions& opt_;
+  const std::unordered_set<const Node*>& forced_;
   std::unordered_set<const Node*> outputs_;
   std::vector<const Node*> order_;
-  std::unordered_map<const Node*, int> consumers_;
-  std::unordered_set<const Node*> computed_;
-  std::unordered_set<const Node*> feeds_matmul_;
+  std::unordered_map<const Node*, std::vector<const Node*>> users_;
+  std::unordered_map<const Node*, const Node*> owner_; // kernel root that computes the node
+  std::unordered_set<const Node*> computed_, absorbed_;
+  std::unordered_map<const Node*, std::vector<int64_t>> row_dims_;
+
+  static bool is_source(const Node* n) { return n->realized() || n->op == OpKind::Input; }
+  static const Node* several() { return reinterpret_cast<const Node*>(uintptr_t{1}); }
+
+  // The one kernel all users of n belong to, or several().
+  const Node* users_owner(const Node* n) const {
+    const Node* owner = nullptr;
+    for (const Node* u : users_.at(n)) {
+      auto it = owner_.find(u);
+      const Node* o = it == owner_.end() ? several() : it->second;
+      if (owner && owner != o) return several();
+      owner = o;
+    }
+    return owner ? owner : several();
+  }
 
   void materialize(const Node* n, const std::string& why) {
     computed_.insert(n);
+    owner_[n] = n;
     decisions.push_back("kernel for " + describe(n) + ": " + why);
   }
 
   void decide(const Node* n) {
-    if (n->realized() || n->op == OpKind::Input) return; // inputs are bound when the plan runs
+    if (is_source(n)) return; // inputs are bound when the plan runs
     if (outputs_.count(n)) return materialize(n, "requested output");
     switch (graph::op_category(n->op)) {
-    case OpCategory::Reduce: return materialize(n, "reductions end a kernel");
+    case OpCategory::Reduce: return decide_reduce(n);
     case OpCategory::Contraction: return materialize(n, "matmul is its own kernel");
     case OpCategory::Leaf:
-    case OpCategory::Movement: return; // computed by index arithmetic inside consumers
+    case OpCategory::Movement: owner_[n] = users_owner(n); return; // index arithmetic inside consumers
     case OpCategory::Unary:
     case OpCategory::Binary:
     case OpCategory::Ternary: return decide_elementwise(n);
@@ -73,13 +109,66 @@ private:
   }
 
   void decide_elementwise(const Node* n) {
-    if (n->op == OpKind::Detach) return; // an identity
+    if (n->op == OpKind::Detach) { // an identity
+      owner_[n] = users_owner(n);
+      return;
+    }
     if (!opt_.fusion) return materialize(n, "unfused mode (KILN_FUSION=0)");
-    if (feeds_matmul_.count(n))
-      return materialize(n, "not fusing into matmul: the value would be computed once per output column");
-    if (consumers_[n] > 1) return materialize(n, "not fusing into its " + std::to_string(consumers_[n]) +
-                                                     " consumers: the value would be computed more than once");
-    decisions.push_back("fusing " + describe(n) + " into its consumer");
+    for (const Node* u : users_.at(n))
+      if (graph::op_category(u->op) == OpCategory::Contraction)
+        return materialize(n, "not fusing into matmul: the value would be computed once per output column");
+    const Node* owner = users_owner(n);
+    if (owner == several()) return materialize(n, "not fusing: its users are in more than one kernel");
+    owner_[n] = owner;
+    decisions.push_back("fusing " + describe(n) + " into the kernel for " + describe(owner));
+  }
+
+  void decide_reduce(const Node* r) {
+    if (!opt_.fusion) return materialize(r, "unfused mode (KILN_FUSION=0)");
+    const std::string why = why_not_absorbed(r);
+    if (!why.empty()) return materialize(r, "reductions end a kernel unless fused into a row kernel; not fusing: " + why);
+    const Node* owner = users_owner(r);
+    absorbed_.insert(r);
+    owner_[r] = owner;
+    row_dims_[owner] = reduced_row_dims(r);
+    decisions.push_back("fusing " + describe(r) + " into the row kernel for " + describe(owner));
+  }
+
+  // The reduced dims that have extent > 1 in the reduction's input.
+  static std::vector<int64_t> reduced_row_dims(const Node* r) {
+    std::vector<int64_t> d;
+    for (int64_t k : r->attrs.ints)
+      if (r->inputs[0]->shape[k] != 1) d.push_back(k);
+    return d;
+  }
+
+  // True when every use of n goes back to the full `shape` through an Expand, with
+  // only elementwise ops of n's own shape in between.
+  bool broadcast_back(const Node* n, const graph::Shape& shape) const {
+    for (const Node* u : users_.at(n)) {
+      if (u->op == OpKind::Expand && u->shape == shape) continue;
+      if (!graph::is_elementwise(u->op) || u->shape != n->shape || computed_.count(u) || !broadcast_back(u, shape))
+        return false;
+    }
+    return true;
+  }
+
+  std::string why_not_absorbed(const Node* r) const {
+    if (r->op != OpKind::Sum && r->op != OpKind::Max && r->op != OpKind::Min) return "arg-reductions are not row-fused";
+    if (forced_.count(r)) return "it is read at indices a row kernel cannot provide";
+    const Node* owner = users_owner(r);
+    if (owner == several()) return "its users are in more than one kernel";
+    const graph::Shape& x = r->inputs[0]->shape;
+    const bool owner_is_reduce = graph::op_category(owner->op) == OpCategory::Reduce;
+    if (graph::op_category(owner->op) == OpCategory::Contraction) return "its user is a matmul";
+    if ((owner_is_reduce ? owner->inputs[0]->shape : owner->shape) != x) return "its user iterates over another shape";
+    if (!broadcast_back(r, x)) return "its result is not only broadcast back over its rows";
+    const std::vector<int64_t> dims = reduced_row_dims(r);
+    if (dims.empty()) return "it reduces nothing";
+    if (auto it = row_dims_.find(owner); it != row_dims_.end() && it->second != dims)
+      return "the row kernel already reduces other dims";
+    if (owner_is_reduce && reduced_row_dims(owner) != dims) return "its user reduces other dims";
+    return "";
   }
 };
 
@@ -90,7 +179,9 @@ public:
   KernelBuilder(const Partition& part, const Node* root) : part_(part), root_(root) {}
 
   KernelLaunch build() {
-    Index idx = make_domain(root_->shape);
+    const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
+    Index idx = make_domain(root_->shape, row_map ? part_.row_dims(root_) : std::vector<int64_t>{});
+    root_idx_ = idx;
     ExprRef value;
     switch (graph::op_category(root_->op)) {
     case OpCategory::Reduce: value = lower_reduce(root_, idx); break;
@@ -108,7 +199,8 @@ public:
     finalize(kernel_);
     launch_.kernel = std::move(kernel_);
     launch_.output = root_;
-    launch_.domain_size = root_->numel();
+    launch_.domain_size = root_->numel() / std::max<int64_t>(1, map_size_);
+    if (map_size_ > 1) launch_.work_per_point = map_size_ * static_cast<int64_t>(1 + launch_.kernel.reductions.size());
     return std::move(launch_);
   }
 
@@ -119,6 +211,9 @@ private:
   KernelLaunch launch_;
   std::unordered_map<const Node*, int> buffer_of_;
   std::map<std::vector<const void*>, ExprRef> memo_;
+  Index root_idx_;      // the root's index: loop vars, map vars, 0 for size-1 dims
+  std::unordered_map<const Node*, ExprRef> absorbed_; // row-fused reductions already built
+  int64_t map_size_ = 1; // points of the map loop per domain point
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -128,16 +223,22 @@ private:
     return param(static_cast<int>(launch_.params.size()) - 1);
   }
 
-  // Domain loop vars for the dims of `shape` with extent != 1; 0 for the others.
-  Index make_domain(const graph::Shape& shape) {
+  // Domain loop vars for the dims of `shape` with extent != 1, map vars for the row
+  // dims, 0 for size-1 dims.
+  Index make_domain(const graph::Shape& shape, const std::vector<int64_t>& row_dims) {
     Index idx;
-    for (int64_t e : shape) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int64_t e = shape[d];
       if (e == 1) {
         idx.push_back(index_const(0));
-        continue;
+      } else if (std::find(row_dims.begin(), row_dims.end(), static_cast<int64_t>(d)) != row_dims.end()) {
+        idx.push_back(map_var(static_cast<int>(kernel_.map.size())));
+        kernel_.map.push_back(P(e));
+        map_size_ *= e;
+      } else {
+        idx.push_back(loop_var(static_cast<int>(kernel_.domain.size())));
+        kernel_.domain.push_back(P(e));
       }
-      idx.push_back(loop_var(static_cast<int>(kernel_.domain.size())));
-      kernel_.domain.push_back(P(e));
     }
     return idx;
   }
@@ -169,7 +270,9 @@ private:
     std::vector<const void*> key{n, guard.get()};
     for (const ExprRef& e : idx) key.push_back(e.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    ExprRef v = (n != root_ && part_.has_buffer(n)) ? load_node(n, idx, guard) : compute_inline(n, idx, guard);
+    ExprRef v = n != root_ && part_.has_buffer(n) ? load_node(n, idx, guard)
+                : n != root_ && part_.absorbed(n)   ? absorbed_reduction(n, idx)
+                                                    : compute_inline(n, idx, guard);
     memo_[key] = v;
     return v;
   }
@@ -344,6 +447,19 @@ private:
     }
   }
 
+  // A reduction fused into this row kernel: it must be read once per row, at the
+  // root's own row index (its reduced dims broadcast, the others the root's vars).
+  ExprRef absorbed_reduction(const Node* n, const Index& idx) {
+    for (size_t d = 0; d < idx.size(); ++d) {
+      const bool reduced = std::find(n->attrs.ints.begin(), n->attrs.ints.end(), static_cast<int64_t>(d)) != n->attrs.ints.end();
+      const bool same = idx[d] == root_idx_[d] || (is_const(idx[d], 0) && is_const(root_idx_[d], 0));
+      const bool ok = reduced ? is_const(idx[d], 0) : same && root_idx_[d]->kind != ExprKind::MapVar;
+      if (!ok) throw NeedsBuffer{n};
+    }
+    if (auto it = absorbed_.find(n); it != absorbed_.end()) return it->second; // once per row
+    return absorbed_[n] = lower_reduce(n, idx);
+  }
+
   ExprRef lower_reduce(const Node* n, const Index& idx) {
     const Node* x = n->inputs[0].get();
     Reduction red{n->op, x->dtype, {}, nullptr};
@@ -352,10 +468,10 @@ private:
       in[d] = x->shape[d] == 1 ? index_const(0) : reduce_var(static_cast<int>(red.extents.size()));
       if (x->shape[d] != 1 || n->op == OpKind::Argmax || n->op == OpKind::Argmin) red.extents.push_back(P(x->shape[d]));
     }
-    red.value = compute(x, in, nullptr);
+    red.value = compute(x, in, nullptr); // may add the reductions this one reads first
     launch_.work_per_point = graph::numel(x->shape) / std::max<int64_t>(1, n->numel());
     kernel_.reductions.push_back(std::move(red));
-    return reduce_result(0, n->dtype);
+    return reduce_result(static_cast<int>(kernel_.reductions.size()) - 1, n->dtype);
   }
 
   ExprRef lower_matmul(const Node* n, const Index& idx) {
@@ -369,22 +485,33 @@ private:
     bi[r - 2] = kv;
     bi[r - 1] = idx[r - 1];
     Reduction red{OpKind::Sum, n->dtype, {P(k)}, nullptr, /*fma=*/true};
+    // A transposed right operand is contiguous in k (dot products); otherwise its rows
+    // are contiguous in j, and whole rows of the output accumulate together.
+    red.block_inner = b->op != OpKind::Permute && n->shape[r - 1] > 1;
     red.value = op(OpKind::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
     launch_.work_per_point = std::max<int64_t>(1, k);
     kernel_.reductions.push_back(std::move(red));
-    return reduce_result(0, n->dtype);
+    return reduce_result(static_cast<int>(kernel_.reductions.size()) - 1, n->dtype);
   }
 };
 
 } // namespace
 
 Schedule schedule(const std::vector<const graph::Node*>& outputs, const ScheduleOptions& options) {
-  Partition part(outputs, options);
-  Schedule s;
-  for (const Node* n : part.order())
-    if (part.computed(n)) s.launches.push_back(KernelBuilder(part, n).build());
-  s.decisions = std::move(part.decisions);
-  return s;
+  std::unordered_set<const Node*> forced; // reductions that turned out to need a buffer
+  for (;;) {
+    Partition part(outputs, options, forced);
+    Schedule s;
+    try {
+      for (const Node* n : part.order())
+        if (part.computed(n)) s.launches.push_back(KernelBuilder(part, n).build());
+    } catch (const NeedsBuffer& e) {
+      forced.insert(e.node);
+      continue;
+    }
+    s.decisions = std::move(part.decisions);
+    return s;
+  }
 }
 
 } // namespace kiln::codegen
