@@ -1,0 +1,230 @@
+// Fused against unfused kernels, and the ceilings they are judged by, in one binary:
+//   Elementwise8/16M  y = sigmoid(relu((x*1.5 + 0.5)*x - 0.25)) * x + 1.0
+//   Softmax/8192x1024, LayerNorm/8192x1024 (affine, eps 1e-5)
+//   MLPStep/128       784-512-512-10 ReLU MLP: forward, cross-entropy, backward, SGD (compiled step)
+//   Replay/overhead   host time of replaying a compiled step of tiny kernels
+//   Triad/16M and hand-written fused C++ loops (-O3 -march=native) on 1 and 2 threads.
+// GB/s counts the bytes a fused implementation must move (inputs read once, outputs
+// written once), the same for every variant, so counters compare as ratios.
+
+#include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+using namespace kiln;
+
+constexpr int64_t kElems = int64_t{1} << 24;
+constexpr int64_t kRows = 8192, kCols = 1024;
+
+void report_bytes(benchmark::State& state, double bytes_per_iter) {
+  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// Runs `body` with fusion switched by the benchmark's second argument and TBB
+// limited to the first.
+template <class Body> void with_mode(benchmark::State& state, Body body) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const bool saved = options().fusion;
+  options().fusion = state.range(1) != 0;
+  body();
+  options().fusion = saved;
+}
+
+Tensor elementwise8(const Tensor& x) { return sigmoid(relu((x * 1.5 + 0.5) * x - 0.25)) * x + 1.0; }
+
+Tensor softmax_rows(const Tensor& x) {
+  Tensor e = exp(x - x.max({1}, true));
+  return e / e.sum({1}, true);
+}
+
+Tensor layernorm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+  Tensor xc = x - x.mean({1}, true);
+  return xc * rsqrt((xc * xc).mean({1}, true) + 1e-5) * gamma + beta;
+}
+
+void KilnElementwise8(benchmark::State& state) {
+  with_mode(state, [&] {
+    Tensor x = rand({kElems}, 1);
+    x.realize();
+    for (auto _ : state) elementwise8(x).realize();
+  });
+  report_bytes(state, 2.0 * kElems * sizeof(float));
+}
+
+void KilnSoftmax(benchmark::State& state) {
+  with_mode(state, [&] {
+    Tensor x = randn({kRows, kCols}, 2);
+    x.realize();
+    for (auto _ : state) softmax_rows(x).realize();
+  });
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+void KilnLayerNorm(benchmark::State& state) {
+  with_mode(state, [&] {
+    Tensor x = randn({kRows, kCols}, 3), gamma = randn({kCols}, 4), beta = randn({kCols}, 5);
+    realize({x, gamma, beta});
+    for (auto _ : state) layernorm_rows(x, gamma, beta).realize();
+  });
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+// A 784-512-512-10 ReLU MLP trained by SGD, one compiled step per iteration.
+struct Mlp {
+  std::vector<Tensor> params;
+  explicit Mlp(uint64_t seed) {
+    const int64_t sizes[] = {784, 512, 512, 10};
+    for (int l = 0; l < 3; ++l) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(sizes[l]));
+      params.push_back(((rand({sizes[l], sizes[l + 1]}, seed + 2 * l) * 2.0 - 1.0) * bound).requires_grad_());
+      params.push_back(zeros({sizes[l + 1]}).requires_grad_());
+    }
+  }
+  Tensor loss(const Tensor& x, const Tensor& labels) const {
+    Tensor h = x;
+    for (size_t l = 0; l < 3; ++l) {
+      h = matmul(h, params[2 * l]) + params[2 * l + 1];
+      if (l < 2) h = relu(h);
+    }
+    Tensor m = h.max({1}, true).detach();
+    Tensor lse = log(exp(h - m).sum({1}, true)) + m;
+    Tensor onehot = eq(labels.reshape({-1, 1}), arange(10).reshape({1, 10})).to(kFloat32);
+    return (lse - (onehot * h).sum({1}, true)).mean();
+  }
+};
+
+void KilnMlpStep(benchmark::State& state) {
+  const int64_t batch = 128;
+  with_mode(state, [&] {
+    Mlp mlp(7);
+    auto step = compile([&](const std::vector<Tensor>& a) {
+      Tensor loss = mlp.loss(a[0], a[1]);
+      for (Tensor& p : mlp.params) p.zero_grad();
+      loss.backward();
+      NoGradGuard no_grad;
+      for (Tensor& p : mlp.params) p.assign(p - p.grad() * 0.01);
+      return std::vector<Tensor>{loss};
+    });
+    Tensor x = randn({batch, 784}, 11);
+    Tensor y = (rand({batch}, 12) * 10.0).to(kInt64);
+    realize({x, y});
+    step({x, y});
+    step({x, y}); // the second call retraces once: gradients exist from now on
+    for (auto _ : state) benchmark::DoNotOptimize(step({x, y})[0].node().get());
+    state.counters["kernels"] = static_cast<double>(step.num_kernels());
+  });
+  const double flops = 3.0 * 2.0 * batch * (784.0 * 512 + 512.0 * 512 + 512.0 * 10);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void KilnReplayOverhead(benchmark::State& state) {
+  Tensor w = from_vector<float>({1, 2, 3, 4});
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    NoGradGuard no_grad;
+    w.assign(w * 0.5f + a[0]);
+    return std::vector<Tensor>{(w * a[0]).sum()};
+  });
+  Tensor x = from_vector<float>({1, 1, 1, 1});
+  step({x});
+  for (auto _ : state) benchmark::DoNotOptimize(step({x})[0].node().get());
+}
+
+// ---------------------------------------------------------------- ceilings
+
+template <class F> void split(int threads, int64_t n, F f) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(f, n * t / threads, n * (t + 1) / threads);
+  f(0, n / threads);
+  for (auto& th : pool) th.join();
+}
+
+void CxxTriad(benchmark::State& state) {
+  std::vector<float> a(kElems), b(kElems, 1.0f), c(kElems, 2.0f);
+  for (auto _ : state) {
+    split(static_cast<int>(state.range(0)), kElems, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 3.0 * kElems * sizeof(float));
+}
+
+void CxxElementwise8(benchmark::State& state) {
+  std::vector<float> x(kElems, 0.3f), y(kElems);
+  for (auto _ : state) {
+    split(static_cast<int>(state.range(0)), kElems, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float v = x[i], r = std::max((v * 1.5f + 0.5f) * v - 0.25f, 0.0f);
+        y[i] = 1.0f / (1.0f + std::exp(-r)) * v + 1.0f;
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kElems * sizeof(float));
+}
+
+void CxxSoftmax(benchmark::State& state) {
+  std::vector<float> x(kRows * kCols, 0.1f), y(kRows * kCols);
+  for (auto _ : state) {
+    split(static_cast<int>(state.range(0)), kRows, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* in = &x[r * kCols];
+        float* out = &y[r * kCols];
+        float m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < kCols; ++j) m = std::max(m, in[j]);
+        for (int64_t j = 0; j < kCols; ++j) s += out[j] = std::exp(in[j] - m);
+        const float inv = 1.0f / s;
+        for (int64_t j = 0; j < kCols; ++j) out[j] *= inv;
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+void CxxLayerNorm(benchmark::State& state) {
+  std::vector<float> x(kRows * kCols, 0.1f), y(kRows * kCols), g(kCols, 1.0f), b(kCols, 0.0f);
+  for (auto _ : state) {
+    split(static_cast<int>(state.range(0)), kRows, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* in = &x[r * kCols];
+        float* out = &y[r * kCols];
+        float mean = 0, var = 0;
+        for (int64_t j = 0; j < kCols; ++j) mean += in[j];
+        mean /= kCols;
+        for (int64_t j = 0; j < kCols; ++j) var += (in[j] - mean) * (in[j] - mean);
+        const float inv = 1.0f / std::sqrt(var / kCols + 1e-5f);
+        for (int64_t j = 0; j < kCols; ++j) out[j] = (in[j] - mean) * inv * g[j] + b[j];
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+#define KILN_MODES(B, name)                                                                                    \
+  BENCHMARK(B)->Name(name)->ArgNames({"threads", "fused"})->Args({1, 1})->Args({1, 0})->Args({2, 1})->Args({2, 0}) \
+      ->UseRealTime()->Unit(benchmark::kMillisecond)
+#define KILN_CEILING(B, name) \
+  BENCHMARK(B)->Name(name)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
+
+KILN_MODES(KilnElementwise8, "Elementwise8/16M/kiln");
+KILN_CEILING(CxxElementwise8, "Elementwise8/16M/cxx_fused_loop");
+KILN_MODES(KilnSoftmax, "Softmax/8192x1024/kiln");
+KILN_CEILING(CxxSoftmax, "Softmax/8192x1024/cxx_fused_loop");
+KILN_MODES(KilnLayerNorm, "LayerNorm/8192x1024/kiln");
+KILN_CEILING(CxxLayerNorm, "LayerNorm/8192x1024/cxx_fused_loop");
+KILN_CEILING(CxxTriad, "Triad/16M/cxx");
+KILN_MODES(KilnMlpStep, "MLPStep/128/kiln");
+BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
+
+} // namespace
