@@ -4,6 +4,9 @@
 /// loops, in f64 (integers exactly, in int64 with the dtype's wrap-around), with
 /// no code generation. It is the oracle that tests compare the JIT against.
 ///
+/// exp, log, sin, cos, tanh, sigmoid and pow are evaluated in long double and
+/// rounded once, so that f64 results are (nearly always) correctly rounded.
+///
 /// Semantics (the ones the JIT implements):
 ///  - integer add/sub/mul/neg/abs wrap around in the node's width;
 ///  - pow: floats like std::pow; integers by repeated squaring, a negative

@@ -1,0 +1,568 @@
+// The reference interpreter: one plain loop nest per op, f64 for floats, int64
+// (wrapped to the node's width) for integers and bool. Deliberately simple and
+// slow: it shares no code with the lowering it checks, only random.h (the RNG's
+// definition).
+
+#include "graph/interpret.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "graph/random.h"
+#include "kiln/error.h"
+
+namespace kiln::graph {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// One node's value: doubles for float dtypes, int64 for integer and bool dtypes.
+struct Buf {
+  bool is_float = true;
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  double as_double(int64_t k) const { return is_float ? f[k] : static_cast<double>(i[k]); }
+  bool truthy(int64_t k) const { return is_float ? f[k] != 0 : i[k] != 0; }
+};
+
+Buf make_buf(DType dt, int64_t n) {
+  Buf b;
+  b.is_float = is_floating(dt);
+  if (b.is_float) b.f.assign(static_cast<size_t>(n), 0.0);
+  else b.i.assign(static_cast<size_t>(n), 0);
+  return b;
+}
+
+/// Wraps an integer into the dtype's range (two's complement), bool to 0/1.
+int64_t wrap(DType dt, int64_t v) {
+  switch (dt) {
+  case DType::Bool: return v != 0;
+  case DType::Int32: return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
+  case DType::Int64:
+  case DType::Float32:
+  case DType::Float64: return v;
+  }
+  return v;
+}
+
+int64_t wadd(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wsub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
+int64_t wmul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+
+/// Integer power by repeated squaring; negative exponents give 0 unless |base| is 1.
+int64_t ipow(int64_t base, int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, b = static_cast<uint64_t>(base);
+  for (uint64_t k = static_cast<uint64_t>(e); k; k >>= 1) {
+    if (k & 1) r *= b;
+    b *= b;
+  }
+  return static_cast<int64_t>(r);
+}
+
+/// Float -> integer conversion: truncation, saturating at the type's bounds, NaN -> 0.
+int64_t saturate(double v, DType to) {
+  if (to == DType::Bool) return v != 0;
+  if (std::isnan(v)) return 0;
+  if (to == DType::Int32) {
+    if (v >= 2147483647.0) return std::numeric_limits<int32_t>::max();
+    if (v <= -2147483648.0) return std::numeric_limits<int32_t>::min();
+    return static_cast<int64_t>(v);
+  }
+  if (v >= 0x1p63) return std::numeric_limits<int64_t>::max();
+  if (v <= -0x1p63) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : (a > b ? a : b); }
+double nan_min(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : (a < b ? a : b); }
+
+/// Calls fn(index, linear) for every multi-index of `shape` in row-major order.
+template <class Fn> void for_each_index(const Shape& shape, Fn&& fn) {
+  const int64_t n = numel(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t lin = 0; lin < n; ++lin) {
+    fn(idx, lin);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+class Interpreter {
+public:
+  explicit Interpreter(const InterpretOptions& o) : opt_(o) {}
+
+  std::vector<InterpretResult> run(const std::vector<NodeRef>& roots) {
+    std::vector<const Node*> raw;
+    for (const NodeRef& r : roots) raw.push_back(r.get());
+    const std::vector<const Node*> order = topo_order(raw);
+    count_uses(order, raw);
+    for (const Node* n : order) {
+      bufs_[n] = evaluate(n);
+      if (!leaf_like(n))
+        for (const NodeRef& in : n->inputs) release(in.get());
+    }
+    std::vector<InterpretResult> out;
+    for (const Node* r : raw) out.push_back(result_of(r));
+    return out;
+  }
+
+private:
+  const InterpretOptions& opt_;
+  std::unordered_map<const Node*, Buf> bufs_;
+  std::unordered_map<const Node*, int64_t> uses_;
+
+  // ------------------------------------------------------------ bookkeeping
+
+  bool leaf_like(const Node* n) const { return n->op == OpKind::Input || (opt_.use_realized && n->realized()); }
+
+  void count_uses(const std::vector<const Node*>& order, const std::vector<const Node*>& roots) {
+    for (const Node* n : order)
+      if (!leaf_like(n))
+        for (const NodeRef& in : n->inputs) ++uses_[in.get()];
+    for (const Node* r : roots) uses_[r] += 1 << 30; // roots are never released
+  }
+
+  void release(const Node* n) {
+    if (--uses_[n] == 0) bufs_.erase(n);
+  }
+
+  const Buf& in(const Node* n, size_t k) const { return bufs_.at(n->inputs[k].get()); }
+
+  InterpretResult result_of(const Node* n) const {
+    const Buf& b = bufs_.at(n);
+    InterpretResult r;
+    r.dtype = n->dtype;
+    r.shape = n->shape;
+    if (b.is_float) {
+      r.values = b.f;
+      return r;
+    }
+    r.ints = b.i;
+    r.values.reserve(b.i.size());
+    for (int64_t v : b.i) r.values.push_back(static_cast<double>(v));
+    return r;
+  }
+
+  /// A float result of an op on a node of dtype `dt`.
+  double rf(DType dt, double v) const {
+    return dt == DType::Float32 && opt_.exact_f32_rounding ? static_cast<double>(static_cast<float>(v)) : v;
+  }
+
+  // ------------------------------------------------------------ dispatch
+
+  Buf evaluate(const Node* n) {
+    if (leaf_like(n)) return read_storage(n);
+    switch (op_category(n->op)) {
+    case OpCategory::Leaf: return leaf(n);
+    case OpCategory::Unary: return unary(n);
+    case OpCategory::Binary: return binary(n);
+    case OpCategory::Ternary: return where(n);
+    case OpCategory::Reduce: return reduce(n);
+    case OpCategory::Movement: return movement(n);
+    case OpCategory::Contraction: return matmul(n);
+    }
+    KILN_ASSERT(false, "unknown op category");
+    return {};
+  }
+
+  // ------------------------------------------------------------ leaves
+
+  Buf read_storage(const Node* n) const {
+    auto s = n->realized();
+    if (!s) throw Error("interpret", "input " + std::string(dtype_name(n->dtype)) + shape_str(n->shape) + " has no data");
+    const int64_t count = n->numel();
+    KILN_ASSERT(s->bytes() >= static_cast<size_t>(count) * dtype_size(n->dtype), "storage smaller than its node");
+    Buf b = make_buf(n->dtype, count);
+    const void* p = s->data();
+    for (int64_t k = 0; k < count; ++k) {
+      switch (n->dtype) {
+      case DType::Bool: b.i[k] = static_cast<const uint8_t*>(p)[k] != 0; break;
+      case DType::Int32: b.i[k] = static_cast<const int32_t*>(p)[k]; break;
+      case DType::Int64: b.i[k] = static_cast<const int64_t*>(p)[k]; break;
+      case DType::Float32: b.f[k] = static_cast<const float*>(p)[k]; break;
+      case DType::Float64: b.f[k] = static_cast<const double*>(p)[k]; break;
+      }
+    }
+    return b;
+  }
+
+  Buf leaf(const Node* n) const {
+    const int64_t count = n->numel();
+    Buf b = make_buf(n->dtype, count);
+    const Attrs& a = n->attrs;
+    const bool f64 = n->dtype == DType::Float64;
+    for (int64_t k = 0; k < count; ++k) {
+      switch (n->op) {
+      case OpKind::Const:
+        if (b.is_float) b.f[k] = rf(n->dtype, a.f0);
+        else b.i[k] = wrap(n->dtype, a.i0);
+        break;
+      case OpKind::Arange:
+        if (b.is_float) b.f[k] = rf(n->dtype, a.f0 + static_cast<double>(k) * a.f1);
+        else b.i[k] = wrap(n->dtype, wadd(a.i0, wmul(k, a.i1)));
+        break;
+      case OpKind::Rand:
+        b.f[k] = rf(n->dtype, graph::random_uniform(static_cast<uint64_t>(a.i0), static_cast<uint64_t>(k), f64));
+        break;
+      case OpKind::Randn:
+        b.f[k] = rf(n->dtype, graph::random_normal(static_cast<uint64_t>(a.i0), static_cast<uint64_t>(k), f64));
+        break;
+      default: KILN_ASSERT(false, "not a computed leaf: " + std::string(op_name(n->op)));
+      }
+    }
+    return b;
+  }
+
+  // ------------------------------------------------------------ elementwise
+
+  /// 1 / (1 + e^-x), in the form that neither overflows nor cancels.
+  static long double sigmoid(long double x) {
+    if (x >= 0) return 1.0L / (1.0L + std::exp(-x));
+    const long double e = std::exp(x);
+    return e / (1.0L + e);
+  }
+
+  // Transcendental functions are evaluated in long double and rounded once, so the
+  // oracle is (nearly always) correctly rounded in f64 too.
+  static double float_unary(OpKind op, double x) {
+    const long double lx = x;
+    switch (op) {
+    case OpKind::Neg: return -x;
+    case OpKind::Abs: return std::fabs(x);
+    case OpKind::Exp: return static_cast<double>(std::exp(lx));
+    case OpKind::Log: return static_cast<double>(std::log(lx));
+    case OpKind::Sqrt: return std::sqrt(x);
+    case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
+    case OpKind::Sin: return static_cast<double>(std::sin(lx));
+    case OpKind::Cos: return static_cast<double>(std::cos(lx));
+    case OpKind::Tanh: return static_cast<double>(std::tanh(lx));
+    case OpKind::Sigmoid: return static_cast<double>(sigmoid(lx));
+    case OpKind::Relu: return std::isnan(x) ? x : (x > 0 ? x : 0.0);
+    case OpKind::Reciprocal: return 1.0 / x;
+    case OpKind::Detach: return x;
+    default: break;
+    }
+    KILN_ASSERT(false, "not a float unary op: " + std::string(op_name(op)));
+    return 0;
+  }
+
+  static int64_t int_unary(OpKind op, int64_t x) {
+    switch (op) {
+    case OpKind::Neg: return wsub(0, x);
+    case OpKind::Abs: return x < 0 ? wsub(0, x) : x;
+    case OpKind::Relu: return x > 0 ? x : 0;
+    case OpKind::Detach: return x;
+    default: break;
+    }
+    KILN_ASSERT(false, "not an integer unary op: " + std::string(op_name(op)));
+    return 0;
+  }
+
+  Buf unary(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const DType from = n->inputs[0]->dtype;
+    const int64_t count = n->numel();
+    Buf b = make_buf(n->dtype, count);
+    for (int64_t k = 0; k < count; ++k) {
+      if (n->op == OpKind::Cast) convert(x, from, k, b, n->dtype);
+      else if (n->op == OpKind::LogicalNot) b.i[k] = !x.truthy(k);
+      else if (b.is_float) b.f[k] = rf(n->dtype, float_unary(n->op, x.f[k]));
+      else b.i[k] = wrap(n->dtype, int_unary(n->op, x.i[k]));
+    }
+    return b;
+  }
+
+  void convert(const Buf& x, DType from, int64_t k, Buf& out, DType to) const {
+    if (to == DType::Bool) {
+      out.i[k] = x.truthy(k);
+    } else if (is_floating(to) && is_floating(from)) {
+      out.f[k] = rf(to, x.f[k]);
+    } else if (is_floating(to)) { // exact int64 -> float rounding (no double rounding through f64)
+      const int64_t v = x.i[k];
+      out.f[k] = to == DType::Float32 && opt_.exact_f32_rounding ? static_cast<double>(static_cast<float>(v))
+                                                                 : static_cast<double>(v);
+    } else if (is_floating(from)) {
+      out.i[k] = saturate(x.f[k], to);
+    } else {
+      out.i[k] = wrap(to, x.i[k]);
+    }
+  }
+
+  static double float_binary(OpKind op, double a, double b) {
+    switch (op) {
+    case OpKind::Add: return a + b;
+    case OpKind::Sub: return a - b;
+    case OpKind::Mul: return a * b;
+    case OpKind::Div: return a / b;
+    case OpKind::Pow: return static_cast<double>(std::pow(static_cast<long double>(a), static_cast<long double>(b)));
+    case OpKind::Maximum: return nan_max(a, b);
+    case OpKind::Minimum: return nan_min(a, b);
+    default: break;
+    }
+    KILN_ASSERT(false, "not a float binary op: " + std::string(op_name(op)));
+    return 0;
+  }
+
+  static int64_t int_binary(OpKind op, int64_t a, int64_t b) {
+    switch (op) {
+    case OpKind::Add: return wadd(a, b);
+    case OpKind::Sub: return wsub(a, b);
+    case OpKind::Mul: return wmul(a, b);
+    case OpKind::Pow: return ipow(a, b);
+    case OpKind::Maximum: return a > b ? a : b;
+    case OpKind::Minimum: return a < b ? a : b;
+    default: break;
+    }
+    KILN_ASSERT(false, "not an integer binary op: " + std::string(op_name(op)));
+    return 0;
+  }
+
+  /// Comparisons and logical ops on element k of two same-dtype operands.
+  static bool predicate(OpKind op, const Buf& x, const Buf& y, int64_t k) {
+    if (op == OpKind::LogicalAnd) return x.truthy(k) && y.truthy(k);
+    if (op == OpKind::LogicalOr) return x.truthy(k) || y.truthy(k);
+    if (x.is_float) return compare(op, x.f[k], y.f[k]);
+    return compare(op, x.i[k], y.i[k]);
+  }
+
+  template <class T> static bool compare(OpKind op, T a, T b) {
+    switch (op) {
+    case OpKind::Eq: return a == b;
+    case OpKind::Ne: return a != b;
+    case OpKind::Lt: return a < b;
+    case OpKind::Le: return a <= b;
+    case OpKind::Gt: return a > b;
+    case OpKind::Ge: return a >= b;
+    default: break;
+    }
+    KILN_ASSERT(false, "not a comparison: " + std::string(op_name(op)));
+    return false;
+  }
+
+  Buf binary(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const Buf& y = in(n, 1);
+    const int64_t count = n->numel();
+    Buf b = make_buf(n->dtype, count);
+    const bool pred = n->dtype == DType::Bool;
+    for (int64_t k = 0; k < count; ++k) {
+      if (pred) b.i[k] = predicate(n->op, x, y, k);
+      else if (b.is_float) b.f[k] = rf(n->dtype, float_binary(n->op, x.f[k], y.f[k]));
+      else b.i[k] = wrap(n->dtype, int_binary(n->op, x.i[k], y.i[k]));
+    }
+    return b;
+  }
+
+  Buf where(const Node* n) const {
+    const Buf& c = in(n, 0);
+    const Buf& x = in(n, 1);
+    const Buf& y = in(n, 2);
+    const int64_t count = n->numel();
+    Buf b = make_buf(n->dtype, count);
+    for (int64_t k = 0; k < count; ++k) {
+      if (b.is_float) b.f[k] = c.truthy(k) ? x.f[k] : y.f[k];
+      else b.i[k] = c.truthy(k) ? x.i[k] : y.i[k];
+    }
+    return b;
+  }
+
+  // ------------------------------------------------------------ reductions
+
+  /// For every element of the input (row-major), the linear index of its output element.
+  static std::vector<int64_t> output_positions(const Node* n) {
+    const Shape& xs = n->inputs[0]->shape;
+    const Strides os = contiguous_strides(n->shape);
+    std::vector<int64_t> pos(static_cast<size_t>(numel(xs)));
+    for_each_index(xs, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      int64_t o = 0;
+      for (size_t d = 0; d < xs.size(); ++d)
+        if (n->shape[d] != 1) o += idx[d] * os[d];
+      pos[lin] = o;
+    });
+    return pos;
+  }
+
+  Buf reduce(const Node* n) const {
+    switch (n->op) {
+    case OpKind::Sum: return n->dtype == DType::Bool || !is_floating(n->dtype) ? int_sum(n) : float_sum(n);
+    case OpKind::Max:
+    case OpKind::Min: return extreme(n);
+    case OpKind::Argmax:
+    case OpKind::Argmin: return arg_extreme(n);
+    default: break;
+    }
+    KILN_ASSERT(false, "not a reduction: " + std::string(op_name(n->op)));
+    return {};
+  }
+
+  Buf float_sum(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const std::vector<int64_t> pos = output_positions(n);
+    Buf b = make_buf(n->dtype, n->numel());
+    for (size_t k = 0; k < pos.size(); ++k) b.f[pos[k]] += x.f[k]; // exact enough in f64, rounded once below
+    for (double& v : b.f) v = rf(n->dtype, v);
+    return b;
+  }
+
+  Buf int_sum(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const std::vector<int64_t> pos = output_positions(n);
+    Buf b = make_buf(n->dtype, n->numel());
+    for (size_t k = 0; k < pos.size(); ++k) b.i[pos[k]] = wadd(b.i[pos[k]], x.i[k]);
+    for (int64_t& v : b.i) v = wrap(n->dtype, v);
+    return b;
+  }
+
+  Buf extreme(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const bool is_max = n->op == OpKind::Max;
+    const std::vector<int64_t> pos = output_positions(n);
+    Buf b = make_buf(n->dtype, n->numel());
+    if (b.is_float) {
+      for (double& v : b.f) v = is_max ? -kInf : kInf;
+      for (size_t k = 0; k < pos.size(); ++k)
+        b.f[pos[k]] = is_max ? nan_max(b.f[pos[k]], x.f[k]) : nan_min(b.f[pos[k]], x.f[k]);
+      return b;
+    }
+    for (int64_t& v : b.i) v = is_max ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+    for (size_t k = 0; k < pos.size(); ++k)
+      b.i[pos[k]] = is_max ? std::max(b.i[pos[k]], x.i[k]) : std::min(b.i[pos[k]], x.i[k]);
+    return b;
+  }
+
+  /// True when a (at a later index) replaces the current best b.
+  static bool better(bool is_max, double a, double b, bool have) {
+    if (!have) return true;
+    if (std::isnan(b)) return false;
+    if (std::isnan(a)) return true;
+    return is_max ? a > b : a < b;
+  }
+
+  Buf arg_extreme(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const bool is_max = n->op == OpKind::Argmax;
+    const int64_t dim = n->attrs.ints.at(0);
+    const Shape& xs = n->inputs[0]->shape;
+    const std::vector<int64_t> pos = output_positions(n);
+    Buf b = make_buf(DType::Int64, n->numel());
+    std::vector<double> best_f(static_cast<size_t>(n->numel()), 0.0);
+    std::vector<int64_t> best_i(static_cast<size_t>(n->numel()), 0);
+    std::vector<char> have(static_cast<size_t>(n->numel()), 0);
+    for_each_index(xs, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      const int64_t o = pos[lin];
+      bool take;
+      if (x.is_float) take = better(is_max, x.f[lin], best_f[o], have[o]);
+      else take = !have[o] || (is_max ? x.i[lin] > best_i[o] : x.i[lin] < best_i[o]);
+      if (!take) return;
+      have[o] = 1;
+      if (x.is_float) best_f[o] = x.f[lin];
+      else best_i[o] = x.i[lin];
+      b.i[o] = idx[dim];
+    });
+    return b;
+  }
+
+  // ------------------------------------------------------------ movement
+
+  /// Input linear offset for output index `idx` of a one-input movement op; -1 for padding.
+  static int64_t source_offset(const Node* n, const std::vector<int64_t>& idx, const Strides& xst) {
+    const Shape& xs = n->inputs[0]->shape;
+    const std::vector<int64_t>& a = n->attrs.ints;
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      switch (n->op) {
+      case OpKind::Permute: off += idx[d] * xst[a[d]]; break;
+      case OpKind::Expand: off += (xs[d] == 1 ? 0 : idx[d]) * xst[d]; break;
+      case OpKind::Slice: off += (a[2 * d] + idx[d] * a[2 * d + 1]) * xst[d]; break;
+      case OpKind::Pad: {
+        const int64_t j = idx[d] - a[2 * d];
+        if (j < 0 || j >= xs[d]) return -1;
+        off += j * xst[d];
+        break;
+      }
+      default: KILN_ASSERT(false, "not a strided movement op: " + std::string(op_name(n->op)));
+      }
+    }
+    return off;
+  }
+
+  static void copy_element(const Buf& from, int64_t src, Buf& to, int64_t dst) {
+    if (to.is_float) to.f[dst] = from.f[src];
+    else to.i[dst] = from.i[src];
+  }
+
+  Buf movement(const Node* n) const {
+    if (n->op == OpKind::Reshape) return in(n, 0);
+    if (n->op == OpKind::Concat) return concat(n);
+    const Buf& x = in(n, 0);
+    const Strides xst = contiguous_strides(n->inputs[0]->shape);
+    Buf b = make_buf(n->dtype, n->numel());
+    for_each_index(n->shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      const int64_t src = source_offset(n, idx, xst);
+      if (src >= 0) copy_element(x, src, b, lin);
+      else if (b.is_float) b.f[lin] = rf(n->dtype, n->attrs.f0);
+      else b.i[lin] = wrap(n->dtype, n->attrs.i0);
+    });
+    return b;
+  }
+
+  Buf concat(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    Buf b = make_buf(n->dtype, n->numel());
+    for_each_index(n->shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      int64_t j = idx[dim];
+      size_t piece = 0;
+      while (j >= n->inputs[piece]->shape[dim]) j -= n->inputs[piece++]->shape[dim];
+      const Strides st = contiguous_strides(n->inputs[piece]->shape);
+      int64_t src = 0;
+      for (size_t d = 0; d < idx.size(); ++d) src += (d == dim ? j : idx[d]) * st[d];
+      copy_element(in(n, piece), src, b, lin);
+    });
+    return b;
+  }
+
+  // ------------------------------------------------------------ matmul
+
+  Buf matmul(const Node* n) const {
+    const Buf& x = in(n, 0);
+    const Buf& y = in(n, 1);
+    const size_t r = n->shape.size();
+    const int64_t m = n->shape[r - 2], cols = n->shape[r - 1], kk = n->inputs[0]->shape[r - 1];
+    const int64_t batch = m * cols == 0 ? 0 : n->numel() / (m * cols);
+    Buf b = make_buf(n->dtype, n->numel());
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t xo = (bi * m + i) * kk, yo = bi * kk * cols + j, o = (bi * m + i) * cols + j;
+          if (b.is_float) {
+            double acc = 0;
+            for (int64_t k = 0; k < kk; ++k) acc += x.f[xo + k] * y.f[yo + k * cols];
+            b.f[o] = rf(n->dtype, acc);
+          } else {
+            int64_t acc = 0;
+            for (int64_t k = 0; k < kk; ++k) acc = wadd(acc, wmul(x.i[xo + k], y.i[yo + k * cols]));
+            b.i[o] = wrap(n->dtype, acc);
+          }
+        }
+    return b;
+  }
+};
+
+} // namespace
+
+std::vector<InterpretResult> interpret(const std::vector<NodeRef>& roots, const InterpretOptions& options) {
+  return Interpreter(options).run(roots);
+}
+
+InterpretResult interpret_one(const NodeRef& root, const InterpretOptions& options) {
+  return interpret({root}, options).at(0);
+}
+
+} // namespace kiln::graph

@@ -1,0 +1,248 @@
+// User errors: shape, dtype, dim and argument errors throw kiln::Error naming
+// the op, the operands' types ("f32[2,3]") and the user's source line, also when
+// raised through an operator.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+/// Runs `f`, which must throw kiln::Error for `op`; the message must contain each
+/// of `parts` and this file's name with `line` (the line of the failing call).
+void expect_error(const std::function<void()>& f, int line, const std::string& op,
+                  const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.op(), op) << msg;
+    EXPECT_EQ(msg.rfind(op + ": ", 0), 0u) << "the message starts with the op: " << msg;
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    const std::string where = "test_errors.cpp:" + std::to_string(line);
+    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << op << ": nothing was thrown";
+}
+
+Tensor f32(IntList s) { return zeros(std::move(s), kFloat32); }
+Tensor f64(IntList s) { return zeros(std::move(s), kFloat64); }
+Tensor i32(IntList s) { return zeros(std::move(s), kInt32); }
+Tensor i64(IntList s) { return zeros(std::move(s), kInt64); }
+Tensor b8(IntList s) { return zeros(std::move(s), kBool); }
+
+// ---------------------------------------------------------------- broadcasting, through operators
+
+TEST(Errors, BinaryOperatorsNameTheirLine) {
+  Tensor a = f32({2, 3}), b = f32({4});
+  expect_error([&] { (void)(a + b); }, __LINE__, "add", {"f32[2,3]", "f32[4]", "broadcast"});
+  expect_error([&] { (void)(a - b); }, __LINE__, "sub", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a * b); }, __LINE__, "mul", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a / b); }, __LINE__, "div", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a == b); }, __LINE__, "eq", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a != b); }, __LINE__, "ne", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a < b); }, __LINE__, "lt", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a <= b); }, __LINE__, "le", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a > b); }, __LINE__, "gt", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)(a >= b); }, __LINE__, "ge", {"f32[2,3]", "f32[4]"});
+}
+
+TEST(Errors, MixedDtypesAreNamed) {
+  Tensor a = i32({2, 3}), b = f64({3, 2});
+  expect_error([&] { (void)(a + b); }, __LINE__, "add", {"i32[2,3]", "f64[3,2]"});
+  expect_error([&] { (void)add(i64({5}), f32({0})); }, __LINE__, "add", {"i64[5]", "f32[0]"});
+}
+
+TEST(Errors, ChainedExpressionNamesTheFailingOperator) {
+  Tensor a = f32({3}), b = f32({3}), c = f32({2});
+  expect_error([&] { (void)(a * b + c); }, __LINE__, "add", {"f32[3]", "f32[2]"});
+  Tensor d = a + b; // fine
+  expect_error(
+      [&] {
+        Tensor e = d * 2;
+        (void)(e - c); // the line of the '-'
+      },
+      __LINE__ - 2, "sub", {"f32[3]", "f32[2]"});
+}
+
+TEST(Errors, NamedFunctions) {
+  Tensor a = f32({2, 3}), b = f32({4});
+  expect_error([&] { (void)add(a, b); }, __LINE__, "add", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)pow(a, b); }, __LINE__, "pow", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)maximum(a, b); }, __LINE__, "maximum", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)minimum(a, b); }, __LINE__, "minimum", {"f32[2,3]", "f32[4]"});
+  expect_error([&] { (void)logical_and(b8({2}), b8({3})); }, __LINE__, "logical_and", {"bool[2]", "bool[3]"});
+  expect_error([&] { (void)logical_or(b8({2}), b8({3})); }, __LINE__, "logical_or", {"bool[2]", "bool[3]"});
+}
+
+// ---------------------------------------------------------------- dtype errors
+
+TEST(Errors, ArithmeticOnBool) {
+  Tensor p = b8({2}), q = b8({2});
+  expect_error([&] { (void)(p + q); }, __LINE__, "add", {"bool[2]"});
+  expect_error([&] { (void)(p * q); }, __LINE__, "mul", {"bool[2]"});
+  expect_error([&] { (void)(p - true); }, __LINE__, "sub", {"bool[2]"});
+  expect_error([&] { (void)neg(p); }, __LINE__, "neg", {"bool[2]"});
+  expect_error([&] { (void)(-p); }, __LINE__, "neg", {"bool[2]"});
+  expect_error([&] { (void)(true * p); }, __LINE__, "mul", {"bool[2]"}); // scalar on the left
+  expect_error([&] { (void)(false + p); }, __LINE__, "add", {"bool[2]"});
+  expect_error([&] { (void)abs(p); }, __LINE__, "abs", {"bool[2]"});
+  expect_error([&] { (void)relu(p); }, __LINE__, "relu", {"bool[2]"});
+  expect_error([&] { (void)max(p); }, __LINE__, "max", {"bool[2]"});
+  expect_error([&] { (void)argmax(p, 0); }, __LINE__, "argmax", {"bool[2]"});
+  expect_error([&] { (void)matmul(b8({2, 2}), b8({2, 2})); }, __LINE__, "matmul", {"bool[2,2]"});
+}
+
+TEST(Errors, DtypeRequirements) {
+  expect_error([&] { (void)mean(i32({3})); }, __LINE__, "mean", {"i32[3]", "floating"});
+  expect_error([&] { (void)i64({3}).mean({0}); }, __LINE__, "mean", {"i64[3]"});
+  expect_error([&] { (void)where(f32({3}), f32({3}), f32({3})); }, __LINE__, "where", {"f32[3]", "bool"});
+  expect_error([&] { (void)pow(i32({3}), -1); }, __LINE__, "pow", {"i32[3]", "negative"});
+  expect_error([&] { (void)rand({2}, 0, kInt32); }, __LINE__, "rand", {"i32"});
+  expect_error([&] { (void)randn({2}, 0, kBool); }, __LINE__, "randn", {"bool"});
+  expect_error([&] { (void)arange(0, 3, 1, kBool); }, __LINE__, "arange", {"bool"});
+}
+
+// ---------------------------------------------------------------- dims
+
+TEST(Errors, ReductionDims) {
+  Tensor x = f32({2, 3});
+  expect_error([&] { (void)sum(x, {2}); }, __LINE__, "sum", {"f32[2,3]", "dim 2"});
+  expect_error([&] { (void)x.sum({-3}); }, __LINE__, "sum", {"f32[2,3]", "dim -3"});
+  expect_error([&] { (void)sum(x, {0, -2}); }, __LINE__, "sum", {"f32[2,3]", "more than once"});
+  expect_error([&] { (void)mean(x, {5}); }, __LINE__, "mean", {"f32[2,3]", "dim 5"});
+  expect_error([&] { (void)max(x, {7}); }, __LINE__, "max", {"f32[2,3]"});
+  expect_error([&] { (void)x.min({2}, true); }, __LINE__, "min", {"f32[2,3]"});
+  expect_error([&] { (void)argmax(x, 2); }, __LINE__, "argmax", {"f32[2,3]", "dim 2"});
+  expect_error([&] { (void)x.argmin(-3); }, __LINE__, "argmin", {"f32[2,3]"});
+}
+
+TEST(Errors, EmptyReductions) {
+  Tensor x = f32({2, 0});
+  expect_error([&] { (void)max(x, {1}); }, __LINE__, "max", {"f32[2,0]", "empty"});
+  expect_error([&] { (void)min(x); }, __LINE__, "min", {"f32[2,0]"});
+  expect_error([&] { (void)argmax(x, 1); }, __LINE__, "argmax", {"f32[2,0]"});
+  expect_error([&] { (void)argmin(x, -1); }, __LINE__, "argmin", {"f32[2,0]"});
+}
+
+TEST(Errors, MovementDims) {
+  Tensor x = f32({2, 3});
+  expect_error([&] { (void)x.permute({0}); }, __LINE__, "permute", {"f32[2,3]"});
+  expect_error([&] { (void)permute(x, {1, 1}); }, __LINE__, "permute", {"f32[2,3]", "repeats"});
+  expect_error([&] { (void)x.permute({0, 2}); }, __LINE__, "permute", {"f32[2,3]", "dim 2"});
+  expect_error([&] { (void)x.transpose(0, 2); }, __LINE__, "transpose", {"f32[2,3]"});
+  expect_error([&] { (void)transpose(x, -3, 0); }, __LINE__, "transpose", {"f32[2,3]"});
+  expect_error([&] { (void)f32({2, 3, 4}).t(); }, __LINE__, "t", {"f32[2,3,4]"});
+  expect_error([&] { (void)x.unsqueeze(3); }, __LINE__, "unsqueeze", {"f32[2,3]"});
+  expect_error([&] { (void)x.squeeze(2); }, __LINE__, "squeeze", {"f32[2,3]"});
+  expect_error([&] { (void)x.size(2); }, __LINE__, "size", {"f32[2,3]"});
+  expect_error([&] { (void)x.flatten(1, 0); }, __LINE__, "flatten", {"f32[2,3]"});
+  expect_error([&] { (void)concat({x, x}, 2); }, __LINE__, "concat", {"f32[2,3]"});
+  expect_error([&] { (void)x.slice(2, 0, 1); }, __LINE__, "slice", {"f32[2,3]"});
+}
+
+// ---------------------------------------------------------------- shapes and arguments
+
+TEST(Errors, Reshape) {
+  Tensor x = f32({2, 3});
+  expect_error([&] { (void)x.reshape({5}); }, __LINE__, "reshape", {"f32[2,3]", "[5]"});
+  expect_error([&] { (void)reshape(x, {-1, -1}); }, __LINE__, "reshape", {"f32[2,3]", "-1"});
+  expect_error([&] { (void)x.view({4, -1}); }, __LINE__, "reshape", {"f32[2,3]", "[4,-1]"});
+  expect_error([&] { (void)x.reshape({-2, 3}); }, __LINE__, "reshape", {"f32[2,3]"});
+  expect_error([&] { (void)f32({0, 3}).reshape({0, -1}); }, __LINE__, "reshape", {"f32[0,3]"});
+}
+
+TEST(Errors, Expand) {
+  Tensor x = f32({2, 3});
+  expect_error([&] { (void)x.expand({4, 3}); }, __LINE__, "expand", {"f32[2,3]", "[4,3]"});
+  expect_error([&] { (void)expand(x, {3}); }, __LINE__, "expand", {"f32[2,3]", "fewer dims"});
+  expect_error([&] { (void)x.expand({-1, -1, 3}); }, __LINE__, "expand", {"f32[2,3]"});
+}
+
+TEST(Errors, SliceConcatPad) {
+  Tensor x = f32({4, 5});
+  expect_error([&] { (void)x.slice(0, 0, 4, 0); }, __LINE__, "slice", {"f32[4,5]", "step"});
+  expect_error([&] { (void)slice(x, 1, 0, 4, -1); }, __LINE__, "slice", {"f32[4,5]", "step"});
+  expect_error([&] { (void)scalar_tensor(1).slice(0, 0, 1); }, __LINE__, "slice", {"f32[]"});
+  expect_error([&] { (void)concat({x, f32({4, 2}), f32({3, 5})}, 1); }, __LINE__, "concat", {"f32[4,5]", "f32[3,5]"});
+  expect_error([&] { (void)concat({x, f32({4})}); }, __LINE__, "concat", {"f32[4,5]", "f32[4]"});
+  expect_error([&] { (void)concat({}); }, __LINE__, "concat", {"at least one"});
+  expect_error([&] { (void)pad(x, {1}); }, __LINE__, "pad", {"f32[4,5]"});
+  expect_error([&] { (void)pad(x, {1, 1, 1, 1, 1, 1}); }, __LINE__, "pad", {"f32[4,5]"});
+  expect_error([&] { (void)pad(x, {-1, 0}); }, __LINE__, "pad", {"f32[4,5]", "negative"});
+}
+
+TEST(Errors, Matmul) {
+  expect_error([&] { (void)matmul(f32({2, 3}), f32({4, 5})); }, __LINE__, "matmul", {"f32[2,3]", "f32[4,5]", "inner"});
+  expect_error([&] { (void)f32({3}).matmul(f64({4})); }, __LINE__, "matmul", {"f32[3]", "f64[4]"});
+  expect_error([&] { (void)matmul(scalar_tensor(1), f32({3})); }, __LINE__, "matmul", {"f32[]", "f32[3]"});
+  expect_error([&] { (void)matmul(f32({2, 2, 3}), f32({3, 3, 4})); }, __LINE__, "matmul", {"f32[2,2,3]", "f32[3,3,4]", "batch"});
+}
+
+TEST(Errors, Where) {
+  expect_error([&] { (void)where(b8({2}), f32({3}), f32({3})); }, __LINE__, "where", {"bool[2]", "f32[3]"});
+  expect_error([&] { (void)where(b8({3}), i32({2, 3}), f32({4, 3})); }, __LINE__, "where", {"i32[2,3]", "f32[4,3]"});
+}
+
+TEST(Errors, Creation) {
+  expect_error([&] { (void)zeros({2, -1}); }, __LINE__, "full", {"[2,-1]"});
+  expect_error([&] { (void)full({-3}, 1.5); }, __LINE__, "full", {"[-3]"});
+  expect_error([&] { (void)rand({-1}, 0); }, __LINE__, "rand", {"[-1]"});
+  expect_error([&] { (void)arange(0, 5, 0, kFloat32); }, __LINE__, "arange", {"step"});
+  expect_error([&] { (void)arange(5, 0, 1, kInt64); }, __LINE__, "arange", {"sign"});
+  expect_error([&] { (void)from_vector<float>({1, 2, 3}, {2, 2}); }, __LINE__, "from_vector", {"[2,2]"});
+}
+
+TEST(Errors, ReadingValues) {
+  Tensor x = f32({2, 3});
+  expect_error([&] { (void)x.item<float>(); }, __LINE__, "item", {"f32[2,3]", "one element"});
+  expect_error([&] { (void)f32({0}).item<double>(); }, __LINE__, "item", {"f32[0]"});
+}
+
+TEST(Errors, BackwardWithoutGrad) {
+  Tensor x = f32({3});
+  expect_error([&] { x.backward(); }, __LINE__, "backward", {"f32[3]"});
+  expect_error([&] { x.assign(f64({3})); }, __LINE__, "assign", {"f32[3]", "f64[3]"});
+}
+
+TEST(Errors, RequiresGradOnIntegerTensorNamesTheLine) {
+  Tensor x = i32({3});
+  expect_error([&] { x.requires_grad_(); }, __LINE__, "requires_grad_", {"i32[3]"});
+}
+
+TEST(Errors, UndefinedTensorOperandThrows) {
+  // In a child process, so that a crash fails this test only.
+  EXPECT_EXIT(
+      {
+        Tensor undefined;
+        try {
+          (void)(undefined + f32({2}));
+        } catch (const Error&) {
+          std::exit(0);
+        }
+        std::exit(1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(Errors, ErrorIsARuntimeError) {
+  try {
+    (void)(f32({2}) + f32({3}));
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("add"), std::string::npos);
+  }
+}
+
+} // namespace
+} // namespace kiln
