@@ -14,11 +14,13 @@
 
 #include "codegen/kernel_ir.h"
 #include "codegen/llvm_jit.h"
-#include "codegen/random.h"
+#include "graph/random.h"
 
 using namespace kiln;
 using namespace kiln::codegen;
 using graph::OpKind;
+using graph::random_normal;
+using graph::random_uniform;
 
 namespace {
 
@@ -818,4 +820,89 @@ TEST(LLVM, AssemblyDump) {
   const std::string s = LlvmJit::instance().assembly(k);
   EXPECT_NE(s.find(k.name), std::string::npos);
   EXPECT_NE(s.find("vaddps"), std::string::npos);
+}
+
+namespace {
+
+/// Sizes of a hand-built batched matmul: C[b, i, j] = sum_k A[b, i, k] * B[k, j].
+struct MmSize {
+  int64_t batch, m, k, n;
+};
+
+/// The matmul kernel as lowering builds it (B row-major: block_inner), stored as
+/// relu(C) + j so that the store expression uses ReduceResult and a loop var.
+/// Params: p0 batch, p1 m, p2 n, p3 k.
+Kernel blocked_matmul_kernel(DType dt, bool block_inner) {
+  Kernel k;
+  k.buffers = {{dt}, {dt}, {dt, true}};
+  k.num_params = 4;
+  k.domain = {param(0), param(1), param(2)};
+  ExprRef row = iadd(imul(loop_var(0), param(1)), loop_var(1));
+  ExprRef a = load(0, dt, iadd(imul(row, param(3)), reduce_var(0)));
+  ExprRef b = load(1, dt, iadd(imul(reduce_var(0), param(2)), loop_var(2)));
+  Reduction red{OpKind::Sum, dt, {param(3)}, op(OpKind::Mul, dt, {a, b}), /*fma=*/true};
+  red.block_inner = block_inner;
+  k.reductions.push_back(red);
+  ExprRef c = op(OpKind::Relu, dt, {reduce_result(0, dt)});
+  k.stores.push_back({2, iadd(imul(row, param(2)), loop_var(2)), op(OpKind::Add, dt, {c, cast(loop_var(2), dt)})});
+  return k;
+}
+
+/// The same, in plain C++: each point accumulates over k in order, one fma per step.
+template <class T> std::vector<T> matmul_reference(const std::vector<T>& a, const std::vector<T>& b, MmSize s) {
+  std::vector<T> c(s.batch * s.m * s.n);
+  for (int64_t r = 0; r < s.batch * s.m; ++r)
+    for (int64_t j = 0; j < s.n; ++j) {
+      T acc = 0;
+      for (int64_t q = 0; q < s.k; ++q) {
+        if constexpr (std::is_floating_point_v<T>) acc = std::fma(a[r * s.k + q], b[q * s.n + j], acc);
+        else acc = static_cast<T>(acc + a[r * s.k + q] * b[q * s.n + j]);
+      }
+      const T relu = acc < 0 ? T(0) : acc;
+      c[r * s.n + j] = static_cast<T>(relu + static_cast<T>(j));
+    }
+  return c;
+}
+
+/// Runs the blocked kernel whole, in uneven chunks and in chunks that split rows
+/// mid-block, and checks every result bitwise against the in-order reference.
+template <class T> void check_blocked_matmul(DType dt) {
+  Kernel kernel = blocked_matmul_kernel(dt, true);
+  CpuKernelFn f = compile(kernel);
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal(0, 1);
+  for (MmSize s : {MmSize{1, 1, 1, 1}, MmSize{1, 3, 7, 65}, MmSize{2, 5, 300, 127}, MmSize{3, 2, 0, 9},
+                   MmSize{1, 4, 33, 1}, MmSize{2, 3, 17, 200}, MmSize{1, 2, 64, 63}}) {
+    std::vector<T> a(s.batch * s.m * s.k), b(s.k * s.n);
+    for (T& x : a) x = static_cast<T>(std::is_floating_point_v<T> ? normal(rng) : std::round(4 * normal(rng)));
+    for (T& x : b) x = static_cast<T>(std::is_floating_point_v<T> ? normal(rng) : std::round(4 * normal(rng)));
+    const std::vector<T> want = matmul_reference(a, b, s);
+    const int64_t n = s.batch * s.m * s.n;
+    const std::vector<int64_t> params{s.batch, s.m, s.n, s.k};
+    for (int64_t chunk : {int64_t{0}, int64_t{-1}, int64_t{37}, int64_t{100}}) {
+      std::vector<T> got(std::max<int64_t>(n, 1), T(-7));
+      std::vector<void*> bufs{a.data(), b.data(), got.data()};
+      if (chunk == 0) f(0, n, bufs.data(), params.data());
+      else if (chunk < 0) run_chunked(f, n, bufs, params);
+      else for (int64_t lo = 0; lo < n; lo += chunk) f(lo, std::min(n, lo + chunk), bufs.data(), params.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same(got[i], want[i])) << dtype_name(dt) << " " << s.batch << "x" << s.m << "x" << s.k << "x"
+                                           << s.n << " chunk " << chunk << " at " << i << ": " << got[i]
+                                           << " != " << want[i];
+    }
+  }
+}
+
+} // namespace
+
+TEST(LLVM, BlockedMatmulBitwiseInOrderF32) { check_blocked_matmul<float>(DType::Float32); }
+TEST(LLVM, BlockedMatmulBitwiseInOrderF64) { check_blocked_matmul<double>(DType::Float64); }
+TEST(LLVM, BlockedMatmulInt32) { check_blocked_matmul<int32_t>(DType::Int32); }
+TEST(LLVM, BlockedMatmulInt64) { check_blocked_matmul<int64_t>(DType::Int64); }
+
+TEST(LLVM, BlockedMatmulIsVectorized) {
+  Kernel k = blocked_matmul_kernel(DType::Float32, true);
+  finalize(k);
+  const std::string ir = LlvmJit::instance().llvm_ir(k);
+  EXPECT_TRUE(has_wide_float_vectors(ir)) << ir.substr(0, 4000);
 }

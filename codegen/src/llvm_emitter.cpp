@@ -7,6 +7,9 @@
 //     pointers and calls the body. After inlining, the noalias arguments become
 //     alias scopes, so the vectorizer needs no runtime overlap checks.
 // Loop counters and accumulators live in allocas; SROA turns them into SSA values.
+// A reduction marked block_inner (matmul, B row-major) runs over blocks of points of
+// a row with the reduction loop outside (emit_row_blocked): B's loads vectorize over
+// the points and the block's accumulators stay in vector registers.
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -134,8 +137,8 @@ private:
     return eb.CreateAlloca(t, nullptr, name);
   }
 
-  /// for (v = start; v < end; ++v) body(v).
-  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body) {
+  /// for (v = start; v < end; v += step) body(v).
+  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1) {
     AllocaInst* iv = local(i64(), "iv");
     b_.CreateStore(start, iv);
     BasicBlock* cond = BasicBlock::Create(ctx_, "cond", fn_);
@@ -147,8 +150,19 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(v, end), loop, exit);
     b_.SetInsertPoint(loop);
     body(v);
-    b_.CreateStore(b_.CreateAdd(v, c64(1), "", true, true), iv);
+    b_.CreateStore(b_.CreateAdd(v, c64(step), "", true, true), iv);
     b_.CreateBr(cond);
+    b_.SetInsertPoint(exit);
+  }
+
+  /// if (cond) body().
+  void if_then(Value* cond, const std::function<void()>& body) {
+    BasicBlock* then = BasicBlock::Create(ctx_, "then", fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, "endif", fn_);
+    b_.CreateCondBr(cond, then, exit);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(exit);
     b_.SetInsertPoint(exit);
   }
 
@@ -201,10 +215,15 @@ private:
     loop_vars_[0] = rem;
     Value* j = loop_vars_[rank - 1];
     Value* n = b_.CreateBinaryIntrinsic(Intrinsic::smin, b_.CreateSub(ext[rank - 1], j), b_.CreateSub(end, i));
-    for_range(c64(0), n, [&](Value* t) {
-      loop_vars_[rank - 1] = b_.CreateAdd(j, t, "", true, true);
-      emit_point();
-    });
+    if (blocked()) {
+      loop_vars_[rank - 1] = nullptr; // set per point inside the blocks
+      emit_row_blocked(j, n);
+    } else {
+      for_range(c64(0), n, [&](Value* t) {
+        loop_vars_[rank - 1] = b_.CreateAdd(j, t, "", true, true);
+        emit_point();
+      });
+    }
     b_.CreateStore(b_.CreateAdd(i, n), iv);
     // An empty last extent gives n <= 0: stop rather than spin.
     b_.CreateCondBr(b_.CreateICmpSGT(n, c64(0)), cond, exit);
@@ -223,6 +242,96 @@ private:
       for_nest(exprs(k_.map), map_vars_, 0, [&] { emit_stores(); });
     }
     scopes_.pop_back();
+  }
+
+  // --- blocked reduction (matmul with a row-major right operand) -------------------
+
+  /// One Sum reduction whose loads are contiguous in the innermost domain var, and no
+  /// map: the row is computed in blocks of points, reduction loops outside the block.
+  bool blocked() const {
+    return k_.reductions.size() == 1 && k_.reductions[0].block_inner && k_.reductions[0].op == OpKind::Sum &&
+           k_.map.empty() && !k_.domain.empty();
+  }
+
+  /// Points per full block: 256 bytes of accumulators (8 AVX2 registers), enough
+  /// independent FMA chains to hide the FMA latency.
+  int64_t block_width() const {
+    const DType dt = k_.reductions[0].dtype;
+    return dt == DType::Float64 || dt == DType::Int64 ? 32 : 64;
+  }
+
+  /// The points [j, j + n) of one row (outer loop vars set). Blocks have constant
+  /// widths w, w/2, w/4 - a constant trip count lets LLVM unroll the vectorized loop
+  /// over the block and keep the accumulators in registers - and then one shorter
+  /// block of variable width. The split never changes a point's result: each point
+  /// accumulates over k in order with the same step, whatever block it lands in.
+  void emit_row_blocked(Value* j, Value* n) {
+    const int64_t w = block_width();
+    AllocaInst* done = local(i64(), "done");
+    b_.CreateStore(c64(0), done);
+    auto rest = [&] { return b_.CreateSub(n, b_.CreateLoad(i64(), done)); };
+    auto block = [&](Value* width) {
+      Value* t0 = b_.CreateLoad(i64(), done);
+      emit_block(b_.CreateAdd(j, t0, "", true, true), width);
+      b_.CreateStore(b_.CreateAdd(t0, width, "", true, true), done);
+    };
+    // Full blocks while they fit, then at most one block of each smaller constant width.
+    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(w)), c64(w));
+    for_range(c64(0), full, [&](Value*) { block(c64(w)); }, w);
+    for (int64_t part = w / 2; part >= w / 4; part /= 2)
+      if_then(b_.CreateICmpSGE(rest(), c64(part)), [&] { block(c64(part)); });
+    if_then(b_.CreateICmpSGT(rest(), c64(0)), [&] { block(rest()); });
+  }
+
+  /// The block of points j0 + [0, width): acc[t] for each point, the reduction loops
+  /// outermost and the points innermost (the loop LLVM vectorizes), then the stores.
+  void emit_block(Value* j0, Value* width) {
+    const Reduction& r = k_.reductions[0];
+    KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
+    const size_t last = k_.domain.size() - 1;
+    Type* t = reg(r.dtype);
+    auto* arr = ArrayType::get(t, static_cast<uint64_t>(block_width()));
+    AllocaInst* acc = local(arr, "acc.block");
+    auto slot = [&](Value* p) { return b_.CreateInBoundsGEP(arr, acc, {c64(0), p}); };
+    auto at_point = [&](Value* p) { loop_vars_[last] = b_.CreateAdd(j0, p, "", true, true); };
+    scopes_.emplace_back();
+    for_range(c64(0), width, [&](Value* p) { b_.CreateStore(reduction_init(RedKind::Sum, r.dtype), slot(p)); });
+    reduce_vars_.assign(r.extents.size(), nullptr);
+    for_nest(exprs(r.extents), reduce_vars_, 0, [&] {
+      for_range(c64(0), width, [&](Value* p) {
+        scopes_.emplace_back();
+        at_point(p);
+        b_.CreateStore(sum_step(r, b_.CreateLoad(t, slot(p))), slot(p));
+        scopes_.pop_back();
+      });
+    });
+    reduce_vars_.clear();
+    for_range(c64(0), width, [&](Value* p) {
+      scopes_.emplace_back();
+      at_point(p);
+      results_ = {b_.CreateLoad(t, slot(p))};
+      emit_stores();
+      scopes_.pop_back();
+    });
+    loop_vars_[last] = nullptr;
+    scopes_.pop_back();
+  }
+
+  /// acc + value in sequential order: fmuladd for matmul, a plain add otherwise (no
+  /// reassoc: each point's chain is its own, the vectorized loop runs over points).
+  Value* sum_step(const Reduction& r, Value* acc) {
+    if (!is_fma_reduction(r)) {
+      Value* v = expr(r.value);
+      if (r.dtype == DType::Bool) return b_.CreateOr(acc, v);
+      return is_floating(r.dtype) ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
+    }
+    Value* a = expr(r.value->args[0]);
+    Value* c = expr(r.value->args[1]);
+    IRBuilder<>::FastMathFlagGuard guard(b_);
+    FastMathFlags f;
+    f.setAllowContract(true);
+    b_.setFastMathFlags(f);
+    return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, c, acc});
   }
 
   void emit_stores() {
@@ -556,7 +665,7 @@ private:
 
   static IntegerType* cast_int(Type* t) { return llvm::cast<IntegerType>(t); }
 
-  // --- random numbers (random.h, bit-exact integer part) ------------------------
+  // --- random numbers (graph/random.h, bit-exact integer part) ------------------------
 
   Value* random_bits(uint64_t seed, Value* counter) {
     Value* z = b_.CreateAdd(b_.CreateMul(counter, c64(static_cast<int64_t>(0xd1b54a32d192ed03ULL))),
