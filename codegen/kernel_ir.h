@@ -36,7 +36,7 @@ enum class ExprKind : uint8_t {
   IntDiv,       ///< args[0] / args[1] on i64 (operands are never negative)
   IntMod,       ///< args[0] % args[1] on i64 (operands are never negative)
   ReduceResult, ///< result of reduction `index` (for Argmax/Argmin the i64 index)
-  Random,       ///< counter-based random number (see random.h): `op` Rand or Randn, seed `i`, counter args[0]
+  Random,       ///< counter-based random number (see graph/random.h): `op` Rand or Randn, seed `i`, counter args[0]
 };
 
 struct Expr;

@@ -27,6 +27,7 @@ struct KernelLaunch {
   std::vector<int64_t> params;            ///< values of the kernel's i64 parameters
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
+  int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
 };
 
 /// Kernels in execution order.

@@ -40,7 +40,7 @@ NodeRef sum_to(const NodeRef& x, const Shape& shape);
 /// Strided slice: per dim a start and a step, with the result extents `shape`.
 NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape shape);
 /// Constant padding: per dim elements before and after.
-NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, double value = 0);
+NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, const Scalar& value = 0);
 /// Concatenation along `dim`.
 NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
 /// Batched matrix product of same-rank operands whose batch dims agree.

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -104,5 +105,7 @@ size_t live_node_count();
 
 /// All nodes reachable from `roots`, inputs before users (deterministic order).
 std::vector<const Node*> topo_order(const std::vector<const Node*>& roots);
+/// Same, not descending into the inputs of nodes for which `stop` is true (they are listed).
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop);
 
 } // namespace kiln::graph

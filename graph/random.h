@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kiln::codegen {
+namespace kiln::graph {
 
 /// splitmix64's finalizer of (seed, counter): 64 well-mixed bits.
 inline uint64_t random_bits(uint64_t seed, uint64_t counter) {
@@ -32,4 +32,4 @@ inline double random_normal(uint64_t seed, uint64_t counter, bool f64) {
   return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(6.283185307179586 * u2);
 }
 
-} // namespace kiln::codegen
+} // namespace kiln::graph

@@ -27,6 +27,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "codegen/src/llvm_math.h"
+#include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
 #include "kiln/error.h"
 
 namespace kiln::codegen {
@@ -206,7 +207,7 @@ struct LlvmJit::Impl {
   /// The disk-cache key: everything the object code depends on.
   std::string cache_key(const Kernel& k) const {
     return print_kernel(k) + "\ntarget " + tm->getTargetCPU().str() + " " + tm->getTargetFeatureString().str() +
-           "\nllvm " LLVM_VERSION_STRING "\nkiln " KILN_VERSION "\n";
+           "\nllvm " LLVM_VERSION_STRING "\nkiln " KILN_VERSION " codegen " KILN_CODEGEN_HASH "\n";
   }
 
   /// Optimized object code for the kernel.

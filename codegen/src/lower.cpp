@@ -41,7 +41,7 @@ public:
             const std::unordered_set<const Node*>& forced)
       : opt_(opt), forced_(forced) {
     for (const Node* o : outputs) outputs_.insert(o);
-    order_ = graph::topo_order(outputs);
+    order_ = graph::topo_order(outputs, is_source); // a realized value's history is not needed
     for (const Node* n : order_)
       if (!is_source(n))
         for (const auto& in : n->inputs) users_[in.get()].push_back(n);
@@ -399,7 +399,8 @@ private:
       if (starts[k] > 0) mine = both(mine, op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])}));
       result = op(OpKind::Where, n->dtype, {mine, compute(piece, in, both(guard, mine)), result});
     }
-    return result;
+    // Every piece empty: the node has no elements, so the value is never evaluated.
+    return result ? result : int_constant(n->dtype, 0);
   }
 
   // Reshape as index arithmetic: a buffer is read at the same linear offset; otherwise
@@ -488,6 +489,7 @@ private:
     // A transposed right operand is contiguous in k (dot products); otherwise its rows
     // are contiguous in j, and whole rows of the output accumulate together.
     red.block_inner = b->op != OpKind::Permute && n->shape[r - 1] > 1;
+    if (red.block_inner) launch_.min_chunk = n->shape[r - 1]; // blocks of a row share the A loads
     red.value = op(OpKind::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
     launch_.work_per_point = std::max<int64_t>(1, k);
     kernel_.reductions.push_back(std::move(red));

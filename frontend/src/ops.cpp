@@ -34,6 +34,7 @@ DType combine_categories(std::optional<DType> higher, std::optional<DType> lower
 }
 
 DType result_type(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) (void)t->node(); // an undefined operand throws kiln::Error here
   std::optional<DType> dim, zero, wrapped;
   auto update = [](std::optional<DType>& slot, DType t) { slot = slot ? promote_types(*slot, t) : t; };
   for (const Tensor* t : ts) {
@@ -244,18 +245,26 @@ static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype
 Tensor rand(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Rand, shape, seed, dtype, loc); }
 Tensor randn(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Randn, shape, seed, dtype, loc); }
 
+template <class T> Tensor from_vector(const std::vector<T>& data) {
+  return from_vector(data, {static_cast<int64_t>(data.size())});
+}
+
 template <class T> Tensor from_vector(const std::vector<T>& data, IntList shape, Loc loc) {
-  if (shape.empty() && data.size() != 1) shape = {static_cast<int64_t>(data.size())};
   check_shape("from_vector", shape, loc);
   if (graph::numel(shape) != static_cast<int64_t>(data.size()))
     throw Error("from_vector", std::to_string(data.size()) + " values do not fill shape " + graph::shape_str(shape), loc);
   constexpr DType dt = dtype_of<T>();
   return Tensor(graph::make_input(dt, shape, copy_to_storage(data, dt)));
 }
+template Tensor from_vector<float>(const std::vector<float>&);
 template Tensor from_vector<float>(const std::vector<float>&, IntList, Loc);
+template Tensor from_vector<double>(const std::vector<double>&);
 template Tensor from_vector<double>(const std::vector<double>&, IntList, Loc);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&);
 template Tensor from_vector<int32_t>(const std::vector<int32_t>&, IntList, Loc);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, IntList, Loc);
+template Tensor from_vector<bool>(const std::vector<bool>&);
 template Tensor from_vector<bool>(const std::vector<bool>&, IntList, Loc);
 
 Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc) {
@@ -416,7 +425,7 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
     before[x.dim() - 1 - k] = pads[2 * k];
     after[x.dim() - 1 - k] = pads[2 * k + 1];
   }
-  return result(b::pad(x.node(), before, after, value.to_double()), {&x});
+  return result(b::pad(x.node(), before, after, value), {&x});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {

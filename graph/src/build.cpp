@@ -16,6 +16,11 @@ NodeRef constant(double value, DType dtype, Shape shape) {
 }
 
 NodeRef constant_of(const Scalar& value, DType dtype, Shape shape) {
+  if (dtype == DType::Float32 && value.kind() != DType::Float64) { // int64 -> f32 rounds once
+    Attrs a;
+    a.f0 = static_cast<float>(value.to_int());
+    return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+  }
   if (is_floating(dtype)) return constant(value.to_double(), dtype, std::move(shape));
   Attrs a;
   a.i0 = dtype == DType::Bool ? (value.to_double() != 0) : value.to_int();
@@ -40,9 +45,9 @@ NodeRef where(const NodeRef& cond, const NodeRef& a, const NodeRef& b) {
 
 NodeRef cast(const NodeRef& x, DType dtype) {
   if (x->dtype == dtype) return x;
-  if (x->op == OpKind::Const) { // fold: constants stay constants
-    const double v = is_floating(x->dtype) ? x->attrs.f0 : static_cast<double>(x->attrs.i0);
-    if (is_floating(x->dtype) == is_floating(dtype) || is_floating(dtype)) return constant(v, dtype, x->shape);
+  if (x->op == OpKind::Const) { // fold, rounding exactly as the Cast kernel would
+    if (is_floating(x->dtype) && is_floating(dtype)) return constant(x->attrs.f0, dtype, x->shape);
+    if (!is_floating(x->dtype)) return constant_of(Scalar(x->attrs.i0), dtype, x->shape);
   }
   return make_node(OpKind::Cast, dtype, x->shape, {x});
 }
@@ -109,7 +114,7 @@ NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t
   return make_node(OpKind::Slice, x->dtype, std::move(shape), {x}, std::move(a));
 }
 
-NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, double value) {
+NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, const Scalar& value) {
   Attrs a;
   Shape shape = x->shape;
   for (size_t d = 0; d < before.size(); ++d) {
@@ -118,8 +123,9 @@ NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> 
     shape[d] += before[d] + after[d];
   }
   if (shape == x->shape) return x;
-  if (is_floating(x->dtype)) a.f0 = value;
-  else a.i0 = static_cast<int64_t>(value);
+  const NodeRef fill = constant_of(value, x->dtype); // the value in x's dtype, exactly
+  a.f0 = fill->attrs.f0;
+  a.i0 = fill->attrs.i0;
   return make_node(OpKind::Pad, x->dtype, std::move(shape), {x}, std::move(a));
 }
 

@@ -140,6 +140,10 @@ size_t live_node_count() {
 }
 
 std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) {
+  return topo_order(roots, [](const Node*) { return false; });
+}
+
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop) {
   std::vector<const Node*> order;
   std::unordered_set<const Node*> seen;
   // iterative post-order DFS, so that deep graphs do not overflow the stack
@@ -149,7 +153,7 @@ std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) {
     stack.emplace_back(r, 0);
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
-      if (next < n->inputs.size()) {
+      if (next < n->inputs.size() && !stop(n)) {
         const Node* child = n->inputs[next++].get();
         if (seen.insert(child).second) stack.emplace_back(child, 0);
         continue;

@@ -113,7 +113,7 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* b
   const int64_t n = l.domain_size;
   if (n == 0) return;
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / work);
+  const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* params = l.params.data();
   if (n <= grain) return fn(0, n, bufs, params);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),

@@ -135,9 +135,10 @@ Tensor arange(double start, double end, double step, DType dtype, Loc loc = Loc:
 Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
 /// Standard normal from a seed.
 Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
-/// A tensor holding a copy of host data; the shape defaults to 1-d.
-template <class T>
-Tensor from_vector(const std::vector<T>& data, IntList shape = {}, Loc loc = Loc::current());
+/// A 1-d tensor holding a copy of host data (like torch.tensor([...])).
+template <class T> Tensor from_vector(const std::vector<T>& data);
+/// A tensor of the given shape holding a copy of host data ({} makes a 0-d tensor of one value).
+template <class T> Tensor from_vector(const std::vector<T>& data, IntList shape, Loc loc = Loc::current());
 /// A 0-d tensor holding one value of `dtype`.
 Tensor scalar_tensor(Scalar value, DType dtype = kFloat32, Loc loc = Loc::current());
 
