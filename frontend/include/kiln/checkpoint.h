@@ -1,0 +1,60 @@
+#pragma once
+/// \file checkpoint.h
+/// Checkpoints in the safetensors format (https://github.com/huggingface/safetensors):
+/// an 8-byte little-endian header length, a JSON header mapping each tensor's
+/// name to {"dtype", "shape", "data_offsets"} (plus an optional "__metadata__"
+/// object of strings), then the raw little-endian data. Other tools (the
+/// safetensors Python package, PyTorch, NumPy readers) can read the files.
+///
+/// Files are written atomically: to a temporary file in the same directory,
+/// flushed with fsync, then renamed over the target, so a crash leaves either the
+/// old checkpoint or the new one. Loading validates the whole file first and
+/// throws a kiln::Error naming the file and what is wrong (truncated, corrupt
+/// header, size mismatch, missing or unexpected names, shapes, dtypes).
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+class Module;
+}
+namespace kiln::optim {
+class Optimizer;
+}
+
+namespace kiln::checkpoint {
+
+/// A list of (name, tensor) pairs.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+/// The string-to-string "__metadata__" of a safetensors file.
+using Metadata = std::map<std::string, std::string>;
+
+/// Writes `tensors` (realizing them) and `metadata` to `path` in the safetensors format, atomically.
+/// Names must be unique and non-empty; "__metadata__" is reserved.
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+/// What a safetensors file holds.
+struct Contents {
+  NamedTensors tensors; ///< in the order of their data in the file
+  Metadata metadata;    ///< "__metadata__" (empty when absent)
+};
+/// Reads and validates a safetensors file (dtypes F32, F64, I32, I64, BOOL).
+Contents load_safetensors(const std::string& path);
+
+/// Saves the model's state_dict() under its own names and, when given, the optimizer's
+/// state under "optimizer.<index>.<slot>", with metadata {"format": "kiln", "optimizer":
+/// kind, "lr": current lr} added to `metadata`.
+void save(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer = nullptr,
+          Metadata metadata = {});
+
+/// Loads a checkpoint written by save() into `model` and, when given, `optimizer` (whose
+/// learning rate is restored too). Every parameter and buffer must be present with the
+/// same shape and dtype and no other model entry may be present; otherwise nothing is
+/// changed and the error lists every mismatch. Returns the file's metadata.
+Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr);
+
+} // namespace kiln::checkpoint

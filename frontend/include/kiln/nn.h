@@ -1,0 +1,347 @@
+#pragma once
+/// \file nn.h
+/// Neural-network modules in the style of torch::nn: a Module owns named
+/// parameters (tensors that require grad), named buffers (state such as
+/// BatchNorm's running statistics) and named submodules; names are dotted paths
+/// ("0.weight", "features.3.running_mean") as in PyTorch's state_dict.
+///
+/// Modules are handles in spirit: copying a module shares its parameter tensors
+/// and submodules (Tensor is itself a shared handle). Update a parameter with
+/// Tensor::assign, which keeps its identity, never by rebinding the member.
+///
+/// Initialization follows PyTorch (Kaiming-uniform with a = sqrt(5) for Linear
+/// and Conv2d weights, uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) for their biases,
+/// N(0, 1) for Embedding). Random numbers come from kiln's counter-based
+/// rand()/randn(): each initialization takes the next seed of a process-wide
+/// sequence that manual_seed() restarts, so a program builds the same model on
+/// every run and every machine.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/functional.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+/// A list of (dotted name, tensor) pairs, in registration order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// Restarts the sequence of seeds used by module initialization and Dropout.
+void manual_seed(uint64_t seed);
+/// The next seed of the sequence (used by module constructors).
+uint64_t next_seed();
+
+/// The base of all modules.
+class Module {
+public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = default;            ///< shallow: shares parameters and submodules
+  Module& operator=(const Module&) = default; ///< shallow
+  Module(Module&&) = default;                 ///< moves the registrations
+  Module& operator=(Module&&) = default;      ///< moves the registrations
+
+  /// The module's computation on one input. The default throws: modules whose
+  /// forward takes other arguments define their own and are not usable in Sequential.
+  virtual Tensor forward(const Tensor& x);
+  /// Same as forward(x).
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// The type name shown by str() ("Linear").
+  virtual std::string name() const { return "Module"; }
+  /// One line describing the module's configuration ("Linear(in=784, out=256, bias=true)").
+  virtual std::string extra_repr() const { return ""; }
+  /// A multi-line description of the module tree, like printing a torch.nn.Module.
+  std::string str() const;
+
+  /// All parameters, recursively, in the order of named_parameters().
+  std::vector<Tensor> parameters() const;
+  /// Parameters with dotted names: own parameters first, then each submodule's.
+  NamedTensors named_parameters() const;
+  /// All buffers (non-trainable state), recursively.
+  std::vector<Tensor> buffers() const;
+  /// Buffers with dotted names.
+  NamedTensors named_buffers() const;
+  /// Parameters and buffers with dotted names: what a checkpoint stores.
+  NamedTensors state_dict() const;
+  /// The direct submodules with their names.
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  /// Total number of parameter elements.
+  int64_t num_parameters() const;
+
+  /// Switches this module and all submodules to training (true) or evaluation mode.
+  virtual void train(bool on = true);
+  /// Same as train(false).
+  void eval() { train(false); }
+  /// True in training mode (the default).
+  bool is_training() const { return training_; }
+  /// Clears the gradient of every parameter.
+  void zero_grad();
+
+  /// Registers `t` as a trainable parameter (marks it requires_grad) and returns it.
+  Tensor register_parameter(std::string name, Tensor t);
+  /// Registers `t` as a buffer (saved in checkpoints, not trained) and returns it.
+  Tensor register_buffer(std::string name, Tensor t);
+  /// Registers a submodule (moved into shared ownership) and returns it.
+  template <class M> std::shared_ptr<M> register_module(std::string name, M module) {
+    return register_module(std::move(name), std::make_shared<M>(std::move(module)));
+  }
+  /// Registers a submodule held by a shared pointer and returns it.
+  template <class M> std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    add_child(std::move(name), module);
+    return module;
+  }
+
+private:
+  void add_child(std::string name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
+  void describe(std::string& out, int indent) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+/// y = x W^T + b, for x of shape [..., in_features].
+class Linear : public Module {
+public:
+  /// Weight [out, in] and bias [out], initialized as PyTorch's nn.Linear.
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;       ///< x W^T + b
+  std::string name() const override { return "Linear"; } ///< "Linear"
+  std::string extra_repr() const override;        ///< sizes and bias
+  Tensor weight; ///< [out_features, in_features]
+  Tensor bias;   ///< [out_features], undefined without bias
+};
+
+/// Options of Conv2d (designated initializers: `{.padding = 1}`).
+struct Conv2dOptions {
+  Size2 stride = 1;   ///< step between windows
+  Size2 padding = 0;  ///< zeros added on each side
+  Size2 dilation = 1; ///< spacing between kernel taps
+  int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
+  bool bias = true;   ///< learnable bias per output channel
+};
+
+/// 2-d convolution (cross-correlation, as PyTorch) of [N, C, H, W] inputs.
+/// Computed by im2col: pad, one strided slice per kernel tap, and one matmul per group.
+class Conv2d : public Module {
+public:
+  /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
+  Tensor forward(const Tensor& x) override;       ///< [N, out, Ho, Wo]
+  std::string name() const override { return "Conv2d"; } ///< "Conv2d"
+  std::string extra_repr() const override;        ///< configuration
+  Tensor weight;         ///< [out, in/groups, kh, kw]
+  Tensor bias;           ///< [out], undefined without bias
+  Conv2dOptions options; ///< stride, padding, dilation, groups
+private:
+  int64_t in_, out_;
+  Size2 kernel_;
+};
+
+/// Max pooling over windows of [N, C, H, W] inputs (padding counts as -infinity).
+class MaxPool2d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1);
+  Tensor forward(const Tensor& x) override; ///< [N, C, Ho, Wo]
+  std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
+  std::string extra_repr() const override;  ///< configuration
+private:
+  Size2 kernel_, stride_, padding_, dilation_;
+};
+
+/// Average pooling over windows (zero padding counts in the average, as PyTorch's default).
+class AvgPool2d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
+  Tensor forward(const Tensor& x) override; ///< [N, C, Ho, Wo]
+  std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
+  std::string extra_repr() const override;  ///< configuration
+private:
+  Size2 kernel_, stride_, padding_;
+};
+
+/// Options of BatchNorm1d/2d.
+struct BatchNormOptions {
+  double eps = 1e-5;          ///< added to the variance
+  double momentum = 0.1;      ///< weight of the new batch in the running statistics
+  bool affine = true;         ///< learnable scale (weight) and shift (bias)
+  bool track_running_stats = true; ///< keep running statistics and use them in eval mode
+};
+
+/// Batch normalization over all dims but the channel dim (dim 1). In training
+/// mode it normalizes with the batch statistics (biased variance) and updates the
+/// running statistics (unbiased variance), as PyTorch; in eval mode it uses the
+/// running statistics. The running-statistics update is lazy like everything
+/// else: realize buffers() together with the parameters after each step.
+class BatchNorm : public Module {
+public:
+  /// For `features` channels and inputs of rank `rank_min`..`rank_max` (set by the subclasses).
+  BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name);
+  Tensor forward(const Tensor& x) override; ///< normalized x, same shape
+  std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
+  std::string extra_repr() const override;  ///< configuration
+  Tensor weight;              ///< [C] scale (ones), undefined unless affine
+  Tensor bias;                ///< [C] shift (zeros), undefined unless affine
+  Tensor running_mean;        ///< [C] buffer
+  Tensor running_var;         ///< [C] buffer
+  Tensor num_batches_tracked; ///< 0-d i64 buffer
+  BatchNormOptions options;   ///< eps, momentum, ...
+private:
+  int64_t features_;
+  int rank_min_, rank_max_;
+  std::string name_;
+};
+
+/// BatchNorm over [N, C] or [N, C, L] inputs.
+class BatchNorm1d : public BatchNorm {
+public:
+  /// For `features` channels.
+  explicit BatchNorm1d(int64_t features, BatchNormOptions options = {})
+      : BatchNorm(features, options, 2, 3, "BatchNorm1d") {}
+};
+
+/// BatchNorm over [N, C, H, W] inputs.
+class BatchNorm2d : public BatchNorm {
+public:
+  /// For `features` channels.
+  explicit BatchNorm2d(int64_t features, BatchNormOptions options = {})
+      : BatchNorm(features, options, 4, 4, "BatchNorm2d") {}
+};
+
+/// Layer normalization over the trailing dims given by `normalized_shape`.
+class LayerNorm : public Module {
+public:
+  /// Normalizes the last normalized_shape.size() dims, which must equal normalized_shape.
+  explicit LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override; ///< normalized x, same shape
+  std::string name() const override { return "LayerNorm"; } ///< "LayerNorm"
+  std::string extra_repr() const override;  ///< configuration
+  Tensor weight; ///< normalized_shape, ones; undefined without affine
+  Tensor bias;   ///< normalized_shape, zeros; undefined without affine
+private:
+  IntList shape_;
+  double eps_;
+};
+
+/// Zeroes elements with probability p in training mode and scales the rest by
+/// 1/(1-p); the identity in eval mode. The mask of the k-th call uses a seed
+/// derived from the module's seed and k, so calls differ and runs repeat.
+class Dropout : public Module {
+public:
+  /// Drop probability in [0, 1); the seed defaults to next_seed().
+  explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt);
+  Tensor forward(const Tensor& x) override; ///< masked and scaled x
+  std::string name() const override { return "Dropout"; } ///< "Dropout"
+  std::string extra_repr() const override;  ///< p
+  /// Calls made so far in training mode (the mask counter).
+  uint64_t calls() const { return *calls_; }
+private:
+  double p_;
+  uint64_t seed_;
+  std::shared_ptr<uint64_t> calls_; // shared so that copies of the module continue one sequence
+};
+
+/// Merges dims start..end into one (default: all but the batch dim).
+class Flatten : public Module {
+public:
+  /// Dims to merge (negative counts from the end).
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); } ///< merged dims
+  std::string name() const override { return "Flatten"; } ///< "Flatten"
+private:
+  int64_t start_, end_;
+};
+
+/// max(x, 0).
+class ReLU : public Module {
+public:
+  Tensor forward(const Tensor& x) override { return relu(x); }     ///< relu(x)
+  std::string name() const override { return "ReLU"; }             ///< "ReLU"
+};
+
+/// Gaussian error linear unit. approximate = "none": x * Phi(x) with erf computed
+/// by Abramowitz-Stegun 7.1.26 (kiln has no erf op; |error| < 1.5e-7, below f32
+/// resolution); approximate = "tanh": PyTorch's tanh approximation.
+class GELU : public Module {
+public:
+  /// "none" (erf form) or "tanh".
+  explicit GELU(std::string approximate = "none");
+  Tensor forward(const Tensor& x) override { return functional::gelu(x, approximate_); } ///< gelu(x)
+  std::string name() const override { return "GELU"; } ///< "GELU"
+private:
+  std::string approximate_;
+};
+
+/// x * sigmoid(x).
+class SiLU : public Module {
+public:
+  Tensor forward(const Tensor& x) override { return functional::silu(x); } ///< silu(x)
+  std::string name() const override { return "SiLU"; }                    ///< "SiLU"
+};
+
+/// tanh(x).
+class Tanh : public Module {
+public:
+  Tensor forward(const Tensor& x) override { return tanh(x); } ///< tanh(x)
+  std::string name() const override { return "Tanh"; }         ///< "Tanh"
+};
+
+/// sigmoid(x).
+class Sigmoid : public Module {
+public:
+  Tensor forward(const Tensor& x) override { return sigmoid(x); } ///< sigmoid(x)
+  std::string name() const override { return "Sigmoid"; }         ///< "Sigmoid"
+};
+
+/// A lookup table: integer indices [...] give rows of weight, [..., dim].
+/// Computed as one_hot(indices) @ weight, so the gradient is a matmul too
+/// (fine for vocabularies of thousands; there is no gather op yet).
+class Embedding : public Module {
+public:
+  /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& indices) override; ///< [..., embedding_dim]
+  std::string name() const override { return "Embedding"; } ///< "Embedding"
+  std::string extra_repr() const override;        ///< sizes
+  Tensor weight; ///< [num_embeddings, embedding_dim]
+private:
+  int64_t num_, dim_;
+};
+
+/// Applies its modules in order; they are named "0", "1", ...
+class Sequential : public Module {
+public:
+  Sequential() = default;
+  /// From module values (moved into shared ownership) or shared pointers to modules.
+  template <class... Ms>
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<Sequential, std::decay_t<Ms>> && ...)))
+  explicit Sequential(Ms&&... modules) {
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
+  /// Appends a module value.
+  template <class M> void push_back(M module) {
+    if constexpr (is_shared_ptr<M>::value) register_module(std::to_string(children().size()), std::move(module));
+    else register_module(std::to_string(children().size()), std::make_shared<M>(std::move(module)));
+  }
+  Tensor forward(const Tensor& x) override;       ///< the modules in order
+  std::string name() const override { return "Sequential"; } ///< "Sequential"
+  /// Number of modules.
+  size_t size() const { return children().size(); }
+  /// The i-th module.
+  Module& operator[](size_t i) const { return *children().at(i).second; }
+private:
+  template <class T> struct is_shared_ptr : std::false_type {};
+  template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
+};
+
+} // namespace kiln::nn

@@ -1,0 +1,190 @@
+#pragma once
+/// \file optim.h
+/// Optimizers with PyTorch's update formulas (SGD with momentum, Nesterov and
+/// weight decay; Adam; AdamW) and learning-rate schedules.
+///
+/// step() records the update as lazy graph: each parameter is assign()ed its new
+/// value and the optimizer state (momentum buffers, moments) are tensors, so the
+/// whole training step (forward, backward, update) is scheduled, fused and run
+/// at once. After step(), realize the loss, the parameters and state() in ONE
+/// kiln::realize() call; the realized tensors drop their history.
+///
+/// Values that change from step to step (the learning rate, Adam's bias
+/// corrections) enter the graph as 0-d input tensors, not constants, so the
+/// compiled kernels are the same at every step.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::optim {
+
+/// A list of (name, tensor) pairs.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// The base of the optimizers: the parameters, the learning rate and per-parameter state.
+class Optimizer {
+public:
+  /// Optimizes `params` (each must require grad) with learning rate `lr`.
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Records one update of every parameter that has a gradient.
+  virtual void step() = 0;
+  /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw").
+  virtual std::string kind() const = 0;
+  /// Clears every parameter's gradient (like PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  /// The learning rate used by the next step().
+  double lr() const { return lr_; }
+  /// Changes the learning rate (schedulers call this).
+  void set_lr(double lr);
+  /// The parameters, in the order given.
+  const std::vector<Tensor>& params() const { return params_; }
+  /// Steps taken by parameter i (its gradient was defined at that many step() calls).
+  int64_t steps(size_t i) const { return state_.at(i).step; }
+
+  /// All state tensors (to realize together with the parameters after step()).
+  std::vector<Tensor> state() const;
+  /// The state as named tensors: "<param index>.<slot>" (e.g. "0.exp_avg") and
+  /// "<param index>.step" (0-d i64). Slots not created yet are absent.
+  NamedTensors state_dict() const;
+  /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes and
+  /// throws a kiln::Error listing every mismatch. The state is loaded only if all of it matches.
+  void load_state_dict(const NamedTensors& state);
+
+protected:
+  /// Per-parameter state: named tensor slots and the step count.
+  struct ParamState {
+    std::map<std::string, Tensor> slots; ///< e.g. "momentum_buffer", "exp_avg"
+    int64_t step = 0;                    ///< updates applied so far
+  };
+  /// The slot names this optimizer may create (for load_state_dict's checks).
+  virtual std::vector<std::string> slot_names() const = 0;
+  /// A 0-d input tensor holding `v` in `like`'s dtype: a kernel argument, not a constant.
+  static Tensor host_scalar(double v, const Tensor& like);
+
+  std::vector<Tensor> params_;     ///< the parameters
+  std::vector<ParamState> state_;  ///< one per parameter
+  double lr_;                      ///< current learning rate
+};
+
+/// Options of SGD (designated initializers: `{.lr = 0.1, .momentum = 0.9}`).
+struct SGDOptions {
+  double lr = 0.01;           ///< learning rate
+  double momentum = 0;        ///< momentum factor
+  double dampening = 0;       ///< dampening of the momentum's new-gradient term
+  double weight_decay = 0;    ///< L2 penalty added to the gradient
+  bool nesterov = false;      ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+};
+
+/// Stochastic gradient descent, exactly torch.optim.SGD's update:
+/// g += wd p; b = g at the first step, else b = mu b + (1 - dampening) g;
+/// g = nesterov ? g + mu b : b; p -= lr g.
+class SGD : public Optimizer {
+public:
+  /// SGD over `params`.
+  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  void step() override;                             ///< one update
+  std::string kind() const override { return "sgd"; } ///< "sgd"
+  SGDOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override { return {"momentum_buffer"}; } ///< slots
+};
+
+/// Options of Adam (designated initializers: `{.lr = 1e-3}`).
+struct AdamOptions {
+  double lr = 1e-3;                            ///< learning rate
+  std::pair<double, double> betas{0.9, 0.999}; ///< decay of the first and second moments
+  double eps = 1e-8;                           ///< added to the denominator
+  double weight_decay = 0;                     ///< L2 penalty added to the gradient
+  bool amsgrad = false;                        ///< use the maximum of past second moments
+};
+
+/// Options of AdamW: Adam's, with decoupled weight decay defaulting to 1e-2 as PyTorch.
+struct AdamWOptions {
+  double lr = 1e-3;                            ///< learning rate
+  std::pair<double, double> betas{0.9, 0.999}; ///< decay of the first and second moments
+  double eps = 1e-8;                           ///< added to the denominator
+  double weight_decay = 1e-2;                  ///< decoupled decay: p *= 1 - lr wd
+  bool amsgrad = false;                        ///< use the maximum of past second moments
+};
+
+/// Adam, exactly torch.optim.Adam's update (single-tensor path): g += wd p (Adam only);
+/// m += (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;
+/// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+/// With `decoupled` (AdamW), p *= 1 - lr wd first instead of adding wd p to g.
+class Adam : public Optimizer {
+public:
+  /// Adam over `params`.
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  void step() override;                               ///< one update
+  std::string kind() const override { return decoupled_ ? "adamw" : "adam"; } ///< "adam" or "adamw"
+  AdamOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  /// For AdamW.
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled);
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; } ///< slots
+private:
+  bool decoupled_;
+};
+
+/// AdamW: Adam with decoupled weight decay (torch.optim.AdamW).
+class AdamW : public Adam {
+public:
+  /// AdamW over `params`.
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+};
+
+/// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
+class LRScheduler {
+public:
+  /// Schedules `optimizer`, whose current lr is the base lr.
+  explicit LRScheduler(Optimizer& optimizer);
+  virtual ~LRScheduler() = default;
+  /// Advances one epoch and sets the optimizer's lr.
+  void step();
+  /// Jumps to `epoch` (for resuming) and sets the optimizer's lr.
+  void set_epoch(int64_t epoch);
+  /// Epochs stepped so far.
+  int64_t epoch() const { return epoch_; }
+  /// The lr of an epoch (closed form).
+  virtual double lr_at(int64_t epoch) const = 0;
+
+protected:
+  Optimizer& opt_;  ///< the scheduled optimizer
+  double base_lr_;  ///< its lr at construction
+  int64_t epoch_ = 0; ///< epochs stepped
+};
+
+/// lr = base * gamma^(epoch / step_size) (integer division), as torch.optim.lr_scheduler.StepLR.
+class StepLR : public LRScheduler {
+public:
+  /// Decays by `gamma` every `step_size` epochs.
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t epoch) const override; ///< closed form
+private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+/// lr = eta_min + (base - eta_min)(1 + cos(pi epoch / T_max)) / 2, the closed form of
+/// torch.optim.lr_scheduler.CosineAnnealingLR (equal to its recursive form up to rounding).
+class CosineAnnealingLR : public LRScheduler {
+public:
+  /// Anneals from the base lr to eta_min over t_max epochs.
+  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
+  double lr_at(int64_t epoch) const override; ///< closed form
+private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+} // namespace kiln::optim

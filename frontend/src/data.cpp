@@ -1,0 +1,220 @@
+// Datasets, seeded shuffling and batching, and the IDX reader behind Fashion-MNIST.
+
+#include "kiln/data.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <sys/stat.h>
+
+namespace kiln::data {
+
+namespace {
+
+[[noreturn]] void file_error(const std::string& path, const std::string& what) {
+  throw Error("'" + path + "': " + what);
+}
+
+std::string hex(uint32_t v, int digits) {
+  static const char* d = "0123456789abcdef";
+  std::string s = "0x";
+  for (int i = digits - 1; i >= 0; --i) s += d[(v >> (4 * i)) & 0xf];
+  return s;
+}
+
+// The whole (decompressed) content of a file; gzread passes plain files through unchanged.
+std::vector<uint8_t> read_gz(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) file_error(path, std::string("cannot open: ") + std::strerror(errno));
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) file_error(path, std::string("cannot open: ") + std::strerror(errno));
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  for (;;) {
+    const int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (n < 0) {
+      int code = 0;
+      const std::string msg = gzerror(f, &code);
+      gzclose(f);
+      file_error(path, "corrupt gzip data (" + msg + ")");
+    }
+    if (n == 0) break;
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  int code = 0;
+  const std::string msg = gzerror(f, &code);
+  gzclose(f);
+  // zlib reports a stream cut short as Z_BUF_ERROR ("unexpected end of file") after the last read.
+  if (code == Z_BUF_ERROR) file_error(path, "truncated gzip data (" + msg + ")");
+  if (code != Z_OK && code != Z_STREAM_END) file_error(path, "corrupt gzip data (" + msg + ")");
+  return out;
+}
+
+uint32_t big_endian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+std::string dims_str(const IntList& dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? " x " : "") + std::to_string(dims[i]);
+  return s;
+}
+
+// Draws uniformly from [0, bound) without modulo bias (rejection of the short tail).
+uint64_t bounded(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  for (;;) {
+    const uint64_t r = rng();
+    if (r < limit) return r % bound;
+  }
+}
+
+std::string file_in(const std::string& root, const std::string& name) {
+  struct stat st{};
+  const std::string gz = root + "/" + name + ".gz";
+  if (::stat(gz.c_str(), &st) == 0) return gz;
+  const std::string plain = root + "/" + name;
+  if (::stat(plain.c_str(), &st) == 0) return plain;
+  file_error(gz, "cannot open: no such file (nor '" + plain +
+                     "'); on Debian, install the dataset-fashion-mnist package or pass the directory holding the files");
+}
+
+Dataset load_fashion_mnist(const std::string& split, const std::string& root, bool normalize) {
+  if (split != "train" && split != "test")
+    throw Error("FashionMNIST", "split must be \"train\" or \"test\", not \"" + split + "\"");
+  const std::string prefix = split == "train" ? "train" : "t10k";
+  const std::string images_path = file_in(root, prefix + "-images-idx3-ubyte");
+  const std::string labels_path = file_in(root, prefix + "-labels-idx1-ubyte");
+  IdxArray images = read_idx(images_path);
+  IdxArray labels = read_idx(labels_path);
+  if (images.dims.size() != 3) file_error(images_path, "expected 3-d images, the header says " + dims_str(images.dims));
+  if (labels.dims.size() != 1) file_error(labels_path, "expected 1-d labels, the header says " + dims_str(labels.dims));
+  if (images.dims[0] != labels.dims[0])
+    file_error(labels_path, "size mismatch: " + std::to_string(labels.dims[0]) + " labels for " +
+                                std::to_string(images.dims[0]) + " images in '" + images_path + "'");
+  std::vector<int64_t> y(labels.data.begin(), labels.data.end());
+  for (size_t i = 0; i < y.size(); ++i)
+    if (y[i] > 9) file_error(labels_path, "label " + std::to_string(y[i]) + " of sample " + std::to_string(i) + " is not a class 0-9");
+  const double mean = normalize ? kFashionMnistMean : 0.0, stdev = normalize ? kFashionMnistStd : 1.0;
+  std::vector<float> x(images.data.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((images.data[i] / 255.0 - mean) / stdev);
+  return Dataset(std::move(x), {1, images.dims[1], images.dims[2]}, std::move(y));
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- IDX
+
+IdxArray read_idx(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_gz(path);
+  if (bytes.size() < 4) file_error(path, "truncated: " + std::to_string(bytes.size()) + " bytes, too short for an IDX header");
+  const uint32_t magic = big_endian32(bytes.data());
+  if (bytes[0] != 0 || bytes[1] != 0)
+    file_error(path, "bad magic number " + hex(magic, 8) + ": not an IDX file (it must start with two zero bytes)");
+  if (bytes[2] != 0x08)
+    file_error(path, "unsupported IDX element type " + hex(bytes[2], 2) + " (only unsigned bytes, 0x08, are supported)");
+  const size_t rank = bytes[3];
+  if (rank == 0) file_error(path, "bad magic number " + hex(magic, 8) + ": an IDX array needs at least one dim");
+  const size_t header = 4 + 4 * rank;
+  if (bytes.size() < header) file_error(path, "truncated: the header of a " + std::to_string(rank) + "-d array is cut short");
+  IdxArray out;
+  size_t expected = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    out.dims.push_back(big_endian32(bytes.data() + 4 + 4 * d));
+    expected *= static_cast<size_t>(out.dims.back());
+  }
+  const size_t have = bytes.size() - header;
+  if (have < expected)
+    file_error(path, "truncated: the header declares " + dims_str(out.dims) + " = " + std::to_string(expected) +
+                         " bytes of data, the file has " + std::to_string(have));
+  if (have > expected)
+    file_error(path, "size mismatch: " + std::to_string(have - expected) + " bytes after the " + std::to_string(expected) +
+                         " bytes of data the header declares (" + dims_str(out.dims) + ")");
+  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return out;
+}
+
+// ---------------------------------------------------------------- Dataset
+
+Dataset::Dataset(std::vector<float> samples, IntList sample_shape, std::vector<int64_t> labels)
+    : shape_(std::move(sample_shape)) {
+  sample_numel_ = 1;
+  for (int64_t d : shape_) {
+    if (d <= 0) throw Error("Dataset", "sample extents must be positive");
+    sample_numel_ *= d;
+  }
+  if (static_cast<int64_t>(samples.size()) != sample_numel_ * static_cast<int64_t>(labels.size()))
+    throw Error("Dataset", std::to_string(samples.size()) + " values do not make " + std::to_string(labels.size()) +
+                               " samples of " + std::to_string(sample_numel_));
+  samples_ = std::make_shared<const std::vector<float>>(std::move(samples));
+  labels_ = std::make_shared<const std::vector<int64_t>>(std::move(labels));
+}
+
+Batch Dataset::batch(const std::vector<int64_t>& indices) const {
+  const auto n = static_cast<int64_t>(indices.size());
+  std::vector<float> x(static_cast<size_t>(n * sample_numel_));
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t i = indices[b];
+    if (i < 0 || i >= size()) throw Error("Dataset", "index " + std::to_string(i) + " out of range for " + std::to_string(size()) + " samples");
+    std::copy_n(samples_->begin() + i * sample_numel_, sample_numel_, x.begin() + b * sample_numel_);
+    y[b] = (*labels_)[i];
+  }
+  IntList shape{n};
+  shape.insert(shape.end(), shape_.begin(), shape_.end());
+  return {from_vector(x, shape), from_vector(y, {n})};
+}
+
+Dataset Dataset::slice(int64_t begin, int64_t end) const {
+  begin = std::clamp<int64_t>(begin, 0, size());
+  end = std::clamp<int64_t>(end, begin, size());
+  std::vector<float> x(samples_->begin() + begin * sample_numel_, samples_->begin() + end * sample_numel_);
+  std::vector<int64_t> y(labels_->begin() + begin, labels_->begin() + end);
+  return Dataset(std::move(x), shape_, std::move(y));
+}
+
+Loader Dataset::batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last) const {
+  return Loader(*this, batch_size, shuffle_seed, drop_last);
+}
+
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[bounded(rng, static_cast<uint64_t>(i) + 1)]);
+  return order;
+}
+
+// ---------------------------------------------------------------- Loader
+
+Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last)
+    : dataset_(std::move(dataset)), batch_size_(batch_size), drop_last_(drop_last) {
+  if (batch_size <= 0) throw Error("batches", "batch_size must be positive, got " + std::to_string(batch_size));
+  if (shuffle_seed) {
+    order_ = shuffled_indices(dataset_.size(), *shuffle_seed);
+  } else {
+    order_.resize(static_cast<size_t>(dataset_.size()));
+    for (int64_t i = 0; i < dataset_.size(); ++i) order_[i] = i;
+  }
+}
+
+int64_t Loader::size() const {
+  const int64_t n = dataset_.size();
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+Batch Loader::operator[](int64_t i) const {
+  if (i < 0 || i >= size()) throw Error("batches", "batch " + std::to_string(i) + " out of range for " + std::to_string(size()));
+  const int64_t begin = i * batch_size_, end = std::min<int64_t>(begin + batch_size_, dataset_.size());
+  return dataset_.batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
+}
+
+// ---------------------------------------------------------------- Fashion-MNIST
+
+FashionMNIST::FashionMNIST(const std::string& split, const std::string& root, bool normalize)
+    : Dataset(load_fashion_mnist(split, root, normalize)) {}
+
+} // namespace kiln::data

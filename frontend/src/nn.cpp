@@ -1,0 +1,316 @@
+// nn modules: the Module registry (parameters, buffers, submodules, modes),
+// PyTorch's initializations with kiln's counter-based random numbers, and the
+// layers, which delegate their arithmetic to nn::functional.
+
+#include "kiln/nn.h"
+
+#include <atomic>
+#include <cmath>
+#include <sstream>
+
+#include "frontend/src/tensor_impl.h"
+#include "kiln/autograd.h"
+
+namespace kiln::nn {
+
+// ---------------------------------------------------------------- seeds
+
+namespace {
+
+std::atomic<uint64_t> g_seed_base{0};
+std::atomic<uint64_t> g_seed_counter{0};
+
+// SplitMix64's finalizer: turns consecutive counters into unrelated seeds.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// uniform(-bound, bound), seeded.
+Tensor uniform(IntList shape, double bound) { return (rand(std::move(shape), next_seed()) * 2.0 - 1.0) * bound; }
+
+std::string join_ints(std::initializer_list<int64_t> v) {
+  std::string s = "(";
+  for (int64_t x : v) s += (s.size() > 1 ? ", " : "") + std::to_string(x);
+  return s + ")";
+}
+
+std::string size2_str(const Size2& s) { return join_ints({s.h, s.w}); }
+
+} // namespace
+
+void manual_seed(uint64_t seed) {
+  g_seed_base = seed;
+  g_seed_counter = 0;
+}
+
+uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed_counter.fetch_add(1)); }
+
+// ---------------------------------------------------------------- Module
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(name() + "::forward", "this module has no single-input forward; call its own forward");
+}
+
+Tensor Module::register_parameter(std::string name, Tensor t) {
+  if (!t.defined()) throw Error("register_parameter", "parameter \"" + name + "\" is undefined");
+  if (!t.requires_grad()) t.requires_grad_();
+  params_.emplace_back(std::move(name), t);
+  return t;
+}
+
+Tensor Module::register_buffer(std::string name, Tensor t) {
+  if (!t.defined()) throw Error("register_buffer", "buffer \"" + name + "\" is undefined");
+  buffers_.emplace_back(std::move(name), t);
+  return t;
+}
+
+void Module::add_child(std::string name, std::shared_ptr<Module> m) {
+  if (!m) throw Error("register_module", "module \"" + name + "\" is null");
+  children_.emplace_back(std::move(name), std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const {
+  if (params)
+    for (const auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+  if (buffers)
+    for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  for (const auto& [n, m] : children_) m->collect(prefix + n + ".", params, buffers, out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", true, false, out);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", false, true, out);
+  return out;
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out = named_parameters();
+  for (auto& b : named_buffers()) out.push_back(std::move(b));
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, m] : children_) m->train(on);
+}
+
+void Module::zero_grad() {
+  for (Tensor p : parameters()) p.zero_grad();
+}
+
+void Module::describe(std::string& out, int indent) const {
+  out += name() + "(" + extra_repr();
+  if (children_.empty()) {
+    out += ")";
+    return;
+  }
+  out += "\n";
+  for (const auto& [n, m] : children_) {
+    out += std::string(indent + 2, ' ') + "(" + n + "): ";
+    m->describe(out, indent + 2);
+    out += "\n";
+  }
+  out += std::string(indent, ' ') + ")";
+}
+
+std::string Module::str() const {
+  std::string out;
+  describe(out, 0);
+  return out;
+}
+
+// ---------------------------------------------------------------- Linear
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) {
+  if (in_features <= 0 || out_features <= 0)
+    throw Error("Linear", "features must be positive, got in=" + std::to_string(in_features) + ", out=" +
+                              std::to_string(out_features));
+  // Kaiming-uniform with a = sqrt(5) reduces to bound 1/sqrt(fan_in), as the bias.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = register_parameter("weight", uniform({out_features, in_features}, bound));
+  if (with_bias) bias = register_parameter("bias", uniform({out_features}, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) { return functional::linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- Conv2d
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions opts)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  const int64_t g = opts.groups;
+  if (in_channels <= 0 || out_channels <= 0 || g <= 0 || in_channels % g || out_channels % g)
+    throw Error("Conv2d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
+                              ") must be positive and divisible by groups=" + std::to_string(g));
+  if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive");
+  const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  weight = register_parameter("weight", uniform({out_channels, in_channels / g, kernel_size.h, kernel_size.w}, bound));
+  if (opts.bias) bias = register_parameter("bias", uniform({out_channels}, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return functional::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size2_str(kernel_) +
+         ", stride=" + size2_str(options.stride) + ", padding=" + size2_str(options.padding) +
+         ", dilation=" + size2_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- pooling
+
+MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation) {}
+
+Tensor MaxPool2d::forward(const Tensor& x) { return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_); }
+
+std::string MaxPool2d::extra_repr() const {
+  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
+         ", dilation=" + size2_str(dilation_);
+}
+
+AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
+
+std::string AvgPool2d::extra_repr() const {
+  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_);
+}
+
+// ---------------------------------------------------------------- BatchNorm
+
+BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int rank_max, std::string name)
+    : options(opts), features_(features), rank_min_(rank_min), rank_max_(rank_max), name_(std::move(name)) {
+  if (features <= 0) throw Error(name_, "the number of features must be positive");
+  if (opts.affine) {
+    weight = register_parameter("weight", ones({features}));
+    bias = register_parameter("bias", zeros({features}));
+  }
+  if (opts.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({features}));
+    running_var = register_buffer("running_var", ones({features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  if (x.dim() < rank_min_ || x.dim() > rank_max_ || x.size(1) != features_)
+    detail::fail(name_, "expects [N, " + std::to_string(features_) + (rank_max_ == 4 ? ", H, W]" : "(, L)]") + " inputs",
+                 {&x}, Loc::current());
+  const bool use_batch = is_training() || !options.track_running_stats;
+  if (is_training() && options.track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.assign(num_batches_tracked + 1);
+  }
+  // With batch statistics, batch_norm also updates the running ones (undefined when not tracked).
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum, options.eps);
+}
+
+std::string BatchNorm::extra_repr() const {
+  std::ostringstream os;
+  os << features_ << ", eps=" << options.eps << ", momentum=" << options.momentum
+     << ", affine=" << (options.affine ? "true" : "false")
+     << ", track_running_stats=" << (options.track_running_stats ? "true" : "false");
+  return os.str();
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool elementwise_affine)
+    : shape_(std::move(normalized_shape)), eps_(eps) {
+  if (shape_.empty()) throw Error("LayerNorm", "normalized_shape must not be empty");
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(shape_));
+    bias = register_parameter("bias", zeros(shape_));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+
+std::string LayerNorm::extra_repr() const {
+  std::ostringstream os;
+  os << "normalized_shape=[";
+  for (size_t i = 0; i < shape_.size(); ++i) os << (i ? ", " : "") << shape_[i];
+  os << "], eps=" << eps_ << ", elementwise_affine=" << (weight.defined() ? "true" : "false");
+  return os.str();
+}
+
+// ---------------------------------------------------------------- Dropout
+
+Dropout::Dropout(double p, std::optional<uint64_t> seed)
+    : p_(p), seed_(seed.value_or(next_seed())), calls_(std::make_shared<uint64_t>(0)) {
+  if (!(p >= 0 && p < 1)) throw Error("Dropout", "p must be in [0, 1), got " + std::to_string(p));
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0) return x;
+  return functional::dropout(x, p_, mix(seed_ ^ mix((*calls_)++)), true);
+}
+
+std::string Dropout::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << p_;
+  return os.str();
+}
+
+// ---------------------------------------------------------------- GELU, Embedding, Sequential
+
+GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
+  if (approximate_ != "none" && approximate_ != "tanh")
+    throw Error("GELU", "approximate must be \"none\" or \"tanh\", not \"" + approximate_ + "\"");
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : num_(num_embeddings), dim_(embedding_dim) {
+  if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive");
+  weight = register_parameter("weight", randn({num_embeddings, embedding_dim}, next_seed()));
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  const Tensor oh = functional::one_hot(indices, num_).to(weight.dtype());
+  return matmul(oh, weight);
+}
+
+std::string Embedding::extra_repr() const { return std::to_string(num_) + ", " + std::to_string(dim_); }
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& [n, m] : children()) y = m->forward(y);
+  return y;
+}
+
+} // namespace kiln::nn

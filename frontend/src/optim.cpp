@@ -1,0 +1,204 @@
+// Optimizers and learning-rate schedules. Updates are lazy graph recorded under
+// NoGradGuard; the caller realizes parameters and state together with the loss.
+
+#include "kiln/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/autograd.h"
+
+namespace kiln::optim {
+
+namespace {
+
+void check_hyper(const std::string& op, const std::string& name, double v, bool ok) {
+  if (!ok || !std::isfinite(v)) throw Error(op, "invalid " + name + ": " + std::to_string(v));
+}
+
+// "12.exp_avg" -> (12, "exp_avg"); false when the name has no index prefix.
+bool split_state_name(const std::string& name, size_t& index, std::string& slot) {
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string::npos) return false;
+  for (size_t i = 0; i < dot; ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  index = std::stoul(name.substr(0, dot));
+  slot = name.substr(dot + 1);
+  return true;
+}
+
+std::string type_of(const Tensor& t) { return t.type_str(); }
+
+} // namespace
+
+// ---------------------------------------------------------------- Optimizer
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+  check_hyper("optimizer", "learning rate", lr, lr >= 0);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].defined() || !params_[i].requires_grad())
+      throw Error("optimizer", "parameter " + std::to_string(i) + " does not require grad");
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+void Optimizer::set_lr(double lr) {
+  check_hyper("optimizer", "learning rate", lr, lr >= 0);
+  lr_ = lr;
+}
+
+Tensor Optimizer::host_scalar(double v, const Tensor& like) {
+  if (like.dtype() == kFloat64) return from_vector<double>({v}, {});
+  return from_vector<float>({static_cast<float>(v)}, {}).to(like.dtype());
+}
+
+std::vector<Tensor> Optimizer::state() const {
+  std::vector<Tensor> out;
+  for (const ParamState& s : state_)
+    for (const auto& [name, t] : s.slots) out.push_back(t);
+  return out;
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].step == 0 && state_[i].slots.empty()) continue;
+    for (const auto& [name, t] : state_[i].slots) out.emplace_back(std::to_string(i) + "." + name, t);
+    out.emplace_back(std::to_string(i) + ".step", from_vector<int64_t>({state_[i].step}, {}));
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state) {
+  const std::vector<std::string> known = slot_names();
+  std::vector<ParamState> fresh(params_.size());
+  std::string problems;
+  auto problem = [&](const std::string& s) { problems += "\n  " + s; };
+  for (const auto& [name, t] : state) {
+    size_t i = 0;
+    std::string slot;
+    if (!split_state_name(name, i, slot) || i >= params_.size()) {
+      problem("unexpected entry \"" + name + "\" (there are " + std::to_string(params_.size()) + " parameters)");
+    } else if (slot == "step") {
+      if (t.dtype() != kInt64 || t.dim() != 0) problem("\"" + name + "\" must be i64[], got " + type_of(t));
+      else fresh[i].step = t.item<int64_t>();
+    } else if (std::find(known.begin(), known.end(), slot) == known.end()) {
+      problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\")");
+    } else if (t.shape() != params_[i].shape() || t.dtype() != params_[i].dtype()) {
+      problem("\"" + name + "\" is " + type_of(t) + " but parameter " + std::to_string(i) + " is " + type_of(params_[i]));
+    } else {
+      fresh[i].slots[slot] = t;
+    }
+  }
+  if (!problems.empty()) throw Error("load_state_dict", "the " + kind() + " state does not match:" + problems);
+  state_ = std::move(fresh);
+}
+
+// ---------------------------------------------------------------- SGD
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions opts) : Optimizer(std::move(params), opts.lr), options(opts) {
+  check_hyper("SGD", "momentum", opts.momentum, opts.momentum >= 0);
+  check_hyper("SGD", "weight_decay", opts.weight_decay, opts.weight_decay >= 0);
+  check_hyper("SGD", "dampening", opts.dampening, true);
+  if (opts.nesterov && (opts.momentum <= 0 || opts.dampening != 0))
+    throw Error("SGD", "Nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  const SGDOptions& o = options;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    ParamState& s = state_[i];
+    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    if (o.momentum != 0) {
+      auto it = s.slots.find("momentum_buffer");
+      Tensor buf = it == s.slots.end() ? g : it->second * o.momentum + g * (1.0 - o.dampening);
+      s.slots["momentum_buffer"] = buf;
+      g = o.nesterov ? g + buf * o.momentum : buf;
+    }
+    p.assign(p - host_scalar(lr_, p) * g);
+    ++s.step;
+  }
+}
+
+// ---------------------------------------------------------------- Adam, AdamW
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts) : Adam(std::move(params), opts, false) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts, bool decoupled)
+    : Optimizer(std::move(params), opts.lr), options(opts), decoupled_(decoupled) {
+  const auto [b1, b2] = opts.betas;
+  check_hyper("Adam", "beta1", b1, b1 >= 0 && b1 < 1);
+  check_hyper("Adam", "beta2", b2, b2 >= 0 && b2 < 1);
+  check_hyper("Adam", "eps", opts.eps, opts.eps >= 0);
+  check_hyper("Adam", "weight_decay", opts.weight_decay, opts.weight_decay >= 0);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  const auto [b1, b2] = options.betas;
+  const double wd = options.weight_decay;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    ParamState& s = state_[i];
+    const int64_t t = ++s.step;
+    if (wd != 0 && decoupled_) p.assign(p * host_scalar(1.0 - lr_ * wd, p));
+    if (wd != 0 && !decoupled_) g = g + p * wd;
+    Tensor m = s.slots.count("exp_avg") ? s.slots["exp_avg"] : zeros_like(p);
+    Tensor v = s.slots.count("exp_avg_sq") ? s.slots["exp_avg_sq"] : zeros_like(p);
+    m = m + (g - m) * (1.0 - b1); // torch's lerp_(grad, 1 - beta1)
+    v = v * b2 + g * (1.0 - b2) * g; // torch's addcmul_(grad, grad, 1 - beta2)
+    s.slots["exp_avg"] = m;
+    s.slots["exp_avg_sq"] = v;
+    if (options.amsgrad) {
+      Tensor vmax = s.slots.count("max_exp_avg_sq") ? s.slots["max_exp_avg_sq"] : zeros_like(p);
+      v = s.slots["max_exp_avg_sq"] = maximum(vmax, v);
+    }
+    // Bias corrections in double on the host, as torch does for a non-capturable step.
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
+    Tensor denom = sqrt(v) / host_scalar(bc2_sqrt, p) + options.eps;
+    p.assign(p - host_scalar(lr_ / bc1, p) * m / denom);
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : Adam(std::move(params), AdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad}, true) {}
+
+// ---------------------------------------------------------------- schedules
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer), base_lr_(optimizer.lr()) {}
+
+void LRScheduler::step() { set_epoch(epoch_ + 1); }
+
+void LRScheduler::set_epoch(int64_t epoch) {
+  if (epoch < 0) throw Error("LRScheduler", "the epoch must be non-negative");
+  epoch_ = epoch;
+  opt_.set_lr(lr_at(epoch));
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  if (step_size <= 0) throw Error("StepLR", "step_size must be positive");
+}
+
+double StepLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, static_cast<double>(epoch / step_size_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
+  if (t_max <= 0) throw Error("CosineAnnealingLR", "T_max must be positive");
+}
+
+double CosineAnnealingLR::lr_at(int64_t epoch) const {
+  const double c = std::cos(M_PI * static_cast<double>(epoch) / static_cast<double>(t_max_));
+  return eta_min_ + (base_lr_ - eta_min_) * (1.0 + c) / 2.0;
+}
+
+} // namespace kiln::optim

@@ -1,0 +1,441 @@
+// nn modules and nn::functional: shapes, parameter counts and names (against
+// PyTorch's), forward values against hand-written f64 references, gradients
+// against finite differences (gradcheck in f64), and error messages.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "kiln/autograd.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+using Fn1 = std::function<Tensor(const std::vector<Tensor>&)>;
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+void expect_gradcheck(const Fn1& f, const std::vector<Tensor>& inputs, double atol = 1e-5, double rtol = 1e-3) {
+  GradcheckResult r = gradcheck(f, inputs, 1e-6, atol, rtol);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+Tensor rnd(IntList shape, uint64_t seed) { return randn(std::move(shape), seed, kFloat64); }
+
+// Plain 4-d indexing into row-major data.
+struct Nchw {
+  const std::vector<double>& v;
+  int64_t c, h, w;
+  double operator()(int64_t n, int64_t ci, int64_t y, int64_t x) const { return v[((n * c + ci) * h + y) * w + x]; }
+};
+
+// Direct-loop convolution, the reference for im2col.
+std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, nn::Size2 s, nn::Size2 p,
+                                   nn::Size2 d, int64_t g, int64_t ho, int64_t wo) {
+  const auto xv = values(x), wv = values(w), bv = values(b);
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t o = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  Nchw X{xv, c, h, wd}, W{wv, cg, kh, kw};
+  std::vector<double> out;
+  for (int64_t ni = 0; ni < n; ++ni)
+    for (int64_t oi = 0; oi < o; ++oi)
+      for (int64_t y = 0; y < ho; ++y)
+        for (int64_t xx = 0; xx < wo; ++xx) {
+          double acc = bv[oi];
+          const int64_t group = oi / (o / g);
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t iy = y * s.h - p.h + i * d.h, ix = xx * s.w - p.w + j * d.w;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                acc += X(ni, group * cg + ci, iy, ix) * W(oi, ci, i, j);
+              }
+          out.push_back(acc);
+        }
+  return out;
+}
+
+// Direct-loop pooling: max (padding = -inf) or average (padding counted as zeros).
+std::vector<double> pool_reference(const Tensor& x, bool is_max, nn::Size2 k, nn::Size2 s, nn::Size2 p, nn::Size2 d) {
+  const auto xv = values(x);
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t ho = (h + 2 * p.h - d.h * (k.h - 1) - 1) / s.h + 1, wo = (w + 2 * p.w - d.w * (k.w - 1) - 1) / s.w + 1;
+  Nchw X{xv, c, h, w};
+  std::vector<double> out;
+  for (int64_t ni = 0; ni < n; ++ni)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t y = 0; y < ho; ++y)
+        for (int64_t xx = 0; xx < wo; ++xx) {
+          double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+          for (int64_t i = 0; i < k.h; ++i)
+            for (int64_t j = 0; j < k.w; ++j) {
+              const int64_t iy = y * s.h - p.h + i * d.h, ix = xx * s.w - p.w + j * d.w;
+              const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+              const double v = inside ? X(ni, ci, iy, ix) : (is_max ? -INFINITY : 0.0);
+              acc = is_max ? std::max(acc, v) : acc + v;
+            }
+          out.push_back(is_max ? acc : acc / static_cast<double>(k.h * k.w));
+        }
+  return out;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- registry, shapes, counts
+
+TEST(Module, ParameterCountsMatchPyTorch) {
+  EXPECT_EQ(nn::Linear(784, 256).num_parameters(), 200960);
+  EXPECT_EQ(nn::Linear(10, 5, /*bias=*/false).num_parameters(), 50);
+  EXPECT_EQ(nn::Conv2d(1, 32, 3).num_parameters(), 320);
+  EXPECT_EQ(nn::Conv2d(32, 64, 3).num_parameters(), 18496);
+  EXPECT_EQ(nn::Conv2d(4, 8, 3, {.groups = 2}).num_parameters(), 152);
+  EXPECT_EQ(nn::BatchNorm2d(32).num_parameters(), 64);
+  EXPECT_EQ(nn::LayerNorm({10}).num_parameters(), 20);
+  EXPECT_EQ(nn::Embedding(100, 16).num_parameters(), 1600);
+  nn::Sequential mlp(nn::Flatten(), nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
+  EXPECT_EQ(mlp.num_parameters(), 235146);
+}
+
+TEST(Module, DottedNamesAndBuffers) {
+  nn::Sequential m(nn::Conv2d(1, 2, 3), nn::BatchNorm2d(2), nn::ReLU(), nn::Flatten(), nn::Linear(8, 3));
+  std::vector<std::string> names;
+  for (auto& [n, t] : m.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "4.weight", "4.bias"}));
+  names.clear();
+  for (auto& [n, t] : m.named_buffers()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"1.running_mean", "1.running_var", "1.num_batches_tracked"}));
+  EXPECT_EQ(m.state_dict().size(), 9u);
+  for (const Tensor& p : m.parameters()) EXPECT_TRUE(p.requires_grad());
+}
+
+// A custom layer from primitives, as in the design sketch: its parameter is found and trained.
+struct Swish : nn::Module {
+  Tensor beta = register_parameter("beta", ones({1}));
+  Tensor forward(const Tensor& x) override { return x * sigmoid(beta * x); }
+  std::string name() const override { return "Swish"; }
+};
+
+TEST(Module, CustomModuleInSequential) {
+  nn::Sequential m(nn::Linear(4, 3), Swish(), nn::Linear(3, 2));
+  auto named = m.named_parameters();
+  ASSERT_EQ(named.size(), 5u);
+  EXPECT_EQ(named[2].first, "1.beta");
+  Tensor y = m(rand({5, 4}, 1)).sum();
+  y.backward();
+  EXPECT_TRUE(named[2].second.grad().defined());
+  EXPECT_EQ(named[2].second.grad().shape(), IntList{1});
+  EXPECT_NE(m.str().find("(1): Swish()"), std::string::npos) << m.str();
+}
+
+TEST(Module, TrainEvalPropagates) {
+  nn::Sequential inner(nn::Dropout(0.5), nn::ReLU());
+  nn::Sequential m(nn::Linear(2, 2), inner);
+  auto& dropout = dynamic_cast<nn::Sequential&>(m[1])[0];
+  EXPECT_TRUE(dropout.is_training());
+  m.eval();
+  EXPECT_FALSE(m.is_training());
+  EXPECT_FALSE(dropout.is_training());
+  m.train();
+  EXPECT_TRUE(dropout.is_training());
+}
+
+TEST(Module, ForwardOfAContainerWithoutOneThrows) {
+  struct TwoInputs : nn::Module {};
+  TwoInputs m;
+  EXPECT_THROW(m.forward(zeros({1})), Error);
+}
+
+TEST(Module, InitializationIsSeededAndBounded) {
+  nn::manual_seed(3);
+  nn::Linear a(100, 50);
+  nn::manual_seed(3);
+  nn::Linear b(100, 50);
+  EXPECT_EQ(a.weight.to_vector<float>(), b.weight.to_vector<float>());
+  nn::Linear c(100, 50);
+  EXPECT_NE(a.weight.to_vector<float>(), c.weight.to_vector<float>());
+  // Kaiming-uniform(a = sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)): bound 0.1, variance 0.01/3.
+  auto w = a.weight.to_vector<double>();
+  double mean = 0, sq = 0, mx = 0;
+  for (double v : w) mean += v, sq += v * v, mx = std::max(mx, std::abs(v));
+  mean /= w.size();
+  EXPECT_LE(mx, 0.1);
+  EXPECT_GT(mx, 0.099);
+  EXPECT_NEAR(mean, 0.0, 0.005);
+  EXPECT_NEAR(sq / w.size(), 0.01 / 3, 0.0005);
+}
+
+TEST(Shapes, ConvPoolFlatten) {
+  nn::Conv2d conv(3, 4, {3, 2}, {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}});
+  EXPECT_EQ(conv(zeros({2, 3, 9, 7})).shape(), (IntList{2, 4, 5, 5}));
+  EXPECT_EQ(nn::MaxPool2d(2)(zeros({2, 3, 9, 7})).shape(), (IntList{2, 3, 4, 3}));
+  EXPECT_EQ(nn::MaxPool2d(3, 2, 1)(zeros({1, 1, 8, 8})).shape(), (IntList{1, 1, 4, 4}));
+  EXPECT_EQ(nn::AvgPool2d(2)(zeros({1, 2, 6, 6})).shape(), (IntList{1, 2, 3, 3}));
+  EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4, 5})).shape(), (IntList{2, 60}));
+  EXPECT_EQ(nn::Embedding(10, 3)(from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3})).shape(), (IntList{2, 3, 3}));
+}
+
+// ---------------------------------------------------------------- forward against references
+
+TEST(Forward, LinearMatchesReference) {
+  Tensor x = rnd({3, 4}, 1), w = rnd({2, 4}, 2), b = rnd({2}, 3);
+  auto xv = values(x), wv = values(w), bv = values(b);
+  std::vector<double> want;
+  for (int i = 0; i < 3; ++i)
+    for (int o = 0; o < 2; ++o) {
+      double acc = bv[o];
+      for (int k = 0; k < 4; ++k) acc += xv[i * 4 + k] * wv[o * 4 + k];
+      want.push_back(acc);
+    }
+  expect_near_all(values(F::linear(x, w, b)), want, 1e-12);
+}
+
+struct ConvCase {
+  int64_t c, o, g, kh, kw;
+  nn::Size2 s, p, d;
+};
+
+TEST(Forward, Conv2dMatchesDirectLoops) {
+  const std::vector<ConvCase> cases = {
+      {1, 2, 1, 3, 3, 1, 1, 1},                 // same padding
+      {3, 4, 1, 3, 2, {2, 1}, {1, 0}, {1, 2}},  // stride, asymmetric kernel, dilation
+      {4, 6, 2, 3, 3, 2, 1, 1},                 // groups
+      {4, 4, 4, 1, 1, 1, 0, 1},                 // depthwise 1x1
+  };
+  uint64_t seed = 10;
+  for (const ConvCase& k : cases) {
+    Tensor x = rnd({2, k.c, 7, 6}, seed++), w = rnd({k.o, k.c / k.g, k.kh, k.kw}, seed++), b = rnd({k.o}, seed++);
+    Tensor y = F::conv2d(x, w, b, k.s, k.p, k.d, k.g);
+    expect_near_all(values(y), conv_reference(x, w, b, k.s, k.p, k.d, k.g, y.size(2), y.size(3)), 1e-10);
+  }
+}
+
+TEST(Forward, PoolingMatchesDirectLoops) {
+  Tensor x = rnd({2, 3, 7, 8}, 20);
+  for (auto [k, s, p, d] : std::vector<std::tuple<nn::Size2, nn::Size2, nn::Size2, nn::Size2>>{
+           {2, 2, 0, 1}, {3, 2, 1, 1}, {{2, 3}, {1, 2}, {1, 1}, 1}, {2, 1, 0, 2}}) {
+    expect_near_all(values(F::max_pool2d(x, k, s, p, d)), pool_reference(x, true, k, s, p, d), 1e-12);
+    if (d.h == 1 && d.w == 1) expect_near_all(values(F::avg_pool2d(x, k, s, p)), pool_reference(x, false, k, s, p, d), 1e-12);
+  }
+}
+
+TEST(Forward, SoftmaxAndLogSoftmaxAreStable) {
+  Tensor x = from_vector<double>({1000, 1001, 1002, -5, 0, 5}, {2, 3});
+  auto lp = values(F::log_softmax(x, 1));
+  auto sm = values(F::softmax(x, 1));
+  const double lse0 = 1002 + std::log(std::exp(-2.0) + std::exp(-1.0) + 1.0);
+  const double lse1 = 5 + std::log(std::exp(-10.0) + std::exp(-5.0) + 1.0);
+  std::vector<double> want{1000 - lse0, 1001 - lse0, 1002 - lse0, -5 - lse1, 0 - lse1, 5 - lse1};
+  expect_near_all(lp, want, 1e-12);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(sm[i], std::exp(want[i]), 1e-12);
+}
+
+TEST(Forward, Losses) {
+  Tensor logits = from_vector<double>({2.0, -1.0, 0.5, 0.1, 0.2, 3.0}, {2, 3});
+  Tensor y = from_vector<int64_t>({0, 2});
+  auto lp = values(F::log_softmax(logits, 1));
+  const double nll = -(lp[0] + lp[5]) / 2;
+  EXPECT_NEAR(F::cross_entropy(logits, y).item<double>(), nll, 1e-12);
+  EXPECT_NEAR(F::nll_loss(F::log_softmax(logits, 1), y).item<double>(), nll, 1e-12);
+  EXPECT_NEAR(F::cross_entropy(logits, y, {.reduction = F::Reduction::Sum}).item<double>(), 2 * nll, 1e-12);
+  // Label smoothing s: (1 - s) nll + s * mean over classes of -log p.
+  const double s = 0.1, smooth = -(lp[0] + lp[1] + lp[2] + lp[3] + lp[4] + lp[5]) / 3 / 2;
+  EXPECT_NEAR(F::cross_entropy(logits, y, {.label_smoothing = s}).item<double>(), (1 - s) * nll + s * smooth, 1e-12);
+  EXPECT_EQ(F::cross_entropy(logits, y, {.reduction = F::Reduction::None}).shape(), IntList{2});
+
+  Tensor a = from_vector<double>({1, 2, 3}), b = from_vector<double>({1.5, 2, 1});
+  EXPECT_NEAR(F::mse_loss(a, b).item<double>(), (0.25 + 0 + 4) / 3, 1e-12);
+
+  Tensor z = from_vector<double>({-800, -1, 0, 2, 800}), t = from_vector<double>({0, 1, 0.5, 0, 1});
+  auto zv = values(z), tv = values(t);
+  double want = 0;
+  for (size_t i = 0; i < 5; ++i) // a reference that is stable at +-800 too: softplus(z) - z t
+    want += std::max(zv[i], 0.0) + std::log1p(std::exp(-std::abs(zv[i]))) - zv[i] * tv[i];
+  const double got = F::binary_cross_entropy_with_logits(z, t).item<double>();
+  EXPECT_TRUE(std::isfinite(got));
+  EXPECT_NEAR(got, want / 5, 1e-12);
+}
+
+TEST(Forward, ActivationsAndErf) {
+  std::vector<double> xs;
+  for (double v = -5; v <= 5; v += 0.25) xs.push_back(v);
+  Tensor x = from_vector(xs);
+  auto erf_v = values(F::erf(x)), gelu = values(F::gelu(x)), gelu_t = values(F::gelu(x, "tanh")), silu = values(F::silu(x));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i];
+    EXPECT_NEAR(erf_v[i], std::erf(v), 2e-7);
+    EXPECT_NEAR(gelu[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-6);
+    EXPECT_NEAR(gelu_t[i], 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))), 1e-12);
+    EXPECT_NEAR(silu[i], v / (1 + std::exp(-v)), 1e-12);
+  }
+  EXPECT_THROW(F::gelu(x, "fast"), Error);
+}
+
+TEST(Forward, OneHotAndEmbedding) {
+  Tensor idx = from_vector<int64_t>({2, 0, 1});
+  Tensor oh = F::one_hot(idx, 4);
+  EXPECT_EQ(oh.dtype(), kInt64);
+  EXPECT_EQ(oh.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}));
+  EXPECT_THROW(F::one_hot(from_vector<int64_t>({4}), 4), Error);
+  nn::Embedding e(5, 3);
+  auto w = e.weight.to_vector<float>();
+  auto rows = e(from_vector<int64_t>({4, 1})).to_vector<float>();
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(rows[j], w[4 * 3 + j]);
+    EXPECT_EQ(rows[3 + j], w[1 * 3 + j]);
+  }
+}
+
+TEST(Forward, LayerNormMatchesReference) {
+  Tensor x = rnd({2, 3, 4}, 30), w = rnd({3, 4}, 31), b = rnd({3, 4}, 32);
+  auto xv = values(x), wv = values(w), bv = values(b), got = values(F::layer_norm(x, {3, 4}, w, b, 1e-5));
+  for (int n = 0; n < 2; ++n) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 12; ++i) mean += xv[n * 12 + i] / 12;
+    for (int i = 0; i < 12; ++i) var += (xv[n * 12 + i] - mean) * (xv[n * 12 + i] - mean) / 12;
+    for (int i = 0; i < 12; ++i)
+      EXPECT_NEAR(got[n * 12 + i], (xv[n * 12 + i] - mean) / std::sqrt(var + 1e-5) * wv[i] + bv[i], 1e-10);
+  }
+  EXPECT_THROW(F::layer_norm(x, {4, 3}), Error);
+}
+
+TEST(Forward, BatchNormTrainUpdatesRunningStatsThenEvalUsesThem) {
+  nn::BatchNorm2d bn(2, {.momentum = 0.5});
+  Tensor x = rand({4, 2, 3, 3}, 40) * 4.0 + 1.0;
+  auto xv = x.to_vector<double>();
+  std::vector<double> mean(2, 0), var(2, 0);
+  const int per = 4 * 9;
+  for (int c = 0; c < 2; ++c) {
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 9; ++i) mean[c] += xv[(n * 2 + c) * 9 + i] / per;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 9; ++i) var[c] += std::pow(xv[(n * 2 + c) * 9 + i] - mean[c], 2) / per;
+  }
+  auto y = bn(x).to_vector<double>();
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 9; ++i) EXPECT_NEAR(y[(1 * 2 + c) * 9 + i], (xv[(1 * 2 + c) * 9 + i] - mean[c]) / std::sqrt(var[c] + 1e-5), 1e-4);
+  kiln::realize(bn.buffers());
+  auto rm = bn.running_mean.to_vector<double>(), rv = bn.running_var.to_vector<double>();
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(rm[c], 0.5 * mean[c], 1e-5);
+    EXPECT_NEAR(rv[c], 0.5 + 0.5 * var[c] * per / (per - 1), 1e-5);
+  }
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  bn.eval();
+  auto ye = bn(x).to_vector<double>();
+  EXPECT_NEAR(ye[0], (xv[0] - rm[0]) / std::sqrt(rv[0] + 1e-5), 1e-4);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1); // eval does not count
+}
+
+TEST(Forward, BatchNorm1dOnMatrices) {
+  nn::BatchNorm1d bn(3);
+  Tensor x = rand({8, 3}, 41);
+  auto y = bn(x);
+  auto m = y.mean({0}).to_vector<double>();
+  for (double v : m) EXPECT_NEAR(v, 0.0, 1e-5);
+  EXPECT_THROW(bn(rand({8, 4}, 1)), Error);
+}
+
+TEST(Forward, DropoutIsSeededScaledAndOffInEval) {
+  nn::Dropout d(0.25, /*seed=*/7);
+  Tensor x = ones({10000});
+  auto a = d(x).to_vector<float>(), b = d(x).to_vector<float>();
+  int kept = 0;
+  for (float v : a) {
+    EXPECT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6f) << v;
+    kept += v != 0;
+  }
+  EXPECT_NEAR(kept / 10000.0, 0.75, 0.02);
+  EXPECT_NE(a, b); // each call draws a new mask
+  nn::Dropout again(0.25, 7);
+  EXPECT_EQ(again(x).to_vector<float>(), a); // and runs repeat
+  d.eval();
+  EXPECT_EQ(d(x).to_vector<float>(), std::vector<float>(10000, 1.0f));
+}
+
+// ---------------------------------------------------------------- gradients (f64 finite differences)
+
+TEST(Gradients, LinearAndConv2d) {
+  expect_gradcheck([](const std::vector<Tensor>& v) { return F::linear(v[0], v[1], v[2]).sum(); },
+                   {rnd({3, 4}, 1), rnd({2, 4}, 2), rnd({2}, 3)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 1) * v[3]).sum(); },
+      {rnd({2, 2, 6, 5}, 4), rnd({3, 2, 3, 2}, 5), rnd({3}, 6), rnd({2, 3, 3, 3}, 7)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], Tensor(), 1, 1, 1, 2) * v[2]).sum(); },
+                   {rnd({1, 4, 4, 4}, 8), rnd({4, 2, 3, 3}, 9), rnd({1, 4, 4, 4}, 10)});
+}
+
+TEST(Gradients, Pooling) {
+  // Random normal values have no ties, so max is differentiable at the test point.
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], 2, 2, 0, 1) * v[1]).sum(); },
+                   {rnd({2, 2, 5, 4}, 11), rnd({2, 2, 2, 2}, 12)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], 3, 2, 1, 1) * v[1]).sum(); },
+                   {rnd({1, 2, 5, 5}, 13), rnd({1, 2, 3, 3}, 14)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::avg_pool2d(v[0], 3, 2, 1) * v[1]).sum(); },
+                   {rnd({1, 2, 5, 5}, 15), rnd({1, 2, 3, 3}, 16)});
+}
+
+TEST(Gradients, Normalizations) {
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::layer_norm(v[0], {4}, v[1], v[2]) * v[3]).sum(); },
+      {rnd({3, 4}, 17), rnd({4}, 18), rnd({4}, 19), rnd({3, 4}, 20)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        return (F::batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], /*training=*/true) * v[3]).sum();
+      },
+      {rnd({4, 2, 2, 3}, 21), rnd({2}, 22), rnd({2}, 23), rnd({4, 2, 2, 3}, 24)});
+}
+
+TEST(Gradients, LossesAndActivations) {
+  Tensor y = from_vector<int64_t>({1, 0, 3});
+  expect_gradcheck([y](const std::vector<Tensor>& v) { return F::cross_entropy(v[0], y, {.label_smoothing = 0.2}); },
+                   {rnd({3, 4}, 25)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return F::binary_cross_entropy_with_logits(v[0], v[1]); },
+                   {rnd({5}, 26), rand({5}, 27, kFloat64)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return F::mse_loss(v[0], v[1]); }, {rnd({2, 3}, 28), rnd({2, 3}, 29)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::softmax(v[0], 1) * v[1]).sum(); },
+                   {rnd({2, 5}, 30), rnd({2, 5}, 31)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::gelu(v[0]) + F::gelu(v[0], "tanh") + F::silu(v[0])).sum(); },
+                   {rnd({7}, 32)});
+  // Embedding's gradient through the one-hot matmul: rows used twice accumulate.
+  Tensor idx = from_vector<int64_t>({1, 3, 1});
+  expect_gradcheck([idx](const std::vector<Tensor>& v) { return (matmul(F::one_hot(idx, 4).to(kFloat64), v[0]) * v[1]).sum(); },
+                   {rnd({4, 2}, 33), rnd({3, 2}, 34)});
+}
+
+TEST(Gradients, DropoutMasksTheGradient) {
+  Tensor x = rnd({50}, 35).requires_grad_();
+  Tensor y = F::dropout(x, 0.5, 9);
+  y.sum().backward();
+  auto g = x.grad().to_vector<double>(), yv = y.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(g[i], yv[i] == 0 ? 0.0 : 2.0);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(Errors, ClearMessages) {
+  try {
+    F::conv2d(zeros({1, 3, 5, 5}), zeros({4, 2, 3, 3}), Tensor(), 1, 0, 1, 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("channels do not match"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(F::conv2d(zeros({1, 1, 2, 2}), zeros({1, 1, 3, 3}), Tensor(), 1, 0, 1, 1), Error);
+  EXPECT_THROW(F::cross_entropy(zeros({2, 3}), from_vector<int64_t>({0, 3})), Error);
+  EXPECT_THROW(F::cross_entropy(zeros({2, 3}), from_vector<float>({0, 1})), Error);
+  EXPECT_THROW(F::mse_loss(zeros({2}), zeros({3})), Error);
+  EXPECT_THROW(nn::Linear(0, 3), Error);
+  EXPECT_THROW(nn::Conv2d(3, 4, 3, {.groups = 2}), Error);
+  EXPECT_THROW(nn::Linear(3, 2)(zeros({2, 4})), Error);
+  EXPECT_THROW(nn::Dropout(1.0), Error);
+}

@@ -1,0 +1,467 @@
+// Optimizers against hand-computed updates, learning-rate schedules, bounded
+// memory across training steps, safetensors checkpoints (round trip, corrupt
+// files, mismatches) and exact resume.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "graph/node.h"
+#include "kiln/checkpoint.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "runtime/executor.h"
+#include "runtime/storage.h"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The test problem: loss = sum(c * p^2) / 2 + sum(d * p), so grad = c * p + d.
+const std::vector<double> kP0{1.0, -2.0, 0.5}, kC{1.0, 0.5, 3.0}, kD{0.1, -0.2, 0.3};
+
+Tensor make_param() { return from_vector(kP0).requires_grad_(); }
+
+std::vector<double> grad_of(const std::vector<double>& p) {
+  std::vector<double> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) g[i] = kC[i] * p[i] + kD[i];
+  return g;
+}
+
+// Runs `steps` optimizer steps on the test problem, realizing parameter and state each step.
+std::vector<double> run_steps(optim::Optimizer& opt, Tensor& p, int steps) {
+  const Tensor c = from_vector(kC), d = from_vector(kD);
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    Tensor loss = (c * p * p).sum() / 2.0 + (d * p).sum();
+    loss.backward();
+    opt.step();
+    std::vector<Tensor> all = opt.state();
+    all.push_back(p);
+    kiln::realize(all);
+  }
+  return p.to_vector<double>();
+}
+
+void expect_all_near(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+// torch.optim.SGD, written out on doubles.
+std::vector<double> sgd_reference(optim::SGDOptions o, int steps) {
+  std::vector<double> p = kP0, buf;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<double> g = grad_of(p);
+    for (size_t i = 0; i < p.size(); ++i) g[i] += o.weight_decay * p[i];
+    if (o.momentum != 0) {
+      if (buf.empty()) buf = g;
+      else
+        for (size_t i = 0; i < p.size(); ++i) buf[i] = o.momentum * buf[i] + (1 - o.dampening) * g[i];
+      for (size_t i = 0; i < p.size(); ++i) g[i] = o.nesterov ? g[i] + o.momentum * buf[i] : buf[i];
+    }
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= o.lr * g[i];
+  }
+  return p;
+}
+
+// torch.optim.Adam / AdamW, written out on doubles.
+std::vector<double> adam_reference(double lr, double b1, double b2, double eps, double wd, bool decoupled, bool amsgrad,
+                                   int steps) {
+  std::vector<double> p = kP0, m(3, 0), v(3, 0), vmax(3, 0);
+  for (int t = 1; t <= steps; ++t) {
+    std::vector<double> g = grad_of(p);
+    for (size_t i = 0; i < 3; ++i) {
+      if (decoupled) p[i] *= 1 - lr * wd;
+      else g[i] += wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      vmax[i] = std::max(vmax[i], v[i]);
+      const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+      const double vv = amsgrad ? vmax[i] : v[i];
+      p[i] -= lr / bc1 * m[i] / (std::sqrt(vv) / std::sqrt(bc2) + eps);
+    }
+  }
+  return p;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kiln_test_optim_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<uint8_t> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- hand-computed updates
+
+TEST(SGD, MomentumByHand) {
+  // loss = p^2 / 2 from p = 1, lr 0.1, momentum 0.9: p = 0.9, 0.72, 0.486.
+  Tensor p = from_vector<double>({1.0}).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  std::vector<double> want{0.9, 0.72, 0.486};
+  for (double w : want) {
+    opt.zero_grad();
+    (p * p / 2.0).sum().backward();
+    opt.step();
+    kiln::realize({p});
+    EXPECT_NEAR(p.item<double>(), w, 1e-15);
+  }
+  EXPECT_EQ(opt.steps(0), 3);
+}
+
+TEST(SGD, NesterovByHand) {
+  // Nesterov: p = 1 - 0.1 * (1 + 0.9 * 1) = 0.81, then 0.81 - 0.1 * (0.81 + 0.9 * 1.71) = 0.5751.
+  Tensor p = from_vector<double>({1.0}).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  for (double w : {0.81, 0.5751}) {
+    opt.zero_grad();
+    (p * p / 2.0).sum().backward();
+    opt.step();
+    kiln::realize(opt.state());
+    EXPECT_NEAR(p.item<double>(), w, 1e-15);
+  }
+}
+
+TEST(SGD, ThreeStepsMatchTorchFormulas) {
+  for (optim::SGDOptions o : {optim::SGDOptions{.lr = 0.1}, optim::SGDOptions{.lr = 0.1, .weight_decay = 0.05},
+                              optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01},
+                              optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .weight_decay = 0.02, .nesterov = true}}) {
+    Tensor p = make_param();
+    optim::SGD opt({p}, o);
+    expect_all_near(run_steps(opt, p, 3), sgd_reference(o, 3), 1e-14);
+  }
+}
+
+TEST(Adam, ThreeStepsMatchTorchFormulas) {
+  {
+    Tensor p = make_param();
+    optim::Adam opt({p}, {.lr = 0.1});
+    expect_all_near(run_steps(opt, p, 3), adam_reference(0.1, 0.9, 0.999, 1e-8, 0, false, false, 3), 1e-14);
+  }
+  {
+    Tensor p = make_param();
+    optim::Adam opt({p}, {.lr = 0.05, .betas = {0.8, 0.99}, .eps = 1e-6, .weight_decay = 0.1, .amsgrad = true});
+    expect_all_near(run_steps(opt, p, 3), adam_reference(0.05, 0.8, 0.99, 1e-6, 0.1, false, true, 3), 1e-14);
+  }
+  {
+    Tensor p = make_param();
+    optim::AdamW opt({p}, {.lr = 0.1});
+    EXPECT_EQ(opt.kind(), "adamw");
+    expect_all_near(run_steps(opt, p, 3), adam_reference(0.1, 0.9, 0.999, 1e-8, 1e-2, true, false, 3), 1e-14);
+  }
+}
+
+TEST(Adam, FirstStepByHand) {
+  // At t = 1 the bias-corrected step is lr * g / (|g| + eps): p = 1 - 0.1 / (1 + 1e-8).
+  Tensor p = from_vector<double>({1.0}).requires_grad_();
+  optim::Adam opt({p}, {.lr = 0.1});
+  (p * p / 2.0).sum().backward();
+  opt.step();
+  EXPECT_NEAR(p.item<double>(), 1 - 0.1 / (1 + 1e-8), 1e-15);
+}
+
+TEST(Optimizer, SkipsParametersWithoutGradientAndValidates) {
+  Tensor a = from_vector<double>({1.0}).requires_grad_(), b = from_vector<double>({2.0}).requires_grad_();
+  optim::Adam opt({a, b});
+  (a * 3.0).sum().backward();
+  opt.step();
+  kiln::realize({a, b});
+  EXPECT_NE(a.item<double>(), 1.0);
+  EXPECT_EQ(b.item<double>(), 2.0);
+  EXPECT_EQ(opt.steps(1), 0);
+  EXPECT_EQ(opt.state_dict().size(), 3u); // 0.exp_avg, 0.exp_avg_sq, 0.step
+  EXPECT_THROW(optim::SGD({from_vector<double>({1.0})}), Error); // does not require grad
+  EXPECT_THROW(optim::SGD({a}, {.lr = 0.1, .nesterov = true}), Error);
+  EXPECT_THROW(optim::Adam({a}, {.betas = {1.0, 0.9}}), Error);
+}
+
+TEST(Optimizer, LoadStateDictChecksEverything) {
+  Tensor p = from_vector<double>({1.0, 2.0}).requires_grad_();
+  optim::Adam opt({p});
+  const std::string e = error_of([&] {
+    opt.load_state_dict({{"0.exp_avg", zeros({3}, kFloat64)}, {"0.momentum_buffer", zeros({2}, kFloat64)},
+                         {"5.exp_avg", zeros({2}, kFloat64)}, {"0.step", zeros({}, kFloat32)}});
+  });
+  EXPECT_NE(e.find("\"0.exp_avg\" is f64[3] but parameter 0 is f64[2]"), std::string::npos) << e;
+  EXPECT_NE(e.find("has no state \"momentum_buffer\""), std::string::npos) << e;
+  EXPECT_NE(e.find("unexpected entry \"5.exp_avg\""), std::string::npos) << e;
+  EXPECT_NE(e.find("\"0.step\" must be i64[]"), std::string::npos) << e;
+}
+
+// ---------------------------------------------------------------- schedules
+
+TEST(Schedules, StepAndCosine) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::StepLR step(opt, 2, 0.5);
+  std::vector<double> seen;
+  for (int e = 0; e < 5; ++e) {
+    seen.push_back(opt.lr());
+    step.step();
+  }
+  EXPECT_EQ(seen, (std::vector<double>{1.0, 1.0, 0.5, 0.5, 0.25}));
+
+  optim::SGD opt2({p}, {.lr = 0.1});
+  optim::CosineAnnealingLR cos(opt2, 4, 0.01);
+  EXPECT_DOUBLE_EQ(opt2.lr(), 0.1);
+  cos.step();
+  cos.step();
+  EXPECT_NEAR(opt2.lr(), 0.055, 1e-15); // halfway: the mean of 0.1 and 0.01
+  cos.step();
+  cos.step();
+  EXPECT_NEAR(opt2.lr(), 0.01, 1e-15);
+  cos.set_epoch(1);
+  EXPECT_NEAR(opt2.lr(), 0.01 + 0.09 * (1 + std::cos(M_PI / 4)) / 2, 1e-15);
+}
+
+// ---------------------------------------------------------------- the lazy step
+
+// A small model with every kind of state: parameters, BatchNorm buffers, Adam moments.
+nn::Sequential small_model() {
+  return nn::Sequential(nn::Linear(12, 16), nn::BatchNorm1d(16), nn::ReLU(), nn::Linear(16, 4));
+}
+
+// Host data, as a data loader gives it (kiln's randn would bake its seed into the kernels).
+Tensor batch_x(int64_t step) {
+  std::vector<float> x(8 * 12);
+  uint64_t state = 1000 + static_cast<uint64_t>(step);
+  for (float& v : x) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>(static_cast<double>(state >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+  }
+  return from_vector(x, {8, 12});
+}
+Tensor batch_y(int64_t step) {
+  std::vector<int64_t> y(8);
+  for (int64_t i = 0; i < 8; ++i) y[i] = (i * 7 + step * 3) % 4;
+  return from_vector(y);
+}
+
+// One training step; returns the loss value.
+float train_step(nn::Module& m, optim::Optimizer& opt, int64_t step) {
+  opt.zero_grad();
+  Tensor loss = F::cross_entropy(m(batch_x(step)), batch_y(step));
+  loss.backward();
+  opt.step();
+  std::vector<Tensor> all = m.parameters();
+  for (const Tensor& b : m.buffers()) all.push_back(b);
+  for (const Tensor& s : opt.state()) all.push_back(s);
+  Tensor v = loss.detach();
+  all.push_back(v);
+  kiln::realize(all);
+  return v.item<float>();
+}
+
+TEST(TrainingStep, GraphAndMemoryStayBoundedOver50Steps) {
+  nn::manual_seed(1);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  std::vector<size_t> nodes, bytes;
+  for (int64_t s = 0; s < 50; ++s) {
+    train_step(m, opt, s);
+    nodes.push_back(graph::live_node_count());
+    bytes.push_back(runtime::allocator_stats().bytes_in_use);
+  }
+  // After warm-up, every step leaves the same amount of graph and memory behind.
+  EXPECT_LE(nodes[49], nodes[9] + 5) << "live graph nodes grow: " << nodes[9] << " -> " << nodes[49];
+  EXPECT_LE(bytes[49], bytes[9] + 4096) << "bytes in use grow: " << bytes[9] << " -> " << bytes[49];
+}
+
+TEST(TrainingStep, ChangingLrAndBiasCorrectionDoNotRecompile) {
+  nn::manual_seed(2);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  for (int64_t s = 0; s < 3; ++s) train_step(m, opt, s);
+  const size_t compiles = runtime::executor_stats().compiles;
+  for (int64_t s = 3; s < 8; ++s) {
+    opt.set_lr(opt.lr() * 0.9);
+    train_step(m, opt, s);
+  }
+  EXPECT_EQ(runtime::executor_stats().compiles, compiles);
+}
+
+TEST(TrainingStep, LossDecreases) {
+  nn::manual_seed(3);
+  nn::Sequential m = small_model();
+  optim::SGD opt(m.parameters(), {.lr = 0.1, .momentum = 0.9});
+  float first = 0, last = 0;
+  for (int64_t s = 0; s < 30; ++s) {
+    const float l = train_step(m, opt, s % 2); // two fixed batches: the model can fit them
+    if (s == 0) first = l;
+    last = l;
+  }
+  EXPECT_LT(last, first * 0.5f);
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+TEST(Checkpoint, SafetensorsRoundTripOfEveryDtype) {
+  const fs::path dir = temp_dir("roundtrip");
+  const std::string path = (dir / "t.safetensors").string();
+  checkpoint::NamedTensors in{
+      {"f32", from_vector<float>({1.5f, -2.25f, 3.0f, 4.0f, 5.0f, 6.0f}, {2, 3})},
+      {"f64", from_vector<double>({M_PI})},
+      {"i32", from_vector<int32_t>({-7, 8})},
+      {"i64", from_vector<int64_t>({int64_t{1} << 40}, {})},
+      {"bool", from_vector<bool>({true, false, true})},
+      {"lazy", arange(0, 4, 1, kFloat32) * 2.0},
+      {"empty", zeros({0, 3})},
+  };
+  checkpoint::save_safetensors(path, in, {{"note", "quote \" and \\ and \xc3\xa9"}});
+  checkpoint::Contents out = checkpoint::load_safetensors(path);
+  ASSERT_EQ(out.tensors.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(out.tensors[i].first, in[i].first);
+    EXPECT_EQ(out.tensors[i].second.type_str(), in[i].second.type_str());
+    EXPECT_EQ(out.tensors[i].second.to_vector<double>(), in[i].second.to_vector<double>()) << in[i].first;
+  }
+  EXPECT_EQ(out.metadata.at("note"), "quote \" and \\ and \xc3\xa9");
+  // The layout other readers expect: u64 header length, a JSON object, 8-byte aligned data.
+  const std::vector<uint8_t> b = read_bytes(path);
+  uint64_t n = 0;
+  std::memcpy(&n, b.data(), 8);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(b[8], '{');
+  EXPECT_EQ(b.size(), 8 + n + 6 * 4 + 8 + 2 * 4 + 8 + 3 + 4 * 4);
+  // Atomic write: nothing but the file is left in the directory.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, CorruptAndTruncatedFilesAreClearErrors) {
+  const fs::path dir = temp_dir("corrupt");
+  const fs::path good = dir / "good.safetensors";
+  checkpoint::save_safetensors(good.string(), {{"w", from_vector<float>({1, 2, 3, 4})}, {"b", from_vector<int64_t>({5})}});
+  const std::vector<uint8_t> bytes = read_bytes(good);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto variant = [&](const std::string& name, std::vector<uint8_t> b) {
+    const fs::path p = dir / name;
+    write_bytes(p, b);
+    return error_of([&] { checkpoint::load_safetensors(p.string()); });
+  };
+  auto expect_error = [](const std::string& e, const std::string& part) {
+    EXPECT_NE(e.find(part), std::string::npos) << "message: " << e;
+  };
+  expect_error(error_of([&] { checkpoint::load_safetensors((dir / "missing").string()); }), "cannot open");
+  expect_error(variant("short", {1, 2, 3}), "truncated");
+  expect_error(variant("cut", std::vector<uint8_t>(bytes.begin(), bytes.end() - 5)), "truncated: the header needs 24 bytes of tensor data, the file has 19");
+  expect_error(variant("cut_header", std::vector<uint8_t>(bytes.begin(), bytes.begin() + 20)), "header length");
+  std::vector<uint8_t> b = bytes;
+  b.push_back(0);
+  expect_error(variant("trailing", b), "size mismatch");
+  b = bytes;
+  b[8] = '#'; // not JSON
+  expect_error(variant("json", b), "corrupt header");
+  std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  auto with_header = [&](std::string h) {
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::vector<uint8_t> out(8);
+    const uint64_t len = h.size();
+    std::memcpy(out.data(), &len, 8);
+    out.insert(out.end(), h.begin(), h.end());
+    out.insert(out.end(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+    return out;
+  };
+  auto replace = [&](std::string from, std::string to) {
+    std::string h = header;
+    const size_t at = h.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in " << h;
+    return h.replace(at, from.size(), to);
+  };
+  expect_error(variant("f16", with_header(replace("\"F32\"", "\"F16\""))), "unsupported dtype \"F16\"");
+  expect_error(variant("shape", with_header(replace("[4]", "[5]"))), "size mismatch");
+  expect_error(variant("offsets", with_header(replace("[0,16]", "[8,24]"))), "gap or overlap");
+  expect_error(variant("nodtype", with_header(replace("\"dtype\"", "\"dtypo\""))), "missing \"dtype\"");
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, LoadChecksNamesShapesAndDtypes) {
+  const fs::path dir = temp_dir("mismatch");
+  const std::string path = (dir / "m.safetensors").string();
+  nn::Sequential saved(nn::Linear(4, 3), nn::ReLU(), nn::Linear(3, 2));
+  checkpoint::save(path, saved);
+  nn::Sequential other(nn::Linear(4, 5), nn::ReLU(), nn::Linear(5, 2), nn::ReLU(), nn::Linear(2, 2));
+  const std::vector<float> before = other.parameters()[0].to_vector<float>();
+  const std::string e = error_of([&] { checkpoint::load(path, other); });
+  EXPECT_NE(e.find("\"0.weight\": the checkpoint has f32[3,4], the model needs f32[5,4]"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing \"4.weight\""), std::string::npos) << e;
+  EXPECT_EQ(other.parameters()[0].to_vector<float>(), before); // nothing changed
+  nn::Sequential smaller(nn::Linear(4, 3));
+  EXPECT_NE(error_of([&] { checkpoint::load(path, smaller); }).find("unexpected \"2.weight\""), std::string::npos);
+  // An optimizer needs optimizer state of its own kind.
+  nn::Sequential same(nn::Linear(4, 3), nn::ReLU(), nn::Linear(3, 2));
+  optim::SGD sgd(same.parameters());
+  EXPECT_NE(error_of([&] { checkpoint::load(path, same, &sgd); }).find("no optimizer state"), std::string::npos);
+  optim::Adam adam(saved.parameters());
+  checkpoint::save(path, saved, &adam);
+  EXPECT_NE(error_of([&] { checkpoint::load(path, same, &sgd); }).find("holds adam state"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ResumeIsExact) {
+  const fs::path dir = temp_dir("resume");
+  const std::string path = (dir / "ckpt.safetensors").string();
+  // Uninterrupted: 4 steps.
+  nn::manual_seed(11);
+  nn::Sequential a = small_model();
+  optim::Adam opt_a(a.parameters(), {.lr = 1e-2, .weight_decay = 1e-3});
+  std::vector<float> losses_a;
+  for (int64_t s = 0; s < 4; ++s) losses_a.push_back(train_step(a, opt_a, s));
+  // Interrupted: 2 steps, save, load into a fresh, differently initialized model, 2 more steps.
+  nn::manual_seed(11);
+  nn::Sequential b = small_model();
+  optim::Adam opt_b(b.parameters(), {.lr = 1e-2, .weight_decay = 1e-3});
+  for (int64_t s = 0; s < 2; ++s) EXPECT_EQ(train_step(b, opt_b, s), losses_a[s]);
+  checkpoint::save(path, b, &opt_b, {{"step", "2"}});
+  nn::manual_seed(999);
+  nn::Sequential c = small_model();
+  optim::Adam opt_c(c.parameters(), {.lr = 0.5, .weight_decay = 1e-3});
+  checkpoint::Metadata meta = checkpoint::load(path, c, &opt_c);
+  EXPECT_EQ(meta.at("step"), "2");
+  EXPECT_EQ(meta.at("optimizer"), "adam");
+  EXPECT_EQ(opt_c.lr(), 1e-2);
+  EXPECT_EQ(opt_c.steps(0), 2);
+  for (int64_t s = 2; s < 4; ++s) EXPECT_EQ(train_step(c, opt_c, s), losses_a[s]) << "step " << s;
+  auto pa = a.state_dict(), pc = c.state_dict();
+  ASSERT_EQ(pa.size(), pc.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector<double>(), pc[i].second.to_vector<double>()) << pa[i].first;
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, SaveIntoMissingDirectoryFails) {
+  EXPECT_NE(error_of([] { checkpoint::save_safetensors("/nonexistent_dir_kiln/x.safetensors", {{"a", zeros({1})}}); })
+                .find("cannot create a temporary file"),
+            std::string::npos);
+  EXPECT_THROW(checkpoint::save_safetensors("/tmp/x.safetensors", {{"a", zeros({1})}, {"a", zeros({1})}}), Error);
+}
