@@ -77,6 +77,18 @@ void KilnLayerNorm(benchmark::State& state) {
   report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
 }
 
+// relu(x @ w + b) at 1024^3: the bias and ReLU fused into the matmul kernel, or not.
+void KilnGemmBiasRelu(benchmark::State& state) {
+  const int64_t n = 1024;
+  with_mode(state, [&] {
+    Tensor x = randn({n, n}, 21), w = randn({n, n}, 22), b = randn({n}, 23);
+    realize({x, w, b});
+    for (auto _ : state) relu(matmul(x, w) + b).realize();
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 // A 784-512-512-10 ReLU MLP trained by SGD, one compiled step per iteration.
 struct Mlp {
   std::vector<Tensor> params;
@@ -225,6 +237,7 @@ KILN_MODES(KilnLayerNorm, "LayerNorm/8192x1024/kiln");
 KILN_CEILING(CxxLayerNorm, "LayerNorm/8192x1024/cxx_fused_loop");
 KILN_CEILING(CxxTriad, "Triad/16M/cxx");
 KILN_MODES(KilnMlpStep, "MLPStep/128/kiln");
+KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
 
 } // namespace

@@ -97,6 +97,16 @@ TEST(Runtime, RowPatternsFuseIntoOneKernel) {
   for (float s : v) EXPECT_NEAR(s, 1.0f, 1e-5f);
 }
 
+TEST(Runtime, MatmulEpiloguesFuseIntoTheMatmulKernel) {
+  Tensor x = randn({33, 65}, 12), w = randn({65, 17}, 13), b = randn({17}, 14), r = randn({33, 17}, 15);
+  Tensor y = relu(matmul(x, w) + b) + r; // bias, activation and residual
+  EXPECT_EQ(kernels_for(y), 1u);
+  expect_modes_agree([&] { return relu(matmul(x, w) + b) + r; });
+  // A matmul whose result is also used elsewhere keeps its own kernel.
+  Tensor m = matmul(x, w);
+  EXPECT_EQ(kernels_for(concat({relu(m), m.sum({0}, true)}, 0)), 3u);
+}
+
 TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {
   // A chain of unfused ops: each intermediate dies after its consumer runs, so the
   // planned arena holds two buffers at a time, not all of them.

@@ -72,6 +72,7 @@ private:
   std::unordered_map<const Node*, const Node*> owner_; // kernel root that computes the node
   std::unordered_set<const Node*> computed_, absorbed_;
   std::unordered_map<const Node*, std::vector<int64_t>> row_dims_;
+  std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
 
   static bool is_source(const Node* n) { return n->realized() || n->op == OpKind::Input; }
   static const Node* several() { return reinterpret_cast<const Node*>(uintptr_t{1}); }
@@ -99,7 +100,7 @@ private:
     if (outputs_.count(n)) return materialize(n, "requested output");
     switch (graph::op_category(n->op)) {
     case OpCategory::Reduce: return decide_reduce(n);
-    case OpCategory::Contraction: return materialize(n, "matmul is its own kernel");
+    case OpCategory::Contraction: return decide_matmul(n);
     case OpCategory::Leaf:
     case OpCategory::Movement: owner_[n] = users_owner(n); return; // index arithmetic inside consumers
     case OpCategory::Unary:
@@ -134,6 +135,30 @@ private:
     decisions.push_back("fusing " + describe(r) + " into the row kernel for " + describe(owner));
   }
 
+  // A matmul takes its elementwise users into its kernel as an epilogue (bias,
+  // activation, residual) when they all belong to one kernel over the same shape.
+  void decide_matmul(const Node* m) {
+    if (!opt_.fusion) return materialize(m, "unfused mode (KILN_FUSION=0)");
+    const std::string why = why_no_epilogue(m);
+    if (!why.empty()) return materialize(m, "matmul kernel; no epilogue fused: " + why);
+    const Node* owner = users_owner(m);
+    absorbed_.insert(m);
+    owner_[m] = owner;
+    matmul_of_.insert(owner);
+    decisions.push_back("fusing " + describe(owner) + " into " + describe(m) + " as its epilogue");
+  }
+
+  std::string why_no_epilogue(const Node* m) const {
+    if (forced_.count(m)) return "it is read at shifted indices";
+    const Node* owner = users_owner(m);
+    if (owner == several()) return "its users are in more than one kernel";
+    if (!graph::is_elementwise(owner->op) || owner->shape != m->shape) return "its user is not elementwise over its shape";
+    if (row_dims_.count(owner) || matmul_of_.count(owner)) return "its user's kernel already has a reduction";
+    for (const Node* u : users_.at(m))
+      if (!graph::is_elementwise(u->op)) return "it is used through a movement op";
+    return "";
+  }
+
   // The reduced dims that have extent > 1 in the reduction's input.
   static std::vector<int64_t> reduced_row_dims(const Node* r) {
     std::vector<int64_t> d;
@@ -165,6 +190,7 @@ private:
     if (!broadcast_back(r, x)) return "its result is not only broadcast back over its rows";
     const std::vector<int64_t> dims = reduced_row_dims(r);
     if (dims.empty()) return "it reduces nothing";
+    if (matmul_of_.count(owner)) return "its user's kernel already has a matmul";
     if (auto it = row_dims_.find(owner); it != row_dims_.end() && it->second != dims)
       return "the row kernel already reduces other dims";
     if (owner_is_reduce && reduced_row_dims(owner) != dims) return "its user reduces other dims";
@@ -271,7 +297,7 @@ private:
     for (const ExprRef& e : idx) key.push_back(e.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     ExprRef v = n != root_ && part_.has_buffer(n) ? load_node(n, idx, guard)
-                : n != root_ && part_.absorbed(n)   ? absorbed_reduction(n, idx)
+                : n != root_ && part_.absorbed(n)   ? absorbed_value(n, idx)
                                                     : compute_inline(n, idx, guard);
     memo_[key] = v;
     return v;
@@ -450,15 +476,16 @@ private:
 
   // A reduction fused into this row kernel: it must be read once per row, at the
   // root's own row index (its reduced dims broadcast, the others the root's vars).
-  ExprRef absorbed_reduction(const Node* n, const Index& idx) {
+  ExprRef absorbed_value(const Node* n, const Index& idx) {
+    const bool matmul = graph::op_category(n->op) == OpCategory::Contraction;
     for (size_t d = 0; d < idx.size(); ++d) {
-      const bool reduced = std::find(n->attrs.ints.begin(), n->attrs.ints.end(), static_cast<int64_t>(d)) != n->attrs.ints.end();
+      const bool reduced = !matmul && std::find(n->attrs.ints.begin(), n->attrs.ints.end(), static_cast<int64_t>(d)) != n->attrs.ints.end();
       const bool same = idx[d] == root_idx_[d] || (is_const(idx[d], 0) && is_const(root_idx_[d], 0));
       const bool ok = reduced ? is_const(idx[d], 0) : same && root_idx_[d]->kind != ExprKind::MapVar;
       if (!ok) throw NeedsBuffer{n};
     }
     if (auto it = absorbed_.find(n); it != absorbed_.end()) return it->second; // once per row
-    return absorbed_[n] = lower_reduce(n, idx);
+    return absorbed_[n] = matmul ? lower_matmul(n, idx) : lower_reduce(n, idx);
   }
 
   ExprRef lower_reduce(const Node* n, const Index& idx) {
