@@ -10,7 +10,13 @@
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -113,21 +119,32 @@ struct Mlp {
   }
 };
 
+CompiledFunction mlp_sgd_step(Mlp& mlp) {
+  return compile([&](const std::vector<Tensor>& a) {
+    Tensor loss = mlp.loss(a[0], a[1]);
+    for (Tensor& p : mlp.params) p.zero_grad();
+    loss.backward();
+    NoGradGuard no_grad;
+    for (Tensor& p : mlp.params) p.assign(p - p.grad() * 0.01);
+    return std::vector<Tensor>{loss};
+  });
+}
+
+std::vector<Tensor> mlp_batch(int64_t batch) {
+  Tensor x = randn({batch, 784}, 11);
+  Tensor y = (rand({batch}, 12) * 10.0).to(kInt64);
+  realize({x, y});
+  return {x, y};
+}
+
 void KilnMlpStep(benchmark::State& state) {
   const int64_t batch = 128;
   with_mode(state, [&] {
     Mlp mlp(7);
-    auto step = compile([&](const std::vector<Tensor>& a) {
-      Tensor loss = mlp.loss(a[0], a[1]);
-      for (Tensor& p : mlp.params) p.zero_grad();
-      loss.backward();
-      NoGradGuard no_grad;
-      for (Tensor& p : mlp.params) p.assign(p - p.grad() * 0.01);
-      return std::vector<Tensor>{loss};
-    });
-    Tensor x = randn({batch, 784}, 11);
-    Tensor y = (rand({batch}, 12) * 10.0).to(kInt64);
-    realize({x, y});
+    auto step = mlp_sgd_step(mlp);
+    const std::vector<Tensor> xy = mlp_batch(batch);
+    const Tensor& x = xy[0];
+    const Tensor& y = xy[1];
     step({x, y});
     step({x, y}); // the second call retraces once: gradients exist from now on
     for (auto _ : state) benchmark::DoNotOptimize(step({x, y})[0].node().get());
@@ -136,6 +153,38 @@ void KilnMlpStep(benchmark::State& state) {
   const double flops = 3.0 * 2.0 * batch * (784.0 * 512 + 512.0 * 512 + 512.0 * 10);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Compile cost of the MLP step, measured in fresh processes (this binary run with
+// --kiln_compile_child), so that no kernel is in memory: once with an empty disk
+// cache (cold) and once with the cache the first run filled (warm). Compile time is
+// the first call's time (trace, schedule, compile, run) minus a replay's.
+void KilnCompileCost(benchmark::State& state) {
+  const std::string dir = "/tmp/kiln_bench_compile_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string cmd = "KILN_CACHE_DIR=" + dir + " " + std::filesystem::read_symlink("/proc/self/exe").string() +
+                          " --kiln_compile_child";
+  auto child_ms = [&] {
+    FILE* p = popen(cmd.c_str(), "r");
+    double ms = -1;
+    if (p && std::fscanf(p, "COMPILE_MS %lf", &ms) != 1) ms = -1;
+    if (p) pclose(p);
+    return ms;
+  };
+  double cold = 0, warm = 0;
+  for (auto _ : state) {
+    std::filesystem::remove_all(dir);
+    cold = child_ms();
+    warm = child_ms();
+    state.SetIterationTime((cold + warm) / 1e3);
+  }
+  std::filesystem::remove_all(dir);
+  state.counters["cold_ms"] = cold;
+  state.counters["warm_disk_ms"] = warm;
 }
 
 void KilnReplayOverhead(benchmark::State& state) {
@@ -239,5 +288,24 @@ KILN_CEILING(CxxTriad, "Triad/16M/cxx");
 KILN_MODES(KilnMlpStep, "MLPStep/128/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnCompileCost)->Name("Compile/MLPStep/128")->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 } // namespace
+
+/// The child process of Compile/MLPStep: prints "COMPILE_MS <ms>".
+int kiln_compile_cost_child() {
+  Mlp mlp(7);
+  auto step = mlp_sgd_step(mlp);
+  const std::vector<Tensor> xy = mlp_batch(128);
+  const auto t0 = std::chrono::steady_clock::now();
+  step(xy);
+  const auto t1 = std::chrono::steady_clock::now();
+  step(xy); // the gradients exist from now on: a second trace, whose kernels are all cached
+  const auto t2 = std::chrono::steady_clock::now();
+  step(xy);
+  const auto t3 = std::chrono::steady_clock::now();
+  const double replay = ms_between(t2, t3);
+  std::printf("COMPILE_MS %.3f\n", ms_between(t0, t1) - replay);
+  (void)ms_between(t1, t2);
+  return 0;
+}

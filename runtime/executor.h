@@ -26,6 +26,8 @@ struct Plan {
   std::unordered_map<const graph::Node*, size_t> arena_offset; ///< intermediates' byte offsets
   size_t arena_bytes = 0;                    ///< peak bytes of intermediates (the arena's size)
   size_t output_bytes = 0;                   ///< bytes of the outputs
+  std::vector<const char*> cache_status;     ///< per launch, where make_plan found its code: hit, disk, miss
+  mutable size_t runs = 0;                   ///< executions so far (later runs are all cache hits)
 };
 
 /// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are read).

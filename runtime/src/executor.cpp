@@ -49,10 +49,18 @@ void sync_disk_cache(codegen::LlvmJit& jit) {
   jit.set_disk_cache(applied);
 }
 
-codegen::CpuKernelFn compile(const codegen::Kernel& k) {
+const char* status_name(codegen::LlvmJit::Source s) {
+  switch (s) {
+  case codegen::LlvmJit::Source::Memory: return "hit";
+  case codegen::LlvmJit::Source::Disk: return "disk";
+  case codegen::LlvmJit::Source::Compiled: return "miss";
+  }
+  return "?";
+}
+
+codegen::CpuKernelFn compile(const codegen::Kernel& k, codegen::LlvmJit::Source& source) {
   auto& jit = codegen::LlvmJit::instance();
   sync_disk_cache(jit);
-  codegen::LlvmJit::Source source;
   codegen::CpuKernelFn fn = jit.compile(k, source);
   if (source == codegen::LlvmJit::Source::Memory) return fn;
   const int level = options().debug;
@@ -120,11 +128,12 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* b
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, params); });
 }
 
-void log_launch(const codegen::KernelLaunch& l, double run_ms) {
+void log_launch(const codegen::KernelLaunch& l, const char* cache, double run_ms) {
   size_t bytes = node_bytes(l.output);
   for (const graph::Node* in : l.inputs) bytes += node_bytes(in);
-  std::fprintf(stderr, "[kiln] launch %s: %lld points, %.3f ms, %.2f MB, %.2f GB/s\n", l.kernel.name.c_str(),
-               static_cast<long long>(l.domain_size), run_ms, bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
+  std::fprintf(stderr, "[kiln] launch %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s\n", l.kernel.name.c_str(),
+               cache, static_cast<long long>(l.domain_size), run_ms, bytes / 1e6,
+               run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
 }
 
 // Where each buffer of one execution lives.
@@ -158,7 +167,11 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   p.schedule = codegen::schedule(todo, {options().fusion});
   if (options().debug >= 2)
     for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
-  for (const auto& l : p.schedule.launches) p.kernels.push_back(compile(l.kernel));
+  for (const auto& l : p.schedule.launches) {
+    codegen::LlvmJit::Source source;
+    p.kernels.push_back(compile(l.kernel, source));
+    p.cache_status.push_back(status_name(source));
+  }
   for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
   plan_memory(p);
   return p;
@@ -177,8 +190,9 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     const auto t0 = Clock::now();
     run(plan.kernels[i], l, bufs.data());
     ++counters().launches;
-    if (options().debug >= 1) log_launch(l, ms_since(t0));
+    if (options().debug >= 1) log_launch(l, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }
+  ++plan.runs;
   std::vector<std::shared_ptr<graph::Storage>> result;
   for (const auto& n : plan.outputs) {
     if (auto it = mem.outputs.find(n.get()); it != mem.outputs.end()) result.push_back(it->second);
