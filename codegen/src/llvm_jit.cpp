@@ -147,6 +147,7 @@ private:
 
 struct LlvmJit::Impl {
   std::mutex mu; // guards everything below (LLVM objects are not shared-thread-safe)
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb; // makes each compiling thread's TargetMachine
   std::unique_ptr<llvm::TargetMachine> tm;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unordered_map<std::string, CpuKernelFn> cache;
@@ -162,6 +163,7 @@ struct LlvmJit::Impl {
     auto jtmb = check(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
     jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     tm = check(jtmb.createTargetMachine(), "creating the target machine");
+    this->jtmb = jtmb;
     jit = check(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating LLJIT");
     // pow (llvm.pow) resolves to the process's libm.
     auto gen = check(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
@@ -171,7 +173,9 @@ struct LlvmJit::Impl {
   }
 
   /// The kernel's module, targeted at the host and verified (a failure is a kiln bug).
-  std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx) {
+  std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx) { return build(k, ctx, *tm); }
+  std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx, llvm::TargetMachine& tm_) {
+    llvm::TargetMachine* tm = &tm_; // shadows the shared one: this may run on any thread
     auto m = emit_kernel_module(k, ctx);
     m->setDataLayout(tm->createDataLayout());
     m->setTargetTriple(tm->getTargetTriple().str());
@@ -187,7 +191,9 @@ struct LlvmJit::Impl {
   }
 
   /// The O3 per-module pipeline, tuned by the host TargetMachine.
-  void optimize(llvm::Module& m) {
+  void optimize(llvm::Module& m) { optimize(m, *tm); }
+  void optimize(llvm::Module& m, llvm::TargetMachine& tm_) {
+    llvm::TargetMachine* tm = &tm_;
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
@@ -195,7 +201,7 @@ struct LlvmJit::Impl {
     llvm::PipelineTuningOptions pto;
     pto.LoopVectorization = true;
     pto.SLPVectorization = true;
-    llvm::PassBuilder pb(tm.get(), pto);
+    llvm::PassBuilder pb(tm, pto);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);
@@ -210,39 +216,63 @@ struct LlvmJit::Impl {
            "\nllvm " LLVM_VERSION_STRING "\nkiln " KILN_VERSION " codegen " KILN_CODEGEN_HASH "\n";
   }
 
-  /// Optimized object code for the kernel.
+  /// This thread's TargetMachine: code generation runs outside the lock, in parallel.
+  llvm::TargetMachine& thread_target_machine() {
+    thread_local std::unique_ptr<llvm::TargetMachine> own;
+    if (!own) {
+      std::lock_guard lock(mu);
+      own = check(jtmb->createTargetMachine(), "creating a target machine");
+    }
+    return *own;
+  }
+
+  /// Optimized object code for the kernel (thread-safe: its own context and TargetMachine).
   std::string object_code(const Kernel& k) {
+    llvm::TargetMachine& tm = thread_target_machine();
     llvm::LLVMContext ctx;
-    auto m = build(k, ctx);
-    optimize(*m);
+    auto m = build(k, ctx, tm);
+    optimize(*m, tm);
     llvm::SmallString<16384> out;
     llvm::raw_svector_ostream os(out);
     llvm::legacy::PassManager pm;
-    const bool unsupported = tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile);
+    const bool unsupported = tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile);
     KILN_ASSERT(!unsupported, "the target cannot emit object files");
     pm.run(*m);
     return std::string(out.str());
   }
 
+  /// Code for `k`: from memory, else from the disk cache, else compiled. Only the
+  /// compilation itself runs outside the lock, so several threads compile at once.
   CpuKernelFn compile(const Kernel& k, Source& source) {
-    if (auto it = cache.find(k.name); it != cache.end()) {
-      source = Source::Memory;
-      return it->second;
-    }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string key = disk.enabled() ? cache_key(k) : std::string();
-    std::optional<std::string> object = disk.enabled() ? disk.read(key) : std::nullopt;
-    source = object ? Source::Disk : Source::Compiled;
-    if (!object) {
-      object = object_code(k);
-      disk.write(key, *object);
+    std::string key;
+    {
+      std::lock_guard lock(mu);
+      if (auto it = cache.find(k.name); it != cache.end()) {
+        source = Source::Memory;
+        return it->second;
+      }
+      key = disk.enabled() ? cache_key(k) : std::string();
+      if (auto object = disk.enabled() ? disk.read(key) : std::nullopt) {
+        source = Source::Disk;
+        return add(k, *object, t0);
+      }
     }
-    check(jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(*object, k.name)), "adding " + k.name);
-    auto addr = check(jit->lookup(k.name), "looking up " + k.name);
-    auto fn = addr.toPtr<CpuKernelFn>();
+    const std::string object = object_code(k);
+    std::lock_guard lock(mu);
+    source = Source::Compiled;
+    if (auto it = cache.find(k.name); it != cache.end()) return it->second; // another thread was first
+    disk.write(key, object);
+    ++compiled;
+    return add(k, object, t0);
+  }
+
+  /// Links object code into the JIT and caches its entry point (the lock is held).
+  CpuKernelFn add(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0) {
+    check(jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, k.name)), "adding " + k.name);
+    auto fn = check(jit->lookup(k.name), "looking up " + k.name).toPtr<CpuKernelFn>();
     cache.emplace(k.name, fn);
     last_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (source == Source::Compiled) ++compiled;
     return fn;
   }
 
@@ -275,8 +305,7 @@ CpuKernelFn LlvmJit::compile(const Kernel& k) {
 
 CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) {
   KILN_ASSERT(!k.name.empty(), "compile() of a kernel that was not finalize()d");
-  std::lock_guard lock(impl_->mu);
-  return impl_->compile(k, source);
+  return impl_->compile(k, source); // locks as needed
 }
 
 void LlvmJit::set_disk_cache(const std::string& dir) {

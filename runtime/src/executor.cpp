@@ -12,6 +12,7 @@
 
 #include "kiln/error.h"
 #include "kiln/options.h"
+#include "runtime/cuda_check.h"
 #include "runtime/storage.h"
 
 namespace kiln::runtime {
@@ -62,6 +63,7 @@ codegen::CpuKernelFn compile(const codegen::Kernel& k, codegen::LlvmJit::Source&
   auto& jit = codegen::LlvmJit::instance();
   sync_disk_cache(jit);
   codegen::CpuKernelFn fn = jit.compile(k, source);
+  cuda_check_kernel(k); // KILN_CUDA_CHECK=1: also compile it as CUDA (once per kernel)
   if (source == codegen::LlvmJit::Source::Memory) return fn;
   const int level = options().debug;
   const bool compiled = source == codegen::LlvmJit::Source::Compiled;
@@ -167,11 +169,14 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   p.schedule = codegen::schedule(todo, {options().fusion});
   if (options().debug >= 2)
     for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
-  for (const auto& l : p.schedule.launches) {
+  const size_t n = p.schedule.launches.size();
+  p.kernels.resize(n);
+  p.cache_status.resize(n);
+  tbb::parallel_for(size_t{0}, n, [&](size_t i) { // kernels compile in parallel
     codegen::LlvmJit::Source source;
-    p.kernels.push_back(compile(l.kernel, source));
-    p.cache_status.push_back(status_name(source));
-  }
+    p.kernels[i] = compile(p.schedule.launches[i].kernel, source);
+    p.cache_status[i] = status_name(source);
+  });
   for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
   plan_memory(p);
   return p;
@@ -212,7 +217,9 @@ void realize(const std::vector<graph::NodeRef>& nodes) {
 }
 
 ExecutorStats executor_stats() {
-  return {counters().launches.load(), counters().compiles.load(), counters().realizations.load()};
+  ExecutorStats s{counters().launches.load(), counters().compiles.load(), counters().realizations.load()};
+  s.cuda_checked = cuda_checked_count();
+  return s;
 }
 
 } // namespace kiln::runtime
