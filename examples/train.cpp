@@ -197,8 +197,11 @@ int run(const Args& a) {
     if (!file_exists(a.checkpoint)) throw Error("train", "--resume: no checkpoint at '" + a.checkpoint + "'");
     checkpoint::Metadata meta = checkpoint::load(a.checkpoint, model, &opt);
     if (meta["model"] != a.model)
-      throw Error("train", "'" + a.checkpoint + "' holds a " + meta["model"] + " model, not " + a.model);
-    first_epoch = std::stoll(meta["epoch"]);
+      throw Error("train", "'" + a.checkpoint + "' holds a '" + meta["model"] + "' model, not " + a.model);
+    char* end = nullptr;
+    first_epoch = std::strtoll(meta["epoch"].c_str(), &end, 10);
+    if (meta["epoch"].empty() || *end != '\0' || first_epoch < 0)
+      throw Error("train", "'" + a.checkpoint + "' has no valid \"epoch\" in its metadata");
     schedule.set_epoch(first_epoch);
     std::cout << "resumed from " << a.checkpoint << " after epoch " << first_epoch << "\n";
   }
@@ -228,7 +231,7 @@ int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
   } catch (const Error& e) {
-    std::cerr << "train: error: " << e.what() << "\n";
+    std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
 }

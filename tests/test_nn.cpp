@@ -373,6 +373,8 @@ TEST(Gradients, LinearAndConv2d) {
       {rnd({2, 2, 6, 5}, 4), rnd({3, 2, 3, 2}, 5), rnd({3}, 6), rnd({2, 3, 3, 3}, 7)});
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], Tensor(), 1, 1, 1, 2) * v[2]).sum(); },
                    {rnd({1, 4, 4, 4}, 8), rnd({4, 2, 3, 3}, 9), rnd({1, 4, 4, 4}, 10)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], v[2], 2, 1, 1, 1) * v[3]).sum(); },
+                   {rnd({2, 2, 7, 7}, 36), rnd({3, 2, 3, 3}, 37), rnd({3}, 38), rnd({2, 3, 4, 4}, 39)});
 }
 
 TEST(Gradients, Pooling) {

@@ -178,13 +178,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   const int64_t ho = window_out(x.size(2), k.h, stride.h, padding.h, dilation.h);
   const int64_t wo = window_out(x.size(3), k.w, stride.w, padding.w, dilation.w);
   const int64_t taps = k.h * k.w, g = groups;
-  // im2col as [g, N*Ho*Wo, Cg*K], the reduction dim innermost, so that the matmul reads both
-  // operands contiguously along it (through a transposed view of cols); one GEMM per group.
+  // im2col per sample: cols [N, g, Cg*K, Ho*Wo] is a plain reshape of the stacked taps, and
+  // W [g, O/g, Cg*K] @ cols, broadcast over N, is already [N, O, Ho, Wo]: no permutes, and the
+  // gradients (dY @ cols^T summed over N, W^T @ dY) are batched matmuls with short reductions.
   Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, K, Ho, Wo]
-  cols = cols.reshape({n, g, cg * taps, ho * wo}).permute({1, 0, 3, 2}).reshape({g, n * ho * wo, cg * taps});
-  cols = materialize(cols);
-  Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols.transpose(1, 2), loc);  // [g, O/g, N*Ho*Wo]
-  y = y.reshape({g, o / g, n, ho, wo}).permute({2, 0, 1, 3, 4}).reshape({n, o, ho, wo}); // [N, O, Ho, Wo]
+  cols = materialize(cols.reshape({n, g, cg * taps, ho * wo}));
+  Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc).reshape({n, o, ho, wo});
   return bias.defined() ? y + bias.reshape({1, o, 1, 1}) : y;
 }
 
