@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's Quick start: installs what is missing, builds (Release, assertions on), then
-#   run  [args...]  runs the main job (examples/demo until the training example exists)
+#   run  [args...]  runs the main job: examples/train (an MLP on Fashion-MNIST; --help lists options)
 #   test            runs every test through ctest
 #   bench [args...] runs the benchmark binary
 set -euo pipefail
@@ -12,7 +12,7 @@ jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ASSERTIONS=ON >/dev/null
 cmake --build build -j "$jobs"
 case "$mode" in
-  run) ./build/examples/demo "$@" ;;
+  run) ./build/examples/train "$@" ;;
   test) ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600 ;;
   bench) ./build/bench/kiln_bench "$@" ;;
   *) echo "usage: .ci/kiln.sh run|test|bench [args]" >&2; exit 2 ;;

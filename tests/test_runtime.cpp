@@ -107,6 +107,22 @@ TEST(Runtime, MatmulEpiloguesFuseIntoTheMatmulKernel) {
   EXPECT_EQ(kernels_for(concat({relu(m), m.sum({0}, true)}, 0)), 3u);
 }
 
+TEST(Runtime, MatmulOperandsThatAreNotViewsGetABuffer) {
+  // An im2col-like operand (pad + concat of slices) would otherwise be recomputed
+  // for every output column of the matmul.
+  Tensor x = randn({6, 8}, 16), w = randn({5, 12}, 17);
+  Tensor padded = pad(x, {1, 1});
+  Tensor cols = concat({padded.slice(1, 0, 8), padded.slice(1, 1, 9), padded.slice(1, 2, 10)}, 0).reshape({12, 12});
+  Tensor y = matmul(w, cols);
+  runtime::Plan plan = runtime::make_plan({y.node()});
+  ASSERT_EQ(plan.schedule.launches.size(), 2u);
+  EXPECT_EQ(plan.schedule.launches[0].output->op, graph::OpKind::Concat);
+  bool explained = false;
+  for (const std::string& d : plan.schedule.decisions) explained = explained || d.find("a matmul operand") != std::string::npos;
+  EXPECT_TRUE(explained);
+  expect_modes_agree([&] { return matmul(w, cols); });
+}
+
 TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {
   // A chain of unfused ops: each intermediate dies after its consumer runs, so the
   // planned arena holds two buffers at a time, not all of them.

@@ -73,6 +73,7 @@ private:
   std::unordered_set<const Node*> computed_, absorbed_;
   std::unordered_map<const Node*, std::vector<int64_t>> row_dims_;
   std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
+  std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
 
   static bool is_source(const Node* n) { return n->realized() || n->op == OpKind::Input; }
   static const Node* several() { return reinterpret_cast<const Node*>(uintptr_t{1}); }
@@ -97,7 +98,10 @@ private:
 
   void decide(const Node* n) {
     if (is_source(n)) return; // inputs are bound when the plan runs
+    if (graph::op_category(n->op) == OpCategory::Contraction) buffer_matmul_operands(n);
     if (outputs_.count(n)) return materialize(n, "requested output");
+    if (needs_buffer_.count(n))
+      return materialize(n, "a matmul operand: computed once rather than once per output row or column");
     switch (graph::op_category(n->op)) {
     case OpCategory::Reduce: return decide_reduce(n);
     case OpCategory::Contraction: return decide_matmul(n);
@@ -115,9 +119,6 @@ private:
       return;
     }
     if (!opt_.fusion) return materialize(n, "unfused mode (KILN_FUSION=0)");
-    for (const Node* u : users_.at(n))
-      if (graph::op_category(u->op) == OpCategory::Contraction)
-        return materialize(n, "not fusing into matmul: the value would be computed once per output column");
     const Node* owner = users_owner(n);
     if (owner == several()) return materialize(n, "not fusing: its users are in more than one kernel");
     owner_[n] = owner;
@@ -137,6 +138,19 @@ private:
 
   // A matmul takes its elementwise users into its kernel as an epilogue (bias,
   // activation, residual) when they all belong to one kernel over the same shape.
+  // A matmul reads each operand element once per output row or column, so its
+  // operands must be cheap to index: views (reshape, permute, expand, slice) of a
+  // buffer. The first node below such a view chain that is anything else (pad,
+  // concat, arithmetic) is computed into a buffer of its own.
+  void buffer_matmul_operands(const Node* m) {
+    for (const auto& in : m->inputs) {
+      const Node* n = in.get();
+      while (n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice)
+        n = n->inputs[0].get();
+      if (!is_source(n) && graph::op_category(n->op) != OpCategory::Leaf) needs_buffer_.insert(n);
+    }
+  }
+
   void decide_matmul(const Node* m) {
     if (!opt_.fusion) return materialize(m, "unfused mode (KILN_FUSION=0)");
     const std::string why = why_no_epilogue(m);

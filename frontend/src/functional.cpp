@@ -82,12 +82,6 @@ Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value) {
   return pad(x, {p.w, p.w, p.h, p.h}, value);
 }
 
-// The scheduler fuses movement ops (pad, slice, concat, permute) into their consumers, a matmul
-// included, where the im2col gather would be recomputed for every output column. An elementwise
-// op that feeds a matmul directly gets a kernel of its own, so multiplying by one here makes the
-// im2col matrix one buffer, computed once. (x * 1 is exact; the graph does not simplify it away.)
-Tensor materialize(const Tensor& x) { return x * 1.0; }
-
 // True when windows tile the input without overlap or gaps, so pooling is a reshape and a reduction.
 bool tiles(const Size2& k, const Size2& s, const Size2& p, const Size2& d) {
   return s.h == k.h && s.w == k.w && p.h == 0 && p.w == 0 && d.h == 1 && d.w == 1;
@@ -182,7 +176,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   // W [g, O/g, Cg*K] @ cols, broadcast over N, is already [N, O, Ho, Wo]: no permutes, and the
   // gradients (dY @ cols^T summed over N, W^T @ dY) are batched matmuls with short reductions.
   Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, K, Ho, Wo]
-  cols = materialize(cols.reshape({n, g, cg * taps, ho * wo}));
+  cols = cols.reshape({n, g, cg * taps, ho * wo}); // the scheduler computes matmul operands into a buffer
   Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc).reshape({n, o, ho, wo});
   return bias.defined() ? y + bias.reshape({1, o, 1, 1}) : y;
 }

@@ -1,12 +1,18 @@
 #pragma once
 /// \file kiln.h
-/// kiln's umbrella header: tensors, ops, autograd, options. Pulls in no LLVM, TBB or CUDA header.
+/// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
+/// options. Pulls in no LLVM, TBB or CUDA header.
 
 #include "kiln/autograd.h"
+#include "kiln/checkpoint.h"
 #include "kiln/compile.h"
+#include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/functional.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "kiln/options.h"
 #include "kiln/scalar.h"
 #include "kiln/tensor.h"
