@@ -43,6 +43,7 @@ struct ExecutorStats {
   size_t launches = 0;     ///< kernels run
   size_t compiles = 0;     ///< kernels compiled (cache misses)
   size_t realizations = 0; ///< realize() calls that ran something
+  size_t cuda_checked = 0; ///< kernels also compiled as CUDA by NVRTC (KILN_CUDA_CHECK=1)
 };
 /// Current counters.
 ExecutorStats executor_stats();

@@ -75,6 +75,8 @@ public:
   }
 
   std::optional<std::string> read(const std::string& key) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path(key), ec)) return std::nullopt; // missing, or not a file
     std::ifstream in(path(key), std::ios::binary);
     if (!in) return std::nullopt;
     const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

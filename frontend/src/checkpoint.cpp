@@ -38,7 +38,12 @@ struct Json {
   double number = 0;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object; // in file order
+  struct Member;                // (key, value); a std::pair<std::string, Json> would need Json complete here
+  std::vector<Member> object;   // in file order
+};
+struct Json::Member {
+  std::string first;
+  Json second;
 };
 
 // A recursive-descent JSON parser (RFC 8259) with a depth limit; throws a message with the byte offset.
@@ -422,12 +427,20 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
     file_error(path, "corrupt header: " + where + "\"data_offsets\" must be [begin, end] with begin <= end");
   e.begin = static_cast<uint64_t>(offs[0]);
   e.end = static_cast<uint64_t>(offs[1]);
+  // The product of the non-zero extents must fit too: [0, 2^62, 2^62] holds no bytes, but
+  // any stride or element count computed from it later would overflow.
   uint64_t n = dtype_size(e.dtype);
+  bool empty = false;
   for (int64_t d : e.shape) {
-    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / static_cast<uint64_t>(d))
       file_error(path, "corrupt header: " + where + "shape too large");
     n *= static_cast<uint64_t>(d);
   }
+  if (empty) n = 0;
   if (e.end - e.begin != n)
     file_error(path, "size mismatch: " + where + st_dtype(e.dtype) + graph::shape_str(e.shape) + " needs " +
                          std::to_string(n) + " bytes but data_offsets span " + std::to_string(e.end - e.begin));

@@ -122,10 +122,13 @@ IdxArray read_idx(const std::string& path) {
   if (bytes.size() < header) file_error(path, "truncated: the header of a " + std::to_string(rank) + "-d array is cut short");
   IdxArray out;
   size_t expected = 1;
+  bool overflow = false;
   for (size_t d = 0; d < rank; ++d) {
     out.dims.push_back(big_endian32(bytes.data() + 4 + 4 * d));
-    expected *= static_cast<size_t>(out.dims.back());
+    overflow = __builtin_mul_overflow(expected, static_cast<size_t>(out.dims.back()), &expected) || overflow;
   }
+  if (overflow) // the product could otherwise wrap around to the (small) size of the data
+    file_error(path, "corrupt header: the dims " + dims_str(out.dims) + " overflow the element count");
   const size_t have = bytes.size() - header;
   if (have < expected)
     file_error(path, "truncated: the header declares " + dims_str(out.dims) + " = " + std::to_string(expected) +

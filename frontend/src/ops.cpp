@@ -197,8 +197,12 @@ template <class T> std::shared_ptr<graph::Storage> copy_to_storage(const std::ve
 }
 
 void check_shape(const std::string& op, const IntList& shape, const Loc& loc) {
-  for (int64_t d : shape)
+  int64_t n = 1;
+  for (int64_t d : shape) {
     if (d < 0) throw Error(op, "negative extent in shape " + graph::shape_str(shape), loc);
+    if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48))
+      throw Error(op, "shape " + graph::shape_str(shape) + " has too many elements", loc);
+  }
 }
 
 } // namespace
@@ -380,6 +384,7 @@ Tensor expand(const Tensor& x, IntList shape, Loc loc) {
     if (shape[d] < 0 || (have != 1 && have != shape[d]))
       fail("expand", "cannot expand to " + graph::shape_str(shape) + " (dim " + std::to_string(d) + ")", {&x}, loc);
   }
+  check_shape("expand", shape, loc);
   return result(b::broadcast_to(x.node(), shape), {&x});
 }
 

@@ -129,6 +129,34 @@ Attrs parse_attrs(Cursor& c) {
   return a;
 }
 
+// Limits on parsed values, checked before check_node() (whose arithmetic assumes sane
+// sizes): no extent, element count (of the non-zero extents) or int attribute beyond 2^40,
+// so that no later size or index computation overflows int64; and the shapes of the
+// attributes that check_node() indexes with.
+constexpr int64_t kMaxParsed = int64_t{1} << 40;
+
+std::string check_limits(OpKind op, const Shape& shape, const std::vector<NodeRef>& inputs, const Attrs& a) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return "negative extent";
+    if (d > kMaxParsed || (d > 0 && n > kMaxParsed / d)) return "shape " + shape_str(shape) + " is too large (over 2^40 elements)";
+    if (d > 0) n *= d;
+  }
+  for (int64_t v : a.ints)
+    if (v < -kMaxParsed || v > kMaxParsed) return "attribute " + std::to_string(v) + " out of range";
+  if (op == OpKind::Input && (a.i0 < 0 || a.i0 > (int64_t{1} << 62))) return "input id out of range";
+  if (op == OpKind::Permute && (a.ints.size() != shape.size() || inputs.size() != 1 || inputs[0]->shape.size() != shape.size()))
+    return "permute needs one dim per result dim, and the operand's rank";
+  if (op == OpKind::Slice && inputs.size() == 1 && a.ints.size() == 2 * shape.size())
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t last = 0;
+      if (shape[d] > 0 && (__builtin_mul_overflow(shape[d] - 1, a.ints[2 * d + 1], &last) ||
+                           __builtin_add_overflow(last, a.ints[2 * d], &last)))
+        return "slice out of range";
+    }
+  return "";
+}
+
 NodeRef parse_definition(Cursor& c, const std::unordered_map<int64_t, NodeRef>& defs) {
   OpKind op;
   const std::string_view name = c.word();
@@ -144,6 +172,7 @@ NodeRef parse_definition(Cursor& c, const std::unordered_map<int64_t, NodeRef>& 
     }
   }
   const Attrs attrs = parse_attrs(c);
+  if (const std::string err = check_limits(op, shape, inputs, attrs); !err.empty()) c.fail(err);
   if (const std::string err = check_node(op, dtype, shape, inputs, attrs); !err.empty()) c.fail(err);
   return make_node(op, dtype, shape, std::move(inputs), attrs);
 }

@@ -70,6 +70,7 @@ std::string check_reduce(OpKind op, DType dtype, const Shape& shape, const NodeR
 }
 
 std::string check_permute(const Shape& shape, const NodeRef& x, const Attrs& a) {
+  if (a.ints.size() != x->shape.size() || shape.size() != x->shape.size()) return "permutation of the wrong rank";
   std::vector<int64_t> sorted = a.ints;
   std::sort(sorted.begin(), sorted.end());
   std::vector<int64_t> iota(x->shape.size());

@@ -13,7 +13,12 @@ namespace {
 constexpr size_t kAlign = 64;
 constexpr size_t kMaxCached = size_t{2} << 30; // keep at most 2 GiB of freed blocks
 
-size_t round_up(size_t bytes) { return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
+constexpr size_t kMaxBytes = size_t{1} << 48; // far beyond any host's memory; keeps the rounding exact
+
+size_t round_up(size_t bytes) {
+  if (bytes > kMaxBytes) throw Error("out of host memory: " + std::to_string(bytes) + " bytes requested");
+  return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
 
 // Freed blocks keyed by their (rounded) size; best fit on reuse.
 class HostPool {

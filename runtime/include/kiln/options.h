@@ -17,6 +17,9 @@ struct Options {
   std::string dump_dir;
   /// KILN_CACHE_DIR: the on-disk kernel cache (default ~/.cache/kiln; "" disables it).
   std::string cache_dir;
+  /// KILN_CUDA_CHECK=1: every kernel compiled for the CPU is also emitted as CUDA and
+  /// compiled by NVRTC (sm_90 and compute_90); skipped with one line where NVRTC is absent.
+  bool cuda_check = false;
 };
 
 /// The options in force (a process-wide singleton).

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (-DKILN_SANITIZE=ON: -fsanitize=address,undefined, UB is fatal), in its own
+# build directory build-asan. Zero reports is the bar: any report fails a test.
+#
+#   .ci/sanitize.sh            configure, build and run every test
+#   .ci/sanitize.sh -R regex   extra arguments go to ctest (e.g. a subset)
+#
+# Leak detection is ON: kiln's allocations are owned (shared_ptr / RAII), the
+# JIT singleton is destroyed at exit, and the whole suite runs with zero
+# LeakSanitizer reports (measured with LLVM 19.1.7, oneTBB 2021.8). Should a
+# future LLVM or TBB leak at exit, suppress it by name (LSAN_OPTIONS=
+# suppressions=...) rather than turning detection off.
+#
+# Measured on the 2-core dev machine: build 708 s from scratch (ccache cold),
+# tests 96 s with JOBS=2.
+#
+# Environment: JOBS (default nproc) for the build and ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-$(nproc)}
+start=$(date +%s)
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_ASSERTIONS=ON -DKILN_SANITIZE=ON \
+  -DKILN_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+built=$(date +%s)
+# allocator_may_return_null=1: kiln's contract is that an allocation that cannot be had is a
+# kiln::Error (tests/test_faults.cpp checks it); ASan's default aborts on huge requests instead.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Soak-sized tests stay CI-sized here; the sanitized binaries run about 3x slower.
+export KILN_SOAK=${KILN_SOAK:-}
+status=0
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@" || status=$?
+end=$(date +%s)
+echo "sanitize.sh: build $((built - start)) s, tests $((end - built)) s, total $((end - start)) s, status $status"
+exit $status

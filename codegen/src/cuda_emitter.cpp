@@ -1,0 +1,479 @@
+// Kernel IR -> CUDA C++ (see cuda_emitter.h for the launch ABI and the numerics).
+//
+// Every compound expression becomes one `const T vN = ...;` statement, emitted once
+// per scope where it is first needed (like the LLVM emitter's value cache), so
+// shared subtrees are computed once and every op rounds on its own. The semantics of
+// each op follow llvm_emitter.cpp; the helpers (kiln_add, kiln_max, kiln_exp_f32, ...)
+// live in the prelude (cuda_math.cpp).
+#include "codegen/cuda_emitter.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "codegen/src/cuda_math.h"
+#include "kiln/error.h"
+
+namespace kiln::codegen {
+
+using graph::OpKind;
+
+namespace {
+
+/// prefix followed by a number ("v12"), built by appends: GCC 12 misreports
+/// -Wrestrict on `"v" + std::to_string(i)`.
+std::string numbered(const char* prefix, long long i) {
+  std::string s(prefix);
+  return s.append(std::to_string(i));
+}
+
+/// The C++ type of a value of dtype t in registers.
+std::string reg_type(DType t) {
+  switch (t) {
+  case DType::Bool: return "bool";
+  case DType::Int32: return "int";
+  case DType::Int64: return "long long";
+  case DType::Float32: return "float";
+  case DType::Float64: return "double";
+  }
+  return "?";
+}
+
+/// The C++ type of an element of dtype t in memory (bool is one byte, 0 or 1).
+std::string mem_type(DType t) { return t == DType::Bool ? "unsigned char" : reg_type(t); }
+
+/// "_f32" / "_f64": the suffix of the prelude's math functions.
+std::string fsuffix(DType t) { return t == DType::Float64 ? "_f64" : "_f32"; }
+
+/// An exact literal of a float value (hex float; non-finite values through their bits).
+std::string float_literal(DType t, double v) {
+  char buf[64];
+  if (t == DType::Float32) {
+    const float f = static_cast<float>(v);
+    if (!std::isfinite(f)) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      std::snprintf(buf, sizeof buf, "__int_as_float((int)0x%08xu)", bits);
+      return buf;
+    }
+    std::snprintf(buf, sizeof buf, "%af", static_cast<double>(f));
+  } else {
+    if (!std::isfinite(v)) {
+      uint64_t bits;
+      std::memcpy(&bits, &v, 8);
+      std::snprintf(buf, sizeof buf, "__longlong_as_double((long long)0x%016llxull)", static_cast<unsigned long long>(bits));
+      return buf;
+    }
+    std::snprintf(buf, sizeof buf, "%a", v);
+  }
+  return std::signbit(v) ? "(" + std::string(buf) + ")" : std::string(buf);
+}
+
+/// A literal of an integer or bool value of dtype t.
+std::string int_literal(DType t, int64_t v) {
+  if (t == DType::Bool) return v ? "true" : "false";
+  if (t == DType::Int32) {
+    const auto x = static_cast<int32_t>(v);
+    if (x == std::numeric_limits<int32_t>::min()) return "(-2147483647 - 1)";
+    return x < 0 ? "(" + std::to_string(x) + ")" : std::to_string(x);
+  }
+  if (v == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
+  return v < 0 ? "(" + std::to_string(v) + "LL)" : std::to_string(v) + "LL";
+}
+
+std::string zero(DType t) { return is_floating(t) ? float_literal(t, 0) : int_literal(t, 0); }
+
+/// The reduction combines, classified once from the op.
+enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
+
+RedKind reduction_kind(OpKind op) {
+  switch (op) {
+  case OpKind::Sum: return RedKind::Sum;
+  case OpKind::Max: return RedKind::Max;
+  case OpKind::Min: return RedKind::Min;
+  case OpKind::Argmax: return RedKind::Argmax;
+  case OpKind::Argmin: return RedKind::Argmin;
+  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
+  case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
+  case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
+  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Matmul:
+    break;
+  }
+  KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
+  return RedKind::Sum;
+}
+
+/// A float Sum of a product that may contract (matmul): acc = fma(a, b, acc).
+bool is_fma_reduction(const Reduction& r) {
+  return r.fma && r.op == OpKind::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
+         r.value->op == OpKind::Mul;
+}
+
+class CudaWriter {
+public:
+  explicit CudaWriter(const Kernel& k) : k_(k) {}
+
+  std::string emit() {
+    KILN_ASSERT(!k_.name.empty(), "kernel not finalize()d");
+    std::string head = "// kiln kernel " + k_.name + " as CUDA C++ (generated by codegen/src/cuda_emitter.cpp)\n";
+    head += cuda_prelude();
+    head += "extern \"C\" __global__ void " + k_.name + "(" + signature() + ") {\n";
+    scopes_.emplace_back();
+    emit_domain();
+    scopes_.pop_back();
+    return head + body_ + "}\n";
+  }
+
+private:
+  using Scope = std::unordered_map<const Expr*, std::string>;
+
+  const Kernel& k_;
+  std::string body_;
+  int depth_ = 1;                // indentation level
+  int next_ = 0;                 // next value number
+  std::vector<Scope> scopes_;    // names of computed expressions, innermost last
+  int reduce_rank_ = -1;         // extents of the reduction being emitted (-1: none)
+  int map_rank_ = -1;            // map extents in scope (-1: none)
+  int results_ = 0;              // reductions whose result is in scope
+
+  void line(const std::string& s) { body_ += std::string(2 * depth_, ' ') + s + "\n"; }
+  void open(const std::string& s) {
+    line(s + " {");
+    ++depth_;
+    scopes_.emplace_back();
+  }
+  void close() {
+    scopes_.pop_back();
+    --depth_;
+    line("}");
+  }
+
+  std::string signature() const {
+    std::string s;
+    for (size_t b = 0; b < k_.buffers.size(); ++b) {
+      const BufferParam& p = k_.buffers[b];
+      s += (b ? ", " : "") + std::string(p.output ? "" : "const ") + mem_type(p.dtype) + "* __restrict__ b" +
+           std::to_string(b);
+    }
+    for (int p = 0; p < k_.num_params; ++p) s += ", long long p" + std::to_string(p);
+    return s;
+  }
+
+  // --- structure ---------------------------------------------------------------
+
+  /// The grid-stride loop over the flattened domain; the flat index is split into the
+  /// loop vars row-major (last fastest), as on the CPU.
+  void emit_domain() {
+    const size_t rank = k_.domain.size();
+    std::string n = "1LL";
+    for (size_t d = 0; d < rank; ++d) {
+      line("const long long e" + std::to_string(d) + " = " + ref(k_.domain[d]) + ";");
+      n = d ? n + " * e" + std::to_string(d) : "e0";
+    }
+    line("const long long n = " + n + ";");
+    line("const long long stride = (long long)blockDim.x * gridDim.x;");
+    open("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride)");
+    if (rank > 0) line("unsigned long long rest = (unsigned long long)flat;");
+    for (size_t d = rank; d-- > 1;) {
+      const std::string e = "(unsigned long long)e" + std::to_string(d);
+      line("const long long i" + std::to_string(d) + " = (long long)(rest % " + e + ");");
+      line("rest /= " + e + ";");
+    }
+    if (rank > 0) line("const long long i0 = (long long)rest;");
+    emit_point();
+    close();
+  }
+
+  /// Everything the kernel does at one domain point.
+  void emit_point() {
+    results_ = 0;
+    for (size_t r = 0; r < k_.reductions.size(); ++r) {
+      emit_reduction(k_.reductions[r], static_cast<int>(r));
+      results_ = static_cast<int>(r) + 1;
+    }
+    if (k_.map.empty()) return emit_stores();
+    std::vector<std::string> ext;
+    for (const ExprRef& e : k_.map) ext.push_back(ref(e));
+    map_rank_ = static_cast<int>(ext.size());
+    for (size_t m = 0; m < ext.size(); ++m) {
+      const std::string v = numbered("m", m);
+      open("for (long long " + v + " = 0; " + v + " < " + ext[m] + "; ++" + v + ")");
+    }
+    emit_stores();
+    for (size_t m = 0; m < ext.size(); ++m) close();
+    map_rank_ = -1;
+  }
+
+  void emit_stores() {
+    for (const Store& s : k_.stores) {
+      KILN_ASSERT(s.buffer >= 0 && s.buffer < static_cast<int>(k_.buffers.size()), "bad store in " + k_.name);
+      const BufferParam& b = k_.buffers[s.buffer];
+      KILN_ASSERT(b.output && s.value->dtype == b.dtype, "bad store in " + k_.name);
+      const std::string off = ref(s.offset), v = ref(s.value);
+      std::string store = numbered("b", s.buffer) + "[" + off + "] = ";
+      if (b.dtype == DType::Bool) store += "(unsigned char)";
+      line(store + v + ";");
+    }
+  }
+
+  // --- reductions --------------------------------------------------------------
+
+  /// The accumulator's initial value: 0, or the identity of max/min.
+  static std::string reduction_init(RedKind kind, DType dt) {
+    const bool maxlike = kind == RedKind::Max || kind == RedKind::Argmax;
+    if (kind == RedKind::Sum) return zero(dt);
+    if (is_floating(dt)) return float_literal(dt, maxlike ? -INFINITY : INFINITY);
+    if (dt == DType::Bool) return maxlike ? "false" : "true";
+    if (dt == DType::Int32)
+      return int_literal(dt, maxlike ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max());
+    return int_literal(dt, maxlike ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max());
+  }
+
+  /// acc (+) v for Sum, Max, Min.
+  static std::string combine(RedKind kind, DType dt, const std::string& acc, const std::string& v) {
+    if (dt == DType::Bool) return kind == RedKind::Min ? acc + " & " + v : acc + " | " + v;
+    if (kind == RedKind::Sum) return is_floating(dt) ? acc + " + " + v : "kiln_add(" + acc + ", " + v + ")";
+    return std::string(kind == RedKind::Max ? "kiln_max(" : "kiln_min(") + acc + ", " + v + ")";
+  }
+
+  /// Whether v replaces the best so far: strictly better, or the first NaN.
+  static std::string arg_better(bool is_max, DType dt, const std::string& best, const std::string& v) {
+    const std::string strict = v + (is_max ? " > " : " < ") + best;
+    if (!is_floating(dt)) return strict;
+    return strict + " || (" + v + " != " + v + " && " + best + " == " + best + ")";
+  }
+
+  void emit_reduction(const Reduction& r, int index) {
+    const RedKind kind = reduction_kind(r.op);
+    const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
+    KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
+    const std::string id = std::to_string(index), acc = "acc" + id, idx = "idx" + id, cnt = "cnt" + id;
+    std::vector<std::string> ext;
+    for (const ExprRef& e : r.extents) ext.push_back(ref(e));
+    line(reg_type(r.dtype) + " " + acc + " = " + reduction_init(kind, r.dtype) + ";");
+    if (arg) line("long long " + idx + " = 0, " + cnt + " = 0;");
+    reduce_rank_ = static_cast<int>(ext.size());
+    for (size_t d = 0; d < ext.size(); ++d) {
+      const std::string v = numbered("r", d);
+      open("for (long long " + v + " = 0; " + v + " < " + ext[d] + "; ++" + v + ")");
+    }
+    if (is_fma_reduction(r)) {
+      const std::string a = ref(r.value->args[0]), b = ref(r.value->args[1]);
+      line(acc + " = " + (r.dtype == DType::Float32 ? "fmaf(" : "fma(") + a + ", " + b + ", " + acc + ");");
+    } else if (arg) {
+      const std::string v = ref(r.value);
+      line("if (" + arg_better(kind == RedKind::Argmax, r.dtype, acc, v) + ") { " + acc + " = " + v + "; " + idx +
+           " = " + cnt + "; }");
+      line("++" + cnt + ";");
+    } else {
+      const std::string v = ref(r.value);
+      line(acc + " = " + combine(kind, r.dtype, acc, v) + ";");
+    }
+    for (size_t d = 0; d < ext.size(); ++d) close();
+    reduce_rank_ = -1;
+    const DType rt = arg ? DType::Int64 : r.dtype;
+    line("const " + reg_type(rt) + " red" + id + " = " + (arg ? idx : acc) + ";");
+  }
+
+  // --- expressions -------------------------------------------------------------
+
+  static bool is_leaf(ExprKind k) {
+    return k == ExprKind::Const || k == ExprKind::LoopVar || k == ExprKind::ReduceVar || k == ExprKind::MapVar ||
+           k == ExprKind::Param || k == ExprKind::ReduceResult;
+  }
+
+  /// The name (or literal) of e's value, emitting its statement on first use in scope.
+  std::string ref(const ExprRef& e) {
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      if (auto it = s->find(e.get()); it != s->end()) return it->second;
+    std::string v = value(*e);
+    if (!is_leaf(e->kind)) {
+      const std::string name = numbered("v", next_++);
+      line("const " + reg_type(e->dtype) + " " + name + " = " + v + ";");
+      v = name;
+    }
+    scopes_.back()[e.get()] = v;
+    return v;
+  }
+
+  std::string var(const char* prefix, int index, int rank, const char* what) {
+    KILN_ASSERT(index >= 0 && index < rank, std::string(what) + " out of scope in " + k_.name);
+    return prefix + std::to_string(index);
+  }
+
+  std::string value(const Expr& e) {
+    switch (e.kind) {
+    case ExprKind::Const: return is_floating(e.dtype) ? float_literal(e.dtype, e.f) : int_literal(e.dtype, e.i);
+    case ExprKind::LoopVar: return var("i", e.index, static_cast<int>(k_.domain.size()), "loop var");
+    case ExprKind::ReduceVar: return var("r", e.index, reduce_rank_, "reduce var");
+    case ExprKind::MapVar: return var("m", e.index, map_rank_, "map var");
+    case ExprKind::Param: return var("p", e.index, k_.num_params, "param");
+    case ExprKind::Load: return load(e);
+    case ExprKind::Op: return op(e);
+    case ExprKind::IntDiv: return "kiln_udiv(" + ref(e.args.at(0)) + ", " + ref(e.args.at(1)) + ")";
+    case ExprKind::IntMod: return "kiln_umod(" + ref(e.args.at(0)) + ", " + ref(e.args.at(1)) + ")";
+    case ExprKind::ReduceResult: return var("red", e.index, results_, "reduction result");
+    case ExprKind::Random: return random(e);
+    }
+    KILN_ASSERT(false, "bad ExprKind");
+    return "";
+  }
+
+  /// A load; with a guard, 0 where the guard is false (and no memory access there).
+  std::string load(const Expr& e) {
+    KILN_ASSERT(e.index >= 0 && e.index < static_cast<int>(k_.buffers.size()), "bad buffer in " + k_.name);
+    KILN_ASSERT(k_.buffers[e.index].dtype == e.dtype, "load dtype mismatch in " + k_.name);
+    const std::string off = ref(e.args.at(0));
+    std::string v = numbered("b", e.index) + "[" + off + "]";
+    if (e.dtype == DType::Bool) v = "(" + v + " != 0)";
+    if (e.args.size() < 2) return v;
+    return ref(e.args[1]) + " ? " + v + " : " + zero(e.dtype);
+  }
+
+  void require_float(DType t, const char* what) {
+    KILN_ASSERT(is_floating(t), std::string(what) + " on " + std::string(dtype_name(t)) + " in " + k_.name);
+  }
+
+  std::string math(const char* fn, const std::string& x, DType t) {
+    require_float(t, fn);
+    return std::string("kiln_") + fn + fsuffix(t) + "(" + x + ")";
+  }
+
+  std::string sqrt(const std::string& x, DType t) {
+    require_float(t, "sqrt");
+    return (t == DType::Float32 ? "sqrtf(" : "sqrt(") + x + ")";
+  }
+
+  static std::string to_bool(const std::string& x, DType from) {
+    return from == DType::Bool ? x : "(" + x + " != " + zero(from) + ")";
+  }
+
+  /// One switch over every op, so a new op is a compile error here.
+  std::string op(const Expr& e) {
+    const DType in = e.args.at(0)->dtype;
+    auto a = [&](int i) { return ref(e.args.at(i)); };
+    switch (e.op) {
+    case OpKind::Neg: return neg(a(0), in);
+    case OpKind::Abs: return abs(a(0), in);
+    case OpKind::Exp: return math("exp", a(0), in);
+    case OpKind::Log: return math("log", a(0), in);
+    case OpKind::Sin: return math("sin", a(0), in);
+    case OpKind::Cos: return math("cos", a(0), in);
+    case OpKind::Tanh: return math("tanh", a(0), in);
+    case OpKind::Sigmoid: return math("sigmoid", a(0), in);
+    case OpKind::Sqrt: return sqrt(a(0), in);
+    case OpKind::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
+    case OpKind::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
+    case OpKind::Relu: return relu(a(0), in);
+    case OpKind::LogicalNot: return "!" + to_bool(a(0), in);
+    case OpKind::Cast: return cast(a(0), in, e.dtype);
+    case OpKind::Detach: return a(0);
+    case OpKind::Add: return arith("+", "kiln_add", "|", a(0), a(1), in);
+    case OpKind::Sub: return arith("-", "kiln_sub", nullptr, a(0), a(1), in);
+    case OpKind::Mul: return arith("*", "kiln_mul", "&", a(0), a(1), in);
+    case OpKind::Div: require_float(in, "div"); return a(0) + " / " + a(1);
+    case OpKind::Pow: return pow(a(0), a(1), in);
+    case OpKind::Maximum: return max_min(true, a(0), a(1), in);
+    case OpKind::Minimum: return max_min(false, a(0), a(1), in);
+    case OpKind::Eq: return a(0) + " == " + a(1);
+    case OpKind::Ne: return a(0) + " != " + a(1);
+    case OpKind::Lt: return a(0) + " < " + a(1);
+    case OpKind::Le: return a(0) + " <= " + a(1);
+    case OpKind::Gt: return a(0) + " > " + a(1);
+    case OpKind::Ge: return a(0) + " >= " + a(1);
+    case OpKind::LogicalAnd: return to_bool(a(0), in) + " && " + to_bool(a(1), e.args[1]->dtype);
+    case OpKind::LogicalOr: return to_bool(a(0), in) + " || " + to_bool(a(1), e.args[1]->dtype);
+    case OpKind::Where: return to_bool(a(0), in) + " ? " + a(1) + " : " + a(2);
+    case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+    case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
+    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
+    case OpKind::Concat: case OpKind::Matmul:
+      break;
+    }
+    KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
+    return "";
+  }
+
+  std::string neg(const std::string& x, DType t) {
+    KILN_ASSERT(t != DType::Bool, "neg on bool in " + k_.name);
+    return is_floating(t) ? "-" + x : "kiln_neg(" + x + ")"; // ints wrap
+  }
+
+  static std::string abs(const std::string& x, DType t) {
+    if (t == DType::Bool) return x;
+    if (is_floating(t)) return (t == DType::Float32 ? "fabsf(" : "fabs(") + x + ")";
+    return "kiln_abs(" + x + ")"; // abs(INT_MIN) wraps to INT_MIN
+  }
+
+  /// max(x, 0), keeping NaN and -0 (x < 0 is false for both).
+  static std::string relu(const std::string& x, DType t) {
+    if (t == DType::Bool) return x;
+    if (is_floating(t)) return x + " < " + zero(t) + " ? " + zero(t) + " : " + x;
+    return "kiln_max(" + x + ", " + zero(t) + ")";
+  }
+
+  std::string arith(const char* fop, const char* iop, const char* bop, const std::string& x, const std::string& y,
+                    DType t) {
+    if (is_floating(t)) return x + " " + fop + " " + y;
+    if (t != DType::Bool) return std::string(iop) + "(" + x + ", " + y + ")";
+    KILN_ASSERT(bop != nullptr, "arithmetic on bool in " + k_.name);
+    return "(bool)(" + x + " " + bop + " " + y + ")";
+  }
+
+  static std::string max_min(bool is_max, const std::string& x, const std::string& y, DType t) {
+    if (t == DType::Bool) return "(bool)(" + x + (is_max ? " | " : " & ") + y + ")";
+    return std::string(is_max ? "kiln_max(" : "kiln_min(") + x + ", " + y + ")";
+  }
+
+  static std::string cast(const std::string& x, DType from, DType to) {
+    if (from == to) return x;
+    if (to == DType::Bool) return to_bool(x, from);
+    if (is_floating(from) && !is_floating(to)) // saturating, NaN -> 0
+      return std::string(to == DType::Int32 ? "kiln_to_i32(" : "kiln_to_i64(") + "(double)" + x + ")";
+    return "(" + reg_type(to) + ")" + x;
+  }
+
+  /// Float pow through double (as the LLVM path); integer pow by exact squaring.
+  std::string pow(const std::string& x, const std::string& y, DType t) {
+    KILN_ASSERT(t != DType::Bool, "pow on bool in " + k_.name);
+    if (!is_floating(t)) return "kiln_ipow(" + x + ", " + y + ")";
+    if (t == DType::Float64) return "pow(" + x + ", " + y + ")";
+    return "(float)pow((double)" + x + ", (double)" + y + ")";
+  }
+
+  std::string random(const Expr& e) {
+    require_float(e.dtype, "random");
+    KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
+    char seed[32];
+    std::snprintf(seed, sizeof seed, "0x%llxull", static_cast<unsigned long long>(e.i));
+    const std::string fn = e.op == OpKind::Rand ? "kiln_uniform" : "kiln_randn";
+    return fn + fsuffix(e.dtype) + "(" + seed + ", " + ref(e.args.at(0)) + ")";
+  }
+};
+
+} // namespace
+
+std::string emit_cuda(const Kernel& k) { return CudaWriter(k).emit(); }
+
+std::string emit_cuda_shim_entry(const Kernel& k) {
+  std::string call;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const BufferParam& p = k.buffers[b];
+    call += (b ? ", " : "") + std::string("(") + (p.output ? "" : "const ") + mem_type(p.dtype) + "*)buffers[" +
+            std::to_string(b) + "]";
+  }
+  for (int p = 0; p < k.num_params; ++p) call += ", params[" + std::to_string(p) + "]";
+  return "extern \"C\" void " + k.name +
+         "_shim(unsigned grid, unsigned block, void* const* buffers, const long long* params) {\n"
+         "  kiln_shim::launch(grid, block, [&] { " +
+         k.name + "(" + call + "); });\n}\n";
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,16 @@
+#pragma once
+/// \file cuda_math.h
+/// The CUDA C++ prelude that every emitted kernel starts with: the op semantics of
+/// codegen/src/llvm_emitter.cpp (wrapping integers, saturating casts, NaN-propagating
+/// maximum/minimum, the counter-based RNG) and kiln's own exp/expm1/log/sin/cos/tanh
+/// polynomials ported from codegen/src/llvm_math.cpp, with the same constants.
+
+#include <string>
+
+namespace kiln::codegen {
+
+/// The prelude text, guarded by `#ifndef KILN_CUDA_PRELUDE` so that several kernels
+/// can share one translation unit (the CPU shim does that).
+const std::string& cuda_prelude();
+
+} // namespace kiln::codegen

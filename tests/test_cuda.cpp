@@ -1,0 +1,641 @@
+// The CUDA backend's CPU-side proof (no GPU needed):
+//  (a) golden files of the emitted CUDA source (KILN_UPDATE_GOLDEN=1 rewrites them);
+//  (b) every kernel of a broad set of graphs (every op category and dtype) compiles
+//      with NVRTC for sm_90 (CUBIN) and compute_90 (PTX, checked by ptxas where present);
+//      skipped with the reason only where NVRTC is absent;
+//  (c) the emitted CUDA source, compiled by the host C++ compiler behind
+//      codegen/cuda_shim.h, runs on the CPU and matches the LLVM path: bitwise for
+//      everything but float sums (reassociated by the LLVM vectorizer: a relative
+//      tolerance) and float pow (CUDA's pow on a GPU; on the shim it is libm's, so
+//      bitwise here too);
+//  (d) the KILN_CUDA_CHECK hook in the executor.
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "codegen/cuda_emitter.h"
+#include "codegen/lower.h"
+#include "codegen/nvrtc.h"
+#include "codegen/src/cuda_math.h"
+#include "graph/node.h"
+#include "graph/random.h"
+#include "kiln/functional.h"
+#include "kiln/kiln.h"
+#include "kiln/options.h"
+#include "runtime/executor.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+namespace F = nn::functional;
+using codegen::Kernel;
+using codegen::KernelLaunch;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------- test data
+
+double uniform(uint64_t seed, uint64_t k) { return graph::random_uniform(seed ^ 0xc0da, k, true); }
+
+/// Values for a dtype: floats in [-3, 3] (or (0.05, 5] when positive), ints in [-9, 9],
+/// bool 0/1; with specials, 40% are NaN, +-inf, +-0, huge, tiny, subnormal or int extremes.
+std::vector<double> values(DType dt, int64_t n, uint64_t seed, bool specials = false, bool positive = false) {
+  static const double fs_[] = {kNaN, kInf, -kInf, 0.0, -0.0, 1e30, -1e30, 1e-30, 3e-40, 1.0, -1.0, 88.0, -104.0, 1e10, 710, -746};
+  static const double i32[] = {2147483647.0, -2147483648.0, 0, -1, 1, 65536, -65536};
+  static const double i64[] = {9.2e18, -9.2e18, 0, -1, 1, 4294967296.0, -3037000500.0};
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    const double u = uniform(seed, k);
+    double x = dt == DType::Bool ? (u < 0.5 ? 0 : 1)
+               : is_floating(dt) ? (positive ? 0.05 + 4.95 * u : 6 * u - 3)
+                                 : std::floor(positive ? 10 * u : 19 * u - 9);
+    if (specials && dt != DType::Bool && uniform(seed + 1, k) < 0.4) {
+      const auto pick = static_cast<size_t>(uniform(seed + 2, k) * 1000);
+      x = is_floating(dt) ? fs_[pick % std::size(fs_)] : dt == DType::Int32 ? i32[pick % 7] : i64[pick % 7];
+    }
+    v[static_cast<size_t>(k)] = x;
+  }
+  return v;
+}
+
+Tensor tensor_of(const std::vector<double>& v, DType dt, IntList shape) {
+  switch (dt) {
+  case DType::Float32: return from_vector(std::vector<float>(v.begin(), v.end()), shape);
+  case DType::Float64: return from_vector(v, shape);
+  case DType::Int32: {
+    std::vector<int32_t> x;
+    for (double d : v) x.push_back(static_cast<int32_t>(d));
+    return from_vector(x, shape);
+  }
+  case DType::Int64: {
+    std::vector<int64_t> x;
+    for (double d : v) x.push_back(static_cast<int64_t>(d));
+    return from_vector(x, shape);
+  }
+  case DType::Bool: {
+    std::vector<bool> x;
+    for (double d : v) x.push_back(d != 0);
+    return from_vector(x, shape);
+  }
+  }
+  return {};
+}
+
+int64_t numel_of(const IntList& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor make(DType dt, IntList shape, uint64_t seed, bool specials = false, bool positive = false) {
+  return tensor_of(values(dt, numel_of(shape), seed, specials, positive), dt, shape);
+}
+
+const std::vector<DType> kAll = {kFloat32, kFloat64, kInt32, kInt64, kBool};
+const std::vector<DType> kNumeric = {kFloat32, kFloat64, kInt32, kInt64};
+const std::vector<DType> kFloats = {kFloat32, kFloat64};
+
+// ---------------------------------------------------------------- cases
+
+/// How closely the shim must match the LLVM path: bitwise (NaNs equal), or
+/// |a - b| <= rel * max(1, |b|) for results of float sums.
+struct Tol {
+  double rel = 0;
+};
+
+/// A graph to compile and run: `build` returns its outputs (fresh, unrealized tensors).
+struct Case {
+  Case(std::string n, std::function<std::vector<Tensor>()> b, Tol t = {}) : name(std::move(n)), build(std::move(b)), tol(t) {}
+  std::string name;                             ///< test name
+  std::function<std::vector<Tensor>()> build;  ///< the outputs
+  Tol tol;                                      ///< allowed difference
+};
+
+std::string dn(DType dt) { return std::string(dtype_name(dt)); }
+
+void add_unary(std::vector<Case>& cases) {
+  using Fn = Tensor (*)(const Tensor&, Loc);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"sin", sin}, {"cos", cos}, {"tanh", tanh},
+      {"sigmoid", sigmoid}, {"reciprocal", reciprocal}, {"logical_not", logical_not}};
+  for (const auto& [name, fn] : ops)
+    for (DType dt : kAll)
+      for (bool sp : {false, true}) {
+        if (sp && !is_floating(dt)) continue;
+        cases.push_back({std::string(name) + "_" + dn(dt) + (sp ? "_specials" : ""), [fn = fn, dt, sp, name = std::string(name)] {
+                           const bool pos = name == "log" || name == "sqrt" || name == "rsqrt";
+                           return std::vector<Tensor>{fn(make(dt, {5, 37}, 11, sp, pos && !sp), Loc::current())};
+                         }});
+      }
+  using Fn2 = Tensor (*)(const Tensor&, Loc);
+  const std::vector<std::pair<const char*, Fn2>> numeric = {{"neg", neg}, {"abs", abs}, {"relu", relu}, {"square", square}};
+  for (const auto& [name, fn] : numeric)
+    for (DType dt : kNumeric)
+      cases.push_back({std::string(name) + "_" + dn(dt), [fn = fn, dt] {
+                         return std::vector<Tensor>{fn(make(dt, {3, 29}, 12, true), Loc::current())};
+                       }});
+  // Wide ranges of the polynomials, including where they overflow, underflow and degrade.
+  for (DType dt : kFloats)
+    cases.push_back({"math_wide_" + dn(dt), [dt] {
+                       std::vector<double> v;
+                       for (int k = -400; k <= 400; ++k) v.push_back(k * 2.0 + k * 0.0137);
+                       for (double x : {1e-300, 1e-310, 1e-40, 1e-45, 1e6, 1.6e6, 1e20, 745.0, 709.9, 88.7, 89.5, -87.0, -103.9})
+                         v.push_back(x), v.push_back(-x);
+                       const Tensor x = tensor_of(v, dt, {static_cast<int64_t>(v.size())});
+                       return std::vector<Tensor>{exp(x), log(abs(x)), sin(x), cos(x), tanh(x * 0.01), sigmoid(x),
+                                                  exp(x * 0.125), tanh(x * 0.001)};
+                     }});
+}
+
+void add_binary(std::vector<Case>& cases) {
+  using Fn = Tensor (*)(const Tensor&, const Tensor&, Loc);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"maximum", maximum}, {"minimum", minimum},
+      {"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le}, {"gt", gt}, {"ge", ge}, {"logical_and", logical_and},
+      {"logical_or", logical_or}, {"pow", pow}};
+  for (const auto& [name, fn] : ops)
+    for (DType dt : kAll) {
+      const std::string n = name;
+      if (dt == kBool && (n == "sub" || n == "pow" || n == "maximum" || n == "minimum" || n == "add" || n == "mul"))
+        continue;
+      cases.push_back({n + "_" + dn(dt), [fn = fn, dt, n] {
+                         // Broadcasting [4,1,9] x [3,9]; specials in the first operand.
+                         const Tensor a = make(dt, {4, 1, 9}, 21, n != "pow");
+                         const Tensor b = n == "pow" && !is_floating(dt) ? make(dt, {3, 9}, 22, false, true)
+                                                                         : make(dt, {3, 9}, 22, n != "pow");
+                         return std::vector<Tensor>{fn(a, b, Loc::current())};
+                       }});
+    }
+  for (DType dt : {kInt32, kInt64})
+    cases.push_back({"pow_negative_exponent_" + dn(dt), [dt] {
+                       const Tensor a = tensor_of({-2, -1, 0, 1, 2, 3, -1, 1, 5}, dt, {9});
+                       const Tensor b = tensor_of({-1, -3, -2, -5, 0, 2, -4, 7, 1}, dt, {9});
+                       return std::vector<Tensor>{pow(a, b)};
+                     }});
+  for (DType dt : kAll)
+    cases.push_back({"where_" + dn(dt), [dt] {
+                       const Tensor c = make(kBool, {6, 1}, 31);
+                       return std::vector<Tensor>{where(c, make(dt, {6, 7}, 32, true), make(dt, {7}, 33))};
+                     }});
+  for (DType from : kAll)
+    cases.push_back({"cast_from_" + dn(from), [from] {
+                       const Tensor x = make(from, {2, 41}, 41, true);
+                       std::vector<Tensor> out;
+                       for (DType to : kAll) out.push_back(cast(x, to));
+                       return out;
+                     }});
+}
+
+void add_reductions(std::vector<Case>& cases) {
+  const Tol sum_tol{1e-5};
+  for (DType dt : kAll) {
+    const Tol t = is_floating(dt) ? sum_tol : Tol{};
+    cases.push_back({"sum_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {5, 6, 7}, 51);
+                       return std::vector<Tensor>{sum(x, {1}), sum(x, {0, 2}, true), sum(x)};
+                     }, t});
+  }
+  for (DType dt : kNumeric)
+    cases.push_back({"max_min_arg_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {6, 13}, 52, true);
+                       return std::vector<Tensor>{max(x, {1}), min(x, {0}), argmax(x, 1), argmin(x, 0),
+                                                  max(x), argmax(x.reshape({-1}), 0)};
+                     }});
+  for (DType dt : kFloats)
+    cases.push_back({"mean_" + dn(dt), [dt] { return std::vector<Tensor>{mean(make(dt, {4, 33}, 53), {1})}; },
+                     sum_tol});
+  cases.push_back({"argmax_ties_i32", [] {
+                     const Tensor x = make(kInt32, {5, 40}, 54);
+                     return std::vector<Tensor>{argmax(x, 1), argmin(x, 1), argmax(x, 0), argmin(x, 0)};
+                   }});
+}
+
+void add_rows_and_matmul(std::vector<Case>& cases) {
+  const Tol t{1e-5};
+  for (DType dt : kFloats) {
+    cases.push_back({"softmax_" + dn(dt), [dt] { return std::vector<Tensor>{F::softmax(make(dt, {7, 19}, 61), 1)}; }, t});
+    cases.push_back({"log_softmax_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{F::log_softmax(make(dt, {3, 4, 10}, 62), -1)};
+                     }, t});
+    cases.push_back({"layer_norm_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{F::layer_norm(make(dt, {6, 24}, 63), {24}, make(dt, {24}, 64),
+                                                                make(dt, {24}, 65))};
+                     }, t});
+    cases.push_back({"matmul_" + dn(dt), [dt] {
+                       const Tensor a = make(dt, {9, 17}, 66), b = make(dt, {17, 70}, 67);
+                       return std::vector<Tensor>{matmul(a, b), relu(matmul(a, b) + 1.0)};
+                     }, t});
+    cases.push_back({"matmul_transposed_batched_" + dn(dt), [dt] {
+                       const Tensor a = make(dt, {2, 5, 8}, 68), b = make(dt, {2, 6, 8}, 69);
+                       return std::vector<Tensor>{matmul(a, b.transpose(1, 2)), matmul(make(dt, {8}, 70), b.transpose(1, 2))};
+                     }, t});
+  }
+  for (DType dt : {kInt32, kInt64})
+    cases.push_back({"matmul_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{matmul(make(dt, {4, 6}, 71), make(dt, {6, 5}, 72))};
+                     }});
+  cases.push_back({"conv_pool_f32", [] {
+                     const Tensor x = make(kFloat32, {2, 3, 7, 6}, 76), w = make(kFloat32, {4, 3, 3, 3}, 77);
+                     const Tensor y = F::conv2d(x, w, make(kFloat32, {4}, 78), 1, 1, 1, 1);
+                     return std::vector<Tensor>{y, F::max_pool2d(y, 2, 2, 0, 1), F::avg_pool2d(x, 3, 2, 1)};
+                   }, t});
+  cases.push_back({"mlp_step_f32", [] {
+                     Tensor w = make(kFloat32, {10, 12}, 73);
+                     w.requires_grad_();
+                     const Tensor x = make(kFloat32, {8, 12}, 74);
+                     const Tensor loss = F::cross_entropy(F::linear(x, w), make(kInt64, {8}, 75, false, true));
+                     return std::vector<Tensor>{loss, grad({loss}, {w})[0]};
+                   }, t});
+}
+
+void add_movement_and_leaves(std::vector<Case>& cases) {
+  for (DType dt : kAll)
+    cases.push_back({"movement_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {3, 4, 5}, 81, true);
+                       return std::vector<Tensor>{x.permute({2, 0, 1}), x.slice(2, 1, 5, 2), pad(x, {1, 2, 0, 1}),
+                                                  concat({x, x.slice(0, 0, 1)}, 0), x.slice(1, 0, 1).expand({3, 6, 5}),
+                                                  x.transpose(0, 2).reshape({5, 12})};
+                     }});
+  for (DType dt : kFloats)
+    cases.push_back({"random_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{rand({7, 9}, 5, dt), randn({7, 9}, 6, dt), randn({3}, 7, dt) * 2.0};
+                     }});
+  cases.push_back({"arange_full", [] {
+                     return std::vector<Tensor>{arange(17), arange(0.5, 9.0, 0.75, kFloat32), full({3, 2}, 2.5, kFloat64),
+                                                arange(-3, 20, 4, kInt32) * 3};
+                   }});
+  cases.push_back({"elementwise_chain_f32", [] {
+                     const Tensor x = make(kFloat32, {64, 33}, 91);
+                     const Tensor y = sigmoid(x * 2.0 + 1.0) * tanh(x) - exp(-abs(x)) / (1.0 + x * x);
+                     return std::vector<Tensor>{y, sqrt(abs(y)) + log(1.0 + abs(x))};
+                   }});
+}
+
+const std::vector<Case>& all_cases() {
+  static const std::vector<Case> cases = [] {
+    std::vector<Case> c;
+    add_unary(c);
+    add_binary(c);
+    add_reductions(c);
+    add_rows_and_matmul(c);
+    add_movement_and_leaves(c);
+    return c;
+  }();
+  return cases;
+}
+
+std::vector<const graph::Node*> nodes_of(const std::vector<Tensor>& ts) {
+  std::vector<const graph::Node*> out;
+  for (const Tensor& t : ts)
+    if (!t.node()->realized() && std::find(out.begin(), out.end(), t.node().get()) == out.end())
+      out.push_back(t.node().get());
+  return out;
+}
+
+/// The schedule that realizing `ts` would run.
+codegen::Schedule schedule_of(const std::vector<Tensor>& ts, bool fusion = true) {
+  return codegen::schedule(nodes_of(ts), {fusion});
+}
+
+// ---------------------------------------------------------------- (a) golden files
+
+std::string golden_dir() { return std::string(KILN_SOURCE_DIR) + "/tests/golden"; }
+
+/// The emitted source without the prelude (which has a golden file of its own).
+std::string kernel_text(const Kernel& k) {
+  const std::string s = codegen::emit_cuda(k);
+  const std::string& prelude = codegen::cuda_prelude();
+  const size_t at = s.find(prelude);
+  EXPECT_NE(at, std::string::npos);
+  return s.substr(0, at) + "// (kiln prelude: see cuda_prelude.cuh)\n" + s.substr(at + prelude.size());
+}
+
+void check_golden(const std::string& file, const std::string& text) {
+  const fs::path path = fs::path(golden_dir()) / file;
+  const char* update = std::getenv("KILN_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    return;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " is missing; run with KILN_UPDATE_GOLDEN=1 to create it";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), text) << path << " differs; if the change is intended, run with KILN_UPDATE_GOLDEN=1";
+}
+
+std::string schedule_text(const std::vector<Tensor>& ts) {
+  std::string out;
+  for (const KernelLaunch& l : schedule_of(ts).launches) out += codegen::print_kernel(l.kernel) + "\n" + kernel_text(l.kernel) + "\n";
+  return out;
+}
+
+TEST(CudaGolden, Prelude) { check_golden("cuda_prelude.cuh", codegen::cuda_prelude()); }
+
+TEST(CudaGolden, ElementwiseChain) {
+  const Tensor x = from_vector(std::vector<float>(12, 1.0f), {3, 4});
+  const Tensor y = from_vector(std::vector<float>(4, 2.0f), {4});
+  check_golden("cuda_elementwise.cu", schedule_text({sigmoid(x * y + 1.0) - tanh(x)}));
+}
+
+TEST(CudaGolden, Reduction) {
+  const Tensor x = from_vector(std::vector<double>(24, 1.0), {2, 3, 4});
+  check_golden("cuda_reduction.cu", schedule_text({sum(x, {1}), argmax(x, 2)}));
+}
+
+TEST(CudaGolden, Softmax) {
+  const Tensor x = from_vector(std::vector<float>(20, 1.0f), {4, 5});
+  check_golden("cuda_softmax.cu", schedule_text({F::softmax(x, 1)}));
+}
+
+TEST(CudaGolden, Matmul) {
+  const Tensor a = from_vector(std::vector<float>(24, 1.0f), {4, 6});
+  const Tensor b = from_vector(std::vector<float>(30, 1.0f), {6, 5});
+  check_golden("cuda_matmul.cu", schedule_text({relu(matmul(a, b))}));
+}
+
+// ---------------------------------------------------------------- (b) NVRTC
+
+/// Unique kernels of every case, fused and unfused.
+std::map<std::string, Kernel> all_kernels() {
+  std::map<std::string, Kernel> out;
+  for (const Case& c : all_cases())
+    for (bool fusion : {true, false}) {
+      const auto ts = c.build();
+      for (const KernelLaunch& l : schedule_of(ts, fusion).launches) out.emplace(l.kernel.name, l.kernel);
+    }
+  return out;
+}
+
+/// Compiles one kernel's source alone (to name the culprit of a failed batch).
+void compile_alone(const Kernel& k) {
+  const std::string src = codegen::emit_cuda(k);
+  codegen::nvrtc_compile(src, k.name + ".cu", "sm_90");
+  codegen::nvrtc_compile(src, k.name + ".cu", "compute_90");
+}
+
+/// Compiles a batch of kernels as one translation unit (the prelude is shared) for
+/// sm_90 and compute_90; checks that every kernel is in the PTX and that ptxas takes it.
+double compile_batch(const std::vector<const Kernel*>& batch, bool ptxas) {
+  std::string src;
+  for (const Kernel* k : batch) src += codegen::emit_cuda(*k);
+  try {
+    const auto cubin = codegen::nvrtc_compile(src, "batch.cu", "sm_90");
+    EXPECT_FALSE(cubin.is_ptx);
+    EXPECT_GT(cubin.binary.size(), 100u);
+    const auto ptx = codegen::nvrtc_compile(src, "batch.cu", "compute_90");
+    EXPECT_TRUE(ptx.is_ptx);
+    for (const Kernel* k : batch) EXPECT_NE(ptx.binary.find(".entry " + k->name), std::string::npos) << k->name;
+    EXPECT_EQ(cubin.ptx, ptx.binary) << "the sm_90 compile's PTX differs from compute_90's (KILN_CUDA_CHECK relies on it)";
+    EXPECT_TRUE(cubin.log.empty() && ptx.log.empty()) << "warnings:\n" << cubin.log << ptx.log;
+    if (ptxas) codegen::ptxas_check(ptx.binary, "sm_90");
+    return cubin.ms + ptx.ms;
+  } catch (const Error& e) {
+    for (const Kernel* k : batch) EXPECT_NO_THROW(compile_alone(*k)) << k->name;
+    ADD_FAILURE() << std::string(e.what()).substr(0, 6000);
+    return 0;
+  }
+}
+
+TEST(CudaNvrtc, CompilesEveryKernelForSm90AndCompute90) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  const auto kernels = all_kernels();
+  const bool have_ptxas = !codegen::ptxas_path().empty();
+  if (!have_ptxas) std::printf("[ note ] ptxas not found: PTX is not assembled\n");
+  double ms = 0;
+  std::vector<const Kernel*> batch;
+  for (const auto& [name, k] : kernels) {
+    batch.push_back(&k);
+    if (batch.size() == 32) ms += compile_batch(batch, have_ptxas), batch.clear();
+  }
+  if (!batch.empty()) ms += compile_batch(batch, have_ptxas);
+  std::printf("[ note ] NVRTC %s compiled %zu kernels for sm_90 and compute_90 (%.0f ms in NVRTC)%s\n",
+              codegen::nvrtc_version().c_str(), kernels.size(), ms, have_ptxas ? ", PTX checked by ptxas" : "");
+}
+
+TEST(CudaNvrtc, OneKernelAloneCompilesWithoutWarnings) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  const Tensor x = make(kFloat32, {4, 9}, 3);
+  const auto s = schedule_of({F::softmax(x, 1)});
+  ASSERT_EQ(s.launches.size(), 1u);
+  const Kernel& k = s.launches[0].kernel;
+  const auto r = codegen::nvrtc_compile(codegen::emit_cuda(k), k.name + ".cu", "sm_90");
+  EXPECT_EQ(r.log, "");
+  EXPECT_GT(r.binary.size(), 100u);
+}
+
+TEST(CudaNvrtc, CompileErrorCarriesLogAndSource) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  try {
+    codegen::nvrtc_compile("extern \"C\" __global__ void broken(float* x) { x[0] = undefined_thing; }", "broken.cu",
+                           "sm_90");
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("undefined_thing"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--- log ---"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--- source ---"), std::string::npos) << msg;
+  }
+}
+
+// ---------------------------------------------------------------- (c) the shim
+
+/// The generated sources of some kernels compiled with the host compiler into one
+/// shared library, behind codegen/cuda_shim.h.
+class ShimLibrary {
+public:
+  using Entry = void (*)(unsigned, unsigned, void* const*, const long long*);
+
+  explicit ShimLibrary(const std::vector<const Kernel*>& kernels) {
+    char tmpl[] = "/tmp/kiln-shim-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::string src = "#include \"codegen/cuda_shim.h\"\n";
+    std::set<std::string> done;
+    for (const Kernel* k : kernels)
+      if (done.insert(k->name).second) src += codegen::emit_cuda(*k) + codegen::emit_cuda_shim_entry(*k);
+    std::ofstream(dir_ + "/kernels.cpp") << src;
+    const std::string cmd = std::string(KILN_CXX) + " -std=c++17 -O1 -ffp-contract=off -fno-fast-math -fPIC -shared -w -I" +
+                            KILN_SOURCE_DIR + " -o " + dir_ + "/kernels.so " + dir_ + "/kernels.cpp 2>" + dir_ + "/log";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream log(dir_ + "/log");
+      std::stringstream ss;
+      ss << log.rdbuf();
+      ADD_FAILURE() << "host compile of the CUDA source failed:\n" << ss.str().substr(0, 4000);
+      return;
+    }
+    handle_ = dlopen((dir_ + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    EXPECT_NE(handle_, nullptr) << dlerror();
+  }
+  ~ShimLibrary() {
+    if (handle_) dlclose(handle_);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  Entry entry(const std::string& name) const {
+    return handle_ ? reinterpret_cast<Entry>(dlsym(handle_, (name + "_shim").c_str())) : nullptr;
+  }
+
+private:
+  std::string dir_;
+  void* handle_ = nullptr;
+};
+
+/// One output's bytes.
+using Bytes = std::vector<unsigned char>;
+
+/// Runs the schedule of `ts` through the shim: grids of up to 3 blocks of `block`
+/// threads, so the grid-stride loop takes several turns on larger domains.
+std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
+  const codegen::Schedule s = schedule_of(ts);
+  std::vector<const Kernel*> ks;
+  for (const KernelLaunch& l : s.launches) ks.push_back(&l.kernel);
+  ShimLibrary lib(ks);
+  std::map<const graph::Node*, Bytes> mem;
+  auto address = [&](const graph::Node* n) -> void* {
+    if (auto it = mem.find(n); it != mem.end()) return it->second.data();
+    return n->realized()->data();
+  };
+  for (const KernelLaunch& l : s.launches) {
+    Bytes& out = mem[l.output];
+    out.assign(std::max<size_t>(64, l.output->numel() * dtype_size(l.output->dtype)), 0xAB);
+    std::vector<void*> bufs;
+    for (const graph::Node* in : l.inputs) bufs.push_back(address(in));
+    bufs.push_back(out.data());
+    auto fn = lib.entry(l.kernel.name);
+    if (!fn) return {};
+    if (l.domain_size == 0) continue;
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (l.domain_size + block - 1) / block));
+    std::vector<long long> params(l.params.begin(), l.params.end());
+    fn(grid, block, bufs.data(), params.data());
+  }
+  std::vector<Bytes> result;
+  for (const Tensor& t : ts) {
+    const size_t bytes = t.numel() * dtype_size(t.dtype());
+    const auto* p = static_cast<const unsigned char*>(address(t.node().get()));
+    result.emplace_back(p, p + bytes);
+  }
+  return result;
+}
+
+/// Distance in units in the last place (ordered bit patterns).
+template <class F, class I> I ulp_distance(F a, F b) {
+  I ia, ib;
+  std::memcpy(&ia, &a, sizeof a);
+  std::memcpy(&ib, &b, sizeof b);
+  if (ia < 0) ia = std::numeric_limits<I>::min() - ia;
+  if (ib < 0) ib = std::numeric_limits<I>::min() - ib;
+  return ia > ib ? ia - ib : ib - ia;
+}
+
+template <class F> bool float_close(F a, F b, const Tol& tol) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  if (std::memcmp(&a, &b, sizeof a) == 0) return true;
+  return tol.rel > 0 && std::abs(double(a) - double(b)) <= tol.rel * std::max(1.0, std::abs(double(b)));
+}
+
+/// Compares one output element by element; reports the first few differences.
+void compare(const std::string& what, DType dt, const Bytes& shim, const Bytes& llvm, const Tol& tol) {
+  ASSERT_EQ(shim.size(), llvm.size()) << what;
+  const size_t n = shim.size() / dtype_size(dt);
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < 5; ++i) {
+    bool ok = true;
+    std::string a, b;
+    if (dt == kFloat32) {
+      float x, y;
+      std::memcpy(&x, &shim[i * 4], 4);
+      std::memcpy(&y, &llvm[i * 4], 4);
+      ok = float_close(x, y, tol);
+      a = std::to_string(x) + " (" + std::to_string(ulp_distance<float, int32_t>(x, y)) + " ulp)", b = std::to_string(y);
+    } else if (dt == kFloat64) {
+      double x, y;
+      std::memcpy(&x, &shim[i * 8], 8);
+      std::memcpy(&y, &llvm[i * 8], 8);
+      ok = float_close(x, y, tol);
+      a = std::to_string(x) + " (" + std::to_string(ulp_distance<double, int64_t>(x, y)) + " ulp)", b = std::to_string(y);
+    } else {
+      const size_t w = dtype_size(dt);
+      ok = std::memcmp(&shim[i * w], &llvm[i * w], w) == 0;
+    }
+    if (!ok) {
+      ++bad;
+      ADD_FAILURE() << what << " element " << i << ": shim " << a << " vs llvm " << b;
+    }
+  }
+}
+
+/// Runs one case through the shim and through the LLVM path and compares the outputs.
+void check_case(const Case& c, unsigned block) {
+  SCOPED_TRACE(c.name);
+  const std::vector<Tensor> ts = c.build();
+  const std::vector<Bytes> shim = run_shim(ts, block);
+  ASSERT_EQ(shim.size(), ts.size()) << "shim run failed";
+  realize(ts);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto* p = static_cast<const unsigned char*>(ts[i].node()->realized()->data());
+    const Bytes llvm(p, p + ts[i].numel() * dtype_size(ts[i].dtype()));
+    compare(c.name + " output " + std::to_string(i) + " " + ts[i].type_str(), ts[i].dtype(), shim[i], llvm, c.tol);
+  }
+}
+
+class CudaShim : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaShim, MatchesLlvm) { check_case(all_cases()[GetParam()], 32); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaShim, ::testing::Range<size_t>(0, all_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; });
+
+TEST(CudaShimLaunch, AnyGridAndBlockShape) {
+  for (unsigned block : {1u, 7u, 256u}) {
+    SCOPED_TRACE(block);
+    for (const Case& c : all_cases())
+      if (c.name == "softmax_f32" || c.name == "matmul_f64" || c.name == "movement_i64") check_case(c, block);
+  }
+}
+
+// ---------------------------------------------------------------- (d) the executor hook
+
+TEST(CudaCheckHook, CompilesEveryNewKernelOnce) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  const bool saved = options().cuda_check;
+  const std::string saved_dir = options().cache_dir;
+  char dir[] = "/tmp/kiln-cuda-check-XXXXXX";
+  mkdtemp(dir);
+  options().cache_dir = std::string(dir) + "/cache"; // no markers from earlier runs: the kernels really compile
+  options().cuda_check = true;
+  const size_t before = runtime::executor_stats().cuda_checked;
+  const Tensor x = make(kFloat32, {3, 11}, 101);
+  const Tensor y = F::softmax(x * 1.5 + 0.25, 1);
+  y.realize();
+  const size_t after = runtime::executor_stats().cuda_checked;
+  EXPECT_GE(after, before + 1);
+  (F::softmax(make(kFloat32, {3, 11}, 102) * 1.5 + 0.25, 1)).realize(); // the same kernels: not checked again
+  EXPECT_EQ(runtime::executor_stats().cuda_checked, after);
+  EXPECT_FALSE(fs::is_empty(fs::path(dir) / "kiln-cuda-checked"));
+  options().cuda_check = saved;
+  options().cache_dir = saved_dir;
+  fs::remove_all(dir);
+}
+
+} // namespace
+} // namespace kiln
