@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,31 @@ struct Store {
   ExprRef value;   ///< of the buffer's dtype
 };
 
+/// The GEMM form of a matmul kernel on the CPU (see llvm_gemm.h). The kernel has one
+/// reduction, a float Sum marked fma whose value is Mul(a, b) over ReduceVar(0) = k, no
+/// map; `a` reads no `n_var`, `b` no `m_var`. Its domain is [batch vars..., m_var, n_var]
+/// (a var is absent, -1, where its extent is 1). The computation is the same as without
+/// the form - each output element accumulates fmuladd(a, b, acc) over k in order from 0,
+/// then the stores run - only the loop structure differs:
+///   * the CPU kernel's [begin, end) counts tasks, not domain points: task t is the
+///     output block (batch point, rows [mc*rb, +mc), cols [nc*cb, +nc)) with cb fastest,
+///     t = (batch * row_blocks + rb) * col_blocks + cb;
+///   * buffers[buffers.size()] (one past the output) points at gemm_scratch_bytes() of
+///     64-byte aligned scratch memory private to the call.
+/// Inside a task: k in blocks of kc; per k block the a panel is packed (mr rows a
+/// panel, zero-padded), and per nr columns the b panel; an mr x nr register tile
+/// accumulates over the k block, kept in scratch between k blocks; after the last k
+/// block the stores (the fused epilogue) run for the tile's elements inside the output.
+struct GemmTiling {
+  int m_var = -1;      ///< domain var of the output rows, -1 when there is one row
+  int n_var = -1;      ///< domain var of the output columns, -1 when there is one column
+  int64_t mr = 0;      ///< register tile rows
+  int64_t nr = 0;      ///< register tile columns (a multiple of the vector width)
+  int64_t mc = 0;      ///< rows per task (a multiple of mr)
+  int64_t nc = 0;      ///< columns per task (a multiple of nr)
+  int64_t kc = 0;      ///< k block
+};
+
 /// A kernel: see the file comment for its semantics.
 struct Kernel {
   std::string name;                   ///< "k_" + hash of the printed body; set by finalize()
@@ -90,7 +116,11 @@ struct Kernel {
   std::vector<Reduction> reductions;  ///< evaluated in order at each domain point
   std::vector<ExprRef> map;           ///< map extents (empty: the stores run once per domain point)
   std::vector<Store> stores;          ///< results
+  std::optional<GemmTiling> gemm;     ///< CPU GEMM form of a matmul kernel (see GemmTiling)
 };
+
+/// Bytes of scratch a GEMM-form kernel needs per call (packed panels and the tile accumulators).
+int64_t gemm_scratch_bytes(const Kernel& k);
 
 // Builders. They assert dtype invariants (internal errors).
 ExprRef constant(DType dtype, double value);      ///< floating (or any) constant from a double

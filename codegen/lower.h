@@ -28,6 +28,7 @@ struct KernelLaunch {
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
+  int64_t gemm_tasks = 0;                 ///< GEMM-form kernel (kernel.gemm): CPU tasks (output blocks) to run
 };
 
 /// Kernels in execution order.

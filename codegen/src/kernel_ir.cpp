@@ -227,6 +227,10 @@ std::string print_kernel(const Kernel& k) {
             std::string(dtype_name(k.buffers[b].dtype));
   head += "; params " + std::to_string(k.num_params) + ")\n";
   std::string body = "  domain " + extents_str(p, k.domain) + "\n";
+  if (const auto& g = k.gemm)
+    body += "  gemm m_var " + std::to_string(g->m_var) + " n_var " + std::to_string(g->n_var) + " mr " +
+            std::to_string(g->mr) + " nr " + std::to_string(g->nr) + " mc " + std::to_string(g->mc) + " nc " +
+            std::to_string(g->nc) + " kc " + std::to_string(g->kc) + "\n";
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     std::string ext = extents_str(p, red.extents);
@@ -241,6 +245,14 @@ std::string print_kernel(const Kernel& k) {
     p.out += "    store b" + std::to_string(s.buffer) + "[" + off + "] = " + val + "\n";
   }
   return head + body + p.out;
+}
+
+int64_t gemm_scratch_bytes(const Kernel& k) {
+  if (!k.gemm || k.reductions.empty()) return 0;
+  const GemmTiling& g = *k.gemm;
+  const int64_t elem = k.reductions[0].dtype == DType::Float64 ? 8 : 4;
+  // packed a block (mc x kc), packed b panel (kc x nr), accumulators (mc x nc), one tile
+  return elem * (g.mc * g.kc + g.kc * g.nr + g.mc * g.nc + g.mr * g.nr) + 256;
 }
 
 uint64_t hash_text(const std::string& s) {

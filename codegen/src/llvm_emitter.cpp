@@ -16,6 +16,7 @@
 
 #include <llvm/IR/Intrinsics.h>
 
+#include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_math.h"
 #include "kiln/error.h"
 
@@ -84,6 +85,7 @@ private:
   Function* fn_ = nullptr;           // the body function being emitted
   std::vector<Value*> bufs_;         // buffer pointers (body arguments)
   Value* params_ = nullptr;          // i64 parameter array
+  Argument* scratch_ = nullptr;      // GEMM scratch memory (GEMM-form kernels only)
   std::vector<Value*> loop_vars_, reduce_vars_, map_vars_, results_;
   std::vector<Scope> scopes_;        // expression values, innermost last (outer ones dominate)
 
@@ -96,6 +98,7 @@ private:
   Function* emit_body_function() {
     std::vector<Type*> args{i64(), i64()};
     for (size_t i = 0; i <= k_.buffers.size(); ++i) args.push_back(b_.getPtrTy());
+    if (k_.gemm) args.push_back(b_.getPtrTy()); // GEMM scratch (after the params)
     auto* fty = FunctionType::get(b_.getVoidTy(), args, false);
     fn_ = Function::Create(fty, GlobalValue::InternalLinkage, k_.name + ".body", mod_);
     fn_->addFnAttr(Attribute::AlwaysInline);
@@ -109,6 +112,11 @@ private:
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
     params_ = fn_->getArg(2 + k_.buffers.size());
+    if (k_.gemm) {
+      scratch_ = fn_->getArg(3 + k_.buffers.size());
+      scratch_->addAttr(Attribute::NoAlias);
+      scratch_->addAttr(Attribute::NoCapture);
+    }
     b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", fn_));
     scopes_.emplace_back();
     emit_domain(fn_->getArg(0), fn_->getArg(1));
@@ -127,8 +135,36 @@ private:
     for (size_t i = 0; i < k_.buffers.size(); ++i)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), i)));
     args.push_back(f->getArg(3));
+    if (k_.gemm) // the scratch pointer follows the buffers (kernel_ir.h, GemmTiling)
+      args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), k_.buffers.size())));
     b_.CreateCall(body, args);
     b_.CreateRetVoid();
+  }
+
+  // --- GEMM form (llvm_gemm.cpp) ------------------------------------------------
+
+  /// The emitter's expression evaluation and stores, lent to the GEMM generator.
+  struct GemmAdapter final : GemmHost {
+    Emitter& e;
+    explicit GemmAdapter(Emitter& em) : e(em) {}
+    IRBuilder<>& builder() override { return e.b_; }
+    AllocaInst* entry_alloca(Type* t, const char* name) override { return e.local(t, name); }
+    Value* eval(const ExprRef& x) override { return e.expr(x); }
+    void set_loop_var(int d, Value* v) override { e.loop_vars_.at(d) = v; }
+    void set_reduce_var(Value* v) override { e.reduce_vars_.assign(1, v); }
+    void push_scope() override { e.scopes_.emplace_back(); }
+    void pop_scope() override { e.scopes_.pop_back(); }
+    void store(Value* result) override {
+      e.results_ = {result};
+      e.emit_stores();
+    }
+  };
+
+  /// The tasks [begin, end) of a GEMM-form kernel (see kernel_ir.h, GemmTiling).
+  void emit_gemm_domain(Value* begin, Value* end) {
+    loop_vars_.assign(k_.domain.size(), nullptr);
+    GemmAdapter host(*this);
+    emit_gemm(k_, host, begin, end, scratch_);
   }
 
   /// An alloca in the entry block (so SROA promotes it).
@@ -190,6 +226,7 @@ private:
   /// The flattened domain, one row at a time: the div/mod decomposition of the flat
   /// index runs once per row; the innermost loop over the row is the vectorized one.
   void emit_domain(Value* begin, Value* end) {
+    if (k_.gemm) return emit_gemm_domain(begin, end);
     if (k_.domain.empty()) {
       for_range(begin, end, [&](Value*) { emit_point(); });
       return;

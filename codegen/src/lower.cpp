@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/gemm.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
 
@@ -516,6 +517,18 @@ private:
     return reduce_result(static_cast<int>(kernel_.reductions.size()) - 1, n->dtype);
   }
 
+  // The GEMM form pays off from a few rows and columns on; a matrix-vector product
+  // keeps the row-blocked or dot-product loops. It needs a float matmul computed at
+  // the domain's own points (not inside a row map).
+  bool use_gemm(const Node* n, const Index& idx) const {
+    const size_t r = n->shape.size();
+    if (n->dtype != DType::Float32 && n->dtype != DType::Float64) return false;
+    if (!kernel_.map.empty() || !kernel_.reductions.empty() || n->shape[r - 2] < 4 || n->shape[r - 1] < 8) return false;
+    for (const ExprRef& e : idx)
+      if (e->kind != ExprKind::LoopVar && !is_const(e, 0)) return false;
+    return n->numel() > 0;
+  }
+
   ExprRef lower_matmul(const Node* n, const Index& idx) {
     const Node* a = n->inputs[0].get();
     const Node* b = n->inputs[1].get();
@@ -533,6 +546,17 @@ private:
     if (red.block_inner) launch_.min_chunk = n->shape[r - 1]; // blocks of a row share the A loads
     red.value = op(OpKind::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
     launch_.work_per_point = std::max<int64_t>(1, k);
+    if (use_gemm(n, idx)) {
+      // The CPU GEMM (packing, cache blocks, register tiles); it accumulates in order,
+      // like a block_inner reduction, on every backend.
+      red.block_inner = true;
+      GemmTiling g = host_gemm_tiling(n->dtype);
+      if (idx[r - 2]->kind == ExprKind::LoopVar) g.m_var = idx[r - 2]->index;
+      if (idx[r - 1]->kind == ExprKind::LoopVar) g.n_var = idx[r - 1]->index;
+      const int64_t m = n->shape[r - 2], cols = n->shape[r - 1];
+      launch_.gemm_tasks = n->numel() / std::max<int64_t>(1, m * cols) * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc);
+      kernel_.gemm = g;
+    }
     kernel_.reductions.push_back(std::move(red));
     return reduce_result(static_cast<int>(kernel_.reductions.size()) - 1, n->dtype);
   }

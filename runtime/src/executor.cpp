@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <new>
 #include <mutex>
 
 #include "kiln/error.h"
@@ -117,11 +120,34 @@ void plan_memory(Plan& p) {
   }
 }
 
+// A GEMM-form kernel's tasks (output blocks), one or more per chunk, each chunk
+// with this thread's scratch memory appended to the buffers (see GemmTiling).
+void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* bufs) {
+  const auto bytes = static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel));
+  const size_t nbufs = l.inputs.size() + 1;
+  auto chunk = [&](int64_t begin, int64_t end) {
+    thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
+    thread_local size_t capacity = 0;
+    if (capacity < bytes) {
+      capacity = (bytes + 4095) / 4096 * 4096;
+      scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, capacity)), [](std::byte* p) { std::free(p); }};
+      if (!scratch) throw std::bad_alloc();
+    }
+    std::vector<void*> args(bufs, bufs + nbufs);
+    args.push_back(scratch.get());
+    fn(begin, end, args.data(), l.params.data());
+  };
+  if (l.gemm_tasks == 1) return chunk(0, 1);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.gemm_tasks, 1),
+                    [&](const tbb::blocked_range<int64_t>& r) { chunk(r.begin(), r.end()); });
+}
+
 // Runs the flattened domain in chunks of roughly equal work. Results never depend
 // on the chunking: each domain point is computed by the same code either way.
 void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* bufs) {
   const int64_t n = l.domain_size;
   if (n == 0) return;
+  if (l.kernel.gemm) return run_gemm(fn, l, bufs);
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* params = l.params.data();
