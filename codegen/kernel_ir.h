@@ -5,8 +5,11 @@
 ///
 /// A kernel runs, for every point of its parallel *domain* (loop vars LoopVar(0..)):
 ///   1. its reductions in order: reduction k loops over its extents (ReduceVar(0..),
-///      the last extent innermost), combining `value` into an accumulator in a fixed,
-///      sequential order; ReduceResult(k) then names the result;
+///      the last extent innermost), combining `value` into an accumulator in a fixed
+///      order that depends only on the extents; ReduceResult(k) then names the result.
+///      The order is sequential, except for float sums that are not `block_inner`: see
+///      sum_lanes(). The order never depends on fusion, chunking or thread count, so
+///      fused and unfused kernels give bitwise the same results;
 ///   2. its stores: if `map` is empty, once; otherwise once for every point of the
 ///      map loops (MapVar(0..), last innermost) - the row pattern of softmax.
 /// A store writes `value` at element `offset` of an output buffer.
@@ -74,6 +77,16 @@ struct Reduction {
   /// reduction loops outermost; each point still accumulates in the sequential order.
   bool block_inner = false;
 };
+
+/// The lane count of a float sum's innermost loop over n elements. For n < lanes the
+/// sum is sequential: s = ((0 + v0) + v1) + ... Otherwise lane l accumulates, in order,
+/// the elements k with k % lanes == l (starting from 0; fmuladd steps for a `fma`
+/// reduction), and the lanes are then combined pairwise: lane l += lane l + h for
+/// h = lanes/2, lanes/4, ..., 1. With several extents, each run of the innermost loop
+/// gives one such partial, and the partials are summed sequentially, starting from 0.
+/// This order vectorizes (the lanes are independent) without reassociation, so every
+/// backend and every fusion decision computes the same bits.
+constexpr int64_t sum_lanes(DType dt) { return dt == DType::Float64 ? 8 : 16; }
 
 /// One store per domain (or map) point.
 struct Store {

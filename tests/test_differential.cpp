@@ -4,7 +4,7 @@
 // itself (0 for exactly rounded chains, a few ulps per transcendental, n*eps*sum|x|
 // for reductions and matmuls, propagated through every op; elements whose value
 // depends on a discrete decision over an inexact value are not compared). Fused and
-// unfused results must be bitwise equal where the bound is 0.
+// unfused results must be bitwise equal, every element.
 //
 // On a mismatch the test prints the seed, the program, and a minimized graph in text
 // IR with its input values. KILN_SOAK=N runs N programs instead of the CI count;
@@ -137,14 +137,14 @@ Mismatch compare(const Values& got, const Oracle& o, DType dt, const std::string
   return m;
 }
 
-/// Fused and unfused must agree bitwise where the bound says the result is exact.
+/// Fused and unfused must agree bitwise everywhere: every kernel accumulates in the
+/// order the kernel IR fixes (codegen::sum_lanes), whatever was fused around it.
 Mismatch compare_modes(const Values& fused, const Values& unfused, const Oracle& o, DType dt) {
   Mismatch m;
   int bad = 0;
   std::ostringstream os;
   os.precision(17);
   for (size_t k = 0; k < o.bound.size(); ++k) {
-    if (o.bound[k] != 0) continue;
     const bool same = is_floating(dt) ? (std::memcmp(&fused.f[k], &unfused.f[k], sizeof(double)) == 0 ||
                                          (std::isnan(fused.f[k]) && std::isnan(unfused.f[k])))
                                       : fused.i[k] == unfused.i[k];
@@ -154,7 +154,7 @@ Mismatch compare_modes(const Values& fused, const Values& unfused, const Oracle&
   }
   if (bad) {
     m.any = true;
-    m.what = std::to_string(bad) + " exact elements differ between fused and unfused" + os.str();
+    m.what = std::to_string(bad) + " elements differ between fused and unfused" + os.str();
   }
   return m;
 }

@@ -250,6 +250,55 @@ private:
     return strict + " || (" + v + " != " + v + " && " + best + " == " + best + ")";
   }
 
+  /// part = part + v (or fma(a, b, part)) at the current reduce vars.
+  void sum_step(const Reduction& r, const std::string& part) {
+    if (is_fma_reduction(r)) {
+      const std::string a = ref(r.value->args[0]), b = ref(r.value->args[1]);
+      line(part + " = " + (r.dtype == DType::Float32 ? "fmaf(" : "fma(") + a + ", " + b + ", " + part + ");");
+    } else {
+      line(part + " = " + part + " + " + ref(r.value) + ";");
+    }
+  }
+
+  /// A float sum in the order of sum_lanes() (the same bits as the LLVM path): per run
+  /// of the innermost loop, lanes of in-order chains combined pairwise; partials in order.
+  void emit_lane_sum(const Reduction& r, const std::string& acc, const std::string& id) {
+    const std::string t = reg_type(r.dtype), zero_ = zero(r.dtype), lanes = std::to_string(sum_lanes(r.dtype));
+    const size_t last = r.extents.size() - 1;
+    const std::string k = numbered("r", last), n = "n" + id, lane = "lane" + id, full = "full" + id, part = "part" + id;
+    for (size_t d = 0; d < last; ++d) {
+      const std::string v = numbered("r", d);
+      open("for (long long " + v + " = 0; " + v + " < " + ref(r.extents[d]) + "; ++" + v + ")");
+    }
+    line("const long long " + n + " = " + ref(r.extents[last]) + ";");
+    line(t + " " + part + " = " + zero_ + ";");
+    open("if (" + n + " < " + lanes + ")");
+    open("for (long long " + k + " = 0; " + k + " < " + n + "; ++" + k + ")");
+    sum_step(r, part);
+    close();
+    close();
+    open("else");
+    line(t + " " + lane + "[" + lanes + "];");
+    line("for (int l = 0; l < " + lanes + "; ++l) " + lane + "[l] = " + zero_ + ";");
+    line("const long long " + full + " = " + n + " / " + lanes + " * " + lanes + ";");
+    open("for (long long k0 = 0; k0 < " + full + "; k0 += " + lanes + ")");
+    open("for (int l = 0; l < " + lanes + "; ++l)");
+    line("const long long " + k + " = k0 + l;");
+    sum_step(r, lane + "[l]");
+    close();
+    close();
+    open("for (long long " + k + " = " + full + "; " + k + " < " + n + "; ++" + k + ")");
+    sum_step(r, lane + "[" + k + " - " + full + "]");
+    close();
+    open("for (int h = " + lanes + " / 2; h >= 1; h /= 2)");
+    line("for (int l = 0; l < h; ++l) " + lane + "[l] = " + lane + "[l] + " + lane + "[l + h];");
+    close();
+    line(part + " = " + lane + "[0];");
+    close();
+    line(acc + " = " + acc + " + " + part + ";");
+    for (size_t d = 0; d < last; ++d) close();
+  }
+
   void emit_reduction(const Reduction& r, int index) {
     const RedKind kind = reduction_kind(r.op);
     const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
@@ -260,6 +309,12 @@ private:
     line(reg_type(r.dtype) + " " + acc + " = " + reduction_init(kind, r.dtype) + ";");
     if (arg) line("long long " + idx + " = 0, " + cnt + " = 0;");
     reduce_rank_ = static_cast<int>(ext.size());
+    if (kind == RedKind::Sum && is_floating(r.dtype) && !r.block_inner && !ext.empty()) {
+      emit_lane_sum(r, acc, id);
+      reduce_rank_ = -1;
+      line("const " + reg_type(r.dtype) + " red" + id + " = " + acc + ";");
+      return;
+    }
     for (size_t d = 0; d < ext.size(); ++d) {
       const std::string v = numbered("r", d);
       open("for (long long " + v + " = 0; " + v + " < " + ext[d] + "; ++" + v + ")");

@@ -395,18 +395,11 @@ private:
     return ConstantInt::get(ctx_, maxlike ? APInt::getSignedMinValue(w) : APInt::getSignedMaxValue(w));
   }
 
-  /// acc (+) v for Sum, Max, Min. Float sums get `reassoc` so the loop vectorizes.
+  /// acc (+) v for integer and bool Sum, Max, Min (float sums: emit_lane_sum).
   Value* combine(RedKind kind, DType dt, Value* acc, Value* v) {
-    if (kind == RedKind::Sum) {
-      if (dt == DType::Bool) return b_.CreateOr(acc, v);
-      if (!is_floating(dt)) return b_.CreateAdd(acc, v);
-      IRBuilder<>::FastMathFlagGuard guard(b_);
-      FastMathFlags f;
-      f.setAllowReassoc(true);
-      b_.setFastMathFlags(f);
-      return b_.CreateFAdd(acc, v);
-    }
-    return max_min(kind == RedKind::Max, dt, acc, v);
+    if (kind != RedKind::Sum) return max_min(kind == RedKind::Max, dt, acc, v);
+    KILN_ASSERT(!is_floating(dt), "float sums are lane sums");
+    return dt == DType::Bool ? b_.CreateOr(acc, v) : b_.CreateAdd(acc, v);
   }
 
   /// A float Sum of a product that the kernel allows to contract (matmul).
@@ -415,13 +408,12 @@ private:
            r.value->op == OpKind::Mul;
   }
 
-  /// acc + a*b as one fused multiply-add, reassociable so the loop vectorizes.
+  /// acc + a*b as one fused multiply-add (never reassociated: see sum_lanes()).
   Value* fma_step(const Reduction& r, Value* acc) {
     Value* a = expr(r.value->args[0]);
     Value* c = expr(r.value->args[1]);
     IRBuilder<>::FastMathFlagGuard guard(b_);
     FastMathFlags f;
-    f.setAllowReassoc(true);
     f.setAllowContract(true);
     b_.setFastMathFlags(f);
     return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, c, acc});
@@ -439,8 +431,92 @@ private:
     return is_max ? b_.CreateICmpSGT(v, best) : b_.CreateICmpSLT(v, best);
   }
 
+  /// A float sum in the order of sum_lanes(): per run of the innermost loop, lanes of
+  /// independent in-order chains (the loop over lanes is what vectorizes; no `reassoc`),
+  /// combined pairwise; the runs' partials summed in order.
+  Value* emit_lane_sum(const Reduction& r) {
+    std::vector<Value*> ext = exprs(r.extents);
+    Type* t = reg(r.dtype);
+    Value* zero = Constant::getNullValue(t);
+    AllocaInst* total = local(t, "sum");
+    b_.CreateStore(zero, total);
+    reduce_vars_.assign(ext.size(), nullptr);
+    if (ext.empty()) {
+      scopes_.emplace_back();
+      b_.CreateStore(lane_step(r, zero), total);
+      scopes_.pop_back();
+    } else {
+      std::vector<Value*> outer(ext.begin(), ext.end() - 1);
+      for_nest(outer, reduce_vars_, 0, [&] {
+        Value* part = lane_run(r, ext.back());
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(t, total), part), total);
+      });
+    }
+    reduce_vars_.clear();
+    return b_.CreateLoad(t, total);
+  }
+
+  /// A float sum in sequential order (a `block_inner` reduction outside a block).
+  Value* emit_sequential_sum(const Reduction& r) {
+    std::vector<Value*> ext = exprs(r.extents);
+    Type* t = reg(r.dtype);
+    AllocaInst* acc = local(t, "acc");
+    b_.CreateStore(Constant::getNullValue(t), acc);
+    reduce_vars_.assign(ext.size(), nullptr);
+    for_nest(ext, reduce_vars_, 0, [&] { b_.CreateStore(sum_step(r, b_.CreateLoad(t, acc)), acc); });
+    reduce_vars_.clear();
+    return b_.CreateLoad(t, acc);
+  }
+
+  /// acc + value (or fmuladd(a, b, acc) for a matmul) at the current reduce vars.
+  Value* lane_step(const Reduction& r, Value* acc) { return is_fma_reduction(r) ? fma_step(r, acc) : b_.CreateFAdd(acc, expr(r.value)); }
+
+  /// The partial sum of one run of the innermost reduction loop, over [0, n).
+  Value* lane_run(const Reduction& r, Value* n) {
+    const int64_t lanes = sum_lanes(r.dtype);
+    const size_t last = r.extents.size() - 1;
+    Type* t = reg(r.dtype);
+    AllocaInst* part = local(t, "part");
+    auto at = [&](Value* k, const std::function<void()>& body) {
+      scopes_.emplace_back();
+      reduce_vars_[last] = k;
+      body();
+      scopes_.pop_back();
+    };
+    BasicBlock* join = BasicBlock::Create(ctx_, "lanes.join", fn_);
+    BasicBlock* seq = BasicBlock::Create(ctx_, "lanes.seq", fn_);
+    BasicBlock* wide = BasicBlock::Create(ctx_, "lanes.wide", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(n, c64(lanes)), seq, wide);
+    // Short runs: one sequential chain.
+    b_.SetInsertPoint(seq);
+    b_.CreateStore(Constant::getNullValue(t), part);
+    for_range(c64(0), n, [&](Value* k) { at(k, [&] { b_.CreateStore(lane_step(r, b_.CreateLoad(t, part)), part); }); });
+    b_.CreateBr(join);
+    // Long runs: lanes, then the tail into the first lanes, then the pairwise combine.
+    b_.SetInsertPoint(wide);
+    auto* arr = ArrayType::get(t, static_cast<uint64_t>(lanes));
+    AllocaInst* acc = local(arr, "lanes");
+    auto slot = [&](Value* l) { return b_.CreateInBoundsGEP(arr, acc, {c64(0), l}); };
+    for (int64_t l = 0; l < lanes; ++l) b_.CreateStore(Constant::getNullValue(t), slot(c64(l)));
+    auto step_at = [&](Value* k, Value* l) { at(k, [&] { b_.CreateStore(lane_step(r, b_.CreateLoad(t, slot(l))), slot(l)); }); };
+    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(lanes)), c64(lanes));
+    for_range(c64(0), full, [&](Value* k0) {
+      for_range(c64(0), c64(lanes), [&](Value* l) { step_at(b_.CreateAdd(k0, l, "", true, true), l); });
+    }, lanes);
+    for_range(full, n, [&](Value* k) { step_at(k, b_.CreateSub(k, full, "", true, true)); });
+    for (int64_t h = lanes / 2; h >= 1; h /= 2)
+      for (int64_t l = 0; l < h; ++l)
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(t, slot(c64(l))), b_.CreateLoad(t, slot(c64(l + h)))), slot(c64(l)));
+    b_.CreateStore(b_.CreateLoad(t, slot(c64(0))), part);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    reduce_vars_[last] = nullptr;
+    return b_.CreateLoad(t, part);
+  }
+
   Value* emit_reduction(const Reduction& r) {
     const RedKind kind = reduction_kind(r.op);
+    if (kind == RedKind::Sum && is_floating(r.dtype)) return r.block_inner ? emit_sequential_sum(r) : emit_lane_sum(r);
     const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
     KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
     std::vector<Value*> ext = exprs(r.extents);
@@ -453,7 +529,6 @@ private:
     b_.CreateStore(c64(0), count);
     reduce_vars_.assign(ext.size(), nullptr);
     for_nest(ext, reduce_vars_, 0, [&] {
-      if (is_fma_reduction(r)) return b_.CreateStore(fma_step(r, b_.CreateLoad(t, acc)), acc), void();
       Value* v = expr(r.value);
       Value* a = b_.CreateLoad(t, acc);
       if (!arg) {

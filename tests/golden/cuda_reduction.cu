@@ -24,18 +24,51 @@ extern "C" __global__ void k_cb26398bc5012927(const double* __restrict__ b0, dou
     rest /= (unsigned long long)e1;
     const long long i0 = (long long)rest;
     double acc0 = 0x0p+0;
-    for (long long r0 = 0; r0 < p2; ++r0) {
-      const long long v0 = kiln_mul(r0, p4);
-      const long long v1 = kiln_mul(i0, p3);
-      const long long v2 = kiln_add(v1, v0);
-      const long long v3 = kiln_add(v2, i1);
-      const double v4 = b0[v3];
-      acc0 = acc0 + v4;
+    const long long n0 = p2;
+    double part0 = 0x0p+0;
+    if (n0 < 8) {
+      for (long long r0 = 0; r0 < n0; ++r0) {
+        const long long v0 = kiln_mul(r0, p4);
+        const long long v1 = kiln_mul(i0, p3);
+        const long long v2 = kiln_add(v1, v0);
+        const long long v3 = kiln_add(v2, i1);
+        const double v4 = b0[v3];
+        part0 = part0 + v4;
+      }
     }
+    else {
+      double lane0[8];
+      for (int l = 0; l < 8; ++l) lane0[l] = 0x0p+0;
+      const long long full0 = n0 / 8 * 8;
+      for (long long k0 = 0; k0 < full0; k0 += 8) {
+        for (int l = 0; l < 8; ++l) {
+          const long long r0 = k0 + l;
+          const long long v5 = kiln_mul(r0, p4);
+          const long long v6 = kiln_mul(i0, p3);
+          const long long v7 = kiln_add(v6, v5);
+          const long long v8 = kiln_add(v7, i1);
+          const double v9 = b0[v8];
+          lane0[l] = lane0[l] + v9;
+        }
+      }
+      for (long long r0 = full0; r0 < n0; ++r0) {
+        const long long v10 = kiln_mul(r0, p4);
+        const long long v11 = kiln_mul(i0, p3);
+        const long long v12 = kiln_add(v11, v10);
+        const long long v13 = kiln_add(v12, i1);
+        const double v14 = b0[v13];
+        lane0[r0 - full0] = lane0[r0 - full0] + v14;
+      }
+      for (int h = 8 / 2; h >= 1; h /= 2) {
+        for (int l = 0; l < h; ++l) lane0[l] = lane0[l] + lane0[l + h];
+      }
+      part0 = lane0[0];
+    }
+    acc0 = acc0 + part0;
     const double red0 = acc0;
-    const long long v5 = kiln_mul(i0, p5);
-    const long long v6 = kiln_add(v5, i1);
-    b1[v6] = red0;
+    const long long v15 = kiln_mul(i0, p5);
+    const long long v16 = kiln_add(v15, i1);
+    b1[v16] = red0;
   }
 }
 

@@ -41,25 +41,58 @@ extern "C" __global__ void k_774a5d8840425135(const float* __restrict__ b0, floa
     }
     const float red0 = acc0;
     float acc1 = 0x0p+0f;
-    for (long long r0 = 0; r0 < p5; ++r0) {
-      const long long v3 = kiln_mul(i0, p6);
-      const long long v4 = kiln_add(v3, r0);
-      const float v5 = b0[v4];
-      const float v6 = v5 - red0;
-      const float v7 = kiln_exp_f32(v6);
-      acc1 = acc1 + v7;
+    const long long n1 = p5;
+    float part1 = 0x0p+0f;
+    if (n1 < 16) {
+      for (long long r0 = 0; r0 < n1; ++r0) {
+        const long long v3 = kiln_mul(i0, p6);
+        const long long v4 = kiln_add(v3, r0);
+        const float v5 = b0[v4];
+        const float v6 = v5 - red0;
+        const float v7 = kiln_exp_f32(v6);
+        part1 = part1 + v7;
+      }
     }
+    else {
+      float lane1[16];
+      for (int l = 0; l < 16; ++l) lane1[l] = 0x0p+0f;
+      const long long full1 = n1 / 16 * 16;
+      for (long long k0 = 0; k0 < full1; k0 += 16) {
+        for (int l = 0; l < 16; ++l) {
+          const long long r0 = k0 + l;
+          const long long v8 = kiln_mul(i0, p6);
+          const long long v9 = kiln_add(v8, r0);
+          const float v10 = b0[v9];
+          const float v11 = v10 - red0;
+          const float v12 = kiln_exp_f32(v11);
+          lane1[l] = lane1[l] + v12;
+        }
+      }
+      for (long long r0 = full1; r0 < n1; ++r0) {
+        const long long v13 = kiln_mul(i0, p6);
+        const long long v14 = kiln_add(v13, r0);
+        const float v15 = b0[v14];
+        const float v16 = v15 - red0;
+        const float v17 = kiln_exp_f32(v16);
+        lane1[r0 - full1] = lane1[r0 - full1] + v17;
+      }
+      for (int h = 16 / 2; h >= 1; h /= 2) {
+        for (int l = 0; l < h; ++l) lane1[l] = lane1[l] + lane1[l + h];
+      }
+      part1 = lane1[0];
+    }
+    acc1 = acc1 + part1;
     const float red1 = acc1;
     for (long long m0 = 0; m0 < p1; ++m0) {
-      const long long v8 = kiln_mul(i0, p7);
-      const long long v9 = kiln_add(v8, m0);
-      const long long v10 = kiln_mul(i0, p2);
-      const long long v11 = kiln_add(v10, m0);
-      const float v12 = b0[v11];
-      const float v13 = v12 - red0;
-      const float v14 = kiln_exp_f32(v13);
-      const float v15 = v14 / red1;
-      b1[v9] = v15;
+      const long long v18 = kiln_mul(i0, p7);
+      const long long v19 = kiln_add(v18, m0);
+      const long long v20 = kiln_mul(i0, p2);
+      const long long v21 = kiln_add(v20, m0);
+      const float v22 = b0[v21];
+      const float v23 = v22 - red0;
+      const float v24 = kiln_exp_f32(v23);
+      const float v25 = v24 / red1;
+      b1[v19] = v25;
     }
   }
 }
