@@ -149,6 +149,7 @@ private:
     explicit GemmAdapter(Emitter& em) : e(em) {}
     IRBuilder<>& builder() override { return e.b_; }
     AllocaInst* entry_alloca(Type* t, const char* name) override { return e.local(t, name); }
+    Value* buffer(int b) override { return e.bufs_.at(b); }
     Value* eval(const ExprRef& x) override { return e.expr(x); }
     void set_loop_var(int d, Value* v) override { e.loop_vars_.at(d) = v; }
     void set_reduce_var(Value* v) override { e.reduce_vars_.assign(1, v); }

@@ -41,7 +41,7 @@ GemmTiling host_gemm_tiling(DType dtype) {
   GemmTiling g;
   g.nr = 2 * vector_bytes / elem;  // two vectors of columns
   g.mr = avx512 ? 12 : 6;          // 24 (of 32) or 12 (of 16) vector accumulators
-  g.mc = 96;
+  g.mc = 384;                      // b is read from memory once per mc rows
   g.nc = 2048 / elem;              // 512 f32 or 256 f64 columns
   g.kc = 256;                      // a b panel of kc x nr: 32 KiB (AVX-512), in L1
   return g;
@@ -66,6 +66,7 @@ public:
     vt_ = FixedVectorType::get(t_, static_cast<unsigned>(vlen_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
+    direct_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
   }
 
   void emit(Value* begin, Value* end, Value* scratch) {
@@ -78,8 +79,12 @@ public:
     kk_ = h_.eval(k_.reductions[0].extents[0]);
     for (size_t d = 0; d < rank; ++d)
       if (static_cast<int>(d) != g_.m_var && static_cast<int>(d) != g_.n_var) batch_vars_.push_back(static_cast<int>(d));
+    // Blocks of at most mc rows and nc columns, balanced: rows_ rows a block (a multiple
+    // of mr), the last block shorter; likewise columns.
     Value* row_blocks = ceil_div(m_, g_.mc);
     Value* col_blocks = ceil_div(n_, g_.nc);
+    rows_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(m_, b_.CreateSub(row_blocks, c64(1))), row_blocks), g_.mr), g_.mr);
+    cols_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(n_, b_.CreateSub(col_blocks, c64(1))), col_blocks), g_.nr), g_.nr);
     // Scratch: Ap (mc x kc), Bp (kc x nr), Cs (mc x nc, by tiles), the epilogue tile (mr x nr).
     ap_ = scratch;
     bp_ = gep(ap_, c64(g_.mc * g_.kc));
@@ -96,7 +101,8 @@ public:
         h_.set_loop_var(d, i == 0 ? bt : b_.CreateURem(bt, ext[d]));
         if (i > 0) bt = b_.CreateUDiv(bt, ext[d]);
       }
-      emit_task(b_.CreateMul(rb, c64(g_.mc)), b_.CreateMul(cb, c64(g_.nc)));
+      if (direct_a_) bind_direct_a();
+      emit_task(b_.CreateMul(rb, rows_), b_.CreateMul(cb, cols_));
       h_.pop_scope();
     });
   }
@@ -111,7 +117,10 @@ private:
   FixedVectorType* vt_ = nullptr;
   int64_t elem_ = 4, vlen_ = 16;
   ExprRef a_, b_expr_;
-  Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr;
+  Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
+  Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
+  bool direct_a_ = false; // a is read in place (a strided view of a buffer), not packed
+  Value *a_row_stride_ = nullptr, *a_k_stride_ = nullptr;
   Value *ap_ = nullptr, *bp_ = nullptr, *cs_ = nullptr, *tile_ = nullptr;
   std::vector<int> batch_vars_;
 
@@ -172,10 +181,65 @@ private:
     return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, b, acc});
   }
 
+  /// True when e does not depend on any variable or memory.
+  static bool var_free(const ExprRef& e) {
+    switch (e->kind) {
+    case ExprKind::Const:
+    case ExprKind::Param: return true;
+    case ExprKind::Op:
+    case ExprKind::IntDiv:
+    case ExprKind::IntMod:
+      for (const ExprRef& x : e->args)
+        if (!var_free(x)) return false;
+      return true;
+    case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
+    case ExprKind::ReduceResult: case ExprKind::Random:
+      return false;
+    }
+    return false;
+  }
+
+  /// True when the i64 expression e is affine in the loop and reduction vars (so that
+  /// its strides are the same everywhere).
+  static bool affine(const ExprRef& e) {
+    if (var_free(e)) return true;
+    switch (e->kind) {
+    case ExprKind::LoopVar:
+    case ExprKind::ReduceVar: return true;
+    case ExprKind::Op:
+      if (e->dtype != DType::Int64) return false;
+      if (e->op == graph::OpKind::Add || e->op == graph::OpKind::Sub) return affine(e->args[0]) && affine(e->args[1]);
+      if (e->op == graph::OpKind::Mul)
+        return (var_free(e->args[0]) && affine(e->args[1])) || (affine(e->args[0]) && var_free(e->args[1]));
+      return false;
+    default: return false;
+    }
+  }
+
+  /// a's offset at row m, k (at the current batch point).
+  Value* a_offset(Value* m, Value* k) {
+    h_.push_scope();
+    if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, m);
+    h_.set_reduce_var(k);
+    Value* v = h_.eval(a_->args[0]);
+    h_.set_reduce_var(nullptr);
+    if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, nullptr);
+    h_.pop_scope();
+    return v;
+  }
+
+  /// a is a strided view of a buffer: its base and strides at the current batch point.
+  void bind_direct_a() {
+    Value* o = a_offset(c64(0), c64(0));
+    a_row_stride_ = b_.CreateSub(a_offset(c64(1), c64(0)), o);
+    a_k_stride_ = b_.CreateSub(a_offset(c64(0), c64(1)), o);
+    a_base_ = gep(h_.buffer(a_->index), o);
+  }
+
   /// The output block at rows i0, cols j0 of the current batch point.
   void emit_task(Value* i0, Value* j0) {
-    Value* mcur = smin(c64(g_.mc), b_.CreateSub(m_, i0));
-    Value* ncur = smin(c64(g_.nc), b_.CreateSub(n_, j0));
+    Value* mcur = smin(rows_, b_.CreateSub(m_, i0));
+    Value* ncur = smin(cols_, b_.CreateSub(n_, j0));
     Value* mpanels = ceil_div(mcur, g_.mr);
     Value* npanels = ceil_div(ncur, g_.nr);
     // At least one k block, so that K = 0 still runs the stores (of 0).
@@ -185,10 +249,11 @@ private:
       Value* kcur = smax(c64(0), smin(c64(g_.kc), b_.CreateSub(kk_, k0)));
       Value* first = b_.CreateICmpEQ(kb, c64(0));
       Value* last = b_.CreateICmpEQ(kb, b_.CreateSub(kblocks, c64(1)));
-      for_range(c64(0), mpanels, [&](Value* ip) {
-        Value* r0 = add(i0, mul(ip, g_.mr));
-        pack_a(gep(ap_, mul(ip, g_.mr * g_.kc)), r0, smin(c64(g_.mr), b_.CreateSub(m_, r0)), k0, kcur);
-      });
+      if (!direct_a_)
+        for_range(c64(0), mpanels, [&](Value* ip) {
+          Value* r0 = add(i0, mul(ip, g_.mr));
+          pack_a(gep(ap_, mul(ip, g_.mr * g_.kc)), r0, smin(c64(g_.mr), b_.CreateSub(m_, r0)), k0, kcur);
+        });
       for_range(c64(0), npanels, [&](Value* jp) {
         Value* c0 = add(j0, mul(jp, g_.nr));
         Value* nvalid = smin(c64(g_.nr), b_.CreateSub(n_, c0));
@@ -197,7 +262,7 @@ private:
           Value* r0 = add(i0, mul(ip, g_.mr));
           Value* mvalid = smin(c64(g_.mr), b_.CreateSub(m_, r0));
           Value* cs = gep(cs_, mul(add(mul(ip, g_.nc / g_.nr), jp), g_.mr * g_.nr));
-          microkernel(gep(ap_, mul(ip, g_.mr * g_.kc)), kcur, cs, first, last, r0, mvalid, c0, nvalid);
+          microkernel(ip, k0, kcur, cs, first, last, r0, mvalid, c0, nvalid);
         });
       });
     });
@@ -242,8 +307,8 @@ private:
   }
 
   /// The mr x nr tile at rows r0 (mvalid inside the output), columns c0 (nvalid inside).
-  void microkernel(Value* ap, Value* kcur, Value* cs, Value* first, Value* last, Value* r0, Value* mvalid, Value* c0,
-                   Value* nvalid) {
+  void microkernel(Value* ip, Value* k0, Value* kcur, Value* cs, Value* first, Value* last, Value* r0, Value* mvalid,
+                   Value* c0, Value* nvalid) {
     const int64_t nv = g_.nr / vlen_;
     const Align valign(static_cast<uint64_t>(vlen_ * elem_));
     std::vector<AllocaInst*> acc;
@@ -258,13 +323,26 @@ private:
                 for (int64_t v = 0; v < nv; ++v)
                   b_.CreateStore(b_.CreateAlignedLoad(vt_, slot(cs, p, v), valign), acc[p * nv + v]);
             });
+    // Where row p of the a panel starts: the packed panel, or a's own row (rows past
+    // the output's end read its last row; their results are never stored).
+    std::vector<Value*> arows;
+    if (direct_a_) {
+      Value* kbase = b_.CreateMul(k0, a_k_stride_);
+      for (int64_t p = 0; p < g_.mr; ++p) {
+        Value* row = smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1)));
+        arows.push_back(gep(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_stride_), kbase)));
+      }
+    } else {
+      Value* ap = gep(ap_, mul(ip, g_.mr * g_.kc));
+      for (int64_t p = 0; p < g_.mr; ++p) arows.push_back(gep(ap, c64(p)));
+    }
     for_range(c64(0), kcur, [&](Value* kk) {
       Value* brow = gep(bp_, mul(kk, g_.nr));
-      Value* arow = gep(ap, mul(kk, g_.mr));
+      Value* ak = direct_a_ ? b_.CreateMul(kk, a_k_stride_) : mul(kk, g_.mr);
       std::vector<Value*> bv;
       for (int64_t v = 0; v < nv; ++v) bv.push_back(b_.CreateAlignedLoad(vt_, gep(brow, c64(v * vlen_)), valign));
       for (int64_t p = 0; p < g_.mr; ++p) {
-        Value* a = b_.CreateVectorSplat(static_cast<unsigned>(vlen_), b_.CreateLoad(t_, gep(arow, c64(p))));
+        Value* a = b_.CreateVectorSplat(static_cast<unsigned>(vlen_), b_.CreateLoad(t_, gep(arows[p], ak)));
         for (int64_t v = 0; v < nv; ++v) {
           AllocaInst* s = acc[p * nv + v];
           b_.CreateStore(fmuladd(a, bv[v], b_.CreateLoad(vt_, s)), s);
@@ -280,7 +358,8 @@ private:
     if_else(last,
             [&] {
               spill(tile_);
-              epilogue(r0, mvalid, c0, nvalid);
+              Value* full = b_.CreateAnd(b_.CreateICmpEQ(mvalid, c64(g_.mr)), b_.CreateICmpEQ(nvalid, c64(g_.nr)));
+              if_else(full, [&] { epilogue(r0, c64(g_.mr), c0, c64(g_.nr)); }, [&] { epilogue(r0, mvalid, c0, nvalid); });
             },
             [&] { spill(cs); });
   }

@@ -21,6 +21,8 @@ public:
   virtual llvm::IRBuilder<>& builder() = 0;
   /// An alloca in the function's entry block.
   virtual llvm::AllocaInst* entry_alloca(llvm::Type* t, const char* name) = 0;
+  /// The pointer to element 0 of buffer b.
+  virtual llvm::Value* buffer(int b) = 0;
   /// The value of `e` at the current variable bindings (cached in the innermost scope).
   virtual llvm::Value* eval(const ExprRef& e) = 0;
   /// Binds domain var d (nullptr unbinds).
