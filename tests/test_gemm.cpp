@@ -1,0 +1,261 @@
+// The CPU GEMM (codegen/src/llvm_gemm.cpp, Kernel::gemm): which matmuls take it; its
+// results bit for bit against in-order fused multiply-adds (its contract: every output
+// element accumulates fma(a, b, acc) over k in order from 0) across register-tile,
+// k-block, row-block and column-block edges, transposed operands and batches; against
+// an f64 reference; fused epilogues bitwise equal to the unfused kernels; 1 vs 2 threads;
+// and convolutions (im2col + GEMM) against direct loops.
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/lower.h"
+#include "kiln/kiln.h"
+#include "kiln/options.h"
+
+using namespace kiln;
+
+namespace {
+
+template <class T> std::vector<T> normal_data(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (T& x : v) x = static_cast<T>(normal(rng));
+  return v;
+}
+
+/// A logical [batch, rows, cols] operand (batch 0: a matrix); stored as [batch, cols, rows]
+/// and viewed transposed when `t`.
+template <class T> struct Operand {
+  int64_t batch, rows, cols;
+  bool t;
+  std::vector<T> data;
+  T at(int64_t p, int64_t r, int64_t c) const {
+    const int64_t base = std::max<int64_t>(batch, 1) == 1 ? 0 : p * rows * cols;
+    return t ? data[base + c * rows + r] : data[base + r * cols + c];
+  }
+  Tensor tensor() const {
+    IntList shape = t ? IntList{cols, rows} : IntList{rows, cols};
+    if (batch > 0) shape.insert(shape.begin(), batch);
+    Tensor x = from_vector(data, shape);
+    return t ? x.transpose(-1, -2) : x;
+  }
+};
+
+template <class T> Operand<T> operand(int64_t batch, int64_t rows, int64_t cols, bool t, uint32_t seed) {
+  return {batch, rows, cols, t, normal_data<T>(std::max<int64_t>(batch, 1) * rows * cols, seed)};
+}
+
+/// fma(a, b, acc) in T, as LLVM's fmuladd computes it on this host.
+template <class T> T fma_step(T a, T b, T acc) {
+#if defined(__FMA__) || defined(__x86_64__)
+  return std::fma(a, b, acc);
+#else
+  return a * b + acc;
+#endif
+}
+
+/// The matmul kernels of the schedule of `t`, and whether each has the GEMM form.
+std::vector<bool> gemm_forms(const Tensor& t, bool fusion = true) {
+  std::vector<bool> forms;
+  for (const auto& l : codegen::schedule({t.node().get()}, {fusion}).launches)
+    if (!l.kernel.reductions.empty()) forms.push_back(l.kernel.gemm.has_value());
+  return forms;
+}
+
+/// Checks a @ b within k eps sum|ab| of an f64 sum and, where it takes the GEMM form,
+/// bitwise against in-order fmas.
+template <class T> void check_exact(const Operand<T>& a, const Operand<T>& b) {
+  const Tensor c = matmul(a.tensor(), b.tensor());
+  const bool gemm = gemm_forms(c) == std::vector<bool>{true};
+  const std::vector<T> got = c.template to_vector<T>();
+  const int64_t batch = std::max<int64_t>({a.batch, b.batch, 1}), m = a.rows, k = a.cols, n = b.cols;
+  ASSERT_EQ(static_cast<int64_t>(got.size()), batch * m * n);
+  const std::string what = std::to_string(batch) + "x" + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                           std::to_string(n) + (a.t ? " At" : "") + (b.t ? " Bt" : "");
+  for (int64_t p = 0; p < batch; ++p)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        T acc = 0;
+        double ref = 0, mag = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          acc = fma_step(a.at(p, i, q), b.at(p, q, j), acc);
+          ref += double(a.at(p, i, q)) * double(b.at(p, q, j));
+          mag += std::abs(double(a.at(p, i, q)) * double(b.at(p, q, j)));
+        }
+        const T g = got[(p * m + i) * n + j];
+        if (gemm)
+          ASSERT_EQ(std::memcmp(&g, &acc, sizeof(T)), 0) << what << " at " << p << "," << i << "," << j << ": " << g
+                                                        << " vs in-order fma " << acc;
+        ASSERT_LE(std::abs(double(g) - ref), (k + 1) * std::numeric_limits<T>::epsilon() * mag) << what;
+      }
+}
+
+template <class T> void check_sizes() {
+  const std::vector<int64_t> sizes{1, 7, 63, 65, 127};
+  uint32_t seed = 1;
+  for (int64_t m : sizes)
+    for (int64_t k : sizes)
+      for (int64_t n : sizes)
+        for (int tr = 0; tr < 4; ++tr, seed += 2)
+          ASSERT_NO_FATAL_FAILURE(check_exact(operand<T>(0, m, k, tr & 1, seed), operand<T>(0, k, n, tr & 2, seed + 1)));
+}
+
+/// Shapes across every block edge of the tiling: several k blocks (kc 256), row blocks
+/// (mc 384), column blocks (nc 512 f32, 256 f64), and ragged register tiles.
+template <class T> void check_large() {
+  const std::array<std::array<int64_t, 3>, 5> shapes{{{1000, 520, 1000}, {1000, 777, 129}, {513, 300, 1000},
+                                                      {65, 1000, 7}, {389, 257, 523}}};
+  uint32_t seed = 100;
+  for (const auto& [m, k, n] : shapes)
+    for (int tr = 0; tr < 4; ++tr, seed += 2) {
+      if (m * k * n > 300'000'000 && tr != 0 && tr != 3) continue; // the largest: NN and TT only
+      ASSERT_NO_FATAL_FAILURE(check_exact(operand<T>(0, m, k, tr & 1, seed), operand<T>(0, k, n, tr & 2, seed + 1)));
+    }
+}
+
+template <class T> std::vector<T> bits(const Tensor& t) { return t.template to_vector<T>(); }
+
+template <class T> void expect_bitwise(const std::vector<T>& x, const std::vector<T>& y, const std::string& what) {
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(std::memcmp(&x[i], &y[i], sizeof(T)), 0) << what << " at " << i << ": " << x[i] << " vs " << y[i];
+}
+
+/// Epilogues fused into the GEMM (bias, activation, residual, scaling) give the bits of
+/// the unfused kernels, on 1 and 2 threads alike.
+template <class T> void check_epilogues() {
+  const int64_t m = 389, k = 300, n = 523;
+  Tensor x = from_vector(normal_data<T>(m * k, 1), {m, k});
+  Tensor w = from_vector(normal_data<T>(k * n, 2), {k, n});
+  Tensor wt = from_vector(normal_data<T>(n * k, 3), {n, k}).t();
+  Tensor bias = from_vector(normal_data<T>(n, 4), {n});
+  Tensor res = from_vector(normal_data<T>(m * n, 5), {m, n});
+  realize({x, w, wt, bias, res});
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> cases{
+      {"bias+relu", [&] { return relu(matmul(x, w) + bias); }},
+      {"scale+residual", [&] { return matmul(x, w) * 0.5 + res; }},
+      {"sigmoid of transposed", [&] { return sigmoid(matmul(x, wt) - bias); }},
+      {"batched bias+tanh", [&] { return tanh(matmul(x.reshape({1, m, k}).expand({3, m, k}), w) + bias); }},
+  };
+  const bool saved = options().fusion;
+  for (const auto& [name, f] : cases) {
+    options().fusion = true;
+    EXPECT_EQ(gemm_forms(f()), std::vector<bool>{true}) << name << ": one GEMM kernel with the epilogue";
+    std::vector<T> fused1, fused2, unfused;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      fused1 = bits<T>(f());
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      fused2 = bits<T>(f());
+    }
+    options().fusion = false;
+    unfused = bits<T>(f());
+    expect_bitwise(fused1, unfused, name + ": fused vs unfused");
+    expect_bitwise(fused1, fused2, name + ": 1 vs 2 threads");
+  }
+  options().fusion = saved;
+}
+
+} // namespace
+
+TEST(Gemm, MatmulsTakeTheGemmForm) {
+  Tensor a = zeros({64, 32}), b = zeros({32, 48});
+  EXPECT_EQ(gemm_forms(matmul(a, b)), std::vector<bool>{true});
+  EXPECT_EQ(gemm_forms(matmul(a.t(), a)), std::vector<bool>{true});
+  EXPECT_EQ(gemm_forms(matmul(a, b.t().t()), false), std::vector<bool>{true});
+  EXPECT_EQ(gemm_forms(matmul(a.to(kFloat64), b.to(kFloat64))), std::vector<bool>{true});
+  // Matrix-vector products, integers, and tiny matrices keep the plain loops.
+  EXPECT_EQ(gemm_forms(matmul(a, zeros({32, 1}))), std::vector<bool>{false});
+  EXPECT_EQ(gemm_forms(matmul(zeros({1, 32}), b)), std::vector<bool>{false});
+  EXPECT_EQ(gemm_forms(matmul(a.to(kInt32), b.to(kInt32))), std::vector<bool>{false});
+}
+
+TEST(Gemm, InOrderFmaF32) { check_sizes<float>(); }
+TEST(Gemm, InOrderFmaF64) { check_sizes<double>(); }
+TEST(Gemm, BlockEdgesF32) { check_large<float>(); }
+TEST(Gemm, BlockEdgesF64) { check_large<double>(); }
+
+TEST(Gemm, BatchedAndBroadcast) {
+  for (int tr = 0; tr < 4; ++tr) {
+    check_exact(operand<float>(3, 65, 127, tr & 1, 7), operand<float>(3, 127, 63, tr & 2, 8));   // batched
+    check_exact(operand<float>(4, 129, 33, tr & 1, 9), operand<float>(0, 33, 70, tr & 2, 10));   // b broadcast
+    check_exact(operand<double>(0, 40, 300, tr & 1, 11), operand<double>(2, 300, 9, tr & 2, 12)); // a broadcast
+  }
+}
+
+TEST(Gemm, EmptyReductionStoresZerosThroughTheEpilogue) {
+  Tensor y = relu(matmul(zeros({9, 0}), zeros({0, 17})) + 1.0);
+  EXPECT_EQ(gemm_forms(y), std::vector<bool>{true});
+  for (float v : y.to_vector<float>()) ASSERT_EQ(v, 1.0f);
+}
+
+TEST(Gemm, FusedEpiloguesBitwiseF32) { check_epilogues<float>(); }
+TEST(Gemm, FusedEpiloguesBitwiseF64) { check_epilogues<double>(); }
+
+TEST(Gemm, NonContiguousOperandsArePacked) {
+  // Slices and a reshape of a transpose: the left operand is not a plain strided view,
+  // so the GEMM packs it through its index expressions.
+  Tensor base = from_vector(normal_data<float>(40 * 90, 21), {40, 90});
+  Tensor a = base.t().reshape({30, 120}).slice(0, 1, 28, 1); // [27, 120], div/mod indexing
+  Tensor b = from_vector(normal_data<float>(130 * 77, 22), {130, 77}).slice(0, 5, 125, 1).slice(1, 3, 74, 2);
+  realize({a, b});
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  const auto got = matmul(a, b).to_vector<float>();
+  const int64_t m = 27, k = 120, n = b.size(1);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int64_t q = 0; q < k; ++q) acc = fma_step(av[i * k + q], bv[q * n + j], acc);
+      ASSERT_EQ(got[i * n + j], acc) << i << "," << j;
+    }
+}
+
+TEST(Gemm, Conv2dMatchesDirectLoops) {
+  struct Case {
+    int64_t n, c, o, g, h, w, kh, kw, s, p, d;
+  };
+  const Case cases[] = {
+      {4, 8, 16, 1, 12, 11, 3, 3, 1, 1, 1}, // the CNN's: 3x3, same padding
+      {3, 6, 12, 2, 13, 9, 3, 2, 2, 1, 1},  // groups, stride, asymmetric kernel
+      {2, 4, 8, 1, 15, 15, 3, 3, 1, 2, 2},  // dilation
+      {2, 16, 32, 4, 8, 8, 1, 1, 1, 0, 1},  // grouped 1x1
+  };
+  uint32_t seed = 30;
+  for (const Case& t : cases) {
+    const auto xv = normal_data<float>(t.n * t.c * t.h * t.w, seed++);
+    const auto wv = normal_data<float>(t.o * (t.c / t.g) * t.kh * t.kw, seed++);
+    const auto bv = normal_data<float>(t.o, seed++);
+    Tensor x = from_vector(xv, {t.n, t.c, t.h, t.w}), w = from_vector(wv, {t.o, t.c / t.g, t.kh, t.kw});
+    Tensor y = nn::functional::conv2d(x, w, from_vector(bv, {t.o}), nn::Size2(t.s), nn::Size2(t.p), nn::Size2(t.d), t.g);
+    const int64_t ho = y.size(2), wo = y.size(3), cg = t.c / t.g, og = t.o / t.g;
+    const auto got = y.to_vector<float>();
+    for (int64_t ni = 0; ni < t.n; ++ni)
+      for (int64_t oi = 0; oi < t.o; ++oi)
+        for (int64_t yy = 0; yy < ho; ++yy)
+          for (int64_t xx = 0; xx < wo; ++xx) {
+            double acc = bv[oi], mag = std::abs(bv[oi]);
+            for (int64_t ci = 0; ci < cg; ++ci)
+              for (int64_t i = 0; i < t.kh; ++i)
+                for (int64_t j = 0; j < t.kw; ++j) {
+                  const int64_t iy = yy * t.s - t.p + i * t.d, ix = xx * t.s - t.p + j * t.d;
+                  if (iy < 0 || iy >= t.h || ix < 0 || ix >= t.w) continue;
+                  const double v = double(xv[((ni * t.c + oi / og * cg + ci) * t.h + iy) * t.w + ix]) *
+                                   wv[((oi * cg + ci) * t.kh + i) * t.kw + j];
+                  acc += v;
+                  mag += std::abs(v);
+                }
+            const double g = got[((ni * t.o + oi) * ho + yy) * wo + xx];
+            ASSERT_NEAR(g, acc, 1e-6 * (1 + mag)) << ni << "," << oi << "," << yy << "," << xx;
+          }
+  }
+}
