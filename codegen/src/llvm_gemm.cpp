@@ -66,7 +66,7 @@ public:
     vt_ = FixedVectorType::get(t_, static_cast<unsigned>(vlen_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
-    direct_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
+    affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
   }
 
   void emit(Value* begin, Value* end, Value* scratch) {
@@ -101,7 +101,8 @@ public:
         h_.set_loop_var(d, i == 0 ? bt : b_.CreateURem(bt, ext[d]));
         if (i > 0) bt = b_.CreateUDiv(bt, ext[d]);
       }
-      if (direct_a_) bind_direct_a();
+      direct_ = b_.getFalse();
+      if (affine_a_) bind_direct_a();
       emit_task(b_.CreateMul(rb, rows_), b_.CreateMul(cb, cols_));
       h_.pop_scope();
     });
@@ -119,7 +120,8 @@ private:
   ExprRef a_, b_expr_;
   Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
-  bool direct_a_ = false; // a is read in place (a strided view of a buffer), not packed
+  bool affine_a_ = false;    // a is a strided view of a buffer
+  Value* direct_ = nullptr;  // (per batch point) a is contiguous in k: read in place, not packed
   Value *a_row_stride_ = nullptr, *a_k_stride_ = nullptr;
   Value *ap_ = nullptr, *bp_ = nullptr, *cs_ = nullptr, *tile_ = nullptr;
   std::vector<int> batch_vars_;
@@ -234,6 +236,7 @@ private:
     a_row_stride_ = b_.CreateSub(a_offset(c64(1), c64(0)), o);
     a_k_stride_ = b_.CreateSub(a_offset(c64(0), c64(1)), o);
     a_base_ = gep(h_.buffer(a_->index), o);
+    direct_ = b_.CreateICmpEQ(a_k_stride_, c64(1));
   }
 
   /// The output block at rows i0, cols j0 of the current batch point.
@@ -249,11 +252,12 @@ private:
       Value* kcur = smax(c64(0), smin(c64(g_.kc), b_.CreateSub(kk_, k0)));
       Value* first = b_.CreateICmpEQ(kb, c64(0));
       Value* last = b_.CreateICmpEQ(kb, b_.CreateSub(kblocks, c64(1)));
-      if (!direct_a_)
+      if_else(direct_, [] {}, [&] {
         for_range(c64(0), mpanels, [&](Value* ip) {
           Value* r0 = add(i0, mul(ip, g_.mr));
           pack_a(gep(ap_, mul(ip, g_.mr * g_.kc)), r0, smin(c64(g_.mr), b_.CreateSub(m_, r0)), k0, kcur);
         });
+      });
       for_range(c64(0), npanels, [&](Value* jp) {
         Value* c0 = add(j0, mul(jp, g_.nr));
         Value* nvalid = smin(c64(g_.nr), b_.CreateSub(n_, c0));
@@ -270,22 +274,20 @@ private:
 
   /// Ap[kk][p] = a(row r0 + p, k0 + kk) for p < rows, 0 for rows <= p < mr.
   void pack_a(Value* dst, Value* r0, Value* rows, Value* k0, Value* kcur) {
-    auto copy_rows = [&](Value* nrows) {
-      for_range(c64(0), nrows, [&](Value* p) {
-        if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, add(r0, p));
-        for_range(c64(0), kcur, [&](Value* kk) {
-          h_.set_reduce_var(add(k0, kk));
-          Value* v = h_.eval(a_);
-          b_.CreateStore(v, gep(dst, add(mul(kk, g_.mr), p)));
+    auto copy = [&](Value* nrows) {
+      for_range(c64(0), kcur, [&](Value* kk) {
+        h_.set_reduce_var(add(k0, kk));
+        Value* row = gep(dst, mul(kk, g_.mr));
+        for_range(c64(0), nrows, [&](Value* p) {
+          if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, add(r0, p));
+          b_.CreateStore(h_.eval(a_), gep(row, p));
+          if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, nullptr);
         });
+        for_range(nrows, c64(g_.mr), [&](Value* p) { b_.CreateStore(ConstantFP::get(t_, 0.0), gep(row, p)); });
         h_.set_reduce_var(nullptr);
-        if (g_.m_var >= 0) h_.set_loop_var(g_.m_var, nullptr);
       });
     };
-    copy_rows(rows);
-    for_range(rows, c64(g_.mr), [&](Value* p) {
-      for_range(c64(0), kcur, [&](Value* kk) { b_.CreateStore(ConstantFP::get(t_, 0.0), gep(dst, add(mul(kk, g_.mr), p))); });
-    });
+    if_else(b_.CreateICmpEQ(rows, c64(g_.mr)), [&] { copy(c64(g_.mr)); }, [&] { copy(rows); });
   }
 
   /// Bp[kk][q] = b(k0 + kk, column c0 + q) for q < cols, 0 for cols <= q < nr.
@@ -326,19 +328,22 @@ private:
     // Where row p of the a panel starts: the packed panel, or a's own row (rows past
     // the output's end read its last row; their results are never stored).
     std::vector<Value*> arows;
-    if (direct_a_) {
-      Value* kbase = b_.CreateMul(k0, a_k_stride_);
-      for (int64_t p = 0; p < g_.mr; ++p) {
-        Value* row = smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1)));
-        arows.push_back(gep(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_stride_), kbase)));
+    Value* ap = gep(ap_, mul(ip, g_.mr * g_.kc));
+    for (int64_t p = 0; p < g_.mr; ++p) {
+      Value* packed = gep(ap, c64(p));
+      if (!affine_a_) {
+        arows.push_back(packed);
+        continue;
       }
-    } else {
-      Value* ap = gep(ap_, mul(ip, g_.mr * g_.kc));
-      for (int64_t p = 0; p < g_.mr; ++p) arows.push_back(gep(ap, c64(p)));
+      Value* row = smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1)));
+      Value* in_place = gep(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_stride_), k0));
+      arows.push_back(b_.CreateSelect(direct_, in_place, packed));
     }
+    // Elements between consecutive k: 1 in place (a_k_stride is 1), mr packed.
+    Value* a_step = affine_a_ ? b_.CreateSelect(direct_, c64(1), c64(g_.mr)) : c64(g_.mr);
     for_range(c64(0), kcur, [&](Value* kk) {
       Value* brow = gep(bp_, mul(kk, g_.nr));
-      Value* ak = direct_a_ ? b_.CreateMul(kk, a_k_stride_) : mul(kk, g_.mr);
+      Value* ak = b_.CreateMul(kk, a_step);
       std::vector<Value*> bv;
       for (int64_t v = 0; v < nv; ++v) bv.push_back(b_.CreateAlignedLoad(vt_, gep(brow, c64(v * vlen_)), valign));
       for (int64_t p = 0; p < g_.mr; ++p) {
