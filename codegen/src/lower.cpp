@@ -554,7 +554,19 @@ private:
       if (idx[r - 2]->kind == ExprKind::LoopVar) g.m_var = idx[r - 2]->index;
       if (idx[r - 1]->kind == ExprKind::LoopVar) g.n_var = idx[r - 1]->index;
       const int64_t m = n->shape[r - 2], cols = n->shape[r - 1];
-      launch_.gemm_tasks = n->numel() / std::max<int64_t>(1, m * cols) * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc);
+      const int64_t batch = n->numel() / std::max<int64_t>(1, m * cols);
+      auto tasks = [&] { return batch * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc); };
+      // Smaller blocks for small products, so that they still split among threads: up
+      // to 4 tasks of at least 8 MFLOP each. (The tiling never changes a result.)
+      const double flops = 2.0 * static_cast<double>(n->numel()) * static_cast<double>(k);
+      while (tasks() < 4 && flops / static_cast<double>(2 * tasks()) >= 8e6) {
+        const bool rows_split = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr && (g.mc >= g.nc / 2 || g.nc <= g.nr);
+        if (rows_split) g.mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
+        else if (g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr)
+          g.nc = std::max(g.nr, (std::min(g.nc, cols) + 2 * g.nr - 1) / (2 * g.nr) * g.nr);
+        else break;
+      }
+      launch_.gemm_tasks = tasks();
       kernel_.gemm = g;
     }
     kernel_.reductions.push_back(std::move(red));
