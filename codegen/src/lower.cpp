@@ -143,13 +143,23 @@ private:
   // operands must be cheap to index: views (reshape, permute, expand, slice) of a
   // buffer. The first node below such a view chain that is anything else (pad,
   // concat, arithmetic) is computed into a buffer of its own.
+  // An operand that concatenates views of a pad (im2col's window taps) also gets the
+  // pad in a buffer: each piece is then a plain load rather than a guarded one.
   void buffer_matmul_operands(const Node* m) {
     for (const auto& in : m->inputs) {
-      const Node* n = in.get();
-      while (n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice)
-        n = n->inputs[0].get();
-      if (!is_source(n) && graph::op_category(n->op) != OpCategory::Leaf) needs_buffer_.insert(n);
+      const Node* n = below_views(in.get());
+      if (is_source(n) || graph::op_category(n->op) == OpCategory::Leaf) continue;
+      needs_buffer_.insert(n);
+      if (n->op != OpKind::Concat) continue;
+      for (const auto& piece : n->inputs)
+        if (const Node* p = below_views(piece.get()); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
     }
+  }
+
+  static const Node* below_views(const Node* n) {
+    while (n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice)
+      n = n->inputs[0].get();
+    return n;
   }
 
   void decide_matmul(const Node* m) {
