@@ -75,6 +75,8 @@ struct Reduction {
   /// in the reduction vars (matmul with a row-major right operand). A backend may then
   /// evaluate the reduction for a block of consecutive innermost-domain points at once,
   /// reduction loops outermost; each point still accumulates in the sequential order.
+  /// Every GEMM-form kernel (Kernel::gemm) sets it, whatever its layout: its order is
+  /// sequential too, on every backend.
   bool block_inner = false;
 };
 
