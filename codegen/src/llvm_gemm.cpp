@@ -1,8 +1,11 @@
 // The CPU GEMM of a matmul kernel in the GEMM form (see kernel_ir.h, GemmTiling).
 //
-// One task computes an mc x nc block of the output over all of k:
+// One task computes a block of at most mc x nc outputs (blocks balanced in size) over
+// all of k:
 //   for each k block of kc (in order):
-//     pack the a block: mr-row panels, Ap[panel][kk][p], rows past M zero;
+//     pack the a block: mr-row panels, Ap[panel][kk][p], rows past M zero - unless a
+//       is a strided view contiguous in k (a row-major left operand), which the
+//       microkernel then reads in place, row by row;
 //     for each nr-column panel of the block:
 //       pack the b panel: Bp[kk][q], columns past N zero (stays in L1);
 //       for each a panel: the microkernel - an mr x nr tile of accumulators in vector
@@ -11,6 +14,8 @@
 //         block, otherwise from the scratch copy, and goes back to scratch after each
 //         k block except the last, where the kernel's stores (the fused epilogue) run
 //         for the tile's elements inside the output.
+// The packing loops read the operands through the kernel's own index expressions, so
+// transposed, sliced, broadcast and batched views need no copy beforehand.
 // Every output element thus accumulates fmuladd(a, b, acc) over k in order from 0,
 // exactly like the kernel without the GEMM form: tiling, task split and thread count
 // never change a result.
