@@ -225,7 +225,9 @@ private:
   }
 
   /// The flattened domain, one row at a time: the div/mod decomposition of the flat
-  /// index runs once per row; the innermost loop over the row is the vectorized one.
+  /// index runs once per call, and each row advances the index like an odometer (short
+  /// rows, as in im2col and pooling, would otherwise pay a division per dim per row);
+  /// the innermost loop over the row is the vectorized one.
   void emit_domain(Value* begin, Value* end) {
     if (k_.gemm) return emit_gemm_domain(begin, end);
     if (k_.domain.empty()) {
@@ -236,6 +238,16 @@ private:
     std::vector<Value*> ext = exprs(k_.domain);
     AllocaInst* iv = local(i64(), "flat");
     b_.CreateStore(begin, iv);
+    // The multi-index of `begin`, by div/mod once (divisors kept >= 1: with an empty
+    // extent the loop never runs); later rows advance it like an odometer.
+    std::vector<AllocaInst*> index(rank);
+    Value* rem = begin;
+    for (size_t d = rank; d-- > 0;) {
+      index[d] = local(i64(), "index");
+      Value* e = b_.CreateBinaryIntrinsic(Intrinsic::umax, ext[d], c64(1));
+      b_.CreateStore(d == 0 ? rem : b_.CreateURem(rem, e), index[d]);
+      if (d > 0) rem = b_.CreateUDiv(rem, e);
+    }
     BasicBlock* cond = BasicBlock::Create(ctx_, "row.cond", fn_);
     BasicBlock* row = BasicBlock::Create(ctx_, "row", fn_);
     BasicBlock* exit = BasicBlock::Create(ctx_, "row.exit", fn_);
@@ -245,12 +257,8 @@ private:
     b_.CreateCondBr(b_.CreateICmpSLT(i, end), row, exit);
     b_.SetInsertPoint(row);
     loop_vars_.assign(rank, nullptr);
-    Value* rem = i;
-    for (size_t d = rank - 1; d > 0; --d) {
-      loop_vars_[d] = b_.CreateURem(rem, ext[d]);
-      rem = b_.CreateUDiv(rem, ext[d]);
-    }
-    loop_vars_[0] = rem;
+    for (size_t d = 0; d < rank; ++d) loop_vars_[d] = b_.CreateLoad(i64(), index[d]);
+    const std::vector<Value*> row_index = loop_vars_;
     Value* j = loop_vars_[rank - 1];
     Value* n = b_.CreateBinaryIntrinsic(Intrinsic::smin, b_.CreateSub(ext[rank - 1], j), b_.CreateSub(end, i));
     if (blocked()) {
@@ -263,6 +271,14 @@ private:
       });
     }
     b_.CreateStore(b_.CreateAdd(i, n), iv);
+    // The next row's index: the last var wraps to 0 at its extent, carrying outward.
+    Value* carry = b_.getTrue();
+    for (size_t d = rank; d-- > 0;) {
+      Value* next = d == rank - 1 ? b_.CreateAdd(j, n) : b_.CreateAdd(row_index[d], b_.CreateZExt(carry, i64()));
+      Value* wrap = b_.CreateAnd(carry, b_.CreateICmpEQ(next, ext[d]));
+      b_.CreateStore(d == 0 ? next : b_.CreateSelect(wrap, c64(0), next), index[d]);
+      carry = wrap;
+    }
     // An empty last extent gives n <= 0: stop rather than spin.
     b_.CreateCondBr(b_.CreateICmpSGT(n, c64(0)), cond, exit);
     b_.SetInsertPoint(exit);
