@@ -435,7 +435,8 @@ private:
       starts.push_back(start);
       start += in->shape[dim];
     }
-    ExprRef result;
+    ExprRef result, offset; // offset: while every piece is a load of one buffer, the chosen offset
+    int buffer = -1;
     for (size_t k = n->inputs.size(); k-- > 0;) {
       const Node* piece = n->inputs[k].get();
       if (piece->shape[dim] == 0) continue;
@@ -444,12 +445,21 @@ private:
       if (!result) { // the last non-empty piece takes every index not claimed before it
         ExprRef lo = starts[k] == 0 ? nullptr : op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])});
         result = compute(piece, in, both(guard, lo));
+        if (result->kind == ExprKind::Load) buffer = result->index, offset = result->args[0];
         continue;
       }
       ExprRef mine = op(OpKind::Lt, DType::Bool, {idx[dim], P(starts[k] + piece->shape[dim])});
       if (starts[k] > 0) mine = both(mine, op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])}));
-      result = op(OpKind::Where, n->dtype, {mine, compute(piece, in, both(guard, mine)), result});
+      ExprRef value = compute(piece, in, both(guard, mine));
+      if (offset && value->kind == ExprKind::Load && value->index == buffer)
+        offset = op(OpKind::Where, DType::Int64, {mine, value->args[0], offset});
+      else
+        offset = nullptr;
+      result = op(OpKind::Where, n->dtype, {mine, value, result});
     }
+    // Pieces that all read one buffer (im2col's window taps of a padded input): one load
+    // at the chosen piece's offset rather than a load of every piece. The same value.
+    if (offset) return load(buffer, n->dtype, offset, guard);
     // Every piece empty: the node has no elements, so the value is never evaluated.
     return result ? result : int_constant(n->dtype, 0);
   }
