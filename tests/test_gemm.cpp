@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/gemm.h"
 #include "codegen/lower.h"
 #include "kiln/kiln.h"
 #include "kiln/options.h"
@@ -258,4 +259,21 @@ TEST(Gemm, Conv2dMatchesDirectLoops) {
             ASSERT_NEAR(g, acc, 1e-6 * (1 + mag)) << ni << "," << oi << "," << yy << "," << xx;
           }
   }
+}
+
+TEST(Gemm, OddTilingsStayExact) {
+  // Register tiles and blocks of odd sizes: panels, k blocks and task blocks that end
+  // anywhere, vectors narrower than the tile, unaligned region sizes in scratch.
+  const codegen::GemmTiling tilings[] = {
+      {-1, -1, 7, 32, 21, 64, 100}, {-1, -1, 5, 16, 5, 48, 3}, {-1, -1, 3, 24, 9, 24, 7}, {-1, -1, 1, 8, 1, 8, 1}};
+  for (const auto& t : tilings) {
+    codegen::set_gemm_tiling_override(t);
+    uint32_t seed = 500;
+    for (auto [m, k, n] : {std::array<int64_t, 3>{7, 7, 8}, {65, 63, 127}, {130, 17, 70}, {4, 300, 9}})
+      for (int tr = 0; tr < 4; ++tr, seed += 2) {
+        ASSERT_NO_FATAL_FAILURE(check_exact(operand<float>(0, m, k, tr & 1, seed), operand<float>(0, k, n, tr & 2, seed + 1)));
+        ASSERT_NO_FATAL_FAILURE(check_exact(operand<double>(2, m, k, tr & 1, seed), operand<double>(0, k, n, tr & 2, seed + 1)));
+      }
+  }
+  codegen::set_gemm_tiling_override(std::nullopt);
 }

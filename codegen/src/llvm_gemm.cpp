@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
+#include <optional>
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/TargetParser/Host.h>
@@ -34,7 +36,25 @@ namespace kiln::codegen {
 
 using namespace llvm;
 
+namespace {
+std::mutex tiling_mutex;
+std::optional<GemmTiling> tiling_override; // tests: set_gemm_tiling_override()
+} // namespace
+
+void set_gemm_tiling_override(std::optional<GemmTiling> tiling) {
+  std::lock_guard lock(tiling_mutex);
+  tiling_override = tiling;
+}
+
 GemmTiling host_gemm_tiling(DType dtype) {
+  {
+    std::lock_guard lock(tiling_mutex);
+    if (tiling_override) {
+      GemmTiling g = *tiling_override;
+      g.m_var = g.n_var = -1;
+      return g;
+    }
+  }
   static const auto features = sys::getHostCPUFeatures();
   auto has = [](const char* f) {
     auto it = features.find(f);
@@ -91,10 +111,13 @@ public:
     rows_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(m_, b_.CreateSub(row_blocks, c64(1))), row_blocks), g_.mr), g_.mr);
     cols_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(n_, b_.CreateSub(col_blocks, c64(1))), col_blocks), g_.nr), g_.nr);
     // Scratch: Ap (mc x kc), Bp (kc x nr), Cs (mc x nc, by tiles), the epilogue tile (mr x nr).
+    // Each region starts 64-byte aligned (the vector loads and stores are aligned);
+    // gemm_scratch_bytes() leaves room for the rounding.
+    auto aligned = [&](int64_t elems) { return c64((elems + 64 / elem_ - 1) / (64 / elem_) * (64 / elem_)); };
     ap_ = scratch;
-    bp_ = gep(ap_, c64(g_.mc * g_.kc));
-    cs_ = gep(bp_, c64(g_.kc * g_.nr));
-    tile_ = gep(cs_, c64(g_.mc * g_.nc));
+    bp_ = gep(ap_, aligned(g_.mc * g_.kc));
+    cs_ = gep(bp_, aligned(g_.kc * g_.nr));
+    tile_ = gep(cs_, aligned(g_.mc * g_.nc));
     for_range(begin, end, [&](Value* t) {
       Value* cb = b_.CreateURem(t, col_blocks);
       Value* rest = b_.CreateUDiv(t, col_blocks);
