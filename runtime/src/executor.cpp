@@ -129,8 +129,9 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* con
     thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
     thread_local size_t capacity = 0;
     if (capacity < bytes) {
-      capacity = (bytes + 4095) / 4096 * 4096;
-      scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, capacity)), [](std::byte* p) { std::free(p); }};
+      const size_t want = (bytes + 4095) / 4096 * 4096;
+      scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
+      capacity = scratch ? want : 0;
       if (!scratch) throw std::bad_alloc();
     }
     std::vector<void*> args(bufs, bufs + nbufs);
