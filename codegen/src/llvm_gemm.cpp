@@ -14,6 +14,8 @@
 //         block, otherwise from the scratch copy, and goes back to scratch after each
 //         k block except the last, where the kernel's stores (the fused epilogue) run
 //         for the tile's elements inside the output.
+// A full b panel of a b contiguous in k (a transposed view, as in x @ W^T) is packed
+// by vector loads down its columns and a register transpose.
 // The packing loops read the operands through the kernel's own index expressions, so
 // transposed, sliced, broadcast and batched views need no copy beforehand.
 // Every output element thus accumulates fmuladd(a, b, acc) over k in order from 0,
@@ -92,6 +94,7 @@ public:
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
+    affine_b_ = b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && affine(b_expr_->args[0]);
   }
 
   void emit(Value* begin, Value* end, Value* scratch) {
@@ -131,6 +134,7 @@ public:
       }
       direct_ = b_.getFalse();
       if (affine_a_) bind_direct_a();
+      if (affine_b_) bind_b();
       emit_task(b_.CreateMul(rb, rows_), b_.CreateMul(cb, cols_));
       h_.pop_scope();
     });
@@ -149,6 +153,9 @@ private:
   Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
   bool affine_a_ = false;    // a is a strided view of a buffer
+  bool affine_b_ = false;    // b is a strided view of a buffer
+  Value *b_base_ = nullptr, *b_col_stride_ = nullptr; // b's element (k 0, column 0); column stride
+  Value* b_by_columns_ = nullptr; // (per batch point) b is contiguous in k, not in columns
   Value* direct_ = nullptr;  // (per batch point) a is contiguous in k: read in place, not packed
   Value *a_row_stride_ = nullptr, *a_k_stride_ = nullptr;
   Value *ap_ = nullptr, *bp_ = nullptr, *cs_ = nullptr, *tile_ = nullptr;
@@ -267,6 +274,77 @@ private:
     direct_ = b_.CreateICmpEQ(a_k_stride_, c64(1));
   }
 
+  /// b's offset at k, column n (at the current batch point).
+  Value* b_offset(Value* k, Value* n) {
+    h_.push_scope();
+    if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, n);
+    h_.set_reduce_var(k);
+    Value* v = h_.eval(b_expr_->args[0]);
+    h_.set_reduce_var(nullptr);
+    if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, nullptr);
+    h_.pop_scope();
+    return v;
+  }
+
+  /// b is a strided view of a buffer: its base, column stride and layout at the current batch point.
+  void bind_b() {
+    Value* o = b_offset(c64(0), c64(0));
+    Value* k_stride = b_.CreateSub(b_offset(c64(1), c64(0)), o);
+    b_col_stride_ = b_.CreateSub(b_offset(c64(0), c64(1)), o);
+    b_base_ = gep(h_.buffer(b_expr_->index), o);
+    b_by_columns_ = b_.CreateAnd(b_.CreateICmpEQ(k_stride, c64(1)), b_.CreateICmpNE(b_col_stride_, c64(1)));
+  }
+
+  /// vlen x vlen transpose by bit swaps: stage h exchanges, between rows i and i + h
+  /// (i without bit h), the elements whose row and column bits h differ.
+  std::vector<Value*> transpose(std::vector<Value*> v) {
+    const int L = static_cast<int>(vlen_);
+    for (int h = 1; h < L; h *= 2)
+      for (int i = 0; i < L; ++i) {
+        if (i & h) continue;
+        std::vector<int> lo(L), hi(L);
+        for (int c = 0; c < L; ++c) {
+          lo[c] = (c & h) ? L + (c ^ h) : c;
+          hi[c] = (c & h) ? L + c : (c ^ h);
+        }
+        Value* a = b_.CreateShuffleVector(v[i], v[i + h], lo);
+        Value* b = b_.CreateShuffleVector(v[i], v[i + h], hi);
+        v[i] = a;
+        v[i + h] = b;
+      }
+    return v;
+  }
+
+  /// A full b panel of a b contiguous in k (a transposed view): vlen x vlen blocks read
+  /// down the columns with vector loads and transposed in registers; the k rows past
+  /// the last whole block one element at a time.
+  void pack_b_by_columns(Value* c0, Value* k0, Value* kcur) {
+    Value* whole = mul(b_.CreateUDiv(kcur, c64(vlen_)), vlen_);
+    for_range(c64(0), whole, [&](Value* kk0) {
+      for (int64_t qb = 0; qb < g_.nr; qb += vlen_) {
+        std::vector<Value*> cols;
+        for (int64_t q = 0; q < vlen_; ++q) {
+          Value* col = gep(b_base_, b_.CreateAdd(b_.CreateMul(add(c0, c64(qb + q)), b_col_stride_), add(k0, kk0)));
+          cols.push_back(b_.CreateAlignedLoad(vt_, col, Align(static_cast<uint64_t>(elem_))));
+        }
+        std::vector<Value*> rows = transpose(cols);
+        for (int64_t r = 0; r < vlen_; ++r)
+          b_.CreateAlignedStore(rows[r], gep(bp_, add(mul(add(kk0, c64(r)), g_.nr), c64(qb))),
+                                Align(static_cast<uint64_t>(vlen_ * elem_)));
+      }
+    }, vlen_);
+    for_range(whole, kcur, [&](Value* kk) {
+      h_.set_reduce_var(add(k0, kk));
+      Value* row = gep(bp_, mul(kk, g_.nr));
+      for_range(c64(0), c64(g_.nr), [&](Value* q) {
+        if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, add(c0, q));
+        b_.CreateStore(h_.eval(b_expr_), gep(row, q));
+        if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, nullptr);
+      });
+      h_.set_reduce_var(nullptr);
+    });
+  }
+
   /// The output block at rows i0, cols j0 of the current batch point.
   void emit_task(Value* i0, Value* j0) {
     Value* mcur = smin(rows_, b_.CreateSub(m_, i0));
@@ -289,7 +367,11 @@ private:
       for_range(c64(0), npanels, [&](Value* jp) {
         Value* c0 = add(j0, mul(jp, g_.nr));
         Value* nvalid = smin(c64(g_.nr), b_.CreateSub(n_, c0));
-        pack_b(c0, nvalid, k0, kcur);
+        if (affine_b_)
+          if_else(b_.CreateAnd(b_by_columns_, b_.CreateICmpEQ(nvalid, c64(g_.nr))), [&] { pack_b_by_columns(c0, k0, kcur); },
+                  [&] { pack_b(c0, nvalid, k0, kcur); });
+        else
+          pack_b(c0, nvalid, k0, kcur);
         for_range(c64(0), mpanels, [&](Value* ip) {
           Value* r0 = add(i0, mul(ip, g_.mr));
           Value* mvalid = smin(c64(g_.mr), b_.CreateSub(m_, r0));
