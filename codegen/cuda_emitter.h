@@ -22,9 +22,8 @@
 /// op; exp/log/sin/cos/tanh/sigmoid are kiln's own polynomials ported from
 /// llvm_math.cpp (same constants, fma where LLVM contracts), not CUDA's expf/logf.
 /// Float pow is CUDA's double pow (<= 2 ulp in f64; f32 rounded once from it), where the
-/// CPU uses libm's pow. Float sums: the LLVM path may reassociate (vectorize) a sum
-/// over its reduction loop; this emitter sums sequentially, so sums agree within
-/// reassociation error, not bitwise.
+/// CPU uses libm's pow. Float sums follow the order of codegen::sum_lanes, as on the CPU,
+/// so they agree bitwise too.
 
 #include <string>
 
