@@ -21,6 +21,7 @@
 #include "graph/text.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
+#include "tests/random_graph.h"
 
 namespace kiln {
 namespace {
@@ -247,16 +248,42 @@ bool close(double got, double want, DType dt, Tol tol) {
   return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ:" << os.str();
 }
 
-/// Realizes `t` with the JIT and compares it with the interpreter on the same graph.
-/// With `scale`, element k may differ by tol.atol * scale[k] (error bounds of sums).
+/// The bytes of a realized node.
+std::vector<unsigned char> realized_bytes(const graph::NodeRef& n) {
+  const auto* p = static_cast<const unsigned char*>(n->realized()->data());
+  return {p, p + graph::numel(n->shape) * dtype_size(n->dtype)};
+}
+
+/// Realizes a copy of `node`'s graph in the fusion mode that is not current: the two
+/// modes must agree bitwise (the kernel IR fixes every accumulation order).
+::testing::AssertionResult matches_other_mode(const std::vector<graph::NodeRef>& copy, const graph::NodeRef& node) {
+  const bool saved = options().fusion;
+  options().fusion = !saved;
+  try {
+    runtime::realize(copy);
+  } catch (...) {
+    options().fusion = saved;
+    throw;
+  }
+  options().fusion = saved;
+  if (realized_bytes(copy[0]) == realized_bytes(node)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "fusion " << (saved ? "off" : "on") << " gives other bits than fusion "
+                                       << (saved ? "on" : "off");
+}
+
+/// Realizes `t` with the JIT and compares it with the interpreter on the same graph, and
+/// bitwise with the other fusion mode. With `scale`, element k may differ by
+/// tol.atol * scale[k] (error bounds of sums).
 ::testing::AssertionResult matches_interpreter(const Tensor& t, Tol tol, const std::vector<double>* scale = nullptr) {
   const graph::NodeRef node = t.node();
+  const std::vector<graph::NodeRef> copy = kiln::testing::clone_graph({node}); // before `t` is realized
   const graph::InterpretResult want = graph::interpret_one(node);
   const std::string text = graph::print_graph({node});
   ::testing::AssertionResult r = ::testing::AssertionSuccess();
   if (want.shape != t.shape()) return ::testing::AssertionFailure() << "interpreter shape differs";
   if (is_floating(t.dtype())) r = compare(t.to_vector<double>(), want.values, t.dtype(), tol, scale);
   else r = compare_ints(t.to_vector<int64_t>(), want.ints);
+  if (r) r = matches_other_mode(copy, node);
   if (!r) r << "\n  graph:\n" << text;
   return r;
 }
