@@ -1,13 +1,14 @@
 #pragma once
 /// \file kiln.h
 /// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
-/// options. Pulls in no LLVM, TBB or CUDA header.
+/// options, devices. Pulls in no LLVM, TBB or CUDA header.
 
 #include "kiln/autograd.h"
 #include "kiln/checkpoint.h"
 #include "kiln/compile.h"
 #include "kiln/data.h"
 #include "kiln/device.h"
+#include "kiln/devices.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"

@@ -20,6 +20,9 @@ struct Options {
   /// KILN_CUDA_CHECK=1: every kernel compiled for the CPU is also emitted as CUDA and
   /// compiled by NVRTC (sm_90 and compute_90); skipped with one line where NVRTC is absent.
   bool cuda_check = false;
+  /// KILN_DEVICE: cpu (default), cuda, cuda:N or auto; resolved by resolve_device()
+  /// (kiln/devices.h), which today always runs on the CPU and says why.
+  std::string device = "cpu";
 };
 
 /// The options in force (a process-wide singleton).

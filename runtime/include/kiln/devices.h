@@ -1,0 +1,52 @@
+#pragma once
+/// \file devices.h
+/// The devices present at run time and choosing one (KILN_DEVICE, train's --device).
+///
+/// The CUDA driver (libcuda.so.1, or $KILN_CUDA_DRIVER) is loaded with dlopen and
+/// probed once per process; kiln links no CUDA library. kiln's GPU runtime (device
+/// memory, kernel launches, Tensor::to) is not written yet, so resolve_device() never
+/// returns a CUDA device: it says why (no driver, stub driver, no device, driver too
+/// old, NVRTC missing), or that a usable GPU was found but cannot be used yet.
+
+#include <cstddef>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/device.h"
+
+namespace kiln {
+
+/// One CUDA GPU as the driver reports it.
+struct DeviceInfo {
+  int index = 0;           ///< CUDA ordinal (Device{Kind::CUDA, index})
+  std::string name;        ///< e.g. "NVIDIA H200"
+  int cc_major = 0;        ///< compute capability, major (9 for sm_90)
+  int cc_minor = 0;        ///< compute capability, minor
+  int sm_count = 0;        ///< streaming multiprocessors
+  size_t total_memory = 0; ///< bytes of device memory
+
+  /// "cuda:0 NVIDIA H200 (compute capability 9.0, 132 SMs, 140.4 GiB)".
+  std::string str() const;
+};
+
+/// The CUDA GPUs the driver sees; empty where no usable driver was found or it sees none
+/// (a driver too old for kiln's NVRTC, or NVRTC missing, still lists its GPUs).
+/// Probed once per process (thread-safe).
+std::vector<DeviceInfo> cuda_devices();
+
+/// One sentence saying why CUDA cannot be used (no driver and which library was tried,
+/// the toolkit's stub driver, cuInit's error, no device, a driver older than the NVRTC
+/// kiln loads, NVRTC missing); "" when the driver, a device and NVRTC are all usable.
+/// kiln's GPU runtime is not written yet, so even then resolve_device() picks no GPU.
+std::string cuda_unavailable_reason();
+
+/// Turns a device name into a device: "cpu" gives the CPU; "cuda" or "cuda:N" throws
+/// kiln::Error (op "device") saying why CUDA is unavailable, or, where a GPU is usable,
+/// that it was found but kiln's GPU runtime is not implemented yet; "auto" gives the CPU
+/// with one line on stderr saying why CUDA was not chosen. Any other name throws
+/// kiln::Error listing the valid ones. `where` is the caller's source line.
+Device resolve_device(std::string_view requested, const std::source_location& where = std::source_location::current());
+
+} // namespace kiln
