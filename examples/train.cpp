@@ -35,7 +35,8 @@ struct Args {
   int64_t epochs = 10;
   int64_t batch = 128;
   double lr = 1e-3;
-  std::string device = "cpu";
+  std::string device = options().device; // KILN_DEVICE, default cpu
+  bool list_devices = false;
   bool fusion = true;
   std::string checkpoint;
   bool resume = false;
@@ -45,13 +46,15 @@ struct Args {
 };
 
 void usage() {
-  std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device cpu|cuda]\n"
-               "             [--no-fusion] [--checkpoint PATH] [--resume] [--limit N] [--seed N] [--data DIR]\n"
+  std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device D]\n"
+               "             [--list-devices] [--no-fusion] [--checkpoint PATH] [--resume] [--limit N] [--seed N] [--data DIR]\n"
                "  --model       mlp (784-256-128-10) or cnn (2 x conv3x3+BN+ReLU+maxpool, 2 FC); default mlp\n"
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
                "  --lr          Adam's learning rate, annealed by a cosine schedule (default 1e-3)\n"
-               "  --device      cpu (cuda: not built yet)\n"
+               "  --device      cpu, cuda, cuda:N or auto (default $KILN_DEVICE, else cpu); kiln's GPU runtime is\n"
+               "                not written yet, so cuda says why it cannot be used and auto falls back to cpu\n"
+               "  --list-devices  print the CPU and the CUDA devices (or why there are none) and exit\n"
                "  --no-fusion   one kernel per primitive op (same results, slower)\n"
                "  --checkpoint  save model and optimizer state here after every epoch (safetensors)\n"
                "  --resume      continue from --checkpoint (same losses as an uninterrupted run)\n"
@@ -87,6 +90,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = number<int64_t>(f, value());
     else if (f == "--lr") a.lr = number<double>(f, value());
     else if (f == "--device") a.device = value();
+    else if (f == "--list-devices") a.list_devices = true;
     else if (f == "--no-fusion") a.fusion = false;
     else if (f == "--checkpoint") a.checkpoint = value();
     else if (f == "--resume") a.resume = true;
@@ -175,10 +179,19 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// --list-devices: the CPU, then each CUDA device or why CUDA cannot be used.
+int list_devices() {
+  std::cout << "cpu\n";
+  for (const DeviceInfo& d : cuda_devices()) std::cout << d.str() << "\n";
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) std::cout << "cuda: unavailable: " << why << "\n";
+  else std::cout << "cuda: the driver is usable, but kiln's GPU runtime is not implemented yet (kernels run on the CPU)\n";
+  return 0;
+}
+
 int run(const Args& a) {
-  if (a.device == "cuda")
-    throw Error("train", "--device cuda: kiln's CUDA backend is not built yet (kernels run on the CPU only); use --device cpu");
-  if (a.device != "cpu") throw Error("train", "--device must be cpu or cuda, not '" + a.device + "'");
+  if (a.list_devices) return list_devices();
+  resolve_device(a.device); // throws with the reason for cuda; only the CPU runs kernels today
   options().fusion = a.fusion;
 
   data::Dataset train = data::FashionMNIST("train", a.data);
