@@ -46,7 +46,7 @@ public:
   std::string assembly(const Kernel& k);
   /// Wall time of the last compile() that missed the cache, in milliseconds.
   double last_compile_ms() const;
-  /// Number of kernels compiled (cache misses) so far.
+  /// Number of kernels and GEMM support modules compiled (cache misses) so far.
   size_t compiled_count() const;
   /// The host CPU name and features, for cache keys (e.g. "sapphirerapids +avx2,...").
   std::string target_description() const;

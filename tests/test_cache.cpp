@@ -21,10 +21,14 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
-// The child: realize a few kernels and report what the cache did.
+// The child: realize a few kernels - among them a GEMM with a transposed operand,
+// whose kernel calls the GEMM support routines (cached on disk too) - and report what
+// the cache did.
 TEST(DiskCacheChild, DISABLED_Run) {
   Tensor x = rand({257, 3}, 42) * 3.25 - 1.0;
-  Tensor y = (exp(x) * x.sum({1}, true)).sum({0});
+  Tensor w = rand({24, 40}, 7) - 0.5;
+  Tensor h = relu(matmul(rand({40, 40}, 8), w.transpose(0, 1)));         // 40 x 24, a GEMM
+  Tensor y = (exp(x) * x.sum({1}, true)).sum({0}) + h.sum({0}).slice(0, 0, 3); // 3
   const std::vector<double> v = y.to_vector<double>();
   auto& jit = codegen::LlvmJit::instance();
   std::printf("RESULT %.17g %.17g %.17g HITS %zu COMPILES %zu REJECTS %zu\n", v[0], v[1], v[2], jit.disk_hits(),

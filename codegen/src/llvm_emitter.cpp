@@ -176,20 +176,7 @@ private:
 
   /// for (v = start; v < end; v += step) body(v).
   void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1) {
-    AllocaInst* iv = local(i64(), "iv");
-    b_.CreateStore(start, iv);
-    BasicBlock* cond = BasicBlock::Create(ctx_, "cond", fn_);
-    BasicBlock* loop = BasicBlock::Create(ctx_, "loop", fn_);
-    BasicBlock* exit = BasicBlock::Create(ctx_, "exit", fn_);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    Value* v = b_.CreateLoad(i64(), iv);
-    b_.CreateCondBr(b_.CreateICmpSLT(v, end), loop, exit);
-    b_.SetInsertPoint(loop);
-    body(v);
-    b_.CreateStore(b_.CreateAdd(v, c64(step), "", true, true), iv);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(exit);
+    emit_for(b_, local(i64(), "iv"), start, end, step, body);
   }
 
   /// if (cond) body().
@@ -379,13 +366,7 @@ private:
       if (r.dtype == DType::Bool) return b_.CreateOr(acc, v);
       return is_floating(r.dtype) ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
     }
-    Value* a = expr(r.value->args[0]);
-    Value* c = expr(r.value->args[1]);
-    IRBuilder<>::FastMathFlagGuard guard(b_);
-    FastMathFlags f;
-    f.setAllowContract(true);
-    b_.setFastMathFlags(f);
-    return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, c, acc});
+    return fma_step(r, acc);
   }
 
   void emit_stores() {
@@ -429,11 +410,7 @@ private:
   Value* fma_step(const Reduction& r, Value* acc) {
     Value* a = expr(r.value->args[0]);
     Value* c = expr(r.value->args[1]);
-    IRBuilder<>::FastMathFlagGuard guard(b_);
-    FastMathFlags f;
-    f.setAllowContract(true);
-    b_.setFastMathFlags(f);
-    return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, c, acc});
+    return emit_fmuladd(b_, a, c, acc);
   }
 
   /// Whether v replaces the best so far in argmax/argmin: strictly better, or the
@@ -827,6 +804,33 @@ private:
 };
 
 } // namespace
+
+Value* emit_fmuladd(IRBuilder<>& b, Value* a, Value* x, Value* acc) {
+  IRBuilder<>::FastMathFlagGuard guard(b);
+  FastMathFlags f;
+  f.setAllowContract(true);
+  b.setFastMathFlags(f);
+  return b.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, x, acc});
+}
+
+void emit_for(IRBuilder<>& b, AllocaInst* iv, Value* start, Value* end, int64_t step,
+              const std::function<void(Value*)>& body) {
+  LLVMContext& ctx = b.getContext();
+  Function* fn = b.GetInsertBlock()->getParent();
+  b.CreateStore(start, iv);
+  BasicBlock* cond = BasicBlock::Create(ctx, "cond", fn);
+  BasicBlock* loop = BasicBlock::Create(ctx, "loop", fn);
+  BasicBlock* exit = BasicBlock::Create(ctx, "exit", fn);
+  b.CreateBr(cond);
+  b.SetInsertPoint(cond);
+  Value* v = b.CreateLoad(b.getInt64Ty(), iv);
+  b.CreateCondBr(b.CreateICmpSLT(v, end), loop, exit);
+  b.SetInsertPoint(loop);
+  body(v);
+  b.CreateStore(b.CreateAdd(v, b.getInt64(step), "", true, true), iv);
+  b.CreateBr(cond);
+  b.SetInsertPoint(exit);
+}
 
 std::unique_ptr<Module> emit_kernel_module(const Kernel& k, LLVMContext& ctx) {
   KILN_ASSERT(!k.name.empty(), "kernel not finalize()d");

@@ -16,6 +16,10 @@
 //         for the tile's elements inside the output.
 // A full b panel of a b contiguous in k (a transposed view, as in x @ W^T) is packed
 // by vector loads down its columns and a register transpose.
+// The microkernel and that transposing pack depend only on the dtype and the register
+// tile: they are support routines (GemmSupport), generated once per process into a
+// module of their own and called by every GEMM kernel, which keeps a GEMM kernel's
+// compile time to its packing loops and epilogue.
 // The packing loops read the operands through the kernel's own index expressions, so
 // transposed, sliced, broadcast and batched views need no copy beforehand.
 // Every output element thus accumulates fmuladd(a, b, acc) over k in order from 0,
@@ -32,6 +36,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "codegen/gemm.h"
+#include "codegen/src/llvm_math.h"
 #include "kiln/error.h"
 
 namespace kiln::codegen {
@@ -76,6 +81,173 @@ GemmTiling host_gemm_tiling(DType dtype) {
 
 namespace {
 
+/// Elements a vector of the register tile: nr's largest divisor of at most 64 bytes.
+int64_t vector_length(DType dtype, int64_t nr) {
+  const int64_t elem = dtype == DType::Float64 ? 8 : 4;
+  int64_t v = std::min<int64_t>(nr, 64 / elem);
+  while (nr % v != 0) v /= 2;
+  return v;
+}
+
+Type* element_type(LLVMContext& ctx, DType dtype) {
+  return dtype == DType::Float64 ? Type::getDoubleTy(ctx) : Type::getFloatTy(ctx);
+}
+
+/// The microkernel's two forms: the a panel packed (Ap[kk][p]), or read in place from
+/// mr row pointers (a row-major left operand).
+enum class MicroForm { Packed, Rows };
+
+const char* micro_suffix(MicroForm form) { return form == MicroForm::Packed ? "_micro_packed" : "_micro_rows"; }
+
+FunctionType* micro_type(LLVMContext& ctx) {
+  // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out)
+  auto* ptr = PointerType::getUnqual(ctx);
+  return FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, Type::getInt64Ty(ctx), Type::getInt1Ty(ctx), ptr, ptr},
+                           false);
+}
+
+FunctionType* pack_bt_type(LLVMContext& ctx) {
+  // (b_base, col_stride, c0, k0, kcur, bp)
+  auto* ptr = PointerType::getUnqual(ctx);
+  auto* i64 = Type::getInt64Ty(ctx);
+  return FunctionType::get(Type::getVoidTy(ctx), {ptr, i64, i64, i64, i64, ptr}, false);
+}
+
+/// Generates the support routines of one (dtype, mr, nr) (see GemmSupport).
+class SupportEmitter {
+public:
+  SupportEmitter(const GemmSupport& s, Module& m)
+      : s_(s), m_(m), ctx_(m.getContext()), b_(ctx_), t_(element_type(ctx_, s.dtype)),
+        vlen_(vector_length(s.dtype, s.nr)), vt_(FixedVectorType::get(t_, static_cast<unsigned>(vlen_))) {}
+
+  void emit() {
+    emit_micro(MicroForm::Packed);
+    emit_micro(MicroForm::Rows);
+    emit_pack_bt();
+  }
+
+private:
+  const GemmSupport& s_;
+  Module& m_;
+  LLVMContext& ctx_;
+  IRBuilder<> b_;
+  Type* t_;
+  int64_t vlen_;
+  FixedVectorType* vt_;
+  Function* fn_ = nullptr;
+
+  Value* c64(int64_t v) { return b_.getInt64(v); }
+  Value* gep(Value* p, Value* i) { return b_.CreateInBoundsGEP(t_, p, i); }
+  Value* add(Value* a, Value* b) { return b_.CreateAdd(a, b, "", true, true); }
+  Value* mul(Value* a, int64_t c) { return b_.CreateMul(a, c64(c), "", true, true); }
+  Align elem_align() const { return Align(static_cast<uint64_t>(s_.dtype == DType::Float64 ? 8 : 4)); }
+  Align vector_align() const { return Align(static_cast<uint64_t>(vlen_) * elem_align().value()); }
+
+  Function* begin_function(FunctionType* ty, const std::string& name) {
+    fn_ = Function::Create(ty, GlobalValue::ExternalLinkage, name, m_);
+    fn_->addFnAttr(Attribute::NoUnwind);
+    b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", fn_));
+    return fn_;
+  }
+  AllocaInst* local(Type* t, const char* name) {
+    IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    return eb.CreateAlloca(t, nullptr, name);
+  }
+  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1) {
+    emit_for(b_, local(b_.getInt64Ty(), "g.iv"), start, end, step, body);
+  }
+
+  /// The mr x nr register tile: acc = first ? 0 : acc_in; acc += a[p][kk] * bp[kk][q]
+  /// for kk < kcur in order; acc_out = acc. a[p][kk] is a[kk * mr + p] (Packed) or
+  /// a[p][kk], a holding mr row pointers (Rows). Two functions rather than one with a
+  /// stride: the packed form addresses every row from one pointer, which leaves the
+  /// loop enough registers. acc_in and acc_out hold the tile row by row (nr elements
+  /// a row, vector-aligned) and may be the same memory.
+  void emit_micro(MicroForm form) {
+    Function* f = begin_function(micro_type(ctx_), s_.name() + micro_suffix(form));
+    Value *a = f->getArg(0), *bp = f->getArg(1), *kcur = f->getArg(2);
+    Value *first = f->getArg(3), *acc_in = f->getArg(4), *acc_out = f->getArg(5);
+    const int64_t nv = s_.nr / vlen_;
+    std::vector<AllocaInst*> acc;
+    for (int64_t i = 0; i < s_.mr * nv; ++i) acc.push_back(local(vt_, "g.acc"));
+    auto slot = [&](Value* base, int64_t p, int64_t v) { return gep(base, c64(p * s_.nr + v * vlen_)); };
+    for (int64_t p = 0; p < s_.mr; ++p)
+      for (int64_t v = 0; v < nv; ++v) {
+        Value* in = b_.CreateAlignedLoad(vt_, slot(acc_in, p, v), vector_align());
+        b_.CreateStore(b_.CreateSelect(first, Constant::getNullValue(vt_), in), acc[p * nv + v]);
+      }
+    std::vector<Value*> rows; // Rows: row p's pointer
+    for (int64_t p = 0; form == MicroForm::Rows && p < s_.mr; ++p)
+      rows.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), a, p)));
+    for_range(c64(0), kcur, [&](Value* kk) {
+      Value* brow = gep(bp, mul(kk, s_.nr));
+      std::vector<Value*> bv;
+      for (int64_t v = 0; v < nv; ++v) bv.push_back(b_.CreateAlignedLoad(vt_, gep(brow, c64(v * vlen_)), vector_align()));
+      for (int64_t p = 0; p < s_.mr; ++p) {
+        Value* at = form == MicroForm::Packed ? gep(a, add(mul(kk, s_.mr), c64(p))) : gep(rows[p], kk);
+        Value* splat = b_.CreateVectorSplat(static_cast<unsigned>(vlen_), b_.CreateLoad(t_, at));
+        for (int64_t v = 0; v < nv; ++v) {
+          AllocaInst* slot_acc = acc[p * nv + v];
+          b_.CreateStore(emit_fmuladd(b_, splat, bv[v], b_.CreateLoad(vt_, slot_acc)), slot_acc);
+        }
+      }
+    });
+    for (int64_t p = 0; p < s_.mr; ++p)
+      for (int64_t v = 0; v < nv; ++v)
+        b_.CreateAlignedStore(b_.CreateLoad(vt_, acc[p * nv + v]), slot(acc_out, p, v), vector_align());
+    b_.CreateRetVoid();
+  }
+
+  /// vlen x vlen transpose by bit swaps: stage h exchanges, between rows i and i + h
+  /// (i without bit h), the elements whose row and column bits h differ.
+  std::vector<Value*> transpose(std::vector<Value*> v) {
+    const int L = static_cast<int>(vlen_);
+    for (int h = 1; h < L; h *= 2)
+      for (int i = 0; i < L; ++i) {
+        if (i & h) continue;
+        std::vector<int> lo(L), hi(L);
+        for (int c = 0; c < L; ++c) {
+          lo[c] = (c & h) ? L + (c ^ h) : c;
+          hi[c] = (c & h) ? L + c : (c ^ h);
+        }
+        Value* a = b_.CreateShuffleVector(v[i], v[i + h], lo);
+        Value* b = b_.CreateShuffleVector(v[i], v[i + h], hi);
+        v[i] = a;
+        v[i + h] = b;
+      }
+    return v;
+  }
+
+  /// Bp[kk][q] = b_base[(c0 + q) * col_stride + k0 + kk] for kk < kcur, q < nr: a full
+  /// b panel of a b contiguous in k (a transposed view). vlen x vlen blocks are read
+  /// down the columns with vector loads and transposed in registers; the k rows past
+  /// the last whole block one element at a time.
+  void emit_pack_bt() {
+    Function* f = begin_function(pack_bt_type(ctx_), s_.name() + "_pack_bt");
+    Value *base = f->getArg(0), *col_stride = f->getArg(1), *c0 = f->getArg(2), *k0 = f->getArg(3);
+    Value *kcur = f->getArg(4), *bp = f->getArg(5);
+    auto at = [&](Value* col, Value* k) { return gep(base, b_.CreateAdd(b_.CreateMul(col, col_stride), k)); };
+    Value* whole = mul(b_.CreateUDiv(kcur, c64(vlen_)), vlen_);
+    for_range(c64(0), whole, [&](Value* kk0) {
+      for (int64_t qb = 0; qb < s_.nr; qb += vlen_) {
+        std::vector<Value*> cols;
+        for (int64_t q = 0; q < vlen_; ++q)
+          cols.push_back(b_.CreateAlignedLoad(vt_, at(add(c0, c64(qb + q)), add(k0, kk0)), elem_align()));
+        std::vector<Value*> rows = transpose(cols);
+        for (int64_t r = 0; r < vlen_; ++r)
+          b_.CreateAlignedStore(rows[r], gep(bp, add(mul(add(kk0, c64(r)), s_.nr), c64(qb))), vector_align());
+      }
+    }, vlen_);
+    for_range(whole, kcur, [&](Value* kk) {
+      Value* row = gep(bp, mul(kk, s_.nr));
+      for_range(c64(0), c64(s_.nr), [&](Value* q) {
+        b_.CreateStore(b_.CreateLoad(t_, at(add(c0, q), add(k0, kk))), gep(row, q));
+      });
+    });
+    b_.CreateRetVoid();
+  }
+};
+
 class GemmEmitter {
 public:
   GemmEmitter(const Kernel& k, GemmHost& host) : k_(k), g_(*k.gemm), h_(host), b_(host.builder()), ctx_(b_.getContext()) {
@@ -86,11 +258,13 @@ public:
                 "not a GEMM-form kernel: " + k.name);
     KILN_ASSERT(g_.mr > 0 && g_.nr > 0 && g_.mc % g_.mr == 0 && g_.nc % g_.nr == 0 && g_.kc > 0,
                 "bad GEMM tiling in " + k.name);
-    t_ = r.dtype == DType::Float64 ? Type::getDoubleTy(ctx_) : Type::getFloatTy(ctx_);
+    t_ = element_type(ctx_, r.dtype);
     elem_ = r.dtype == DType::Float64 ? 8 : 4;
-    vlen_ = std::min<int64_t>(g_.nr, 64 / elem_); // at most 64 bytes a vector
-    while (g_.nr % vlen_ != 0) vlen_ /= 2;
-    vt_ = FixedVectorType::get(t_, static_cast<unsigned>(vlen_));
+    const GemmSupport support = gemm_support_of(k);
+    Module* m = b_.GetInsertBlock()->getModule();
+    micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed), micro_type(ctx_));
+    micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows), micro_type(ctx_));
+    pack_bt_ = m->getOrInsertFunction(support.name() + "_pack_bt", pack_bt_type(ctx_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
@@ -147,8 +321,8 @@ private:
   IRBuilder<>& b_;
   LLVMContext& ctx_;
   Type* t_ = nullptr;
-  FixedVectorType* vt_ = nullptr;
-  int64_t elem_ = 4, vlen_ = 16;
+  int64_t elem_ = 4;
+  FunctionCallee micro_packed_, micro_rows_, pack_bt_; // the support routines (emit_gemm_support_module)
   ExprRef a_, b_expr_;
   Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
@@ -171,24 +345,13 @@ private:
   Value* ceil_div(Value* a, int64_t c) { return b_.CreateUDiv(b_.CreateAdd(a, c64(c - 1)), c64(c)); }
   Function* fn() { return b_.GetInsertBlock()->getParent(); }
 
-  /// for (v = start; v < end; v += step) body(v).
+  /// for (v = start; v < end; v += step) body(v), in a scope of its own.
   void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1) {
-    AllocaInst* iv = h_.entry_alloca(i64(), "g.iv");
-    b_.CreateStore(start, iv);
-    BasicBlock* cond = BasicBlock::Create(ctx_, "g.cond", fn());
-    BasicBlock* loop = BasicBlock::Create(ctx_, "g.loop", fn());
-    BasicBlock* exit = BasicBlock::Create(ctx_, "g.exit", fn());
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    Value* v = b_.CreateLoad(i64(), iv);
-    b_.CreateCondBr(b_.CreateICmpSLT(v, end), loop, exit);
-    b_.SetInsertPoint(loop);
-    h_.push_scope();
-    body(v);
-    h_.pop_scope();
-    b_.CreateStore(b_.CreateAdd(v, c64(step), "", true, true), iv);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(exit);
+    emit_for(b_, h_.entry_alloca(i64(), "g.iv"), start, end, step, [&](Value* v) {
+      h_.push_scope();
+      body(v);
+      h_.pop_scope();
+    });
   }
 
   /// if (cond) then() else otherwise().
@@ -208,14 +371,6 @@ private:
     h_.pop_scope();
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
-  }
-
-  Value* fmuladd(Value* a, Value* b, Value* acc) {
-    IRBuilder<>::FastMathFlagGuard guard(b_);
-    FastMathFlags f;
-    f.setAllowContract(true);
-    b_.setFastMathFlags(f);
-    return b_.CreateIntrinsic(Intrinsic::fmuladd, {acc->getType()}, {a, b, acc});
   }
 
   /// True when e does not depend on any variable or memory.
@@ -295,56 +450,6 @@ private:
     b_by_columns_ = b_.CreateAnd(b_.CreateICmpEQ(k_stride, c64(1)), b_.CreateICmpNE(b_col_stride_, c64(1)));
   }
 
-  /// vlen x vlen transpose by bit swaps: stage h exchanges, between rows i and i + h
-  /// (i without bit h), the elements whose row and column bits h differ.
-  std::vector<Value*> transpose(std::vector<Value*> v) {
-    const int L = static_cast<int>(vlen_);
-    for (int h = 1; h < L; h *= 2)
-      for (int i = 0; i < L; ++i) {
-        if (i & h) continue;
-        std::vector<int> lo(L), hi(L);
-        for (int c = 0; c < L; ++c) {
-          lo[c] = (c & h) ? L + (c ^ h) : c;
-          hi[c] = (c & h) ? L + c : (c ^ h);
-        }
-        Value* a = b_.CreateShuffleVector(v[i], v[i + h], lo);
-        Value* b = b_.CreateShuffleVector(v[i], v[i + h], hi);
-        v[i] = a;
-        v[i + h] = b;
-      }
-    return v;
-  }
-
-  /// A full b panel of a b contiguous in k (a transposed view): vlen x vlen blocks read
-  /// down the columns with vector loads and transposed in registers; the k rows past
-  /// the last whole block one element at a time.
-  void pack_b_by_columns(Value* c0, Value* k0, Value* kcur) {
-    Value* whole = mul(b_.CreateUDiv(kcur, c64(vlen_)), vlen_);
-    for_range(c64(0), whole, [&](Value* kk0) {
-      for (int64_t qb = 0; qb < g_.nr; qb += vlen_) {
-        std::vector<Value*> cols;
-        for (int64_t q = 0; q < vlen_; ++q) {
-          Value* col = gep(b_base_, b_.CreateAdd(b_.CreateMul(add(c0, c64(qb + q)), b_col_stride_), add(k0, kk0)));
-          cols.push_back(b_.CreateAlignedLoad(vt_, col, Align(static_cast<uint64_t>(elem_))));
-        }
-        std::vector<Value*> rows = transpose(cols);
-        for (int64_t r = 0; r < vlen_; ++r)
-          b_.CreateAlignedStore(rows[r], gep(bp_, add(mul(add(kk0, c64(r)), g_.nr), c64(qb))),
-                                Align(static_cast<uint64_t>(vlen_ * elem_)));
-      }
-    }, vlen_);
-    for_range(whole, kcur, [&](Value* kk) {
-      h_.set_reduce_var(add(k0, kk));
-      Value* row = gep(bp_, mul(kk, g_.nr));
-      for_range(c64(0), c64(g_.nr), [&](Value* q) {
-        if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, add(c0, q));
-        b_.CreateStore(h_.eval(b_expr_), gep(row, q));
-        if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, nullptr);
-      });
-      h_.set_reduce_var(nullptr);
-    });
-  }
-
   /// The output block at rows i0, cols j0 of the current batch point.
   void emit_task(Value* i0, Value* j0) {
     Value* mcur = smin(rows_, b_.CreateSub(m_, i0));
@@ -368,7 +473,7 @@ private:
         Value* c0 = add(j0, mul(jp, g_.nr));
         Value* nvalid = smin(c64(g_.nr), b_.CreateSub(n_, c0));
         if (affine_b_)
-          if_else(b_.CreateAnd(b_by_columns_, b_.CreateICmpEQ(nvalid, c64(g_.nr))), [&] { pack_b_by_columns(c0, k0, kcur); },
+          if_else(b_.CreateAnd(b_by_columns_, b_.CreateICmpEQ(nvalid, c64(g_.nr))), [&] { b_.CreateCall(pack_bt_, {b_base_, b_col_stride_, c0, k0, kcur, bp_}); },
                   [&] { pack_b(c0, nvalid, k0, kcur); });
         else
           pack_b(c0, nvalid, k0, kcur);
@@ -414,64 +519,27 @@ private:
     });
   }
 
-  /// The mr x nr tile at rows r0 (mvalid inside the output), columns c0 (nvalid inside).
-  void microkernel(Value* ip, Value* k0, Value* kcur, Value* cs, Value* first, Value* last, Value* r0, Value* mvalid,
-                   Value* c0, Value* nvalid) {
-    const int64_t nv = g_.nr / vlen_;
-    const Align valign(static_cast<uint64_t>(vlen_ * elem_));
-    std::vector<AllocaInst*> acc;
-    for (int64_t i = 0; i < g_.mr * nv; ++i) acc.push_back(h_.entry_alloca(vt_, "g.acc"));
-    auto slot = [&](Value* base, int64_t p, int64_t v) { return gep(base, c64(p * g_.nr + v * vlen_)); };
-    if_else(first,
-            [&] {
-              for (AllocaInst* a : acc) b_.CreateStore(Constant::getNullValue(vt_), a);
-            },
-            [&] {
-              for (int64_t p = 0; p < g_.mr; ++p)
-                for (int64_t v = 0; v < nv; ++v)
-                  b_.CreateStore(b_.CreateAlignedLoad(vt_, slot(cs, p, v), valign), acc[p * nv + v]);
-            });
-    // Where row p of the a panel starts: the packed panel, or a's own row (rows past
-    // the output's end read its last row; their results are never stored).
-    std::vector<Value*> arows;
-    Value* ap = gep(ap_, mul(ip, g_.mr * g_.kc));
-    for (int64_t p = 0; p < g_.mr; ++p) {
-      Value* packed = gep(ap, c64(p));
-      if (!affine_a_) {
-        arows.push_back(packed);
-        continue;
-      }
-      Value* row = smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1)));
-      Value* in_place = gep(a_base_, b_.CreateAdd(b_.CreateMul(row, a_row_stride_), k0));
-      arows.push_back(b_.CreateSelect(direct_, in_place, packed));
-    }
-    // Elements between consecutive k: 1 in place (a_k_stride is 1), mr packed.
-    Value* a_step = affine_a_ ? b_.CreateSelect(direct_, c64(1), c64(g_.mr)) : c64(g_.mr);
-    for_range(c64(0), kcur, [&](Value* kk) {
-      Value* brow = gep(bp_, mul(kk, g_.nr));
-      Value* ak = b_.CreateMul(kk, a_step);
-      std::vector<Value*> bv;
-      for (int64_t v = 0; v < nv; ++v) bv.push_back(b_.CreateAlignedLoad(vt_, gep(brow, c64(v * vlen_)), valign));
-      for (int64_t p = 0; p < g_.mr; ++p) {
-        Value* a = b_.CreateVectorSplat(static_cast<unsigned>(vlen_), b_.CreateLoad(t_, gep(arows[p], ak)));
-        for (int64_t v = 0; v < nv; ++v) {
-          AllocaInst* s = acc[p * nv + v];
-          b_.CreateStore(fmuladd(a, bv[v], b_.CreateLoad(vt_, s)), s);
-        }
-      }
-    });
+  /// The mr x nr tile at rows r0 (mvalid inside the output), columns c0 (nvalid
+  /// inside): the support microkernel, then the epilogue on the last k block.
+  void microkernel(Value* ip, Value* k0, Value* kcur, Value* cs, Value* first, Value* last, Value* r0, Value* mvalid, Value* c0,
+                   Value* nvalid) {
     // Not the last k block: the tile goes back to scratch. The last: the epilogue.
-    auto spill = [&](Value* base) {
-      for (int64_t p = 0; p < g_.mr; ++p)
-        for (int64_t v = 0; v < nv; ++v)
-          b_.CreateAlignedStore(b_.CreateLoad(vt_, acc[p * nv + v]), slot(base, p, v), valign);
+    Value* out = b_.CreateSelect(last, tile_, cs);
+    auto packed = [&] { b_.CreateCall(micro_packed_, {gep(ap_, mul(ip, g_.mr * g_.kc)), bp_, kcur, first, cs, out}); };
+    auto in_place = [&] {
+      // a's own rows from k0 (rows past the output's end read its last row; their
+      // results are never stored).
+      AllocaInst* rows = h_.entry_alloca(ArrayType::get(b_.getPtrTy(), static_cast<uint64_t>(g_.mr)), "g.arows");
+      for (int64_t p = 0; p < g_.mr; ++p) {
+        Value* r = smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1)));
+        Value* row = gep(a_base_, b_.CreateAdd(b_.CreateMul(r, a_row_stride_), k0));
+        b_.CreateStore(row, b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), rows, static_cast<uint64_t>(p)));
+      }
+      b_.CreateCall(micro_rows_, {rows, bp_, kcur, first, cs, out});
     };
-    if_else(last,
-            [&] {
-              spill(tile_);
-              epilogue(r0, mvalid, c0, nvalid);
-            },
-            [&] { spill(cs); });
+    if (affine_a_) if_else(direct_, in_place, packed);
+    else packed();
+    if_else(last, [&] { epilogue(r0, mvalid, c0, nvalid); }, [] {});
   }
 
   /// The kernel's stores for the tile's elements [0, rows) x [0, cols).
@@ -489,6 +557,22 @@ private:
 };
 
 } // namespace
+
+std::string GemmSupport::name() const {
+  return "kiln_gemm_" + std::string(dtype == DType::Float64 ? "f64" : "f32") + "_" + std::to_string(mr) + "x" +
+         std::to_string(nr);
+}
+
+GemmSupport gemm_support_of(const Kernel& k) {
+  KILN_ASSERT(k.gemm.has_value() && !k.reductions.empty(), "gemm_support_of without a GEMM form: " + k.name);
+  return GemmSupport{k.reductions[0].dtype, k.gemm->mr, k.gemm->nr};
+}
+
+std::unique_ptr<Module> emit_gemm_support_module(const GemmSupport& s, LLVMContext& ctx) {
+  auto m = std::make_unique<Module>(s.name(), ctx);
+  SupportEmitter(s, *m).emit();
+  return m;
+}
 
 void emit_gemm(const Kernel& k, GemmHost& host, Value* begin, Value* end, Value* scratch) {
   KILN_ASSERT(k.gemm.has_value(), "emit_gemm without a GEMM form: " + k.name);

@@ -7,7 +7,11 @@
 /// (strided, transposed and broadcast views need no copy) and the epilogue is the
 /// kernel's own stores.
 
+#include <memory>
+#include <string>
+
 #include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
 
 #include "codegen/kernel_ir.h"
 
@@ -36,6 +40,23 @@ public:
   /// Runs the kernel's stores at the current bindings with ReduceResult(0) = result.
   virtual void store(llvm::Value* result) = 0;
 };
+
+/// The GEMM support routines a GEMM-form kernel calls: its microkernel and its packing
+/// of a b panel contiguous in k. They depend only on the dtype and the register tile,
+/// so they are generated and compiled once per process (and cached on disk) instead of
+/// once per kernel: most of a GEMM kernel's compile time went to them.
+struct GemmSupport {
+  DType dtype = DType::Float32;
+  int64_t mr = 0, nr = 0;
+  /// The symbol prefix of the routines, e.g. "kiln_gemm_f32_12x32".
+  std::string name() const;
+};
+
+/// The support routines kernel `k` (in the GEMM form) calls.
+GemmSupport gemm_support_of(const Kernel& k);
+
+/// A module defining the support routines `s` (external linkage, named after s.name()).
+std::unique_ptr<llvm::Module> emit_gemm_support_module(const GemmSupport& s, llvm::LLVMContext& ctx);
 
 /// Emits the tasks [begin, end) of the GEMM-form kernel `k` at the builder's insertion
 /// point; `scratch` is the call's scratch memory (gemm_scratch_bytes(k), 64-byte aligned).

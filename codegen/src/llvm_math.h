@@ -14,6 +14,7 @@
 /// (*) for |x| <= 1e5; sin_cos_body() in llvm_math.cpp gives the limits of its
 /// argument reduction (accurate to |x| ~ 1.6e6, bounded but meaningless beyond).
 
+#include <functional>
 #include <memory>
 
 #include <llvm/IR/IRBuilder.h>
@@ -34,6 +35,14 @@ llvm::Value* emit_math(llvm::IRBuilder<>& b, MathFn fn, llvm::Value* x);
 /// The fast-math flags of every float op kiln emits: `contract` only (FMA), never
 /// nnan/ninf, so NaN and inf semantics are kept.
 llvm::FastMathFlags contract_flags();
+
+/// fmuladd(a, b, acc) with `contract` only: one FMA where the target has one.
+llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, llvm::Value* acc);
+
+/// for (v = start; v < end; v += step) body(v), counting in `iv` (an i64 alloca in the
+/// entry block, so that SROA promotes it).
+void emit_for(llvm::IRBuilder<>& b, llvm::AllocaInst* iv, llvm::Value* start, llvm::Value* end, int64_t step,
+              const std::function<void(llvm::Value*)>& body);
 
 /// Builds the module holding kernel `k` (finalize()d) as the external function
 /// `void k.name(i64 begin, i64 end, ptr buffers, ptr params)`; defined in llvm_emitter.cpp.
