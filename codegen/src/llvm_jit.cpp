@@ -191,15 +191,18 @@ struct LlvmJit::Impl {
     llvm::TargetMachine* tm = &tm_; // shadows the shared one: this may run on any thread
     llvm::Module* m = &mod;
     const bool avx512 = tm->getTargetFeatureString().contains("+avx512f");
+    const bool math = llvm::any_of(*m, [](const llvm::Function& f) { return f.getName().starts_with("kiln."); });
     m->setDataLayout(tm->createDataLayout());
     m->setTargetTriple(tm->getTargetTriple().str());
     for (llvm::Function& f : *m) {
       f.addFnAttr("target-cpu", tm->getTargetCPU());
       f.addFnAttr("target-features", tm->getTargetFeatureString());
-      // LLVM tunes Ice Lake-class CPUs to 256-bit vectors (frequency); kiln's kernels
-      // are throughput loops that run faster at 512 bits (Softmax/8192x1024 12.2 ->
-      // 8.4 ms, Elementwise8/16M 21.6 -> 17.4 ms, 1 thread, 2026-12-03).
-      if (avx512) f.addFnAttr("prefer-vector-width", "512");
+      // LLVM tunes Ice Lake-class CPUs to 256-bit vectors. Kernels that evaluate kiln's
+      // math functions (exp, log, tanh, ...) are compute-bound and run faster at 512
+      // bits (Softmax/8192x1024 12.2 -> 8.4 ms, Elementwise8/16M 21.6 -> 17.4 ms, 1
+      // thread); the others are memory-bound or have short rows, where 512 bits
+      // gained nothing and lost time in remainders (Conv2d 32->64 step 44 -> 50 ms).
+      if (avx512 && math) f.addFnAttr("prefer-vector-width", "512");
     }
     std::string errors;
     llvm::raw_string_ostream os(errors);
