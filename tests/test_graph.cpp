@@ -42,6 +42,17 @@ TEST(Graph, DeadNodesLeaveTheTable) {
   EXPECT_EQ(live_node_count(), before);
 }
 
+TEST(Graph, AMillionNodeChainIsDestroyedWithoutRecursion) {
+  // Nested destructors would overflow the stack long before a million levels.
+  const size_t before = live_node_count();
+  {
+    NodeRef x = input(kFloat32, {4});
+    for (int i = 0; i < 1000000; ++i) x = build::unary(i % 2 ? OpKind::Neg : OpKind::Exp, x);
+    EXPECT_EQ(live_node_count(), before + 1000001);
+  }
+  EXPECT_EQ(live_node_count(), before);
+}
+
 TEST(Graph, TopoOrderPutsInputsFirst) {
   NodeRef x = input(kFloat32, {3});
   NodeRef y = build::mul(x, x);

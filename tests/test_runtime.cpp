@@ -122,6 +122,27 @@ TEST(Runtime, MatmulOperandsThatAreNotViewsGetABuffer) {
   expect_modes_agree([&] { return matmul(w, cols); });
 }
 
+TEST(Runtime, LongChainsAreCutIntoKernelsOfBoundedDepth) {
+  // An unrolled loop of 20,000 elementwise ops: one fused kernel would be an
+  // expression 20,000 levels deep, which the code generators walk recursively.
+  Tensor x0 = from_vector<float>({-1.5f, 0.25f, 2.0f, 7.0f});
+  Tensor x = x0;
+  for (int i = 0; i < 10000; ++i) x = tanh(x * 1.0001f + 0.001f);
+  runtime::Plan plan = runtime::make_plan({x.node()});
+  EXPECT_GE(plan.schedule.launches.size(), 20000u / 256);
+  EXPECT_LE(plan.schedule.launches.size(), 2 * 20000u / 256);
+  bool explained = false;
+  for (const std::string& d : plan.schedule.decisions) explained = explained || d.find("ops deep") != std::string::npos;
+  EXPECT_TRUE(explained);
+  const std::vector<float> got = x.to_vector<float>();
+  const std::vector<float> x0v = x0.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    double r = x0v[i];
+    for (int k = 0; k < 10000; ++k) r = std::tanh(r * 1.0001 + 0.001);
+    EXPECT_NEAR(got[i], r, 1e-4) << i; // a contracting map: rounding does not accumulate
+  }
+}
+
 TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {
   // A chain of unfused ops: each intermediate dies after its consumer runs, so the
   // planned arena holds two buffers at a time, not all of them.

@@ -75,6 +75,8 @@ private:
   std::unordered_map<const Node*, std::vector<int64_t>> row_dims_;
   std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
+  std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
+  static constexpr int kMaxFusedDepth = 256;
 
   static bool is_source(const Node* n) { return n->realized() || n->op == OpKind::Input; }
   static const Node* several() { return reinterpret_cast<const Node*>(uintptr_t{1}); }
@@ -99,8 +101,29 @@ private:
 
   void decide(const Node* n) {
     if (is_source(n)) return; // inputs are bound when the plan runs
+    decide_placement(n);
+    depth_[n] = computed_.count(n) ? 0 : fused_depth(n);
+  }
+
+  // How deep inside its kernel's expression n would sit if fused into the kernel of
+  // its users: 1 + the deepest of its users there.
+  int fused_depth(const Node* n) const {
+    const Node* owner = users_owner(n);
+    int d = 0;
+    for (const Node* u : users_.at(n))
+      if (auto it = owner_.find(u); it != owner_.end() && it->second == owner) d = std::max(d, depth_.at(u));
+    return d + 1;
+  }
+
+  void decide_placement(const Node* n) {
     if (graph::op_category(n->op) == OpCategory::Contraction) buffer_matmul_operands(n);
     if (outputs_.count(n)) return materialize(n, "requested output");
+    // The code generators walk a kernel's expressions recursively: a long chain of
+    // ops (an unrolled loop) is cut into kernels of bounded depth.
+    if (graph::op_category(n->op) != OpCategory::Leaf && users_owner(n) != several() &&
+        fused_depth(n) > kMaxFusedDepth)
+      return materialize(n, "not fusing: the kernel would nest more than " + std::to_string(kMaxFusedDepth) +
+                                " ops deep");
     if (needs_buffer_.count(n))
       return materialize(n, "a matmul operand: computed once rather than once per output row or column");
     switch (graph::op_category(n->op)) {

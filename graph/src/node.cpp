@@ -89,14 +89,32 @@ Node::Node(const Key&, OpKind op_, DType dtype_, Shape shape_, std::vector<NodeR
       hash(hash_) {}
 
 Node::~Node() {
-  Interner& in = interner();
-  std::lock_guard lock(in.mu);
-  auto [lo, hi] = in.table.equal_range(hash);
-  for (auto it = lo; it != hi; ++it)
-    if (it->second == this) {
-      in.table.erase(it);
-      break;
-    }
+  {
+    Interner& in = interner();
+    std::lock_guard lock(in.mu);
+    auto [lo, hi] = in.table.equal_range(hash);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == this) {
+        in.table.erase(it);
+        break;
+      }
+  }
+  // Inputs are released iteratively: a chain of a million nodes would otherwise nest
+  // a million destructors and overflow the stack. The outermost ~Node on this thread
+  // drains a work list; the nested ones (run by its resets) only append to it.
+  thread_local std::vector<NodeRef>* pending = nullptr;
+  if (pending) {
+    for (NodeRef& n : inputs) pending->push_back(std::move(n));
+    return;
+  }
+  std::vector<NodeRef> work = std::move(inputs);
+  pending = &work;
+  while (!work.empty()) {
+    NodeRef n = std::move(work.back());
+    work.pop_back();
+    n.reset(); // may run ~Node, which appends its inputs to `work`
+  }
+  pending = nullptr;
 }
 
 NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs) {
