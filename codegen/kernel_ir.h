@@ -40,7 +40,7 @@ enum class ExprKind : uint8_t {
   IntDiv,       ///< args[0] / args[1] on i64 (operands are never negative)
   IntMod,       ///< args[0] % args[1] on i64 (operands are never negative)
   ReduceResult, ///< result of reduction `index` (for Argmax/Argmin the i64 index)
-  Random,       ///< counter-based random number (see graph/random.h): `op` Rand or Randn, seed `i`, counter args[0]
+  Random,       ///< counter-based random number (see graph/random.h): `op` Rand or Randn, counter args[0], seed args[1]
 };
 
 struct Expr;
@@ -53,7 +53,7 @@ struct Expr {
   DType dtype;                               ///< type of the value (i64 for indices, bool for predicates)
   graph::OpKind op = graph::OpKind::Add;     ///< for Op and Random
   int index = 0;                             ///< var, param, buffer or reduction number
-  int64_t i = 0;                             ///< integer constant or seed
+  int64_t i = 0;                             ///< integer constant
   double f = 0;                              ///< floating constant
   std::vector<ExprRef> args;                 ///< operands
 };
@@ -149,7 +149,9 @@ ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard = nullptr); 
 ExprRef op(graph::OpKind op, DType dtype, std::vector<ExprRef> args); ///< elementwise op, result `dtype`
 ExprRef cast(ExprRef x, DType to);                ///< conversion (identity when already `to`)
 ExprRef reduce_result(int k, DType dtype);        ///< result of reduction k
-ExprRef random(graph::OpKind kind, DType dtype, int64_t seed, ExprRef counter); ///< Rand / Randn
+/// Rand / Randn of (seed, counter), both i64 expressions. The lowering makes the seed a
+/// kernel parameter, so that a new seed (dropout's mask each step) reuses the kernel.
+ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter);
 
 // Index arithmetic on i64 with constant folding (0 + x = x, 1 * x = x, ...).
 ExprRef iadd(ExprRef a, ExprRef b); ///< a + b

@@ -697,12 +697,13 @@ template <class T> void check_random() {
   const int64_t n = 4099, seed = -1234567;
   Kernel k;
   k.buffers = {{t, true}, {t, true}};
-  k.num_params = 1;
+  k.num_params = 2; // the size, the seed (a parameter: one kernel serves every seed)
   k.domain = {param(0)};
   ExprRef c = iadd(loop_var(0), index_const(1000));
-  k.stores = {{0, loop_var(0), random(OpKind::Rand, t, seed, c)}, {1, loop_var(0), random(OpKind::Randn, t, seed, c)}};
+  k.stores = {{0, loop_var(0), random(OpKind::Rand, t, param(1), c)},
+              {1, loop_var(0), random(OpKind::Randn, t, param(1), c)}};
   std::vector<T> u(n), z(n);
-  run_chunked(compile(k), n, {u.data(), z.data()}, {n});
+  run_chunked(compile(k), n, {u.data(), z.data()}, {n, seed});
   for (int64_t i = 0; i < n; ++i) {
     const T want = static_cast<T>(random_uniform(seed, i + 1000, f64));
     ASSERT_EQ(u[i], want) << i; // bit-exact

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "codegen/llvm_jit.h"
 #include "graph/node.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
@@ -141,6 +142,23 @@ TEST(Runtime, LongChainsAreCutIntoKernelsOfBoundedDepth) {
     for (int k = 0; k < 10000; ++k) r = std::tanh(r * 1.0001 + 0.001);
     EXPECT_NEAR(got[i], r, 1e-4) << i; // a contracting map: rounding does not accumulate
   }
+}
+
+TEST(Runtime, ANewRandomSeedReusesTheCompiledKernel) {
+  // The seed is a kernel parameter: dropout's new mask every step compiles nothing.
+  auto& jit = codegen::LlvmJit::instance();
+  const std::vector<float> a = (rand({1000}, 11) * 2.0f - 1.0f).to_vector<float>();
+  const size_t compiled = jit.compiled_count();
+  const std::vector<float> b = (rand({1000}, 12) * 2.0f - 1.0f).to_vector<float>();
+  EXPECT_EQ(jit.compiled_count(), compiled);
+  EXPECT_NE(a, b);
+  nn::Dropout drop(0.5, /*seed=*/3);
+  Tensor x = ones({512});
+  const std::vector<float> m1 = drop(x).to_vector<float>();
+  const size_t after_first = jit.compiled_count();
+  const std::vector<float> m2 = drop(x).to_vector<float>();
+  EXPECT_EQ(jit.compiled_count(), after_first);
+  EXPECT_NE(m1, m2);
 }
 
 TEST(Runtime, MemoryPlanReusesBuffersByLiveness) {

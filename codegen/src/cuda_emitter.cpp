@@ -506,10 +506,8 @@ private:
   std::string random(const Expr& e) {
     require_float(e.dtype, "random");
     KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
-    char seed[32];
-    std::snprintf(seed, sizeof seed, "0x%llxull", static_cast<unsigned long long>(e.i));
     const std::string fn = e.op == OpKind::Rand ? "kiln_uniform" : "kiln_randn";
-    return fn + fsuffix(e.dtype) + "(" + seed + ", " + ref(e.args.at(0)) + ")";
+    return fn + fsuffix(e.dtype) + "((unsigned long long)" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
   }
 };
 

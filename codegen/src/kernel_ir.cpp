@@ -103,14 +103,13 @@ ExprRef reduce_result(int k, DType dtype) {
   return m;
 }
 
-ExprRef random(graph::OpKind kind, DType dtype, int64_t seed, ExprRef counter) {
+ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter) {
   KILN_ASSERT(kind == graph::OpKind::Rand || kind == graph::OpKind::Randn);
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::Random;
   e->dtype = dtype;
   e->op = kind;
-  e->i = seed;
-  e->args = {std::move(counter)};
+  e->args = {std::move(counter), std::move(seed)};
   return e;
 }
 
@@ -205,7 +204,7 @@ private:
     case ExprKind::Op: return std::string(graph::op_name(e.op));
     case ExprKind::IntDiv: return "idiv";
     case ExprKind::IntMod: return "imod";
-    case ExprKind::Random: return std::string(graph::op_name(e.op)) + " seed=" + std::to_string(e.i);
+    case ExprKind::Random: return std::string(graph::op_name(e.op)); // (counter, seed)
     default: return "?";
     }
   }

@@ -772,16 +772,17 @@ private:
 
   // --- random numbers (graph/random.h, bit-exact integer part) ------------------------
 
-  Value* random_bits(uint64_t seed, Value* counter) {
-    Value* z = b_.CreateAdd(b_.CreateMul(counter, c64(static_cast<int64_t>(0xd1b54a32d192ed03ULL))),
-                            c64(static_cast<int64_t>(seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL)));
+  Value* random_bits(Value* seed, Value* counter) {
+    Value* z = b_.CreateAdd(b_.CreateMul(seed, c64(static_cast<int64_t>(0x9e3779b97f4a7c15ULL))),
+                            b_.CreateMul(counter, c64(static_cast<int64_t>(0xd1b54a32d192ed03ULL))));
+    z = b_.CreateAdd(z, c64(static_cast<int64_t>(0x632be59bd9b4e019ULL)));
     z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 30)), c64(static_cast<int64_t>(0xbf58476d1ce4e5b9ULL)));
     z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 27)), c64(static_cast<int64_t>(0x94d049bb133111ebULL)));
     return b_.CreateXor(z, b_.CreateLShr(z, 31));
   }
 
   /// (b >> 40) 2^-24 (f32) or (b >> 11) 2^-53 (f64): both exact.
-  Value* random_uniform(uint64_t seed, Value* counter, DType t) {
+  Value* random_uniform(Value* seed, Value* counter, DType t) {
     const bool f64 = t == DType::Float64;
     Value* bits = b_.CreateLShr(random_bits(seed, counter), f64 ? 11 : 40);
     return b_.CreateFMul(b_.CreateUIToFP(bits, reg(t)), fconst(t, f64 ? 0x1p-53 : 0x1p-24));
@@ -789,7 +790,7 @@ private:
 
   Value* random(const Expr& e) {
     require_float(e.dtype, "random");
-    const auto seed = static_cast<uint64_t>(e.i);
+    Value* seed = expr(e.args.at(1));
     Value* c = expr(e.args.at(0));
     if (e.op == OpKind::Rand) return random_uniform(seed, c, e.dtype);
     KILN_ASSERT(e.op == OpKind::Randn, "bad random op in " + k_.name);

@@ -389,7 +389,9 @@ private:
       const graph::Strides st = graph::contiguous_strides(n->shape);
       for (size_t d = 0; d < n->shape.size(); ++d)
         if (n->shape[d] != 1) counter = iadd(counter, imul(idx[d], P(st[d])));
-      return random(n->op, n->dtype, n->attrs.i0, counter);
+      // The seed is always a parameter (P() would bake 0 and 1 into the kernel).
+      launch_.params.push_back(n->attrs.i0);
+      return random(n->op, n->dtype, param(static_cast<int>(launch_.params.size()) - 1), counter);
     }
     case OpKind::Input: break;
     default: break; // only leaves reach here
