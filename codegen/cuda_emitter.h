@@ -11,11 +11,31 @@
 ///   an output must not overlap any other buffer of the launch (they are __restrict__);
 /// - then every i64 parameter by value (so cuLaunchKernel's kernelParams is
 ///   {&b0, ..., &bn, &p0, ...} and no device allocation is needed for parameters);
-/// - any grid and block shape: the kernel runs a grid-stride loop over the flattened
-///   domain (x dimension only); the domain size is computed from the parameters.
-/// Each domain point runs its reductions sequentially in the IR's order (one thread
-/// per point; no shared memory, no __syncthreads), so the source also runs on the CPU
-/// behind codegen/cuda_shim.h.
+/// - a 1-d launch (x only); cuda_launch_config() gives the grid and block for a launch's
+///   parameter values. Every kernel is correct for any grid (it loops over its work with
+///   a grid-stride loop); the block is free except where the config says `fixed_block`.
+///
+/// Barrier-free kernels (all but the tiled GEMM): a grid-stride loop over the flattened
+/// domain (the domain size is computed from the parameters); each domain point runs its
+/// reductions sequentially in the IR's order (one thread per point, no shared memory).
+///
+/// The tiled GEMM: a GEMM-form kernel (Kernel::gemm, see kernel_ir.h) is emitted as a
+/// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps
+/// otherwise) computes a TM x TN tile of one batch point's output, each thread a
+/// MR x NR register tile (rows ty + 16 i, columns tx + 16 j: conflict-free shared reads
+/// and coalesced stores); the operands' k tiles of BK are staged through __shared__
+/// memory, double-buffered with one __syncthreads per k tile (the next tile's loads are
+/// in flight while the current one is multiplied). f32: 128 x 128 tiles, 8 x 8 per
+/// thread (64 FMAs per 16 shared loads, enough to keep sm_90's FMA units ahead of its
+/// shared-memory bandwidth), BK 8, 16.5 KiB of shared memory; f64: 64 x 64, 4 x 4,
+/// BK 16, 32.5 KiB (half the accumulator registers of f32's tile). The operands are
+/// read through the kernel's own index expressions (views need no copy), staged by
+/// threads running along the dim they are contiguous in; the grid loops over the tiles
+/// t = (batch * mtiles + mt) * ntiles + nt. Each output element accumulates
+/// fma(a, b, acc) over k = 0, 1, ..., K-1 in order, exactly the LLVM path's order, and
+/// the kernel's stores (the fused epilogue) then run for it.
+/// The CPU shim (codegen/cuda_shim.h) runs the barrier-free kernels as a plain loop and
+/// the tiled GEMM with one fiber per CUDA thread.
 ///
 /// Numerics: compile with NVRTC's --fmad=false (nvrtc_compile does), never with
 /// --use_fast_math. The kernel's own arithmetic then rounds like the LLVM path's, op by
@@ -25,7 +45,9 @@
 /// CPU uses libm's pow. Float sums follow the order of codegen::sum_lanes, as on the CPU,
 /// so they agree bitwise too.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "codegen/kernel_ir.h"
 
@@ -36,10 +58,24 @@ namespace kiln::codegen {
 /// concatenated into one translation unit).
 std::string emit_cuda(const Kernel& k);
 
+/// How to launch an emitted kernel (a 1-d grid of 1-d blocks, static shared memory only).
+struct CudaLaunchConfig {
+  unsigned grid = 0;          ///< blocks; 0 when there is nothing to compute (do not launch)
+  unsigned block = 0;         ///< threads per block
+  bool fixed_block = false;   ///< the kernel needs exactly `block` threads (the tiled GEMM); else any block works
+  unsigned shared_bytes = 0;  ///< static __shared__ memory per block (part of the kernel; nothing to pass)
+};
+
+/// The launch configuration of kernel k for the parameter values of one launch: one
+/// block per output tile for the tiled GEMM, otherwise 256 threads a block and one thread
+/// per domain point (device properties may lower the grid: every kernel loops over its work).
+CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params);
+
 /// For the CPU shim only (codegen/cuda_shim.h): the text of a host function
 ///   extern "C" void NAME_shim(unsigned grid, unsigned block, void* const* buffers,
 ///                             const long long* params)
-/// that "launches" the kernel on the CPU (buffers and params as for the CPU ABI).
+/// that "launches" the kernel on the CPU (buffers and params as for the CPU ABI); block
+/// must be cuda_launch_config's where it is fixed.
 /// Append it to emit_cuda(k)'s text and compile with the shim header included first.
 std::string emit_cuda_shim_entry(const Kernel& k);
 

@@ -5,18 +5,35 @@
 /// the generated source; compile with -ffp-contract=off (GCC's default for GNU C++
 /// contracts a*b+c into FMAs, which the GPU build forbids with --fmad=false).
 ///
-/// Emitted kernels are barrier-free (no __syncthreads, no shared memory), so a launch
-/// is a plain loop over blocks and threads: kiln_shim::launch(grid, block, body) sets
-/// blockIdx/threadIdx (thread_local, so separate host threads may launch at once) and
-/// calls body once per CUDA thread.
+/// Two launchers, chosen by the emitted entry (emit_cuda_shim_entry):
+/// - kiln_shim::launch(grid, block, body): barrier-free kernels. A plain loop over blocks
+///   and threads sets blockIdx/threadIdx and calls body once per CUDA thread.
+/// - kiln_shim::launch_sync(grid, block, body): kernels that use __shared__ memory and
+///   __syncthreads (the tiled GEMM). The threads of one block run as fibers
+///   (makecontext/swapcontext, one small stack each, on the launching host thread): each
+///   round resumes every live fiber in threadIdx order until it reaches the next
+///   __syncthreads or returns, so no fiber passes a barrier before all have reached it.
+///   A round in which some threads returned while others wait at a barrier is a
+///   divergent barrier (undefined on a GPU): it aborts with a message.
+/// blockIdx/threadIdx/blockDim/gridDim are thread_local (the scheduler sets threadIdx
+/// before resuming a fiber); __shared__ variables are `static thread_local`: shared by
+/// the fibers of a block (one host thread), separate between host threads that launch
+/// at once, reused (uninitialized, as on a GPU) by the next block.
+
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <math.h>
 
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __shared__ static thread_local
+#define __launch_bounds__(...)
 
 /// CUDA's dim3, reduced to what the emitted kernels read.
 struct kiln_shim_dim3 {
@@ -47,6 +64,12 @@ inline double __longlong_as_double(long long i) {
   return x;
 }
 
+/// A kernel's own check failed (e.g. launched with the wrong block size).
+[[noreturn]] inline void __trap() {
+  std::fprintf(stderr, "kiln cuda shim: __trap() in a kernel\n");
+  std::abort();
+}
+
 namespace kiln_shim {
 
 /// Runs body() once per CUDA thread of a 1-d launch of `grid` blocks of `block` threads.
@@ -60,6 +83,96 @@ template <class Body> void launch(unsigned grid, unsigned block, const Body& bod
       body();
     }
   }
+}
+
+/// The fibers of the block being run on this host thread (launch_sync).
+struct Fibers {
+  ucontext_t scheduler;        ///< where a fiber returns to at a barrier or at its end
+  ucontext_t* ctx = nullptr;   ///< one context per CUDA thread
+  unsigned char* done = nullptr; ///< 1 once a thread's body returned
+  void (*run)(void*) = nullptr;  ///< calls the body
+  void* body = nullptr;
+};
+
+inline thread_local Fibers* current_fibers = nullptr;
+
+/// A fiber's entry: runs the body for threadIdx.x (set by the scheduler), then returns
+/// to the scheduler for good.
+inline void fiber_main() {
+  Fibers* f = current_fibers;
+  const unsigned me = threadIdx.x;
+  f->run(f->body);
+  f->done[me] = 1;
+  swapcontext(&f->ctx[me], &f->scheduler); // never resumed
+}
+
+} // namespace kiln_shim
+
+/// The block barrier: back to the scheduler, which resumes this fiber once every
+/// thread of the block got here.
+inline void __syncthreads() {
+  kiln_shim::Fibers* f = kiln_shim::current_fibers;
+  if (!f) {
+    std::fprintf(stderr, "kiln cuda shim: __syncthreads outside launch_sync\n");
+    std::abort();
+  }
+  swapcontext(&f->ctx[threadIdx.x], &f->scheduler);
+}
+
+namespace kiln_shim {
+
+/// Runs body() on every CUDA thread of a 1-d launch, the threads of a block as fibers
+/// that meet at each __syncthreads (see the file comment).
+template <class Body> void launch_sync(unsigned grid, unsigned block, const Body& body) {
+  constexpr size_t kStack = 64 * 1024, kGuard = 4096; // per fiber; a guard page below each stack
+  gridDim.x = grid;
+  blockDim.x = block;
+  if (grid == 0 || block == 0) return;
+  const size_t bytes = static_cast<size_t>(block) * (kStack + kGuard);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    std::fprintf(stderr, "kiln cuda shim: no memory for %u fiber stacks\n", block);
+    std::abort();
+  }
+  auto* base = static_cast<unsigned char*>(mem);
+  for (unsigned t = 0; t < block; ++t) mprotect(base + t * (kStack + kGuard), kGuard, PROT_NONE);
+  Fibers f;
+  f.ctx = new ucontext_t[block];
+  f.done = new unsigned char[block];
+  f.run = [](void* b) { (*static_cast<const Body*>(b))(); };
+  f.body = const_cast<void*>(static_cast<const void*>(&body));
+  Fibers* const saved = current_fibers;
+  current_fibers = &f;
+  for (unsigned b = 0; b < grid; ++b) {
+    blockIdx.x = b;
+    for (unsigned t = 0; t < block; ++t) {
+      f.done[t] = 0;
+      getcontext(&f.ctx[t]);
+      f.ctx[t].uc_stack.ss_sp = base + t * (kStack + kGuard) + kGuard;
+      f.ctx[t].uc_stack.ss_size = kStack;
+      f.ctx[t].uc_link = nullptr;
+      makecontext(&f.ctx[t], fiber_main, 0);
+    }
+    for (unsigned live = block; live > 0;) {
+      unsigned ended = 0;
+      for (unsigned t = 0; t < block; ++t) {
+        if (f.done[t]) continue;
+        threadIdx.x = t;
+        swapcontext(&f.scheduler, &f.ctx[t]);
+        ended += f.done[t];
+      }
+      if (ended != 0 && ended != live) {
+        std::fprintf(stderr, "kiln cuda shim: divergent __syncthreads in block %u (%u of %u threads returned)\n", b,
+                     ended, live);
+        std::abort();
+      }
+      live -= ended;
+    }
+  }
+  current_fibers = saved;
+  delete[] f.ctx;
+  delete[] f.done;
+  munmap(mem, bytes);
 }
 
 } // namespace kiln_shim

@@ -24,8 +24,10 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "codegen/cuda_emitter.h"
+#include "codegen/gemm.h"
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
 #include "codegen/src/cuda_math.h"
@@ -253,6 +255,60 @@ void add_rows_and_matmul(std::vector<Case>& cases) {
                    }});
 }
 
+/// Matmuls in the GEMM form (the CUDA emitter's tiled GEMM: 128 x 128 f32 tiles, 64 x 64
+/// f64, k tiles of 8 / 16): sizes that are not multiples of the tiles or of the k tile,
+/// several tiles per grid block, K = 0, batches, views, fused prologues and epilogues.
+/// (M < 4 or N < 8 is not the GEMM form: those run the one-thread-per-element kernel.)
+void add_gemm(std::vector<Case>& cases) {
+  for (DType dt : kFloats) {
+    cases.push_back({"gemm_odd_shapes_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{matmul(make(dt, {65, 7}, 201), make(dt, {7, 130}, 202)),
+                                                  matmul(make(dt, {130, 65}, 203), make(dt, {65, 63}, 204)),
+                                                  matmul(make(dt, {7, 130}, 205), make(dt, {130, 65}, 206)),
+                                                  matmul(make(dt, {63, 1}, 207), make(dt, {1, 9}, 208)),
+                                                  matmul(make(dt, {1, 63}, 209), make(dt, {63, 65}, 210)),
+                                                  matmul(make(dt, {65, 63}, 211), make(dt, {63, 7}, 212))};
+                     }});
+    cases.push_back({"gemm_many_tiles_" + dn(dt), [dt] {
+                       // 2 x 2 f32 tiles, 3 x 3 f64 tiles: more tiles than the test's grid of 3 blocks
+                       return std::vector<Tensor>{matmul(make(dt, {130, 130}, 213), make(dt, {130, 130}, 214))};
+                     }});
+    cases.push_back({"gemm_k0_" + dn(dt), [dt] {
+                       const Tensor a = make(dt, {9, 0}, 215), b = make(dt, {0, 10}, 216);
+                       return std::vector<Tensor>{matmul(a, b), relu(matmul(a, b) + make(dt, {10}, 217))};
+                     }});
+    cases.push_back({"gemm_batched_" + dn(dt), [dt] {
+                       return std::vector<Tensor>{
+                           matmul(make(dt, {3, 17, 33}, 218), make(dt, {3, 33, 20}, 219)),
+                           matmul(make(dt, {2, 1, 9, 12}, 220), make(dt, {3, 12, 10}, 221)), // broadcast batch
+                           matmul(make(dt, {4, 9, 12}, 222), make(dt, {12, 10}, 223)),       // b shared by the batch
+                           matmul(make(dt, {9, 12}, 224), make(dt, {2, 12, 65}, 225))};     // a shared by the batch
+                     }});
+    cases.push_back({"gemm_transposed_" + dn(dt), [dt] {
+                       const Tensor at = make(dt, {33, 20}, 226), a = make(dt, {20, 33}, 227);
+                       const Tensor bt = make(dt, {17, 33}, 228), b = make(dt, {33, 17}, 229);
+                       return std::vector<Tensor>{
+                           matmul(at.transpose(0, 1), b),                                   // A^T
+                           matmul(a, bt.transpose(0, 1)),                                   // x @ W^T
+                           matmul(at.transpose(0, 1), bt.transpose(0, 1)),                  // both
+                           matmul(make(dt, {2, 9, 12}, 230).transpose(1, 2), make(dt, {2, 9, 10}, 231)),
+                           matmul(make(dt, {20, 40}, 232).slice(1, 3, 36), b)};             // a strided view
+                     }});
+    cases.push_back({"gemm_linear_bias_relu_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {70, 65}, 233), w = make(dt, {130, 65}, 234);
+                       const Tensor b = make(dt, {130}, 235), res = make(dt, {70, 130}, 236);
+                       return std::vector<Tensor>{relu(F::linear(x, w, b)),                  // bias + relu epilogue
+                                                  F::linear(x, w) * 0.5 + res,               // scale + residual
+                                                  matmul(relu(x) * 2.0, w.transpose(0, 1))}; // fused prologue
+                     }});
+    cases.push_back({"gemm_specials_" + dn(dt), [dt] {
+                       // NaN, +-inf, +-0, huge and subnormal operands: no padded k step may touch them
+                       return std::vector<Tensor>{matmul(make(dt, {12, 13}, 237, true), make(dt, {13, 9}, 238, true)),
+                                                  matmul(make(dt, {5, 3}, 239, true) * 0.0, make(dt, {3, 8}, 240) * -1.0)};
+                     }});
+  }
+}
+
 void add_movement_and_leaves(std::vector<Case>& cases) {
   for (DType dt : kAll)
     cases.push_back({"movement_" + dn(dt), [dt] {
@@ -283,6 +339,7 @@ const std::vector<Case>& all_cases() {
     add_binary(c);
     add_reductions(c);
     add_rows_and_matmul(c);
+    add_gemm(c);
     add_movement_and_leaves(c);
     return c;
   }();
@@ -355,9 +412,23 @@ TEST(CudaGolden, Softmax) {
 }
 
 TEST(CudaGolden, Matmul) {
+  // A GEMM-form kernel (the tiled GEMM) with a fused bias + relu epilogue. The kernel IR
+  // prints the host's CPU tiling: a fixed one keeps the file the same on every host.
+  codegen::set_gemm_tiling_override(codegen::GemmTiling{-1, -1, 6, 16, 96, 256, 256});
+  const Tensor a = from_vector(std::vector<float>(24, 1.0f), {4, 6});
+  const Tensor b = from_vector(std::vector<float>(48, 1.0f), {6, 8});
+  const Tensor bias = from_vector(std::vector<float>(8, 0.5f), {8});
+  const std::string text = schedule_text({relu(matmul(a, b) + bias)});
+  codegen::set_gemm_tiling_override(std::nullopt);
+  EXPECT_NE(text.find("__syncthreads"), std::string::npos) << "not the tiled GEMM";
+  check_golden("cuda_matmul.cu", text);
+}
+
+TEST(CudaGolden, NaiveMatmul) {
+  // Too narrow for the GEMM form (fewer than 8 columns): one thread per output element.
   const Tensor a = from_vector(std::vector<float>(24, 1.0f), {4, 6});
   const Tensor b = from_vector(std::vector<float>(30, 1.0f), {6, 5});
-  check_golden("cuda_matmul.cu", schedule_text({relu(matmul(a, b))}));
+  check_golden("cuda_matmul_naive.cu", schedule_text({relu(matmul(a, b))}));
 }
 
 // ---------------------------------------------------------------- (b) NVRTC
@@ -493,7 +564,8 @@ private:
 using Bytes = std::vector<unsigned char>;
 
 /// Runs the schedule of `ts` through the shim: grids of up to 3 blocks of `block`
-/// threads, so the grid-stride loop takes several turns on larger domains.
+/// threads (or the block a kernel's launch config fixes: the tiled GEMM), so the
+/// grid-stride loops take several turns on larger domains.
 std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
   const codegen::Schedule s = schedule_of(ts);
   std::vector<const Kernel*> ks;
@@ -513,9 +585,12 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
     auto fn = lib.entry(l.kernel.name);
     if (!fn) return {};
     if (l.domain_size == 0) continue;
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (l.domain_size + block - 1) / block));
+    const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
+    const unsigned b = cfg.fixed_block ? cfg.block : block;
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (l.domain_size + b - 1) / b));
+    EXPECT_EQ(cfg.grid, cfg.fixed_block ? cfg.grid : static_cast<unsigned>((l.domain_size + 255) / 256)) << l.kernel.name;
     std::vector<long long> params(l.params.begin(), l.params.end());
-    fn(grid, block, bufs.data(), params.data());
+    fn(std::min(grid, cfg.grid), b, bufs.data(), params.data());
   }
   std::vector<Bytes> result;
   for (const Tensor& t : ts) {
@@ -591,12 +666,77 @@ TEST_P(CudaShim, MatchesLlvm) { check_case(all_cases()[GetParam()], 32); }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaShim, ::testing::Range<size_t>(0, all_cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; });
 
+TEST(CudaTiledGemm, GemmCasesRunTheTiledKernel) {
+  for (const Case& c : all_cases()) {
+    if (c.name.rfind("gemm_", 0) != 0) continue;
+    SCOPED_TRACE(c.name);
+    int tiled = 0;
+    const std::vector<Tensor> ts = c.build();
+    for (const KernelLaunch& l : schedule_of(ts).launches) {
+      const std::string src = codegen::emit_cuda(l.kernel);
+      const bool barrier = src.find("__syncthreads()") != std::string::npos;
+      EXPECT_EQ(barrier, l.kernel.gemm.has_value()) << l.kernel.name;
+      const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
+      if (!barrier) continue;
+      ++tiled;
+      // one block of 256 threads per output tile; 128 x 128 (f32) or 64 x 64 (f64) tiles
+      const bool f64 = l.output->dtype == kFloat64;
+      const int64_t t = f64 ? 64 : 128;
+      const auto& shape = l.output->shape;
+      const int64_t m = shape.size() >= 2 ? shape[shape.size() - 2] : 1, n = shape.back();
+      const int64_t tiles = l.output->numel() / (m * n) * ((m + t - 1) / t) * ((n + t - 1) / t);
+      EXPECT_TRUE(cfg.fixed_block);
+      EXPECT_EQ(cfg.block, 256u);
+      EXPECT_EQ(cfg.grid, static_cast<unsigned>(tiles));
+      EXPECT_EQ(cfg.shared_bytes, f64 ? 33280u : 16896u);
+    }
+    EXPECT_GT(tiled, 0);
+  }
+}
+
 TEST(CudaShimLaunch, AnyGridAndBlockShape) {
   for (unsigned block : {1u, 7u, 256u}) {
     SCOPED_TRACE(block);
     for (const Case& c : all_cases())
       if (c.name == "softmax_f32" || c.name == "matmul_f64" || c.name == "movement_i64") check_case(c, block);
   }
+}
+
+TEST(CudaShimLaunch, TiledGemmOnTwoHostThreadsAtOnce) {
+  // One library, two host threads launching the same tiled GEMM at once: each thread's
+  // blocks have their own __shared__ tiles (thread_local), so both get the LLVM result.
+  const Tensor a = make(kFloat32, {130, 70}, 301), b = make(kFloat32, {70, 129}, 302); // kept: the launch reads them
+  const Tensor c = matmul(a, b);
+  const codegen::Schedule s = schedule_of({c});
+  ASSERT_EQ(s.launches.size(), 1u);
+  const KernelLaunch& l = s.launches[0];
+  ASSERT_TRUE(l.kernel.gemm.has_value());
+  ShimLibrary lib({&l.kernel});
+  const auto fn = lib.entry(l.kernel.name);
+  ASSERT_NE(fn, nullptr);
+  const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
+  ASSERT_EQ(cfg.grid, 4u); // 2 x 2 tiles
+  const std::vector<long long> params(l.params.begin(), l.params.end());
+  auto run = [&](std::vector<float>& out) {
+    std::vector<void*> bufs;
+    for (const graph::Node* in : l.inputs) bufs.push_back(in->realized()->data());
+    out.assign(static_cast<size_t>(c.numel()), 0.0f);
+    bufs.push_back(out.data());
+    fn(cfg.grid, cfg.block, bufs.data(), params.data());
+  };
+  std::vector<float> x, y;
+  bool x_ok = true, y_ok = true;
+  const std::vector<float> want = c.to_vector<float>();
+  std::thread t1([&] {
+    for (int r = 0; r < 4; ++r) run(x), x_ok = x_ok && std::memcmp(x.data(), want.data(), x.size() * 4) == 0;
+  });
+  std::thread t2([&] {
+    for (int r = 0; r < 4; ++r) run(y), y_ok = y_ok && std::memcmp(y.data(), want.data(), y.size() * 4) == 0;
+  });
+  t1.join();
+  t2.join();
+  EXPECT_TRUE(x_ok);
+  EXPECT_TRUE(y_ok);
 }
 
 // ---------------------------------------------------------------- (d) the executor hook

@@ -5,13 +5,20 @@
 // shared subtrees are computed once and every op rounds on its own. The semantics of
 // each op follow llvm_emitter.cpp; the helpers (kiln_add, kiln_max, kiln_exp_f32, ...)
 // live in the prelude (cuda_math.cpp).
+//
+// A GEMM-form kernel (Kernel::gemm) becomes the shared-memory tiled GEMM of
+// emit_gemm() (layout and sizes in cuda_emitter.h); every other kernel is a grid-stride
+// loop over its domain (emit_domain()).
 #include "codegen/cuda_emitter.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/src/cuda_math.h"
 #include "kiln/error.h"
@@ -116,6 +123,106 @@ bool is_fma_reduction(const Reduction& r) {
          r.value->op == OpKind::Mul;
 }
 
+/// Whether e mentions the variable (kind, index); each shared subtree is visited once.
+bool mentions(const ExprRef& e, ExprKind kind, int index, std::unordered_set<const Expr*>& seen) {
+  if (e->kind == kind && e->index == index) return true;
+  if (!seen.insert(e.get()).second) return false;
+  for (const ExprRef& a : e->args)
+    if (mentions(a, kind, index, seen)) return true;
+  return false;
+}
+
+bool mentions(const ExprRef& e, ExprKind kind, int index) {
+  std::unordered_set<const Expr*> seen;
+  return mentions(e, kind, index, seen);
+}
+
+/// The constant coefficient of the variable (kind, index) in an affine i64 expression;
+/// nullopt when it is not a known constant (a parameter stride, a division, ...).
+std::optional<int64_t> coefficient(const ExprRef& e, ExprKind kind, int index) {
+  if (!mentions(e, kind, index)) return 0;
+  if (e->kind == kind) return 1;
+  if (e->kind != ExprKind::Op || e->args.size() != 2) return std::nullopt;
+  const auto a = coefficient(e->args[0], kind, index), b = coefficient(e->args[1], kind, index);
+  if (!a || !b) return std::nullopt;
+  if (e->op == OpKind::Add) return *a + *b;
+  if (e->op == OpKind::Sub) return *a - *b;
+  if (e->op != OpKind::Mul) return std::nullopt;
+  for (int s = 0; s < 2; ++s)
+    if (e->args[s]->kind == ExprKind::Const && (s ? *a : *b) == 0) return e->args[s]->i * (s ? *b : *a);
+  return std::nullopt;
+}
+
+/// Whether the first load of `operand` whose offset moves with (kind, index) moves by
+/// one element per step: then the threads that stage the operand should run along it.
+bool unit_stride(const ExprRef& operand, ExprKind kind, int index) {
+  if (operand->kind == ExprKind::Load && mentions(operand->args.at(0), kind, index))
+    return coefficient(operand->args[0], kind, index) == std::optional<int64_t>(1);
+  for (const ExprRef& a : operand->args)
+    if (mentions(a, kind, index)) return unit_stride(a, kind, index);
+  return false;
+}
+
+/// The value of an i64 expression of parameters and constants (launch sizes).
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
+  auto arg = [&](int i) { return eval_index(e->args.at(i), params); };
+  switch (e->kind) {
+  case ExprKind::Const: return e->i;
+  case ExprKind::Param:
+    KILN_ASSERT(e->index >= 0 && e->index < static_cast<int>(params.size()), "launch size: bad param");
+    return params[e->index];
+  case ExprKind::IntDiv: return arg(1) ? arg(0) / arg(1) : 0;
+  case ExprKind::IntMod: return arg(1) ? arg(0) % arg(1) : 0;
+  case ExprKind::Op:
+    if (e->op == OpKind::Add) return arg(0) + arg(1);
+    if (e->op == OpKind::Sub) return arg(0) - arg(1);
+    if (e->op == OpKind::Mul) return arg(0) * arg(1);
+    if (e->op == OpKind::Maximum) return std::max(arg(0), arg(1));
+    if (e->op == OpKind::Minimum) return std::min(arg(0), arg(1));
+    break;
+  case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
+  case ExprKind::ReduceResult: case ExprKind::Random:
+    break;
+  }
+  KILN_ASSERT(false, "launch size is not an expression of parameters");
+  return 0;
+}
+
+/// The tiled GEMM's shape for a dtype (see cuda_emitter.h): a block of 16 x 16 threads
+/// computes a tm x tn output tile, each thread an mr x nr register tile (rows ty + 16 i,
+/// columns tx + 16 j), over k tiles of bk staged (double-buffered) in shared memory.
+struct GemmTile {
+  int tm, tn, bk, mr, nr, pad; ///< pad: extra elements per shared row (bank conflicts)
+};
+
+constexpr int kGemmThreads = 256;
+
+GemmTile gemm_tile(DType t) {
+  if (t == DType::Float64) return {64, 64, 16, 4, 4, 1};
+  return {128, 128, 8, 8, 8, 4};
+}
+
+/// Static shared memory of the tiled GEMM: two buffers of each operand's k tile.
+int64_t gemm_shared_bytes(DType t) {
+  const GemmTile g = gemm_tile(t);
+  return 2 * int64_t{g.bk} * ((g.tm + g.pad) + (g.tn + g.pad)) * (t == DType::Float64 ? 8 : 4);
+}
+
+/// A GEMM-form kernel (Kernel::gemm) that the tiled emitter handles: one fma Sum of
+/// a * b over one k extent, no map; a reads no column var, b no row var.
+bool is_tiled_gemm(const Kernel& k) {
+  if (!k.gemm || k.reductions.size() != 1 || !k.map.empty()) return false;
+  const Reduction& r = k.reductions[0];
+  if (!is_fma_reduction(r) || r.extents.size() != 1) return false;
+  if (r.dtype != DType::Float32 && r.dtype != DType::Float64) return false;
+  const GemmTiling& g = *k.gemm;
+  const int rank = static_cast<int>(k.domain.size());
+  if (g.m_var >= rank || g.n_var >= rank || (g.m_var >= 0 && g.m_var == g.n_var)) return false;
+  if (g.n_var >= 0 && mentions(r.value->args[0], ExprKind::LoopVar, g.n_var)) return false;
+  if (g.m_var >= 0 && mentions(r.value->args[1], ExprKind::LoopVar, g.m_var)) return false;
+  return true;
+}
+
 class CudaWriter {
 public:
   explicit CudaWriter(const Kernel& k) : k_(k) {}
@@ -124,9 +231,12 @@ public:
     KILN_ASSERT(!k_.name.empty(), "kernel not finalize()d");
     std::string head = "// kiln kernel " + k_.name + " as CUDA C++ (generated by codegen/src/cuda_emitter.cpp)\n";
     head += cuda_prelude();
-    head += "extern \"C\" __global__ void " + k_.name + "(" + signature() + ") {\n";
+    const bool tiled = is_tiled_gemm(k_);
+    head += "extern \"C\" __global__ void " + std::string(tiled ? "__launch_bounds__(256) " : "") + k_.name + "(" +
+            signature() + ") {\n";
     scopes_.emplace_back();
-    emit_domain();
+    if (tiled) emit_gemm();
+    else emit_domain();
     scopes_.pop_back();
     return head + body_ + "}\n";
   }
@@ -188,6 +298,187 @@ private:
     }
     if (rank > 0) line("const long long i0 = (long long)rest;");
     emit_point();
+    close();
+  }
+
+  // --- the tiled GEMM ----------------------------------------------------------
+
+  /// A GEMM-form kernel as a shared-memory tiled GEMM (see cuda_emitter.h). A grid-stride
+  /// loop over output tiles t = (batch * mtiles + mt) * ntiles + nt; per tile, k tiles in
+  /// order, double-buffered: iteration kt loads k tile kt into registers (through the
+  /// operands' own expressions, zero outside the matrices), multiplies k tile kt - 1 from
+  /// shared buffer (kt - 1) & 1, stores the registers into buffer kt & 1, then one
+  /// __syncthreads. Each output element accumulates fma(a, b, acc) over k in order from
+  /// 0 (k within the last tile bounded by K, never padded), as the LLVM path does; then
+  /// the kernel's stores run for it.
+  void emit_gemm() {
+    const Reduction& r = k_.reductions[0];
+    const GemmTiling& form = *k_.gemm;
+    const GemmTile g = gemm_tile(r.dtype);
+    const std::string T = reg_type(r.dtype), z = zero(r.dtype);
+    const std::string TM = std::to_string(g.tm), TN = std::to_string(g.tn), BK = std::to_string(g.bk);
+    const std::string MR = std::to_string(g.mr), NR = std::to_string(g.nr);
+    const int stage_a = g.tm * g.bk / kGemmThreads, stage_b = g.bk * g.tn / kGemmThreads;
+    const ExprRef& a = r.value->args[0];
+    const ExprRef& b = r.value->args[1];
+    // Threads stage an operand along the dim it is contiguous in (coalesced loads).
+    const bool a_kfast = unit_stride(a, ExprKind::ReduceVar, 0);
+    const bool b_kfast = !(form.n_var >= 0 && unit_stride(b, ExprKind::LoopVar, form.n_var)) &&
+                         unit_stride(b, ExprKind::ReduceVar, 0);
+    std::vector<int> batch_vars;
+    for (int d = 0; d < static_cast<int>(k_.domain.size()); ++d)
+      if (d != form.m_var && d != form.n_var) batch_vars.push_back(d);
+
+    line("if (blockDim.x != " + std::to_string(kGemmThreads) + ") __trap(); // the tiling needs exactly this block");
+    line("const long long M = " + (form.m_var >= 0 ? ref(k_.domain[form.m_var]) : std::string("1LL")) + ";");
+    line("const long long N = " + (form.n_var >= 0 ? ref(k_.domain[form.n_var]) : std::string("1LL")) + ";");
+    line("const long long K = " + ref(r.extents[0]) + ";");
+    std::string batch = "1LL";
+    for (size_t v = 0; v < batch_vars.size(); ++v) {
+      const std::string e = numbered("e", batch_vars[v]);
+      line("const long long " + e + " = " + ref(k_.domain[batch_vars[v]]) + ";");
+      batch = v ? batch + " * " + e : e;
+    }
+    line("const long long mtiles = (M + " + TM + " - 1) / " + TM + ", ntiles = (N + " + TN + " - 1) / " + TN + ";");
+    line("const long long tiles = " + (batch == "1LL" ? std::string() : batch + " * ") + "mtiles * ntiles, ktiles = (K + " + BK + " - 1) / " + BK + ";");
+    line("const int tx = (int)(threadIdx.x % 16u), ty = (int)(threadIdx.x / 16u);");
+    line("__shared__ " + T + " As[2][" + BK + "][" + std::to_string(g.tm + g.pad) + "];");
+    line("__shared__ " + T + " Bs[2][" + BK + "][" + std::to_string(g.tn + g.pad) + "];");
+    open("for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x)");
+    line("long long rest = tile;");
+    line("const long long tn0 = rest % ntiles * " + TN + ";");
+    line("rest /= ntiles;");
+    line("const long long tm0 = rest % mtiles * " + TM + ";");
+    line("rest /= mtiles;");
+    for (size_t v = batch_vars.size(); v-- > 0;) {
+      const std::string i = numbered("i", batch_vars[v]), e = numbered("e", batch_vars[v]);
+      const bool used = kernel_mentions(ExprKind::LoopVar, batch_vars[v]);
+      if (v == 0) {
+        if (used) line("const long long " + i + " = rest;");
+      } else {
+        if (used) line("const long long " + i + " = rest % " + e + ";");
+        line("rest /= " + e + ";");
+      }
+    }
+    line(T + " acc[" + MR + "][" + NR + "];");
+    line("#pragma unroll");
+    open("for (int i = 0; i < " + MR + "; ++i)");
+    line("#pragma unroll");
+    line("for (int j = 0; j < " + NR + "; ++j) acc[i][j] = " + z + ";");
+    close();
+    line(T + " ra[" + std::to_string(stage_a) + "], rb[" + std::to_string(stage_b) + "];");
+    open("for (long long kt = 0; kt <= ktiles; ++kt)");
+    open("if (kt < ktiles)");
+    emit_stage_load(a, "ra", stage_a, a_kfast, g.tm, g.bk, form.m_var, "tm0", "M");
+    emit_stage_load(b, "rb", stage_b, b_kfast, g.tn, g.bk, form.n_var, "tn0", "N");
+    close();
+    open("if (kt > 0)");
+    line("const int cur = (int)((kt - 1) & 1);");
+    line("const long long kn = K - (kt - 1) * " + BK + ";");
+    open("if (kn >= " + BK + ")");
+    line("#pragma unroll");
+    open("for (int kk = 0; kk < " + BK + "; ++kk)");
+    emit_tile_step(g, r.dtype);
+    close();
+    close();
+    open("else");
+    open("for (int kk = 0; kk < (int)kn; ++kk)");
+    emit_tile_step(g, r.dtype);
+    close();
+    close();
+    close();
+    open("if (kt < ktiles)");
+    line("const int nxt = (int)(kt & 1);");
+    emit_stage_store("As", "ra", stage_a, a_kfast, g.tm, g.bk);
+    emit_stage_store("Bs", "rb", stage_b, b_kfast, g.tn, g.bk);
+    close();
+    line("__syncthreads();");
+    close();
+    // The epilogue: the kernel's stores for each element of the thread's tile inside the output.
+    line("#pragma unroll");
+    open("for (int i = 0; i < " + MR + "; ++i)");
+    line("const long long row = tm0 + ty + i * 16;");
+    if (form.m_var >= 0 && stores_mention(form.m_var)) line("const long long " + numbered("i", form.m_var) + " = row;");
+    open("if (row < M)");
+    line("#pragma unroll");
+    open("for (int j = 0; j < " + NR + "; ++j)");
+    line("const long long col = tn0 + tx + j * 16;");
+    if (form.n_var >= 0 && stores_mention(form.n_var)) line("const long long " + numbered("i", form.n_var) + " = col;");
+    open("if (col < N)");
+    line("const " + T + " red0 = acc[i][j];");
+    results_ = 1;
+    emit_stores();
+    results_ = 0;
+    close();
+    close();
+    close();
+    close();
+    close(); // tiles
+  }
+
+  /// Whether the kernel's stores read domain var d.
+  bool stores_mention(int d) const {
+    for (const Store& st : k_.stores)
+      if (mentions(st.offset, ExprKind::LoopVar, d) || mentions(st.value, ExprKind::LoopVar, d)) return true;
+    return false;
+  }
+
+  /// Whether the reductions or the stores read the variable (kind, index).
+  bool kernel_mentions(ExprKind kind, int index) const {
+    for (const Reduction& r : k_.reductions)
+      if (mentions(r.value, kind, index)) return true;
+    for (const Store& st : k_.stores)
+      if (mentions(st.offset, kind, index) || mentions(st.value, kind, index)) return true;
+    return false;
+  }
+
+  /// Loads this thread's elements of an operand's k tile kt into registers `regs`:
+  /// element e = threadIdx.x + 256 s of the bk x extent tile, k fastest (kfast) or the
+  /// row/column fastest; 0 outside the matrix (not loaded there).
+  void emit_stage_load(const ExprRef& operand, const char* regs, int count, bool kfast, int extent, int bk, int var,
+                       const char* origin, const char* size) {
+    const std::string E = std::to_string(extent), BK = std::to_string(bk);
+    line("#pragma unroll");
+    open("for (int s = 0; s < " + std::to_string(count) + "; ++s)");
+    line("const int e = (int)threadIdx.x + s * " + std::to_string(kGemmThreads) + ";");
+    line(kfast ? "const int kk = e % " + BK + ", x = e / " + BK + ";" : "const int x = e % " + E + ", kk = e / " + E + ";");
+    line("const long long r0 = kt * " + BK + " + kk;");
+    if (var >= 0 && mentions(operand, ExprKind::LoopVar, var))
+      line("const long long " + numbered("i", var) + " = " + origin + " + x;");
+    line(reg_type(operand->dtype) + " val = " + zero(operand->dtype) + ";");
+    open("if (" + std::string(origin) + " + x < " + size + " && r0 < K)");
+    reduce_rank_ = 1;
+    line("val = " + ref(operand) + ";");
+    reduce_rank_ = -1;
+    close();
+    line(std::string(regs) + "[s] = val;");
+    close();
+  }
+
+  /// Stores the staged registers into shared buffer `nxt` of an operand (layout [k][x]).
+  void emit_stage_store(const char* shared, const char* regs, int count, bool kfast, int extent, int bk) {
+    const std::string E = std::to_string(extent), BK = std::to_string(bk);
+    line("#pragma unroll");
+    open("for (int s = 0; s < " + std::to_string(count) + "; ++s)");
+    line("const int e = (int)threadIdx.x + s * " + std::to_string(kGemmThreads) + ";");
+    line(kfast ? "const int kk = e % " + BK + ", x = e / " + BK + ";" : "const int x = e % " + E + ", kk = e / " + E + ";");
+    line(std::string(shared) + "[nxt][kk][x] = " + regs + "[s];");
+    close();
+  }
+
+  /// One k step of the thread's register tile from shared buffer `cur`.
+  void emit_tile_step(const GemmTile& g, DType dt) {
+    const std::string T = reg_type(dt), MR = std::to_string(g.mr), NR = std::to_string(g.nr);
+    line(T + " av[" + MR + "], bv[" + NR + "];");
+    line("#pragma unroll");
+    line("for (int i = 0; i < " + MR + "; ++i) av[i] = As[cur][kk][ty + i * 16];");
+    line("#pragma unroll");
+    line("for (int j = 0; j < " + NR + "; ++j) bv[j] = Bs[cur][kk][tx + j * 16];");
+    line("#pragma unroll");
+    open("for (int i = 0; i < " + MR + "; ++i)");
+    line("#pragma unroll");
+    line("for (int j = 0; j < " + NR + "; ++j) acc[i][j] = " + (dt == DType::Float32 ? "fmaf" : "fma") +
+         "(av[i], bv[j], acc[i][j]);");
     close();
   }
 
@@ -525,8 +816,34 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
   for (int p = 0; p < k.num_params; ++p) call += ", params[" + std::to_string(p) + "]";
   return "extern \"C\" void " + k.name +
          "_shim(unsigned grid, unsigned block, void* const* buffers, const long long* params) {\n"
-         "  kiln_shim::launch(grid, block, [&] { " +
+         "  kiln_shim::" + std::string(is_tiled_gemm(k) ? "launch_sync" : "launch") + "(grid, block, [&] { " +
          k.name + "(" + call + "); });\n}\n";
+}
+
+CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params) {
+  constexpr int64_t max_grid = 2147483647; // gridDim.x
+  CudaLaunchConfig c;
+  if (is_tiled_gemm(k)) {
+    const GemmTiling& form = *k.gemm;
+    const Reduction& r = k.reductions[0];
+    const GemmTile g = gemm_tile(r.dtype);
+    int64_t batch = 1, m = 1, n = 1;
+    for (int d = 0; d < static_cast<int>(k.domain.size()); ++d) {
+      const int64_t e = eval_index(k.domain[d], params);
+      (d == form.m_var ? m : d == form.n_var ? n : batch) *= e;
+    }
+    const int64_t tiles = batch * ((m + g.tm - 1) / g.tm) * ((n + g.tn - 1) / g.tn);
+    c.grid = static_cast<unsigned>(std::min(tiles, max_grid));
+    c.block = kGemmThreads;
+    c.fixed_block = true;
+    c.shared_bytes = static_cast<unsigned>(gemm_shared_bytes(r.dtype));
+    return c;
+  }
+  int64_t points = 1;
+  for (const ExprRef& e : k.domain) points *= eval_index(e, params);
+  c.block = 256;
+  c.grid = static_cast<unsigned>(std::min((points + c.block - 1) / c.block, max_grid));
+  return c;
 }
 
 } // namespace kiln::codegen
