@@ -374,17 +374,12 @@ private:
     close();
     open("if (kt > 0)");
     line("const int cur = (int)((kt - 1) & 1);");
-    line("const long long kn = K - (kt - 1) * " + BK + ";");
-    open("if (kn >= " + BK + ")");
-    line("#pragma unroll");
-    open("for (int kk = 0; kk < " + BK + "; ++kk)");
+    // k steps of this tile: BK, fewer in the last one (never padded). One loop body
+    // (not unrolled over kk) keeps the NVRTC compile short: MR x NR FMAs per MR + NR loads.
+    line("const long long left = K - (kt - 1) * " + BK + ";");
+    line("const int kn = left < " + BK + " ? (int)left : " + BK + ";");
+    open("for (int kk = 0; kk < kn; ++kk)");
     emit_tile_step(g, r.dtype);
-    close();
-    close();
-    open("else");
-    open("for (int kk = 0; kk < (int)kn; ++kk)");
-    emit_tile_step(g, r.dtype);
-    close();
     close();
     close();
     open("if (kt < ktiles)");
