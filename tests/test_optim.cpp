@@ -322,6 +322,100 @@ TEST(TrainingStep, LossDecreases) {
   EXPECT_LT(last, first * 0.5f);
 }
 
+// ---------------------------------------------------------------- compiled steps
+
+// The bits of every parameter, buffer and optimizer state tensor.
+std::vector<std::vector<float>> snapshot(nn::Module& m, const optim::Optimizer& opt) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : m.parameters()) out.push_back(t.to_vector<float>());
+  for (const Tensor& t : opt.state()) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+// Trains two identical models, one eagerly and one through compile(), and requires
+// the same bits after every step: the optimizer's slots, step counts, bias corrections
+// and learning rate must all follow the replays.
+template <class MakeOpt, class BetweenSteps>
+void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int steps) {
+  nn::manual_seed(11);
+  nn::Sequential eager_model = small_model();
+  nn::manual_seed(11);
+  nn::Sequential compiled_model = small_model();
+  auto eager_opt = make_opt(eager_model.parameters());
+  auto compiled_opt = make_opt(compiled_model.parameters());
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    compiled_opt.zero_grad();
+    Tensor loss = F::cross_entropy(compiled_model(a[0]), a[1]);
+    loss.backward();
+    compiled_opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  for (int64_t s = 0; s < steps; ++s) {
+    between(eager_opt, s);
+    between(compiled_opt, s);
+    const float eager_loss = train_step(eager_model, eager_opt, s);
+    const float compiled_loss = step({batch_x(s), batch_y(s)})[0].template item<float>();
+    ASSERT_EQ(eager_loss, compiled_loss) << "step " << s;
+    ASSERT_EQ(snapshot(eager_model, eager_opt), snapshot(compiled_model, compiled_opt)) << "step " << s;
+    ASSERT_EQ(eager_opt.state_dict().size(), compiled_opt.state_dict().size());
+  }
+  // Traces: one without gradients or slots, one with them; then only replays.
+  EXPECT_LE(step.num_traces(), 3u);
+  const optim::NamedTensors a = eager_opt.state_dict(), b = compiled_opt.state_dict();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].first.ends_with(".step")) EXPECT_EQ(a[i].second.template item<int64_t>(), b[i].second.template item<int64_t>()) << a[i].first;
+}
+
+TEST(CompiledStep, AdamMatchesEagerStepForStep) {
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); },
+                                [](optim::Optimizer&, int64_t) {}, 8);
+}
+
+TEST(CompiledStep, AdamWWithAmsgradMatchesEager) {
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) {
+        return optim::AdamW(std::move(p), {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true});
+      },
+      [](optim::Optimizer&, int64_t) {}, 6);
+}
+
+TEST(CompiledStep, SgdMomentumFollowsTheLearningRateSchedule) {
+  // The learning rate changes between replays: the compiled step must read it each time.
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.1, .momentum = 0.9, .nesterov = true}); },
+      [](optim::Optimizer& opt, int64_t s) { opt.set_lr(0.1 * std::pow(0.7, static_cast<double>(s))); }, 7);
+}
+
+TEST(CompiledStep, LoadingOptimizerStateTracesAgain) {
+  nn::manual_seed(12);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy(m(a[0]), a[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  for (int64_t s = 0; s < 4; ++s) step({batch_x(s), batch_y(s)});
+  const size_t traces = step.num_traces();
+  optim::NamedTensors loaded; // the same values in new tensors (as from a checkpoint file)
+  for (const auto& [name, t] : opt.state_dict()) loaded.emplace_back(name, t.detach());
+  opt.load_state_dict(loaded); // new slot tensors: the old trace would update the old ones
+  step({batch_x(4), batch_y(4)});
+  EXPECT_EQ(step.num_traces(), traces + 1);
+  size_t slots_after = 0;
+  for (const auto& [name, t] : opt.state_dict()) {
+    if (name.ends_with(".step")) EXPECT_EQ(t.item<int64_t>(), 5) << name;
+    for (const auto& [old_name, old_t] : loaded)
+      if (old_name == name && !name.ends_with(".step")) {
+        EXPECT_EQ(t.impl(), old_t.impl()) << name << ": the replay must update the loaded slot";
+        ++slots_after;
+      }
+  }
+  EXPECT_GT(slots_after, 0u);
+}
+
 // ---------------------------------------------------------------- checkpoints
 
 TEST(Checkpoint, SafetensorsRoundTripOfEveryDtype) {

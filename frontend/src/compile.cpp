@@ -33,6 +33,34 @@ void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
   cap->slots.push_back({impl, impl->node, impl->grad.defined() ? impl->grad.node() : nullptr});
 }
 
+namespace {
+Tensor host_scalar(DType dtype, double v) {
+  KILN_ASSERT(dtype == kFloat32 || dtype == kFloat64, "host_values of a non-float dtype");
+  return dtype == kFloat64 ? from_vector<double>({v}, {}) : from_vector<float>({static_cast<float>(v)}, {});
+}
+} // namespace
+
+std::vector<Tensor> host_values(size_t n, DType dtype, std::function<void(double*)> fill) {
+  std::vector<Tensor> out;
+  if (CaptureState* cap = active_capture()) {
+    CaptureState::HostValues h{{}, dtype, std::move(fill)};
+    for (size_t i = 0; i < n; ++i) {
+      h.placeholders.push_back(graph::make_input(dtype, {}, nullptr));
+      out.emplace_back(h.placeholders.back());
+    }
+    cap->host_values.push_back(std::move(h));
+    return out;
+  }
+  std::vector<double> v(n);
+  fill(v.data());
+  for (double x : v) out.push_back(host_scalar(dtype, x));
+  return out;
+}
+
+void trace_guard(std::function<bool()> still_valid) {
+  if (CaptureState* cap = active_capture()) cap->guards.push_back(std::move(still_valid));
+}
+
 } // namespace detail
 
 namespace {
@@ -49,6 +77,8 @@ struct Destination {
 struct Trace {
   std::vector<graph::NodeRef> placeholders;
   std::vector<Slot> slots;
+  std::vector<detail::CaptureState::HostValues> host_values;
+  std::vector<std::function<bool()>> guards;
   std::vector<bool> grad_defined; // per slot, at trace start
   runtime::Plan plan;
   std::vector<Destination> destinations; // one per plan output, then ClearGrad entries
@@ -103,6 +133,8 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
     s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
   }
   tr.slots = std::move(state.slots);
+  tr.host_values = std::move(state.host_values);
+  tr.guards = std::move(state.guards);
   tr.plan = runtime::make_plan(outputs);
   return tr;
 }
@@ -110,7 +142,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
 bool state_matches(const Trace& tr) {
   for (size_t i = 0; i < tr.slots.size(); ++i)
     if (tr.slots[i].impl->grad.defined() != tr.grad_defined[i]) return false;
-  return true;
+  return std::all_of(tr.guards.begin(), tr.guards.end(), [](const auto& still_valid) { return still_valid(); });
 }
 
 runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
@@ -125,6 +157,11 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   for (const Slot& s : tr.slots) {
     b[s.start_node.get()] = s.impl->node->realized();
     if (s.start_grad) b[s.start_grad.get()] = s.impl->grad.node()->realized();
+  }
+  for (const auto& h : tr.host_values) { // this step's host values, in trace order
+    std::vector<double> v(h.placeholders.size());
+    h.fill(v.data());
+    for (size_t i = 0; i < v.size(); ++i) b[h.placeholders[i].get()] = detail::host_scalar(h.dtype, v[i]).node()->realized();
   }
   return b;
 }

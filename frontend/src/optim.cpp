@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "frontend/src/tensor_impl.h"
 #include "kiln/autograd.h"
 
 namespace kiln::optim {
@@ -49,9 +50,25 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
-Tensor Optimizer::host_scalar(double v, const Tensor& like) {
-  if (like.dtype() == kFloat64) return from_vector<double>({v}, {});
-  return from_vector<float>({static_cast<float>(v)}, {}).to(like.dtype());
+Tensor Optimizer::grad_of(size_t i) {
+  Tensor g = params_[i].grad();
+  detail::trace_guard([this, i, had = g.defined()] { return params_[i].grad().defined() == had; });
+  return g;
+}
+
+Tensor& Optimizer::slot(size_t i, const std::string& name) {
+  auto current = [this, i, name]() -> std::shared_ptr<TensorImpl> {
+    auto it = state_[i].slots.find(name);
+    return it == state_[i].slots.end() ? nullptr : it->second.impl();
+  };
+  detail::trace_guard([current, was = current()] { return current() == was; });
+  auto [it, created] = state_[i].slots.try_emplace(name);
+  if (created) it->second = zeros_like(params_[i]);
+  return it->second;
+}
+
+std::vector<Tensor> Optimizer::host_values(size_t i, size_t n, std::function<void(double*)> fill) {
+  return detail::host_values(n, params_[i].dtype(), std::move(fill));
 }
 
 std::vector<Tensor> Optimizer::state() const {
@@ -111,18 +128,20 @@ void SGD::step() {
   const SGDOptions& o = options;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    Tensor g = p.grad();
+    Tensor g = grad_of(i);
     if (!g.defined()) continue;
-    ParamState& s = state_[i];
     if (o.weight_decay != 0) g = g + p * o.weight_decay;
     if (o.momentum != 0) {
-      auto it = s.slots.find("momentum_buffer");
-      Tensor buf = it == s.slots.end() ? g : it->second * o.momentum + g * (1.0 - o.dampening);
-      s.slots["momentum_buffer"] = buf;
+      const bool first = state_[i].slots.count("momentum_buffer") == 0; // torch: the first buffer is g
+      Tensor& buf = slot(i, "momentum_buffer");
+      buf.assign(first ? g : buf * o.momentum + g * (1.0 - o.dampening));
       g = o.nesterov ? g + buf * o.momentum : buf;
     }
-    p.assign(p - host_scalar(lr_, p) * g);
-    ++s.step;
+    const Tensor lr = host_values(i, 1, [this, i](double* v) {
+      ++state_[i].step;
+      v[0] = lr_;
+    })[0];
+    p.assign(p - lr * g);
   }
 }
 
@@ -145,27 +164,30 @@ void Adam::step() {
   const double wd = options.weight_decay;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    Tensor g = p.grad();
+    Tensor g = grad_of(i);
     if (!g.defined()) continue;
-    ParamState& s = state_[i];
-    const int64_t t = ++s.step;
-    if (wd != 0 && decoupled_) p.assign(p * host_scalar(1.0 - lr_ * wd, p));
+    // This step's host values: the decoupled decay factor and the bias corrections, in
+    // double on the host as torch computes them for a non-capturable step.
+    const std::vector<Tensor> h = host_values(i, 3, [this, i, b1, b2, wd](double* v) {
+      const auto t = static_cast<double>(++state_[i].step);
+      v[0] = 1.0 - lr_ * wd;
+      v[1] = std::sqrt(1.0 - std::pow(b2, t));
+      v[2] = lr_ / (1.0 - std::pow(b1, t));
+    });
+    if (wd != 0 && decoupled_) p.assign(p * h[0]);
     if (wd != 0 && !decoupled_) g = g + p * wd;
-    Tensor m = s.slots.count("exp_avg") ? s.slots["exp_avg"] : zeros_like(p);
-    Tensor v = s.slots.count("exp_avg_sq") ? s.slots["exp_avg_sq"] : zeros_like(p);
-    m = m + (g - m) * (1.0 - b1); // torch's lerp_(grad, 1 - beta1)
-    v = v * b2 + g * (1.0 - b2) * g; // torch's addcmul_(grad, grad, 1 - beta2)
-    s.slots["exp_avg"] = m;
-    s.slots["exp_avg_sq"] = v;
+    Tensor& m = slot(i, "exp_avg");
+    Tensor& v = slot(i, "exp_avg_sq");
+    m.assign(m + (g - m) * (1.0 - b1)); // torch's lerp_(grad, 1 - beta1)
+    v.assign(v * b2 + g * (1.0 - b2) * g); // torch's addcmul_(grad, grad, 1 - beta2)
+    Tensor second = v;
     if (options.amsgrad) {
-      Tensor vmax = s.slots.count("max_exp_avg_sq") ? s.slots["max_exp_avg_sq"] : zeros_like(p);
-      v = s.slots["max_exp_avg_sq"] = maximum(vmax, v);
+      Tensor& vmax = slot(i, "max_exp_avg_sq");
+      vmax.assign(maximum(vmax, v));
+      second = vmax;
     }
-    // Bias corrections in double on the host, as torch does for a non-capturable step.
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
-    Tensor denom = sqrt(v) / host_scalar(bc2_sqrt, p) + options.eps;
-    p.assign(p - host_scalar(lr_ / bc1, p) * m / denom);
+    Tensor denom = sqrt(second) / h[1] + options.eps;
+    p.assign(p - h[2] * m / denom);
   }
 }
 

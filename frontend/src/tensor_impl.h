@@ -1,8 +1,10 @@
 #pragma once
 // Internal: the shared state behind a Tensor handle, and helpers for op implementations.
 
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "graph/node.h"
 #include "kiln/tensor.h"
@@ -49,6 +51,14 @@ struct CaptureState {
     graph::NodeRef start_grad;        ///< its gradient's node then, or null
   };
   std::vector<Slot> slots; ///< in order of first touch
+  /// Host-computed scalars (host_values): placeholders bound to fresh values before each replay.
+  struct HostValues {
+    std::vector<graph::NodeRef> placeholders; ///< 0-d inputs without data
+    DType dtype;                              ///< their dtype
+    std::function<void(double*)> fill;        ///< computes their values (and host side effects)
+  };
+  std::vector<HostValues> host_values; ///< in trace order
+  std::vector<std::function<bool()>> guards; ///< the trace is replayed only while all hold
 };
 
 /// The capture in progress on this thread, or null.
@@ -58,5 +68,14 @@ void set_active_capture(CaptureState* s);
 /// Called before a tensor's value or gradient changes: during a trace, records its
 /// state at first touch (realizing it first).
 void note_state_change(const std::shared_ptr<TensorImpl>& impl);
+/// n 0-d tensors of `dtype` (f32 or f64) whose values the host computes with fill():
+/// called now outside a trace; inside a compile() trace, called before every replay
+/// instead, so that per-step host values (a scheduled learning rate, Adam's bias
+/// corrections and step counts) stay current in a compiled step. fill() may have
+/// host side effects (advancing a step counter): they happen once per step either way.
+std::vector<Tensor> host_values(size_t n, DType dtype, std::function<void(double*)> fill);
+/// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
+/// traced again otherwise (host state the traced code branched on). No-op outside.
+void trace_guard(std::function<bool()> still_valid);
 
 } // namespace kiln::detail

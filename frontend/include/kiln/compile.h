@@ -22,6 +22,14 @@ namespace kiln {
 /// by zero_grad() are updated after each replay, exactly as an eager call would.
 /// Reading a value inside the function (item(), to_vector()) is an error while
 /// tracing. Random numbers use the seeds recorded at trace time on every replay.
+///
+/// kiln's optimizers work inside: their slots (momentum, Adam's moments) are updated
+/// with assign(), and their per-step host values (the learning rate, Adam's bias
+/// corrections, step counts) are recomputed before every replay, so a compiled step
+/// gives the same bits as the eager one, schedules included. A replay also checks the
+/// host state the trace branched on (which parameters have gradients, which optimizer
+/// slots exist and whether they were replaced by load_state_dict()) and traces again
+/// when it changed.
 class CompiledFunction {
 public:
   /// The traced function's type.

@@ -14,6 +14,7 @@
 /// compiled kernels are the same at every step.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -68,8 +69,19 @@ protected:
   };
   /// The slot names this optimizer may create (for load_state_dict's checks).
   virtual std::vector<std::string> slot_names() const = 0;
-  /// A 0-d input tensor holding `v` in `like`'s dtype: a kernel argument, not a constant.
-  static Tensor host_scalar(double v, const Tensor& like);
+  /// The gradient of parameter i (undefined: no update). Inside a compile() trace, the
+  /// trace is replayed only while that stays so.
+  Tensor grad_of(size_t i);
+  /// The slot `name` of parameter i, created as zeros like the parameter on first use.
+  /// Update it with Tensor::assign() (so that compile() captures the update). Inside a
+  /// trace, the trace is replayed only while the slot is this same tensor (a new slot
+  /// or a loaded state traces again).
+  Tensor& slot(size_t i, const std::string& name);
+  /// n 0-d tensors in parameter i's dtype computed by fill() on the host once per step:
+  /// now, or before every replay of a compiled step (kernel arguments, not constants,
+  /// so a scheduled learning rate and per-step corrections stay current). fill() is
+  /// where per-step host state (the step count) advances.
+  std::vector<Tensor> host_values(size_t i, size_t n, std::function<void(double*)> fill);
 
   std::vector<Tensor> params_;     ///< the parameters
   std::vector<ParamState> state_;  ///< one per parameter
