@@ -4,9 +4,10 @@
 //   ./build/examples/train --model cnn --epochs 3 --checkpoint cnn.safetensors
 //   ./build/examples/train --model cnn --epochs 5 --checkpoint cnn.safetensors --resume
 //
-// Each step builds the lazy graph of forward, loss, backward and the optimizer's
-// update, then realizes the loss, the parameters, the buffers and the optimizer
-// state in one call, so that the whole step is scheduled (and fused) at once.
+// A training step (forward, loss, backward and the optimizer's update) is one
+// compiled function: traced and scheduled (and fused) as a whole once, then replayed
+// for every batch with no graph building. --eager builds and realizes each step's
+// graph instead, with the same results.
 
 #include <chrono>
 #include <cmath>
@@ -38,6 +39,7 @@ struct Args {
   std::string device = options().device; // KILN_DEVICE, default cpu
   bool list_devices = false;
   bool fusion = true;
+  bool eager = false; // build and schedule every step's graph instead of replaying a compiled step
   std::string checkpoint;
   bool resume = false;
   int64_t limit = 0; // 0: all training samples
@@ -47,7 +49,8 @@ struct Args {
 
 void usage() {
   std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device D]\n"
-               "             [--list-devices] [--no-fusion] [--checkpoint PATH] [--resume] [--limit N] [--seed N] [--data DIR]\n"
+               "             [--list-devices] [--no-fusion] [--eager] [--checkpoint PATH] [--resume] [--limit N] [--seed N]\n"
+               "             [--data DIR]\n"
                "  --model       mlp (784-256-128-10) or cnn (2 x conv3x3+BN+ReLU+maxpool, 2 FC); default mlp\n"
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
@@ -56,6 +59,8 @@ void usage() {
                "                not written yet, so cuda says why it cannot be used and auto falls back to cpu\n"
                "  --list-devices  print the CPU and the CUDA devices (or why there are none) and exit\n"
                "  --no-fusion   one kernel per primitive op (same results, slower)\n"
+               "  --eager       build and schedule each step's graph instead of replaying the compiled step\n"
+               "                (same results, slower)\n"
                "  --checkpoint  save model and optimizer state here after every epoch (safetensors)\n"
                "  --resume      continue from --checkpoint (same losses as an uninterrupted run)\n"
                "  --limit       train on the first N samples only (quick runs)\n"
@@ -92,6 +97,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--device") a.device = value();
     else if (f == "--list-devices") a.list_devices = true;
     else if (f == "--no-fusion") a.fusion = false;
+    else if (f == "--eager") a.eager = true;
     else if (f == "--checkpoint") a.checkpoint = value();
     else if (f == "--resume") a.resume = true;
     else if (f == "--limit") a.limit = number<int64_t>(f, value());
@@ -144,25 +150,43 @@ double accuracy(nn::Module& model, const data::Dataset& ds) {
   return static_cast<double>(correct) / static_cast<double>(ds.size());
 }
 
+// One training step on a batch; returns the loss. Eagerly: builds the step's graph
+// and realizes the loss, parameters, buffers and optimizer state in one call.
+Tensor eager_step(nn::Module& model, optim::Optimizer& opt, const data::Batch& b) {
+  opt.zero_grad();
+  Tensor loss = F::cross_entropy(model(b.x), b.y);
+  loss.backward();
+  opt.step();
+  std::vector<Tensor> all = model.parameters();
+  for (const Tensor& t : model.buffers()) all.push_back(t);
+  for (const Tensor& t : opt.state()) all.push_back(t);
+  Tensor value = loss.detach();
+  all.push_back(value);
+  kiln::realize(all);
+  return value;
+}
+
+// The same step as a compiled function of (x, y).
+CompiledFunction compiled_step(nn::Module& model, optim::Optimizer& opt) {
+  return compile([&model, &opt](const std::vector<Tensor>& xy) {
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy(model(xy[0]), xy[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+}
+
 // One epoch of training; returns the mean training loss.
-double train_epoch(nn::Module& model, optim::Optimizer& opt, const data::Dataset& train, const Args& a, int64_t epoch) {
-  std::vector<Tensor> state = model.parameters();
-  for (const Tensor& b : model.buffers()) state.push_back(b);
+double train_epoch(nn::Module& model, optim::Optimizer& opt, CompiledFunction& step, const data::Dataset& train,
+                   const Args& a, int64_t epoch) {
   double sum = 0;
   int64_t done = 0, steps = 0;
   const auto start = Clock::now();
   auto last_print = start;
   for (const data::Batch& b : train.batches(a.batch, a.seed * 1000003 + static_cast<uint64_t>(epoch))) {
-    opt.zero_grad();
-    Tensor loss = F::cross_entropy(model(b.x), b.y);
-    loss.backward();
-    opt.step();
-    std::vector<Tensor> all = state;
-    for (const Tensor& s : opt.state()) all.push_back(s);
-    Tensor value = loss.detach();
-    all.push_back(value);
-    kiln::realize(all);
-    sum += value.item<float>();
+    const Tensor loss = a.eager ? eager_step(model, opt, b) : step({b.x, b.y})[0];
+    sum += loss.item<float>();
     done += b.y.size(0);
     ++steps;
     if (seconds_since(last_print) > 0.2 || done == train.size()) {
@@ -203,7 +227,8 @@ int run(const Args& a) {
   optim::Adam opt(model.parameters(), {.lr = a.lr});
   optim::CosineAnnealingLR schedule(opt, a.epochs);
   std::cout << model.str() << "\nparameters: " << model.num_parameters() << ", training samples: " << train.size()
-            << ", batch " << a.batch << ", fusion " << (a.fusion ? "on" : "off") << "\n";
+            << ", batch " << a.batch << ", fusion " << (a.fusion ? "on" : "off")
+            << (a.eager ? ", eager steps" : ", compiled steps") << "\n";
 
   int64_t first_epoch = 0;
   if (a.resume) {
@@ -219,10 +244,11 @@ int run(const Args& a) {
     std::cout << "resumed from " << a.checkpoint << " after epoch " << first_epoch << "\n";
   }
 
+  CompiledFunction step = compiled_step(model, opt);
   double acc = 0;
   for (int64_t epoch = first_epoch; epoch < a.epochs; ++epoch) {
     const auto start = Clock::now();
-    const double loss = train_epoch(model, opt, train, a, epoch);
+    const double loss = train_epoch(model, opt, step, train, a, epoch);
     const double train_secs = seconds_since(start);
     acc = accuracy(model, test);
     schedule.step();
