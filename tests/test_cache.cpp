@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -100,6 +101,52 @@ TEST(DiskCache, CorruptAndTruncatedEntriesAreRecompiled) {
   const ChildReport third = run_child(dir); // the rewritten entries load again
   EXPECT_EQ(third.compiles, 0u);
   EXPECT_EQ(third.result, first.result);
+  fs::remove_all(dir);
+}
+
+// Rewrites the cache entry at `path` with `object` in place of its object code,
+// keeping the entry well-formed: the right key, length and checksum.
+void replace_object(const fs::path& path, const std::string& object) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  uint64_t key_len = 0;
+  std::memcpy(&key_len, data.data() + 8, 8);
+  std::string entry = data.substr(0, 16 + key_len);
+  auto append_u64 = [&](uint64_t v) { entry.append(reinterpret_cast<const char*>(&v), 8); };
+  append_u64(object.size());
+  append_u64(codegen::hash_text(object));
+  entry += object;
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(entry.data(), static_cast<std::streamsize>(entry.size()));
+}
+
+TEST(DiskCache, WellFormedEntriesWithUnloadableObjectsAreRecompiled) {
+  // A checksum only proves the bytes are those written; an object LLVM cannot load
+  // (or that lacks the kernel's symbol) must not reach the JIT either.
+  const std::string dir = fresh_dir("unloadable");
+  const ChildReport first = run_child(dir);
+  ASSERT_FALSE(first.result.empty()) << first.output;
+  int replaced = 0;
+  std::string another_entry_object; // a real object file, of another kernel
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (replaced == 0) {
+      replace_object(e.path(), "not an object file");
+    } else if (replaced == 1) {
+      std::ifstream in(e.path(), std::ios::binary);
+      another_entry_object.assign(std::istreambuf_iterator<char>(in), {});
+    } else if (replaced == 2) {
+      // a valid ELF object, but without this kernel's symbol: strip the entry header
+      uint64_t key_len = 0;
+      std::memcpy(&key_len, another_entry_object.data() + 8, 8);
+      replace_object(e.path(), another_entry_object.substr(16 + key_len + 16));
+    }
+    ++replaced;
+  }
+  ASSERT_GE(replaced, 3);
+  const ChildReport second = run_child(dir);
+  EXPECT_EQ(second.rejects, 2u) << second.output;
+  EXPECT_EQ(second.compiles, 2u) << second.output;
+  EXPECT_EQ(second.result, first.result);
   fs::remove_all(dir);
 }
 

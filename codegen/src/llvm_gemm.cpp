@@ -563,6 +563,8 @@ std::string GemmSupport::name() const {
          std::to_string(nr);
 }
 
+std::string GemmSupport::defined_symbol() const { return name() + micro_suffix(MicroForm::Packed); }
+
 GemmSupport gemm_support_of(const Kernel& k) {
   KILN_ASSERT(k.gemm.has_value() && !k.reductions.empty(), "gemm_support_of without a GEMM form: " + k.name);
   return GemmSupport{k.reductions[0].dtype, k.gemm->mr, k.gemm->nr};

@@ -50,6 +50,8 @@ struct GemmSupport {
   int64_t mr = 0, nr = 0;
   /// The symbol prefix of the routines, e.g. "kiln_gemm_f32_12x32".
   std::string name() const;
+  /// One symbol the module defines (what a cached object of it must define).
+  std::string defined_symbol() const;
 };
 
 /// The support routines kernel `k` (in the GEMM form) calls.

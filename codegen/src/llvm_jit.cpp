@@ -22,6 +22,7 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -76,7 +77,10 @@ public:
     warn("cannot write to " + dir);
   }
 
-  std::optional<std::string> read(const std::string& key) {
+  /// The object code stored under `key`, if the entry is whole and its object defines
+  /// `symbol` (an entry whose checksum matches but whose object LLVM cannot read is
+  /// rejected like a corrupt one, and recompiled).
+  std::optional<std::string> read(const std::string& key, const std::string& symbol) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path(key), ec)) return std::nullopt; // missing, or not a file
     std::ifstream in(path(key), std::ios::binary);
@@ -102,7 +106,7 @@ public:
     const auto obj_len = stored_key ? take_u64() : std::nullopt;
     const auto obj_hash = obj_len ? take_u64() : std::nullopt;
     const auto obj = obj_hash && *obj_len <= data.size() ? take(*obj_len) : std::nullopt;
-    if (!obj || hash_text(*obj) != *obj_hash || pos != data.size()) {
+    if (!obj || hash_text(*obj) != *obj_hash || pos != data.size() || !defines(*obj, symbol)) {
       ++rejects;
       return std::nullopt;
     }
@@ -135,6 +139,24 @@ public:
 
 private:
   std::string dir_;
+
+  /// True when `object` parses as an object file with a defined symbol `symbol`.
+  static bool defines(const std::string& object, const std::string& symbol) {
+    auto file = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(object, symbol));
+    if (!file) {
+      llvm::consumeError(file.takeError());
+      return false;
+    }
+    for (const llvm::object::SymbolRef& s : (*file)->symbols()) {
+      auto name = s.getName();
+      auto flags = s.getFlags();
+      const bool defined = name && flags && *name == symbol && !(*flags & llvm::object::SymbolRef::SF_Undefined);
+      if (!name) llvm::consumeError(name.takeError());
+      if (!flags) llvm::consumeError(flags.takeError());
+      if (defined) return true;
+    }
+    return false;
+  }
 
   std::string path(const std::string& key) const {
     char name[32];
@@ -293,7 +315,7 @@ struct LlvmJit::Impl {
         return it->second;
       }
       key = disk.enabled() ? cache_key(k) : std::string();
-      if (disk.enabled()) object = disk.read(key);
+      if (disk.enabled()) object = disk.read(key, k.name);
     }
     source = object ? Source::Disk : Source::Compiled;
     if (!object) object = object_code(k);
@@ -319,7 +341,8 @@ struct LlvmJit::Impl {
       std::lock_guard lock(mu);
       if (supports.count(name)) return;
       key = disk.enabled() ? "gemm support " + name + "\n" + target_key() : std::string();
-      if (auto object = disk.enabled() ? disk.read(key) : std::nullopt) return add_support(name, *object);
+      if (auto object = disk.enabled() ? disk.read(key, s.defined_symbol()) : std::nullopt)
+        return add_support(name, *object);
     }
     llvm::TargetMachine& tm = thread_target_machine();
     llvm::LLVMContext ctx;
