@@ -9,7 +9,8 @@
 /// - kiln_shim::launch(grid, block, body): barrier-free kernels. A plain loop over blocks
 ///   and threads sets blockIdx/threadIdx and calls body once per CUDA thread.
 /// - kiln_shim::launch_sync(grid, block, body): kernels that use __shared__ memory and
-///   __syncthreads (the tiled GEMM). The threads of one block run as fibers
+///   __syncthreads (the tiled GEMM) or warp shuffles (row kernels; emulated with two
+///   block barriers each). The threads of one block run as fibers
 ///   (makecontext/swapcontext, one small stack each, on the launching host thread): each
 ///   round resumes every live fiber in threadIdx order until it reaches the next
 ///   __syncthreads or returns, so no fiber passes a barrier before all have reached it.
@@ -117,6 +118,37 @@ inline void __syncthreads() {
     std::abort();
   }
   swapcontext(&f->ctx[threadIdx.x], &f->scheduler);
+}
+
+namespace kiln_shim {
+/// The values of one warp shuffle, by threadIdx.x (a block has at most 1024 threads).
+inline thread_local unsigned char shuffle_slots[1024 * 8];
+} // namespace kiln_shim
+
+/// CUDA's warp shuffles, for kernels run by launch_sync whose every thread of the block
+/// executes the same shuffles (as the emitted row kernels do): each is a write, a block
+/// barrier, a read of the source lane's value (within segments of `width` lanes) and a
+/// barrier. Values travel as bits.
+template <class T> T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+  const unsigned me = threadIdx.x, from = me - me % static_cast<unsigned>(width) + static_cast<unsigned>(src);
+  std::memcpy(kiln_shim::shuffle_slots + 8 * me, &v, sizeof v);
+  __syncthreads();
+  T r;
+  std::memcpy(&r, kiln_shim::shuffle_slots + 8 * from, sizeof r);
+  __syncthreads();
+  return r;
+}
+template <class T> T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+  const unsigned me = threadIdx.x, lane = me % static_cast<unsigned>(width);
+  const unsigned from = lane + delta < static_cast<unsigned>(width) ? me + delta : me;
+  std::memcpy(kiln_shim::shuffle_slots + 8 * me, &v, sizeof v);
+  __syncthreads();
+  T r;
+  std::memcpy(&r, kiln_shim::shuffle_slots + 8 * from, sizeof r);
+  __syncthreads();
+  return r;
 }
 
 namespace kiln_shim {

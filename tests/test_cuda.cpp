@@ -309,6 +309,37 @@ void add_gemm(std::vector<Case>& cases) {
   }
 }
 
+/// Row kernels (reductions, then a map over the row): the CUDA emitter runs them with 16
+/// threads per row, float sums split in the order of sum_lanes (16 f32 / 8 f64 lanes).
+/// Rows shorter than, equal to and longer than the lanes, with and without a tail; more
+/// rows than the test's grid of 3 blocks of 16 rows, and a partial last block; sums over
+/// two dims; a strided row (softmax over dim 0); specials.
+void add_rows(std::vector<Case>& cases) {
+  for (DType dt : kFloats) {
+    cases.push_back({"rows_lengths_" + dn(dt), [dt] {
+                       std::vector<Tensor> out;
+                       for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 100})
+                         out.push_back(F::softmax(make(dt, {5, n}, 250 + static_cast<uint64_t>(n)), 1));
+                       return out;
+                     }});
+    cases.push_back({"rows_many_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {53, 40}, 261);
+                       return std::vector<Tensor>{F::softmax(x, 1), F::layer_norm(x, {40}, make(dt, {40}, 262), make(dt, {40}, 263)),
+                                                  x - mean(x, {1}, true)};
+                     }});
+    cases.push_back({"rows_two_dims_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {6, 5, 7}, 264);
+                       return std::vector<Tensor>{F::layer_norm(x, {5, 7}, make(dt, {5, 7}, 265), make(dt, {5, 7}, 266)),
+                                                  x / sum(x.transpose(1, 2), {1, 2}, true).reshape({6, 1, 1}),
+                                                  F::softmax(make(dt, {40, 3}, 267), 0)};
+                     }});
+    cases.push_back({"rows_specials_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {9, 37}, 268, true);
+                       return std::vector<Tensor>{F::softmax(x, 1), F::log_softmax(x, 1), x - mean(x, {1}, true)};
+                     }});
+  }
+}
+
 void add_movement_and_leaves(std::vector<Case>& cases) {
   for (DType dt : kAll)
     cases.push_back({"movement_" + dn(dt), [dt] {
@@ -340,6 +371,7 @@ const std::vector<Case>& all_cases() {
     add_reductions(c);
     add_rows_and_matmul(c);
     add_gemm(c);
+    add_rows(c);
     add_movement_and_leaves(c);
     return c;
   }();
@@ -601,14 +633,16 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
   return result;
 }
 
-/// Distance in units in the last place (ordered bit patterns).
-template <class F, class I> I ulp_distance(F a, F b) {
-  I ia, ib;
-  std::memcpy(&ia, &a, sizeof a);
-  std::memcpy(&ib, &b, sizeof b);
-  if (ia < 0) ia = std::numeric_limits<I>::min() - ia;
-  if (ib < 0) ib = std::numeric_limits<I>::min() - ib;
-  return ia > ib ? ia - ib : ib - ia;
+/// Distance in units in the last place (ordered bit patterns; no overflow for any pair).
+template <class F, class I> uint64_t ulp_distance(F a, F b) {
+  using U = std::make_unsigned_t<I>;
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof a);
+  std::memcpy(&ub, &b, sizeof b);
+  const U sign = U(1) << (8 * sizeof(U) - 1);
+  ua = ua & sign ? U(~ua) : U(ua | sign);
+  ub = ub & sign ? U(~ub) : U(ub | sign);
+  return ua > ub ? ua - ub : ub - ua;
 }
 
 /// Bitwise equal, or both NaN.
@@ -691,6 +725,25 @@ TEST(CudaTiledGemm, GemmCasesRunTheTiledKernel) {
       EXPECT_EQ(cfg.shared_bytes, f64 ? 33280u : 16896u);
     }
     EXPECT_GT(tiled, 0);
+  }
+}
+
+TEST(CudaRowKernels, RowCasesRunTheRowKernel) {
+  for (const Case& c : all_cases()) {
+    if (c.name.rfind("rows_", 0) != 0) continue;
+    SCOPED_TRACE(c.name);
+    int rows = 0;
+    const std::vector<Tensor> ts = c.build();
+    for (const KernelLaunch& l : schedule_of(ts).launches) {
+      const std::string src = codegen::emit_cuda(l.kernel);
+      if (src.find("__shfl_down_sync") == std::string::npos) continue;
+      ++rows;
+      const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
+      EXPECT_TRUE(cfg.fixed_block);
+      EXPECT_EQ(cfg.block, 256u);
+      EXPECT_EQ(cfg.grid, static_cast<unsigned>((l.domain_size + 15) / 16)); // 16 rows a block
+    }
+    EXPECT_GT(rows, 0);
   }
 }
 
