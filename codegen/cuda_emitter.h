@@ -15,9 +15,17 @@
 ///   parameter values. Every kernel is correct for any grid (it loops over its work with
 ///   a grid-stride loop); the block is free except where the config says `fixed_block`.
 ///
-/// Barrier-free kernels (all but the tiled GEMM): a grid-stride loop over the flattened
+/// Plain kernels (all but the two forms below): a grid-stride loop over the flattened
 /// domain (the domain size is computed from the parameters); each domain point runs its
 /// reductions sequentially in the IR's order (one thread per point, no shared memory).
+///
+/// Row kernels (a map after the reductions: softmax, layernorm): exactly 256 threads a
+/// block, 16 per row (domain point), a grid-stride loop over blocks of 16 rows. A float
+/// sum in sum_lanes order is split across the row's threads: thread g computes lane g
+/// (16 f32 / 8 f64 lanes), the lanes are combined pairwise by __shfl_down_sync in
+/// sum_lanes' order and broadcast by __shfl_sync (runs shorter than the lanes are summed
+/// sequentially by every thread); other reductions are computed by each thread of the
+/// row alike; the map's points are split across the row's threads.
 ///
 /// The tiled GEMM: a GEMM-form kernel (Kernel::gemm, see kernel_ir.h) is emitted as a
 /// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps
@@ -34,8 +42,8 @@
 /// t = (batch * mtiles + mt) * ntiles + nt. Each output element accumulates
 /// fma(a, b, acc) over k = 0, 1, ..., K-1 in order, exactly the LLVM path's order, and
 /// the kernel's stores (the fused epilogue) then run for it.
-/// The CPU shim (codegen/cuda_shim.h) runs the barrier-free kernels as a plain loop and
-/// the tiled GEMM with one fiber per CUDA thread.
+/// The CPU shim (codegen/cuda_shim.h) runs plain kernels as a loop over threads, the
+/// tiled GEMM and row kernels with one fiber per CUDA thread.
 ///
 /// Numerics: compile with NVRTC's --fmad=false (nvrtc_compile does), never with
 /// --use_fast_math. The kernel's own arithmetic then rounds like the LLVM path's, op by
@@ -62,13 +70,14 @@ std::string emit_cuda(const Kernel& k);
 struct CudaLaunchConfig {
   unsigned grid = 0;          ///< blocks; 0 when there is nothing to compute (do not launch)
   unsigned block = 0;         ///< threads per block
-  bool fixed_block = false;   ///< the kernel needs exactly `block` threads (the tiled GEMM); else any block works
+  bool fixed_block = false;   ///< the kernel needs exactly `block` threads (tiled GEMM, row kernels); else any block works
   unsigned shared_bytes = 0;  ///< static __shared__ memory per block (part of the kernel; nothing to pass)
 };
 
-/// The launch configuration of kernel k for the parameter values of one launch: one
-/// block per output tile for the tiled GEMM, otherwise 256 threads a block and one thread
-/// per domain point (device properties may lower the grid: every kernel loops over its work).
+/// The launch configuration of kernel k for the parameter values of one launch: 256
+/// threads a block; one block per output tile (tiled GEMM), per 16 rows (row kernels) or
+/// per 256 domain points (device properties may lower the grid: every kernel loops over
+/// its work).
 CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params);
 
 /// For the CPU shim only (codegen/cuda_shim.h): the text of a host function

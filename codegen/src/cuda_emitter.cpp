@@ -7,8 +7,9 @@
 // live in the prelude (cuda_math.cpp).
 //
 // A GEMM-form kernel (Kernel::gemm) becomes the shared-memory tiled GEMM of
-// emit_gemm() (layout and sizes in cuda_emitter.h); every other kernel is a grid-stride
-// loop over its domain (emit_domain()).
+// emit_gemm() (layout and sizes in cuda_emitter.h); a row kernel (reductions, then a
+// map) gets 16 threads per row (emit_rows()); every other kernel is a grid-stride loop
+// over its domain (emit_domain()).
 #include "codegen/cuda_emitter.h"
 
 #include <cmath>
