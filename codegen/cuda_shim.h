@@ -123,6 +123,17 @@ inline void __syncthreads() {
 namespace kiln_shim {
 /// The values of one warp shuffle, by threadIdx.x (a block has at most 1024 threads).
 inline thread_local unsigned char shuffle_slots[1024 * 8];
+
+/// Every thread of the block publishes v; each returns the value thread `from` published.
+template <class T> T exchange(T v, unsigned from) {
+  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+  std::memcpy(shuffle_slots + 8 * threadIdx.x, &v, sizeof v);
+  __syncthreads();
+  T r;
+  std::memcpy(&r, shuffle_slots + 8 * from, sizeof r);
+  __syncthreads();
+  return r;
+}
 } // namespace kiln_shim
 
 /// CUDA's warp shuffles, for kernels run by launch_sync whose every thread of the block
@@ -130,25 +141,12 @@ inline thread_local unsigned char shuffle_slots[1024 * 8];
 /// barrier, a read of the source lane's value (within segments of `width` lanes) and a
 /// barrier. Values travel as bits.
 template <class T> T __shfl_sync(unsigned, T v, int src, int width = 32) {
-  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
-  const unsigned me = threadIdx.x, from = me - me % static_cast<unsigned>(width) + static_cast<unsigned>(src);
-  std::memcpy(kiln_shim::shuffle_slots + 8 * me, &v, sizeof v);
-  __syncthreads();
-  T r;
-  std::memcpy(&r, kiln_shim::shuffle_slots + 8 * from, sizeof r);
-  __syncthreads();
-  return r;
+  const unsigned me = threadIdx.x;
+  return kiln_shim::exchange(v, me - me % static_cast<unsigned>(width) + static_cast<unsigned>(src));
 }
 template <class T> T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
-  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
   const unsigned me = threadIdx.x, lane = me % static_cast<unsigned>(width);
-  const unsigned from = lane + delta < static_cast<unsigned>(width) ? me + delta : me;
-  std::memcpy(kiln_shim::shuffle_slots + 8 * me, &v, sizeof v);
-  __syncthreads();
-  T r;
-  std::memcpy(&r, kiln_shim::shuffle_slots + 8 * from, sizeof r);
-  __syncthreads();
-  return r;
+  return kiln_shim::exchange(v, lane + delta < static_cast<unsigned>(width) ? me + delta : me);
 }
 
 namespace kiln_shim {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -559,33 +560,18 @@ private:
   void emit_row_lane_sum(const Reduction& r, int index) {
     KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
     const std::string t = reg_type(r.dtype), zero_ = zero(r.dtype), lanes = std::to_string(sum_lanes(r.dtype));
-    const std::string id = std::to_string(index), acc = "acc" + id, n = "n" + id, part = "part" + id, lane = "lane" + id;
-    const size_t last = r.extents.size() - 1;
-    const std::string k = numbered("r", last);
+    const std::string id = std::to_string(index), acc = "acc" + id, lane = "lane" + id;
     reduce_rank_ = static_cast<int>(r.extents.size());
     line(t + " " + acc + " = " + zero_ + ";");
-    for (size_t d = 0; d < last; ++d) {
-      const std::string v = numbered("r", d);
-      open("for (long long " + v + " = 0; " + v + " < " + ref(r.extents[d]) + "; ++" + v + ")");
-    }
-    line("const long long " + n + " = " + ref(r.extents[last]) + ";");
-    line(t + " " + part + " = " + zero_ + ";");
-    open("if (" + n + " < " + lanes + ")");
-    open("for (long long " + k + " = 0; " + k + " < " + n + "; ++" + k + ")");
-    sum_step(r, part);
-    close();
-    close();
-    open("else");
-    line(t + " " + lane + " = " + zero_ + ";");
-    open("for (long long " + k + " = g; g < " + lanes + " && " + k + " < " + n + "; " + k + " += " + lanes + ")");
-    sum_step(r, lane);
-    close();
-    line("for (int h = " + lanes + " / 2; h >= 1; h /= 2) " + lane + " = " + lane + " + __shfl_down_sync(0xffffffffu, " +
-         lane + ", h, " + std::to_string(kRowThreads) + ");");
-    line(part + " = __shfl_sync(0xffffffffu, " + lane + ", 0, " + std::to_string(kRowThreads) + ");");
-    close();
-    line(acc + " = " + acc + " + " + part + ";");
-    for (size_t d = 0; d < last; ++d) close();
+    emit_lane_sum_runs(r, acc, id, [&](const std::string& n, const std::string& k, const std::string& part) {
+      line(t + " " + lane + " = " + zero_ + ";");
+      open("for (long long " + k + " = g; g < " + lanes + " && " + k + " < " + n + "; " + k + " += " + lanes + ")");
+      sum_step(r, lane);
+      close();
+      line("for (int h = " + lanes + " / 2; h >= 1; h /= 2) " + lane + " = " + lane + " + __shfl_down_sync(0xffffffffu, " +
+           lane + ", h, " + std::to_string(kRowThreads) + ");");
+      line(part + " = __shfl_sync(0xffffffffu, " + lane + ", 0, " + std::to_string(kRowThreads) + ");");
+    });
     reduce_rank_ = -1;
     line("const " + t + " red" + id + " = " + acc + ";");
   }
@@ -663,8 +649,36 @@ private:
   /// of the innermost loop, lanes of in-order chains combined pairwise; partials in order.
   void emit_lane_sum(const Reduction& r, const std::string& acc, const std::string& id) {
     const std::string t = reg_type(r.dtype), zero_ = zero(r.dtype), lanes = std::to_string(sum_lanes(r.dtype));
+    const std::string lane = "lane" + id, full = "full" + id;
+    emit_lane_sum_runs(r, acc, id, [&](const std::string& n, const std::string& k, const std::string& part) {
+      line(t + " " + lane + "[" + lanes + "];");
+      line("for (int l = 0; l < " + lanes + "; ++l) " + lane + "[l] = " + zero_ + ";");
+      line("const long long " + full + " = " + n + " / " + lanes + " * " + lanes + ";");
+      open("for (long long k0 = 0; k0 < " + full + "; k0 += " + lanes + ")");
+      open("for (int l = 0; l < " + lanes + "; ++l)");
+      line("const long long " + k + " = k0 + l;");
+      sum_step(r, lane + "[l]");
+      close();
+      close();
+      open("for (long long " + k + " = " + full + "; " + k + " < " + n + "; ++" + k + ")");
+      sum_step(r, lane + "[" + k + " - " + full + "]");
+      close();
+      open("for (int h = " + lanes + " / 2; h >= 1; h /= 2)");
+      line("for (int l = 0; l < h; ++l) " + lane + "[l] = " + lane + "[l] + " + lane + "[l + h];");
+      close();
+      line(part + " = " + lane + "[0];");
+    });
+  }
+
+  /// The frame of a lane sum: for each run of the innermost reduction loop (the outer
+  /// reduction loops around it), a run shorter than the lanes is summed in order;
+  /// a longer one by long_run(n, k, part), which leaves the run's sum in `part`;
+  /// acc += part after each run.
+  void emit_lane_sum_runs(const Reduction& r, const std::string& acc, const std::string& id,
+                          const std::function<void(const std::string&, const std::string&, const std::string&)>& long_run) {
+    const std::string t = reg_type(r.dtype), zero_ = zero(r.dtype), lanes = std::to_string(sum_lanes(r.dtype));
     const size_t last = r.extents.size() - 1;
-    const std::string k = numbered("r", last), n = "n" + id, lane = "lane" + id, full = "full" + id, part = "part" + id;
+    const std::string k = numbered("r", last), n = "n" + id, part = "part" + id;
     for (size_t d = 0; d < last; ++d) {
       const std::string v = numbered("r", d);
       open("for (long long " + v + " = 0; " + v + " < " + ref(r.extents[d]) + "; ++" + v + ")");
@@ -677,22 +691,7 @@ private:
     close();
     close();
     open("else");
-    line(t + " " + lane + "[" + lanes + "];");
-    line("for (int l = 0; l < " + lanes + "; ++l) " + lane + "[l] = " + zero_ + ";");
-    line("const long long " + full + " = " + n + " / " + lanes + " * " + lanes + ";");
-    open("for (long long k0 = 0; k0 < " + full + "; k0 += " + lanes + ")");
-    open("for (int l = 0; l < " + lanes + "; ++l)");
-    line("const long long " + k + " = k0 + l;");
-    sum_step(r, lane + "[l]");
-    close();
-    close();
-    open("for (long long " + k + " = " + full + "; " + k + " < " + n + "; ++" + k + ")");
-    sum_step(r, lane + "[" + k + " - " + full + "]");
-    close();
-    open("for (int h = " + lanes + " / 2; h >= 1; h /= 2)");
-    line("for (int l = 0; l < h; ++l) " + lane + "[l] = " + lane + "[l] + " + lane + "[l + h];");
-    close();
-    line(part + " = " + lane + "[0];");
+    long_run(n, k, part);
     close();
     line(acc + " = " + acc + " + " + part + ";");
     for (size_t d = 0; d < last; ++d) close();
