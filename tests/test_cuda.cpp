@@ -37,6 +37,7 @@
 #include "kiln/kiln.h"
 #include "kiln/options.h"
 #include "runtime/executor.h"
+#include "tests/random_graph.h"
 
 namespace kiln {
 namespace {
@@ -691,6 +692,20 @@ void check_case(const Case& c, unsigned block) {
     const auto* p = static_cast<const unsigned char*>(ts[i].node()->realized()->data());
     const Bytes llvm(p, p + ts[i].numel() * dtype_size(ts[i].dtype()));
     compare(c.name + " output " + std::to_string(i) + " " + ts[i].type_str(), ts[i].dtype(), shim[i], llvm);
+  }
+}
+
+// The differential harness's random programs (tests/random_graph.h) as a third
+// backend: every kernel of each program emitted as CUDA, run on the shim, and required
+// bitwise equal to the LLVM path. KILN_SOAK=N runs N / 5 programs instead of 60.
+TEST(CudaShimDifferential, RandomPrograms) {
+  const char* soak = std::getenv("KILN_SOAK");
+  const int n = soak && std::atoi(soak) > 0 ? std::atoi(soak) / 5 : 60;
+  for (int s = 1; s <= n; ++s) {
+    const testing::RandomProgram prog = testing::make_program(static_cast<uint64_t>(s));
+    SCOPED_TRACE("seed " + std::to_string(s) + ", program:\n" + prog.describe());
+    check_case(Case("random_" + std::to_string(s), [&] { return prog.build(prog.make_inputs()); }), 32);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
