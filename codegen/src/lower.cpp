@@ -42,7 +42,8 @@ public:
             const std::unordered_set<const Node*>& forced)
       : opt_(opt), forced_(forced) {
     for (const Node* o : outputs) outputs_.insert(o);
-    order_ = graph::topo_order(outputs, is_source); // a realized value's history is not needed
+    // a realized value's history is not needed
+    order_ = graph::topo_order(outputs, [this](const Node* n) { return is_source(n); });
     for (const Node* n : order_)
       if (!is_source(n))
         for (const auto& in : n->inputs) users_[in.get()].push_back(n);
@@ -78,7 +79,15 @@ private:
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   static constexpr int kMaxFusedDepth = 256;
 
-  static bool is_source(const Node* n) { return n->realized() || n->op == OpKind::Input; }
+  // True when n is read from its realized buffer. Decided once per node: another thread
+  // may realize a shared node meanwhile, and the partition must not see it change
+  // (a user realized between two looks left its operand without users).
+  bool is_source(const Node* n) const {
+    auto [it, first] = source_.try_emplace(n, false);
+    if (first) it->second = n->realized() || n->op == OpKind::Input;
+    return it->second;
+  }
+  mutable std::unordered_map<const Node*, bool> source_;
   static const Node* several() { return reinterpret_cast<const Node*>(uintptr_t{1}); }
 
   // The one kernel all users of n belong to, or several().
