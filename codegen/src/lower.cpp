@@ -110,8 +110,10 @@ private:
 
   void decide(const Node* n) {
     if (is_source(n)) return; // inputs are bound when the plan runs
-    decide_placement(n);
-    depth_[n] = computed_.count(n) ? 0 : fused_depth(n);
+    // Its users are decided, so this does not depend on n's placement (an output has no users).
+    const int depth = outputs_.count(n) ? 0 : fused_depth(n);
+    decide_placement(n, depth);
+    depth_[n] = computed_.count(n) ? 0 : depth;
   }
 
   // How deep inside its kernel's expression n would sit if fused into the kernel of
@@ -124,13 +126,13 @@ private:
     return d + 1;
   }
 
-  void decide_placement(const Node* n) {
+  // depth: fused_depth(n).
+  void decide_placement(const Node* n, int depth) {
     if (graph::op_category(n->op) == OpCategory::Contraction) buffer_matmul_operands(n);
     if (outputs_.count(n)) return materialize(n, "requested output");
     // The code generators walk a kernel's expressions recursively: a long chain of
     // ops (an unrolled loop) is cut into kernels of bounded depth.
-    if (graph::op_category(n->op) != OpCategory::Leaf && users_owner(n) != several() &&
-        fused_depth(n) > kMaxFusedDepth)
+    if (graph::op_category(n->op) != OpCategory::Leaf && users_owner(n) != several() && depth > kMaxFusedDepth)
       return materialize(n, "not fusing: the kernel would nest more than " + std::to_string(kMaxFusedDepth) +
                                 " ops deep");
     if (needs_buffer_.count(n))
