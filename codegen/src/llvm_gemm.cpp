@@ -99,6 +99,9 @@ enum class MicroForm { Packed, Rows };
 
 const char* micro_suffix(MicroForm form) { return form == MicroForm::Packed ? "_micro_packed" : "_micro_rows"; }
 
+/// The suffix of the transposing b pack's symbol.
+constexpr const char* kPackBtSuffix = "_pack_bt";
+
 FunctionType* micro_type(LLVMContext& ctx) {
   // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out)
   auto* ptr = PointerType::getUnqual(ctx);
@@ -223,7 +226,7 @@ private:
   /// down the columns with vector loads and transposed in registers; the k rows past
   /// the last whole block one element at a time.
   void emit_pack_bt() {
-    Function* f = begin_function(pack_bt_type(ctx_), s_.name() + "_pack_bt");
+    Function* f = begin_function(pack_bt_type(ctx_), s_.name() + kPackBtSuffix);
     Value *base = f->getArg(0), *col_stride = f->getArg(1), *c0 = f->getArg(2), *k0 = f->getArg(3);
     Value *kcur = f->getArg(4), *bp = f->getArg(5);
     auto at = [&](Value* col, Value* k) { return gep(base, b_.CreateAdd(b_.CreateMul(col, col_stride), k)); };
@@ -264,7 +267,7 @@ public:
     Module* m = b_.GetInsertBlock()->getModule();
     micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed), micro_type(ctx_));
     micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows), micro_type(ctx_));
-    pack_bt_ = m->getOrInsertFunction(support.name() + "_pack_bt", pack_bt_type(ctx_));
+    pack_bt_ = m->getOrInsertFunction(support.name() + kPackBtSuffix, pack_bt_type(ctx_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
