@@ -150,42 +150,45 @@ double accuracy(nn::Module& model, const data::Dataset& ds) {
   return static_cast<double>(correct) / static_cast<double>(ds.size());
 }
 
-// One training step on a batch; returns the loss. Eagerly: builds the step's graph
-// and realizes the loss, parameters, buffers and optimizer state in one call.
-Tensor eager_step(nn::Module& model, optim::Optimizer& opt, const data::Batch& b) {
+// The graph of one training step: forward, loss, backward and the optimizer's update;
+// returns the loss.
+Tensor build_step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
   opt.zero_grad();
-  Tensor loss = F::cross_entropy(model(b.x), b.y);
+  Tensor loss = F::cross_entropy(model(x), y);
   loss.backward();
   opt.step();
-  std::vector<Tensor> all = model.parameters();
-  for (const Tensor& t : model.buffers()) all.push_back(t);
+  return loss.detach();
+}
+
+// One step, eagerly: builds its graph, then realizes the loss, `state` (the parameters
+// and buffers) and the optimizer's state in one call.
+Tensor eager_step(nn::Module& model, optim::Optimizer& opt, const std::vector<Tensor>& state, const data::Batch& b) {
+  Tensor loss = build_step(model, opt, b.x, b.y);
+  std::vector<Tensor> all = state;
   for (const Tensor& t : opt.state()) all.push_back(t);
-  Tensor value = loss.detach();
-  all.push_back(value);
+  all.push_back(loss);
   kiln::realize(all);
-  return value;
+  return loss;
 }
 
 // The same step as a compiled function of (x, y).
 CompiledFunction compiled_step(nn::Module& model, optim::Optimizer& opt) {
   return compile([&model, &opt](const std::vector<Tensor>& xy) {
-    opt.zero_grad();
-    Tensor loss = F::cross_entropy(model(xy[0]), xy[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss.detach()};
+    return std::vector<Tensor>{build_step(model, opt, xy[0], xy[1])};
   });
 }
 
 // One epoch of training; returns the mean training loss.
 double train_epoch(nn::Module& model, optim::Optimizer& opt, CompiledFunction& step, const data::Dataset& train,
                    const Args& a, int64_t epoch) {
+  std::vector<Tensor> state = model.parameters();
+  for (const Tensor& b : model.buffers()) state.push_back(b);
   double sum = 0;
   int64_t done = 0, steps = 0;
   const auto start = Clock::now();
   auto last_print = start;
   for (const data::Batch& b : train.batches(a.batch, a.seed * 1000003 + static_cast<uint64_t>(epoch))) {
-    const Tensor loss = a.eager ? eager_step(model, opt, b) : step({b.x, b.y})[0];
+    const Tensor loss = a.eager ? eager_step(model, opt, state, b) : step({b.x, b.y})[0];
     sum += loss.item<float>();
     done += b.y.size(0);
     ++steps;
