@@ -300,24 +300,35 @@ private:
   /// The grid-stride loop over the flattened domain; the flat index is split into the
   /// loop vars row-major (last fastest), as on the CPU.
   void emit_domain() {
-    const size_t rank = k_.domain.size();
+    line("const long long n = " + emit_domain_extents() + ";");
+    line("const long long stride = (long long)blockDim.x * gridDim.x;");
+    open("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride)");
+    if (!k_.domain.empty()) line("unsigned long long rest = (unsigned long long)flat;");
+    emit_split_index();
+    emit_point();
+    close();
+  }
+
+  /// Declares e0, e1, ... (the domain's extents); returns their product as an expression.
+  std::string emit_domain_extents() {
     std::string n = "1LL";
-    for (size_t d = 0; d < rank; ++d) {
+    for (size_t d = 0; d < k_.domain.size(); ++d) {
       line("const long long e" + std::to_string(d) + " = " + ref(k_.domain[d]) + ";");
       n = d ? n + " * e" + std::to_string(d) : "e0";
     }
-    line("const long long n = " + n + ";");
-    line("const long long stride = (long long)blockDim.x * gridDim.x;");
-    open("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride)");
-    if (rank > 0) line("unsigned long long rest = (unsigned long long)flat;");
+    return n;
+  }
+
+  /// Splits the flat index `rest` (declared by the caller) into the loop vars i0, i1, ...
+  /// row-major (last fastest), as on the CPU.
+  void emit_split_index() {
+    const size_t rank = k_.domain.size();
     for (size_t d = rank; d-- > 1;) {
       const std::string e = "(unsigned long long)e" + std::to_string(d);
       line("const long long i" + std::to_string(d) + " = (long long)(rest % " + e + ");");
       line("rest /= " + e + ";");
     }
     if (rank > 0) line("const long long i0 = (long long)rest;");
-    emit_point();
-    close();
   }
 
   // --- the tiled GEMM ----------------------------------------------------------
@@ -512,23 +523,13 @@ private:
     const size_t rank = k_.domain.size();
     const std::string G = std::to_string(kRowThreads), R = std::to_string(kGemmThreads / kRowThreads);
     line("if (blockDim.x != " + std::to_string(kGemmThreads) + ") __trap(); // 16 rows of 16 threads");
-    std::string n = "1LL";
-    for (size_t d = 0; d < rank; ++d) {
-      line("const long long e" + std::to_string(d) + " = " + ref(k_.domain[d]) + ";");
-      n = d ? n + " * e" + std::to_string(d) : "e0";
-    }
-    line("const long long rows = " + n + ";");
+    line("const long long rows = " + emit_domain_extents() + ";");
     line("const int g = (int)(threadIdx.x % " + G + "u);");
     open("for (long long base = (long long)blockIdx.x * " + R + "; base < rows; base += (long long)gridDim.x * " + R + ")");
     line("const long long row = base + (long long)(threadIdx.x / " + G + "u);");
     line("const bool active = row < rows;");
     if (rank > 0) line("unsigned long long rest = active ? (unsigned long long)row : 0ull;");
-    for (size_t d = rank; d-- > 1;) {
-      const std::string e = "(unsigned long long)e" + std::to_string(d);
-      line("const long long i" + std::to_string(d) + " = (long long)(rest % " + e + ");");
-      line("rest /= " + e + ";");
-    }
-    if (rank > 0) line("const long long i0 = (long long)rest;");
+    emit_split_index();
     results_ = 0;
     for (size_t r = 0; r < k_.reductions.size(); ++r) {
       if (is_lane_sum(k_.reductions[r])) emit_row_lane_sum(k_.reductions[r], static_cast<int>(r));
