@@ -42,9 +42,9 @@ std::vector<NodeRef> make_custom_outputs(std::shared_ptr<const CustomCall> call,
 /// with an identity of its own: the point where forward mode seeds a tangent).
 NodeRef fresh_alias(const NodeRef& x);
 
-/// A fresh node of zeros, equal to no other node, that blocks gradients: a
-/// placeholder to differentiate with respect to.
-NodeRef fresh_zeros(DType dtype, graph::Shape shape);
+/// A fresh node of zeros shaped, typed and placed like `like`, equal to no other node,
+/// that blocks gradients: a placeholder to differentiate with respect to.
+NodeRef fresh_zeros(const NodeRef& like);
 
 /// What the walks need to know about a custom output.
 struct CustomInfo {

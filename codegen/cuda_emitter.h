@@ -85,6 +85,9 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
 ///                             const long long* params)
 /// that "launches" the kernel on the CPU (buffers and params as for the CPU ABI); block
 /// must be cuda_launch_config's where it is fixed.
+/// It also defines `extern "C" const int NAME_shim_arity[2]`: the number of buffers and
+/// of i64 parameters (what the CPU emulator of the driver needs to unpack cuLaunchKernel's
+/// kernelParams, which the real driver reads from the CUBIN).
 /// Append it to emit_cuda(k)'s text and compile with the shim header included first.
 std::string emit_cuda_shim_entry(const Kernel& k);
 

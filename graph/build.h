@@ -12,10 +12,13 @@
 namespace kiln::graph::build {
 
 /// A constant of `dtype` broadcast to `shape` (floating value, converted for ints and bool).
-NodeRef constant(double value, DType dtype, Shape shape = {});
+NodeRef constant(double value, DType dtype, Shape shape = {}, Device device = kCPU);
 /// A constant from a Scalar, exact for 64-bit integers.
-NodeRef constant_of(const Scalar& value, DType dtype, Shape shape = {});
-/// A constant shaped and typed like `like`.
+NodeRef constant_of(const Scalar& value, DType dtype, Shape shape = {}, Device device = kCPU);
+/// The same leaf (a constant, arange or random node: no data) on `device`; x itself when
+/// it is there already. Other nodes are returned unchanged.
+NodeRef leaf_on(const NodeRef& x, Device device);
+/// A constant shaped, typed and placed like `like`.
 NodeRef constant_like(const NodeRef& like, double value);
 /// An elementwise unary op (LogicalNot gives bool; Cast: use cast()).
 NodeRef unary(OpKind op, const NodeRef& x);

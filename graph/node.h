@@ -78,18 +78,20 @@ public:
   Shape shape;                 ///< static shape of the result
   std::vector<NodeRef> inputs; ///< operands
   Attrs attrs;                 ///< op parameters
-  size_t hash = 0;             ///< structural hash (op, dtype, shape, inputs, attrs)
+  Device device;               ///< where its value is computed and lives (a leaf's own; else its inputs')
+  size_t hash = 0;             ///< structural hash (op, dtype, shape, inputs, attrs, device)
 
   ~Node();
   /// Number of elements.
   int64_t numel() const { return graph::numel(shape); }
   /// The computed value, if this node was realized (or is an Input); else null.
   std::shared_ptr<Storage> realized() const { return realized_.load(); }
-  /// Attaches the computed value (contiguous, row-major).
-  void set_realized(std::shared_ptr<Storage> s) const { realized_.store(std::move(s)); }
+  /// Attaches the computed value (contiguous, row-major), which must live on the node's device.
+  void set_realized(std::shared_ptr<Storage> s) const;
 
   struct Key; // construction key, see make_node
-  Node(const Key&, OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs, size_t hash);
+  Node(const Key&, OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs, Device device,
+       size_t hash);
 
 private:
   mutable std::atomic<std::shared_ptr<Storage>> realized_;
@@ -97,9 +99,12 @@ private:
 
 /// Returns the unique node with this structure, creating it if needed.
 /// Asserts the graph invariants (see verify.h); user-facing checks are the frontend's.
-NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs = {});
-/// A new Input leaf holding `data` (or a placeholder when data is null), with a fresh id.
-NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data);
+/// `device` is a leaf's; any other node lives on its inputs' device (they must agree).
+NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs = {},
+                  Device device = kCPU);
+/// A new Input leaf holding `data` (or a placeholder when data is null), with a fresh id;
+/// it lives on data's device, or on `device` for a placeholder.
+NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data, Device device = kCPU);
 /// Number of live nodes (for tests of hash-consing and graph size).
 size_t live_node_count();
 

@@ -2,8 +2,9 @@
 /// \file executor.h
 /// Realization: a Plan is a schedule whose kernels are compiled and whose
 /// intermediates are packed into one arena by liveness; executing it runs the
-/// kernels on the CPU with oneTBB. realize() plans and executes once; capture
-/// and replay keeps the Plan and executes it again with new inputs.
+/// kernels on the plan's device: on the CPU with oneTBB, or queued on a GPU's stream
+/// (runtime/cuda_runtime.h). realize() plans and executes once; capture and replay
+/// keeps the Plan and executes it again with new inputs.
 
 #include <memory>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include "codegen/llvm_jit.h"
 #include "codegen/lower.h"
 #include "graph/node.h"
+#include "runtime/cuda_api.h"
 
 namespace kiln::runtime {
 
@@ -20,8 +22,10 @@ using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::S
 
 /// A compiled, memory-planned schedule.
 struct Plan {
+  Device device;                             ///< where its kernels run and its memory lives (its outputs' device)
   codegen::Schedule schedule;                ///< kernels in order
-  std::vector<codegen::CpuKernelFn> kernels; ///< compiled code, one per launch
+  std::vector<codegen::CpuKernelFn> kernels; ///< compiled CPU code, one per launch (CPU plans)
+  std::vector<CUfunction> gpu_kernels;       ///< loaded GPU kernels, one per launch (CUDA plans)
   std::vector<graph::NodeRef> outputs;       ///< what the plan computes (keeps the graph alive)
   std::unordered_map<const graph::Node*, size_t> arena_offset; ///< intermediates' byte offsets
   size_t arena_bytes = 0;                    ///< peak bytes of intermediates (the arena's size)
@@ -30,12 +34,16 @@ struct Plan {
   mutable size_t runs = 0;                   ///< executions so far (later runs are all cache hits)
 };
 
-/// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are read).
+/// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are
+/// read), which must all live on one device.
 Plan make_plan(const std::vector<graph::NodeRef>& outputs);
 /// Runs a plan; returns one storage per output (an output already realized returns its value).
+/// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
+/// A binding on another device than the plan's throws kiln::Error.
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {});
 
-/// Computes every node in `nodes` that is not yet realized and attaches its value.
+/// Computes every node in `nodes` that is not yet realized and attaches its value (one
+/// plan per device among them).
 void realize(const std::vector<graph::NodeRef>& nodes);
 
 /// Counters of what the executor did (for tests and benchmarks).

@@ -1,7 +1,8 @@
 #pragma once
 /// \file storage.h
-/// Host memory for tensors: 64-byte-aligned blocks from a caching allocator, so
-/// that a training loop reuses its buffers instead of faulting in fresh pages.
+/// Memory for tensors. Host memory: 64-byte-aligned blocks from a caching allocator, so
+/// that a training loop reuses its buffers instead of faulting in fresh pages. GPU
+/// memory: the caching allocator of runtime/cuda_runtime.h.
 
 #include <cstddef>
 #include <memory>
@@ -14,15 +15,23 @@ namespace kiln::runtime {
 /// Throws kiln::Error when the memory cannot be had.
 std::shared_ptr<graph::Storage> allocate_host(size_t bytes);
 
-/// Statistics of the host allocator.
+/// Storage of at least `bytes` bytes on `device` (host or GPU memory).
+std::shared_ptr<graph::Storage> allocate(Device device, size_t bytes);
+/// A copy of `src` on `device` (the first `src.bytes()` bytes); a copy from a GPU waits
+/// for the work queued there. Throws kiln::Error when the device is unusable.
+std::shared_ptr<graph::Storage> copy_to(const graph::Storage& src, Device device);
+
+/// Statistics of a caching allocator.
 struct AllocatorStats {
   size_t bytes_in_use = 0;  ///< held by live storages
   size_t bytes_cached = 0;  ///< freed blocks kept for reuse
   size_t peak_in_use = 0;   ///< high-water mark of bytes_in_use
   size_t fresh_allocations = 0; ///< blocks taken from the system
 };
-/// Current statistics.
+/// Current statistics of the host allocator.
 AllocatorStats allocator_stats();
+/// Current statistics of `device`'s allocator (the host's for the CPU).
+AllocatorStats allocator_stats(Device device);
 /// Returns every cached block to the system.
 void release_cached_memory();
 

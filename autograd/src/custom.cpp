@@ -91,8 +91,8 @@ NodeRef fresh_alias(const NodeRef& x) {
   return make_custom_outputs(std::move(call), {x})[0];
 }
 
-NodeRef fresh_zeros(DType dtype, graph::Shape shape) {
-  return tagged(graph::build::constant(0, dtype, std::move(shape)), g_next_tag.fetch_add(1), 0);
+NodeRef fresh_zeros(const NodeRef& like) {
+  return tagged(graph::build::constant_like(like, 0), g_next_tag.fetch_add(1), 0);
 }
 
 CustomInfo find_custom(const graph::Node& n) {

@@ -46,7 +46,7 @@ NodeRef tie_split(const NodeRef& wins, const NodeRef& ties, const NodeRef& v) {
 NodeRef pow_base(const NodeRef& a, const NodeRef& e, const NodeRef& v) {
   if (e->op == OpKind::Const && e->attrs.f0 == 0) return zeros_like(v);
   const bool fixed = e->op == OpKind::Const; // fold e - 1 for constant exponents (x^2, x^0.5)
-  NodeRef e1 = fixed ? b::constant(e->attrs.f0 - 1, e->dtype, e->shape) : b::sub(e, cst(e, 1));
+  NodeRef e1 = fixed ? b::constant(e->attrs.f0 - 1, e->dtype, e->shape, e->device) : b::sub(e, cst(e, 1));
   NodeRef d = b::mul(v, b::mul(e, b::binary(OpKind::Pow, a, e1)));
   if (fixed) return d; // a non-zero constant exponent needs no mask
   return b::where(cmp(OpKind::Eq, e, 0), zeros_like(v), d);

@@ -160,7 +160,7 @@ private:
 // with respect to placeholder adjoints (the double-VJP trick, for custom calls only).
 std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<NodeRef>& tangents) {
   std::vector<NodeRef> us;
-  for (const NodeRef& o : info.outputs) us.push_back(fresh_zeros(o->dtype, o->shape));
+  for (const NodeRef& o : info.outputs) us.push_back(fresh_zeros(o));
   const std::vector<NodeRef> cts = info.call->vjp(info.outputs, us);
   NodeRef s;
   for (size_t i = 0; i < tangents.size() && i < cts.size(); ++i) {
@@ -169,7 +169,7 @@ std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<Nod
     s = s ? b::add(s, b::cast(term, s->dtype)) : term;
   }
   if (!s) return std::vector<NodeRef>(us.size());
-  return vjp({s}, {b::constant(1, s->dtype)}, us);
+  return vjp({s}, {b::constant(1, s->dtype, {}, s->device)}, us);
 }
 
 std::vector<NodeRef> custom_tangents(const CustomInfo& info, const std::vector<NodeRef>& tangents) {

@@ -926,7 +926,9 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
          "_shim(unsigned grid, unsigned block, void* const* buffers, const long long* params) {\n"
          "  kiln_shim::" + std::string(is_tiled_gemm(k) || is_row_kernel(k) ? "launch_sync" : "launch") +
          "(grid, block, [&] { " +
-         k.name + "(" + call + "); });\n}\n";
+         k.name + "(" + call + "); });\n}\n"
+         "extern \"C\" const int " + k.name + "_shim_arity[2] = {" + std::to_string(k.buffers.size()) + ", " +
+         std::to_string(k.num_params) + "};\n";
 }
 
 CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params) {

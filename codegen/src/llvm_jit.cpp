@@ -28,6 +28,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include "codegen/disk_cache.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_math.h"
 #include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
@@ -54,120 +55,23 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
-// The on-disk cache of object code. An entry is
-//   "KILNOBJ1" | u64 key length | key | u64 object length | u64 FNV-1a of the object | object
-// where the key is the kernel's text plus the target CPU, LLVM's and kiln's versions.
-// Entries are written to a temporary file and renamed, so readers never see half
-// an entry; anything that does not parse is rejected and recompiled.
-class DiskCache {
-public:
-  bool enabled() const { return !dir_.empty(); }
-  size_t hits = 0, rejects = 0;
-
-  void open(const std::string& dir) {
-    dir_.clear();
-    if (dir.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::string probe = dir + "/.probe." + std::to_string(::getpid());
-    if (!ec && std::ofstream(probe).good() && std::filesystem::remove(probe, ec)) {
-      dir_ = dir;
-      return;
-    }
-    warn("cannot write to " + dir);
-  }
-
-  /// The object code stored under `key`, if the entry is whole and its object defines
-  /// `symbol` (an entry whose checksum matches but whose object LLVM cannot read is
-  /// rejected like a corrupt one, and recompiled).
-  std::optional<std::string> read(const std::string& key, const std::string& symbol) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path(key), ec)) return std::nullopt; // missing, or not a file
-    std::ifstream in(path(key), std::ios::binary);
-    if (!in) return std::nullopt;
-    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t pos = 0;
-    auto take = [&](size_t n) -> std::optional<std::string> {
-      if (data.size() - pos < n) return std::nullopt;
-      pos += n;
-      return data.substr(pos - n, n);
-    };
-    auto take_u64 = [&]() -> std::optional<uint64_t> {
-      auto b = take(8);
-      if (!b) return std::nullopt;
-      uint64_t v;
-      std::memcpy(&v, b->data(), 8);
-      return v;
-    };
-    const auto magic = take(8);
-    const auto key_len = magic && *magic == "KILNOBJ1" ? take_u64() : std::nullopt;
-    const auto stored_key = key_len && *key_len <= data.size() ? take(*key_len) : std::nullopt;
-    if (stored_key && *stored_key != key) return std::nullopt; // a hash collision: not ours
-    const auto obj_len = stored_key ? take_u64() : std::nullopt;
-    const auto obj_hash = obj_len ? take_u64() : std::nullopt;
-    const auto obj = obj_hash && *obj_len <= data.size() ? take(*obj_len) : std::nullopt;
-    if (!obj || hash_text(*obj) != *obj_hash || pos != data.size() || !defines(*obj, symbol)) {
-      ++rejects;
-      return std::nullopt;
-    }
-    ++hits;
-    return obj;
-  }
-
-  void write(const std::string& key, const std::string& object) {
-    if (!enabled()) return;
-    static std::atomic<uint64_t> counter{0};
-    const std::string final_path = path(key);
-    const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    std::string entry = "KILNOBJ1";
-    append_u64(entry, key.size());
-    entry += key;
-    append_u64(entry, object.size());
-    append_u64(entry, hash_text(object));
-    entry += object;
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(entry.data(), static_cast<std::streamsize>(entry.size()));
-    out.close();
-    std::error_code ec;
-    if (out.good()) std::filesystem::rename(tmp, final_path, ec);
-    if (!out.good() || ec) {
-      std::filesystem::remove(tmp, ec);
-      warn("cannot write " + final_path);
-      dir_.clear();
-    }
-  }
-
-private:
-  std::string dir_;
-
-  /// True when `object` parses as an object file with a defined symbol `symbol`.
-  static bool defines(const std::string& object, const std::string& symbol) {
-    auto file = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(object, symbol));
-    if (!file) {
-      llvm::consumeError(file.takeError());
-      return false;
-    }
-    for (const llvm::object::SymbolRef& s : (*file)->symbols()) {
-      auto name = s.getName();
-      auto flags = s.getFlags();
-      const bool defined = name && flags && *name == symbol && !(*flags & llvm::object::SymbolRef::SF_Undefined);
-      if (!name) llvm::consumeError(name.takeError());
-      if (!flags) llvm::consumeError(flags.takeError());
-      if (defined) return true;
-    }
+/// True when `object` parses as an object file with a defined symbol `symbol`.
+bool defines(const std::string& object, const std::string& symbol) {
+  auto file = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(object, symbol));
+  if (!file) {
+    llvm::consumeError(file.takeError());
     return false;
   }
-
-  std::string path(const std::string& key) const {
-    char name[32];
-    std::snprintf(name, sizeof name, "%016llx.o", static_cast<unsigned long long>(hash_text(key)));
-    return dir_ + "/" + name;
+  for (const llvm::object::SymbolRef& s : (*file)->symbols()) {
+    auto name = s.getName();
+    auto flags = s.getFlags();
+    const bool defined = name && flags && *name == symbol && !(*flags & llvm::object::SymbolRef::SF_Undefined);
+    if (!name) llvm::consumeError(name.takeError());
+    if (!flags) llvm::consumeError(flags.takeError());
+    if (defined) return true;
   }
-  static void append_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
-  static void warn(const std::string& why) {
-    std::fprintf(stderr, "[kiln] warning: kernel disk cache disabled: %s\n", why.c_str());
-  }
-};
+  return false;
+}
 
 } // namespace
 
@@ -181,7 +85,7 @@ struct LlvmJit::Impl {
   std::unordered_set<std::string> supports; // GEMM support routines linked (GemmSupport::name)
   double last_ms = 0;
   size_t compiled = 0;
-  DiskCache disk;
+  DiskCache disk{".o"};
 
   Impl() {
     // Safe to call repeatedly; done before any LLJIT is created.
@@ -315,7 +219,7 @@ struct LlvmJit::Impl {
         return it->second;
       }
       key = disk.enabled() ? cache_key(k) : std::string();
-      if (disk.enabled()) object = disk.read(key, k.name);
+      if (disk.enabled()) object = disk.read(key, [&](const std::string& obj) { return defines(obj, k.name); });
     }
     source = object ? Source::Disk : Source::Compiled;
     if (!object) object = object_code(k);
@@ -341,7 +245,7 @@ struct LlvmJit::Impl {
       std::lock_guard lock(mu);
       if (supports.count(name)) return;
       key = disk.enabled() ? "gemm support " + name + "\n" + target_key() : std::string();
-      if (auto object = disk.enabled() ? disk.read(key, s.defined_symbol()) : std::nullopt)
+      if (auto object = disk.enabled() ? disk.read(key, [&](const std::string& obj) { return defines(obj, s.defined_symbol()); }) : std::nullopt)
         return add_support(name, *object);
     }
     llvm::TargetMachine& tm = thread_target_machine();

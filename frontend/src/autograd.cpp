@@ -66,7 +66,7 @@ std::vector<NodeRef> output_seeds(const std::vector<Tensor>& outputs, const std:
       if (o.numel() != 1)
         fail("grad", nth("outputs", i) + " is " + o.type_str() +
                          ", not a scalar: grad_outputs can be omitted only for one-element outputs", {&o}, loc);
-      seeds.push_back(b::constant(1, o.dtype(), o.shape()));
+      seeds.push_back(b::constant(1, o.dtype(), o.shape(), o.device()));
       continue;
     }
     const Tensor& g = grad_outputs[i];

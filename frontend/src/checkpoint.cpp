@@ -356,7 +356,7 @@ void write_atomically(const std::string& path, const std::string& header, const 
     write_all(fd, &n, 8, tmp);
     write_all(fd, header.data(), header.size(), tmp);
     for (const auto& [name, t] : tensors)
-      write_all(fd, t.node()->realized()->data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), tmp);
+      write_all(fd, detail::host_storage(t)->data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), tmp);
     if (::fsync(fd) != 0) file_error(tmp, std::string("fsync failed: ") + std::strerror(errno));
     if (::close(fd) != 0) file_error(tmp, std::string("close failed: ") + std::strerror(errno));
   } catch (...) {

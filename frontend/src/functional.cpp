@@ -263,7 +263,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
   if (!training || p == 0) return x;
   if (p == 1) return x * 0.0;
-  Tensor keep = cast(rand(x.shape(), seed, x.dtype(), loc) >= p, x.dtype(), loc);
+  Tensor keep = cast(rand(x.shape(), seed, x.dtype(), x.device(), loc) >= p, x.dtype(), loc);
   return x * (keep * (1.0 / (1.0 - p)));
 }
 

@@ -125,6 +125,11 @@ void Module::zero_grad() {
   for (Tensor p : parameters()) p.zero_grad();
 }
 
+Module& Module::to(Device device, Loc loc) {
+  for (const auto& [name, t] : state_dict()) detail::move_in_place(t, device, loc);
+  return *this;
+}
+
 void Module::describe(std::string& out, int indent) const {
   out += name() + "(" + extra_repr();
   if (children_.empty()) {

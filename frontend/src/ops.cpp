@@ -57,8 +57,8 @@ graph::Shape broadcast_or_fail(const std::string& op, std::initializer_list<cons
   return shape;
 }
 
-NodeRef prepare(const Tensor& t, DType dtype, const graph::Shape& shape) {
-  return b::broadcast_to(b::cast(t.node(), dtype), shape);
+NodeRef prepare(const Tensor& t, DType dtype, const graph::Shape& shape, Device device) {
+  return b::broadcast_to(b::cast(b::leaf_on(t.node(), device), dtype), shape);
 }
 
 bool is_float_result(OpKind op) {
@@ -72,14 +72,17 @@ Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
   if (is_float_result(op) && !is_floating(dt)) dt = kDefaultFloat;
   if (dt == DType::Bool) fail(name, "arithmetic on bool tensors is not supported; cast them first", {&a, &c}, loc);
   const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
-  return result(b::binary(op, prepare(a, dt, shape), prepare(c, dt, shape)), {&a, &c});
+  const Device dev = detail::common_device(name, {&a, &c}, loc);
+  return result(b::binary(op, prepare(a, dt, shape, dev), prepare(c, dt, shape, dev)), {&a, &c});
 }
 
 // eq ... ge, logical_and, logical_or: compared in the promoted dtype, result bool.
 Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
   const DType dt = result_type({&a, &c});
-  const graph::Shape shape = broadcast_or_fail(std::string(graph::op_name(op)), {&a, &c}, loc);
-  return Tensor(b::binary(op, prepare(a, dt, shape), prepare(c, dt, shape)));
+  const std::string name(graph::op_name(op));
+  const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
+  const Device dev = detail::common_device(name, {&a, &c}, loc);
+  return Tensor(b::binary(op, prepare(a, dt, shape, dev), prepare(c, dt, shape, dev)));
 }
 
 // Float-only unary ops promote integers to the default float dtype.
@@ -154,7 +157,7 @@ Tensor arg_reduction(OpKind op, const Tensor& x, int64_t dim, bool keepdim, cons
   if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   const int64_t d = dim_or_fail(name, dim, x, loc);
   if (d >= 0 && x.shape()[d] == 0) fail(name, "cannot reduce over an empty dimension", {&x}, loc);
-  if (d < 0) return Tensor(b::constant(0, DType::Int64)); // a 0-d tensor: index 0
+  if (d < 0) return Tensor(b::constant(0, DType::Int64, {}, x.device())); // a 0-d tensor: index 0
   NodeRef r = b::reduce(op, x.node(), {d});
   if (!keepdim) r = b::reshape(r, drop_dims(x.shape(), {d}));
   return Tensor(r);
@@ -209,19 +212,19 @@ void check_shape(const std::string& op, const IntList& shape, const Loc& loc) {
 
 // ---------------------------------------------------------------- creation
 
-Tensor full(IntList shape, Scalar value, DType dtype, Loc loc) {
+Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
   check_shape("full", shape, loc);
-  return Tensor(b::constant_of(value, dtype, shape));
+  return Tensor(b::constant_of(value, dtype, shape, device));
 }
-Tensor zeros(IntList shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
-Tensor ones(IntList shape, DType dtype, Loc loc) { return full(std::move(shape), 1, dtype, loc); }
-Tensor zeros_like(const Tensor& like, Loc loc) { return zeros(like.shape(), like.dtype(), loc); }
-Tensor ones_like(const Tensor& like, Loc loc) { return ones(like.shape(), like.dtype(), loc); }
-Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return full({}, value, dtype, loc); }
+Tensor zeros(IntList shape, DType dtype, Device device, Loc loc) { return full(std::move(shape), 0, dtype, device, loc); }
+Tensor ones(IntList shape, DType dtype, Device device, Loc loc) { return full(std::move(shape), 1, dtype, device, loc); }
+Tensor zeros_like(const Tensor& like, Loc loc) { return zeros(like.shape(), like.dtype(), like.device(), loc); }
+Tensor ones_like(const Tensor& like, Loc loc) { return ones(like.shape(), like.dtype(), like.device(), loc); }
+Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return full({}, value, dtype, kCPU, loc); }
 
-Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, loc); }
+Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, kCPU, loc); }
 
-Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
+Tensor arange(double start, double end, double step, DType dtype, Device device, Loc loc) {
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
@@ -235,19 +238,23 @@ Tensor arange(double start, double end, double step, DType dtype, Loc loc) {
     a.i0 = static_cast<int64_t>(start);
     a.i1 = static_cast<int64_t>(step);
   }
-  return Tensor(graph::make_node(OpKind::Arange, dtype, {n}, {}, a));
+  return Tensor(graph::make_node(OpKind::Arange, dtype, {n}, {}, a, device));
 }
 
-static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, const Loc& loc) {
+static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, Device device, const Loc& loc) {
   const std::string name(graph::op_name(op));
   check_shape(name, shape, loc);
   if (!is_floating(dtype)) throw Error(name, "needs a floating dtype, not " + std::string(dtype_name(dtype)), loc);
   graph::Attrs a;
   a.i0 = static_cast<int64_t>(seed);
-  return Tensor(graph::make_node(op, dtype, shape, {}, a));
+  return Tensor(graph::make_node(op, dtype, shape, {}, a, device));
 }
-Tensor rand(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Rand, shape, seed, dtype, loc); }
-Tensor randn(IntList shape, uint64_t seed, DType dtype, Loc loc) { return random_tensor(OpKind::Randn, shape, seed, dtype, loc); }
+Tensor rand(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
+  return random_tensor(OpKind::Rand, shape, seed, dtype, device, loc);
+}
+Tensor randn(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
+  return random_tensor(OpKind::Randn, shape, seed, dtype, device, loc);
+}
 
 template <class T> Tensor from_vector(const std::vector<T>& data) {
   return from_vector(data, {static_cast<int64_t>(data.size())});
@@ -272,7 +279,7 @@ template Tensor from_vector<bool>(const std::vector<bool>&);
 template Tensor from_vector<bool>(const std::vector<bool>&, IntList, Loc);
 
 Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc) {
-  Tensor t(b::constant_of(s, s.kind()));
+  Tensor t(b::constant_of(s, s.kind(), {}, other.defined() ? other.device() : kCPU));
   t.impl()->wrapped_number = true;
   return t;
 }
@@ -320,7 +327,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
   if (cond.dtype() != DType::Bool) fail("where", "the condition must be bool", {&cond, &a, &c}, loc);
   const DType dt = result_type({&a, &c});
   const graph::Shape shape = broadcast_or_fail("where", {&cond, &a, &c}, loc);
-  return result(b::where(b::broadcast_to(cond.node(), shape), prepare(a, dt, shape), prepare(c, dt, shape)), {&a, &c});
+  const Device dev = detail::common_device("where", {&cond, &a, &c}, loc);
+  return result(b::where(prepare(cond, DType::Bool, shape, dev), prepare(a, dt, shape, dev), prepare(c, dt, shape, dev)),
+                {&a, &c});
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar c, Loc loc) { return where(cond, a, wrap_scalar(c, a, loc), loc); }
@@ -411,12 +420,13 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
   if (d < 0) fail("concat", "cannot concatenate 0-d tensors", {&xs[0]}, loc);
   DType dt = xs[0].dtype();
   for (const Tensor& t : xs) dt = promote_types(dt, t.dtype());
+  const Device dev = detail::common_device("concat", xs, loc);
   std::vector<NodeRef> nodes;
   for (const Tensor& t : xs) {
     bool same = t.dim() == xs[0].dim();
     for (int64_t k = 0; same && k < t.dim(); ++k) same = k == d || t.shape()[k] == xs[0].shape()[k];
     if (!same) fail("concat", "shapes must match except in dim " + std::to_string(d), {&xs[0], &t}, loc);
-    nodes.push_back(b::cast(t.node(), dt));
+    nodes.push_back(b::cast(b::leaf_on(t.node(), dev), dt));
   }
   return detail::result_of(b::concat(nodes, d), xs);
 }
@@ -437,7 +447,8 @@ Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {
   if (a.dim() == 0 || c.dim() == 0) fail("matmul", "both operands need at least 1 dim", {&a, &c}, loc);
   const DType dt = promote_types(a.dtype(), c.dtype());
   if (dt == DType::Bool) fail("matmul", "not defined for bool tensors", {&a, &c}, loc);
-  NodeRef x = b::cast(a.node(), dt), y = b::cast(c.node(), dt);
+  const Device dev = detail::common_device("matmul", {&a, &c}, loc);
+  NodeRef x = b::cast(b::leaf_on(a.node(), dev), dt), y = b::cast(b::leaf_on(c.node(), dev), dt);
   if (a.dim() == 1) x = b::reshape(x, {1, a.shape()[0]});
   if (c.dim() == 1) y = b::reshape(y, {c.shape()[0], 1});
   const int64_t k = x->shape.back(), k2 = y->shape[y->shape.size() - 2];

@@ -33,6 +33,40 @@ void fail(const std::string& op, const std::string& what, std::initializer_list<
   throw Error(op, msg, loc);
 }
 
+namespace {
+bool follows_others(const Tensor& t) {
+  const graph::Node& n = *t.node();
+  return n.inputs.empty() && n.op != graph::OpKind::Input;
+}
+
+Device device_of_operands(const std::string& op, const std::vector<const Tensor*>& operands, const Loc& loc) {
+  const Tensor* anchor = nullptr;
+  for (const Tensor* t : operands) {
+    if (!t->defined() || follows_others(*t)) continue;
+    if (!anchor) anchor = t;
+    else if (t->device() != anchor->device())
+      throw Error(op, "expects its operands on one device, got " + operand_str(*anchor) + " on " +
+                          anchor->device().str() + " and " + operand_str(*t) + " on " + t->device().str() +
+                          " (move one with .to(device))",
+                  loc);
+  }
+  if (anchor) return anchor->device();
+  for (const Tensor* t : operands)
+    if (t->defined()) return t->device();
+  return kCPU;
+}
+} // namespace
+
+Device common_device(const std::string& op, std::initializer_list<const Tensor*> operands, const Loc& loc) {
+  return device_of_operands(op, std::vector<const Tensor*>(operands), loc);
+}
+
+Device common_device(const std::string& op, const std::vector<Tensor>& operands, const Loc& loc) {
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : operands) ptrs.push_back(&t);
+  return device_of_operands(op, ptrs, loc);
+}
+
 Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs) {
   bool needs = false;
   for (const Tensor* t : inputs) needs = needs || (t->defined() && t->requires_grad());
@@ -135,7 +169,7 @@ DType Tensor::dtype() const { return node()->dtype; }
 const IntList& Tensor::shape() const { return node()->shape; }
 int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
 int64_t Tensor::numel() const { return node()->numel(); }
-Device Tensor::device() const { return kCPU; }
+Device Tensor::device() const { return node()->device; }
 std::string Tensor::type_str() const { return std::string(dtype_name(dtype())) + graph::shape_str(shape()); }
 
 int64_t Tensor::size(int64_t d, Loc loc) const {
@@ -174,19 +208,24 @@ void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc)
 }
 } // namespace
 
+std::shared_ptr<graph::Storage> detail::host_storage(const Tensor& t) {
+  t.realize();
+  std::shared_ptr<graph::Storage> s = t.node()->realized();
+  return s->device() == kCPU ? s : runtime::copy_to(*s, kCPU);
+}
+
 template <class T> T Tensor::item(Loc loc) const {
   forbid_reads_while_tracing("item", *this, loc);
   if (numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
-  realize();
-  return read_element<T>(node()->realized()->data(), dtype(), 0);
+  return read_element<T>(detail::host_storage(*this)->data(), dtype(), 0);
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
   forbid_reads_while_tracing("to_vector", *this, Loc::current());
-  realize();
   const size_t n = static_cast<size_t>(numel());
   std::vector<T> out(n);
-  const void* data = node()->realized()->data();
+  const auto host = detail::host_storage(*this);
+  const void* data = host->data();
   for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, dtype(), i);
   return out;
 }
@@ -254,6 +293,42 @@ Tensor& Tensor::requires_grad_(bool on, Loc loc) {
   return *this;
 }
 
+namespace {
+/// A copy of t's value on `device`, as a new input leaf (no gradient).
+Tensor copied_to(const Tensor& t, Device device) {
+  return Tensor(graph::make_input(t.dtype(), t.shape(), runtime::copy_to(*t.realize().node()->realized(), device)));
+}
+} // namespace
+
+void detail::move_in_place(const Tensor& t, Device device, const Loc& loc) {
+  if (t.device() == device) return;
+  if (!t.impl()->is_leaf) fail("to", "only leaf tensors can be moved in place", {&t}, loc);
+  TensorImpl& impl = *t.impl();
+  impl.node = t.detach().to(device, loc).node();
+  if (impl.grad.defined()) impl.grad = impl.grad.to(device, loc);
+  if (impl.requires_grad) register_leaf(t.impl());
+}
+
+Tensor Tensor::to(Device device, Loc loc) const {
+  if (this->device() == device) return *this;
+  if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant: no data to copy
+    return detail::result(graph::build::leaf_on(node(), device), {});
+  forbid_reads_while_tracing("to", *this, loc);
+  try {
+    if (!requires_grad()) return copied_to(*this, device);
+    const Device from = this->device();
+    CustomFunction move{"to(" + device.str() + ")",
+                        [device](const std::vector<Tensor>& in) { return std::vector<Tensor>{copied_to(in[0], device)}; },
+                        [from](const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+                          return std::vector<Tensor>{g[0].to(from)};
+                        }};
+    return move({*this}, loc)[0];
+  } catch (const Error& e) {
+    if (e.op() == "to") throw;
+    detail::fail("to", "cannot copy to " + device.str() + ": " + e.what(), {this}, loc);
+  }
+}
+
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 Tensor Tensor::grad() const { return impl_ ? impl_->grad : Tensor(); }
 void Tensor::zero_grad() {
@@ -262,9 +337,10 @@ void Tensor::zero_grad() {
 }
 Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
-void Tensor::assign(const Tensor& value, Loc loc) {
-  if (value.shape() != shape() || value.dtype() != dtype())
-    detail::fail("assign", "the new value must have the same shape and dtype", {this, &value}, loc);
+void Tensor::assign(const Tensor& value_, Loc loc) {
+  if (value_.shape() != shape() || value_.dtype() != dtype())
+    detail::fail("assign", "the new value must have the same shape and dtype", {this, &value_}, loc);
+  const Tensor value = value_.to(device(), loc);
   detail::note_state_change(impl_);
   // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
   const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;

@@ -27,6 +27,12 @@ std::string operand_str(const Tensor& t);
 /// Throws kiln::Error for `op`, listing the operands' types.
 [[noreturn]] void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
                        const Loc& loc);
+/// The device an op on `operands` runs on: theirs, where they agree. A constant, arange or
+/// random leaf holds no data and follows the others (see graph::build::leaf_on); two
+/// operands with data on different devices throw kiln::Error naming op, operands and devices.
+Device common_device(const std::string& op, std::initializer_list<const Tensor*> operands, const Loc& loc);
+/// Same, for a list of operands.
+Device common_device(const std::string& op, const std::vector<Tensor>& operands, const Loc& loc);
 /// Wraps an op's result: requires grad when an input does (and grad mode is on); under
 /// no_grad a result of grad-requiring inputs is detached.
 Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs);
@@ -36,6 +42,11 @@ Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs);
 void register_leaf(const std::shared_ptr<TensorImpl>& impl);
 /// The live leaf tensor whose current node is `n`, or null.
 std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n);
+/// Moves a leaf's value (and gradient) to `device` in place, keeping its identity
+/// (requires_grad, registration): what Module::to does to parameters and buffers.
+void move_in_place(const Tensor& t, Device device, const Loc& loc);
+/// The realized value of `t` in host memory (copied from a GPU, waiting for it, when it lives there).
+std::shared_ptr<graph::Storage> host_storage(const Tensor& t);
 
 } // namespace detail
 } // namespace kiln

@@ -8,27 +8,35 @@
 
 namespace kiln::graph::build {
 
-NodeRef constant(double value, DType dtype, Shape shape) {
+NodeRef constant(double value, DType dtype, Shape shape, Device device) {
   Attrs a;
   if (is_floating(dtype)) a.f0 = dtype == DType::Float32 ? static_cast<float>(value) : value;
   else a.i0 = dtype == DType::Bool ? (value != 0) : static_cast<int64_t>(value);
-  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a), device);
 }
 
-NodeRef constant_of(const Scalar& value, DType dtype, Shape shape) {
+NodeRef constant_of(const Scalar& value, DType dtype, Shape shape, Device device) {
   if (dtype == DType::Float32 && value.kind() != DType::Float64) { // int64 -> f32 rounds once
     Attrs a;
     a.f0 = static_cast<float>(value.to_int());
-    return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+    return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a), device);
   }
-  if (is_floating(dtype)) return constant(value.to_double(), dtype, std::move(shape));
+  if (is_floating(dtype)) return constant(value.to_double(), dtype, std::move(shape), device);
   Attrs a;
   a.i0 = dtype == DType::Bool ? (value.to_double() != 0) : value.to_int();
   if (dtype == DType::Int32) a.i0 = static_cast<int32_t>(a.i0);
-  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a));
+  return make_node(OpKind::Const, dtype, std::move(shape), {}, std::move(a), device);
 }
 
-NodeRef constant_like(const NodeRef& like, double value) { return constant(value, like->dtype, like->shape); }
+NodeRef leaf_on(const NodeRef& x, Device device) {
+  const bool dataless_leaf = x->inputs.empty() && x->op != OpKind::Input;
+  if (x->device == device || !dataless_leaf) return x;
+  return make_node(x->op, x->dtype, x->shape, {}, x->attrs, device);
+}
+
+NodeRef constant_like(const NodeRef& like, double value) {
+  return constant(value, like->dtype, like->shape, like->device);
+}
 
 NodeRef unary(OpKind op, const NodeRef& x) {
   KILN_ASSERT(op != OpKind::Cast, "use cast()");
@@ -46,8 +54,8 @@ NodeRef where(const NodeRef& cond, const NodeRef& a, const NodeRef& b) {
 NodeRef cast(const NodeRef& x, DType dtype) {
   if (x->dtype == dtype) return x;
   if (x->op == OpKind::Const) { // fold, rounding exactly as the Cast kernel would
-    if (is_floating(x->dtype) && is_floating(dtype)) return constant(x->attrs.f0, dtype, x->shape);
-    if (!is_floating(x->dtype)) return constant_of(Scalar(x->attrs.i0), dtype, x->shape);
+    if (is_floating(x->dtype) && is_floating(dtype)) return constant(x->attrs.f0, dtype, x->shape, x->device);
+    if (!is_floating(x->dtype)) return constant_of(Scalar(x->attrs.i0), dtype, x->shape, x->device);
   }
   return make_node(OpKind::Cast, dtype, x->shape, {x});
 }
@@ -88,7 +96,7 @@ NodeRef broadcast_to(const NodeRef& x, const Shape& shape) {
   padded.insert(padded.end(), x->shape.begin(), x->shape.end());
   NodeRef r = reshape(x, padded);
   if (padded == shape) return r;
-  if (r->op == OpKind::Const) return make_node(OpKind::Const, r->dtype, shape, {}, r->attrs);
+  if (r->op == OpKind::Const) return make_node(OpKind::Const, r->dtype, shape, {}, r->attrs, r->device);
   return make_node(OpKind::Expand, x->dtype, shape, {r});
 }
 

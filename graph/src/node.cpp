@@ -35,8 +35,9 @@ size_t mix(size_t h, uint64_t v) {
 }
 
 size_t structural_hash(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& inputs,
-                       const Attrs& a) {
+                       const Attrs& a, Device device) {
   size_t h = mix(static_cast<size_t>(op), static_cast<uint64_t>(dtype));
+  h = mix(h, static_cast<uint64_t>(device.kind) << 32 | static_cast<uint32_t>(device.index));
   for (int64_t d : shape) h = mix(h, static_cast<uint64_t>(d));
   h = mix(h, shape.size());
   for (const NodeRef& in : inputs) h = mix(h, reinterpret_cast<uintptr_t>(in.get()));
@@ -84,9 +85,14 @@ bool op_from_name(std::string_view name, OpKind& out) {
 struct Node::Key {};
 
 Node::Node(const Key&, OpKind op_, DType dtype_, Shape shape_, std::vector<NodeRef> inputs_, Attrs attrs_,
-           size_t hash_)
+           Device device_, size_t hash_)
     : op(op_), dtype(dtype_), shape(std::move(shape_)), inputs(std::move(inputs_)), attrs(std::move(attrs_)),
-      hash(hash_) {}
+      device(device_), hash(hash_) {}
+
+void Node::set_realized(std::shared_ptr<Storage> s) const {
+  KILN_ASSERT(!s || s->device() == device, "a value on " + s->device().str() + " attached to a node on " + device.str());
+  realized_.store(std::move(s));
+}
 
 Node::~Node() {
   {
@@ -117,18 +123,19 @@ Node::~Node() {
   pending = nullptr;
 }
 
-NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs) {
+NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs, Device device) {
   if (const std::string err = check_node(op, dtype, shape, inputs, attrs); !err.empty())
     detail::internal_error("check_node", __FILE__, __LINE__,
                            std::string(op_name(op)) + ": " + err);
-  const size_t h = structural_hash(op, dtype, shape, inputs, attrs);
+  if (!inputs.empty()) device = inputs[0]->device; // check_node saw that they agree
+  const size_t h = structural_hash(op, dtype, shape, inputs, attrs, device);
   Interner& in = interner();
   std::lock_guard lock(in.mu);
   auto [lo, hi] = in.table.equal_range(h);
   for (auto it = lo; it != hi; ++it) {
     const Node* n = it->second;
     if (n->op != op || n->dtype != dtype || n->shape != shape || n->inputs != inputs ||
-        !same_attrs(n->attrs, attrs))
+        !same_attrs(n->attrs, attrs) || n->device != device)
       continue;
     if (auto alive = n->weak_from_this().lock()) return alive; // null while it is being destroyed
   }
@@ -138,15 +145,15 @@ NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inpu
     }
   }
   auto node = std::make_shared<Node>(Node::Key{}, op, dtype, std::move(shape), std::move(inputs),
-                                     std::move(attrs), h);
+                                     std::move(attrs), device, h);
   in.table.emplace(h, node.get());
   return node;
 }
 
-NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data) {
+NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data, Device device) {
   Attrs a;
   a.i0 = interner().next_input_id.fetch_add(1);
-  NodeRef n = make_node(OpKind::Input, dtype, std::move(shape), {}, std::move(a));
+  NodeRef n = make_node(OpKind::Input, dtype, std::move(shape), {}, std::move(a), data ? data->device() : device);
   if (data) n->set_realized(std::move(data));
   return n;
 }

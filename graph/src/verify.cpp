@@ -145,6 +145,9 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
     if (d < 0) return "negative extent";
   for (const NodeRef& x : inputs)
     if (!x) return "null operand";
+  for (const NodeRef& x : inputs)
+    if (x->device != inputs[0]->device)
+      return "operands on different devices (" + inputs[0]->device.str() + " and " + x->device.str() + ")";
   switch (op_category(op)) {
   case OpCategory::Leaf: return check_leaf(op, dtype, shape);
   case OpCategory::Unary:

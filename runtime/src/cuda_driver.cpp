@@ -4,6 +4,8 @@
 // is needed.
 #include "runtime/cuda_driver.h"
 
+#include "runtime/cuda_api.h"
+
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -18,8 +20,6 @@ namespace kiln::runtime {
 
 namespace {
 
-using CUresult = int; // 0 is CUDA_SUCCESS
-using CUdevice = int; // a device ordinal
 
 constexpr CUresult kStubLibrary = 34; // CUDA_ERROR_STUB_LIBRARY
 constexpr CUresult kNoDevice = 100;   // CUDA_ERROR_NO_DEVICE
@@ -39,22 +39,16 @@ struct Api {
   CUresult (*GetErrorName)(CUresult, const char**) = nullptr;
 };
 
-template <class F> bool bind(void* h, F& f, const char* name, std::string& missing) {
-  f = reinterpret_cast<F>(dlsym(h, name));
-  if (!f) missing += std::string(" ") + name;
-  return f != nullptr;
-}
-
 /// Resolves every entry point; the names of those missing are appended to `missing`.
 bool bind_all(void* h, Api& a, std::string& missing) {
-  bool ok = bind(h, a.Init, "cuInit", missing); // every name is tried, so that all missing ones are listed
-  ok &= bind(h, a.DriverGetVersion, "cuDriverGetVersion", missing);
-  ok &= bind(h, a.DeviceGetCount, "cuDeviceGetCount", missing);
-  ok &= bind(h, a.DeviceGet, "cuDeviceGet", missing);
-  ok &= bind(h, a.DeviceGetName, "cuDeviceGetName", missing);
-  ok &= bind(h, a.DeviceGetAttribute, "cuDeviceGetAttribute", missing);
-  ok &= bind(h, a.DeviceTotalMem, "cuDeviceTotalMem_v2", missing);
-  ok &= bind(h, a.GetErrorName, "cuGetErrorName", missing);
+  bool ok = bind_symbol(h, a.Init, "cuInit", missing); // every name is tried, so that all missing ones are listed
+  ok &= bind_symbol(h, a.DriverGetVersion, "cuDriverGetVersion", missing);
+  ok &= bind_symbol(h, a.DeviceGetCount, "cuDeviceGetCount", missing);
+  ok &= bind_symbol(h, a.DeviceGet, "cuDeviceGet", missing);
+  ok &= bind_symbol(h, a.DeviceGetName, "cuDeviceGetName", missing);
+  ok &= bind_symbol(h, a.DeviceGetAttribute, "cuDeviceGetAttribute", missing);
+  ok &= bind_symbol(h, a.DeviceTotalMem, "cuDeviceTotalMem_v2", missing);
+  ok &= bind_symbol(h, a.GetErrorName, "cuGetErrorName", missing);
   return ok;
 }
 
@@ -129,10 +123,19 @@ std::string query(const Api& a, DriverProbe& p) {
 /// The GPU the process-wide probe found, for messages ("" when none).
 std::string first_device_text(const DriverProbe& p) { return p.devices.empty() ? "" : p.devices.front().str(); }
 
+/// True when `library` (loaded) is kiln's CPU emulator of the driver (tests/cuda_emu),
+/// which runs kernels from their CUDA source and so needs no NVRTC.
+bool is_emulator(const std::string& library) {
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  const bool emu = h && dlsym(h, "kilnEmuIsEmulator");
+  if (h) dlclose(h);
+  return emu;
+}
+
 /// The process-wide probe: the driver, then its version against NVRTC's, then NVRTC itself.
 DriverProbe probe_process() {
   DriverProbe p = probe_cuda_driver(driver_library());
-  if (!p.reason.empty()) return p;
+  if (!p.reason.empty() || is_emulator(p.library)) return p;
   std::string why;
   if (!codegen::nvrtc_available(&why))
     p.reason = "found " + first_device_text(p) + " but kiln compiles GPU kernels with NVRTC, which is unavailable: " + why;
@@ -153,24 +156,14 @@ std::optional<int> cuda_index(std::string_view name) {
   return index;
 }
 
-constexpr const char* kNotImplemented =
-    "kiln's GPU runtime (device memory, kernel launches, Tensor::to) is not implemented yet";
-
-/// Why a request for CUDA device `index` cannot be granted.
+/// Why a request for CUDA device `index` cannot be granted ("" when it can).
 std::string cuda_refusal(std::string_view requested, int index, const DriverProbe& p) {
   const std::string head = "cannot use '" + std::string(requested) + "': ";
   if (!p.reason.empty()) return head + p.reason;
   if (static_cast<size_t>(index) >= p.devices.size())
     return head + "no CUDA device " + std::to_string(index) + " (the driver sees " + std::to_string(p.devices.size()) +
            ")";
-  return head + "found " + p.devices[static_cast<size_t>(index)].str() + ", but " + kNotImplemented +
-         "; use the cpu device";
-}
-
-/// Why "auto" picked the CPU.
-std::string auto_reason(const DriverProbe& p) {
-  if (!p.reason.empty()) return "CUDA is unavailable: " + p.reason;
-  return "found " + first_device_text(p) + ", but " + kNotImplemented;
+  return "";
 }
 
 } // namespace
@@ -232,10 +225,14 @@ const DriverProbe& cuda_driver() {
 Device resolve_device(std::string_view requested, const DriverProbe& probe, const std::source_location& where) {
   if (requested == "cpu") return kCPU;
   if (requested == "auto") {
-    std::fprintf(stderr, "[kiln] device auto: using the CPU: %s\n", auto_reason(probe).c_str());
+    if (probe.reason.empty() && !probe.devices.empty()) return {Device::Kind::CUDA, 0};
+    std::fprintf(stderr, "[kiln] device auto: using the CPU: CUDA is unavailable: %s\n", probe.reason.c_str());
     return kCPU;
   }
-  if (std::optional<int> index = cuda_index(requested)) throw Error("device", cuda_refusal(requested, *index, probe), where);
+  if (std::optional<int> index = cuda_index(requested)) {
+    if (std::string why = cuda_refusal(requested, *index, probe); !why.empty()) throw Error("device", why, where);
+    return {Device::Kind::CUDA, *index};
+  }
   throw Error("device", "unknown device '" + std::string(requested) + "'; valid: cpu, cuda, cuda:N, auto", where);
 }
 

@@ -16,6 +16,7 @@
 #include "kiln/error.h"
 #include "kiln/options.h"
 #include "runtime/cuda_check.h"
+#include "runtime/cuda_runtime.h"
 #include "runtime/storage.h"
 
 namespace kiln::runtime {
@@ -157,12 +158,39 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* b
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, params); });
 }
 
-void log_launch(const codegen::KernelLaunch& l, const char* cache, double run_ms) {
+void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, double run_ms) {
   size_t bytes = node_bytes(l.output);
   for (const graph::Node* in : l.inputs) bytes += node_bytes(in);
-  std::fprintf(stderr, "[kiln] launch %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s\n", l.kernel.name.c_str(),
-               cache, static_cast<long long>(l.domain_size), run_ms, bytes / 1e6,
-               run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
+  if (device != kCPU && !options().launch_blocking) { // queued: the host did not wait for it
+    std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, queued, %.2f MB\n", l.kernel.name.c_str(),
+                 device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6);
+    return;
+  }
+  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s\n",
+               l.kernel.name.c_str(), device.str().c_str(), cache, static_cast<long long>(l.domain_size), run_ms,
+               bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
+}
+
+const char* status_name(Gpu::Source s) {
+  switch (s) {
+  case Gpu::Source::Memory: return "hit";
+  case Gpu::Source::Disk: return "disk";
+  case Gpu::Source::Compiled: return "miss";
+  }
+  return "?";
+}
+
+// Loads the plan's kernels on its GPU (compiled in parallel).
+void load_gpu_kernels(Plan& p) {
+  Gpu& gpu = Gpu::get(p.device.index);
+  const size_t n = p.schedule.launches.size();
+  p.gpu_kernels.resize(n);
+  tbb::parallel_for(size_t{0}, n, [&](size_t i) {
+    Gpu::Source source;
+    p.gpu_kernels[i] = gpu.kernel(p.schedule.launches[i].kernel, source);
+    p.cache_status[i] = status_name(source);
+    if (source == Gpu::Source::Compiled) ++counters().compiles;
+  });
 }
 
 // Where each buffer of one execution lives.
@@ -190,6 +218,9 @@ struct Memory {
 Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   Plan p;
   p.outputs = outputs;
+  p.device = outputs.empty() ? kCPU : outputs[0]->device;
+  for (const auto& n : outputs)
+    KILN_ASSERT(n->device == p.device, "one plan computes on one device: " + n->device.str() + " vs " + p.device.str());
   std::vector<const graph::Node*> todo;
   for (const auto& n : outputs)
     if (!n->realized() && std::find(todo.begin(), todo.end(), n.get()) == todo.end()) todo.push_back(n.get());
@@ -197,22 +228,30 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   if (options().debug >= 2)
     for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
   const size_t n = p.schedule.launches.size();
-  p.kernels.resize(n);
+  if (p.device == kCPU) p.kernels.resize(n);
   p.cache_status.resize(n);
-  tbb::parallel_for(size_t{0}, n, [&](size_t i) { // kernels compile in parallel
-    codegen::LlvmJit::Source source;
-    p.kernels[i] = compile(p.schedule.launches[i].kernel, source);
-    p.cache_status[i] = status_name(source);
-  });
+  if (p.device != kCPU) load_gpu_kernels(p);
+  else
+    tbb::parallel_for(size_t{0}, n, [&](size_t i) { // kernels compile in parallel
+      codegen::LlvmJit::Source source;
+      p.kernels[i] = compile(p.schedule.launches[i].kernel, source);
+      p.cache_status[i] = status_name(source);
+    });
   for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
   plan_memory(p);
   return p;
 }
 
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings) {
-  Memory mem{plan, bindings, plan.arena_bytes ? allocate_host(plan.arena_bytes) : nullptr, {}};
+  for (const auto& [node, storage] : bindings)
+    if (storage->device() != plan.device)
+      throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
+                                 " is on " + storage->device().str() + " but the computation runs on " +
+                                 plan.device.str() + " (move it with .to(device))");
+  Memory mem{plan, bindings, plan.arena_bytes ? allocate(plan.device, plan.arena_bytes) : nullptr, {}};
   for (const auto& l : plan.schedule.launches)
-    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate_host(node_bytes(l.output));
+    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
+  Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   std::vector<void*> bufs;
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
@@ -220,9 +259,10 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     for (const graph::Node* in : l.inputs) bufs.push_back(mem.address(in));
     bufs.push_back(mem.address(l.output));
     const auto t0 = Clock::now();
-    run(plan.kernels[i], l, bufs.data());
+    if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel, bufs, l.params);
+    else run(plan.kernels[i], l, bufs.data());
     ++counters().launches;
-    if (options().debug >= 1) log_launch(l, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
+    if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }
   ++plan.runs;
   std::vector<std::shared_ptr<graph::Storage>> result;
@@ -235,12 +275,20 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
 }
 
 void realize(const std::vector<graph::NodeRef>& nodes) {
-  if (std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n->realized() != nullptr; })) return;
-  ++counters().realizations;
-  const Plan plan = make_plan(nodes);
-  const auto values = execute(plan);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (!nodes[i]->realized()) nodes[i]->set_realized(values[i]);
+  std::vector<graph::NodeRef> todo;
+  for (const auto& n : nodes)
+    if (!n->realized()) todo.push_back(n);
+  while (!todo.empty()) { // one plan per device, in order of first appearance
+    const Device device = todo[0]->device;
+    std::vector<graph::NodeRef> here, later;
+    for (auto& n : todo) (n->device == device ? here : later).push_back(std::move(n));
+    ++counters().realizations;
+    const Plan plan = make_plan(here);
+    const auto values = execute(plan);
+    for (size_t i = 0; i < here.size(); ++i)
+      if (!here[i]->realized()) here[i]->set_realized(values[i]);
+    todo = std::move(later);
+  }
 }
 
 ExecutorStats executor_stats() {

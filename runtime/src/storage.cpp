@@ -1,10 +1,12 @@
 #include "runtime/storage.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "kiln/error.h"
+#include "runtime/cuda_runtime.h"
 
 namespace kiln::runtime {
 
@@ -99,6 +101,29 @@ private:
 
 std::shared_ptr<graph::Storage> allocate_host(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
 AllocatorStats allocator_stats() { return pool().stats(); }
+
+std::shared_ptr<graph::Storage> allocate(Device device, size_t bytes) {
+  return device.kind == Device::Kind::CPU ? allocate_host(bytes) : Gpu::get(device.index).allocate(bytes);
+}
+
+std::shared_ptr<graph::Storage> copy_to(const graph::Storage& src, Device device) {
+  const size_t n = src.bytes();
+  std::shared_ptr<graph::Storage> dst = allocate(device, n);
+  const bool from_host = src.device().kind == Device::Kind::CPU, to_host = device.kind == Device::Kind::CPU;
+  if (from_host && to_host) std::memcpy(dst->data(), src.data(), n);
+  else if (from_host) Gpu::get(device.index).upload(dst->data(), src.data(), n);
+  else if (to_host) Gpu::get(src.device().index).download(dst->data(), src.data(), n);
+  else if (src.device() == device) Gpu::get(device.index).copy(dst->data(), src.data(), n);
+  else { // between two GPUs: through the host
+    auto staged = copy_to(src, kCPU);
+    Gpu::get(device.index).upload(dst->data(), staged->data(), n);
+  }
+  return dst;
+}
+
+AllocatorStats allocator_stats(Device device) {
+  return device.kind == Device::Kind::CPU ? allocator_stats() : Gpu::get(device.index).memory_stats();
+}
 void release_cached_memory() { pool().release(); }
 
 } // namespace kiln::runtime

@@ -82,6 +82,9 @@ public:
   bool is_training() const { return training_; }
   /// Clears the gradient of every parameter.
   void zero_grad();
+  /// Moves every parameter and buffer (and gradient) to `device` in place: the tensors
+  /// keep their identity, so an optimizer made before or after still updates them.
+  Module& to(Device device, Loc loc = Loc::current());
 
   /// Registers `t` as a trainable parameter (marks it requires_grad) and returns it.
   Tensor register_parameter(std::string name, Tensor t);

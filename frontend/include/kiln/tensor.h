@@ -81,8 +81,14 @@ public:
   /// The same value, cut from the graph of gradients.
   Tensor detach() const;
   /// Replaces this tensor's value by `value` (same shape and dtype), keeping its identity
-  /// (grad, requires_grad); the way optimizers update parameters.
+  /// (grad, requires_grad); the way optimizers update parameters. A value on another
+  /// device is copied to this tensor's device first (loading a checkpoint into a GPU model).
   void assign(const Tensor& value, Loc loc = Loc::current());
+  /// The value on `device`: this tensor when it is there already, else a copy made now
+  /// (realizing it first; a GPU-to-host copy waits for the GPU). Differentiable: the
+  /// gradient is copied back. Throws kiln::Error when the device is unusable (saying why)
+  /// or inside a function traced by compile() (move inputs before calling it).
+  Tensor to(Device device, Loc loc = Loc::current()) const;
 
   // ---- methods mirroring the free functions ----
   Tensor reshape(IntList shape, Loc loc = Loc::current()) const;      ///< see kiln::reshape
@@ -117,24 +123,26 @@ private:
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // ---------------------------------------------------------------- creation
+// Creation ops make a lazy leaf on `device`. A constant holds no data: used with a
+// tensor on another device it moves there (a CPU `ones({3})` can be added to a CUDA tensor).
 /// Zeros of a shape and dtype.
-Tensor zeros(IntList shape, DType dtype = kFloat32, Loc loc = Loc::current());
+Tensor zeros(IntList shape, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// Ones of a shape and dtype.
-Tensor ones(IntList shape, DType dtype = kFloat32, Loc loc = Loc::current());
+Tensor ones(IntList shape, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// A tensor filled with one value.
-Tensor full(IntList shape, Scalar value, DType dtype = kFloat32, Loc loc = Loc::current());
-/// Zeros shaped like `like`.
+Tensor full(IntList shape, Scalar value, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
+/// Zeros shaped, typed and placed like `like`.
 Tensor zeros_like(const Tensor& like, Loc loc = Loc::current());
-/// Ones shaped like `like`.
+/// Ones shaped, typed and placed like `like`.
 Tensor ones_like(const Tensor& like, Loc loc = Loc::current());
 /// [0, end) with step 1, i64 (like torch.arange(end)).
 Tensor arange(int64_t end, Loc loc = Loc::current());
 /// [start, end) in steps of `step`, in `dtype` (i64 for integer arguments in PyTorch; explicit here).
-Tensor arange(double start, double end, double step, DType dtype, Loc loc = Loc::current());
+Tensor arange(double start, double end, double step, DType dtype, Device device = kCPU, Loc loc = Loc::current());
 /// Uniform [0, 1) from a seed (counter-based: the same seed gives the same values anywhere).
-Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
+Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// Standard normal from a seed.
-Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Loc loc = Loc::current());
+Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// A 1-d tensor holding a copy of host data (like torch.tensor([...])).
 template <class T> Tensor from_vector(const std::vector<T>& data);
 /// A tensor of the given shape holding a copy of host data ({} makes a 0-d tensor of one value).

@@ -3,10 +3,9 @@
 /// The devices present at run time and choosing one (KILN_DEVICE, train's --device).
 ///
 /// The CUDA driver (libcuda.so.1, or $KILN_CUDA_DRIVER) is loaded with dlopen and
-/// probed once per process; kiln links no CUDA library. kiln's GPU runtime (device
-/// memory, kernel launches, Tensor::to) is not written yet, so resolve_device() never
-/// returns a CUDA device: it says why (no driver, stub driver, no device, driver too
-/// old, NVRTC missing), or that a usable GPU was found but cannot be used yet.
+/// probed once per process; kiln links no CUDA library. resolve_device() gives a CUDA
+/// device where the driver, the device and NVRTC are usable, and otherwise says why
+/// (no driver, stub driver, no device, driver too old, NVRTC missing).
 
 #include <cstddef>
 #include <source_location>
@@ -39,14 +38,14 @@ std::vector<DeviceInfo> cuda_devices();
 /// One sentence saying why CUDA cannot be used (no driver and which library was tried,
 /// the toolkit's stub driver, cuInit's error, no device, a driver older than the NVRTC
 /// kiln loads, NVRTC missing); "" when the driver, a device and NVRTC are all usable.
-/// kiln's GPU runtime is not written yet, so even then resolve_device() picks no GPU.
+/// kiln's CPU emulator of the driver (tests) needs no NVRTC.
 std::string cuda_unavailable_reason();
 
-/// Turns a device name into a device: "cpu" gives the CPU; "cuda" or "cuda:N" throws
-/// kiln::Error (op "device") saying why CUDA is unavailable, or, where a GPU is usable,
-/// that it was found but kiln's GPU runtime is not implemented yet; "auto" gives the CPU
-/// with one line on stderr saying why CUDA was not chosen. Any other name throws
-/// kiln::Error listing the valid ones. `where` is the caller's source line.
+/// Turns a device name into a device: "cpu" gives the CPU; "cuda" or "cuda:N" gives
+/// that GPU, or throws kiln::Error (op "device") saying why CUDA or that device is
+/// unavailable; "auto" gives cuda:0 where usable, else the CPU with one line on stderr
+/// saying why. Any other name throws kiln::Error listing the valid ones. `where` is
+/// the caller's source line.
 Device resolve_device(std::string_view requested, const std::source_location& where = std::source_location::current());
 
 } // namespace kiln

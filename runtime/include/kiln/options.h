@@ -21,8 +21,11 @@ struct Options {
   /// compiled by NVRTC (sm_90 and compute_90); skipped with one line where NVRTC is absent.
   bool cuda_check = false;
   /// KILN_DEVICE: cpu (default), cuda, cuda:N or auto; resolved by resolve_device()
-  /// (kiln/devices.h), which today always runs on the CPU and says why.
+  /// (kiln/devices.h). Programs such as examples/train read it; tensors are placed explicitly.
   std::string device = "cpu";
+  /// KILN_LAUNCH_BLOCKING=1: wait for every GPU kernel to finish before the next call
+  /// returns, so that a failing kernel is named (and launch times are real) when debugging.
+  bool launch_blocking = false;
 };
 
 /// The options in force (a process-wide singleton).

@@ -1,0 +1,110 @@
+#pragma once
+/// \file cuda_runtime.h
+/// kiln's GPU runtime on the CUDA driver API: one Gpu per device in use, holding the
+/// device's primary context, one stream on which every kernel and device-to-device copy
+/// is queued (so work runs in program order without events), a caching allocator on
+/// cuMemAlloc (no managed memory) and the kernels loaded so far.
+///
+/// Kernels: the CUDA emitter's source compiled by NVRTC to CUBIN for the device's
+/// architecture (PTX for compute_XY when NVRTC does not know sm_XY; the driver then
+/// JIT-compiles it), cached in memory by kernel name and on disk under
+/// options().cache_dir + "/cuda" keyed by source, architecture and NVRTC version. Under
+/// kiln's CPU emulator of the driver (tests/cuda_emu) the module image is the source.
+///
+/// Synchronization happens only where the host needs a value: download() waits for the
+/// queued work first; uploads use the synchronous copy, which the driver orders after
+/// the stream's work. With options().launch_blocking every launch is waited for.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/disk_cache.h"
+#include "codegen/kernel_ir.h"
+#include "graph/node.h"
+#include "kiln/devices.h"
+#include "runtime/cuda_api.h"
+#include "runtime/storage.h"
+
+namespace kiln::runtime {
+
+/// One CUDA device in use. Thread-safe.
+class Gpu {
+public:
+  /// The GPU cuda:`index`, set up on first use (never destroyed). Throws kiln::Error
+  /// saying why when CUDA is unusable or there is no such device.
+  static Gpu& get(int index);
+
+  /// cuda:N.
+  Device device() const { return {Device::Kind::CUDA, info_.index}; }
+  /// What the driver reports about it.
+  const DeviceInfo& info() const { return info_; }
+  /// True when this is kiln's CPU emulator of the driver (tests).
+  bool emulator() const { return api_.emulator; }
+
+  /// At least `bytes` of device memory (from the cache when a freed block fits). When
+  /// cuMemAlloc fails, the cached blocks are freed and it is tried once more; then
+  /// kiln::Error ("out of device memory ...").
+  std::shared_ptr<graph::Storage> allocate(size_t bytes);
+  /// Host -> device, done when it returns.
+  void upload(void* device_dst, const void* host_src, size_t bytes);
+  /// Device -> host after all queued work: synchronizes (and reports a failed kernel).
+  void download(void* host_dst, const void* device_src, size_t bytes);
+  /// Device -> device, queued on the stream.
+  void copy(void* device_dst, const void* device_src, size_t bytes);
+  /// Waits for all queued work; throws kiln::Error naming the failure if any failed.
+  void synchronize();
+
+  /// Where kernel() found a kernel's code.
+  enum class Source { Memory, Disk, Compiled };
+  /// The loaded kernel `k` (finalize()d), compiled or read from the caches.
+  CUfunction kernel(const codegen::Kernel& k, Source& source);
+  /// Queues k (loaded as `fn`) on the stream with the buffers' device addresses (inputs,
+  /// then the output) and its i64 parameters, in the launch configuration of
+  /// codegen::cuda_launch_config.
+  void launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void*>& buffers,
+              const std::vector<int64_t>& params);
+
+  /// The caching allocator's counters.
+  AllocatorStats memory_stats();
+  /// Frees every cached block (waits for queued work first).
+  void release_cached_memory();
+
+  /// The events API, for benchmarks: milliseconds the stream spends on `work`.
+  double time_ms(const std::function<void()>& work);
+
+  /// The raw stream and API (benchmarks comparing with cuBLAS).
+  CUstream stream() const { return stream_; }
+  /// The driver functions in use.
+  const CudaApi& api() const { return api_; }
+
+private:
+  explicit Gpu(int index);
+  void make_current();
+  void check(CUresult r, const std::string& what);
+  std::string compile_image(const codegen::Kernel& k, const std::string& source, Source& from);
+  void free_cached_locked();
+  void give_back(void* p, size_t size);
+  friend class DeviceStorage;
+
+  CudaApi api_;
+  DeviceInfo info_;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string arch_; // "sm_90"
+
+  std::mutex mem_mu_;
+  std::multimap<size_t, CUdeviceptr> free_; // cached blocks by rounded size
+  AllocatorStats stats_;
+
+  std::mutex kernel_mu_;
+  std::unordered_map<std::string, CUfunction> kernels_;
+  codegen::DiskCache disk_{".cubin"};
+  std::string disk_dir_ = "\x01unset";
+};
+
+} // namespace kiln::runtime

@@ -1,0 +1,284 @@
+#include "runtime/cuda_runtime.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "codegen/cuda_emitter.h"
+#include "codegen/nvrtc.h"
+#include "kiln/error.h"
+#include "kiln/options.h"
+#include "runtime/cuda_driver.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+constexpr size_t kGranule = 512; // allocation rounding: cuMemAlloc aligns to 256 at least
+constexpr unsigned kStreamFlags = 0; // CU_STREAM_DEFAULT: the legacy stream's synchronous copies wait for it
+constexpr const char* kEmulatorMarker = "//kiln-emu-source\n";
+
+CUdeviceptr as_dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+} // namespace
+
+std::string bind_cuda_api(void* h, CudaApi& a) {
+  std::string missing;
+  bind_symbol(h, a.GetErrorName, "cuGetErrorName", missing);
+  bind_symbol(h, a.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", missing);
+  bind_symbol(h, a.CtxSetCurrent, "cuCtxSetCurrent", missing);
+  bind_symbol(h, a.MemAlloc, "cuMemAlloc_v2", missing);
+  bind_symbol(h, a.MemFree, "cuMemFree_v2", missing);
+  bind_symbol(h, a.MemcpyHtoD, "cuMemcpyHtoD_v2", missing);
+  bind_symbol(h, a.MemcpyDtoH, "cuMemcpyDtoH_v2", missing);
+  bind_symbol(h, a.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", missing);
+  bind_symbol(h, a.StreamCreate, "cuStreamCreate", missing);
+  bind_symbol(h, a.StreamSynchronize, "cuStreamSynchronize", missing);
+  bind_symbol(h, a.EventCreate, "cuEventCreate", missing);
+  bind_symbol(h, a.EventRecord, "cuEventRecord", missing);
+  bind_symbol(h, a.EventSynchronize, "cuEventSynchronize", missing);
+  bind_symbol(h, a.EventElapsedTime, "cuEventElapsedTime", missing);
+  bind_symbol(h, a.EventDestroy, "cuEventDestroy_v2", missing);
+  bind_symbol(h, a.ModuleLoadData, "cuModuleLoadData", missing);
+  bind_symbol(h, a.ModuleGetFunction, "cuModuleGetFunction", missing);
+  bind_symbol(h, a.LaunchKernel, "cuLaunchKernel", missing);
+  a.emulator = dlsym(h, "kilnEmuIsEmulator") != nullptr;
+  return missing;
+}
+
+std::string cuda_error_text(const CudaApi& api, CUresult r) {
+  const char* s = nullptr;
+  if (!api.GetErrorName || api.GetErrorName(r, &s) != 0 || !s) s = "CUDA error";
+  return std::string(s) + " (" + std::to_string(r) + ")";
+}
+
+// ---------------------------------------------------------------- storage
+
+/// A block of device memory from a Gpu's caching allocator.
+class DeviceStorage final : public graph::Storage {
+public:
+  DeviceStorage(Gpu& gpu, CUdeviceptr p, size_t bytes, size_t size) : gpu_(gpu), p_(p), bytes_(bytes), size_(size) {}
+  ~DeviceStorage() override { gpu_.give_back(data(), size_); }
+  void* data() const override { return reinterpret_cast<void*>(static_cast<uintptr_t>(p_)); }
+  size_t bytes() const override { return bytes_; }
+  Device device() const override { return gpu_.device(); }
+
+private:
+  Gpu& gpu_;
+  CUdeviceptr p_;
+  size_t bytes_, size_;
+};
+
+// ---------------------------------------------------------------- set-up
+
+Gpu& Gpu::get(int index) {
+  static std::mutex mu;
+  static std::map<int, Gpu*> gpus; // never destroyed: storages may be freed during static destruction
+  std::lock_guard lock(mu);
+  if (auto it = gpus.find(index); it != gpus.end()) return *it->second;
+  Gpu* g = new Gpu(index);
+  gpus[index] = g;
+  return *g;
+}
+
+Gpu::Gpu(int index) {
+  const DriverProbe& probe = cuda_driver();
+  const std::string name = "cuda:" + std::to_string(index);
+  if (!probe.reason.empty()) throw Error("device", "cannot use " + name + ": " + probe.reason);
+  if (index < 0 || static_cast<size_t>(index) >= probe.devices.size())
+    throw Error("device", "no CUDA device " + name + " (the driver sees " + std::to_string(probe.devices.size()) + ")");
+  info_ = probe.devices[static_cast<size_t>(index)];
+  void* h = dlopen(probe.library.c_str(), RTLD_NOW | RTLD_LOCAL); // already loaded by the probe
+  if (!h) throw Error("device", "cannot load the CUDA driver " + probe.library);
+  if (std::string missing = bind_cuda_api(h, api_); !missing.empty())
+    throw Error("device", "the CUDA driver " + probe.library + " lacks" + missing);
+  check(api_.DevicePrimaryCtxRetain(&ctx_, index), "cuDevicePrimaryCtxRetain");
+  make_current();
+  check(api_.StreamCreate(&stream_, kStreamFlags), "cuStreamCreate");
+  arch_ = "sm_" + std::to_string(info_.cc_major) + std::to_string(info_.cc_minor);
+}
+
+void Gpu::make_current() {
+  thread_local CUcontext current = nullptr;
+  if (current == ctx_) return;
+  check(api_.CtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  current = ctx_;
+}
+
+void Gpu::check(CUresult r, const std::string& what) {
+  if (r == 0) return;
+  std::string msg = what + " failed on " + device().str() + ": " + cuda_error_text(api_, r);
+  if (r == 700 || r == 719 || r == 716 || r == 999) // illegal address, launch failure, misaligned, unknown
+    msg += options().launch_blocking ? "" : " (a queued kernel failed; KILN_LAUNCH_BLOCKING=1 names it)";
+  throw Error("cuda", msg);
+}
+
+// ---------------------------------------------------------------- memory
+
+std::shared_ptr<graph::Storage> Gpu::allocate(size_t bytes) {
+  const size_t size = std::max(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  std::lock_guard lock(mem_mu_);
+  auto note_use = [&](size_t block) {
+    stats_.bytes_in_use += block;
+    stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.bytes_in_use);
+  };
+  if (auto it = free_.lower_bound(size); it != free_.end() && it->first <= size + size / 4) { // <= 25% waste
+    const auto [got, p] = *it;
+    stats_.bytes_cached -= got;
+    free_.erase(it);
+    note_use(got);
+    return std::make_shared<DeviceStorage>(*this, p, bytes, got);
+  }
+  make_current();
+  CUdeviceptr p = 0;
+  CUresult r = api_.MemAlloc(&p, size);
+  if (r == 2 && !free_.empty()) { // CUDA_ERROR_OUT_OF_MEMORY: return the cache to the driver and retry
+    free_cached_locked();
+    r = api_.MemAlloc(&p, size);
+  }
+  if (r == 2)
+    throw Error("cuda", "out of device memory on " + device().str() + ": " + std::to_string(bytes) +
+                            " bytes requested, " + std::to_string(stats_.bytes_in_use) + " bytes in use by tensors");
+  check(r, "cuMemAlloc of " + std::to_string(size) + " bytes");
+  ++stats_.fresh_allocations;
+  note_use(size);
+  return std::make_shared<DeviceStorage>(*this, p, bytes, size);
+}
+
+void Gpu::give_back(void* p, size_t size) {
+  // Queued kernels may still use the block: it is only handed to later work on the same
+  // stream (or freed after a synchronization), so stream order keeps that safe.
+  std::lock_guard lock(mem_mu_);
+  stats_.bytes_in_use -= size;
+  stats_.bytes_cached += size;
+  free_.emplace(size, as_dptr(p));
+}
+
+void Gpu::free_cached_locked() {
+  make_current();
+  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+  for (auto& [size, p] : free_) check(api_.MemFree(p), "cuMemFree");
+  free_.clear();
+  stats_.bytes_cached = 0;
+}
+
+void Gpu::release_cached_memory() {
+  std::lock_guard lock(mem_mu_);
+  free_cached_locked();
+}
+
+AllocatorStats Gpu::memory_stats() {
+  std::lock_guard lock(mem_mu_);
+  return stats_;
+}
+
+void Gpu::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  make_current();
+  check(api_.MemcpyHtoD(as_dptr(dst), src, bytes), "cuMemcpyHtoD of " + std::to_string(bytes) + " bytes");
+}
+
+void Gpu::download(void* dst, const void* src, size_t bytes) {
+  make_current();
+  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize before a device-to-host copy");
+  if (bytes) check(api_.MemcpyDtoH(dst, as_dptr(src), bytes), "cuMemcpyDtoH of " + std::to_string(bytes) + " bytes");
+}
+
+void Gpu::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  make_current();
+  check(api_.MemcpyDtoDAsync(as_dptr(dst), as_dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
+}
+
+void Gpu::synchronize() {
+  make_current();
+  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+double Gpu::time_ms(const std::function<void()>& work) {
+  make_current();
+  CUevent start = nullptr, stop = nullptr;
+  check(api_.EventCreate(&start, 0), "cuEventCreate");
+  check(api_.EventCreate(&stop, 0), "cuEventCreate");
+  check(api_.EventRecord(start, stream_), "cuEventRecord");
+  work();
+  check(api_.EventRecord(stop, stream_), "cuEventRecord");
+  check(api_.EventSynchronize(stop), "cuEventSynchronize");
+  float ms = 0;
+  check(api_.EventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  api_.EventDestroy(start);
+  api_.EventDestroy(stop);
+  return ms;
+}
+
+// ---------------------------------------------------------------- kernels
+
+std::string Gpu::compile_image(const codegen::Kernel& k, const std::string& source, Source& from) {
+  if (api_.emulator) { // the emulator compiles the source itself (and caches what it builds)
+    from = Source::Compiled;
+    return kEmulatorMarker + source + codegen::emit_cuda_shim_entry(k);
+  }
+  const std::string key = "cuda " + arch_ + " nvrtc " + codegen::nvrtc_version() + "\n" + source;
+  {
+    std::lock_guard lock(kernel_mu_);
+    if (disk_dir_ != options().cache_dir) {
+      disk_dir_ = options().cache_dir;
+      disk_.open(disk_dir_.empty() ? "" : disk_dir_ + "/cuda");
+    }
+    if (disk_.enabled())
+      if (auto image = disk_.read(key, [](const std::string& bin) { return !bin.empty(); })) {
+        from = Source::Disk;
+        return *image;
+      }
+  }
+  codegen::CompileResult r;
+  try {
+    r = codegen::nvrtc_compile(source, k.name + ".cu", arch_);
+  } catch (const Error&) { // an NVRTC older than the GPU: PTX for the driver to JIT
+    r = codegen::nvrtc_compile(source, k.name + ".cu", "compute_" + arch_.substr(3));
+    r.binary.push_back('\0'); // cuModuleLoadData reads PTX as a C string
+  }
+  if (options().debug >= 1)
+    std::fprintf(stderr, "[kiln] nvrtc compiled %s for %s in %.2f ms\n", k.name.c_str(), arch_.c_str(), r.ms);
+  from = Source::Compiled;
+  std::lock_guard lock(kernel_mu_);
+  disk_.write(key, r.binary);
+  return r.binary;
+}
+
+CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
+  {
+    std::lock_guard lock(kernel_mu_);
+    if (auto it = kernels_.find(k.name); it != kernels_.end()) {
+      source = Source::Memory;
+      return it->second;
+    }
+  }
+  const std::string text = codegen::emit_cuda(k);
+  if (options().debug >= 4) std::fprintf(stderr, "[kiln] ---- %s.cu ----\n%s\n", k.name.c_str(), text.c_str());
+  const std::string image = compile_image(k, text, source); // outside the lock: kernels compile in parallel
+  make_current();
+  CUmodule mod = nullptr;
+  CUfunction fn = nullptr;
+  check(api_.ModuleLoadData(&mod, image.c_str()), "cuModuleLoadData of " + k.name);
+  check(api_.ModuleGetFunction(&fn, mod, k.name.c_str()), "cuModuleGetFunction of " + k.name);
+  std::lock_guard lock(kernel_mu_);
+  return kernels_.emplace(k.name, fn).first->second; // a racing thread's copy wins; both are valid
+}
+
+void Gpu::launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void*>& buffers,
+                 const std::vector<int64_t>& params) {
+  const codegen::CudaLaunchConfig c = codegen::cuda_launch_config(k, params);
+  if (c.grid == 0) return;
+  std::vector<CUdeviceptr> ptrs;
+  for (void* b : buffers) ptrs.push_back(as_dptr(b));
+  std::vector<long long> values(params.begin(), params.end());
+  std::vector<void*> args;
+  for (CUdeviceptr& p : ptrs) args.push_back(&p);
+  for (long long& v : values) args.push_back(&v);
+  make_current();
+  check(api_.LaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, stream_, args.data(), nullptr),
+        "cuLaunchKernel of " + k.name + " (grid " + std::to_string(c.grid) + ", block " + std::to_string(c.block) + ")");
+  if (options().launch_blocking) check(api_.StreamSynchronize(stream_), "kernel " + k.name);
+}
+
+} // namespace kiln::runtime
