@@ -74,11 +74,23 @@ struct CudaLaunchConfig {
   unsigned shared_bytes = 0;  ///< static __shared__ memory per block (part of the kernel; nothing to pass)
 };
 
+/// What the launch configuration reads of the device (0: unknown).
+struct CudaDeviceLimits {
+  int sm_count = 0;           ///< streaming multiprocessors
+  int max_threads_per_sm = 0; ///< resident threads per SM (2048 on sm_90)
+};
+
+/// Grid-stride kernels get at most this many full waves of resident blocks.
+constexpr int64_t kMaxWaves = 8;
+
 /// The launch configuration of kernel k for the parameter values of one launch: 256
 /// threads a block; one block per output tile (tiled GEMM), per 16 rows (row kernels) or
-/// per 256 domain points (device properties may lower the grid: every kernel loops over
-/// its work).
-CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params);
+/// per 256 domain points. With the device's limits, the grid of plain and row kernels is
+/// capped at kMaxWaves waves of resident blocks (sm_count * max_threads_per_sm / 256 per
+/// wave): every kernel loops over its work, so each thread then takes several points
+/// instead of the GPU scheduling millions of short blocks.
+CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params,
+                                    const CudaDeviceLimits& limits = {});
 
 /// For the CPU shim only (codegen/cuda_shim.h): the text of a host function
 ///   extern "C" void NAME_shim(unsigned grid, unsigned block, void* const* buffers,

@@ -37,6 +37,7 @@ struct Args {
   int64_t batch = 128;
   double lr = 1e-3;
   std::string device = options().device; // KILN_DEVICE, default cpu
+  Device resolved;                         // the device --device names
   bool list_devices = false;
   bool fusion = true;
   bool eager = false; // build and schedule every step's graph instead of replaying a compiled step
@@ -55,8 +56,8 @@ void usage() {
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
                "  --lr          Adam's learning rate, annealed by a cosine schedule (default 1e-3)\n"
-               "  --device      cpu, cuda, cuda:N or auto (default $KILN_DEVICE, else cpu); kiln's GPU runtime is\n"
-               "                not written yet, so cuda says why it cannot be used and auto falls back to cpu\n"
+               "  --device      cpu, cuda, cuda:N or auto (default $KILN_DEVICE, else cpu); cuda says why when it\n"
+               "                cannot be used, auto falls back to cpu with one line saying why\n"
                "  --list-devices  print the CPU and the CUDA devices (or why there are none) and exit\n"
                "  --no-fusion   one kernel per primitive op (same results, slower)\n"
                "  --eager       build and schedule each step's graph instead of replaying the compiled step\n"
@@ -141,11 +142,12 @@ void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double
 }
 
 // Fraction of `ds` classified correctly, in eval mode without gradients.
-double accuracy(nn::Module& model, const data::Dataset& ds) {
+double accuracy(nn::Module& model, const data::Dataset& ds, Device device) {
   NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0;
-  for (const data::Batch& b : ds.batches(1000)) correct += (model(b.x).argmax(1) == b.y).sum().item<int64_t>();
+  for (const data::Batch& b : ds.batches(1000))
+    correct += (model(b.x.to(device)).argmax(1) == b.y.to(device)).sum().item<int64_t>();
   model.train();
   return static_cast<double>(correct) / static_cast<double>(ds.size());
 }
@@ -188,7 +190,8 @@ double train_epoch(nn::Module& model, optim::Optimizer& opt, CompiledFunction& s
   const auto start = Clock::now();
   auto last_print = start;
   for (const data::Batch& b : train.batches(a.batch, a.seed * 1000003 + static_cast<uint64_t>(epoch))) {
-    const Tensor loss = a.eager ? eager_step(model, opt, state, b) : step({b.x, b.y})[0];
+    const data::Batch on_device{b.x.to(a.resolved), b.y.to(a.resolved)};
+    const Tensor loss = a.eager ? eager_step(model, opt, state, on_device) : step({on_device.x, on_device.y})[0];
     sum += loss.item<float>();
     done += b.y.size(0);
     ++steps;
@@ -212,13 +215,12 @@ int list_devices() {
   for (const DeviceInfo& d : cuda_devices()) std::cout << d.str() << "\n";
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) std::cout << "cuda: unavailable: " << why << "\n";
-  else std::cout << "cuda: the driver is usable, but kiln's GPU runtime is not implemented yet (kernels run on the CPU)\n";
   return 0;
 }
 
-int run(const Args& a) {
+int run(Args a) {
   if (a.list_devices) return list_devices();
-  resolve_device(a.device); // throws with the reason for cuda; only the CPU runs kernels today
+  a.resolved = resolve_device(a.device); // throws with the reason when the device cannot be used
   options().fusion = a.fusion;
 
   data::Dataset train = data::FashionMNIST("train", a.data);
@@ -227,10 +229,11 @@ int run(const Args& a) {
 
   nn::manual_seed(a.seed);
   nn::Sequential model = make_model(a.model);
+  model.to(a.resolved);
   optim::Adam opt(model.parameters(), {.lr = a.lr});
   optim::CosineAnnealingLR schedule(opt, a.epochs);
   std::cout << model.str() << "\nparameters: " << model.num_parameters() << ", training samples: " << train.size()
-            << ", batch " << a.batch << ", fusion " << (a.fusion ? "on" : "off")
+            << ", batch " << a.batch << ", device " << a.resolved.str() << ", fusion " << (a.fusion ? "on" : "off")
             << (a.eager ? ", eager steps" : ", compiled steps") << "\n";
 
   int64_t first_epoch = 0;
@@ -253,7 +256,7 @@ int run(const Args& a) {
     const auto start = Clock::now();
     const double loss = train_epoch(model, opt, step, train, a, epoch);
     const double train_secs = seconds_since(start);
-    acc = accuracy(model, test);
+    acc = accuracy(model, test, a.resolved);
     schedule.step();
     std::printf("epoch %lld/%lld: train_loss %.4f  test_accuracy %.4f  epoch_time %.1f s (%.0f samples/s)\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), loss, acc, train_secs,
@@ -262,7 +265,7 @@ int run(const Args& a) {
     if (!a.checkpoint.empty())
       checkpoint::save(a.checkpoint, model, &opt, {{"model", a.model}, {"epoch", std::to_string(epoch + 1)}});
   }
-  if (first_epoch >= a.epochs) acc = accuracy(model, test);
+  if (first_epoch >= a.epochs) acc = accuracy(model, test, a.resolved);
   std::printf("test_accuracy: %.4f\n", acc);
   return 0;
 }

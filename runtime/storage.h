@@ -15,6 +15,8 @@ namespace kiln::runtime {
 /// Throws kiln::Error when the memory cannot be had.
 std::shared_ptr<graph::Storage> allocate_host(size_t bytes);
 
+/// Throws kiln::Error saying why when `device` cannot be used (sets a GPU up on first use).
+void require_device(Device device);
 /// Storage of at least `bytes` bytes on `device` (host or GPU memory).
 std::shared_ptr<graph::Storage> allocate(Device device, size_t bytes);
 /// A copy of `src` on `device` (the first `src.bytes()` bytes); a copy from a GPU waits

@@ -931,8 +931,9 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
          std::to_string(k.num_params) + "};\n";
 }
 
-CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params) {
-  constexpr int64_t max_grid = 2147483647; // gridDim.x
+CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params,
+                                    const CudaDeviceLimits& limits) {
+  int64_t max_grid = 2147483647; // gridDim.x
   CudaLaunchConfig c;
   if (is_tiled_gemm(k)) {
     const GemmTiling& form = *k.gemm;
@@ -952,6 +953,8 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
   }
   int64_t points = 1;
   for (const ExprRef& e : k.domain) points *= eval_index(e, params);
+  if (limits.sm_count > 0 && limits.max_threads_per_sm >= kGemmThreads) // both forms below use 256-thread blocks
+    max_grid = std::min<int64_t>(max_grid, kMaxWaves * limits.sm_count * (limits.max_threads_per_sm / kGemmThreads));
   if (is_row_kernel(k)) {
     const int64_t rows_per_block = kGemmThreads / kRowThreads;
     c.grid = static_cast<unsigned>(std::min((points + rows_per_block - 1) / rows_per_block, max_grid));
@@ -959,7 +962,7 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
     c.fixed_block = true;
     return c;
   }
-  c.block = 256;
+  c.block = kGemmThreads;
   c.grid = static_cast<unsigned>(std::min((points + c.block - 1) / c.block, max_grid));
   return c;
 }

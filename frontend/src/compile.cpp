@@ -34,18 +34,19 @@ void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
 }
 
 namespace {
-Tensor host_scalar(DType dtype, double v) {
+Tensor host_scalar(DType dtype, double v, Device device) {
   KILN_ASSERT(dtype == kFloat32 || dtype == kFloat64, "host_values of a non-float dtype");
-  return dtype == kFloat64 ? from_vector<double>({v}, {}) : from_vector<float>({static_cast<float>(v)}, {});
+  const Tensor t = dtype == kFloat64 ? from_vector<double>({v}, {}) : from_vector<float>({static_cast<float>(v)}, {});
+  return t.to(device);
 }
 } // namespace
 
-std::vector<Tensor> host_values(size_t n, DType dtype, std::function<void(double*)> fill) {
+std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::function<void(double*)> fill) {
   std::vector<Tensor> out;
   if (CaptureState* cap = active_capture()) {
-    CaptureState::HostValues h{{}, dtype, std::move(fill)};
+    CaptureState::HostValues h{{}, dtype, device, std::move(fill)};
     for (size_t i = 0; i < n; ++i) {
-      h.placeholders.push_back(graph::make_input(dtype, {}, nullptr));
+      h.placeholders.push_back(graph::make_input(dtype, {}, nullptr, device));
       out.emplace_back(h.placeholders.back());
     }
     cap->host_values.push_back(std::move(h));
@@ -53,7 +54,7 @@ std::vector<Tensor> host_values(size_t n, DType dtype, std::function<void(double
   }
   std::vector<double> v(n);
   fill(v.data());
-  for (double x : v) out.push_back(host_scalar(dtype, x));
+  for (double x : v) out.push_back(host_scalar(dtype, x, device));
   return out;
 }
 
@@ -86,7 +87,7 @@ struct Trace {
 
 std::string signature(const std::vector<Tensor>& args) {
   std::string s;
-  for (const Tensor& t : args) s += t.type_str() + (t.requires_grad() ? "g;" : ";");
+  for (const Tensor& t : args) s += t.type_str() + "@" + t.device().str() + (t.requires_grad() ? "g;" : ";");
   return s;
 }
 
@@ -100,7 +101,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   Trace tr;
   std::vector<Tensor> inputs;
   for (const Tensor& a : args) {
-    tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr));
+    tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr, a.device()));
     inputs.emplace_back(tr.placeholders.back(), a.requires_grad());
   }
   detail::CaptureState state;
@@ -135,6 +136,10 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   tr.slots = std::move(state.slots);
   tr.host_values = std::move(state.host_values);
   tr.guards = std::move(state.guards);
+  for (const graph::NodeRef& o : outputs)
+    if (o->device != outputs[0]->device)
+      throw Error("compile", "a compiled function computes on one device, but its results and updated state are on " +
+                                 outputs[0]->device.str() + " and " + o->device.str());
   tr.plan = runtime::make_plan(outputs);
   return tr;
 }
@@ -161,7 +166,8 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   for (const auto& h : tr.host_values) { // this step's host values, in trace order
     std::vector<double> v(h.placeholders.size());
     h.fill(v.data());
-    for (size_t i = 0; i < v.size(); ++i) b[h.placeholders[i].get()] = detail::host_scalar(h.dtype, v[i]).node()->realized();
+    for (size_t i = 0; i < v.size(); ++i)
+      b[h.placeholders[i].get()] = detail::host_scalar(h.dtype, v[i], h.device).node()->realized();
   }
   return b;
 }

@@ -145,7 +145,8 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
   require_integral("one_hot", indices, loc);
   if (num_classes <= 0) fail("one_hot", "num_classes must be positive, got " + std::to_string(num_classes), {&indices}, loc);
   check_class_range("one_hot", indices, num_classes, loc);
-  return cast(eq(indices.unsqueeze(-1, loc), arange(num_classes, loc), loc), kInt64, loc);
+  const Tensor classes = arange(0, static_cast<double>(num_classes), 1, kInt64, indices.device(), loc);
+  return cast(eq(indices.unsqueeze(-1, loc), classes, loc), kInt64, loc);
 }
 
 // ---------------------------------------------------------------- layers

@@ -214,6 +214,7 @@ void check_shape(const std::string& op, const IntList& shape, const Loc& loc) {
 
 Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
   check_shape("full", shape, loc);
+  detail::check_device("full", device, loc);
   return Tensor(b::constant_of(value, dtype, shape, device));
 }
 Tensor zeros(IntList shape, DType dtype, Device device, Loc loc) { return full(std::move(shape), 0, dtype, device, loc); }
@@ -229,6 +230,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
   if (dtype == DType::Bool) throw Error("arange", "bool is not a valid dtype", loc);
+  detail::check_device("arange", device, loc);
   const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   graph::Attrs a;
   if (is_floating(dtype)) {
@@ -245,6 +247,7 @@ static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype
   const std::string name(graph::op_name(op));
   check_shape(name, shape, loc);
   if (!is_floating(dtype)) throw Error(name, "needs a floating dtype, not " + std::string(dtype_name(dtype)), loc);
+  detail::check_device(name, device, loc);
   graph::Attrs a;
   a.i0 = static_cast<int64_t>(seed);
   return Tensor(graph::make_node(op, dtype, shape, {}, a, device));

@@ -68,7 +68,7 @@ Tensor& Optimizer::slot(size_t i, const std::string& name) {
 }
 
 std::vector<Tensor> Optimizer::host_values(size_t i, size_t n, std::function<void(double*)> fill) {
-  return detail::host_values(n, params_[i].dtype(), std::move(fill));
+  return detail::host_values(n, params_[i].dtype(), params_[i].device(), std::move(fill));
 }
 
 std::vector<Tensor> Optimizer::state() const {

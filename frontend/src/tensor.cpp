@@ -4,7 +4,9 @@
 #include <ostream>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "autograd/custom.h"
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/text.h"
@@ -34,10 +36,7 @@ void fail(const std::string& op, const std::string& what, std::initializer_list<
 }
 
 namespace {
-bool follows_others(const Tensor& t) {
-  const graph::Node& n = *t.node();
-  return n.inputs.empty() && n.op != graph::OpKind::Input;
-}
+bool follows_others(const Tensor& t) { return t.node()->op == graph::OpKind::Const; }
 
 Device device_of_operands(const std::string& op, const std::vector<const Tensor*>& operands, const Loc& loc) {
   const Tensor* anchor = nullptr;
@@ -56,6 +55,14 @@ Device device_of_operands(const std::string& op, const std::vector<const Tensor*
   return kCPU;
 }
 } // namespace
+
+void check_device(const std::string& op, Device device, const Loc& loc) {
+  try {
+    runtime::require_device(device);
+  } catch (const Error& e) {
+    throw Error(op, e.what(), loc);
+  }
+}
 
 Device common_device(const std::string& op, std::initializer_list<const Tensor*> operands, const Loc& loc) {
   return device_of_operands(op, std::vector<const Tensor*>(operands), loc);
@@ -311,7 +318,8 @@ void detail::move_in_place(const Tensor& t, Device device, const Loc& loc) {
 
 Tensor Tensor::to(Device device, Loc loc) const {
   if (this->device() == device) return *this;
-  if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant: no data to copy
+  detail::check_device("to", device, loc);
+  if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant, arange or random leaf: no data
     return detail::result(graph::build::leaf_on(node(), device), {});
   forbid_reads_while_tracing("to", *this, loc);
   try {
@@ -348,11 +356,32 @@ void Tensor::assign(const Tensor& value_, Loc loc) {
   if (requires_grad()) detail::register_leaf(impl_);
 }
 
+namespace {
+/// The nodes `root` depends on, through the graph and through custom calls' inputs
+/// (a custom output's value may be computed without them, as in to(device)).
+std::vector<const graph::Node*> reachable_with_custom_inputs(const graph::Node* root) {
+  std::vector<const graph::Node*> order, todo{root};
+  std::unordered_set<const graph::Node*> seen{root};
+  while (!todo.empty()) {
+    const graph::Node* n = todo.back();
+    todo.pop_back();
+    order.push_back(n);
+    auto visit = [&](const graph::NodeRef& in) {
+      if (seen.insert(in.get()).second) todo.push_back(in.get());
+    };
+    for (const graph::NodeRef& in : n->inputs) visit(in);
+    if (const autograd::CustomInfo info = autograd::find_custom(*n); info.call)
+      for (const graph::NodeRef& in : info.call->inputs) visit(in);
+  }
+  return order;
+}
+} // namespace
+
 void Tensor::backward(const Tensor& grad_output, Loc loc) const {
   if (!requires_grad()) detail::fail("backward", "the tensor does not require grad", {this}, loc);
   std::vector<Tensor> leaf_tensors;
   std::vector<std::shared_ptr<TensorImpl>> impls;
-  for (const graph::Node* n : graph::topo_order({node().get()}))
+  for (const graph::Node* n : reachable_with_custom_inputs(node().get()))
     if (auto impl = detail::leaf_for(n)) {
       impls.push_back(impl);
       leaf_tensors.push_back(Tensor(impl->node, true));

@@ -31,6 +31,8 @@ std::string operand_str(const Tensor& t);
 /// random leaf holds no data and follows the others (see graph::build::leaf_on); two
 /// operands with data on different devices throw kiln::Error naming op, operands and devices.
 Device common_device(const std::string& op, std::initializer_list<const Tensor*> operands, const Loc& loc);
+/// Throws kiln::Error for `op` at `loc`, saying why, when `device` cannot be used.
+void check_device(const std::string& op, Device device, const Loc& loc);
 /// Same, for a list of operands.
 Device common_device(const std::string& op, const std::vector<Tensor>& operands, const Loc& loc);
 /// Wraps an op's result: requires grad when an input does (and grad mode is on); under
@@ -66,6 +68,7 @@ struct CaptureState {
   struct HostValues {
     std::vector<graph::NodeRef> placeholders; ///< 0-d inputs without data
     DType dtype;                              ///< their dtype
+    Device device;                            ///< where they are used (copied there before each replay)
     std::function<void(double*)> fill;        ///< computes their values (and host side effects)
   };
   std::vector<HostValues> host_values; ///< in trace order
@@ -84,7 +87,8 @@ void note_state_change(const std::shared_ptr<TensorImpl>& impl);
 /// instead, so that per-step host values (a scheduled learning rate, Adam's bias
 /// corrections and step counts) stay current in a compiled step. fill() may have
 /// host side effects (advancing a step counter): they happen once per step either way.
-std::vector<Tensor> host_values(size_t n, DType dtype, std::function<void(double*)> fill);
+/// The values are placed on `device` (where the step that uses them runs).
+std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::function<void(double*)> fill);
 /// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
 /// traced again otherwise (host state the traced code branched on). No-op outside.
 void trace_guard(std::function<bool()> still_valid);

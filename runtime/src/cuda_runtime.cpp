@@ -267,7 +267,8 @@ CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
 
 void Gpu::launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void*>& buffers,
                  const std::vector<int64_t>& params) {
-  const codegen::CudaLaunchConfig c = codegen::cuda_launch_config(k, params);
+  const codegen::CudaLaunchConfig c =
+      codegen::cuda_launch_config(k, params, {info_.sm_count, info_.max_threads_per_sm});
   if (c.grid == 0) return;
   std::vector<CUdeviceptr> ptrs;
   for (void* b : buffers) ptrs.push_back(as_dptr(b));

@@ -102,6 +102,10 @@ private:
 std::shared_ptr<graph::Storage> allocate_host(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
 AllocatorStats allocator_stats() { return pool().stats(); }
 
+void require_device(Device device) {
+  if (device.kind == Device::Kind::CUDA) Gpu::get(device.index);
+}
+
 std::shared_ptr<graph::Storage> allocate(Device device, size_t bytes) {
   return device.kind == Device::Kind::CPU ? allocate_host(bytes) : Gpu::get(device.index).allocate(bytes);
 }

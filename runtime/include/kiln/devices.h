@@ -24,6 +24,7 @@ struct DeviceInfo {
   int cc_major = 0;        ///< compute capability, major (9 for sm_90)
   int cc_minor = 0;        ///< compute capability, minor
   int sm_count = 0;        ///< streaming multiprocessors
+  int max_threads_per_sm = 0; ///< resident threads per SM (launch configuration)
   size_t total_memory = 0; ///< bytes of device memory
 
   /// "cuda:0 NVIDIA H200 (compute capability 9.0, 132 SMs, 140.4 GiB)".
