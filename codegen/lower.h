@@ -25,6 +25,7 @@ struct KernelLaunch {
   std::vector<const graph::Node*> inputs; ///< node whose buffer binds to input buffer i
   const graph::Node* output = nullptr;    ///< the node this launch computes (the last buffer)
   std::vector<int64_t> params;            ///< values of the kernel's i64 parameters
+  std::vector<int> seed_params;           ///< indices into params holding random seeds (replays may change them)
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)

@@ -19,6 +19,9 @@ namespace kiln::runtime {
 
 /// Storages bound to leaf nodes, overriding their realized() value.
 using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>>;
+/// Random seeds replaced in one execution: every rand/randn leaf whose seed is a key
+/// draws with the mapped seed instead (compile() gives dropout a fresh mask each step).
+using SeedOverrides = std::unordered_map<int64_t, int64_t>;
 
 /// A compiled, memory-planned schedule.
 struct Plan {
@@ -40,7 +43,8 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs);
 /// Runs a plan; returns one storage per output (an output already realized returns its value).
 /// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
 /// A binding on another device than the plan's throws kiln::Error.
-std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {});
+std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {},
+                                                     const SeedOverrides& seeds = {});
 
 /// Computes every node in `nodes` that is not yet realized and attaches its value (one
 /// plan per device among them).

@@ -336,11 +336,12 @@ std::vector<std::vector<float>> snapshot(nn::Module& m, const optim::Optimizer& 
 // the same bits after every step: the optimizer's slots, step counts, bias corrections
 // and learning rate must all follow the replays.
 template <class MakeOpt, class BetweenSteps>
-void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int steps) {
+void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int steps,
+                                   nn::Sequential (*make_model)() = small_model) {
   nn::manual_seed(11);
-  nn::Sequential eager_model = small_model();
+  nn::Sequential eager_model = make_model();
   nn::manual_seed(11);
-  nn::Sequential compiled_model = small_model();
+  nn::Sequential compiled_model = make_model();
   auto eager_opt = make_opt(eager_model.parameters());
   auto compiled_opt = make_opt(compiled_model.parameters());
   auto step = compile([&](const std::vector<Tensor>& a) {
@@ -369,6 +370,16 @@ void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int s
 TEST(CompiledStep, AdamMatchesEagerStepForStep) {
   expect_compiled_matches_eager([](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); },
                                 [](optim::Optimizer&, int64_t) {}, 8);
+}
+
+TEST(CompiledStep, DropoutDrawsTheEagerMasksStepForStep) {
+  // Each replay must draw a new mask, the one the eager step draws (a repeated
+  // trace-time mask fails from the second step on).
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); },
+                                [](optim::Optimizer&, int64_t) {}, 5, [] {
+                                  return nn::Sequential(nn::Linear(12, 16), nn::ReLU(), nn::Dropout(0.4),
+                                                        nn::Linear(16, 4));
+                                });
 }
 
 TEST(CompiledStep, AdamWWithAmsgradMatchesEager) {

@@ -402,6 +402,7 @@ private:
         if (n->shape[d] != 1) counter = iadd(counter, imul(idx[d], P(st[d])));
       // The seed is always a parameter (P() would bake 0 and 1 into the kernel).
       launch_.params.push_back(n->attrs.i0);
+      launch_.seed_params.push_back(static_cast<int>(launch_.params.size()) - 1);
       return random(n->op, n->dtype, param(static_cast<int>(launch_.params.size()) - 1), counter);
     }
     case OpKind::Input: break;

@@ -3,6 +3,7 @@
 #include "kiln/compile.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "frontend/src/tensor_impl.h"
 #include "runtime/executor.h"
@@ -58,6 +59,19 @@ std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::funct
   return out;
 }
 
+uint64_t host_seed(std::function<uint64_t()> next) {
+  CaptureState* cap = active_capture();
+  if (!cap) return next();
+  // A placeholder no user seed will equal by chance (a 64-bit value from a counter through a bijective mix).
+  static std::atomic<uint64_t> counter{0};
+  uint64_t z = (counter.fetch_add(1) + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  const uint64_t token = z ^ (z >> 31);
+  cap->seeds.emplace_back(token, std::move(next));
+  return token;
+}
+
 void trace_guard(std::function<bool()> still_valid) {
   if (CaptureState* cap = active_capture()) cap->guards.push_back(std::move(still_valid));
 }
@@ -79,6 +93,7 @@ struct Trace {
   std::vector<graph::NodeRef> placeholders;
   std::vector<Slot> slots;
   std::vector<detail::CaptureState::HostValues> host_values;
+  std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
   std::vector<std::function<bool()>> guards;
   std::vector<bool> grad_defined; // per slot, at trace start
   runtime::Plan plan;
@@ -135,6 +150,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   }
   tr.slots = std::move(state.slots);
   tr.host_values = std::move(state.host_values);
+  tr.seeds = std::move(state.seeds);
   tr.guards = std::move(state.guards);
   for (const graph::NodeRef& o : outputs)
     if (o->device != outputs[0]->device)
@@ -173,7 +189,9 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
 }
 
 std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
-  const auto values = runtime::execute(tr.plan, bind(tr, args));
+  runtime::SeedOverrides seeds;
+  for (const auto& [token, next] : tr.seeds) seeds[static_cast<int64_t>(token)] = static_cast<int64_t>(next());
+  const auto values = runtime::execute(tr.plan, bind(tr, args), seeds);
   std::vector<Tensor> results;
   size_t out = 0;
   for (const Destination& d : tr.destinations) {

@@ -284,7 +284,8 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed)
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
-  return functional::dropout(x, p_, mix(seed_ ^ mix((*calls_)++)), true);
+  const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
+  return functional::dropout(x, p_, seed, true);
 }
 
 std::string Dropout::extra_repr() const {

@@ -72,6 +72,8 @@ struct CaptureState {
     std::function<void(double*)> fill;        ///< computes their values (and host side effects)
   };
   std::vector<HostValues> host_values; ///< in trace order
+  /// Random seeds the host draws per step (host_seed): the trace's placeholder seed, and its generator.
+  std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
   std::vector<std::function<bool()>> guards; ///< the trace is replayed only while all hold
 };
 
@@ -89,6 +91,11 @@ void note_state_change(const std::shared_ptr<TensorImpl>& impl);
 /// host side effects (advancing a step counter): they happen once per step either way.
 /// The values are placed on `device` (where the step that uses them runs).
 std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::function<void(double*)> fill);
+/// A random seed drawn by the host per step: next() now outside a trace; inside a
+/// compile() trace, a unique placeholder seed that every replay replaces by a fresh
+/// next() (so a compiled step's dropout draws a new mask each step, the same masks as
+/// eager steps). next() may advance host state: once per step either way.
+uint64_t host_seed(std::function<uint64_t()> next);
 /// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
 /// traced again otherwise (host state the traced code branched on). No-op outside.
 void trace_guard(std::function<bool()> still_valid);

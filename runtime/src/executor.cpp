@@ -123,7 +123,8 @@ void plan_memory(Plan& p) {
 
 // A GEMM-form kernel's tasks (output blocks), one or more per chunk, each chunk
 // with this thread's scratch memory appended to the buffers (see GemmTiling).
-void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* bufs) {
+void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
+              void* const* bufs) {
   const auto bytes = static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel));
   const size_t nbufs = l.inputs.size() + 1;
   auto chunk = [&](int64_t begin, int64_t end) {
@@ -137,7 +138,7 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* con
     }
     std::vector<void*> args(bufs, bufs + nbufs);
     args.push_back(scratch.get());
-    fn(begin, end, args.data(), l.params.data());
+    fn(begin, end, args.data(), params.data());
   };
   if (l.gemm_tasks == 1) return chunk(0, 1);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.gemm_tasks, 1),
@@ -146,13 +147,14 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* con
 
 // Runs the flattened domain in chunks of roughly equal work. Results never depend
 // on the chunking: each domain point is computed by the same code either way.
-void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, void* const* bufs) {
+void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& param_values,
+         void* const* bufs) {
   const int64_t n = l.domain_size;
   if (n == 0) return;
-  if (l.kernel.gemm) return run_gemm(fn, l, bufs);
+  if (l.kernel.gemm) return run_gemm(fn, l, param_values, bufs);
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
-  const int64_t* params = l.params.data();
+  const int64_t* params = param_values.data();
   if (n <= grain) return fn(0, n, bufs, params);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, params); });
@@ -242,7 +244,20 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   return p;
 }
 
-std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings) {
+namespace {
+// A launch's parameters with its seeds replaced where `seeds` says so.
+const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const SeedOverrides& seeds,
+                                          std::vector<int64_t>& scratch) {
+  if (seeds.empty() || l.seed_params.empty()) return l.params;
+  scratch = l.params;
+  for (int i : l.seed_params)
+    if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
+  return scratch;
+}
+} // namespace
+
+std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
+                                                     const SeedOverrides& seeds) {
   for (const auto& [node, storage] : bindings)
     if (storage->device() != plan.device)
       throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
@@ -253,14 +268,16 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   std::vector<void*> bufs;
+  std::vector<int64_t> scratch;
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
     bufs.clear();
     for (const graph::Node* in : l.inputs) bufs.push_back(mem.address(in));
     bufs.push_back(mem.address(l.output));
+    const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
     const auto t0 = Clock::now();
-    if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel, bufs, l.params);
-    else run(plan.kernels[i], l, bufs.data());
+    if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel, bufs, params);
+    else run(plan.kernels[i], l, params, bufs.data());
     ++counters().launches;
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }

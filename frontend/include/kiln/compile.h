@@ -21,7 +21,10 @@ namespace kiln {
 /// updated with Tensor::assign() and gradients accumulated by backward() or cleared
 /// by zero_grad() are updated after each replay, exactly as an eager call would.
 /// Reading a value inside the function (item(), to_vector()) is an error while
-/// tracing. Random numbers use the seeds recorded at trace time on every replay.
+/// tracing. Random numbers of rand()/randn() called with a fixed seed use that seed
+/// on every replay (as they would eagerly); nn::Dropout draws a fresh seed per call,
+/// and inside a compiled function it draws one per replay (detail::host_seed), giving
+/// the same masks, step for step, as eager calls.
 ///
 /// kiln's optimizers work inside: their slots (momentum, Adam's moments) are updated
 /// with assign(), and their per-step host values (the learning rate, Adam's bias
