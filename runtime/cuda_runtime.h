@@ -32,6 +32,21 @@
 
 namespace kiln::runtime {
 
+/// What cuda_binary() produced.
+struct CudaBinary {
+  std::string image;      ///< CUBIN, or NUL-terminated PTX (for cuModuleLoadData)
+  bool from_disk = false; ///< read from the cache rather than compiled
+  double compile_ms = 0;  ///< NVRTC's time when compiled
+};
+
+/// The binary of CUDA `source` (file name `name` in messages) for `arch` ("sm_90"): from
+/// `cache` when it holds a valid entry (keyed by source, arch and NVRTC's version), else
+/// compiled by NVRTC to CUBIN, or to PTX for compute_XY when NVRTC rejects sm_XY (an
+/// NVRTC older than the GPU), and stored in the cache. `cache_mu` guards the cache (NVRTC
+/// runs outside it, so that kernels compile in parallel).
+CudaBinary cuda_binary(const std::string& source, const std::string& name, const std::string& arch,
+                       codegen::DiskCache& cache, std::mutex& cache_mu);
+
 /// One CUDA device in use. Thread-safe.
 class Gpu {
 public:
@@ -103,6 +118,7 @@ private:
 
   std::mutex kernel_mu_;
   std::unordered_map<std::string, CUfunction> kernels_;
+  std::mutex disk_mu_; // the disk cache (not thread-safe)
   codegen::DiskCache disk_{".cubin"};
   std::string disk_dir_ = "\x01unset";
 };

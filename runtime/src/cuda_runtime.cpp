@@ -212,37 +212,42 @@ double Gpu::time_ms(const std::function<void()>& work) {
 
 // ---------------------------------------------------------------- kernels
 
-std::string Gpu::compile_image(const codegen::Kernel& k, const std::string& source, Source& from) {
-  if (api_.emulator) { // the emulator compiles the source itself (and caches what it builds)
-    from = Source::Compiled;
-    return kEmulatorMarker + source + codegen::emit_cuda_shim_entry(k);
-  }
-  const std::string key = "cuda " + arch_ + " nvrtc " + codegen::nvrtc_version() + "\n" + source;
+CudaBinary cuda_binary(const std::string& source, const std::string& name, const std::string& arch,
+                       codegen::DiskCache& cache, std::mutex& cache_mu) {
+  const std::string key = "cuda " + arch + " nvrtc " + codegen::nvrtc_version() + "\n" + source;
   {
-    std::lock_guard lock(kernel_mu_);
+    std::lock_guard lock(cache_mu);
+    if (cache.enabled())
+      if (auto image = cache.read(key, [](const std::string& bin) { return !bin.empty(); })) return {*image, true, 0};
+  }
+  codegen::CompileResult r;
+  try {
+    r = codegen::nvrtc_compile(source, name, arch);
+  } catch (const Error&) { // an NVRTC older than the GPU: PTX for the driver to JIT
+    r = codegen::nvrtc_compile(source, name, "compute_" + arch.substr(3));
+    r.binary.push_back('\0'); // cuModuleLoadData reads PTX as a C string
+  }
+  std::lock_guard lock(cache_mu);
+  cache.write(key, r.binary);
+  return {r.binary, false, r.ms};
+}
+
+std::string Gpu::compile_image(const codegen::Kernel& k, const std::string& source, Source& from) {
+  from = Source::Compiled;
+  if (api_.emulator) // the emulator compiles the source itself (and caches what it builds)
+    return kEmulatorMarker + source + codegen::emit_cuda_shim_entry(k);
+  {
+    std::lock_guard lock(disk_mu_);
     if (disk_dir_ != options().cache_dir) {
       disk_dir_ = options().cache_dir;
       disk_.open(disk_dir_.empty() ? "" : disk_dir_ + "/cuda");
     }
-    if (disk_.enabled())
-      if (auto image = disk_.read(key, [](const std::string& bin) { return !bin.empty(); })) {
-        from = Source::Disk;
-        return *image;
-      }
   }
-  codegen::CompileResult r;
-  try {
-    r = codegen::nvrtc_compile(source, k.name + ".cu", arch_);
-  } catch (const Error&) { // an NVRTC older than the GPU: PTX for the driver to JIT
-    r = codegen::nvrtc_compile(source, k.name + ".cu", "compute_" + arch_.substr(3));
-    r.binary.push_back('\0'); // cuModuleLoadData reads PTX as a C string
-  }
-  if (options().debug >= 1)
-    std::fprintf(stderr, "[kiln] nvrtc compiled %s for %s in %.2f ms\n", k.name.c_str(), arch_.c_str(), r.ms);
-  from = Source::Compiled;
-  std::lock_guard lock(kernel_mu_);
-  disk_.write(key, r.binary);
-  return r.binary;
+  const CudaBinary b = cuda_binary(source, k.name + ".cu", arch_, disk_, disk_mu_);
+  if (b.from_disk) from = Source::Disk;
+  else if (options().debug >= 1)
+    std::fprintf(stderr, "[kiln] nvrtc compiled %s for %s in %.2f ms\n", k.name.c_str(), arch_.c_str(), b.compile_ms);
+  return b.image;
 }
 
 CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
