@@ -1,9 +1,11 @@
 // The CUDA prelude (see cuda_math.h). The math functions are generated here for
-// float and double from the same constants and formulas as llvm_math.cpp. Where the
-// LLVM path contracts a multiply into an add (its math bodies carry `contract`, and
-// LLVM fuses an fmul with one use into the fadd/fsub that consumes it), the port
-// writes fma() explicitly; every other operation rounds separately. NVRTC is run with
-// --fmad=false and the shim with -ffp-contract=off, so nothing else is contracted.
+// float and double from the same constants and formulas as llvm_math.cpp, operation
+// for operation: each fma() here is an explicit llvm.fma there (FloatOps::fma/fnma,
+// horner), and every other operation rounds separately on both sides (the LLVM math
+// bodies carry no `contract`; NVRTC is run with --fmad=false and the shim with
+// -ffp-contract=off), so the GPU and the CPU agree bitwise. A change to either file
+// needs the same change in the other; test_cuda's CudaShimMath checks thousands of
+// inputs per function.
 #include "codegen/src/cuda_math.h"
 
 #include <cmath>
@@ -144,7 +146,7 @@ void write_log(Writer& w) {
   w.let("kf", "(" + w.T() + ")k");
   const double ln2_hi = w.f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
   const double ln2_lo = w.f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
-  // hfsq + z h: hfsq has two uses, so LLVM fuses the product z*h; likewise below.
+  // tail = s (hfsq + z h) + kf ln2_lo, with z h and s (...) fused and kf ln2_lo rounded.
   w.let("tail", w.fn("fma") + "(s, " + w.fn("fma") + "(z, h, hfsq), kf * " + w.c(ln2_lo) + ")");
   w.let("y", w.fn("fma") + "(kf, " + w.c(ln2_hi) + ", f - (hfsq - tail))");
   w.line("if (x != x) return x;");

@@ -12,8 +12,15 @@
 //   sin/cos: n = round(x * 2/pi), r = x - n pi/2 with pi/2 in three (f64) parts, done
 //          in f64 for f32 too; sin and cos polynomials on |r| <= pi/4, quadrant by n mod 4.
 //   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|), |x| clamped where tanh rounds to 1.
-// The polynomials are Taylor series truncated where the next term is below 1/8 ulp;
-// Horner steps are mul+add with `contract`, so they become FMAs on FMA hosts.
+// The polynomials are Taylor series truncated where the next term is below 1/8 ulp.
+//
+// Fusion is explicit: every fused multiply-add is an llvm.fma call (always fused, one
+// rounding), every other mul/add/sub rounds on its own, and no float op carries
+// `contract`, so the backend fuses nothing else. The CUDA port (cuda_math.cpp) writes
+// fma() at exactly the same places, so both compute the same IEEE operations, bit for
+// bit, whatever LLVM's DAG combiner would have chosen to contract (it fuses the first
+// single-use fmul of an fadd, which depends on operand order after InstCombine).
+// On a target without FMA instructions llvm.fma is a libm fma call: correct, slow.
 #include "codegen/src/llvm_math.h"
 
 #include <cmath>
@@ -48,8 +55,10 @@ public:
   Value* sub(Value* x, Value* y) { return b.CreateFSub(x, y); }
   Value* mul(Value* x, Value* y) { return b.CreateFMul(x, y); }
   Value* div(Value* x, Value* y) { return b.CreateFDiv(x, y); }
-  /// x*y + z (fused under `contract`).
-  Value* mad(Value* x, Value* y, Value* z) { return add(mul(x, y), z); }
+  /// x*y + z with one rounding (llvm.fma; CUDA's fma()).
+  Value* fma(Value* x, Value* y, Value* z) { return b.CreateIntrinsic(Intrinsic::fma, {ft}, {x, y, z}); }
+  /// z - x*y with one rounding: fma(-x, y, z).
+  Value* fnma(Value* x, Value* y, Value* z) { return fma(b.CreateFNeg(x), y, z); }
   Value* sel(Value* c, Value* x, Value* y) { return b.CreateSelect(c, x, y); }
   Value* unary(Intrinsic::ID id, Value* x) { return b.CreateUnaryIntrinsic(id, x); }
   Value* is_nan(Value* x) { return b.CreateFCmpUNO(x, x); }
@@ -58,10 +67,10 @@ public:
   /// Clamps x to [lo, hi]; NaN becomes lo (callers restore NaN at the end).
   Value* clamp(Value* x, double lo, double hi) { return b.CreateMinNum(b.CreateMaxNum(x, c(lo)), c(hi)); }
 
-  /// Polynomial sum_i coef[i] x^i by Horner's rule.
+  /// Polynomial sum_i coef[i] x^i by Horner's rule, each step one fma.
   Value* horner(Value* x, const std::vector<double>& coef) {
     Value* p = c(coef.back());
-    for (size_t i = coef.size() - 1; i-- > 0;) p = mad(p, x, c(coef[i]));
+    for (size_t i = coef.size() - 1; i-- > 0;) p = fma(p, x, c(coef[i]));
     return p;
   }
   /// 2^n for an integer n in the normal exponent range, from bits.
@@ -83,20 +92,21 @@ std::vector<double> factorial_series(int start, int step, int count, double firs
   return out;
 }
 
-/// Cody-Waite reduction by ln2: returns n (as a float) and r = x - n ln2, |r| <= ln2/2.
+/// Cody-Waite reduction by ln2: returns n (as a float) and r = x - n ln2, |r| <= ln2/2,
+/// as fma(-n, lo, fma(-n, hi, x)).
 std::pair<Value*, Value*> reduce_ln2(FloatOps& m, Value* x) {
   // hi has trailing zero bits, so n*hi is exact for the |n| < 2^11 that occur here.
   const double hi = m.f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
   const double lo = m.f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
   Value* nf = m.unary(Intrinsic::roundeven, m.mul(x, m.c(1.4426950408889634)));
-  Value* r = m.sub(m.sub(x, m.mul(nf, m.c(hi))), m.mul(nf, m.c(lo)));
+  Value* r = m.fnma(nf, m.c(lo), m.fnma(nf, m.c(hi), x));
   return {nf, r};
 }
 
-/// expm1(r) for |r| <= ln2/2: r + r^2 (1/2! + r/3! + ...).
+/// expm1(r) for |r| <= ln2/2: r + r^2 (1/2! + r/3! + ...), as fma(r*r, q, r).
 Value* expm1_poly(FloatOps& m, Value* r) {
   Value* q = m.horner(r, factorial_series(2, 1, m.f64 ? 13 : 7, 1.0, 1.0));
-  return m.mad(m.mul(r, r), q, r);
+  return m.fma(m.mul(r, r), q, r);
 }
 
 Value* exp_body(FloatOps& m, Value* x) {
@@ -119,7 +129,7 @@ Value* expm1_body(FloatOps& m, Value* x) {
   auto [nf, r] = reduce_ln2(m, xc);
   Value* er = expm1_poly(m, r);
   Value* t = m.pow2(m.b.CreateFPToSI(nf, m.it));
-  Value* y = m.mad(t, er, m.sub(t, m.c(1)));
+  Value* y = m.fma(t, er, m.sub(t, m.c(1)));
   y = m.sel(m.b.CreateFCmpOGT(x, m.c(hi)), m.inf(), y);
   return m.sel(m.is_nan(x), x, y);
 }
@@ -145,13 +155,15 @@ Value* log_body(FloatOps& m, Value* x) {
   // R = sum_{j>=1} 2 z^j / (2j + 1), the atanh series beyond its first term.
   std::vector<double> coef;
   for (int j = 1; j <= (m.f64 ? 11 : 5); ++j) coef.push_back(2.0 / (2 * j + 1));
-  Value* R = m.mul(z, m.horner(z, coef));
+  Value* h = m.horner(z, coef);
   Value* hfsq = m.mul(m.mul(m.c(0.5), f), f);
   Value* kf = b.CreateSIToFP(k, m.ft);
   const double ln2_hi = m.f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
   const double ln2_lo = m.f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
-  Value* tail = m.add(m.mul(s, m.add(hfsq, R)), m.mul(kf, m.c(ln2_lo)));
-  Value* y = m.add(m.mul(kf, m.c(ln2_hi)), m.sub(f, m.sub(hfsq, tail)));
+  // tail = s (hfsq + z h) + k ln2_lo: the products z h and s (...) fused, k ln2_lo rounded;
+  // y = k ln2_hi + (f - (hfsq - tail)), k ln2_hi fused (exact anyway: ln2_hi's zero bits).
+  Value* tail = m.fma(s, m.fma(z, h, hfsq), m.mul(kf, m.c(ln2_lo)));
+  Value* y = m.fma(kf, m.c(ln2_hi), m.sub(f, m.sub(hfsq, tail)));
   y = m.sel(b.CreateFCmpOEQ(x, m.c(0)), m.c(-std::numeric_limits<double>::infinity()), y);
   y = m.sel(b.CreateFCmpOLT(x, m.c(0)), m.nan(), y);
   y = m.sel(b.CreateFCmpOEQ(x, m.inf()), m.inf(), y);
@@ -173,25 +185,26 @@ Value* sin_cos_body(FloatOps& m, Value* x, bool is_cos) {
   Value* xs = m.sel(finite, x, m.c(0));
   Value* xd = m.f64 ? xs : b.CreateFPExt(xs, d.ft);
   Value* nf = d.unary(Intrinsic::roundeven, d.mul(xd, d.c(0.63661977236758134308)));
-  Value* rd = d.sub(xd, d.mul(nf, d.c(1.57079632673412561417e+00)));
+  Value* rd = d.fnma(nf, d.c(1.57079632673412561417e+00), xd);
   if (m.f64) {
-    rd = d.sub(rd, d.mul(nf, d.c(6.07710050630396597660e-11)));
-    rd = d.sub(rd, d.mul(nf, d.c(2.02226624879595063154e-21)));
+    rd = d.fnma(nf, d.c(6.07710050630396597660e-11), rd);
+    rd = d.fnma(nf, d.c(2.02226624879595063154e-21), rd);
   } else {
-    rd = d.sub(rd, d.mul(nf, d.c(6.07710050650619224932e-11)));
+    rd = d.fnma(nf, d.c(6.07710050650619224932e-11), rd);
   }
   // |r| <= pi/4 within the range; beyond it the clamp keeps the result bounded.
   rd = d.clamp(rd, -0.7854, 0.7854);
   Value* r = m.f64 ? rd : b.CreateFPTrunc(rd, m.ft);
-  // n mod 4, exactly, for any float n (multiples of 4 beyond 2^54 give 0).
+  // n mod 4, exactly, for any float n (multiples of 4 beyond 2^54 give 0; 4 floor(n/4)
+  // is exact, so the mul and the sub round nothing).
   Value* nmod = d.sub(nf, d.mul(d.c(4), d.unary(Intrinsic::floor, d.mul(nf, d.c(0.25)))));
   Value* q = b.CreateFPToSI(nmod, b.getInt32Ty());
   if (is_cos) q = b.CreateAdd(q, b.getInt32(1));
   Value* z = m.mul(r, r);
   Value* ps = m.horner(z, factorial_series(3, 2, m.f64 ? 9 : 5, -1.0, -1.0)); // -1/3! + z/5! - ...
   Value* pc = m.horner(z, factorial_series(2, 2, m.f64 ? 10 : 5, -1.0, -1.0)); // -1/2! + z/4! - ...
-  Value* s = m.mad(m.mul(r, z), ps, r);
-  Value* c = m.mad(z, pc, m.c(1));
+  Value* s = m.fma(m.mul(r, z), ps, r);
+  Value* c = m.fma(z, pc, m.c(1));
   Value* use_cos = b.CreateICmpNE(b.CreateAnd(q, b.getInt32(1)), b.getInt32(0));
   Value* negate = b.CreateICmpNE(b.CreateAnd(q, b.getInt32(2)), b.getInt32(0));
   Value* v = m.sel(use_cos, c, s);
@@ -199,16 +212,6 @@ Value* sin_cos_body(FloatOps& m, Value* x, bool is_cos) {
   if (!is_cos) v = m.sel(b.CreateFCmpOEQ(x, m.c(0)), x, v); // sin(-0) = -0 (the reduction gives +0)
   return m.sel(finite, v, m.nan());
 }
-
-} // namespace
-
-FastMathFlags contract_flags() {
-  FastMathFlags f;
-  f.setAllowContract(true);
-  return f;
-}
-
-namespace {
 
 const char* math_name(MathFn fn) {
   switch (fn) {
@@ -239,7 +242,7 @@ Value* tanh_body(FloatOps& m, Value* x) {
       -0.008863235529902197, 0.003592128036572481,  -0.0014558343870513183, 0.000590027440945586,
       -0.00023912911424355248, 9.691537956929451e-05};
   Value* z = m.mul(ax, ax);
-  Value* small = m.mad(m.mul(ax, z), m.horner(z, series), ax);
+  Value* small = m.fma(m.mul(ax, z), m.horner(z, series), ax);
   return m.b.CreateBinaryIntrinsic(Intrinsic::copysign, m.sel(m.b.CreateFCmpOLT(ax, m.c(0.55)), small, t), x);
 }
 
@@ -263,8 +266,7 @@ Function* define_math(Module& mod, MathFn fn, Type* ty, const std::string& name)
   f->addFnAttr(Attribute::NoUnwind);
   f->addFnAttr(Attribute::WillReturn);
   f->setDoesNotAccessMemory();
-  IRBuilder<> b(BasicBlock::Create(mod.getContext(), "entry", f));
-  b.setFastMathFlags(contract_flags());
+  IRBuilder<> b(BasicBlock::Create(mod.getContext(), "entry", f)); // no fast-math flags: nothing contracts
   FloatOps m(b, ty);
   b.CreateRet(math_body(m, fn, f->getArg(0)));
   return f;
