@@ -61,11 +61,11 @@ const char* known_error_name(CUresult r) {
   case 3: return "CUDA_ERROR_NOT_INITIALIZED";
   case 4: return "CUDA_ERROR_DEINITIALIZED";
   case kStubLibrary: return "CUDA_ERROR_STUB_LIBRARY";
-  case 35: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
   case 46: return "CUDA_ERROR_DEVICE_UNAVAILABLE";
   case kNoDevice: return "CUDA_ERROR_NO_DEVICE";
   case 101: return "CUDA_ERROR_INVALID_DEVICE";
-  case 303: return "CUDA_ERROR_SYSTEM_NOT_READY";
+  case 303: return "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED";
+  case 802: return "CUDA_ERROR_SYSTEM_NOT_READY";
   case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
   case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
   case 999: return "CUDA_ERROR_UNKNOWN";

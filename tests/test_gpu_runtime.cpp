@@ -1,0 +1,310 @@
+// kiln's GPU runtime (runtime/cuda_runtime.h, Tensor::to, Module::to, the executor's CUDA
+// plans) run end to end against kiln's CPU emulator of the CUDA driver API
+// (tests/cuda_emu): device memory the host cannot dereference, a stream whose work
+// completes after the calls return, kernels compiled from the emitted CUDA source behind
+// codegen/cuda_shim.h. Results must equal the CPU path's bitwise (both emitters keep one
+// arithmetic order, see codegen/cuda_emitter.h). No GPU is involved; what only a GPU can
+// show (speed, NVRTC's CUBIN loaded by a real driver) is bench/gpu_check.sh's job.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <mutex>
+
+#include "codegen/cuda_emitter.h"
+#include "codegen/disk_cache.h"
+#include "codegen/nvrtc.h"
+#include "kiln/checkpoint.h"
+#include "kiln/compile.h"
+#include "kiln/devices.h"
+#include "kiln/functional.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "kiln/options.h"
+#include "runtime/cuda_runtime.h"
+#include "runtime/executor.h"
+#include "runtime/storage.h"
+
+namespace kiln {
+namespace {
+
+namespace F = nn::functional;
+
+// The emulator stands in for libcuda.so.1 before anything probes the driver.
+const bool kUseEmulator = (setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 1), true);
+
+const Device kGpu{Device::Kind::CUDA, 0};
+
+template <class T> void expect_bitwise(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(T)), 0) << what << " element " << i << ": " << a[i] << " vs " << b[i];
+}
+
+/// Runs f on CPU inputs and on the same inputs moved to the GPU; the outputs must agree bitwise.
+void expect_same_on_gpu(const std::vector<Tensor>& cpu_inputs,
+                        const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::string& what) {
+  std::vector<Tensor> gpu_inputs;
+  for (const Tensor& t : cpu_inputs) gpu_inputs.push_back(t.to(kGpu));
+  const Tensor on_cpu = f(cpu_inputs), on_gpu = f(gpu_inputs);
+  EXPECT_EQ(on_gpu.device(), kGpu) << what;
+  if (on_cpu.dtype() == kInt64) expect_bitwise(on_gpu.to_vector<int64_t>(), on_cpu.to_vector<int64_t>(), what);
+  else expect_bitwise(on_gpu.to_vector<float>(), on_cpu.to_vector<float>(), what);
+}
+
+TEST(GpuRuntime, TheEmulatorIsAUsableDevice) {
+  ASSERT_EQ(cuda_unavailable_reason(), "");
+  ASSERT_EQ(cuda_devices().size(), 1u);
+  EXPECT_EQ(cuda_devices()[0].name, "kiln CUDA emulator (CPU)");
+  EXPECT_EQ(resolve_device("cuda"), kGpu);
+  EXPECT_EQ(resolve_device("auto"), kGpu);
+  EXPECT_TRUE(runtime::Gpu::get(0).emulator());
+}
+
+TEST(GpuRuntime, CopiesRoundTrip) {
+  const Tensor x = randn({3, 5}, 1).realize();
+  const Tensor g = x.to(kGpu);
+  EXPECT_EQ(g.device(), kGpu);
+  EXPECT_EQ(g.node()->realized()->device(), kGpu);
+  expect_bitwise(g.to_vector<float>(), x.to_vector<float>(), "to(cuda)");
+  const Tensor back = g.to(kCPU);
+  EXPECT_EQ(back.device(), kCPU);
+  expect_bitwise(back.to_vector<float>(), x.to_vector<float>(), "to(cpu)");
+  EXPECT_EQ(g.to(kGpu).node(), g.node()); // already there: the same tensor
+  const std::vector<int64_t> ints = {1, -2, 3};
+  EXPECT_EQ(from_vector(ints).to(kGpu).to_vector<int64_t>(), ints);
+}
+
+TEST(GpuRuntime, ElementwiseAndReductionsMatchTheCpuBitwise) {
+  const Tensor x = randn({33, 70}, 2), y = rand({33, 70}, 3); // generated on each device
+  expect_same_on_gpu({x, y}, [](const std::vector<Tensor>& t) { return exp(t[0] * 2.0 + t[1]) * sigmoid(t[1]) - tanh(t[0]); },
+                     "fused elementwise");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return t[0].sum({1}); }, "sum over rows");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return t[0].max({0}); }, "max over columns");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return t[0].argmax(1); }, "argmax");
+}
+
+TEST(GpuRuntime, RowKernelsAndMatmulMatchTheCpuBitwise) {
+  const Tensor x = randn({40, 96}, 4), w = randn({96, 48}, 5), b = randn({48}, 6);
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return F::softmax(t[0], 1); }, "softmax");
+  expect_same_on_gpu({x, w, b}, [](const std::vector<Tensor>& t) { return relu(matmul(t[0], t[1]) + t[2]); }, "matmul + bias + relu");
+}
+
+TEST(GpuRuntime, GridsAreCappedByTheDeviceAndStillCoverTheWork) {
+  const Tensor x = randn({1 << 20}, 12).realize();
+  const Tensor y = x.to(kGpu) * 2.0 + 1.0;
+  const runtime::Plan plan = runtime::make_plan({y.node()});
+  ASSERT_EQ(plan.schedule.launches.size(), 1u);
+  const codegen::KernelLaunch& l = plan.schedule.launches[0];
+  EXPECT_EQ(codegen::cuda_launch_config(l.kernel, l.params).grid, 4096u); // one block per 256 points
+  const DeviceInfo& emu = runtime::Gpu::get(0).info();                    // 4 SMs of 2048 threads
+  EXPECT_EQ(codegen::cuda_launch_config(l.kernel, l.params, {emu.sm_count, emu.max_threads_per_sm}).grid,
+            static_cast<unsigned>(codegen::kMaxWaves * 4 * 8));
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return t[0] * 2.0 + 1.0; }, "16 points a thread");
+}
+
+TEST(GpuRuntime, ConstantsFollowTheirOperandsAndMixingDevicesIsAnError) {
+  const Tensor g = randn({4}, 7).to(kGpu).realize();
+  EXPECT_EQ((g + ones({4})).device(), kGpu); // a constant has no data: it moves to the GPU
+  EXPECT_EQ((3.0 * g).device(), kGpu);
+  EXPECT_EQ((ones({4}) - g).device(), kGpu);
+  const Tensor c = randn({4}, 8).realize();
+  try {
+    (void)(c + g);
+    FAIL() << "adding tensors on two devices did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("add"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("f32[4] on cpu"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("f32[4] on cuda:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_gpu_runtime.cpp"), std::string::npos) << msg; // the user's line
+  }
+  EXPECT_THROW((void)matmul(c.reshape({1, 4}), g.reshape({4, 1})), Error);
+  EXPECT_EQ(zeros({2}, kFloat32, kGpu).device(), kGpu);
+  EXPECT_EQ(zeros_like(g).device(), kGpu);
+}
+
+TEST(GpuRuntime, EveryLayerRejectsMixedDevicesWithAKilnError) {
+  const Tensor xg = randn({2, 3, 6, 6}, 30).realize().to(kGpu), wc = randn({4, 3, 3, 3}, 31).realize();
+  const Tensor logits = randn({5, 4}, 32).realize().to(kGpu);
+  const Tensor targets = from_vector(std::vector<int64_t>{0, 1, 2, 3, 0});
+  const Tensor vc = randn({5, 4}, 33).realize(), bc = randn({4}, 34).realize();
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"conv2d", [&] { (void)F::conv2d(xg, wc, Tensor(), {1, 1}, {1, 1}, {1, 1}, 1); }},
+      {"linear", [&] { (void)F::linear(logits, randn({3, 4}, 35).realize(), bc); }},
+      {"cross_entropy", [&] { (void)F::cross_entropy(logits, targets); }},
+      {"nll_loss", [&] { (void)F::nll_loss(F::log_softmax(logits, 1), targets); }},
+      {"mse_loss", [&] { (void)F::mse_loss(logits, vc); }},
+      {"bce", [&] { (void)F::binary_cross_entropy_with_logits(logits, vc); }},
+      {"layer_norm", [&] { (void)F::layer_norm(logits, {4}, bc, bc); }},
+      {"batch_norm", [&] { (void)F::batch_norm(logits, zeros({4}).realize(), ones({4}).realize(), bc, bc, false); }},
+      {"where", [&] { (void)where(logits > 0.0, vc, logits); }},
+      {"concat", [&] { (void)concat({logits, vc}, 0); }},
+      {"assign", [&] { Tensor t = vc.detach(); t.assign(logits + 1.0); }}, // a copy, not an error
+  };
+  for (const auto& [name, call] : calls) {
+    if (name == "assign") {
+      EXPECT_NO_THROW(call()) << name;
+      continue;
+    }
+    EXPECT_THROW(call(), Error) << name;
+  }
+}
+
+TEST(GpuRuntime, NoDeviceSaysSo) {
+  try {
+    (void)randn({2}, 1).to(Device{Device::Kind::CUDA, 3});
+    FAIL() << "cuda:3 does not exist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device cuda:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_gpu_runtime.cpp"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)zeros({2}, kFloat32, Device{Device::Kind::CUDA, 1}), Error);
+}
+
+TEST(GpuRuntime, TheCachingAllocatorReusesFreedBlocks) {
+  runtime::Gpu& gpu = runtime::Gpu::get(0);
+  const Tensor x = randn({1000}, 9).to(kGpu);
+  { (void)((x * 2.0).realize()); } // its result is freed here
+  const size_t fresh = gpu.memory_stats().fresh_allocations;
+  EXPECT_GT(gpu.memory_stats().bytes_cached, 0u);
+  for (int i = 0; i < 5; ++i) (void)((x * 3.0).to_vector<float>());
+  EXPECT_EQ(gpu.memory_stats().fresh_allocations, fresh); // every result reused a cached block
+  gpu.release_cached_memory();
+  EXPECT_EQ(gpu.memory_stats().bytes_cached, 0u);
+}
+
+TEST(GpuRuntime, OutOfDeviceMemoryFreesTheCacheThenSaysSo) {
+  runtime::Gpu& gpu = runtime::Gpu::get(0);
+  gpu.release_cached_memory();
+  const size_t in_use = gpu.memory_stats().bytes_in_use;
+  setenv("KILN_EMU_MEMORY", std::to_string(in_use + (64 << 20)).c_str(), 1); // 64 MiB beyond what is held
+  { auto a = gpu.allocate(40 << 20); } // cached after this
+  EXPECT_GT(gpu.memory_stats().bytes_cached, 0u);
+  auto b = gpu.allocate(50 << 20); // fits only once the cached 40 MiB went back to the driver
+  EXPECT_EQ(gpu.memory_stats().bytes_cached, 0u);
+  try {
+    auto c = gpu.allocate(100 << 20);
+    FAIL() << "allocated beyond the device's memory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of device memory on cuda:0"), std::string::npos) << e.what();
+  }
+  unsetenv("KILN_EMU_MEMORY");
+}
+
+TEST(GpuRuntime, ReadsWaitForQueuedWork) {
+  setenv("KILN_EMU_DELAY_US", "20000", 1); // every queued operation runs 20 ms late
+  const Tensor x = arange(0, 256, 1, kFloat32).to(kGpu);
+  const std::vector<float> y = (x * 2.0 + 1.0).to_vector<float>();
+  unsetenv("KILN_EMU_DELAY_US");
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], 2.0f * static_cast<float>(i) + 1.0f) << i;
+}
+
+TEST(GpuRuntime, LaunchBlockingWaitsForEachKernel) {
+  options().launch_blocking = true;
+  const Tensor x = randn({64}, 10).to(kGpu);
+  const auto launches = runtime::executor_stats().launches;
+  const std::vector<float> y = (abs(x) + 1.0).to_vector<float>();
+  options().launch_blocking = false;
+  EXPECT_GT(runtime::executor_stats().launches, launches);
+  for (float v : y) EXPECT_GE(v, 1.0f);
+}
+
+TEST(GpuRuntime, GradientsFlowThroughTo) {
+  const Tensor x = randn({5}, 11).requires_grad_();
+  const Tensor loss = (x.to(kGpu) * x.to(kGpu) * 3.0).sum();
+  EXPECT_EQ(loss.device(), kGpu);
+  loss.backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().device(), kCPU);
+  const std::vector<float> xv = x.to_vector<float>(), gv = x.grad().to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(gv[i], 6 * xv[i]);
+}
+
+/// A small MLP trained a few compiled Adam steps on `device`; returns the losses and the
+/// final first-layer weight.
+std::pair<std::vector<float>, std::vector<float>> train_mlp(Device device) {
+  nn::manual_seed(21);
+  nn::Sequential model(nn::Linear(20, 16), nn::ReLU(), nn::Linear(16, 4));
+  model.to(device);
+  optim::Adam opt(model.parameters(), {.lr = 1e-2});
+  CompiledFunction step = compile([&](const std::vector<Tensor>& xy) {
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy(model(xy[0]), xy[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  std::vector<float> losses;
+  const Tensor x = randn({8, 20}, 100).realize().to(device); // one batch, learned step by step
+  const Tensor y = (rand({8}, 200) * 4.0).to(kInt64).realize().to(device);
+  for (int s = 0; s < 4; ++s) losses.push_back(step({x, y})[0].item<float>());
+  return {losses, model.parameters()[0].to_vector<float>()};
+}
+
+TEST(GpuRuntime, CompiledAdamTrainingMatchesTheCpuBitwise) {
+  const auto [cpu_losses, cpu_w] = train_mlp(kCPU);
+  const auto [gpu_losses, gpu_w] = train_mlp(kGpu);
+  expect_bitwise(gpu_losses, cpu_losses, "losses");
+  expect_bitwise(gpu_w, cpu_w, "trained weight");
+  EXPECT_LT(cpu_losses.back(), cpu_losses.front());
+}
+
+TEST(GpuRuntime, CubinsAreCachedOnDiskAndCorruptEntriesRecompiled) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC is unavailable: " << why;
+  const Tensor y = randn({64}, 13).to(kGpu) * 2.0;
+  const runtime::Plan plan = runtime::make_plan({y.node()});
+  const codegen::Kernel& k = plan.schedule.launches.at(0).kernel;
+  const std::string source = codegen::emit_cuda(k);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("kiln_cubin_" + std::to_string(getpid()))).string();
+  std::mutex mu;
+  codegen::DiskCache first(".cubin");
+  first.open(dir);
+  const runtime::CudaBinary compiled = runtime::cuda_binary(source, k.name + ".cu", "sm_90", first, mu);
+  EXPECT_FALSE(compiled.from_disk);
+  EXPECT_EQ(compiled.image.substr(0, 4), "\x7f" "ELF"); // a CUBIN is an ELF file
+  codegen::DiskCache second(".cubin"); // as a later process would
+  second.open(dir);
+  const runtime::CudaBinary cached = runtime::cuda_binary(source, k.name + ".cu", "sm_90", second, mu);
+  EXPECT_TRUE(cached.from_disk);
+  EXPECT_EQ(cached.image, compiled.image);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) // flip one byte of every entry
+    if (entry.path().extension() == ".cubin") {
+      std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-1, std::ios::end);
+      f.put('\x5a');
+    }
+  codegen::DiskCache third(".cubin");
+  third.open(dir);
+  const runtime::CudaBinary recompiled = runtime::cuda_binary(source, k.name + ".cu", "sm_90", third, mu);
+  EXPECT_FALSE(recompiled.from_disk);
+  EXPECT_EQ(third.rejects, 1u);
+  EXPECT_EQ(recompiled.image, compiled.image);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GpuRuntime, CheckpointsOfAGpuModelLoadIntoAGpuModel) {
+  const std::string path = (std::filesystem::temp_directory_path() / "kiln_gpu_ckpt.safetensors").string();
+  nn::manual_seed(5);
+  nn::Linear a(6, 3);
+  a.to(kGpu);
+  checkpoint::save(path, a);
+  nn::manual_seed(6);
+  nn::Linear b(6, 3);
+  b.to(kGpu);
+  checkpoint::load(path, b);
+  EXPECT_EQ(b.parameters()[0].device(), kGpu);
+  expect_bitwise(b.parameters()[0].to_vector<float>(), a.parameters()[0].to_vector<float>(), "loaded weight");
+  std::filesystem::remove(path);
+}
+
+} // namespace
+} // namespace kiln
