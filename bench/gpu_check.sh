@@ -23,6 +23,13 @@
 # reference) libcublas with dlopen. Where a package is missing the script says which ones
 # and exits 2 before building.
 #
+# Without the build requirements, the script runs from a bundle made by bench/gpu_bundle.sh
+# on a machine that has them (BUNDLE=FILE, default gpu-bundle/kiln-gpu.tar.xz when present):
+# the bundle's test_gpu_runtime, kiln_bench and train, with their own libraries.
+#
+# Either way, tests/test_gpu_runtime also runs against the real driver
+# (KILN_CUDA_DRIVER=libcuda.so.1): results on the GPU must equal the CPU's bitwise.
+#
 # Exit status: 0 when everything ran (the ratios are reported, not enforced: see
 # summary.txt), 1 when the tests, the benchmarks or train failed, 2 when kiln cannot be
 # built here.
@@ -48,6 +55,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 compgen -G "$KILN_CUDA_HOME/lib64/libnvrtc.so.*" || echo "no NVRTC under $KILN_CUDA_HOME/lib64"
 
 # ---------------------------------------------------------------- dependencies and build
+BUNDLE="${BUNDLE:-$ROOT/gpu-bundle/kiln-gpu.tar.xz}"
+BENCH="$BUILD_DIR/bench/kiln_bench"
+TRAIN="$BUILD_DIR/examples/train"
+GPU_TEST="$BUILD_DIR/tests/test_gpu_runtime"
+use_bundle() { # runs the bundled programs instead of building
+  step "unpacking $BUNDLE (built from commit $(tar -xJOf "$BUNDLE" kiln-gpu/COMMIT | cut -c1-12))"
+  rm -rf "$OUT/bundle" && mkdir -p "$OUT/bundle" && tar -C "$OUT/bundle" -xJf "$BUNDLE"
+  BENCH="$OUT/bundle/kiln-gpu/bin/kiln_bench"
+  TRAIN="$OUT/bundle/kiln-gpu/bin/train"
+  GPU_TEST="$OUT/bundle/kiln-gpu/bin/test_gpu_runtime"
+  SKIP_BUILD=1
+  SKIP_TESTS=1 # ctest needs the build tree; the GPU runtime's tests run below
+}
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   step "checking build dependencies"
   for tool in cmake ninja; do
@@ -80,8 +100,15 @@ if(missing)
   message(FATAL_ERROR "kiln cannot be built here: missing ${missing}")
 endif()
 EOF
+  buildable=1
   if ! cmake -S "$probe" -B "$probe/build" -G Ninja >"$OUT/dependencies.log" 2>&1; then
+    buildable=0
     grep -E "found:|MISSING:|cannot be built|CMake Error" "$OUT/dependencies.log" || cat "$OUT/dependencies.log"
+  fi
+  if ((buildable)); then :
+  elif [[ -f "$BUNDLE" ]]; then
+    use_bundle
+  else
     {
       echo "kiln cannot be built on this machine:"
       grep -E "MISSING:" "$OUT/dependencies.log" | sed 's/^-- /  /'
@@ -91,6 +118,8 @@ EOF
     } | tee "$OUT/summary.txt"
     exit 2
   fi
+fi
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   grep -E "found:" "$OUT/dependencies.log" | sed 's/^-- /  /'
 
   step "configure ($BUILD_DIR, Release)"
@@ -104,8 +133,6 @@ EOF
   fi
   tail -1 "$OUT/build.log"
 fi
-BENCH="$BUILD_DIR/bench/kiln_bench"
-TRAIN="$BUILD_DIR/examples/train"
 
 # ---------------------------------------------------------------- tests
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
@@ -117,6 +144,12 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   fi
   grep -E "tests passed|tests failed|\*\*\*Failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" || tail -20 "$OUT/ctest.log"
 fi
+
+step "test_gpu_runtime on the GPU (KILN_CUDA_DRIVER=${KILN_CUDA_DRIVER:-libcuda.so.1})"
+if ! KILN_CUDA_DRIVER="${KILN_CUDA_DRIVER:-libcuda.so.1}" "$GPU_TEST" >"$OUT/gpu_runtime_tests.log" 2>&1; then
+  failed+=("test_gpu_runtime")
+fi
+grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/gpu_runtime_tests.log" || tail -20 "$OUT/gpu_runtime_tests.log"
 
 # ---------------------------------------------------------------- benchmarks
 step "GPU benchmarks"
