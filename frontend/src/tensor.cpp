@@ -345,10 +345,10 @@ void Tensor::zero_grad() {
 }
 Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
-void Tensor::assign(const Tensor& value_, Loc loc) {
-  if (value_.shape() != shape() || value_.dtype() != dtype())
-    detail::fail("assign", "the new value must have the same shape and dtype", {this, &value_}, loc);
-  const Tensor value = value_.to(device(), loc);
+void Tensor::assign(const Tensor& new_value, Loc loc) {
+  if (new_value.shape() != shape() || new_value.dtype() != dtype())
+    detail::fail("assign", "the new value must have the same shape and dtype", {this, &new_value}, loc);
+  const Tensor value = new_value.to(device(), loc); // a checkpoint's CPU value into a GPU tensor
   detail::note_state_change(impl_);
   // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
   const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;

@@ -259,7 +259,6 @@ CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
     }
   }
   const std::string text = codegen::emit_cuda(k);
-  if (options().debug >= 4) std::fprintf(stderr, "[kiln] ---- %s.cu ----\n%s\n", k.name.c_str(), text.c_str());
   const std::string image = compile_image(k, text, source); // outside the lock: kernels compile in parallel
   make_current();
   CUmodule mod = nullptr;

@@ -15,6 +15,7 @@
 
 #include "kiln/error.h"
 #include "kiln/options.h"
+#include "codegen/cuda_emitter.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/storage.h"
@@ -147,17 +148,17 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std
 
 // Runs the flattened domain in chunks of roughly equal work. Results never depend
 // on the chunking: each domain point is computed by the same code either way.
-void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& param_values,
+void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
          void* const* bufs) {
   const int64_t n = l.domain_size;
   if (n == 0) return;
-  if (l.kernel.gemm) return run_gemm(fn, l, param_values, bufs);
+  if (l.kernel.gemm) return run_gemm(fn, l, params, bufs);
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
-  const int64_t* params = param_values.data();
-  if (n <= grain) return fn(0, n, bufs, params);
+  const int64_t* p = params.data();
+  if (n <= grain) return fn(0, n, bufs, p);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, params); });
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, p); });
 }
 
 void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, double run_ms) {
@@ -189,9 +190,16 @@ void load_gpu_kernels(Plan& p) {
   p.gpu_kernels.resize(n);
   tbb::parallel_for(size_t{0}, n, [&](size_t i) {
     Gpu::Source source;
-    p.gpu_kernels[i] = gpu.kernel(p.schedule.launches[i].kernel, source);
+    const codegen::Kernel& k = p.schedule.launches[i].kernel;
+    p.gpu_kernels[i] = gpu.kernel(k, source);
     p.cache_status[i] = status_name(source);
+    if (source == Gpu::Source::Memory) return;
     if (source == Gpu::Source::Compiled) ++counters().compiles;
+    const int level = options().debug;
+    if (level >= 1) std::fprintf(stderr, "[kiln] loaded %s on %s (%s)\n", k.name.c_str(), gpu.device().str().c_str(),
+                                 source == Gpu::Source::Compiled ? "compiled" : "from the disk cache");
+    if (level >= 3) dump(k.name, ".kir", codegen::print_kernel(k));
+    if (level >= 4) dump(k.name, ".cu", codegen::emit_cuda(k));
   });
 }
 
