@@ -35,7 +35,7 @@ struct CudaApi {
   CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
   CUresult (*MemAlloc)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*MemFree)(CUdeviceptr) = nullptr;
-  CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*StreamCreate)(CUstream*, unsigned) = nullptr;

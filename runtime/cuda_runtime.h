@@ -12,8 +12,8 @@
 /// kiln's CPU emulator of the driver (tests/cuda_emu) the module image is the source.
 ///
 /// Synchronization happens only where the host needs a value: download() waits for the
-/// queued work first; uploads use the synchronous copy, which the driver orders after
-/// the stream's work. With options().launch_blocking every launch is waited for.
+/// queued work first; uploads are queued too (the driver stages the host memory). With
+/// options().launch_blocking every launch is waited for.
 
 #include <functional>
 #include <map>
@@ -65,7 +65,7 @@ public:
   /// cuMemAlloc fails, the cached blocks are freed and it is tried once more; then
   /// kiln::Error ("out of device memory ...").
   std::shared_ptr<graph::Storage> allocate(size_t bytes);
-  /// Host -> device, done when it returns.
+  /// Host -> device, queued on the stream (host_src may be reused when it returns).
   void upload(void* device_dst, const void* host_src, size_t bytes);
   /// Device -> host after all queued work: synchronizes (and reports a failed kernel).
   void download(void* host_dst, const void* device_src, size_t bytes);

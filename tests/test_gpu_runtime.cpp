@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -214,6 +215,26 @@ TEST(GpuRuntime, ReadsWaitForQueuedWork) {
   const std::vector<float> y = (x * 2.0 + 1.0).to_vector<float>();
   unsetenv("KILN_EMU_DELAY_US");
   for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], 2.0f * static_cast<float>(i) + 1.0f) << i;
+}
+
+/// The emulator's count of synchronizations (stream, context and event waits, synchronous copies).
+unsigned long long emulator_syncs() {
+  void* h = dlopen(KILN_CUDA_EMU, RTLD_NOW | RTLD_NOLOAD);
+  auto counters = h ? reinterpret_cast<void (*)(unsigned long long*)>(dlsym(h, "kilnEmuCounters")) : nullptr;
+  unsigned long long c[6] = {};
+  if (counters) counters(c);
+  if (h) dlclose(h);
+  return c[5];
+}
+
+TEST(GpuRuntime, OnlyReadsSynchronize) {
+  if (!on_emulator()) GTEST_SKIP() << "counts the emulator's synchronizations";
+  const Tensor x = randn({4096}, 14).realize();
+  const unsigned long long before = emulator_syncs();
+  const Tensor y = (x.to(kGpu) * 2.0).realize(); // an upload and a launch: both queued
+  EXPECT_EQ(emulator_syncs(), before);
+  (void)y.to_vector<float>(); // the read waits
+  EXPECT_GT(emulator_syncs(), before);
 }
 
 TEST(GpuRuntime, LaunchBlockingWaitsForEachKernel) {

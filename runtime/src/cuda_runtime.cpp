@@ -28,7 +28,7 @@ std::string bind_cuda_api(void* h, CudaApi& a) {
   bind_symbol(h, a.CtxSetCurrent, "cuCtxSetCurrent", missing);
   bind_symbol(h, a.MemAlloc, "cuMemAlloc_v2", missing);
   bind_symbol(h, a.MemFree, "cuMemFree_v2", missing);
-  bind_symbol(h, a.MemcpyHtoD, "cuMemcpyHtoD_v2", missing);
+  bind_symbol(h, a.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", missing);
   bind_symbol(h, a.MemcpyDtoH, "cuMemcpyDtoH_v2", missing);
   bind_symbol(h, a.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", missing);
   bind_symbol(h, a.StreamCreate, "cuStreamCreate", missing);
@@ -174,7 +174,10 @@ AllocatorStats Gpu::memory_stats() {
 void Gpu::upload(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   make_current();
-  check(api_.MemcpyHtoD(as_dptr(dst), src, bytes), "cuMemcpyHtoD of " + std::to_string(bytes) + " bytes");
+  // Queued on the stream: the driver stages pageable memory before returning, so `src`
+  // may be reused at once, and the host does not wait for the stream's queued kernels
+  // (the synchronous cuMemcpyHtoD would).
+  check(api_.MemcpyHtoDAsync(as_dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync of " + std::to_string(bytes) + " bytes");
 }
 
 void Gpu::download(void* dst, const void* src, size_t bytes) {
