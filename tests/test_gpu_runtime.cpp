@@ -287,6 +287,29 @@ TEST(GpuRuntime, CompiledAdamTrainingMatchesTheCpuBitwise) {
   EXPECT_LT(cpu_losses.back(), cpu_losses.front());
 }
 
+/// Loss and every parameter's gradient of one step of a small CNN on `device`.
+std::vector<std::vector<float>> cnn_step(Device device) {
+  nn::manual_seed(41);
+  nn::Sequential model(nn::Conv2d(1, 4, 3, {.padding = 1}), nn::BatchNorm2d(4), nn::ReLU(), nn::MaxPool2d(2),
+                       nn::Flatten(), nn::Linear(4 * 4 * 4, 3));
+  model.to(device);
+  const Tensor x = randn({2, 1, 8, 8}, 42).realize().to(device);
+  const Tensor y = from_vector(std::vector<int64_t>{2, 0}).to(device);
+  Tensor loss = F::cross_entropy(model(x), y);
+  loss.backward();
+  std::vector<std::vector<float>> out{loss.to_vector<float>()};
+  for (const Tensor& p : model.parameters()) out.push_back(p.grad().to_vector<float>());
+  for (const Tensor& b : model.buffers())
+    if (is_floating(b.dtype())) out.push_back(b.to_vector<float>()); // batch norm's running statistics
+  return out;
+}
+
+TEST(GpuRuntime, ConvolutionBatchNormAndPoolingGradientsMatchTheCpuBitwise) {
+  const auto cpu = cnn_step(kCPU), gpu = cnn_step(kGpu);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) expect_bitwise(gpu[i], cpu[i], "value " + std::to_string(i));
+}
+
 TEST(GpuRuntime, CubinsAreCachedOnDiskAndCorruptEntriesRecompiled) {
   std::string why;
   if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC is unavailable: " << why;
