@@ -18,6 +18,12 @@
 /// Plain kernels (all but the two forms below): a grid-stride loop over the flattened
 /// domain (the domain size is computed from the parameters); each domain point runs its
 /// reductions sequentially in the IR's order (one thread per point, no shared memory).
+/// Vector form: an elementwise kernel (no reductions) with an f32 load or store whose
+/// offset steps by exactly one element along the innermost loop var also gets a second
+/// loop, taken when the innermost extent divides by 4: 4 consecutive points a thread,
+/// each such access one kiln_load4 / kiln_store4 (a 128-bit access where the address is
+/// 16-byte aligned, else 4 scalar ones), every lane computing the scalar form's
+/// expression for its point (same bits). cuda_launch_config counts threads accordingly.
 ///
 /// Row kernels (a map after the reductions: softmax, layernorm): exactly 256 threads a
 /// block, 16 per row (domain point), a grid-stride loop over blocks of 16 rows. A float

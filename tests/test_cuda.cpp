@@ -342,6 +342,24 @@ void add_rows(std::vector<Case>& cases) {
   }
 }
 
+/// Elementwise kernels whose innermost extent divides by 4 take the vector form (4 points
+/// a thread, kiln_load4/kiln_store4): aligned rows, rows that start misaligned (a slice by
+/// one), broadcast rows, a bool result next to a float one, and a random leaf.
+void add_vector_forms(std::vector<Case>& cases) {
+  cases.push_back({"vector_aligned", [] {
+                     const Tensor x = make(kFloat32, {8, 64}, 91, true), y = make(kFloat32, {8, 64}, 92);
+                     return std::vector<Tensor>{exp(x * 0.5) + y * y, x > y};
+                   }});
+  cases.push_back({"vector_misaligned_rows", [] {
+                     const Tensor x = make(kFloat32, {6, 69}, 93).slice(1, 1, 69); // rows start at 1 mod 4
+                     const Tensor y = make(kFloat32, {68}, 94);
+                     return std::vector<Tensor>{sigmoid(x) * y, (x + 1.0).to(kFloat64)};
+                   }});
+  cases.push_back({"vector_random", [] {
+                     return std::vector<Tensor>{randn({5, 12}, 95) * 2.0 + rand({5, 12}, 96)};
+                   }});
+}
+
 void add_movement_and_leaves(std::vector<Case>& cases) {
   for (DType dt : kAll)
     cases.push_back({"movement_" + dn(dt), [dt] {
@@ -375,6 +393,7 @@ const std::vector<Case>& all_cases() {
     add_gemm(c);
     add_rows(c);
     add_movement_and_leaves(c);
+    add_vector_forms(c);
     return c;
   }();
   return cases;
@@ -456,6 +475,18 @@ TEST(CudaGolden, Matmul) {
   codegen::set_gemm_tiling_override(std::nullopt);
   EXPECT_NE(text.find("__syncthreads"), std::string::npos) << "not the tiled GEMM";
   check_golden("cuda_matmul.cu", text);
+}
+
+TEST(CudaVector, ElementwiseKernelsGetTheVectorFormAndItsLaunch) {
+  const Tensor x = make(kFloat32, {8, 64}, 97), y = make(kFloat32, {8, 64}, 98);
+  const std::string text = schedule_text({x * y + 1.0});
+  EXPECT_NE(text.find("kiln_load4("), std::string::npos) << text;
+  EXPECT_NE(text.find("kiln_store4("), std::string::npos) << text;
+  const codegen::Schedule s = schedule_of({x * y + 1.0});
+  ASSERT_EQ(s.launches.size(), 1u);
+  EXPECT_EQ(codegen::cuda_launch_config(s.launches[0].kernel, s.launches[0].params).grid, 1u); // 512 points, 4 a thread
+  const Tensor ints = make(kInt32, {8, 64}, 99); // no f32 access: the scalar form only
+  EXPECT_EQ(schedule_text({ints * ints}).find("kiln_load4("), std::string::npos);
 }
 
 TEST(CudaGolden, NaiveMatmul) {
@@ -622,7 +653,11 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
     const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
     const unsigned b = cfg.fixed_block ? cfg.block : block;
     const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (l.domain_size + b - 1) / b));
-    EXPECT_EQ(cfg.grid, cfg.fixed_block ? cfg.grid : static_cast<unsigned>((l.domain_size + 255) / 256)) << l.kernel.name;
+    // one block per 256 points, or per 1024 in the vector form of an elementwise kernel
+    const auto blocks = [&](int64_t per_thread) {
+      return static_cast<unsigned>(((l.domain_size + per_thread - 1) / per_thread + 255) / 256);
+    };
+    if (!cfg.fixed_block) EXPECT_TRUE(cfg.grid == blocks(1) || cfg.grid == blocks(4)) << l.kernel.name << ": " << cfg.grid;
     std::vector<long long> params(l.params.begin(), l.params.end());
     fn(std::min(grid, cfg.grid), b, bufs.data(), params.data());
   }

@@ -155,6 +155,46 @@ std::optional<int64_t> coefficient(const ExprRef& e, ExprKind kind, int index) {
   return std::nullopt;
 }
 
+/// The distinct loads reachable from e, in first-visit order (each shared subtree once).
+void collect_loads(const ExprRef& e, std::vector<const Expr*>& out, std::unordered_set<const Expr*>& seen) {
+  if (!seen.insert(e.get()).second) return;
+  if (e->kind == ExprKind::Load) out.push_back(e.get());
+  for (const ExprRef& a : e->args) collect_loads(a, out, seen);
+}
+
+/// Lanes of the vector form of an elementwise kernel.
+constexpr int kVectorWidth = 4;
+
+/// Whether an access of dtype t at `offset` belongs in the vector form: f32, and one
+/// element further per step of the innermost loop var (its coefficient is exactly 1).
+bool is_wide_access(DType t, const ExprRef& offset, int last) {
+  return t == DType::Float32 && coefficient(offset, ExprKind::LoopVar, last) == std::optional<int64_t>(1);
+}
+
+/// The unguarded f32 loads of a kernel's stores that the vector form reads 4 at a time.
+std::vector<const Expr*> wide_loads(const Kernel& k) {
+  std::vector<const Expr*> loads, wide;
+  std::unordered_set<const Expr*> seen;
+  for (const Store& s : k.stores) {
+    collect_loads(s.offset, loads, seen);
+    collect_loads(s.value, loads, seen);
+  }
+  const int last = static_cast<int>(k.domain.size()) - 1;
+  for (const Expr* l : loads)
+    if (l->args.size() == 1 && is_wide_access(l->dtype, l->args[0], last)) wide.push_back(l);
+  return wide;
+}
+
+/// An elementwise kernel (a plain kernel without reductions or map) with an f32 access
+/// that steps by one element along the innermost loop var: it gets the vector form.
+bool is_vector_map(const Kernel& k) {
+  if (k.gemm || !k.reductions.empty() || !k.map.empty() || k.domain.empty()) return false;
+  const int last = static_cast<int>(k.domain.size()) - 1;
+  for (const Store& s : k.stores)
+    if (is_wide_access(k.buffers[s.buffer].dtype, s.offset, last)) return true;
+  return !wide_loads(k).empty();
+}
+
 /// Whether the first load of `operand` whose offset moves with (kind, index) moves by
 /// one element per step: then the threads that stage the operand should run along it.
 bool unit_stride(const ExprRef& operand, ExprKind kind, int index) {
@@ -271,10 +311,11 @@ private:
   int reduce_rank_ = -1;         // extents of the reduction being emitted (-1: none)
   int map_rank_ = -1;            // map extents in scope (-1: none)
   int results_ = 0;              // reductions whose result is in scope
+  std::string lane_var_;         // the innermost loop var's value in a vector lane ("" outside)
 
   void line(const std::string& s) { body_ += std::string(2 * depth_, ' ') + s + "\n"; }
   void open(const std::string& s) {
-    line(s + " {");
+    line(s.empty() ? "{" : s + " {");
     ++depth_;
     scopes_.emplace_back();
   }
@@ -302,10 +343,65 @@ private:
   void emit_domain() {
     line("const long long n = " + emit_domain_extents() + ";");
     line("const long long stride = (long long)blockDim.x * gridDim.x;");
+    const bool vector = is_vector_map(k_);
+    if (vector) {
+      open("if (e" + std::to_string(k_.domain.size() - 1) + " % " + std::to_string(kVectorWidth) + " == 0)");
+      emit_vector_loop();
+      close();
+      open("else");
+    }
     open("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride)");
     if (!k_.domain.empty()) line("unsigned long long rest = (unsigned long long)flat;");
     emit_split_index();
     emit_point();
+    close();
+    if (vector) close();
+  }
+
+  /// The vector form of an elementwise kernel, for an innermost extent divisible by 4:
+  /// each thread takes 4 consecutive points of a row per step of its grid-stride loop,
+  /// reads each wide load with one kiln_load4 and writes each wide store with one
+  /// kiln_store4 (128-bit accesses where aligned, else 4 scalar ones); every lane computes
+  /// exactly the scalar form's expression for its point, so results are the same bits.
+  void emit_vector_loop() {
+    const int last = static_cast<int>(k_.domain.size()) - 1;
+    const std::string width = std::to_string(kVectorWidth);
+    open("for (long long flat = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * " + width +
+         "; flat < n; flat += stride * " + width + ")");
+    line("unsigned long long rest = (unsigned long long)flat;");
+    emit_split_index(); // the innermost var is the first lane's
+    // Addresses at the first lane, in a scope of their own: they depend on the innermost var.
+    scopes_.emplace_back();
+    std::vector<std::pair<const Expr*, std::string>> loads;
+    for (const Expr* l : wide_loads(k_)) {
+      const std::string w = numbered("w", static_cast<long long>(loads.size()));
+      line("const kiln_f4 " + w + " = kiln_load4(" + numbered("b", l->index) + " + " + ref(l->args[0]) + ");");
+      loads.emplace_back(l, w);
+    }
+    std::vector<std::string> out(k_.stores.size()); // the kiln_f4 of each wide store ("" for the others)
+    for (size_t s = 0; s < k_.stores.size(); ++s) {
+      const Store& st = k_.stores[s];
+      if (!is_wide_access(k_.buffers[st.buffer].dtype, st.offset, last)) continue;
+      out[s] = numbered("o", static_cast<long long>(s));
+      line("float* const " + out[s] + "_at = " + numbered("b", st.buffer) + " + " + ref(st.offset) + ";");
+      line("kiln_f4 " + out[s] + ";");
+    }
+    scopes_.pop_back();
+    static const char* lane_field[] = {".x", ".y", ".z", ".w"};
+    for (int lane = 0; lane < kVectorWidth; ++lane) {
+      open("");
+      const std::string first = "i" + std::to_string(last);
+      lane_var_ = lane ? "(" + first + " + " + std::to_string(lane) + "LL)" : first;
+      for (const auto& [l, w] : loads) scopes_.back()[l] = w + lane_field[lane];
+      for (size_t s = 0; s < k_.stores.size(); ++s) {
+        if (out[s].empty()) emit_store(k_.stores[s]);
+        else line(out[s] + lane_field[lane] + " = " + ref(k_.stores[s].value) + ";");
+      }
+      lane_var_.clear();
+      close();
+    }
+    for (const std::string& o : out)
+      if (!o.empty()) line("kiln_store4(" + o + "_at, " + o + ");");
     close();
   }
 
@@ -598,15 +694,17 @@ private:
   }
 
   void emit_stores() {
-    for (const Store& s : k_.stores) {
-      KILN_ASSERT(s.buffer >= 0 && s.buffer < static_cast<int>(k_.buffers.size()), "bad store in " + k_.name);
-      const BufferParam& b = k_.buffers[s.buffer];
-      KILN_ASSERT(b.output && s.value->dtype == b.dtype, "bad store in " + k_.name);
-      const std::string off = ref(s.offset), v = ref(s.value);
-      std::string store = numbered("b", s.buffer) + "[" + off + "] = ";
-      if (b.dtype == DType::Bool) store += "(unsigned char)";
-      line(store + v + ";");
-    }
+    for (const Store& s : k_.stores) emit_store(s);
+  }
+
+  void emit_store(const Store& s) {
+    KILN_ASSERT(s.buffer >= 0 && s.buffer < static_cast<int>(k_.buffers.size()), "bad store in " + k_.name);
+    const BufferParam& b = k_.buffers[s.buffer];
+    KILN_ASSERT(b.output && s.value->dtype == b.dtype, "bad store in " + k_.name);
+    const std::string off = ref(s.offset), v = ref(s.value);
+    std::string store = numbered("b", s.buffer) + "[" + off + "] = ";
+    if (b.dtype == DType::Bool) store += "(unsigned char)";
+    line(store + v + ";");
   }
 
   // --- reductions --------------------------------------------------------------
@@ -765,7 +863,9 @@ private:
   std::string value(const Expr& e) {
     switch (e.kind) {
     case ExprKind::Const: return is_floating(e.dtype) ? float_literal(e.dtype, e.f) : int_literal(e.dtype, e.i);
-    case ExprKind::LoopVar: return var("i", e.index, static_cast<int>(k_.domain.size()), "loop var");
+    case ExprKind::LoopVar:
+      if (!lane_var_.empty() && e.index + 1 == static_cast<int>(k_.domain.size())) return lane_var_;
+      return var("i", e.index, static_cast<int>(k_.domain.size()), "loop var");
     case ExprKind::ReduceVar: return var("r", e.index, reduce_rank_, "reduce var");
     case ExprKind::MapVar: return var("m", e.index, map_rank_, "map var");
     case ExprKind::Param: return var("p", e.index, k_.num_params, "param");
@@ -963,7 +1063,10 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
     return c;
   }
   c.block = kGemmThreads;
-  c.grid = static_cast<unsigned>(std::min((points + c.block - 1) / c.block, max_grid));
+  const int64_t inner = k.domain.empty() ? 1 : eval_index(k.domain.back(), params);
+  const int64_t per_thread = is_vector_map(k) && inner % kVectorWidth == 0 ? kVectorWidth : 1; // the vector form
+  const int64_t threads = (points + per_thread - 1) / per_thread;
+  c.grid = static_cast<unsigned>(std::min((threads + c.block - 1) / c.block, max_grid));
   return c;
 }
 

@@ -20,23 +20,74 @@ extern "C" __global__ void k_f33dac66e86fb44b(const float* __restrict__ b0, cons
   const long long e1 = p1;
   const long long n = e0 * e1;
   const long long stride = (long long)blockDim.x * gridDim.x;
-  for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride) {
-    unsigned long long rest = (unsigned long long)flat;
-    const long long i1 = (long long)(rest % (unsigned long long)e1);
-    rest /= (unsigned long long)e1;
-    const long long i0 = (long long)rest;
-    const long long v0 = kiln_mul(i0, p3);
-    const long long v1 = kiln_add(v0, i1);
-    const long long v2 = kiln_mul(i0, p2);
-    const long long v3 = kiln_add(v2, i1);
-    const float v4 = b0[v3];
-    const float v5 = kiln_tanh_f32(v4);
-    const float v6 = b1[i1];
-    const float v7 = v4 * v6;
-    const float v8 = v7 + 0x1p+0f;
-    const float v9 = kiln_sigmoid_f32(v8);
-    const float v10 = v9 - v5;
-    b2[v1] = v10;
+  if (e1 % 4 == 0) {
+    for (long long flat = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; flat < n; flat += stride * 4) {
+      unsigned long long rest = (unsigned long long)flat;
+      const long long i1 = (long long)(rest % (unsigned long long)e1);
+      rest /= (unsigned long long)e1;
+      const long long i0 = (long long)rest;
+      const long long v0 = kiln_mul(i0, p2);
+      const long long v1 = kiln_add(v0, i1);
+      const kiln_f4 w0 = kiln_load4(b0 + v1);
+      const kiln_f4 w1 = kiln_load4(b1 + i1);
+      const long long v2 = kiln_mul(i0, p3);
+      const long long v3 = kiln_add(v2, i1);
+      float* const o0_at = b2 + v3;
+      kiln_f4 o0;
+      {
+        const float v4 = kiln_tanh_f32(w0.x);
+        const float v5 = w0.x * w1.x;
+        const float v6 = v5 + 0x1p+0f;
+        const float v7 = kiln_sigmoid_f32(v6);
+        const float v8 = v7 - v4;
+        o0.x = v8;
+      }
+      {
+        const float v9 = kiln_tanh_f32(w0.y);
+        const float v10 = w0.y * w1.y;
+        const float v11 = v10 + 0x1p+0f;
+        const float v12 = kiln_sigmoid_f32(v11);
+        const float v13 = v12 - v9;
+        o0.y = v13;
+      }
+      {
+        const float v14 = kiln_tanh_f32(w0.z);
+        const float v15 = w0.z * w1.z;
+        const float v16 = v15 + 0x1p+0f;
+        const float v17 = kiln_sigmoid_f32(v16);
+        const float v18 = v17 - v14;
+        o0.z = v18;
+      }
+      {
+        const float v19 = kiln_tanh_f32(w0.w);
+        const float v20 = w0.w * w1.w;
+        const float v21 = v20 + 0x1p+0f;
+        const float v22 = kiln_sigmoid_f32(v21);
+        const float v23 = v22 - v19;
+        o0.w = v23;
+      }
+      kiln_store4(o0_at, o0);
+    }
+  }
+  else {
+    for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride) {
+      unsigned long long rest = (unsigned long long)flat;
+      const long long i1 = (long long)(rest % (unsigned long long)e1);
+      rest /= (unsigned long long)e1;
+      const long long i0 = (long long)rest;
+      const long long v24 = kiln_mul(i0, p3);
+      const long long v25 = kiln_add(v24, i1);
+      const long long v26 = kiln_mul(i0, p2);
+      const long long v27 = kiln_add(v26, i1);
+      const float v28 = b0[v27];
+      const float v29 = kiln_tanh_f32(v28);
+      const float v30 = b1[i1];
+      const float v31 = v28 * v30;
+      const float v32 = v31 + 0x1p+0f;
+      const float v33 = kiln_sigmoid_f32(v32);
+      const float v34 = v33 - v29;
+      b2[v25] = v34;
+    }
   }
 }
 

@@ -18,6 +18,16 @@ KILN_DF int kiln_min(int a, int b) { return a < b ? a : b; }
 KILN_DF long long kiln_min(long long a, long long b) { return a < b ? a : b; }
 KILN_DF long long kiln_udiv(long long a, long long b) { return (long long)((unsigned long long)a / (unsigned long long)b); }
 KILN_DF long long kiln_umod(long long a, long long b) { return (long long)((unsigned long long)a % (unsigned long long)b); }
+// Four consecutive floats; one 128-bit access where the address is 16-byte aligned.
+struct alignas(16) kiln_f4 { float x, y, z, w; };
+KILN_DF kiln_f4 kiln_load4(const float* p) {
+  if (((unsigned long long)p & 15) == 0) return *reinterpret_cast<const kiln_f4*>(p);
+  return kiln_f4{p[0], p[1], p[2], p[3]};
+}
+KILN_DF void kiln_store4(float* p, kiln_f4 v) {
+  if (((unsigned long long)p & 15) == 0) *reinterpret_cast<kiln_f4*>(p) = v;
+  else { p[0] = v.x; p[1] = v.y; p[2] = v.z; p[3] = v.w; }
+}
 KILN_DF float kiln_max(float a, float b) {
   if (a != a || b != b) return a + b;
   if (a == b) return __float_as_int(a) < 0 ? b : a;
