@@ -111,12 +111,14 @@ TEST(GpuRuntime, GridsAreCappedByTheDeviceAndStillCoverTheWork) {
   const runtime::Plan plan = runtime::make_plan({y.node()});
   ASSERT_EQ(plan.schedule.launches.size(), 1u);
   const codegen::KernelLaunch& l = plan.schedule.launches[0];
-  EXPECT_EQ(codegen::cuda_launch_config(l.kernel, l.params).grid, 4096u); // one block per 256 points
+  EXPECT_EQ(codegen::cuda_launch_config(l.kernel, l.params).grid, 1024u); // vector form: 4 points a thread
   const DeviceInfo& d = runtime::Gpu::get(0).info(); // the emulator: 4 SMs of 2048 threads, 256 blocks
   const int64_t waves = codegen::kMaxWaves * d.sm_count * (d.max_threads_per_sm / 256);
   EXPECT_EQ(codegen::cuda_launch_config(l.kernel, l.params, {d.sm_count, d.max_threads_per_sm}).grid,
-            static_cast<unsigned>(std::min<int64_t>(4096, waves)));
+            static_cast<unsigned>(std::min<int64_t>(1024, waves)));
   expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return t[0] * 2.0 + 1.0; }, "16 points a thread");
+  expect_same_on_gpu({x.reshape({1 << 10, 1 << 10}).slice(1, 1, 1023)}, // rows of 1022: the scalar form
+                     [](const std::vector<Tensor>& t) { return t[0] * 2.0 + 1.0; }, "scalar form, capped");
 }
 
 TEST(GpuRuntime, ConstantsFollowTheirOperandsAndMixingDevicesIsAnError) {

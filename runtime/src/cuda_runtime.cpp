@@ -72,11 +72,13 @@ private:
 
 Gpu& Gpu::get(int index) {
   static std::mutex mu;
-  static std::map<int, Gpu*> gpus; // never destroyed: storages may be freed during static destruction
+  // Never destroyed (nor the map, which keeps them reachable for LeakSanitizer): storages
+  // may be freed during static destruction.
+  static auto* gpus = new std::map<int, Gpu*>;
   std::lock_guard lock(mu);
-  if (auto it = gpus.find(index); it != gpus.end()) return *it->second;
+  if (auto it = gpus->find(index); it != gpus->end()) return *it->second;
   Gpu* g = new Gpu(index);
-  gpus[index] = g;
+  (*gpus)[index] = g;
   return *g;
 }
 
