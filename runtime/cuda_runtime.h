@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codegen/cuda_emitter.h"
 #include "codegen/disk_cache.h"
 #include "codegen/kernel_ir.h"
 #include "graph/node.h"
@@ -78,11 +79,13 @@ public:
   enum class Source { Memory, Disk, Compiled };
   /// The loaded kernel `k` (finalize()d), compiled or read from the caches.
   CUfunction kernel(const codegen::Kernel& k, Source& source);
-  /// Queues k (loaded as `fn`) on the stream with the buffers' device addresses (inputs,
-  /// then the output) and its i64 parameters, in the launch configuration of
-  /// codegen::cuda_launch_config.
-  void launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void*>& buffers,
-              const std::vector<int64_t>& params);
+  /// The launch configuration of k for these parameter values on this GPU
+  /// (codegen::cuda_launch_config with the device's limits).
+  codegen::CudaLaunchConfig launch_config(const codegen::Kernel& k, const std::vector<int64_t>& params) const;
+  /// Queues kernel `name` (loaded as `fn`) on the stream in configuration `c`, with the
+  /// buffers' device addresses (inputs, then the output) and its i64 parameters.
+  void launch(CUfunction fn, const std::string& name, const codegen::CudaLaunchConfig& c,
+              const std::vector<void*>& buffers, const std::vector<int64_t>& params);
 
   /// The caching allocator's counters.
   AllocatorStats memory_stats();

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codegen/cuda_emitter.h"
 #include "codegen/llvm_jit.h"
 #include "codegen/lower.h"
 #include "graph/node.h"
@@ -29,6 +30,7 @@ struct Plan {
   codegen::Schedule schedule;                ///< kernels in order
   std::vector<codegen::CpuKernelFn> kernels; ///< compiled CPU code, one per launch (CPU plans)
   std::vector<CUfunction> gpu_kernels;       ///< loaded GPU kernels, one per launch (CUDA plans)
+  std::vector<codegen::CudaLaunchConfig> gpu_configs; ///< their grids and blocks (seeds do not change them)
   std::vector<graph::NodeRef> outputs;       ///< what the plan computes (keeps the graph alive)
   std::unordered_map<const graph::Node*, size_t> arena_offset; ///< intermediates' byte offsets
   size_t arena_bytes = 0;                    ///< peak bytes of intermediates (the arena's size)

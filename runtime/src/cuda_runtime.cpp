@@ -274,10 +274,12 @@ CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
   return kernels_.emplace(k.name, fn).first->second; // a racing thread's copy wins; both are valid
 }
 
-void Gpu::launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void*>& buffers,
-                 const std::vector<int64_t>& params) {
-  const codegen::CudaLaunchConfig c =
-      codegen::cuda_launch_config(k, params, {info_.sm_count, info_.max_threads_per_sm});
+codegen::CudaLaunchConfig Gpu::launch_config(const codegen::Kernel& k, const std::vector<int64_t>& params) const {
+  return codegen::cuda_launch_config(k, params, {info_.sm_count, info_.max_threads_per_sm});
+}
+
+void Gpu::launch(CUfunction fn, const std::string& name, const codegen::CudaLaunchConfig& c,
+                 const std::vector<void*>& buffers, const std::vector<int64_t>& params) {
   if (c.grid == 0) return;
   std::vector<CUdeviceptr> ptrs;
   for (void* b : buffers) ptrs.push_back(as_dptr(b));
@@ -287,8 +289,8 @@ void Gpu::launch(CUfunction fn, const codegen::Kernel& k, const std::vector<void
   for (long long& v : values) args.push_back(&v);
   make_current();
   check(api_.LaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, stream_, args.data(), nullptr),
-        "cuLaunchKernel of " + k.name + " (grid " + std::to_string(c.grid) + ", block " + std::to_string(c.block) + ")");
-  if (options().launch_blocking) check(api_.StreamSynchronize(stream_), "kernel " + k.name);
+        "cuLaunchKernel of " + name + " (grid " + std::to_string(c.grid) + ", block " + std::to_string(c.block) + ")");
+  if (options().launch_blocking) check(api_.StreamSynchronize(stream_), "kernel " + name);
 }
 
 } // namespace kiln::runtime

@@ -188,6 +188,7 @@ void load_gpu_kernels(Plan& p) {
   Gpu& gpu = Gpu::get(p.device.index);
   const size_t n = p.schedule.launches.size();
   p.gpu_kernels.resize(n);
+  for (const codegen::KernelLaunch& l : p.schedule.launches) p.gpu_configs.push_back(gpu.launch_config(l.kernel, l.params));
   tbb::parallel_for(size_t{0}, n, [&](size_t i) {
     Gpu::Source source;
     const codegen::Kernel& k = p.schedule.launches[i].kernel;
@@ -284,7 +285,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     bufs.push_back(mem.address(l.output));
     const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
     const auto t0 = Clock::now();
-    if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel, bufs, params);
+    if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
     else run(plan.kernels[i], l, params, bufs.data());
     ++counters().launches;
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
