@@ -25,13 +25,17 @@
 /// 16-byte aligned, else 4 scalar ones), every lane computing the scalar form's
 /// expression for its point (same bits). cuda_launch_config counts threads accordingly.
 ///
-/// Row kernels (a map after the reductions: softmax, layernorm): exactly 256 threads a
-/// block, 16 per row (domain point), a grid-stride loop over blocks of 16 rows. A float
+/// Row kernels (a map after the reductions: softmax, layernorm; or reductions alone, with
+/// a float sum among them: sum, mean, a norm's statistics): exactly 256 threads a block,
+/// 16 per row (domain point), a grid-stride loop over blocks of 16 rows. A float
 /// sum in sum_lanes order is split across the row's threads: thread g computes lane g
 /// (16 f32 / 8 f64 lanes), the lanes are combined pairwise by __shfl_down_sync in
 /// sum_lanes' order and broadcast by __shfl_sync (runs shorter than the lanes are summed
 /// sequentially by every thread); other reductions are computed by each thread of the
-/// row alike; the map's points are split across the row's threads.
+/// row alike; the map's points are split across the row's threads (without a map, the
+/// row's first thread stores the results). A sum's parallelism is thus at most its lanes:
+/// the price of results bitwise equal to the CPU's (a sum of a whole large tensor into one
+/// value runs on 16 threads).
 ///
 /// The tiled GEMM: a GEMM-form kernel (Kernel::gemm, see kernel_ir.h) is emitted as a
 /// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps

@@ -265,20 +265,21 @@ bool is_tiled_gemm(const Kernel& k) {
   return true;
 }
 
-/// A row kernel (softmax, layernorm: reductions, then a map over the row) that is
-/// emitted with a group of kRowThreads threads per row (see cuda_emitter.h).
+/// A row kernel (softmax, layernorm: reductions, then a map over the row; or reductions
+/// alone with a float sum among them) that is emitted with a group of kRowThreads
+/// threads per row (see cuda_emitter.h).
 constexpr int kRowThreads = 16;
-
-bool is_row_kernel(const Kernel& k) {
-  if (k.gemm || k.map.empty() || k.reductions.empty()) return false;
-  for (const Reduction& r : k.reductions)
-    if (sum_lanes(r.dtype) > kRowThreads) return false;
-  return true;
-}
 
 /// A float sum in the order of sum_lanes() (what the row kernel splits across its threads).
 bool is_lane_sum(const Reduction& r) {
   return r.op == OpKind::Sum && is_floating(r.dtype) && !r.block_inner && !r.extents.empty();
+}
+
+bool is_row_kernel(const Kernel& k) {
+  if (k.gemm || k.reductions.empty()) return false;
+  for (const Reduction& r : k.reductions)
+    if (sum_lanes(r.dtype) > kRowThreads) return false;
+  return !k.map.empty() || std::any_of(k.reductions.begin(), k.reductions.end(), is_lane_sum);
 }
 
 class CudaWriter {
@@ -631,6 +632,13 @@ private:
       if (is_lane_sum(k_.reductions[r])) emit_row_lane_sum(k_.reductions[r], static_cast<int>(r));
       else emit_reduction(k_.reductions[r], static_cast<int>(r));
       results_ = static_cast<int>(r) + 1;
+    }
+    if (k_.map.empty()) { // reductions alone: the row's first thread stores them
+      open("if (active && g == 0)");
+      emit_stores();
+      close();
+      close();
+      return;
     }
     std::vector<std::string> ext;
     for (const ExprRef& e : k_.map) ext.push_back(ref(e));
