@@ -39,7 +39,8 @@
 ///
 /// The tiled GEMM: a GEMM-form kernel (Kernel::gemm, see kernel_ir.h) is emitted as a
 /// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps
-/// otherwise) computes a TM x TN tile of one batch point's output, each thread a
+/// otherwise) computes a TM x TN tile of one batch point's output (f32: 64 x 64 instead
+/// for products of few large tiles, see set_cuda_small_gemm_below), each thread a
 /// MR x NR register tile (rows ty + 16 i, columns tx + 16 j: conflict-free shared reads
 /// and coalesced stores); the operands' k tiles of BK are staged through __shared__
 /// memory, double-buffered with one __syncthreads per k tile (the next tile's loads are
@@ -92,6 +93,12 @@ struct CudaDeviceLimits {
 
 /// Grid-stride kernels get at most this many full waves of resident blocks.
 constexpr int64_t kMaxWaves = 8;
+
+/// f32 GEMMs of fewer 128 x 128 tiles than `tiles` (default 64, half an H200's SMs) run
+/// 64 x 64 tiles (4 x 4 a thread, k tiles of 16: four times the blocks); the kernel holds
+/// both bodies and picks by its sizes, as cuda_launch_config does. Changes the emitted
+/// source (tests force either body: 0 never takes the small one).
+void set_cuda_small_gemm_below(int tiles);
 
 /// The launch configuration of kernel k for the parameter values of one launch: 256
 /// threads a block; one block per output tile (tiled GEMM), per 16 rows (row kernels) or

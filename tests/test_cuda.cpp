@@ -791,7 +791,17 @@ TEST(CudaShimMath, ThousandsOfInputsMatchLlvmBitwise) {
   }
 }
 
-TEST(CudaTiledGemm, GemmCasesRunTheTiledKernel) {
+/// Forces the CUDA emitter's small-GEMM threshold for a scope (see set_cuda_small_gemm_below).
+class SmallGemmBelow {
+public:
+  explicit SmallGemmBelow(int tiles) { codegen::set_cuda_small_gemm_below(tiles); }
+  ~SmallGemmBelow() { codegen::set_cuda_small_gemm_below(64); }
+};
+
+/// Every GEMM case's GEMM-form kernels are tiled and launched one block per tile, with
+/// 64 x 64 tiles for f64 and for f32 products of fewer than `small_below` 128 x 128 tiles.
+void expect_tiled_launches(int small_below) {
+  SmallGemmBelow threshold(small_below);
   for (const Case& c : all_cases()) {
     if (c.name.rfind("gemm_", 0) != 0) continue;
     SCOPED_TRACE(c.name);
@@ -804,19 +814,32 @@ TEST(CudaTiledGemm, GemmCasesRunTheTiledKernel) {
       const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
       if (!barrier) continue;
       ++tiled;
-      // one block of 256 threads per output tile; 128 x 128 (f32) or 64 x 64 (f64) tiles
+      // one block of 256 threads per output tile
       const bool f64 = l.output->dtype == kFloat64;
-      const int64_t t = f64 ? 64 : 128;
       const auto& shape = l.output->shape;
       const int64_t m = shape.size() >= 2 ? shape[shape.size() - 2] : 1, n = shape.back();
-      const int64_t tiles = l.output->numel() / (m * n) * ((m + t - 1) / t) * ((n + t - 1) / t);
+      const auto tiles_of = [&](int64_t t) { return l.output->numel() / std::max<int64_t>(1, m * n) * ((m + t - 1) / t) * ((n + t - 1) / t); };
+      const int64_t t = f64 || tiles_of(128) < small_below ? 64 : 128;
       EXPECT_TRUE(cfg.fixed_block);
       EXPECT_EQ(cfg.block, 256u);
-      EXPECT_EQ(cfg.grid, static_cast<unsigned>(tiles));
-      EXPECT_EQ(cfg.shared_bytes, f64 ? 33280u : 16896u);
+      EXPECT_EQ(cfg.grid, static_cast<unsigned>(tiles_of(t)));
+      EXPECT_EQ(cfg.shared_bytes, f64 ? 33280u : 16896u + 16640u); // f32: both bodies' tiles
     }
     EXPECT_GT(tiled, 0);
   }
+}
+
+TEST(CudaTiledGemm, GemmCasesRunTheTiledKernel) {
+  expect_tiled_launches(64); // the default: the shim's small products take the small tile
+  expect_tiled_launches(0);  // never the small tile
+}
+
+TEST(CudaTiledGemm, TheLargeTileMatchesLlvmToo) {
+  // The cases above run the small f32 tile by default (their products are small); here
+  // the large one, so that both bodies are proven on the shim.
+  SmallGemmBelow never(0);
+  for (const Case& c : all_cases())
+    if (c.name.rfind("gemm_", 0) == 0 && c.name.find("f32") != std::string::npos) check_case(c, 32);
 }
 
 TEST(CudaRowKernels, RowCasesRunTheRowKernel) {
@@ -859,7 +882,7 @@ TEST(CudaShimLaunch, TiledGemmOnTwoHostThreadsAtOnce) {
   const auto fn = lib.entry(l.kernel.name);
   ASSERT_NE(fn, nullptr);
   const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
-  ASSERT_EQ(cfg.grid, 4u); // 2 x 2 tiles
+  ASSERT_EQ(cfg.grid, 9u); // 3 x 3 small tiles (64 x 64: 2 x 2 large ones are few)
   const std::vector<long long> params(l.params.begin(), l.params.end());
   auto run = [&](std::vector<float>& out) {
     std::vector<void*> bufs;

@@ -239,14 +239,26 @@ struct GemmTile {
 
 constexpr int kGemmThreads = 256;
 
-GemmTile gemm_tile(DType t) {
-  if (t == DType::Float64) return {64, 64, 16, 4, 4, 1};
+/// The tile of a dtype; `small`: f32's tile for products of few large tiles (f64's tile
+/// is already that size).
+GemmTile gemm_tile(DType t, bool small = false) {
+  if (t == DType::Float64 || small) return {64, 64, 16, 4, 4, 1};
   return {128, 128, 8, 8, 8, 4};
 }
 
-/// Static shared memory of the tiled GEMM: two buffers of each operand's k tile.
-int64_t gemm_shared_bytes(DType t) {
-  const GemmTile g = gemm_tile(t);
+/// f32 products of fewer large tiles than this use the small tile (4 times the blocks).
+int g_small_gemm_below = 64;
+
+/// Whether a product of `batch` matrices of m x n uses the small tile; the kernel makes
+/// the same decision from its parameters (emit_gemm).
+bool small_gemm(DType t, int64_t batch, int64_t m, int64_t n) {
+  const GemmTile big = gemm_tile(t);
+  return t == DType::Float32 && batch * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn) < g_small_gemm_below;
+}
+
+/// Static shared memory of one tile's kernel body: two buffers of each operand's k tile.
+int64_t gemm_shared_bytes(DType t, bool small) {
+  const GemmTile g = gemm_tile(t, small);
   return 2 * int64_t{g.bk} * ((g.tm + g.pad) + (g.tn + g.pad)) * (t == DType::Float64 ? 8 : 4);
 }
 
@@ -441,21 +453,9 @@ private:
   void emit_gemm() {
     const Reduction& r = k_.reductions[0];
     const GemmTiling& form = *k_.gemm;
-    const GemmTile g = gemm_tile(r.dtype);
-    const std::string T = reg_type(r.dtype), z = zero(r.dtype);
-    const std::string TM = std::to_string(g.tm), TN = std::to_string(g.tn), BK = std::to_string(g.bk);
-    const std::string MR = std::to_string(g.mr), NR = std::to_string(g.nr);
-    const int stage_a = g.tm * g.bk / kGemmThreads, stage_b = g.bk * g.tn / kGemmThreads;
-    const ExprRef& a = r.value->args[0];
-    const ExprRef& b = r.value->args[1];
-    // Threads stage an operand along the dim it is contiguous in (coalesced loads).
-    const bool a_kfast = unit_stride(a, ExprKind::ReduceVar, 0);
-    const bool b_kfast = !(form.n_var >= 0 && unit_stride(b, ExprKind::LoopVar, form.n_var)) &&
-                         unit_stride(b, ExprKind::ReduceVar, 0);
     std::vector<int> batch_vars;
     for (int d = 0; d < static_cast<int>(k_.domain.size()); ++d)
       if (d != form.m_var && d != form.n_var) batch_vars.push_back(d);
-
     line("if (blockDim.x != " + std::to_string(kGemmThreads) + ") __trap(); // the tiling needs exactly this block");
     line("const long long M = " + (form.m_var >= 0 ? ref(k_.domain[form.m_var]) : std::string("1LL")) + ";");
     line("const long long N = " + (form.n_var >= 0 ? ref(k_.domain[form.n_var]) : std::string("1LL")) + ";");
@@ -466,9 +466,36 @@ private:
       line("const long long " + e + " = " + ref(k_.domain[batch_vars[v]]) + ";");
       batch = v ? batch + " * " + e : e;
     }
+    line("const int tx = (int)(threadIdx.x % 16u), ty = (int)(threadIdx.x / 16u);");
+    if (r.dtype != DType::Float32) return emit_gemm_tiles(gemm_tile(r.dtype), batch_vars, batch);
+    // f32: the small tile for products of few large tiles (small_gemm(), same rule on the host).
+    const GemmTile big = gemm_tile(r.dtype);
+    const std::string TM = std::to_string(big.tm), TN = std::to_string(big.tn);
+    open("if (" + batch + " * ((M + " + TM + " - 1) / " + TM + ") * ((N + " + TN + " - 1) / " + TN + ") < " +
+         std::to_string(g_small_gemm_below) + "LL)");
+    emit_gemm_tiles(gemm_tile(r.dtype, true), batch_vars, batch);
+    close();
+    open("else");
+    emit_gemm_tiles(big, batch_vars, batch);
+    close();
+  }
+
+  /// The tiled GEMM's body for tile g, after emit_gemm's M, N, K, batch extents, tx, ty.
+  void emit_gemm_tiles(const GemmTile& g, const std::vector<int>& batch_vars, const std::string& batch) {
+    const Reduction& r = k_.reductions[0];
+    const GemmTiling& form = *k_.gemm;
+    const std::string T = reg_type(r.dtype), z = zero(r.dtype);
+    const std::string TM = std::to_string(g.tm), TN = std::to_string(g.tn), BK = std::to_string(g.bk);
+    const std::string MR = std::to_string(g.mr), NR = std::to_string(g.nr);
+    const int stage_a = g.tm * g.bk / kGemmThreads, stage_b = g.bk * g.tn / kGemmThreads;
+    const ExprRef& a = r.value->args[0];
+    const ExprRef& b = r.value->args[1];
+    // Threads stage an operand along the dim it is contiguous in (coalesced loads).
+    const bool a_kfast = unit_stride(a, ExprKind::ReduceVar, 0);
+    const bool b_kfast = !(form.n_var >= 0 && unit_stride(b, ExprKind::LoopVar, form.n_var)) &&
+                         unit_stride(b, ExprKind::ReduceVar, 0);
     line("const long long mtiles = (M + " + TM + " - 1) / " + TM + ", ntiles = (N + " + TN + " - 1) / " + TN + ";");
     line("const long long tiles = " + (batch == "1LL" ? std::string() : batch + " * ") + "mtiles * ntiles, ktiles = (K + " + BK + " - 1) / " + BK + ";");
-    line("const int tx = (int)(threadIdx.x % 16u), ty = (int)(threadIdx.x / 16u);");
     line("__shared__ " + T + " As[2][" + BK + "][" + std::to_string(g.tm + g.pad) + "];");
     line("__shared__ " + T + " Bs[2][" + BK + "][" + std::to_string(g.tn + g.pad) + "];");
     open("for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x)");
@@ -1039,6 +1066,8 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
          std::to_string(k.num_params) + "};\n";
 }
 
+void set_cuda_small_gemm_below(int tiles) { g_small_gemm_below = tiles; }
+
 CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params,
                                     const CudaDeviceLimits& limits) {
   int64_t max_grid = 2147483647; // gridDim.x
@@ -1046,17 +1075,18 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
   if (is_tiled_gemm(k)) {
     const GemmTiling& form = *k.gemm;
     const Reduction& r = k.reductions[0];
-    const GemmTile g = gemm_tile(r.dtype);
     int64_t batch = 1, m = 1, n = 1;
     for (int d = 0; d < static_cast<int>(k.domain.size()); ++d) {
       const int64_t e = eval_index(k.domain[d], params);
       (d == form.m_var ? m : d == form.n_var ? n : batch) *= e;
     }
+    const GemmTile g = gemm_tile(r.dtype, small_gemm(r.dtype, batch, m, n));
     const int64_t tiles = batch * ((m + g.tm - 1) / g.tm) * ((n + g.tn - 1) / g.tn);
     c.grid = static_cast<unsigned>(std::min(tiles, max_grid));
     c.block = kGemmThreads;
     c.fixed_block = true;
-    c.shared_bytes = static_cast<unsigned>(gemm_shared_bytes(r.dtype));
+    c.shared_bytes = static_cast<unsigned>(gemm_shared_bytes(r.dtype, false) +
+                                           (r.dtype == DType::Float32 ? gemm_shared_bytes(r.dtype, true) : 0));
     return c;
   }
   int64_t points = 1;

@@ -24,108 +24,218 @@ extern "C" __global__ void __launch_bounds__(256) k_6aa88f684d4b4476(const float
   const long long M = p0;
   const long long N = p1;
   const long long K = p2;
-  const long long mtiles = (M + 128 - 1) / 128, ntiles = (N + 128 - 1) / 128;
-  const long long tiles = mtiles * ntiles, ktiles = (K + 8 - 1) / 8;
   const int tx = (int)(threadIdx.x % 16u), ty = (int)(threadIdx.x / 16u);
-  __shared__ float As[2][8][132];
-  __shared__ float Bs[2][8][132];
-  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    long long rest = tile;
-    const long long tn0 = rest % ntiles * 128;
-    rest /= ntiles;
-    const long long tm0 = rest % mtiles * 128;
-    rest /= mtiles;
-    float acc[8][8];
-    #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+  if (1LL * ((M + 128 - 1) / 128) * ((N + 128 - 1) / 128) < 64LL) {
+    const long long mtiles = (M + 64 - 1) / 64, ntiles = (N + 64 - 1) / 64;
+    const long long tiles = mtiles * ntiles, ktiles = (K + 16 - 1) / 16;
+    __shared__ float As[2][16][65];
+    __shared__ float Bs[2][16][65];
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      long long rest = tile;
+      const long long tn0 = rest % ntiles * 64;
+      rest /= ntiles;
+      const long long tm0 = rest % mtiles * 64;
+      rest /= mtiles;
+      float acc[4][4];
       #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = 0x0p+0f;
-    }
-    float ra[4], rb[4];
-    for (long long kt = 0; kt <= ktiles; ++kt) {
-      if (kt < ktiles) {
+      for (int i = 0; i < 4; ++i) {
         #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int e = (int)threadIdx.x + s * 256;
-          const int kk = e % 8, x = e / 8;
-          const long long r0 = kt * 8 + kk;
-          const long long i0 = tm0 + x;
-          float val = 0x0p+0f;
-          if (tm0 + x < M && r0 < K) {
-            const long long v0 = kiln_mul(i0, p3);
-            const long long v1 = kiln_add(v0, r0);
-            const float v2 = b0[v1];
-            val = v2;
-          }
-          ra[s] = val;
-        }
-        #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int e = (int)threadIdx.x + s * 256;
-          const int x = e % 128, kk = e / 128;
-          const long long r0 = kt * 8 + kk;
-          const long long i1 = tn0 + x;
-          float val = 0x0p+0f;
-          if (tn0 + x < N && r0 < K) {
-            const long long v3 = kiln_mul(r0, p4);
-            const long long v4 = kiln_add(v3, i1);
-            const float v5 = b1[v4];
-            val = v5;
-          }
-          rb[s] = val;
-        }
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0x0p+0f;
       }
-      if (kt > 0) {
-        const int cur = (int)((kt - 1) & 1);
-        const long long left = K - (kt - 1) * 8;
-        const int kn = left < 8 ? (int)left : 8;
-        for (int kk = 0; kk < kn; ++kk) {
-          float av[8], bv[8];
+      float ra[4], rb[4];
+      for (long long kt = 0; kt <= ktiles; ++kt) {
+        if (kt < ktiles) {
           #pragma unroll
-          for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int kk = e % 16, x = e / 16;
+            const long long r0 = kt * 16 + kk;
+            const long long i0 = tm0 + x;
+            float val = 0x0p+0f;
+            if (tm0 + x < M && r0 < K) {
+              const long long v0 = kiln_mul(i0, p3);
+              const long long v1 = kiln_add(v0, r0);
+              const float v2 = b0[v1];
+              val = v2;
+            }
+            ra[s] = val;
+          }
           #pragma unroll
-          for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
-          #pragma unroll
-          for (int i = 0; i < 8; ++i) {
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int x = e % 64, kk = e / 64;
+            const long long r0 = kt * 16 + kk;
+            const long long i1 = tn0 + x;
+            float val = 0x0p+0f;
+            if (tn0 + x < N && r0 < K) {
+              const long long v3 = kiln_mul(r0, p4);
+              const long long v4 = kiln_add(v3, i1);
+              const float v5 = b1[v4];
+              val = v5;
+            }
+            rb[s] = val;
+          }
+        }
+        if (kt > 0) {
+          const int cur = (int)((kt - 1) & 1);
+          const long long left = K - (kt - 1) * 16;
+          const int kn = left < 16 ? (int)left : 16;
+          for (int kk = 0; kk < kn; ++kk) {
+            float av[4], bv[4];
             #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            for (int i = 0; i < 4; ++i) av[i] = As[cur][kk][ty + i * 16];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              #pragma unroll
+              for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+          }
+        }
+        if (kt < ktiles) {
+          const int nxt = (int)(kt & 1);
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int kk = e % 16, x = e / 16;
+            As[nxt][kk][x] = ra[s];
+          }
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int x = e % 64, kk = e / 64;
+            Bs[nxt][kk][x] = rb[s];
+          }
+        }
+        __syncthreads();
+      }
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const long long row = tm0 + ty + i * 16;
+        const long long i0 = row;
+        if (row < M) {
+          #pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const long long col = tn0 + tx + j * 16;
+            const long long i1 = col;
+            if (col < N) {
+              const float red0 = acc[i][j];
+              const long long v6 = kiln_mul(i0, p5);
+              const long long v7 = kiln_add(v6, i1);
+              const float v8 = b2[i1];
+              const float v9 = red0 + v8;
+              const float v10 = v9 < 0x0p+0f ? 0x0p+0f : v9;
+              b3[v7] = v10;
+            }
           }
         }
       }
-      if (kt < ktiles) {
-        const int nxt = (int)(kt & 1);
-        #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int e = (int)threadIdx.x + s * 256;
-          const int kk = e % 8, x = e / 8;
-          As[nxt][kk][x] = ra[s];
-        }
-        #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int e = (int)threadIdx.x + s * 256;
-          const int x = e % 128, kk = e / 128;
-          Bs[nxt][kk][x] = rb[s];
-        }
-      }
-      __syncthreads();
     }
-    #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const long long row = tm0 + ty + i * 16;
-      const long long i0 = row;
-      if (row < M) {
+  }
+  else {
+    const long long mtiles = (M + 128 - 1) / 128, ntiles = (N + 128 - 1) / 128;
+    const long long tiles = mtiles * ntiles, ktiles = (K + 8 - 1) / 8;
+    __shared__ float As[2][8][132];
+    __shared__ float Bs[2][8][132];
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      long long rest = tile;
+      const long long tn0 = rest % ntiles * 128;
+      rest /= ntiles;
+      const long long tm0 = rest % mtiles * 128;
+      rest /= mtiles;
+      float acc[8][8];
+      #pragma unroll
+      for (int i = 0; i < 8; ++i) {
         #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const long long col = tn0 + tx + j * 16;
-          const long long i1 = col;
-          if (col < N) {
-            const float red0 = acc[i][j];
-            const long long v6 = kiln_mul(i0, p5);
-            const long long v7 = kiln_add(v6, i1);
-            const float v8 = b2[i1];
-            const float v9 = red0 + v8;
-            const float v10 = v9 < 0x0p+0f ? 0x0p+0f : v9;
-            b3[v7] = v10;
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0x0p+0f;
+      }
+      float ra[4], rb[4];
+      for (long long kt = 0; kt <= ktiles; ++kt) {
+        if (kt < ktiles) {
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int kk = e % 8, x = e / 8;
+            const long long r0 = kt * 8 + kk;
+            const long long i0 = tm0 + x;
+            float val = 0x0p+0f;
+            if (tm0 + x < M && r0 < K) {
+              const long long v11 = kiln_mul(i0, p3);
+              const long long v12 = kiln_add(v11, r0);
+              const float v13 = b0[v12];
+              val = v13;
+            }
+            ra[s] = val;
+          }
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int x = e % 128, kk = e / 128;
+            const long long r0 = kt * 8 + kk;
+            const long long i1 = tn0 + x;
+            float val = 0x0p+0f;
+            if (tn0 + x < N && r0 < K) {
+              const long long v14 = kiln_mul(r0, p4);
+              const long long v15 = kiln_add(v14, i1);
+              const float v16 = b1[v15];
+              val = v16;
+            }
+            rb[s] = val;
+          }
+        }
+        if (kt > 0) {
+          const int cur = (int)((kt - 1) & 1);
+          const long long left = K - (kt - 1) * 8;
+          const int kn = left < 8 ? (int)left : 8;
+          for (int kk = 0; kk < kn; ++kk) {
+            float av[8], bv[8];
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              #pragma unroll
+              for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+          }
+        }
+        if (kt < ktiles) {
+          const int nxt = (int)(kt & 1);
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int kk = e % 8, x = e / 8;
+            As[nxt][kk][x] = ra[s];
+          }
+          #pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const int e = (int)threadIdx.x + s * 256;
+            const int x = e % 128, kk = e / 128;
+            Bs[nxt][kk][x] = rb[s];
+          }
+        }
+        __syncthreads();
+      }
+      #pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const long long row = tm0 + ty + i * 16;
+        const long long i0 = row;
+        if (row < M) {
+          #pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const long long col = tn0 + tx + j * 16;
+            const long long i1 = col;
+            if (col < N) {
+              const float red0 = acc[i][j];
+              const long long v17 = kiln_mul(i0, p5);
+              const long long v18 = kiln_add(v17, i1);
+              const float v19 = b2[i1];
+              const float v20 = red0 + v19;
+              const float v21 = v20 < 0x0p+0f ? 0x0p+0f : v20;
+              b3[v18] = v21;
+            }
           }
         }
       }
