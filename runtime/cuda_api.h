@@ -49,16 +49,14 @@ struct CudaApi {
   CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                            void**, void**) = nullptr;
-  /// True for kiln's CPU emulator of the driver (tests/cuda_emu): it exports
-  /// kilnEmuIsEmulator and loads modules from CUDA source instead of CUBIN.
-  bool emulator = false;
 };
 
 /// Binds every CudaApi entry point from the loaded library `h`; returns the names of
 /// those missing ("" when all were found).
 std::string bind_cuda_api(void* h, CudaApi& api);
 
-/// "CUDA_ERROR_OUT_OF_MEMORY (2)".
-std::string cuda_error_text(const CudaApi& api, CUresult r);
+/// "CUDA_ERROR_OUT_OF_MEMORY (2)": the name from the driver's cuGetErrorName, or from
+/// kiln's list of the errors a probe meets where the driver gives none (the stub's).
+std::string cuda_error_text(CUresult (*get_error_name)(CUresult, const char**), CUresult r);
 
 } // namespace kiln::runtime

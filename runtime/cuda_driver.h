@@ -22,6 +22,7 @@ struct DriverProbe {
   int driver_version = 0;          ///< cuDriverGetVersion, e.g. 13000 for CUDA 13.0 (0 when unknown)
   std::vector<DeviceInfo> devices; ///< the GPUs it sees (empty when the driver itself is unusable)
   std::string reason;              ///< why the driver is unusable; "" when it is usable
+  bool emulator = false;           ///< kiln's CPU emulator of the driver (tests/cuda_emu: exports kilnEmuIsEmulator)
 };
 
 /// The default driver library: $KILN_CUDA_DRIVER when set and non-empty, else "libcuda.so.1".

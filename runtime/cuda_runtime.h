@@ -25,6 +25,7 @@
 
 #include "codegen/cuda_emitter.h"
 #include "codegen/disk_cache.h"
+#include "codegen/llvm_jit.h"
 #include "codegen/kernel_ir.h"
 #include "graph/node.h"
 #include "kiln/devices.h"
@@ -60,7 +61,7 @@ public:
   /// What the driver reports about it.
   const DeviceInfo& info() const { return info_; }
   /// True when this is kiln's CPU emulator of the driver (tests).
-  bool emulator() const { return api_.emulator; }
+  bool emulator() const { return emulator_; }
 
   /// At least `bytes` of device memory (from the cache when a freed block fits). When
   /// cuMemAlloc fails, the cached blocks are freed and it is tried once more; then
@@ -75,8 +76,8 @@ public:
   /// Waits for all queued work; throws kiln::Error naming the failure if any failed.
   void synchronize();
 
-  /// Where kernel() found a kernel's code.
-  enum class Source { Memory, Disk, Compiled };
+  /// Where kernel() found a kernel's code (the CPU JIT's three answers).
+  using Source = codegen::LlvmJit::Source;
   /// The loaded kernel `k` (finalize()d), compiled or read from the caches.
   CUfunction kernel(const codegen::Kernel& k, Source& source);
   /// The launch configuration of k for these parameter values on this GPU
@@ -111,6 +112,7 @@ private:
 
   CudaApi api_;
   DeviceInfo info_;
+  bool emulator_ = false; // modules are loaded from CUDA source (the driver probe says)
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   std::string arch_; // "sm_90"

@@ -74,11 +74,7 @@ const char* known_error_name(CUresult r) {
 }
 
 /// "CUDA_ERROR_NO_DEVICE (100)".
-std::string error_name(const Api& a, CUresult r) {
-  const char* s = nullptr;
-  if (a.GetErrorName(r, &s) != 0 || !s) s = known_error_name(r);
-  return (s ? std::string(s) : "CUDA error") + " (" + std::to_string(r) + ")";
-}
+std::string error_name(const Api& a, CUresult r) { return cuda_error_text(a.GetErrorName, r); }
 
 /// Why cuInit's failure `r` makes the driver unusable.
 std::string init_failure(const Api& a, CUresult r, const std::string& library) {
@@ -125,19 +121,10 @@ std::string query(const Api& a, DriverProbe& p) {
 /// The GPU the process-wide probe found, for messages ("" when none).
 std::string first_device_text(const DriverProbe& p) { return p.devices.empty() ? "" : p.devices.front().str(); }
 
-/// True when `library` (loaded) is kiln's CPU emulator of the driver (tests/cuda_emu),
-/// which runs kernels from their CUDA source and so needs no NVRTC.
-bool is_emulator(const std::string& library) {
-  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  const bool emu = h && dlsym(h, "kilnEmuIsEmulator");
-  if (h) dlclose(h);
-  return emu;
-}
-
 /// The process-wide probe: the driver, then its version against NVRTC's, then NVRTC itself.
 DriverProbe probe_process() {
   DriverProbe p = probe_cuda_driver(driver_library());
-  if (!p.reason.empty() || is_emulator(p.library)) return p;
+  if (!p.reason.empty() || p.emulator) return p; // the emulator runs kernels from their source: no NVRTC
   std::string why;
   if (!codegen::nvrtc_available(&why))
     p.reason = "found " + first_device_text(p) + " but kiln compiles GPU kernels with NVRTC, which is unavailable: " + why;
@@ -170,6 +157,12 @@ std::string cuda_refusal(std::string_view requested, int index, const DriverProb
 
 } // namespace
 
+std::string cuda_error_text(CUresult (*get_error_name)(CUresult, const char**), CUresult r) {
+  const char* s = nullptr;
+  if (!get_error_name || get_error_name(r, &s) != 0 || !s) s = known_error_name(r);
+  return (s ? std::string(s) : "CUDA error") + " (" + std::to_string(r) + ")";
+}
+
 std::string driver_library() {
   const char* env = std::getenv("KILN_CUDA_DRIVER");
   return env && *env ? env : "libcuda.so.1";
@@ -185,6 +178,7 @@ DriverProbe probe_cuda_driver(const std::string& library) {
     p.reason = "no CUDA driver: cannot load " + library + " (" + (err ? err : "dlopen failed") + ")";
     return p;
   }
+  p.emulator = dlsym(h, "kilnEmuIsEmulator") != nullptr;
   Api a;
   if (std::string missing; !bind_all(h, a, missing)) {
     p.reason = "no usable CUDA driver: " + library + " lacks" + missing;

@@ -41,14 +41,7 @@ std::string bind_cuda_api(void* h, CudaApi& a) {
   bind_symbol(h, a.ModuleLoadData, "cuModuleLoadData", missing);
   bind_symbol(h, a.ModuleGetFunction, "cuModuleGetFunction", missing);
   bind_symbol(h, a.LaunchKernel, "cuLaunchKernel", missing);
-  a.emulator = dlsym(h, "kilnEmuIsEmulator") != nullptr;
   return missing;
-}
-
-std::string cuda_error_text(const CudaApi& api, CUresult r) {
-  const char* s = nullptr;
-  if (!api.GetErrorName || api.GetErrorName(r, &s) != 0 || !s) s = "CUDA error";
-  return std::string(s) + " (" + std::to_string(r) + ")";
 }
 
 // ---------------------------------------------------------------- storage
@@ -89,6 +82,7 @@ Gpu::Gpu(int index) {
   if (index < 0 || static_cast<size_t>(index) >= probe.devices.size())
     throw Error("device", "no CUDA device " + name + " (the driver sees " + std::to_string(probe.devices.size()) + ")");
   info_ = probe.devices[static_cast<size_t>(index)];
+  emulator_ = probe.emulator;
   void* h = dlopen(probe.library.c_str(), RTLD_NOW | RTLD_LOCAL); // already loaded by the probe
   if (!h) throw Error("device", "cannot load the CUDA driver " + probe.library);
   if (std::string missing = bind_cuda_api(h, api_); !missing.empty())
@@ -108,7 +102,7 @@ void Gpu::make_current() {
 
 void Gpu::check(CUresult r, const std::string& what) {
   if (r == 0) return;
-  std::string msg = what + " failed on " + device().str() + ": " + cuda_error_text(api_, r);
+  std::string msg = what + " failed on " + device().str() + ": " + cuda_error_text(api_.GetErrorName, r);
   if (r == 700 || r == 719 || r == 716 || r == 999) // illegal address, launch failure, misaligned, unknown
     msg += options().launch_blocking ? "" : " (a queued kernel failed; KILN_LAUNCH_BLOCKING=1 names it)";
   throw Error("cuda", msg);
@@ -239,7 +233,7 @@ CudaBinary cuda_binary(const std::string& source, const std::string& name, const
 
 std::string Gpu::compile_image(const codegen::Kernel& k, const std::string& source, Source& from) {
   from = Source::Compiled;
-  if (api_.emulator) // the emulator compiles the source itself (and caches what it builds)
+  if (emulator_) // the emulator compiles the source itself (and caches what it builds)
     return kEmulatorMarker + source + codegen::emit_cuda_shim_entry(k);
   {
     std::lock_guard lock(disk_mu_);

@@ -174,15 +174,6 @@ void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache
                bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
 }
 
-const char* status_name(Gpu::Source s) {
-  switch (s) {
-  case Gpu::Source::Memory: return "hit";
-  case Gpu::Source::Disk: return "disk";
-  case Gpu::Source::Compiled: return "miss";
-  }
-  return "?";
-}
-
 // Loads the plan's kernels on its GPU (compiled in parallel).
 void load_gpu_kernels(Plan& p) {
   Gpu& gpu = Gpu::get(p.device.index);
