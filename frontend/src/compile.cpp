@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/random.h"
 #include "runtime/executor.h"
 
 namespace kiln {
@@ -62,12 +63,10 @@ std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::funct
 uint64_t host_seed(std::function<uint64_t()> next) {
   CaptureState* cap = active_capture();
   if (!cap) return next();
-  // A placeholder no user seed will equal by chance (a 64-bit value from a counter through a bijective mix).
+  // A placeholder no user seed will equal by chance: distinct 64-bit values (random_bits
+  // is a bijection of its counter for a fixed seed).
   static std::atomic<uint64_t> counter{0};
-  uint64_t z = (counter.fetch_add(1) + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  const uint64_t token = z ^ (z >> 31);
+  const uint64_t token = graph::random_bits(0x5eedda7a5eedda7aULL, counter.fetch_add(1));
   cap->seeds.emplace_back(token, std::move(next));
   return token;
 }
