@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/mlp.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -97,29 +98,8 @@ void KilnGemmBiasRelu(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
-// A 784-512-512-10 ReLU MLP trained by SGD, one compiled step per iteration.
-struct Mlp {
-  std::vector<Tensor> params;
-  explicit Mlp(uint64_t seed) {
-    const int64_t sizes[] = {784, 512, 512, 10};
-    for (int l = 0; l < 3; ++l) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(sizes[l]));
-      params.push_back(((rand({sizes[l], sizes[l + 1]}, seed + 2 * l) * 2.0 - 1.0) * bound).requires_grad_());
-      params.push_back(zeros({sizes[l + 1]}).requires_grad_());
-    }
-  }
-  Tensor loss(const Tensor& x, const Tensor& labels) const {
-    Tensor h = x;
-    for (size_t l = 0; l < 3; ++l) {
-      h = matmul(h, params[2 * l]) + params[2 * l + 1];
-      if (l < 2) h = relu(h);
-    }
-    Tensor m = h.max({1}, true).detach();
-    Tensor lse = log(exp(h - m).sum({1}, true)) + m;
-    Tensor onehot = eq(labels.reshape({-1, 1}), arange(10).reshape({1, 10})).to(kFloat32);
-    return (lse - (onehot * h).sum({1}, true)).mean();
-  }
-};
+// bench/mlp.h's MLP trained by SGD, one compiled step per iteration.
+using bench::Mlp;
 
 CompiledFunction mlp_sgd_step(Mlp& mlp) {
   return compile([&](const std::vector<Tensor>& a) {

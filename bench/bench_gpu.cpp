@@ -36,6 +36,7 @@
 #include "codegen/cuda_emitter.h"
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
+#include "bench/mlp.h"
 #include "kiln/kiln.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/executor.h"
@@ -249,31 +250,6 @@ void GpuCublasSgemm(benchmark::State& state) {
 
 // ---------------------------------------------------------------- NVRTC compile time
 
-// bench_fusion's 784-512-512-10 ReLU MLP, on the GPU.
-struct Mlp {
-  std::vector<Tensor> params;
-  explicit Mlp(uint64_t seed) {
-    const int64_t sizes[] = {784, 512, 512, 10};
-    for (int l = 0; l < 3; ++l) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(sizes[l]));
-      params.push_back(((rand({sizes[l], sizes[l + 1]}, seed + 2 * l, kFloat32, kGpu) * 2.0 - 1.0) * bound).requires_grad_());
-      params.push_back(zeros({sizes[l + 1]}, kFloat32, kGpu).requires_grad_());
-    }
-    realize(params); // the step reads them (as compile()'s replays do)
-  }
-  Tensor loss(const Tensor& x, const Tensor& labels) const {
-    Tensor h = x;
-    for (size_t l = 0; l < 3; ++l) {
-      h = matmul(h, params[2 * l]) + params[2 * l + 1];
-      if (l < 2) h = relu(h);
-    }
-    Tensor m = h.max({1}, true).detach();
-    Tensor lse = log(exp(h - m).sum({1}, true)) + m;
-    Tensor onehot = eq(labels.reshape({-1, 1}), arange(0, 10, 1, kInt64, kGpu).reshape({1, 10})).to(kFloat32);
-    return (lse - (onehot * h).sum({1}, true)).mean();
-  }
-};
-
 // The kernels of one SGD step of the MLP (forward, cross-entropy, backward, update), as
 // make_plan schedules them; each distinct kernel compiled by NVRTC for the device's
 // architecture, serially, from its emitted source (NVRTC has no cache: every compile is
@@ -286,7 +262,8 @@ void GpuNvrtcColdCompile(benchmark::State& state) {
     }
     Gpu& gpu = Gpu::get(0);
     const int64_t batch = state.range(0);
-    Mlp mlp(7);
+    bench::Mlp mlp(7, kGpu);
+    realize(mlp.params); // the step reads them (as compile()'s replays do)
     const Tensor x = randn({batch, 784}, 11, kFloat32, kGpu);
     const Tensor y = (rand({batch}, 12, kFloat32, kGpu) * 10.0).to(kInt64);
     realize({x, y});
