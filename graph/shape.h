@@ -14,8 +14,35 @@ using Shape = std::vector<int64_t>;
 /// Strides in elements, one per dim.
 using Strides = std::vector<int64_t>;
 
-/// Number of elements (1 for a scalar, 0 if any extent is 0).
+/// The most elements one tensor may have: 2^48 (1 PiB of f32, beyond any machine). Every
+/// shape kiln makes is within it, so no extent, element count, stride or element offset
+/// of a valid shape overflows int64.
+inline constexpr int64_t kMaxNumel = int64_t{1} << 48;
+
+/// a + b; nullopt when it overflows int64.
+std::optional<int64_t> checked_add(int64_t a, int64_t b);
+/// a * b; nullopt when it overflows int64.
+std::optional<int64_t> checked_mul(int64_t a, int64_t b);
+/// Why `s` cannot be a tensor's shape, "" when it can: a negative extent, or more than
+/// kMaxNumel elements counting only the non-zero extents (so that every stride of it fits
+/// too: [2^62, 2^62, 0] is rejected although it has no element).
+std::string shape_error(const Shape& s);
+/// Number of elements (1 for a scalar, 0 if any extent is 0); saturates at INT64_MAX
+/// instead of overflowing, so only a valid shape's count is exact.
 int64_t numel(const Shape& s);
+/// The extent of start:end:step (0 <= start <= end, step > 0): ceil((end - start) / step),
+/// without the overflow of end - start + step - 1.
+int64_t slice_extent(int64_t start, int64_t end, int64_t step);
+/// n + before + after (a padded or concatenated extent); nullopt when it overflows.
+std::optional<int64_t> padded_extent(int64_t n, int64_t before, int64_t after);
+/// The output extent of a sliding window over n elements, kernel k, stride s, padding p and
+/// dilation d (all sizes non-negative, s and d positive): floor((n + 2p - d(k-1) - 1) / s) + 1;
+/// nullopt when an intermediate overflows int64. It is <= 0 when the window does not fit (floor
+/// division, as PyTorch: a truncating one made a too large window of stride > 1 one output).
+std::optional<int64_t> window_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d);
+/// The length of arange(start, end, step) (finite bounds, non-zero step of the right sign):
+/// ceil((end - start) / step); nullopt when it exceeds kMaxNumel (or is not a number).
+std::optional<int64_t> arange_length(double start, double end, double step);
 /// Row-major strides of a contiguous tensor of this shape.
 Strides contiguous_strides(const Shape& s);
 /// "[2,3]".

@@ -49,18 +49,23 @@ void check_class_range(const std::string& op, const Tensor& targets, int64_t cla
            {&targets}, loc);
 }
 
-// The output extent of a sliding window: floor((n + 2p - d(k-1) - 1) / s) + 1.
-int64_t window_out(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) { return (n + 2 * p - d * (k - 1) - 1) / s + 1; }
-
-void check_window(const std::string& op, const Tensor& x, const Size2& k, const Size2& s, const Size2& p,
-                  const Size2& d, const Loc& loc) {
+// The output extents (Ho, Wo) of a sliding window over an [N, C, H, W] input, checked.
+std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x, const Size2& k, const Size2& s,
+                                         const Size2& p, const Size2& d, const Loc& loc) {
   if (x.dim() != 4) fail(op, "expects a [N, C, H, W] input", {&x}, loc);
   if (k.h <= 0 || k.w <= 0 || s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0)
     fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
-  if (window_out(x.size(2), k.h, s.h, p.h, d.h) <= 0 || window_out(x.size(3), k.w, s.w, p.w, d.w) <= 0)
+  const auto ho = graph::window_extent(x.size(2), k.h, s.h, p.h, d.h);
+  const auto wo = graph::window_extent(x.size(3), k.w, s.w, p.w, d.w);
+  if (!ho || !wo) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
+  if (*ho <= 0 || *wo <= 0)
     fail(op, "the window (" + std::to_string(k.h) + "x" + std::to_string(k.w) + ", dilation " +
                  std::to_string(d.h) + "x" + std::to_string(d.w) + ") is larger than the padded input",
          {&x}, loc);
+  // the stacked taps [N, C, kh*kw, Ho, Wo] must be a valid shape (tiled pooling makes fewer)
+  const int64_t taps = graph::checked_mul(k.h, k.w).value_or(std::numeric_limits<int64_t>::max());
+  detail::check_shape(op, {x.size(0), x.size(1), taps, *ho, *wo}, {&x}, loc);
+  return {*ho, *wo};
 }
 
 // Every kernel tap of a sliding window over an already padded [N, C, H, W] input, stacked as
@@ -141,12 +146,24 @@ Tensor silu(const Tensor& x, Loc loc) {
 
 // ---------------------------------------------------------------- encodings
 
+namespace {
+
+// indices[..., None] == arange(num_classes): bool [..., num_classes], true at each index's class.
+Tensor class_mask(const std::string& op, const Tensor& indices, int64_t num_classes, const Loc& loc) {
+  if (num_classes <= 0) fail(op, "num_classes must be positive, got " + std::to_string(num_classes), {&indices}, loc);
+  check_class_range(op, indices, num_classes, loc);
+  graph::Shape shape = indices.shape();
+  shape.push_back(num_classes);
+  detail::check_shape(op, shape, {&indices}, loc);
+  const Tensor classes = arange(0, static_cast<double>(num_classes), 1, kInt64, indices.device(), loc);
+  return eq(indices.unsqueeze(-1, loc), classes, loc);
+}
+
+} // namespace
+
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
   require_integral("one_hot", indices, loc);
-  if (num_classes <= 0) fail("one_hot", "num_classes must be positive, got " + std::to_string(num_classes), {&indices}, loc);
-  check_class_range("one_hot", indices, num_classes, loc);
-  const Tensor classes = arange(0, static_cast<double>(num_classes), 1, kInt64, indices.device(), loc);
-  return cast(eq(indices.unsqueeze(-1, loc), classes, loc), kInt64, loc);
+  return cast(class_mask("one_hot", indices, num_classes, loc), kInt64, loc);
 }
 
 // ---------------------------------------------------------------- layers
@@ -163,15 +180,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
               const Size2& dilation, int64_t groups, Loc loc) {
   if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
   const Size2 k(weight.size(2), weight.size(3));
-  check_window("conv2d", x, k, stride, padding, dilation, loc);
+  const auto [ho, wo] = check_window("conv2d", x, k, stride, padding, dilation, loc);
   const int64_t n = x.size(0), c = x.size(1), o = weight.size(0), cg = weight.size(1);
   if (groups <= 0 || c % groups != 0 || o % groups != 0 || cg * groups != c)
     fail("conv2d", "channels do not match: input has " + std::to_string(c) + ", weight expects " +
                        std::to_string(cg) + " x groups=" + std::to_string(groups) + " (out " + std::to_string(o) + ")",
          {&x, &weight}, loc);
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != o)) fail("conv2d", "the bias must be [out]", {&weight, &bias}, loc);
-  const int64_t ho = window_out(x.size(2), k.h, stride.h, padding.h, dilation.h);
-  const int64_t wo = window_out(x.size(3), k.w, stride.w, padding.w, dilation.w);
   const int64_t taps = k.h * k.w, g = groups;
   // im2col per sample: cols [N, g, Cg*K, Ho*Wo] is a plain reshape of the stacked taps, and
   // W [g, O/g, Cg*K] @ cols, broadcast over N, is already [N, O, Ho, Wo]: no permutes, and the
@@ -184,11 +199,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, Loc loc) {
-  check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
-  if (padding.h * 2 > kernel.h || padding.w * 2 > kernel.w)
+  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
+  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  const int64_t ho = window_out(x.size(2), kernel.h, stride.h, padding.h, dilation.h);
-  const int64_t wo = window_out(x.size(3), kernel.w, stride.w, padding.w, dilation.w);
   if (tiles(kernel, stride, padding, dilation)) return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
   const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity());
   return window_taps(xp, kernel, stride, dilation, ho, wo).max({2}, false, loc);
@@ -196,11 +209,9 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, Loc loc) {
   require_floating("avg_pool2d", x, loc);
-  check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
-  if (padding.h * 2 > kernel.h || padding.w * 2 > kernel.w)
+  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
+  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("avg_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  const int64_t ho = window_out(x.size(2), kernel.h, stride.h, padding.h, 1);
-  const int64_t wo = window_out(x.size(3), kernel.w, stride.w, padding.w, 1);
   if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
   return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
 }

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <numeric>
 
 #include "frontend/src/tensor_impl.h"
@@ -54,6 +56,7 @@ graph::Shape broadcast_or_fail(const std::string& op, std::initializer_list<cons
     if (!s) fail(op, "shapes cannot be broadcast together", ts, loc);
     shape = *s;
   }
+  detail::check_shape(op, shape, ts, loc);
   return shape;
 }
 
@@ -173,7 +176,7 @@ graph::Shape infer_shape(const Tensor& x, IntList shape, const Loc& loc) {
     } else if (shape[d] < 0) {
       fail("reshape", "invalid extent in " + graph::shape_str(shape), {&x}, loc);
     } else {
-      known *= shape[d];
+      known = graph::checked_mul(known, shape[d]).value_or(std::numeric_limits<int64_t>::max());
     }
   }
   if (infer >= 0) {
@@ -182,6 +185,7 @@ graph::Shape infer_shape(const Tensor& x, IntList shape, const Loc& loc) {
            {&x}, loc);
     shape[infer] = x.numel() / known;
   }
+  detail::check_shape("reshape", shape, {&x}, loc);
   if (graph::numel(shape) != x.numel())
     fail("reshape", "shape " + graph::shape_str(shape) + " is invalid for " + std::to_string(x.numel()) + " elements",
          {&x}, loc);
@@ -199,13 +203,23 @@ template <class T> std::shared_ptr<graph::Storage> copy_to_storage(const std::ve
   return s;
 }
 
-void check_shape(const std::string& op, const IntList& shape, const Loc& loc) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) throw Error(op, "negative extent in shape " + graph::shape_str(shape), loc);
-    if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48))
-      throw Error(op, "shape " + graph::shape_str(shape) + " has too many elements", loc);
-  }
+void check_shape(const std::string& op, const IntList& shape, const Loc& loc) { detail::check_shape(op, shape, {}, loc); }
+
+std::string number_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// An integer arange computes start + i * step in int64: its values, and (n - 1) * step, must fit
+// the dtype (n > 1; a single value needs no step, none needs no start).
+void check_integer_arange(double start, double step, int64_t n, DType dtype, const Loc& loc) {
+  const long double lim = dtype == DType::Int32 ? 0x1p31L : 0x1p63L;
+  const long double span = static_cast<long double>(n - 1) * step, last = start + span;
+  const bool fits = start >= -lim && start < lim && last >= -lim && last < lim && std::fabs(span) < 0x1p63L;
+  if (!fits)
+    throw Error("arange", "values from " + number_str(start) + " in steps of " + number_str(step) + " leave the range of " +
+                              std::string(dtype_name(dtype)), loc);
 }
 
 } // namespace
@@ -231,16 +245,20 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
   if (dtype == DType::Bool) throw Error("arange", "bool is not a valid dtype", loc);
   detail::check_device("arange", device, loc);
-  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  const auto n = graph::arange_length(start, end, step);
+  if (!n)
+    throw Error("arange", "[" + number_str(start) + ", " + number_str(end) + ") in steps of " + number_str(step) +
+                              " has more than 2^48 elements", loc);
   graph::Attrs a;
   if (is_floating(dtype)) {
     a.f0 = start;
     a.f1 = step;
-  } else {
+  } else if (*n > 0) {
+    check_integer_arange(start, step, *n, dtype, loc);
     a.i0 = static_cast<int64_t>(start);
-    a.i1 = static_cast<int64_t>(step);
+    a.i1 = *n > 1 ? static_cast<int64_t>(step) : 1;
   }
-  return Tensor(graph::make_node(OpKind::Arange, dtype, {n}, {}, a, device));
+  return Tensor(graph::make_node(OpKind::Arange, dtype, {*n}, {}, a, device));
 }
 
 static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, Device device, const Loc& loc) {
@@ -412,8 +430,9 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   starts[d] = start;
   steps[d] = step;
   graph::Shape shape = x.shape();
-  shape[d] = (end - start + step - 1) / step;
+  shape[d] = graph::slice_extent(start, end, step);
   if (shape[d] == 0) starts[d] = 0;
+  if (shape[d] <= 1) steps[d] = 1; // the step of at most one element is moot: no stride of it can overflow
   return result(b::slice(x.node(), starts, steps, shape), {&x});
 }
 
@@ -425,12 +444,19 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
   for (const Tensor& t : xs) dt = promote_types(dt, t.dtype());
   const Device dev = detail::common_device("concat", xs, loc);
   std::vector<NodeRef> nodes;
+  std::optional<int64_t> extent = 0;
   for (const Tensor& t : xs) {
     bool same = t.dim() == xs[0].dim();
     for (int64_t k = 0; same && k < t.dim(); ++k) same = k == d || t.shape()[k] == xs[0].shape()[k];
     if (!same) fail("concat", "shapes must match except in dim " + std::to_string(d), {&xs[0], &t}, loc);
     nodes.push_back(b::cast(b::leaf_on(t.node(), dev), dt));
+    extent = extent ? graph::checked_add(*extent, t.shape()[d]) : std::nullopt;
   }
+  graph::Shape shape = xs[0].shape();
+  shape[d] = extent.value_or(std::numeric_limits<int64_t>::max());
+  if (const std::string err = graph::shape_error(shape); !err.empty())
+    fail("concat", "the result " + (extent ? err : "extent in dim " + std::to_string(d) + " overflows int64"),
+         {&xs[0], &xs.back()}, loc);
   return detail::result_of(b::concat(nodes, d), xs);
 }
 
@@ -443,6 +469,13 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
     before[x.dim() - 1 - k] = pads[2 * k];
     after[x.dim() - 1 - k] = pads[2 * k + 1];
   }
+  graph::Shape shape = x.shape();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const auto e = graph::padded_extent(shape[d], before[d], after[d]);
+    if (!e) fail("pad", "padding " + graph::shape_str(pads) + " overflows the extent of dim " + std::to_string(d), {&x}, loc);
+    shape[d] = *e;
+  }
+  detail::check_shape("pad", shape, {&x}, loc);
   return result(b::pad(x.node(), before, after, value), {&x});
 }
 
@@ -459,9 +492,11 @@ Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {
   const graph::Shape bx(x->shape.begin(), x->shape.end() - 2), by(y->shape.begin(), y->shape.end() - 2);
   auto batch = graph::broadcast_shapes(bx, by);
   if (!batch) fail("matmul", "batch dims cannot be broadcast", {&a, &c}, loc);
-  graph::Shape sx = *batch, sy = *batch;
+  graph::Shape sx = *batch, sy = *batch, sr = *batch;
   sx.insert(sx.end(), x->shape.end() - 2, x->shape.end());
   sy.insert(sy.end(), y->shape.end() - 2, y->shape.end());
+  sr.insert(sr.end(), {x->shape[x->shape.size() - 2], y->shape.back()});
+  for (const graph::Shape* s : {&sx, &sy, &sr}) detail::check_shape("matmul", *s, {&a, &c}, loc);
   NodeRef r = b::matmul(b::broadcast_to(x, sx), b::broadcast_to(y, sy));
   graph::Shape out = *batch;
   if (a.dim() > 1) out.push_back(x->shape[x->shape.size() - 2]);

@@ -35,6 +35,11 @@ void fail(const std::string& op, const std::string& what, std::initializer_list<
   throw Error(op, msg, loc);
 }
 
+void check_shape(const std::string& op, const graph::Shape& shape, std::initializer_list<const Tensor*> operands,
+                 const Loc& loc) {
+  if (const std::string err = graph::shape_error(shape); !err.empty()) fail(op, err, operands, loc);
+}
+
 namespace {
 bool follows_others(const Tensor& t) { return t.node()->op == graph::OpKind::Const; }
 

@@ -27,6 +27,10 @@ std::string operand_str(const Tensor& t);
 /// Throws kiln::Error for `op`, listing the operands' types.
 [[noreturn]] void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
                        const Loc& loc);
+/// Throws kiln::Error for `op` at `loc`, listing the operands, when `shape` cannot be a
+/// tensor's shape (graph::shape_error: a negative extent, or beyond graph::kMaxNumel).
+void check_shape(const std::string& op, const graph::Shape& shape, std::initializer_list<const Tensor*> operands,
+                 const Loc& loc);
 /// The device an op on `operands` runs on: theirs, where they agree. A constant, arange or
 /// random leaf holds no data and follows the others (see graph::build::leaf_on); two
 /// operands with data on different devices throw kiln::Error naming op, operands and devices.

@@ -128,7 +128,9 @@ NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> 
   for (size_t d = 0; d < before.size(); ++d) {
     a.ints.push_back(before[d]);
     a.ints.push_back(after[d]);
-    shape[d] += before[d] + after[d];
+    const auto extent = padded_extent(shape[d], before[d], after[d]);
+    KILN_ASSERT(extent, "pad: the padded extent overflows (the frontend checks it)");
+    shape[d] = *extent;
   }
   if (shape == x->shape) return x;
   const NodeRef fill = constant_of(value, x->dtype); // the value in x's dtype, exactly
@@ -141,7 +143,11 @@ NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim) {
   if (xs.size() == 1) return xs[0];
   Shape shape = xs[0]->shape;
   shape[dim] = 0;
-  for (const NodeRef& x : xs) shape[dim] += x->shape[dim];
+  for (const NodeRef& x : xs) {
+    const auto extent = checked_add(shape[dim], x->shape[dim]);
+    KILN_ASSERT(extent, "concat: the extent overflows (the frontend checks it)");
+    shape[dim] = *extent;
+  }
   Attrs a;
   a.ints = {dim};
   return make_node(OpKind::Concat, xs[0]->dtype, std::move(shape), xs, std::move(a));

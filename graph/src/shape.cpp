@@ -1,23 +1,81 @@
 #include "graph/shape.h"
 
+#include <cmath>
+#include <limits>
+#include <range/v3/view/reverse.hpp>
 #include <range/v3/view/zip.hpp>
 
 namespace kiln::graph {
 
+namespace views = ranges::views;
+
+std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+std::string shape_error(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return "negative extent in shape " + shape_str(s);
+    if (d == 0) continue;
+    const auto m = checked_mul(n, d);
+    if (!m || *m > kMaxNumel)
+      return "shape " + shape_str(s) + " has more than 2^48 elements (counting its non-zero extents)";
+    n = *m;
+  }
+  return "";
+}
+
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    if (d == 0) return 0;
+    n = checked_mul(n, d).value_or(std::numeric_limits<int64_t>::max());
+  }
   return n;
 }
 
+// Row-major: each stride is the product of the extents after it (within kMaxNumel for a valid shape).
 Strides contiguous_strides(const Shape& s) {
   Strides st(s.size());
   int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= s[i];
+  for (auto&& [stride, extent] : views::zip(st, s) | views::reverse) {
+    stride = acc;
+    acc = checked_mul(acc, extent).value_or(std::numeric_limits<int64_t>::max());
   }
   return st;
+}
+
+int64_t slice_extent(int64_t start, int64_t end, int64_t step) {
+  const int64_t span = end - start;
+  return span / step + (span % step != 0);
+}
+
+std::optional<int64_t> padded_extent(int64_t n, int64_t before, int64_t after) {
+  const auto m = checked_add(n, before);
+  return m ? checked_add(*m, after) : std::nullopt;
+}
+
+std::optional<int64_t> window_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const auto two_p = checked_mul(p, 2), span = checked_mul(d, k - 1);
+  const auto padded = two_p ? checked_add(n, *two_p) : std::nullopt;
+  if (!padded || !span) return std::nullopt;
+  const int64_t num = *padded - *span - 1; // both terms are non-negative: no overflow
+  return num / s - (num % s < 0) + 1;      // floor division, as PyTorch: a window that does not fit gives <= 0
+}
+
+std::optional<int64_t> arange_length(double start, double end, double step) {
+  const double n = std::ceil((end - start) / step);
+  if (!(n >= 0 && n <= static_cast<double>(kMaxNumel))) return std::nullopt;
+  return static_cast<int64_t>(n);
 }
 
 std::string shape_str(const Shape& s) {
@@ -29,15 +87,14 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
+// Aligned from the trailing dim: each operand's extent either matches, or one of them is 1.
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
-  const size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1) return std::nullopt;
-    out[i] = da == 1 ? db : da;
-  }
+  Shape out(std::max(a.size(), b.size()), 1);
+  for (const Shape* in : {&a, &b})
+    for (auto&& [o, d] : views::zip(out | views::reverse, *in | views::reverse)) {
+      if (o != d && o != 1 && d != 1) return std::nullopt;
+      if (o == 1) o = d;
+    }
   return out;
 }
 
@@ -52,10 +109,10 @@ StridedLayout contiguous_layout(const Shape& s) { return {s, contiguous_strides(
 bool is_contiguous(const StridedLayout& l) {
   if (l.offset != 0) return false;
   int64_t expected = 1;
-  for (size_t i = l.shape.size(); i-- > 0;) {
-    if (l.shape[i] == 1) continue;
-    if (l.strides[i] != expected) return false;
-    expected *= l.shape[i];
+  for (auto&& [extent, stride] : views::zip(l.shape, l.strides) | views::reverse) {
+    if (extent == 1) continue;
+    if (stride != expected) return false;
+    expected *= extent;
   }
   return true;
 }

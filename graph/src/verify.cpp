@@ -86,7 +86,8 @@ std::string check_slice(const Shape& shape, const NodeRef& x, const Attrs& a) {
   for (size_t d = 0; d < shape.size(); ++d) {
     const int64_t start = a.ints[2 * d], step = a.ints[2 * d + 1];
     if (step <= 0 || start < 0 || shape[d] < 0) return "bad slice parameters";
-    if (shape[d] > 0 && start + (shape[d] - 1) * step >= x->shape[d]) return "slice out of bounds";
+    const auto last = checked_mul(shape[d] - 1, step);
+    if (shape[d] > 0 && (!last || start >= x->shape[d] - *last)) return "slice out of bounds";
   }
   return "";
 }
@@ -105,17 +106,17 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
   case OpKind::Pad:
     if (a.ints.size() != 2 * shape.size() || shape.size() != x->shape.size()) return "needs (before, after) per dim";
     for (size_t d = 0; d < shape.size(); ++d)
-      if (a.ints[2 * d] < 0 || a.ints[2 * d + 1] < 0 || shape[d] != x->shape[d] + a.ints[2 * d] + a.ints[2 * d + 1])
+      if (a.ints[2 * d] < 0 || a.ints[2 * d + 1] < 0 || padded_extent(x->shape[d], a.ints[2 * d], a.ints[2 * d + 1]) != shape[d])
         return "bad padding";
     return "";
   case OpKind::Concat: {
     if (a.ints.size() != 1 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "bad dim";
-    int64_t total = 0;
+    std::optional<int64_t> total = 0;
     for (const NodeRef& y : in) {
       if (y->shape.size() != shape.size()) return "operands differ in rank";
       for (size_t d = 0; d < shape.size(); ++d)
         if (static_cast<int64_t>(d) != a.ints[0] && y->shape[d] != shape[d]) return "operands differ off the dim";
-      total += y->shape[a.ints[0]];
+      total = total ? checked_add(*total, y->shape[a.ints[0]]) : std::nullopt;
     }
     return total == shape[a.ints[0]] ? "" : "concat extent mismatch";
   }
@@ -141,8 +142,7 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
   const int arity = op_arity(op);
   if (arity >= 0 && static_cast<int>(inputs.size()) != arity) return "wrong number of operands";
   if (arity < 0 && inputs.empty()) return "needs at least one operand";
-  for (int64_t d : shape)
-    if (d < 0) return "negative extent";
+  if (std::string err = shape_error(shape); !err.empty()) return err;
   for (const NodeRef& x : inputs)
     if (!x) return "null operand";
   for (const NodeRef& x : inputs)
