@@ -7,7 +7,7 @@
 
 using namespace kiln;
 
-int main() {
+int demo() {
   Tensor x = arange(0, 12, 1, kFloat32).reshape({3, 4});
   Tensor w = randn({4, 2}, /*seed=*/7);
   Tensor y = relu(matmul(x, w) + 0.5);     // recorded, not computed
@@ -24,4 +24,13 @@ int main() {
 
   std::cout << "\n== results\nx * 2 + 1 = " << small << "\ny = " << y << "\ns = " << s << "\n";
   return 0;
+}
+
+int main() {
+  try {
+    return demo();
+  } catch (const std::exception& e) { // kiln::Error and any other failure: one line and a non-zero exit
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
 }

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -143,6 +145,7 @@ void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double
 
 // Fraction of `ds` classified correctly, in eval mode without gradients.
 double accuracy(nn::Module& model, const data::Dataset& ds, Device device) {
+  if (ds.size() == 0) throw Error("train", "the test set is empty: no accuracy to report");
   NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0;
@@ -276,6 +279,12 @@ int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
   } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) { // anything else still ends as one line and a failure, never terminate()
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

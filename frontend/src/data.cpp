@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <random>
 #include <sys/stat.h>
 
@@ -25,33 +26,59 @@ std::string hex(uint32_t v, int digits) {
   return s;
 }
 
-// The whole (decompressed) content of a file; gzread passes plain files through unchanged.
-std::vector<uint8_t> read_gz(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) file_error(path, std::string("cannot open: ") + std::strerror(errno));
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) file_error(path, std::string("cannot open: ") + std::strerror(errno));
-  std::vector<uint8_t> out;
-  std::vector<uint8_t> chunk(1 << 20);
-  for (;;) {
-    const int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (n < 0) {
-      int code = 0;
-      const std::string msg = gzerror(f, &code);
-      gzclose(f);
-      file_error(path, "corrupt gzip data (" + msg + ")");
-    }
-    if (n == 0) break;
-    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+// A file read through zlib (gzread passes plain files through unchanged), a chunk at a time,
+// so that only what the caller asks for is inflated and held.
+class GzReader {
+public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) file_error(path, std::string("cannot open: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) file_error(path, "cannot open: not a regular file");
+    file_size_ = static_cast<uint64_t>(st.st_size);
+    f_ = gzopen(path.c_str(), "rb");
+    if (!f_) file_error(path, std::string("cannot open: ") + std::strerror(errno));
   }
-  int code = 0;
-  const std::string msg = gzerror(f, &code);
-  gzclose(f);
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  ~GzReader() { gzclose(f_); }
+
+  // Appends up to n bytes to out; returns how many there were (fewer only at the end of the data).
+  size_t read(size_t n, std::vector<uint8_t>& out) {
+    size_t got = 0;
+    while (got < n) {
+      const size_t want = std::min<size_t>(n - got, size_t{1} << 20); // grows with the data, not the header
+      const size_t at = out.size();
+      out.resize(at + want);
+      const int r = gzread(f_, out.data() + at, static_cast<unsigned>(want));
+      if (r < 0) fail_corrupt();
+      out.resize(at + static_cast<size_t>(r));
+      got += static_cast<size_t>(r);
+      if (r == 0) break;
+    }
+    if (got < n) check_end();
+    return got;
+  }
+
+  // The most bytes this file can hold once inflated: deflate expands at most 1032:1.
+  uint64_t max_content() const { return gzdirect(f_) ? file_size_ : file_size_ * 1032 + 1024; }
+
+private:
+  [[noreturn]] void fail_corrupt() {
+    int code = 0;
+    file_error(path_, std::string("corrupt gzip data (") + gzerror(f_, &code) + ")");
+  }
   // zlib reports a stream cut short as Z_BUF_ERROR ("unexpected end of file") after the last read.
-  if (code == Z_BUF_ERROR) file_error(path, "truncated gzip data (" + msg + ")");
-  if (code != Z_OK && code != Z_STREAM_END) file_error(path, "corrupt gzip data (" + msg + ")");
-  return out;
-}
+  void check_end() {
+    int code = 0;
+    const std::string msg = gzerror(f_, &code);
+    if (code == Z_BUF_ERROR) file_error(path_, "truncated gzip data (" + msg + ")");
+    if (code != Z_OK && code != Z_STREAM_END) file_error(path_, "corrupt gzip data (" + msg + ")");
+  }
+
+  std::string path_;
+  uint64_t file_size_ = 0;
+  gzFile f_ = nullptr;
+};
 
 uint32_t big_endian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -82,6 +109,47 @@ std::string file_in(const std::string& root, const std::string& name) {
                      "'); on Debian, install the dataset-fashion-mnist package or pass the directory holding the files");
 }
 
+// The header is read and checked first; the data is then inflated only as far as the header
+// declares (and a little more, to report trailing bytes), never the whole stream.
+IdxArray read_idx_checked(const std::string& path) {
+  GzReader in(path);
+  std::vector<uint8_t> bytes;
+  if (in.read(4, bytes) < 4)
+    file_error(path, "truncated: " + std::to_string(bytes.size()) + " bytes, too short for an IDX header");
+  const uint32_t magic = big_endian32(bytes.data());
+  if (bytes[0] != 0 || bytes[1] != 0)
+    file_error(path, "bad magic number " + hex(magic, 8) + ": not an IDX file (it must start with two zero bytes)");
+  if (bytes[2] != 0x08)
+    file_error(path, "unsupported IDX element type " + hex(bytes[2], 2) + " (only unsigned bytes, 0x08, are supported)");
+  const size_t rank = bytes[3];
+  if (rank == 0) file_error(path, "bad magic number " + hex(magic, 8) + ": an IDX array needs at least one dim");
+  if (in.read(4 * rank, bytes) < 4 * rank)
+    file_error(path, "truncated: the header of a " + std::to_string(rank) + "-d array is cut short");
+  IdxArray out;
+  size_t expected = 1;
+  bool overflow = false;
+  for (size_t d = 0; d < rank; ++d) {
+    out.dims.push_back(big_endian32(bytes.data() + 4 + 4 * d));
+    overflow = __builtin_mul_overflow(expected, static_cast<size_t>(out.dims.back()), &expected) || overflow;
+  }
+  if (overflow) // the product could otherwise wrap around to the (small) size of the data
+    file_error(path, "corrupt header: the dims " + dims_str(out.dims) + " overflow the element count");
+  if (expected > in.max_content())
+    file_error(path, "truncated: the header declares " + dims_str(out.dims) + " = " + std::to_string(expected) +
+                         " bytes of data, more than a file of this size can hold");
+  const size_t have = in.read(expected, out.data);
+  if (have < expected)
+    file_error(path, "truncated: the header declares " + dims_str(out.dims) + " = " + std::to_string(expected) +
+                         " bytes of data, the file has " + std::to_string(have));
+  std::vector<uint8_t> rest;
+  constexpr size_t kReported = size_t{1} << 20; // trailing bytes are counted this far, not inflated further
+  if (const size_t extra = in.read(kReported, rest); extra > 0)
+    file_error(path, "size mismatch: " + std::string(extra == kReported ? "at least " : "") + std::to_string(extra) +
+                         " bytes after the " + std::to_string(expected) + " bytes of data the header declares (" +
+                         dims_str(out.dims) + ")");
+  return out;
+}
+
 Dataset load_fashion_mnist(const std::string& split, const std::string& root, bool normalize) {
   if (split != "train" && split != "test")
     throw Error("FashionMNIST", "split must be \"train\" or \"test\", not \"" + split + "\"");
@@ -91,6 +159,8 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
   IdxArray images = read_idx(images_path);
   IdxArray labels = read_idx(labels_path);
   if (images.dims.size() != 3) file_error(images_path, "expected 3-d images, the header says " + dims_str(images.dims));
+  if (std::find(images.dims.begin(), images.dims.end(), 0) != images.dims.end())
+    file_error(images_path, "empty data set: the header says " + dims_str(images.dims) + " images");
   if (labels.dims.size() != 1) file_error(labels_path, "expected 1-d labels, the header says " + dims_str(labels.dims));
   if (images.dims[0] != labels.dims[0])
     file_error(labels_path, "size mismatch: " + std::to_string(labels.dims[0]) + " labels for " +
@@ -109,35 +179,11 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
 // ---------------------------------------------------------------- IDX
 
 IdxArray read_idx(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_gz(path);
-  if (bytes.size() < 4) file_error(path, "truncated: " + std::to_string(bytes.size()) + " bytes, too short for an IDX header");
-  const uint32_t magic = big_endian32(bytes.data());
-  if (bytes[0] != 0 || bytes[1] != 0)
-    file_error(path, "bad magic number " + hex(magic, 8) + ": not an IDX file (it must start with two zero bytes)");
-  if (bytes[2] != 0x08)
-    file_error(path, "unsupported IDX element type " + hex(bytes[2], 2) + " (only unsigned bytes, 0x08, are supported)");
-  const size_t rank = bytes[3];
-  if (rank == 0) file_error(path, "bad magic number " + hex(magic, 8) + ": an IDX array needs at least one dim");
-  const size_t header = 4 + 4 * rank;
-  if (bytes.size() < header) file_error(path, "truncated: the header of a " + std::to_string(rank) + "-d array is cut short");
-  IdxArray out;
-  size_t expected = 1;
-  bool overflow = false;
-  for (size_t d = 0; d < rank; ++d) {
-    out.dims.push_back(big_endian32(bytes.data() + 4 + 4 * d));
-    overflow = __builtin_mul_overflow(expected, static_cast<size_t>(out.dims.back()), &expected) || overflow;
+  try {
+    return read_idx_checked(path);
+  } catch (const std::bad_alloc&) {
+    file_error(path, "out of memory reading the file");
   }
-  if (overflow) // the product could otherwise wrap around to the (small) size of the data
-    file_error(path, "corrupt header: the dims " + dims_str(out.dims) + " overflow the element count");
-  const size_t have = bytes.size() - header;
-  if (have < expected)
-    file_error(path, "truncated: the header declares " + dims_str(out.dims) + " = " + std::to_string(expected) +
-                         " bytes of data, the file has " + std::to_string(have));
-  if (have > expected)
-    file_error(path, "size mismatch: " + std::to_string(have - expected) + " bytes after the " + std::to_string(expected) +
-                         " bytes of data the header declares (" + dims_str(out.dims) + ")");
-  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
-  return out;
 }
 
 // ---------------------------------------------------------------- Dataset

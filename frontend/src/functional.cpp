@@ -104,16 +104,25 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
 
 // ---------------------------------------------------------------- activations
 
+namespace {
+
+// x less its max along dim. The shift does not change the value, so it needs no gradient. An
+// empty tensor needs none (and the max of an empty dim has no identity): it stays empty, as in PyTorch.
+Tensor shift_by_max(const Tensor& x, int64_t dim, const Loc& loc) {
+  return x.numel() == 0 ? x : x - x.max({dim}, true, loc).detach();
+}
+
+} // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
   require_floating("softmax", x, loc);
-  // The shift by the max does not change the value, so it needs no gradient.
-  Tensor e = exp(x - x.max({dim}, true, loc).detach());
+  Tensor e = exp(shift_by_max(x, dim, loc));
   return e / e.sum({dim}, true, loc);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
   require_floating("log_softmax", x, loc);
-  Tensor z = x - x.max({dim}, true, loc).detach();
+  Tensor z = shift_by_max(x, dim, loc);
   return z - log(exp(z).sum({dim}, true, loc));
 }
 
@@ -286,7 +295,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
   require_integral("nll_loss", targets, loc);
   if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
     fail("nll_loss", "expects [N, C] log-probabilities and [N] targets", {&log_probs, &targets}, loc);
-  Tensor picked = (log_probs * cast(one_hot(targets, log_probs.size(1), loc), log_probs.dtype())).sum({1});
+  // A select, not a product with the one-hot: a -inf log-probability of another class adds 0, not NaN
+  // (-inf * 0), and its gradient is exactly 0, as in PyTorch.
+  Tensor picked = where(class_mask("nll_loss", targets, log_probs.size(1), loc), log_probs, 0, loc).sum({1});
   return reduce(-picked, reduction);
 }
 
