@@ -221,5 +221,16 @@ TEST(Idx, EmptyDataSetsNameTheFile) {
   fs::remove_all(dir);
 }
 
+// Sizes of in-memory data sets and loaders that overflowed int64.
+TEST(DatasetLimits, HugeSampleShapesAndBatchSizes) {
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_THROW(data::Dataset({}, {big, big, 4}, {0}), Error);        // was: 2^126 wrapped to 0 values per sample
+  EXPECT_THROW(data::Dataset(std::vector<float>(4), {big}, {0, 0, 0, 0}), Error);
+  data::Dataset ds(std::vector<float>(6), {2}, {0, 1, 2});
+  EXPECT_EQ(ds.batches(std::numeric_limits<int64_t>::max()).size(), 1); // was: n + batch - 1 overflowed to 0 batches
+  EXPECT_EQ(ds.batches(std::numeric_limits<int64_t>::max(), std::nullopt, true).size(), 0);
+  EXPECT_EQ(ds.batches(2).size(), 2);
+}
+
 } // namespace
 } // namespace kiln

@@ -2,9 +2,12 @@
 
 #include "kiln/data.h"
 
+#include "graph/shape.h"
+
 #include <zlib.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -193,9 +196,10 @@ Dataset::Dataset(std::vector<float> samples, IntList sample_shape, std::vector<i
   sample_numel_ = 1;
   for (int64_t d : shape_) {
     if (d <= 0) throw Error("Dataset", "sample extents must be positive");
-    sample_numel_ *= d;
+    sample_numel_ = graph::checked_mul(sample_numel_, d).value_or(std::numeric_limits<int64_t>::max());
   }
-  if (static_cast<int64_t>(samples.size()) != sample_numel_ * static_cast<int64_t>(labels.size()))
+  const auto values = graph::checked_mul(sample_numel_, static_cast<int64_t>(labels.size()));
+  if (values != static_cast<int64_t>(samples.size())) // an overflowed count matches no vector
     throw Error("Dataset", std::to_string(samples.size()) + " values do not make " + std::to_string(labels.size()) +
                                " samples of " + std::to_string(sample_numel_));
   samples_ = std::make_shared<const std::vector<float>>(std::move(samples));
@@ -252,7 +256,7 @@ Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuf
 
 int64_t Loader::size() const {
   const int64_t n = dataset_.size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0); // no n + batch_size - 1 to overflow
 }
 
 Batch Loader::operator[](int64_t i) const {
