@@ -105,6 +105,11 @@ TEST(Softmax, EmptyDimGivesAnEmptyTensor) {
   EXPECT_THROW(F::softmax(zeros({2, 0}), 2), Error); // a bad dim is still an error
 }
 
+// Zero channels: was a division by zero (SIGFPE) computing the values per channel.
+TEST(BatchNorm, ZeroChannelsIsAnError) {
+  EXPECT_THROW(F::batch_norm(zeros({2, 0, 3}), Tensor(), Tensor()), Error);
+}
+
 // ---------------------------------------------------------------- the IDX reader
 
 fs::path temp_dir(const std::string& name) {

@@ -263,7 +263,7 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   bshape[1] = c;
   Tensor y;
   if (training) {
-    const int64_t n = x.numel() / c;
+    const int64_t n = c == 0 ? 0 : x.numel() / c; // no channel: no values (and no division by zero)
     if (n <= 1) fail("batch_norm", "needs more than one value per channel in training mode", {&x}, loc);
     Tensor mean = x.mean(dims, true, loc);
     Tensor xc = x - mean;
