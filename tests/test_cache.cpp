@@ -185,8 +185,10 @@ template <class T> void set_field(std::string& b, uint64_t at, T v) {
   if (at + sizeof(T) <= b.size()) std::memcpy(b.data() + at, &v, sizeof(T));
 }
 
-// Damages one structure of an ELF64 object (kind 0..4), as a forged or miscopied entry
-// whose checksum was recomputed: each of these made the linker fail or the process crash.
+// Damages one structure of an ELF64 object (kind 0..5), as a forged or miscopied entry
+// whose checksum was recomputed: each of these made the linker fail or the process crash
+// or hang. Kinds 0-4 are caught before linking; 5 (an unknown relocation type) only by
+// JITLink, so the link is undone and the kernel recompiled.
 std::string damaged_elf(std::string o, int kind) {
   const auto shoff = field<uint64_t>(o, 0x28);
   const auto shnum = field<uint16_t>(o, 0x3c);
@@ -207,6 +209,8 @@ std::string damaged_elf(std::string o, int kind) {
   if (kind == 2 && rela >= 0) set_field<uint64_t>(o, field<uint64_t>(o, sh(rela) + 0x18), 0x7800090); // r_offset
   if (kind == 3) set_field<uint64_t>(o, sh(shnum - 1) + 0x20, 0x120000000000ull);                   // sh_size
   if (kind == 4 && symtab >= 0) set_field<uint64_t>(o, sh(symtab) + 0x20, 153);                      // not whole symbols
+  if (kind == 5 && rela >= 0) set_field<uint32_t>(o, field<uint64_t>(o, sh(rela) + 0x18) + 8, 0xfe); // a relocation type
+  if (kind == 5 && rela < 0) set_field<uint32_t>(o, sh(1), 0x7fffff00);        // JITLink rejects (the fallback)
   return o;
 }
 
@@ -216,8 +220,8 @@ TEST(DiskCache, ObjectsWithDamagedStructureAndValidChecksumsAreRecompiled) {
   ASSERT_FALSE(first.result.empty()) << first.output;
   size_t damaged = 0;
   for (const auto& e : fs::directory_iterator(dir)) // every kind of damage, one entry each at least
-    replace_object(e.path(), damaged_elf(object_of(e.path()), static_cast<int>(damaged++ % 5)));
-  ASSERT_GE(damaged, 5u);
+    replace_object(e.path(), damaged_elf(object_of(e.path()), static_cast<int>(damaged++ % 6)));
+  ASSERT_GE(damaged, 6u);
   const ChildReport r = run_child(dir);
   EXPECT_EQ(r.result, first.result) << r.output;
   EXPECT_EQ(r.rejects, damaged) << r.output;

@@ -283,12 +283,15 @@ struct LlvmJit::Impl {
     if (!object) object = object_code(k);
     // A GEMM kernel calls its support routines: they are linked first.
     if (k.gemm) ensure_gemm_support(gemm_support_of(k));
-    std::lock_guard lock(mu);
+    std::unique_lock lock(mu);
     if (auto it = cache.find(k.name); it != cache.end()) return it->second; // another thread was first
     if (source == Source::Disk) {
       if (auto fn = add_from_disk(k, *object, t0)) return fn;
-      source = Source::Compiled; // it would not link: compiled after all (under the lock: rare)
+      source = Source::Compiled; // it would not link: compiled after all
+      lock.unlock();             // (object_code may take the lock for this thread's TargetMachine)
       object = object_code(k);
+      lock.lock();
+      if (auto it = cache.find(k.name); it != cache.end()) return it->second;
     }
     disk.write(key, *object);
     ++compiled;
