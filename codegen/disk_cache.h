@@ -20,22 +20,33 @@ class DiskCache {
 public:
   /// A cache whose files end in `extension` (".o", ".cubin"); disabled until open().
   explicit DiskCache(std::string extension) : extension_(std::move(extension)) {}
-  /// True when open() found a writable directory.
+  /// True when open() found a directory to read from (written to as well where it can).
   bool enabled() const { return !dir_.empty(); }
   size_t hits = 0;    ///< entries read back whole and valid
   size_t rejects = 0; ///< entries found corrupt, truncated or invalid
 
-  /// Uses `dir` (created if missing); "" or an unwritable directory disables the cache
-  /// (the latter with one warning line).
+  /// Uses `dir` (created if missing). "" disables the cache silently; a directory that
+  /// cannot be created or read disables it with one warning line; a readable directory
+  /// that cannot be written (a read-only warm cache) is only read, with one warning.
   void open(const std::string& dir);
   /// The object stored under `key`, if its entry is whole and valid(object) holds.
   std::optional<std::string> read(const std::string& key, const std::function<bool(const std::string&)>& valid);
-  /// Stores `object` under `key` (atomically); a failed write disables the cache with a warning.
+  /// Stores `object` under `key` (atomically). A failed write leaves that entry out, with
+  /// one warning per cache; reads and other writes go on.
   void write(const std::string& key, const std::string& object);
+  /// Recounts the last hit as a reject: its object passed valid() but the caller could not use it.
+  void reject_hit() {
+    --hits;
+    ++rejects;
+  }
+  /// Prints the one-line "kernel disk cache disabled" warning, saying why.
+  static void warn_disabled(const std::string& why);
 
 private:
   std::string extension_;
   std::string dir_;
+  bool writable_ = false;
+  bool warned_write_ = false;
   std::string path(const std::string& key) const;
 };
 

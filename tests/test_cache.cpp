@@ -3,9 +3,12 @@
 // safe; an unusable directory disables the cache with one warning. Each case runs
 // this binary's DISABLED_ child test in fresh processes.
 
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include <regex>
 #include <string>
 
+#include "codegen/disk_cache.h"
 #include "codegen/llvm_jit.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
@@ -26,6 +30,10 @@ namespace {
 // whose kernel calls the GEMM support routines (cached on disk too) - and report what
 // the cache did.
 TEST(DiskCacheChild, DISABLED_Run) {
+  if (const char* uid = std::getenv("KILN_TEST_UID")) { // root ignores permissions: run as another user
+    const auto id = static_cast<uid_t>(std::atol(uid));
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) std::printf("cannot drop to uid %s\n", uid);
+  }
   Tensor x = rand({257, 3}, 42) * 3.25 - 1.0;
   Tensor w = rand({24, 40}, 7) - 0.5;
   Tensor h = relu(matmul(rand({40, 40}, 8), w.transpose(0, 1)));         // 40 x 24, a GEMM
@@ -41,8 +49,9 @@ struct ChildReport {
   size_t hits = 0, compiles = 0, rejects = 0;
 };
 
-ChildReport run_child(const std::string& cache_dir) {
-  const std::string cmd = "KILN_CACHE_DIR='" + cache_dir + "' " + fs::read_symlink("/proc/self/exe").string() +
+// Runs the child with `env` (assignments for env(1)) in front.
+ChildReport run_child_with(const std::string& env) {
+  const std::string cmd = "env " + env + " " + fs::read_symlink("/proc/self/exe").string() +
                           " --gtest_filter=DiskCacheChild.DISABLED_Run --gtest_also_run_disabled_tests 2>&1";
   ChildReport r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -58,6 +67,14 @@ ChildReport run_child(const std::string& cache_dir) {
     r.rejects = std::stoul(m[4]);
   }
   return r;
+}
+
+ChildReport run_child(const std::string& cache_dir) { return run_child_with("KILN_CACHE_DIR='" + cache_dir + "'"); }
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t pos = 0; (pos = text.find(part, pos)) != std::string::npos; ++pos) ++n;
+  return n;
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -150,6 +167,68 @@ TEST(DiskCache, WellFormedEntriesWithUnloadableObjectsAreRecompiled) {
   fs::remove_all(dir);
 }
 
+// The ELF object inside a cache entry (after magic, key, length and checksum).
+std::string object_of(const fs::path& entry) {
+  std::ifstream in(entry, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), {});
+  uint64_t key_len = 0;
+  std::memcpy(&key_len, data.data() + 8, 8);
+  return data.substr(16 + key_len + 16);
+}
+
+template <class T> T field(const std::string& b, uint64_t at) {
+  T v{};
+  if (at + sizeof(T) <= b.size()) std::memcpy(&v, b.data() + at, sizeof(T));
+  return v;
+}
+template <class T> void set_field(std::string& b, uint64_t at, T v) {
+  if (at + sizeof(T) <= b.size()) std::memcpy(b.data() + at, &v, sizeof(T));
+}
+
+// Damages one structure of an ELF64 object (kind 0..5), as a forged or miscopied entry
+// whose checksum was recomputed: each of these made the linker fail or the process crash
+// or hang. Kinds 0-4 are caught before linking; 5 (an unknown relocation type) only by
+// JITLink, so the link is undone and the kernel recompiled.
+std::string damaged_elf(std::string o, int kind) {
+  const auto shoff = field<uint64_t>(o, 0x28);
+  const auto shnum = field<uint16_t>(o, 0x3c);
+  auto sh = [&](uint16_t i) { return shoff + 64ull * i; };
+  auto find = [&](uint32_t type) -> int {
+    for (uint16_t i = 0; i < shnum; ++i)
+      if (field<uint32_t>(o, sh(i) + 4) == type) return i;
+    return -1;
+  };
+  const int symtab = find(2 /* SHT_SYMTAB */), rela = find(4 /* SHT_RELA */);
+  if (kind == 0 || (kind == 2 && rela < 0)) set_field<uint32_t>(o, sh(1), 0x7fffff00); // sh_name past the names
+  if (kind == 1 && symtab >= 0) { // a defined function's value far past its section
+    const uint64_t begin = field<uint64_t>(o, sh(symtab) + 0x18), end = begin + field<uint64_t>(o, sh(symtab) + 0x20);
+    for (uint64_t at = begin; at + 24 <= end; at += 24)
+      if ((field<uint8_t>(o, at + 4) & 0xf) == 2 /* STT_FUNC */ && field<uint16_t>(o, at + 6) != 0)
+        set_field<uint64_t>(o, at + 8, 0xc200000000ull);
+  }
+  if (kind == 2 && rela >= 0) set_field<uint64_t>(o, field<uint64_t>(o, sh(rela) + 0x18), 0x7800090); // r_offset
+  if (kind == 3) set_field<uint64_t>(o, sh(shnum - 1) + 0x20, 0x120000000000ull);                   // sh_size
+  if (kind == 4 && symtab >= 0) set_field<uint64_t>(o, sh(symtab) + 0x20, 153);                      // not whole symbols
+  if (kind == 5 && rela >= 0) set_field<uint32_t>(o, field<uint64_t>(o, sh(rela) + 0x18) + 8, 0xfe); // a relocation type
+  if (kind == 5 && rela < 0) set_field<uint32_t>(o, sh(1), 0x7fffff00);        // JITLink rejects (the fallback)
+  return o;
+}
+
+TEST(DiskCache, ObjectsWithDamagedStructureAndValidChecksumsAreRecompiled) {
+  const std::string dir = fresh_dir("damaged");
+  const ChildReport first = run_child(dir);
+  ASSERT_FALSE(first.result.empty()) << first.output;
+  size_t damaged = 0;
+  for (const auto& e : fs::directory_iterator(dir)) // every kind of damage, one entry each at least
+    replace_object(e.path(), damaged_elf(object_of(e.path()), static_cast<int>(damaged++ % 6)));
+  ASSERT_GE(damaged, 6u);
+  const ChildReport r = run_child(dir);
+  EXPECT_EQ(r.result, first.result) << r.output;
+  EXPECT_EQ(r.rejects, damaged) << r.output;
+  EXPECT_EQ(r.compiles, first.compiles) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(DiskCache, ConcurrentWritersAreSafe) {
   const std::string dir = fresh_dir("concurrent");
   auto a = std::async(std::launch::async, [&] { return run_child(dir); });
@@ -175,6 +254,58 @@ TEST(DiskCache, UnusableDirectoryDisablesTheCacheWithOneWarning) {
   for (size_t pos = 0; (pos = r.output.find("kernel disk cache disabled", pos)) != std::string::npos; ++pos) ++warnings;
   EXPECT_EQ(warnings, 1u) << r.output;
   fs::remove(file);
+}
+
+TEST(DiskCache, OneUnwritableEntryKeepsTheRestOfTheCache) {
+  const std::string dir = fresh_dir("unwritable");
+  const auto any = [](const std::string&) { return true; };
+  codegen::DiskCache cache(".o");
+  cache.open(dir);
+  cache.write("kernel a", "object a");
+  cache.write("kernel b", "object b");
+  std::vector<fs::path> entries(fs::directory_iterator(dir), fs::directory_iterator{});
+  ASSERT_EQ(entries.size(), 2u);
+  for (const fs::path& e : entries) { // b's entry becomes a non-empty directory: renaming onto it fails
+    std::ifstream in(e, std::ios::binary);
+    const std::string data((std::istreambuf_iterator<char>(in)), {});
+    if (data.find("object b") == std::string::npos) continue;
+    fs::remove(e);
+    fs::create_directories(e / "x");
+  }
+  cache.write("kernel b", "object b2"); // fails (one warning)
+  EXPECT_EQ(cache.read("kernel a", any), std::optional<std::string>("object a")) << "reads go on";
+  cache.write("kernel c", "object c");
+  EXPECT_EQ(cache.read("kernel c", any), std::optional<std::string>("object c")) << "other writes go on";
+  EXPECT_EQ(cache.read("kernel b", any), std::nullopt);
+  fs::remove_all(dir);
+}
+
+TEST(DiskCache, ReadOnlyWarmCacheIsStillRead) {
+  const std::string dir = fresh_dir("readonly");
+  const ChildReport first = run_child(dir);
+  ASSERT_FALSE(first.result.empty()) << first.output;
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  const std::string as_user = ::geteuid() == 0 ? "KILN_TEST_UID=65534 " : ""; // permissions bind root too little
+  const ChildReport second = run_child_with(as_user + "KILN_CACHE_DIR='" + dir + "'");
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::add);
+  EXPECT_EQ(second.result, first.result) << second.output;
+  EXPECT_EQ(second.compiles, 0u) << second.output;
+  EXPECT_EQ(second.hits, first.compiles) << second.output;
+  EXPECT_EQ(count(second.output, "read-only"), 1u) << second.output;
+  EXPECT_EQ(count(second.output, "cannot drop"), 0u) << second.output;
+  fs::remove_all(dir);
+}
+
+TEST(DiskCache, EmptyHomeMeansNoDiskCacheWithOneWarning) {
+  const bool existed = fs::exists("/.cache/kiln");
+  const ChildReport r = run_child_with("-u KILN_CACHE_DIR HOME=");
+  ASSERT_FALSE(r.result.empty()) << r.output;
+  EXPECT_EQ(r.hits, 0u);
+  EXPECT_EQ(count(r.output, "kernel disk cache disabled"), 1u) << r.output;
+  if (!existed) {
+    EXPECT_FALSE(fs::exists("/.cache/kiln")) << "the cache went to /.cache/kiln";
+  }
 }
 
 } // namespace

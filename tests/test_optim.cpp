@@ -9,6 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "graph/node.h"
@@ -198,7 +201,7 @@ TEST(Optimizer, SkipsParametersWithoutGradientAndValidates) {
   EXPECT_NE(a.item<double>(), 1.0);
   EXPECT_EQ(b.item<double>(), 2.0);
   EXPECT_EQ(opt.steps(1), 0);
-  EXPECT_EQ(opt.state_dict().size(), 3u); // 0.exp_avg, 0.exp_avg_sq, 0.step
+  EXPECT_EQ(opt.state_dict().size(), 4u); // 0.exp_avg, 0.exp_avg_sq, 0.step, 1.step (0: no update yet)
   EXPECT_THROW(optim::SGD({from_vector<double>({1.0})}), Error); // does not require grad
   EXPECT_THROW(optim::SGD({a}, {.lr = 0.1, .nesterov = true}), Error);
   EXPECT_THROW(optim::Adam({a}, {.betas = {1.0, 0.9}}), Error);
@@ -569,4 +572,186 @@ TEST(Checkpoint, SaveIntoMissingDirectoryFails) {
                 .find("cannot create a temporary file"),
             std::string::npos);
   EXPECT_THROW(checkpoint::save_safetensors("/tmp/x.safetensors", {{"a", zeros({1})}, {"a", zeros({1})}}), Error);
+}
+
+namespace {
+// A checkpoint of small_model() and an Adam after two steps, as its contents.
+checkpoint::Contents trained_checkpoint(const std::string& path) {
+  nn::manual_seed(5);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  for (int64_t s = 0; s < 2; ++s) train_step(m, opt, s);
+  checkpoint::save(path, m, &opt);
+  return checkpoint::load_safetensors(path);
+}
+
+// The load error of `contents` (rewritten to `path`) into a fresh model and Adam.
+std::string load_error(const std::string& path, const checkpoint::Contents& contents) {
+  checkpoint::save_safetensors(path, contents.tensors, contents.metadata);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 0.5});
+  return error_of([&] { checkpoint::load(path, m, &opt); });
+}
+} // namespace
+
+TEST(Checkpoint, MissingOptimizerEntriesAreReported) {
+  const fs::path dir = temp_dir("missing_opt");
+  const std::string path = (dir / "c.safetensors").string();
+  const checkpoint::Contents full = trained_checkpoint(path);
+  EXPECT_EQ(load_error(path, full), "(no error)");
+  checkpoint::Contents c = full; // one slot of one parameter dropped
+  std::erase_if(c.tensors, [](const auto& e) { return e.first == "optimizer.0.exp_avg_sq"; });
+  std::string e = load_error(path, c);
+  EXPECT_NE(e.find("missing \"0.exp_avg_sq\""), std::string::npos) << e;
+  c = full; // every entry of parameter 1 dropped
+  std::erase_if(c.tensors, [](const auto& e) { return e.first.rfind("optimizer.1.", 0) == 0; });
+  e = load_error(path, c);
+  EXPECT_NE(e.find("missing \"1.step\""), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, MetadataNumbersMustBeFiniteDecimals) {
+  const fs::path dir = temp_dir("lr");
+  const std::string path = (dir / "c.safetensors").string();
+  checkpoint::Contents c = trained_checkpoint(path);
+  for (const char* bad : {"abc", "0x10", "inf", "-inf", "nan", "1e999", "", " 1", "1 ", "1e-3x", "-0.5"}) {
+    c.metadata["lr"] = bad;
+    const std::string e = load_error(path, c);
+    EXPECT_NE(e.find("\"lr\""), std::string::npos) << "lr = \"" << bad << "\": " << e;
+  }
+  c.metadata["lr"] = "2.5e-3";
+  checkpoint::save_safetensors(path, c.tensors, c.metadata);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 0.5});
+  checkpoint::load(path, m, &opt);
+  EXPECT_EQ(opt.lr(), 2.5e-3);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, StaleTemporariesOfTheTargetAreRemovedLiveOnesKept) {
+  const fs::path dir = temp_dir("stale");
+  const fs::path target = dir / "c.safetensors";
+  auto make = [&](const std::string& name) {
+    std::ofstream(dir / name) << "partial";
+    return dir / name;
+  };
+  const fs::path killed1 = make("c.safetensors.tmp.aB3dE9"), killed2 = make("c.safetensors.tmp.Zz0000");
+  const fs::path other_target = make("d.safetensors.tmp.aB3dE9"), not_ours = make("c.safetensors.tmp.seven77");
+  // A live writer (in any process) holds an flock on its temporary file.
+  const fs::path live = make("c.safetensors.tmp.LIVE01");
+  const int fd = ::open(live.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  checkpoint::save_safetensors(target.string(), {{"a", zeros({3})}});
+  EXPECT_FALSE(fs::exists(killed1));
+  EXPECT_FALSE(fs::exists(killed2));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other_target));
+  EXPECT_TRUE(fs::exists(not_ours));
+  ::close(fd); // the writer died: its file is stale now
+  checkpoint::save_safetensors(target.string(), {{"a", zeros({3})}});
+  EXPECT_FALSE(fs::exists(live));
+  EXPECT_EQ(checkpoint::load_safetensors(target.string()).tensors.size(), 1u);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, FilesHonourTheUmaskAndSymlinksAreWrittenThrough) {
+  const fs::path dir = temp_dir("mode");
+  const mode_t old = ::umask(022);
+  checkpoint::save_safetensors((dir / "a.safetensors").string(), {{"a", zeros({3})}});
+  ::umask(077);
+  checkpoint::save_safetensors((dir / "b.safetensors").string(), {{"a", zeros({3})}});
+  ::umask(old);
+  struct stat a {}, b {};
+  ASSERT_EQ(::stat((dir / "a.safetensors").c_str(), &a), 0);
+  ASSERT_EQ(::stat((dir / "b.safetensors").c_str(), &b), 0);
+  EXPECT_EQ(a.st_mode & 0777, 0644u);
+  EXPECT_EQ(b.st_mode & 0777, 0600u);
+  // A symlinked path (to a file in another directory, by a relative name) is written through.
+  fs::create_directories(dir / "real");
+  fs::create_symlink("real/target.safetensors", dir / "link.safetensors");
+  checkpoint::save_safetensors((dir / "link.safetensors").string(), {{"x", from_vector<float>({1, 2})}});
+  EXPECT_TRUE(fs::is_symlink(dir / "link.safetensors"));
+  ASSERT_TRUE(fs::is_regular_file(dir / "real" / "target.safetensors"));
+  EXPECT_EQ(checkpoint::load_safetensors((dir / "link.safetensors").string()).tensors.at(0).second.to_vector<float>(),
+            (std::vector<float>{1, 2}));
+  fs::remove_all(dir);
+}
+
+// A safetensors file with the given header JSON and data, written by hand.
+std::vector<uint8_t> handmade_safetensors(std::string header, const std::string& data) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<uint8_t> out(8);
+  const uint64_t len = header.size();
+  std::memcpy(out.data(), &len, 8);
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+TEST(Checkpoint, NamesThatAreNotUtf8AreRejectedOnWriteAndRead) {
+  const fs::path dir = temp_dir("utf8");
+  const std::string path = (dir / "u.safetensors").string();
+  for (const std::string bad : {"w\xff", "\xc3", "\xed\xa0\x80" /* a surrogate */, "\xc0\xaf" /* overlong */}) {
+    const std::string e = error_of([&] { checkpoint::save_safetensors(path, {{bad, zeros({1})}}); });
+    EXPECT_NE(e.find("UTF-8"), std::string::npos) << e;
+    write_bytes(path, handmade_safetensors("{\"" + bad + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                                           std::string(4, '\0')));
+    EXPECT_NE(error_of([&] { checkpoint::load_safetensors(path); }).find("corrupt header"), std::string::npos);
+  }
+  EXPECT_NE(error_of([&] { checkpoint::save_safetensors(path, {{"a", zeros({1})}}, {{"k", "\xff"}}); }).find("UTF-8"),
+            std::string::npos);
+  checkpoint::save_safetensors(path, {{"gr\xc3\xb6\xc3\x9f" "e \xf0\x9f\x94\xa5", zeros({1})}}); // valid: kept
+  EXPECT_EQ(checkpoint::load_safetensors(path).tensors.at(0).first, "gr\xc3\xb6\xc3\x9f" "e \xf0\x9f\x94\xa5");
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, DataDigestIsWrittenAndVerified) {
+  const fs::path dir = temp_dir("digest");
+  const std::string path = (dir / "d.safetensors").string();
+  checkpoint::save_safetensors(path, {{"w", from_vector<float>({1, 2, 3, 4})}}, {{"note", "x"}});
+  std::vector<uint8_t> b = read_bytes(path);
+  const std::string text(b.begin(), b.end());
+  EXPECT_NE(text.find("\"kiln.data_crc32\":\""), std::string::npos) << "the digest is in __metadata__";
+  EXPECT_EQ(checkpoint::load_safetensors(path).metadata, (checkpoint::Metadata{{"note", "x"}}));
+  b[b.size() - 3] ^= 0x40; // one bit of the data flipped
+  write_bytes(path, b);
+  const std::string e = error_of([&] { checkpoint::load_safetensors(path); });
+  EXPECT_NE(e.find("CRC-32"), std::string::npos) << e;
+  // A file without a digest (as other writers make) loads; a malformed digest does not.
+  const std::string entry = "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}";
+  write_bytes(path, handmade_safetensors("{" + entry + "}", std::string(4, '\0')));
+  EXPECT_EQ(checkpoint::load_safetensors(path).tensors.size(), 1u);
+  write_bytes(path, handmade_safetensors("{\"__metadata__\":{\"kiln.data_crc32\":\"xyz\"}," + entry + "}", std::string(4, '\0')));
+  EXPECT_NE(error_of([&] { checkpoint::load_safetensors(path); }).find("kiln.data_crc32"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::save_safetensors(path, {{"a", zeros({1})}}, {{"kiln.data_crc32", "0"}}); })
+                .find("reserved"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, DirectoryPathIsAnError) {
+  const fs::path dir = temp_dir("isdir");
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters());
+  EXPECT_NE(error_of([&] { checkpoint::load(dir.string(), m, &opt); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::load_safetensors(dir.string()); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint::save(dir.string(), m, &opt); }).find("is a directory"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, HeaderJsonLimitsAndDuplicates) {
+  const fs::path dir = temp_dir("json");
+  const std::string path = (dir / "j.safetensors").string();
+  auto error_for = [&](const std::string& header) {
+    write_bytes(path, handmade_safetensors(header, ""));
+    return error_of([&] { checkpoint::load_safetensors(path); });
+  };
+  EXPECT_NE(error_for("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}").find("nested too deeply"), std::string::npos);
+  const std::string entry = "{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  EXPECT_NE(error_for("{\"a\":" + entry + ",\"a\":" + entry + "}").find("duplicate name \"a\""), std::string::npos);
+  EXPECT_NE(error_for("{\"a\":{\"dtype\":\"F32\",\"shape\":[9223372036854775808],\"data_offsets\":[0,0]}}").find("out of range"),
+            std::string::npos);
+  EXPECT_NE(error_for("{\"a\":tru}").find("at byte"), std::string::npos);
+  fs::remove_all(dir);
 }

@@ -124,6 +124,36 @@ TEST(Threads, SameGraphFromTwoThreadsAtOnce) {
   }
 }
 
+// One thread assigns a tensor (plain values and lazy expressions) while another reads it:
+// each read sees one whole value, the old or the new one (README "Threads").
+TEST(Threads, AssignWhileAnotherThreadReads) {
+  const int64_t n = 256;
+  auto filled = [&](float v) { return from_vector(std::vector<float>(static_cast<size_t>(n), v)); };
+  Tensor t = filled(0);
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0}, reads{0};
+  auto read = [&] {
+    while (!done.load()) {
+      const std::vector<float> v = t.to_vector<float>();
+      ++reads;
+      for (float x : v)
+        if (x != v[0]) ++bad; // one value throughout
+    }
+  };
+  std::thread reader(read), reader2(read);
+  for (int k = 1; k <= 5000; ++k) {
+    Tensor next = k % 2 ? filled(static_cast<float>(k)) : (filled(static_cast<float>(k) * 0.5f) * 2.0); // lazy half the time
+    t.assign(next);
+    if (k % 3 == 0) t.realize();
+  }
+  while (reads.load() < 50) std::this_thread::yield(); // the reader also saw the last values
+  done = true;
+  reader.join();
+  reader2.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 5000.0f);
+}
+
 TEST(Determinism, OneAndTwoTbbThreadsGiveBitwiseTheSameResults) {
   std::vector<uint64_t> one, two;
   std::vector<std::vector<uint64_t>> progs_one, progs_two;

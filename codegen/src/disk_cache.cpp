@@ -17,21 +17,30 @@ namespace {
 
 void append_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
 
-void warn(const std::string& why) { std::fprintf(stderr, "[kiln] warning: kernel disk cache disabled: %s\n", why.c_str()); }
+void warn(const std::string& what) { std::fprintf(stderr, "[kiln] warning: kernel disk cache %s\n", what.c_str()); }
 
 } // namespace
 
+void DiskCache::warn_disabled(const std::string& why) { warn("disabled: " + why); }
+
 void DiskCache::open(const std::string& dir) {
   dir_.clear();
+  writable_ = false;
   if (dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string probe = dir + "/.probe." + std::to_string(::getpid());
   if (!ec && std::ofstream(probe).good() && std::filesystem::remove(probe, ec)) {
     dir_ = dir;
+    writable_ = true;
     return;
   }
-  warn("cannot write to " + dir);
+  if (std::filesystem::is_directory(dir, ec) && ::access(dir.c_str(), R_OK | X_OK) == 0) {
+    dir_ = dir;
+    warn("at " + dir + " is read-only: its kernels are used, new ones are not stored");
+    return;
+  }
+  warn_disabled("cannot write to " + dir);
 }
 
 std::optional<std::string> DiskCache::read(const std::string& key, const std::function<bool(const std::string&)>& valid) {
@@ -69,7 +78,7 @@ std::optional<std::string> DiskCache::read(const std::string& key, const std::fu
 }
 
 void DiskCache::write(const std::string& key, const std::string& object) {
-  if (!enabled()) return;
+  if (!writable_) return;
   static std::atomic<uint64_t> counter{0};
   const std::string final_path = path(key);
   const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -86,8 +95,8 @@ void DiskCache::write(const std::string& key, const std::string& object) {
   if (out.good()) std::filesystem::rename(tmp, final_path, ec);
   if (!out.good() || ec) {
     std::filesystem::remove(tmp, ec);
-    warn("cannot write " + final_path);
-    dir_.clear();
+    if (!warned_write_) warn("cannot store " + final_path + " (that kernel is not cached; further failures are not reported)");
+    warned_write_ = true;
   }
 }
 

@@ -22,6 +22,7 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/ELFObjectFile.h>
 #include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
@@ -55,22 +56,79 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
-/// True when `object` parses as an object file with a defined symbol `symbol`.
-bool defines(const std::string& object, const std::string& symbol) {
+using Elf = llvm::object::ELF64LE;
+
+/// Why the relocations of section `sec` cannot be applied safely ("" when they can).
+std::string relocation_problem(const llvm::object::ELFFile<Elf>& ef, const Elf::Shdr& sec) {
+  if (sec.sh_type == llvm::ELF::SHT_REL) return "REL relocations (x86-64 objects use RELA)";
+  auto relas = ef.relas(sec);
+  auto target = ef.getSection(sec.sh_info);
+  auto symtab = ef.getSection(sec.sh_link);
+  if (!relas) return llvm::toString(relas.takeError());
+  if (!target) return llvm::toString(target.takeError());
+  if (!symtab) return llvm::toString(symtab.takeError());
+  if ((*symtab)->sh_type != llvm::ELF::SHT_SYMTAB) return "relocations without a symbol table";
+  const uint64_t symbols = (*symtab)->sh_size / sizeof(Elf::Sym);
+  for (const Elf::Rela& r : *relas) {
+    const uint64_t width = r.getType(false) == llvm::ELF::R_X86_64_64 ? 8 : 4;
+    if (r.r_offset > (*target)->sh_size || (*target)->sh_size - r.r_offset < width)
+      return "a relocation outside its section";
+    if (r.getSymbol(false) >= symbols) return "a relocation of a symbol that does not exist";
+  }
+  return "";
+}
+
+/// Why the symbols of symbol table `symtab` are unsafe ("" when they are safe); sets
+/// `defines` when one of them is the function `symbol`, defined.
+std::string symbol_problem(const llvm::object::ELFFile<Elf>& ef, const Elf::Shdr& symtab,
+                           const llvm::ArrayRef<Elf::Shdr>& sections, const std::string& symbol, bool& defines) {
+  auto syms = ef.symbols(&symtab);
+  auto strtab = ef.getStringTableForSymtab(symtab);
+  if (!syms) return llvm::toString(syms.takeError());
+  if (!strtab) return llvm::toString(strtab.takeError());
+  for (const Elf::Sym& sym : *syms) {
+    auto name = sym.getName(*strtab);
+    if (!name) return llvm::toString(name.takeError());
+    const uint16_t shndx = sym.st_shndx;
+    if (shndx == llvm::ELF::SHN_UNDEF || shndx >= llvm::ELF::SHN_LORESERVE) continue;
+    if (shndx >= sections.size()) return "a symbol in a section that does not exist";
+    const Elf::Shdr& in = sections[shndx];
+    if (sym.getType() != llvm::ELF::STT_SECTION && (sym.st_value > in.sh_size || in.sh_size - sym.st_value < sym.st_size))
+      return "symbol " + name->str() + " extends past its section";
+    if (*name == symbol && sym.getType() == llvm::ELF::STT_FUNC && (in.sh_flags & llvm::ELF::SHF_EXECINSTR)) defines = true;
+  }
+  return "";
+}
+
+/// Why `object` must not be linked ("" when it may): it must be an ELF64 relocatable
+/// object for `arch` whose sections, symbols and relocations all lie within the file and
+/// their sections, defining the function `symbol`. A checksum only proves the bytes are
+/// those written; this keeps a damaged or forged entry's structure from reaching the
+/// linker (LLVM's ELF reader reports most of it as errors, some of it crashes JITLink).
+std::string object_problem(const std::string& object, const std::string& symbol, llvm::Triple::ArchType arch) {
   auto file = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(object, symbol));
-  if (!file) {
-    llvm::consumeError(file.takeError());
-    return false;
+  if (!file) return llvm::toString(file.takeError());
+  const auto* elf = llvm::dyn_cast<llvm::object::ELF64LEObjectFile>(file->get());
+  if (!elf || elf->getArch() != arch) return "not an ELF64 object for the host";
+  const llvm::object::ELFFile<Elf>& ef = elf->getELFFile();
+  if (ef.getHeader().e_type != llvm::ELF::ET_REL) return "not a relocatable object";
+  auto sections = ef.sections();
+  if (!sections) return llvm::toString(sections.takeError());
+  bool defines = false;
+  for (const Elf::Shdr& sec : *sections) {
+    auto name = ef.getSectionName(sec);
+    if (!name) return llvm::toString(name.takeError());
+    if (sec.sh_entsize && sec.sh_size % sec.sh_entsize) return "section " + name->str() + ": size not a multiple of its entries";
+    if (sec.sh_type != llvm::ELF::SHT_NOBITS) {
+      auto contents = ef.getSectionContents(sec);
+      if (!contents) return llvm::toString(contents.takeError());
+    }
+    std::string problem;
+    if (sec.sh_type == llvm::ELF::SHT_REL || sec.sh_type == llvm::ELF::SHT_RELA) problem = relocation_problem(ef, sec);
+    if (sec.sh_type == llvm::ELF::SHT_SYMTAB) problem = symbol_problem(ef, sec, *sections, symbol, defines);
+    if (!problem.empty()) return "section " + name->str() + ": " + problem;
   }
-  for (const llvm::object::SymbolRef& s : (*file)->symbols()) {
-    auto name = s.getName();
-    auto flags = s.getFlags();
-    const bool defined = name && flags && *name == symbol && !(*flags & llvm::object::SymbolRef::SF_Undefined);
-    if (!name) llvm::consumeError(name.takeError());
-    if (!flags) llvm::consumeError(flags.takeError());
-    if (defined) return true;
-  }
-  return false;
+  return defines ? "" : "no function " + symbol;
 }
 
 } // namespace
@@ -219,19 +277,44 @@ struct LlvmJit::Impl {
         return it->second;
       }
       key = disk.enabled() ? cache_key(k) : std::string();
-      if (disk.enabled()) object = disk.read(key, [&](const std::string& obj) { return defines(obj, k.name); });
+      if (disk.enabled()) object = disk.read(key, [&](const std::string& obj) { return loadable(obj, k.name); });
     }
     source = object ? Source::Disk : Source::Compiled;
     if (!object) object = object_code(k);
     // A GEMM kernel calls its support routines: they are linked first.
     if (k.gemm) ensure_gemm_support(gemm_support_of(k));
-    std::lock_guard lock(mu);
+    std::unique_lock lock(mu);
     if (auto it = cache.find(k.name); it != cache.end()) return it->second; // another thread was first
-    if (source == Source::Compiled) {
-      disk.write(key, *object);
-      ++compiled;
+    if (source == Source::Disk) {
+      if (auto fn = add_from_disk(k, *object, t0)) return fn;
+      source = Source::Compiled; // it would not link: compiled after all
+      lock.unlock();             // (object_code may take the lock for this thread's TargetMachine)
+      object = object_code(k);
+      lock.lock();
+      if (auto it = cache.find(k.name); it != cache.end()) return it->second;
     }
-    return add(k, *object, t0);
+    disk.write(key, *object);
+    ++compiled;
+    return add(k, *object, t0, jit->getMainJITDylib().getDefaultResourceTracker());
+  }
+
+  /// True when a cached object may be linked (see object_problem).
+  bool loadable(const std::string& object, const std::string& symbol) const {
+    return object_problem(object, symbol, tm->getTargetTriple().getArch()).empty();
+  }
+
+  /// Links a disk-cached object under a resource tracker of its own; when LLVM still
+  /// fails to link it, removes what it added, counts the entry as a reject and returns
+  /// null (the lock is held).
+  CpuKernelFn add_from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0) {
+    auto rt = jit->getMainJITDylib().createResourceTracker();
+    try {
+      return add(k, object, t0, rt);
+    } catch (const Error&) {
+      check(rt->remove(), "removing the cached object of " + k.name);
+      disk.reject_hit();
+      return nullptr;
+    }
   }
 
   /// Links the GEMM support routines `s` into the JIT, from the disk cache or compiled,
@@ -245,7 +328,7 @@ struct LlvmJit::Impl {
       std::lock_guard lock(mu);
       if (supports.count(name)) return;
       key = disk.enabled() ? "gemm support " + name + "\n" + target_key() : std::string();
-      if (auto object = disk.enabled() ? disk.read(key, [&](const std::string& obj) { return defines(obj, s.defined_symbol()); }) : std::nullopt)
+      if (auto object = disk.enabled() ? disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); }) : std::nullopt)
         return add_support(name, *object);
     }
     llvm::TargetMachine& tm = thread_target_machine();
@@ -265,9 +348,10 @@ struct LlvmJit::Impl {
     supports.insert(name);
   }
 
-  /// Links object code into the JIT and caches its entry point (the lock is held).
-  CpuKernelFn add(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0) {
-    check(jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, k.name)), "adding " + k.name);
+  /// Links object code into the JIT under `rt` and caches its entry point (the lock is held).
+  CpuKernelFn add(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0,
+                  const llvm::orc::ResourceTrackerSP& rt) {
+    check(jit->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(object, k.name)), "adding " + k.name);
     auto fn = check(jit->lookup(k.name), "looking up " + k.name).toPtr<CpuKernelFn>();
     cache.emplace(k.name, fn);
     last_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -1,20 +1,30 @@
-// safetensors checkpoints: a small JSON reader and writer, validation of the
-// header against the file, atomic writes, and model/optimizer save and load.
+// safetensors checkpoints: the JSON header (nlohmann-json), validation of the header
+// against the file, a digest of the data, atomic writes, and model/optimizer save and load.
 
 #include "kiln/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include "frontend/src/tensor_impl.h"
 #include "kiln/nn.h"
@@ -30,222 +40,52 @@ namespace {
 
 // ---------------------------------------------------------------- JSON
 
-// A parsed JSON value. Numbers without fraction or exponent are kept exactly as integers.
-struct Json {
-  enum class Kind { Null, Bool, Int, Float, String, Array, Object } kind = Kind::Null;
-  bool boolean = false;
-  int64_t integer = 0;
-  double number = 0;
-  std::string string;
-  std::vector<Json> array;
-  struct Member;                // (key, value); a std::pair<std::string, Json> would need Json complete here
-  std::vector<Member> object;   // in file order
-};
-struct Json::Member {
-  std::string first;
-  Json second;
-};
+// The header's JSON (nlohmann's, RFC 8259, UTF-8 checked), keeping the file's order.
+using Json = nlohmann::ordered_json;
 
-// A recursive-descent JSON parser (RFC 8259) with a depth limit; throws a message with the byte offset.
-class JsonParser {
-public:
-  explicit JsonParser(std::string_view text) : s_(text) {}
+constexpr int kMaxJsonDepth = 64;
 
-  Json parse_document() {
-    Json v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("unexpected characters after the JSON value");
-    return v;
+// Parses the header; throws std::runtime_error with a message (and the byte offset where
+// the parser has one). Besides nlohmann's checks: a nesting limit, integers that fit
+// int64, and no duplicate top-level names.
+Json parse_json_header(std::string_view text) {
+  std::set<std::string> names;
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    const bool opens = event == E::object_start || event == E::array_start;
+    if (opens && depth > kMaxJsonDepth) throw std::runtime_error("JSON nested too deeply");
+    if (event == E::value && parsed.is_number_unsigned() &&
+        parsed.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw std::runtime_error("integer out of range");
+    if (event == E::key && depth == 1 && !names.insert(parsed.get<std::string>()).second)
+      throw std::runtime_error("duplicate name \"" + parsed.get<std::string>() + "\"");
+    return true;
+  };
+  try {
+    return Json::parse(text, check);
+  } catch (const Json::parse_error& e) {
+    const std::string what = e.what();
+    const size_t colon = what.find(": ");
+    throw std::runtime_error((colon == std::string::npos ? what : what.substr(colon + 2)) + " at byte " +
+                             std::to_string(e.byte) + " of the header");
+  } catch (const Json::exception& e) { // a number out of range
+    const std::string what = e.what();
+    throw std::runtime_error(what.substr(what.find(']') + 2));
   }
-
-private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::runtime_error(what + " at byte " + std::to_string(pos_) + " of the header");
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
-  }
-  char peek() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("unexpected end of the JSON text");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  void literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) fail("invalid literal");
-    pos_ += word.size();
-  }
-
-  Json value(int depth) {
-    if (depth > 64) fail("JSON nested too deeply");
-    Json v;
-    switch (peek()) {
-    case '{': return object(depth);
-    case '[': return array(depth);
-    case '"': v.kind = Json::Kind::String; v.string = string(); return v;
-    case 't': literal("true"); v.kind = Json::Kind::Bool; v.boolean = true; return v;
-    case 'f': literal("false"); v.kind = Json::Kind::Bool; return v;
-    case 'n': literal("null"); return v;
-    default: return number();
-    }
-  }
-
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Kind::Object;
-    expect('{');
-    if (peek() == '}') return ++pos_, v;
-    for (;;) {
-      if (peek() != '"') fail("expected a string key");
-      std::string key = string();
-      expect(':');
-      v.object.emplace_back(std::move(key), value(depth + 1));
-      if (peek() == '}') return ++pos_, v;
-      expect(',');
-    }
-  }
-
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Kind::Array;
-    expect('[');
-    if (peek() == ']') return ++pos_, v;
-    for (;;) {
-      v.array.push_back(value(depth + 1));
-      if (peek() == ']') return ++pos_, v;
-      expect(',');
-    }
-  }
-
-  unsigned hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else fail("invalid \\u escape");
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  void escape(std::string& out) {
-    if (pos_ >= s_.size()) fail("truncated escape");
-    const char c = s_[pos_++];
-    switch (c) {
-    case '"': case '\\': case '/': out += c; return;
-    case 'b': out += '\b'; return;
-    case 'f': out += '\f'; return;
-    case 'n': out += '\n'; return;
-    case 'r': out += '\r'; return;
-    case 't': out += '\t'; return;
-    case 'u': break;
-    default: fail("invalid escape");
-    }
-    unsigned cp = hex4();
-    if (cp >= 0xd800 && cp < 0xdc00) { // a surrogate pair
-      if (s_.substr(pos_, 2) != "\\u") fail("unpaired surrogate");
-      pos_ += 2;
-      const unsigned lo = hex4();
-      if (lo < 0xdc00 || lo >= 0xe000) fail("invalid surrogate pair");
-      cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-    }
-    append_utf8(out, cp);
-  }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c == '\\') escape(out);
-      else out += c;
-    }
-  }
-
-  Json number() {
-    const size_t start = pos_;
-    bool is_int = true;
-    if (s_[pos_] == '-') ++pos_;
-    auto digits = [&] {
-      const size_t b = pos_;
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-      if (pos_ == b) fail("invalid number");
-    };
-    digits();
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      is_int = false;
-      ++pos_;
-      digits();
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      is_int = false;
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      digits();
-    }
-    const std::string text(s_.substr(start, pos_ - start));
-    Json v;
-    errno = 0;
-    if (is_int) {
-      v.kind = Json::Kind::Int;
-      v.integer = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE) fail("integer out of range");
-    } else {
-      v.kind = Json::Kind::Float;
-      v.number = std::strtod(text.c_str(), nullptr);
-    }
-    return v;
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-void write_json_string(std::string& out, const std::string& s) {
-  static const char* hexd = "0123456789abcdef";
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      out += "\\u00";
-      out += hexd[c >> 4];
-      out += hexd[c & 0xf];
-    } else {
-      out += ch;
-    }
-  }
-  out += '"';
 }
+
+// True when s is valid UTF-8 (nlohmann's serializer is the judge, as its parser is on read).
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)Json(s).dump();
+    return true;
+  } catch (const Json::type_error&) {
+    return false;
+  }
+}
+
+// s as a JSON string, invalid UTF-8 shown as U+FFFD: for messages.
+std::string quoted(const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // ---------------------------------------------------------------- dtypes
 
@@ -288,44 +128,73 @@ Tensor make_tensor(DType dt, const uint8_t* p, const IntList& shape) {
   return Tensor();
 }
 
-// ---------------------------------------------------------------- writing
+// ---------------------------------------------------------------- the data digest
 
-std::string build_header(const NamedTensors& tensors, const Metadata& metadata) {
-  std::string h = "{";
-  if (!metadata.empty()) {
-    write_json_string(h, "__metadata__");
-    h += ":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) h += ',';
-      first = false;
-      write_json_string(h, k);
-      h += ':';
-      write_json_string(h, v);
-    }
-    h += '}';
-  }
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (h.size() > 1) h += ',';
-    write_json_string(h, name);
-    h += ":{\"dtype\":\"" + st_dtype(t.dtype()) + "\",\"shape\":[";
-    for (size_t d = 0; d < t.shape().size(); ++d) h += (d ? "," : "") + std::to_string(t.shape()[d]);
-    const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
-    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
-    offset += bytes;
-  }
-  h += '}';
-  h.append((8 - h.size() % 8) % 8, ' '); // the data starts 8-byte aligned, as the reference writer does
-  return h;
+// "__metadata__" key of the optional digest: the CRC-32 (zlib's, as Python's zlib.crc32)
+// of the whole data buffer, 8 lowercase hex digits. Written by save_safetensors (about
+// 1 ms per 10 MB), verified by load_safetensors when present, not returned as metadata.
+const std::string kDigestKey = "kiln.data_crc32";
+
+uint32_t crc32_of(uint32_t crc, const void* data, size_t n) {
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), n));
 }
 
-void check_names(const NamedTensors& tensors) {
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// ---------------------------------------------------------------- writing
+
+// The host bytes of each tensor, in order, and their digest.
+struct Payload {
+  std::vector<std::shared_ptr<graph::Storage>> storage;
+  std::vector<size_t> bytes;
+  uint32_t crc = 0;
+};
+
+Payload payload_of(const NamedTensors& tensors) {
+  Payload p;
+  p.crc = crc32_of(0, nullptr, 0);
+  for (const auto& [name, t] : tensors) {
+    p.storage.push_back(detail::host_storage(t));
+    p.bytes.push_back(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+    p.crc = crc32_of(p.crc, p.storage.back()->data(), p.bytes.back());
+  }
+  return p;
+}
+
+std::string build_header(const NamedTensors& tensors, const Metadata& metadata, const Payload& payload) {
+  Json h = Json::object();
+  Json meta(metadata);
+  meta[kDigestKey] = hex32(payload.crc);
+  h["__metadata__"] = std::move(meta);
+  size_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i].second;
+    h[tensors[i].first] = {{"dtype", st_dtype(t.dtype())},
+                           {"shape", t.shape()},
+                           {"data_offsets", {offset, offset + payload.bytes[i]}}};
+    offset += payload.bytes[i];
+  }
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned, as the reference writer does
+  return text;
+}
+
+void check_names(const NamedTensors& tensors, const Metadata& metadata) {
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
     if (name.empty() || name == "__metadata__") throw Error("save_safetensors", "invalid tensor name \"" + name + "\"");
+    if (!valid_utf8(name)) throw Error("save_safetensors", "tensor name " + quoted(name) + " is not valid UTF-8");
     if (!seen.insert(name).second) throw Error("save_safetensors", "duplicate tensor name \"" + name + "\"");
     if (!t.defined()) throw Error("save_safetensors", "tensor \"" + name + "\" is undefined");
+  }
+  for (const auto& [k, v] : metadata) {
+    if (!valid_utf8(k) || !valid_utf8(v))
+      throw Error("save_safetensors", "metadata entry " + quoted(k) + ": " + quoted(v) + " is not valid UTF-8");
+    if (k == kDigestKey) throw Error("save_safetensors", "metadata key \"" + k + "\" is reserved (kiln writes the data's digest there)");
   }
 }
 
@@ -345,31 +214,99 @@ std::string dir_of(const std::string& path) {
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// Writes the file's bytes to a temporary file next to `path`, fsyncs it, renames it over `path`
-// and fsyncs the directory, so the rename itself is durable.
-void write_atomically(const std::string& path, const std::string& header, const NamedTensors& tensors) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) file_error(path, std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+std::string base_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The file a write to `path` replaces: `path`, or what its chain of symlinks names.
+std::string write_target(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(p, ec)) return p;
+    const std::filesystem::path to = std::filesystem::read_symlink(p, ec);
+    if (ec) file_error(path, "cannot read the symlink: " + ec.message());
+    p = to.is_absolute() ? to.string() : (std::filesystem::path(dir_of(p)) / to).string();
+  }
+  file_error(path, "too many levels of symbolic links");
+}
+
+// The process's umask, read without changing it (umask(2) can only swap it, racing other threads).
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
+  const mode_t m = ::umask(022); // no /proc: swap and restore
+  ::umask(m);
+  return m;
+}
+
+// Stale temporaries. A writer holds an exclusive flock() on its temporary file
+// "<target>.tmp.XXXXXX" from creating it until it has been renamed into place; the kernel
+// drops the lock when the writer dies, however it dies. So a temporary of the same target
+// that can be locked without waiting belongs to no live writer (in any process, or another
+// thread of this one: flock locks belong to the open file) and is removed. A writer that
+// finds its own new file unlinked (a cleaner got the lock in the instant between mkstemp
+// and flock) starts over with a fresh name.
+void remove_stale_temporaries(const std::string& target) {
+  const std::string prefix = base_of(target) + ".tmp.";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir_of(target), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool pattern = name.size() == prefix.size() + 6 && name.rfind(prefix, 0) == 0 &&
+                         std::all_of(name.end() - 6, name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+    if (!pattern) continue; // mkstemp's six letters and digits
+    const std::string p = it->path().string();
+    const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat by_fd {}, by_name {};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &by_fd) == 0 && ::lstat(p.c_str(), &by_name) == 0 &&
+        by_fd.st_ino == by_name.st_ino && by_fd.st_dev == by_name.st_dev && S_ISREG(by_fd.st_mode))
+      ::unlink(p.c_str());
+    ::close(fd); // drops the lock
+  }
+}
+
+// Creates and locks the temporary file for `target` (see remove_stale_temporaries); returns its fd.
+int create_temporary(const std::string& target, std::string& tmp) {
+  for (;;) {
+    tmp = target + ".tmp.XXXXXX";
+    const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+    if (fd < 0) file_error(target, std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+    struct stat st {};
+    if (::flock(fd, LOCK_EX) == 0 && ::fstat(fd, &st) == 0 && st.st_nlink > 0) return fd;
+    ::close(fd); // removed by a cleaner before we locked it: another name
+  }
+}
+
+// Writes the file's bytes to a temporary file next to the target, fsyncs it, renames it
+// over the target and fsyncs the directory, so the rename itself is durable. The file
+// gets mode 0666 & ~umask, as other tools' new files; a symlink's target is written.
+void write_atomically(const std::string& path, const std::string& header, const NamedTensors& tensors,
+                      const Payload& payload) {
+  const std::string target = write_target(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(target, ec)) file_error(path, "is a directory");
+  remove_stale_temporaries(target);
+  std::string tmp;
+  const int fd = create_temporary(target, tmp);
   try {
+    if (::fchmod(fd, 0666 & ~current_umask()) != 0) file_error(tmp, std::string("chmod failed: ") + std::strerror(errno));
     const uint64_t n = header.size();
     write_all(fd, &n, 8, tmp);
     write_all(fd, header.data(), header.size(), tmp);
-    for (const auto& [name, t] : tensors)
-      write_all(fd, detail::host_storage(t)->data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), tmp);
+    for (size_t i = 0; i < tensors.size(); ++i) write_all(fd, payload.storage[i]->data(), payload.bytes[i], tmp);
     if (::fsync(fd) != 0) file_error(tmp, std::string("fsync failed: ") + std::strerror(errno));
-    if (::close(fd) != 0) file_error(tmp, std::string("close failed: ") + std::strerror(errno));
+    if (::rename(tmp.c_str(), target.c_str()) != 0)
+      file_error(path, std::string("cannot rename the temporary file into place: ") + std::strerror(errno));
   } catch (...) {
-    ::close(fd);
     ::unlink(tmp.c_str());
+    ::close(fd);
     throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    file_error(path, std::string("cannot rename the temporary file into place: ") + std::strerror(e));
-  }
-  const int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (::close(fd) != 0) file_error(target, std::string("close failed: ") + std::strerror(errno));
+  const int dfd = ::open(dir_of(target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -379,12 +316,32 @@ void write_atomically(const std::string& path, const std::string& header, const 
 // ---------------------------------------------------------------- reading
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) file_error(path, std::string("cannot open: ") + std::strerror(errno));
-  const std::streamsize size = in.tellg();
-  std::vector<uint8_t> bytes(static_cast<size_t>(std::max<std::streamsize>(size, 0)));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) file_error(path, "read failed");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) file_error(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
+    ::close(fd);
+    file_error(path, dir ? "cannot open: is a directory" : "cannot open: not a regular file");
+  }
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    file_error(path, "cannot read: out of memory for " + std::to_string(st.st_size) + " bytes");
+  }
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const ssize_t r = ::read(fd, bytes.data() + at, bytes.size() - at);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ::close(fd);
+      file_error(path, "read failed");
+    }
+    at += static_cast<size_t>(r);
+  }
+  ::close(fd);
   return bytes;
 }
 
@@ -397,16 +354,15 @@ struct Entry {
 };
 
 const Json* member(const Json& obj, const std::string& key) {
-  for (const auto& [k, v] : obj.object)
-    if (k == key) return &v;
-  return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
 }
 
 bool non_negative_ints(const Json* v, size_t want, std::vector<int64_t>& out) {
-  if (!v || v->kind != Json::Kind::Array || (want && v->array.size() != want)) return false;
-  for (const Json& e : v->array) {
-    if (e.kind != Json::Kind::Int || e.integer < 0) return false;
-    out.push_back(e.integer);
+  if (!v || !v->is_array() || (want && v->size() != want)) return false;
+  for (const Json& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0) return false;
+    out.push_back(e.get<int64_t>());
   }
   return true;
 }
@@ -415,11 +371,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   Entry e;
   e.name = name;
   const std::string where = "tensor \"" + name + "\": ";
-  if (v.kind != Json::Kind::Object) file_error(path, "corrupt header: " + where + "not an object");
+  if (!v.is_object()) file_error(path, "corrupt header: " + where + "not an object");
   const Json* dt = member(v, "dtype");
-  if (!dt || dt->kind != Json::Kind::String) file_error(path, "corrupt header: " + where + "missing \"dtype\"");
-  if (!dtype_from_st(dt->string, e.dtype))
-    file_error(path, where + "unsupported dtype \"" + dt->string + "\" (kiln reads F32, F64, I32, I64, BOOL)");
+  if (!dt || !dt->is_string()) file_error(path, "corrupt header: " + where + "missing \"dtype\"");
+  if (!dtype_from_st(dt->get<std::string>(), e.dtype))
+    file_error(path, where + "unsupported dtype \"" + dt->get<std::string>() + "\" (kiln reads F32, F64, I32, I64, BOOL)");
   std::vector<int64_t> offs;
   if (!non_negative_ints(member(v, "shape"), 0, e.shape))
     file_error(path, "corrupt header: " + where + "\"shape\" must be a list of non-negative integers");
@@ -448,13 +404,26 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
 }
 
 Metadata parse_metadata(const std::string& path, const Json& v) {
-  if (v.kind != Json::Kind::Object) file_error(path, "corrupt header: \"__metadata__\" must be an object of strings");
+  if (!v.is_object()) file_error(path, "corrupt header: \"__metadata__\" must be an object of strings");
   Metadata m;
-  for (const auto& [k, s] : v.object) {
-    if (s.kind != Json::Kind::String) file_error(path, "corrupt header: \"__metadata__\" value of \"" + k + "\" is not a string");
-    m[k] = s.string;
+  for (const auto& [k, s] : v.items()) {
+    if (!s.is_string()) file_error(path, "corrupt header: \"__metadata__\" value of \"" + k + "\" is not a string");
+    m[k] = s.get<std::string>();
   }
   return m;
+}
+
+// Verifies the data against the digest in `metadata` when there is one, and removes it.
+void check_digest(const std::string& path, Metadata& metadata, const uint8_t* data, size_t n) {
+  auto it = metadata.find(kDigestKey);
+  if (it == metadata.end()) return;
+  const std::string want = it->second;
+  metadata.erase(it);
+  const bool hex = want.size() == 8 && want.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!hex) file_error(path, "corrupt header: \"" + kDigestKey + "\" must be 8 lowercase hex digits, got " + quoted(want));
+  const std::string got = hex32(crc32_of(crc32_of(0, nullptr, 0), data, n));
+  if (got != want)
+    file_error(path, "corrupt data: the tensor data's CRC-32 is " + got + " but the header says " + want);
 }
 
 // Entries must tile the data buffer exactly: no gaps, no overlaps, nothing after.
@@ -476,16 +445,29 @@ void check_layout(const std::string& path, std::vector<Entry>& entries, uint64_t
 
 std::string prefixed(const std::string& prefix, const std::string& name) { return prefix + name; }
 
+// A metadata value that must be a finite decimal number ("1e-3", "0.5", "-2"): not
+// "abc", "0x10", "inf", "nan", "1e999", " 1" or "1 ".
+double metadata_number(const std::string& path, const std::string& key, const std::string& text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v, std::chars_format::general);
+  const bool digits = !text.empty() && text.find_first_not_of("+-.0123456789eE") == std::string::npos;
+  if (ec != std::errc() || ptr != end || !digits || !std::isfinite(v))
+    file_error(path, "corrupt metadata: \"" + key + "\" must be a finite decimal number, got " + quoted(text));
+  return v;
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- public
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
-  check_names(tensors);
+  check_names(tensors, metadata);
   std::vector<Tensor> all;
   for (const auto& [name, t] : tensors) all.push_back(t);
   kiln::realize(all);
-  write_atomically(path, build_header(tensors, metadata), tensors);
+  const Payload payload = payload_of(tensors);
+  write_atomically(path, build_header(tensors, metadata, payload), tensors, payload);
 }
 
 Contents load_safetensors(const std::string& path) {
@@ -499,21 +481,20 @@ Contents load_safetensors(const std::string& path) {
   const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), header_len);
   Json root;
   try {
-    root = JsonParser(text).parse_document();
+    root = parse_json_header(text);
   } catch (const std::runtime_error& e) {
     file_error(path, std::string("corrupt header: ") + e.what());
   }
-  if (root.kind != Json::Kind::Object) file_error(path, "corrupt header: the JSON header must be an object");
+  if (!root.is_object()) file_error(path, "corrupt header: the JSON header must be an object");
   Contents out;
   std::vector<Entry> entries;
-  std::set<std::string> names;
-  for (const auto& [name, v] : root.object) {
-    if (!names.insert(name).second) file_error(path, "corrupt header: duplicate name \"" + name + "\"");
+  for (const auto& [name, v] : root.items()) {
     if (name == "__metadata__") out.metadata = parse_metadata(path, v);
     else entries.push_back(parse_entry(path, name, v));
   }
   const uint64_t data_start = 8 + header_len;
   check_layout(path, entries, bytes.size() - data_start);
+  check_digest(path, out.metadata, bytes.data() + data_start, bytes.size() - data_start);
   for (const Entry& e : entries)
     out.tensors.emplace_back(e.name, make_tensor(e.dtype, bytes.data() + data_start + e.begin, e.shape));
   return out;
@@ -571,7 +552,8 @@ Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* opti
     if (kind->second != optimizer->kind())
       file_error(path, "the checkpoint holds " + kind->second + " state, the optimizer is " + optimizer->kind());
     auto lr_it = c.metadata.find("lr");
-    lr = lr_it == c.metadata.end() ? optimizer->lr() : std::strtod(lr_it->second.c_str(), nullptr);
+    lr = lr_it == c.metadata.end() ? optimizer->lr() : metadata_number(path, "lr", lr_it->second);
+    if (lr < 0) file_error(path, "corrupt metadata: \"lr\" is negative (" + lr_it->second + ")");
     try {
       optimizer->load_state_dict(opt_entries); // validates before changing anything
     } catch (const Error& e) {

@@ -81,7 +81,6 @@ std::vector<Tensor> Optimizer::state() const {
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   for (size_t i = 0; i < state_.size(); ++i) {
-    if (state_[i].step == 0 && state_[i].slots.empty()) continue;
     for (const auto& [name, t] : state_[i].slots) out.emplace_back(std::to_string(i) + "." + name, t);
     out.emplace_back(std::to_string(i) + ".step", from_vector<int64_t>({state_[i].step}, {}));
   }
@@ -91,6 +90,7 @@ NamedTensors Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const NamedTensors& state) {
   const std::vector<std::string> known = slot_names();
   std::vector<ParamState> fresh(params_.size());
+  std::vector<bool> has_step(params_.size());
   std::string problems;
   auto problem = [&](const std::string& s) { problems += "\n  " + s; };
   for (const auto& [name, t] : state) {
@@ -99,8 +99,9 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     if (!split_state_name(name, i, slot) || i >= params_.size()) {
       problem("unexpected entry \"" + name + "\" (there are " + std::to_string(params_.size()) + " parameters)");
     } else if (slot == "step") {
+      has_step[i] = true;
       if (t.dtype() != kInt64 || t.dim() != 0) problem("\"" + name + "\" must be i64[], got " + type_of(t));
-      else fresh[i].step = t.item<int64_t>();
+      else if ((fresh[i].step = t.item<int64_t>()) < 0) problem("\"" + name + "\" is negative");
     } else if (std::find(known.begin(), known.end(), slot) == known.end()) {
       problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\")");
     } else if (t.shape() != params_[i].shape() || t.dtype() != params_[i].dtype()) {
@@ -109,8 +110,22 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
       fresh[i].slots[slot] = t;
     }
   }
+  problems += missing_entries(fresh, has_step);
   if (!problems.empty()) throw Error("load_state_dict", "the " + kind() + " state does not match:" + problems);
   state_ = std::move(fresh);
+}
+
+std::string Optimizer::missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const {
+  const std::vector<std::string> needed = slot_names();
+  std::string problems;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const std::string prefix = "\n  missing \"" + std::to_string(i) + ".";
+    if (!has_step[i]) problems += prefix + "step\" (every parameter has one)";
+    for (const std::string& slot : needed)
+      if (state[i].step > 0 && !state[i].slots.count(slot))
+        problems += prefix + slot + "\" (parameter " + std::to_string(i) + " has taken " + std::to_string(state[i].step) + " steps)";
+  }
+  return problems;
 }
 
 // ---------------------------------------------------------------- SGD
@@ -145,7 +160,17 @@ void SGD::step() {
   }
 }
 
+std::vector<std::string> SGD::slot_names() const {
+  if (options.momentum == 0) return {};
+  return {"momentum_buffer"};
+}
+
 // ---------------------------------------------------------------- Adam, AdamW
+
+std::vector<std::string> Adam::slot_names() const {
+  if (!options.amsgrad) return {"exp_avg", "exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions opts) : Adam(std::move(params), opts, false) {}
 

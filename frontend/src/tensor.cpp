@@ -113,7 +113,7 @@ void register_leaf(const std::shared_ptr<TensorImpl>& impl) {
   std::lock_guard lock(r.mu);
   for (auto it = r.by_node.begin(); it != r.by_node.end();) // drop entries of dead or moved leaves
     it = it->second.expired() ? r.by_node.erase(it) : std::next(it);
-  r.by_node[impl->node.get()] = impl;
+  r.by_node[impl->load_node().get()] = impl;
 }
 
 std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
@@ -141,11 +141,33 @@ thread_local bool g_grad_mode = true;
 // A realized leaf drops its history: its node becomes a fresh input holding the
 // value, so the graph that computed it can be freed (training loops would
 // otherwise chain every step's graph).
-void become_input(TensorImpl& impl) {
-  if (!impl.is_leaf || impl.node->op == graph::OpKind::Input) return;
-  auto storage = impl.node->realized();
-  if (!storage) return;
-  impl.node = graph::make_input(impl.node->dtype, impl.node->shape, std::move(storage));
+// `realized` is the node the caller realized; a concurrent assign since then wins. True
+// when the node was replaced.
+bool become_input(TensorImpl& impl, const graph::NodeRef& realized) {
+  if (!impl.is_leaf || realized->op == graph::OpKind::Input) return false;
+  auto storage = realized->realized();
+  if (!storage) return false;
+  return impl.replace_node(realized.get(), graph::make_input(realized->dtype, realized->shape, std::move(storage)));
+}
+
+// The tensor's node now (one consistent value while another thread assigns it).
+graph::NodeRef node_snapshot(const Tensor& t) { return t.impl() ? t.impl()->load_node() : t.node(); }
+
+// Realizes the tensors' current nodes and returns them (see kiln::realize).
+std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors) {
+  std::vector<graph::NodeRef> nodes;
+  for (const Tensor& t : tensors) nodes.push_back(node_snapshot(t));
+  if (detail::active_capture()) return nodes; // a traced function is realized when it is replayed
+  runtime::realize(nodes);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (become_input(*tensors[i].impl(), nodes[i]) && tensors[i].requires_grad()) detail::register_leaf(tensors[i].impl());
+  return nodes;
+}
+
+// The value of a realized node in host memory.
+std::shared_ptr<graph::Storage> host_value(const graph::Node& n) {
+  std::shared_ptr<graph::Storage> s = n.realized();
+  return s->device() == kCPU ? s : runtime::copy_to(*s, kCPU);
 }
 
 template <class T> T read_element(const void* data, DType dt, size_t i) {
@@ -195,17 +217,7 @@ const Tensor& Tensor::realize() const {
   return *this;
 }
 
-void realize(const std::vector<Tensor>& tensors) {
-  if (detail::active_capture()) return; // a traced function is realized when it is replayed
-  std::vector<graph::NodeRef> nodes;
-  for (const Tensor& t : tensors) nodes.push_back(t.node());
-  runtime::realize(nodes);
-  for (const Tensor& t : tensors) {
-    const graph::Node* before = t.node().get();
-    become_input(*t.impl());
-    if (t.requires_grad() && t.impl()->node.get() != before) detail::register_leaf(t.impl());
-  }
-}
+void realize(const std::vector<Tensor>& tensors) { realize_snapshots(tensors); }
 
 std::string graph_text(const std::vector<Tensor>& tensors) {
   std::vector<graph::NodeRef> nodes;
@@ -220,25 +232,23 @@ void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc)
 }
 } // namespace
 
-std::shared_ptr<graph::Storage> detail::host_storage(const Tensor& t) {
-  t.realize();
-  std::shared_ptr<graph::Storage> s = t.node()->realized();
-  return s->device() == kCPU ? s : runtime::copy_to(*s, kCPU);
-}
+std::shared_ptr<graph::Storage> detail::host_storage(const Tensor& t) { return host_value(*realize_snapshots({t})[0]); }
 
 template <class T> T Tensor::item(Loc loc) const {
   forbid_reads_while_tracing("item", *this, loc);
-  if (numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
-  return read_element<T>(detail::host_storage(*this)->data(), dtype(), 0);
+  if (node_snapshot(*this)->numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
+  const graph::NodeRef n = realize_snapshots({*this})[0];
+  return read_element<T>(host_value(*n)->data(), n->dtype, 0);
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
   forbid_reads_while_tracing("to_vector", *this, Loc::current());
-  const size_t n = static_cast<size_t>(numel());
+  const graph::NodeRef node = realize_snapshots({*this})[0];
+  const size_t n = static_cast<size_t>(node->numel());
   std::vector<T> out(n);
-  const auto host = detail::host_storage(*this);
+  const auto host = host_value(*node);
   const void* data = host->data();
-  for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, dtype(), i);
+  for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, node->dtype, i);
   return out;
 }
 
@@ -351,13 +361,15 @@ void Tensor::zero_grad() {
 Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
 void Tensor::assign(const Tensor& new_value, Loc loc) {
-  if (new_value.shape() != shape() || new_value.dtype() != dtype())
+  const graph::NodeRef current = node_snapshot(*this); // other threads may be reading this tensor
+  const graph::NodeRef incoming = node_snapshot(new_value);
+  if (incoming->shape != current->shape || incoming->dtype != current->dtype)
     detail::fail("assign", "the new value must have the same shape and dtype", {this, &new_value}, loc);
-  const Tensor value = new_value.to(device(), loc); // a checkpoint's CPU value into a GPU tensor
+  const Tensor value = new_value.to(current->device, loc); // a checkpoint's CPU value into a GPU tensor
   detail::note_state_change(impl_);
   // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
   const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;
-  impl_->node = detached || !requires_grad() ? value.node() : graph::build::detach(value.node());
+  impl_->store_node(detached || !requires_grad() ? value.node() : graph::build::detach(value.node()));
   if (requires_grad()) detail::register_leaf(impl_);
 }
 

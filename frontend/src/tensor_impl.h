@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,31 @@ namespace kiln {
 
 /// The state shared by all copies of a Tensor handle.
 struct TensorImpl {
-  graph::NodeRef node;         ///< the value, as a graph node
+  graph::NodeRef node;         ///< the value, as a graph node (see load_node)
   bool requires_grad = false;  ///< gradients flow to or through it
   bool is_leaf = true;         ///< not the result of an op on grad-requiring tensors
   bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
   Tensor grad;                 ///< accumulated by backward()
+  mutable std::mutex node_mu;  ///< guards `node` where one thread assigns while others read
+
+  /// `node`, read under node_mu: what the read paths (to_vector, item, realize) and
+  /// assign use, so that a read sees the old or the new value of a concurrent assign.
+  graph::NodeRef load_node() const {
+    std::lock_guard lock(node_mu);
+    return node;
+  }
+  /// Sets `node` under node_mu.
+  void store_node(graph::NodeRef n) {
+    std::lock_guard lock(node_mu);
+    node = std::move(n);
+  }
+  /// Sets `node` to n if it is still `expected` (a concurrent assign wins); true when set.
+  bool replace_node(const graph::Node* expected, graph::NodeRef n) {
+    std::lock_guard lock(node_mu);
+    if (node.get() != expected) return false;
+    node = std::move(n);
+    return true;
+  }
 };
 
 namespace detail {

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "codegen/disk_cache.h"
+
 namespace kiln {
 
 namespace {
@@ -14,7 +16,8 @@ Options from_environment() {
   if (const char* p = std::getenv("KILN_DUMP_DIR")) o.dump_dir = p;
   if (const char* d = std::getenv("KILN_DEVICE"); d && *d) o.device = d;
   if (const char* c = std::getenv("KILN_CACHE_DIR")) o.cache_dir = c;
-  else if (const char* home = std::getenv("HOME")) o.cache_dir = std::string(home) + "/.cache/kiln";
+  else if (const char* home = std::getenv("HOME"); home && *home) o.cache_dir = std::string(home) + "/.cache/kiln";
+  else codegen::DiskCache::warn_disabled("HOME is empty or unset and KILN_CACHE_DIR is not set");
   return o;
 }
 } // namespace

@@ -6,11 +6,18 @@
 /// object of strings), then the raw little-endian data. Other tools (the
 /// safetensors Python package, PyTorch, NumPy readers) can read the files.
 ///
-/// Files are written atomically: to a temporary file in the same directory,
-/// flushed with fsync, then renamed over the target, so a crash leaves either the
-/// old checkpoint or the new one. Loading validates the whole file first and
-/// throws a kiln::Error naming the file and what is wrong (truncated, corrupt
-/// header, size mismatch, missing or unexpected names, shapes, dtypes).
+/// Files are written atomically: to a temporary file "<target>.tmp.XXXXXX" in the same
+/// directory, flushed with fsync, then renamed over the target, so a crash leaves either
+/// the old checkpoint or the new one. A writer holds an flock() on its temporary file until
+/// the rename; a write removes the temporaries of the same target that no live writer
+/// holds (those of killed writers). New files get mode 0666 & ~umask; a path that is a
+/// symlink is written through to its target. The header is JSON parsed and written with
+/// nlohmann-json; names and metadata must be valid UTF-8. The "__metadata__" entry
+/// "kiln.data_crc32" holds the CRC-32 of the data (as Python's zlib.crc32, 8 hex digits):
+/// written on save, verified on load when present (files of other writers have none), and
+/// not returned in Contents::metadata. Loading validates the whole file first and throws a
+/// kiln::Error naming the file and what is wrong (not a regular file, truncated, corrupt
+/// header, size mismatch, data digest, missing or unexpected names, shapes, dtypes).
 
 #include <map>
 #include <string>
@@ -34,7 +41,8 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using Metadata = std::map<std::string, std::string>;
 
 /// Writes `tensors` (realizing them) and `metadata` to `path` in the safetensors format, atomically.
-/// Names must be unique and non-empty; "__metadata__" is reserved.
+/// Names must be unique, non-empty and valid UTF-8; "__metadata__" and the metadata key
+/// "kiln.data_crc32" are reserved.
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 
 /// What a safetensors file holds.
@@ -52,9 +60,11 @@ void save(const std::string& path, const nn::Module& model, const optim::Optimiz
           Metadata metadata = {});
 
 /// Loads a checkpoint written by save() into `model` and, when given, `optimizer` (whose
-/// learning rate is restored too). Every parameter and buffer must be present with the
-/// same shape and dtype and no other model entry may be present; otherwise nothing is
-/// changed and the error lists every mismatch. Returns the file's metadata.
+/// learning rate is restored too; "lr" must be a finite, non-negative decimal number).
+/// Every parameter and buffer must be present with the same shape and dtype and no other
+/// model entry may be present, and the optimizer state must be complete (see
+/// Optimizer::load_state_dict); otherwise nothing is changed and the error lists every
+/// mismatch. Returns the file's metadata.
 Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr);
 
 } // namespace kiln::checkpoint

@@ -54,11 +54,14 @@ public:
 
   /// All state tensors (to realize together with the parameters after step()).
   std::vector<Tensor> state() const;
-  /// The state as named tensors: "<param index>.<slot>" (e.g. "0.exp_avg") and
-  /// "<param index>.step" (0-d i64). Slots not created yet are absent.
+  /// The state as named tensors: "<param index>.<slot>" (e.g. "0.exp_avg") and, for every
+  /// parameter, "<param index>.step" (0-d i64; 0 before its first update). Slots not
+  /// created yet are absent.
   NamedTensors state_dict() const;
-  /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes and
-  /// throws a kiln::Error listing every mismatch. The state is loaded only if all of it matches.
+  /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes,
+  /// that every parameter has its step and every parameter that has taken a step has each
+  /// of slot_names(), and throws a kiln::Error listing every mismatch, missing and unexpected
+  /// entry. The state is loaded only if all of it matches.
   void load_state_dict(const NamedTensors& state);
 
 protected:
@@ -67,8 +70,11 @@ protected:
     std::map<std::string, Tensor> slots; ///< e.g. "momentum_buffer", "exp_avg"
     int64_t step = 0;                    ///< updates applied so far
   };
-  /// The slot names this optimizer may create (for load_state_dict's checks).
+  /// The slots this optimizer's step creates with its options (load_state_dict requires
+  /// each of them for a parameter that has taken a step, and rejects others).
   virtual std::vector<std::string> slot_names() const = 0;
+  /// load_state_dict's list of missing entries (each on a line of its own; empty when none).
+  std::string missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const;
   /// The gradient of parameter i (undefined: no update). Inside a compile() trace, the
   /// trace is replayed only while that stays so.
   Tensor grad_of(size_t i);
@@ -108,7 +114,7 @@ public:
   std::string kind() const override { return "sgd"; } ///< "sgd"
   SGDOptions options; ///< hyperparameters (lr lives in the base class)
 protected:
-  std::vector<std::string> slot_names() const override { return {"momentum_buffer"}; } ///< slots
+  std::vector<std::string> slot_names() const override; ///< "momentum_buffer" with a momentum
 };
 
 /// Options of Adam (designated initializers: `{.lr = 1e-3}`).
@@ -143,7 +149,7 @@ public:
 protected:
   /// For AdamW.
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled);
-  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; } ///< slots
+  std::vector<std::string> slot_names() const override; ///< the moments (and their maximum with amsgrad)
 private:
   bool decoupled_;
 };
