@@ -100,6 +100,7 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
 // ---------------------------------------------------------------- activations
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("softmax", x, loc);
   // The shift by the max does not change the value, so it needs no gradient.
   Tensor e = exp(x - x.max({dim}, true, loc).detach());
@@ -107,12 +108,14 @@ Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("log_softmax", x, loc);
   Tensor z = x - x.max({dim}, true, loc).detach();
   return z - log(exp(z).sum({dim}, true, loc));
 }
 
 Tensor erf(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("erf", x, loc);
   // Abramowitz & Stegun 7.1.26 on |x|, with erf's odd symmetry.
   constexpr double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
@@ -125,6 +128,7 @@ Tensor erf(const Tensor& x, Loc loc) {
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("gelu", x, loc);
   if (approximate == "tanh") {
     const double c = std::sqrt(2.0 / M_PI);
@@ -135,6 +139,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
 }
 
 Tensor silu(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("silu", x, loc);
   return x * sigmoid(x, loc);
 }
@@ -142,6 +147,7 @@ Tensor silu(const Tensor& x, Loc loc) {
 // ---------------------------------------------------------------- encodings
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_integral("one_hot", indices, loc);
   if (num_classes <= 0) fail("one_hot", "num_classes must be positive, got " + std::to_string(num_classes), {&indices}, loc);
   check_class_range("one_hot", indices, num_classes, loc);
@@ -152,6 +158,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 // ---------------------------------------------------------------- layers
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
@@ -161,6 +168,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
   const Size2 k(weight.size(2), weight.size(3));
   check_window("conv2d", x, k, stride, padding, dilation, loc);
@@ -184,6 +192,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
   if (padding.h * 2 > kernel.h || padding.w * 2 > kernel.w)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
@@ -195,6 +204,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 }
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("avg_pool2d", x, loc);
   check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
   if (padding.h * 2 > kernel.h || padding.w * 2 > kernel.w)
@@ -207,6 +217,7 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("layer_norm", x, loc);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
@@ -231,6 +242,7 @@ void update_running(Tensor running, const Tensor& batch, double m) {
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("batch_norm", x, loc);
   if (x.dim() < 2) fail("batch_norm", "expects [N, C, ...] inputs", {&x}, loc);
   const int64_t c = x.size(1);
@@ -260,6 +272,7 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("dropout", x, loc);
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
   if (!training || p == 0) return x;
@@ -271,6 +284,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 // ---------------------------------------------------------------- losses
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("nll_loss", log_probs, loc);
   require_integral("nll_loss", targets, loc);
   if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
@@ -280,6 +294,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("cross_entropy", logits, loc);
   require_integral("cross_entropy", targets, loc);
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))
@@ -294,6 +309,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("mse_loss", input, loc);
   if (input.shape() != target.shape()) fail("mse_loss", "input and target must have the same shape", {&input, &target}, loc);
   Tensor d = input - target;
@@ -301,6 +317,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("binary_cross_entropy_with_logits", logits, loc);
   if (logits.shape() != targets.shape())
     fail("binary_cross_entropy_with_logits", "logits and targets must have the same shape", {&logits, &targets}, loc);
