@@ -26,6 +26,8 @@ inline bool on() { return detail::flags.load(std::memory_order_relaxed) != 0; }
 /// True when the trace records.
 inline bool tracing() { return (detail::flags.load(std::memory_order_relaxed) & detail::kTrace) != 0; }
 
+/// Applies KILN_PROFILE and KILN_TRACE (options()) once per process: make_plan calls it.
+void start_from_options();
 /// Bytes a launch reads and writes (its inputs and its output).
 double launch_bytes(const codegen::KernelLaunch& l);
 /// Floating-point operations of a launch: 2 m n k for a contraction (a float fma sum), else 0.

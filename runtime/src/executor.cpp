@@ -247,6 +247,7 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   std::vector<const graph::Node*> todo;
   for (const auto& n : outputs)
     if (!n->realized() && std::find(todo.begin(), todo.end(), n.get()) == todo.end()) todo.push_back(n.get());
+  observe::start_from_options();
   observe::Span plan_span("plan", "plan");
   {
     observe::Span span("schedule", "schedule");

@@ -135,16 +135,20 @@ void at_exit() {
   kiln::profile::stop_trace();
 }
 
-// KILN_PROFILE and KILN_TRACE take effect before main().
-const bool started_from_environment = [] {
-  if (!options().profile && options().trace_path.empty()) return false;
-  if (options().profile) set_flag(detail::kProfile, true);
-  if (!options().trace_path.empty()) kiln::profile::start_trace(options().trace_path);
-  std::atexit(at_exit);
-  return true;
-}();
-
 } // namespace
+
+void start_from_options() {
+  // Once, at the first plan: options() is read lazily (programs and tests set the
+  // environment first), and nothing is launched before a plan exists.
+  static const bool started = [] {
+    if (!options().profile && options().trace_path.empty()) return false;
+    if (options().profile) set_flag(detail::kProfile, true);
+    if (!options().trace_path.empty()) kiln::profile::start_trace(options().trace_path);
+    std::atexit(at_exit);
+    return true;
+  }();
+  (void)started;
+}
 
 double launch_bytes(const codegen::KernelLaunch& l) {
   auto bytes = [](const graph::Node* n) { return static_cast<double>(n->numel()) * static_cast<double>(dtype_size(n->dtype)); };
