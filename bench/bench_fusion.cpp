@@ -271,6 +271,14 @@ KILN_CEILING(CxxTriad, "Triad/16M/cxx");
 void KilnMlpStep128(benchmark::State& state) { KilnMlpStep(state, 128); }
 void KilnMlpStep1024(benchmark::State& state) { KilnMlpStep(state, 1024); }
 KILN_MODES(KilnMlpStep128, "MLPStep/128/kiln");
+// The same step with the profile collecting (KILN_PROFILE=1's cost; compare with MLPStep/128/kiln).
+void KilnMlpStep128Profiled(benchmark::State& state) {
+  profile::enable(true);
+  KilnMlpStep(state, 128);
+  profile::enable(false);
+  profile::reset();
+}
+KILN_MODES(KilnMlpStep128Profiled, "MLPStep/128/kiln_profiled");
 KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);

@@ -124,7 +124,7 @@ struct GemmTiling {
 
 /// A kernel: see the file comment for its semantics.
 struct Kernel {
-  std::string name;                   ///< "k_" + hash of the printed body; set by finalize()
+  std::string name;                   ///< "k_<description>_<hash>" (see finalize())
   std::vector<BufferParam> buffers;   ///< inputs and outputs, in argument order
   int num_params = 0;                 ///< number of i64 parameters
   std::vector<ExprRef> domain;        ///< parallel extents (i64 exprs)
@@ -165,7 +165,12 @@ bool is_const(const ExprRef& e, int64_t v);
 
 /// The kernel's text form (stable: it is hashed into the kernel's name).
 std::string print_kernel(const Kernel& k);
-/// Sets k.name from a hash of its text form; returns the name.
+/// What the kernel computes, from its form and ops, for its name: "gemm_add_relu_f32",
+/// "softmax_f32", "sum_mul_f64", "copy_i64"; at most 5 words then "_etc", and its output's dtype.
+std::string describe_kernel(const Kernel& k);
+/// Sets k.name to "k_" + describe_kernel(k) + "_" + 12 hex digits of a hash of its text
+/// form (a valid C, LLVM and CUDA identifier of at most about 80 characters); returns it.
+/// The hash decides caching: the description is a function of the same text.
 const std::string& finalize(Kernel& k);
 /// 64-bit FNV-1a hash of a string (kernel names and cache keys).
 uint64_t hash_text(const std::string& s);

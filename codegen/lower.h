@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "codegen/kernel_ir.h"
@@ -30,12 +31,16 @@ struct KernelLaunch {
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
   int64_t gemm_tasks = 0;                 ///< GEMM-form kernel (kernel.gemm): CPU tasks (output blocks) to run
+  std::vector<graph::SourceLine> lines;   ///< the user's lines of the ops computed in it (graph::Node::origin), first seen first
+  std::vector<const graph::Node*> nodes;  ///< the nodes it computes (not those it loads), output included, first seen first
 };
 
 /// Kernels in execution order.
 struct Schedule {
   std::vector<KernelLaunch> launches;     ///< in dependency order
   std::vector<std::string> decisions;     ///< why kernel boundaries are where they are (KILN_DEBUG=2)
+  /// Each kernel root (a node with a buffer of its own) and why it is not fused into its users.
+  std::unordered_map<const graph::Node*, std::string> boundaries;
 };
 
 /// Builds the schedule that computes `outputs` (nodes already realized are read, not recomputed).

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <source_location>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -66,6 +68,44 @@ struct Attrs {
   friend bool operator==(const Attrs&, const Attrs&) = default;
 };
 
+/// Where a node was made in the user's code. It is not part of a node's structure (nor
+/// of its hash), so caching and common subexpressions are unaffected: a hash-consed
+/// node keeps the line of the call that first made it.
+struct SourceLine {
+  const char* file = nullptr; ///< std::source_location::file_name() (static storage); null when unknown
+  uint32_t line = 0;          ///< 1-based line
+  /// True when known.
+  explicit operator bool() const { return file != nullptr; }
+  /// Same file name (by content) and line.
+  friend bool operator==(const SourceLine& a, const SourceLine& b);
+};
+/// "train.cpp:42" (the file's base name and the line), or "" when unknown.
+std::string source_line_str(const SourceLine& s);
+/// "train.cpp:42, train.cpp:57" for a set of lines (at most `max` shown, then ", ..."), "" for none.
+std::string source_lines_str(const std::vector<SourceLine>& lines, size_t max = 4);
+/// Adds `s` to `lines` unless it is unknown or already there.
+void add_source_line(std::vector<SourceLine>& lines, const SourceLine& s);
+
+/// While it lives, nodes made on this thread record `loc` as their source line. The
+/// outermost scope wins (the user's call into kiln, not the calls kiln's own ops make
+/// inside it), unless `replace` (autograd gives a gradient its forward node's line).
+class SourceScope {
+public:
+  /// Records `loc` unless an outer scope is active.
+  explicit SourceScope(const std::source_location& loc) : SourceScope(SourceLine{loc.file_name(), loc.line()}, false) {}
+  /// Records `s` unless an outer scope is active and `replace` is false (an unknown `s` is ignored).
+  SourceScope(const SourceLine& s, bool replace);
+  ~SourceScope();
+  SourceScope(const SourceScope&) = delete;
+  SourceScope& operator=(const SourceScope&) = delete;
+
+private:
+  SourceLine saved_;
+  bool active_ = false;
+};
+/// The line nodes made now on this thread record (unknown outside any SourceScope).
+SourceLine current_source_line();
+
 class Node;
 /// Nodes are shared and immutable (but for their realized value).
 using NodeRef = std::shared_ptr<const Node>;
@@ -80,6 +120,7 @@ public:
   Attrs attrs;                 ///< op parameters
   Device device;               ///< where its value is computed and lives (a leaf's own; else its inputs')
   size_t hash = 0;             ///< structural hash (op, dtype, shape, inputs, attrs, device)
+  SourceLine origin;           ///< the user's line that first made it (not hashed; see SourceLine)
 
   ~Node();
   /// Number of elements.

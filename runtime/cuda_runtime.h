@@ -15,6 +15,7 @@
 /// queued work first; uploads are queued too (the driver stages the host memory). With
 /// options().launch_blocking every launch is waited for.
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -108,7 +109,23 @@ private:
   std::string compile_image(const codegen::Kernel& k, const std::string& source, Source& from);
   void free_cached_locked();
   void give_back(void* p, size_t size);
+  void trace_begin(const char* cat, const std::string& name);
+  void trace_end();
+  void drain_device_spans();
   friend class DeviceStorage;
+
+  // KILN_TRACE's device-time track: events recorded around each queued operation while
+  // a trace records, turned into spans once the stream passed them (drain_device_spans,
+  // at every synchronization). `origin_` is an event the host saw complete at `origin_host_`.
+  struct DeviceSpan {
+    const char* cat;
+    std::string name;
+    CUevent start = nullptr, stop = nullptr;
+  };
+  std::mutex trace_mu_;
+  std::vector<DeviceSpan> device_spans_;
+  CUevent origin_ = nullptr;
+  std::chrono::steady_clock::time_point origin_host_;
 
   CudaApi api_;
   DeviceInfo info_;

@@ -90,6 +90,30 @@ TEST(GpuRuntime, CopiesRoundTrip) {
   EXPECT_EQ(from_vector(ints).to(kGpu).to_vector<int64_t>(), ints);
 }
 
+// KILN_TRACE on a GPU: kernels and copies get device-time spans (from CUDA events) on
+// the GPU's own track, besides the host's launch spans.
+TEST(GpuRuntime, TraceHasADeviceTimeTrack) {
+  const std::string path = testing::TempDir() + "kiln_gpu_trace.json";
+  const Tensor x = randn({64, 32}, 1).realize();
+  profile::start_trace(path);
+  const Tensor g = x.to(kGpu);
+  const std::vector<float> out = (exp(g * 2.0) + 1.0).sum({1}).to_vector<float>();
+  profile::stop_trace();
+  EXPECT_EQ(out.size(), 64u);
+  std::ifstream f(path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  auto count = [&](const std::string& s) {
+    size_t n = 0;
+    for (size_t at = text.find(s); at != std::string::npos; at = text.find(s, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"cuda:0 (device time)\""), 1u) << text; // the track's name
+  EXPECT_GE(count("\"cat\":\"gpu\""), 1u) << text;          // kernels in device time
+  EXPECT_GE(count("\"cat\":\"launch\""), count("\"cat\":\"gpu\"")) << text;
+  EXPECT_GE(count("\"name\":\"upload "), 1u) << text;        // the host -> device copy on the device track
+}
+
 TEST(GpuRuntime, ElementwiseAndReductionsMatchTheCpuBitwise) {
   const Tensor x = randn({33, 70}, 2), y = rand({33, 70}, 3); // generated on each device
   expect_same_on_gpu({x, y}, [](const std::vector<Tensor>& t) { return exp(t[0] * 2.0 + t[1]) * sigmoid(t[1]) - tanh(t[0]); },

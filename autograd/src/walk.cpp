@@ -125,6 +125,7 @@ private:
     if (info.custom.call) return custom_step(info);
     auto found = adj_.find(n.get());
     if (found == adj_.end() || !feeds_target(info)) return; // e.g. a target with nothing below it
+    const graph::SourceScope at(n->origin, /*replace=*/true); // a gradient is traced to its forward op's line
     const std::vector<NodeRef> grads = vjp_rule(n, found->second);
     propagate(info.operands, grads);
   }
@@ -211,6 +212,7 @@ std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<
       if (fresh) it->second = custom_tangents(info.custom, ts);
       t = it->second.at(info.custom.index);
     } else {
+      const graph::SourceScope at(n->origin, /*replace=*/true); // a tangent is traced to its forward op's line
       t = jvp_rule(n, ts);
     }
     if (t) tan[n.get()] = t;

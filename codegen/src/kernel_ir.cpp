@@ -1,8 +1,11 @@
 #include "codegen/kernel_ir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/error.h"
 
@@ -263,11 +266,78 @@ uint64_t hash_text(const std::string& s) {
   return h;
 }
 
+namespace {
+
+// The elementwise ops of a value tree in first-use order, and its random draws; loads'
+// offsets and guards are index arithmetic and not listed.
+void collect_ops(const ExprRef& e, std::vector<std::string>& ops, std::vector<std::string>& draws,
+                 std::unordered_set<const Expr*>& seen) {
+  if (!e || !seen.insert(e.get()).second || e->kind == ExprKind::Load) return;
+  for (const ExprRef& a : e->args)
+    if (e->kind != ExprKind::Random) collect_ops(a, ops, draws, seen);
+  if (e->kind != ExprKind::Op && e->kind != ExprKind::Random) return;
+  std::vector<std::string>& into = e->kind == ExprKind::Random ? draws : ops;
+  std::string name(graph::op_name(e->op));
+  if (std::find(into.begin(), into.end(), name) == into.end()) into.push_back(std::move(name));
+}
+
+bool has(const std::vector<std::string>& ops, std::string_view op) {
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
+
+// The form's word: gemm (a matmul, CPU GEMM form or not), softmax / log_softmax /
+// layernorm for the row patterns that are clearly one of them, else the reductions.
+std::vector<std::string> form_words(const Kernel& k, const std::vector<std::string>& ops) {
+  std::vector<std::string> w;
+  const auto& r = k.reductions;
+  const bool matmul = r.size() == 1 && r[0].fma;
+  if (matmul) return {"gemm"};
+  const bool row = !k.map.empty() && r.size() == 2;
+  if (row && r[0].op == graph::OpKind::Max && r[1].op == graph::OpKind::Sum && has(ops, "exp"))
+    return {has(ops, "log") ? "log_softmax" : "softmax"};
+  if (row && r[0].op == graph::OpKind::Sum && r[1].op == graph::OpKind::Sum && has(ops, "rsqrt")) return {"layernorm"};
+  for (const Reduction& red : r)
+    if (std::string n(graph::op_name(red.op)); !has(w, n)) w.push_back(std::move(n));
+  return w;
+}
+
+} // namespace
+
+std::string describe_kernel(const Kernel& k) {
+  constexpr size_t kMaxWords = 5;
+  std::vector<std::string> ops, draws;
+  std::unordered_set<const Expr*> seen;
+  for (size_t i = 0; i < k.reductions.size(); ++i) {
+    const Reduction& red = k.reductions[i];
+    // a matmul's product is the form itself, not an op of it
+    if (red.fma && red.value->kind == ExprKind::Op)
+      for (const ExprRef& a : red.value->args) collect_ops(a, ops, draws, seen);
+    else collect_ops(red.value, ops, draws, seen);
+  }
+  for (const Store& st : k.stores) collect_ops(st.value, ops, draws, seen);
+  std::vector<std::string> words = form_words(k, ops);
+  const bool named_row = !words.empty() && (words[0] == "softmax" || words[0] == "log_softmax" || words[0] == "layernorm");
+  for (const std::string& op : ops)
+    if (!named_row && !has(words, op)) words.push_back(op);
+  // random draws computed in place (an operand drawn inside its consumer) name a kernel only
+  // when it does nothing else
+  if (words.empty()) words = draws;
+  if (words.empty()) words.push_back("copy");
+  std::string d;
+  for (size_t i = 0; i < words.size() && i < kMaxWords; ++i) d += (i ? "_" : "") + words[i];
+  if (words.size() > kMaxWords) d += "_etc";
+  for (const BufferParam& b : k.buffers)
+    if (b.output) return d + "_" + std::string(dtype_name(b.dtype));
+  return d;
+}
+
 const std::string& finalize(Kernel& k) {
   k.name.clear();
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "k_%016llx", static_cast<unsigned long long>(hash_text(print_kernel(k))));
-  k.name = buf;
+  char buf[16];
+  // 48 bits of the hash: kernels with the same description differ there (the hash decides caching)
+  std::snprintf(buf, sizeof buf, "%012llx",
+                static_cast<unsigned long long>(hash_text(print_kernel(k)) >> 16));
+  k.name = "k_" + describe_kernel(k) + "_" + buf;
   return k.name;
 }
 

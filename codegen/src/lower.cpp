@@ -19,7 +19,8 @@ using graph::OpKind;
 using Index = std::vector<ExprRef>;
 
 std::string describe(const Node* n) {
-  return std::string(graph::op_name(n->op)) + " " + std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape);
+  std::string s = std::string(graph::op_name(n->op)) + " " + std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape);
+  return n->origin ? s + " (" + graph::source_line_str(n->origin) + ")" : s;
 }
 
 // ---------------------------------------------------------------- partitioning
@@ -64,6 +65,8 @@ public:
   }
   /// The reasons behind each boundary.
   std::vector<std::string> decisions;
+  /// Each kernel root and why it has a buffer of its own.
+  std::unordered_map<const Node*, std::string> boundaries;
 
 private:
   const ScheduleOptions& opt_;
@@ -105,6 +108,7 @@ private:
   void materialize(const Node* n, const std::string& why) {
     computed_.insert(n);
     owner_[n] = n;
+    boundaries[n] = why;
     decisions.push_back("kernel for " + describe(n) + ": " + why);
   }
 
@@ -267,6 +271,7 @@ public:
     const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
     Index idx = make_domain(root_->shape, row_map ? part_.row_dims(root_) : std::vector<int64_t>{});
     root_idx_ = idx;
+    note_computed(root_);
     ExprRef value;
     switch (graph::op_category(root_->op)) {
     case OpCategory::Reduce: value = lower_reduce(root_, idx); break;
@@ -299,6 +304,7 @@ private:
   Index root_idx_;      // the root's index: loop vars, map vars, 0 for size-1 dims
   std::unordered_map<const Node*, ExprRef> absorbed_; // row-fused reductions already built
   int64_t map_size_ = 1; // points of the map loop per domain point
+  std::unordered_set<const Node*> computed_here_; // launch_.nodes, for lookups
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -355,11 +361,19 @@ private:
     std::vector<const void*> key{n, guard.get()};
     for (const ExprRef& e : idx) key.push_back(e.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    if (n == root_ || !part_.has_buffer(n)) note_computed(n);
     ExprRef v = n != root_ && part_.has_buffer(n) ? load_node(n, idx, guard)
                 : n != root_ && part_.absorbed(n)   ? absorbed_value(n, idx)
                                                     : compute_inline(n, idx, guard);
     memo_[key] = v;
     return v;
+  }
+
+  // Records that this kernel computes n (for the user's lines and the DOT picture).
+  void note_computed(const Node* n) {
+    if (!computed_here_.insert(n).second) return;
+    graph::add_source_line(launch_.lines, n->origin);
+    launch_.nodes.push_back(n);
   }
 
   ExprRef compute_inline(const Node* n, const Index& idx, const ExprRef& guard) {
@@ -646,6 +660,11 @@ Schedule schedule(const std::vector<const graph::Node*>& outputs, const Schedule
       continue;
     }
     s.decisions = std::move(part.decisions);
+    s.boundaries = std::move(part.boundaries);
+    for (const KernelLaunch& l : s.launches) {
+      const std::string lines = graph::source_lines_str(l.lines, 8);
+      s.decisions.push_back(l.kernel.name + " computes " + describe(l.output) + (lines.empty() ? "" : " from " + lines));
+    }
     return s;
   }
 }

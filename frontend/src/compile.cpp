@@ -8,6 +8,7 @@
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
 #include "runtime/executor.h"
+#include "runtime/observe.h"
 
 namespace kiln {
 
@@ -112,6 +113,7 @@ public:
 };
 
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
+  runtime::observe::Span span("trace", "trace step");
   Trace tr;
   std::vector<Tensor> inputs;
   for (const Tensor& a : args) {
@@ -230,6 +232,9 @@ CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = def
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args, Loc loc) {
   if (detail::active_capture()) throw Error("compile", "a compiled function cannot be called while tracing another", loc);
+  const bool observed = runtime::observe::on();
+  const auto t0 = observed ? runtime::observe::Clock::now() : runtime::observe::Clock::time_point{};
+  const double kernel_ms0 = observed ? runtime::observe::thread_kernel_ms() : 0;
   const std::string sig = signature(args);
   auto it = impl_->traces.find(sig);
   if (it == impl_->traces.end() || !state_matches(it->second)) {
@@ -238,7 +243,11 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
     it = impl_->traces.insert_or_assign(sig, std::move(tr)).first;
   }
   impl_->last = &it->second;
-  return replay(it->second, args);
+  std::vector<Tensor> results = replay(it->second, args);
+  if (observed)
+    runtime::observe::step(graph::source_line_str({loc.file_name(), loc.line()}), t0, runtime::observe::Clock::now(),
+                           runtime::observe::thread_kernel_ms() - kernel_ms0, it->second.plan.schedule.launches.size());
+  return results;
 }
 
 size_t CompiledFunction::num_kernels() const { return impl_->last ? impl_->last->plan.schedule.launches.size() : 0; }

@@ -115,18 +115,21 @@ Tensor shift_by_max(const Tensor& x, int64_t dim, const Loc& loc) {
 } // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("softmax", x, loc);
   Tensor e = exp(shift_by_max(x, dim, loc));
   return e / e.sum({dim}, true, loc);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("log_softmax", x, loc);
   Tensor z = shift_by_max(x, dim, loc);
   return z - log(exp(z).sum({dim}, true, loc));
 }
 
 Tensor erf(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("erf", x, loc);
   // Abramowitz & Stegun 7.1.26 on |x|, with erf's odd symmetry.
   constexpr double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
@@ -139,6 +142,7 @@ Tensor erf(const Tensor& x, Loc loc) {
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("gelu", x, loc);
   if (approximate == "tanh") {
     const double c = std::sqrt(2.0 / M_PI);
@@ -149,6 +153,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
 }
 
 Tensor silu(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("silu", x, loc);
   return x * sigmoid(x, loc);
 }
@@ -171,6 +176,7 @@ Tensor class_mask(const std::string& op, const Tensor& indices, int64_t num_clas
 } // namespace
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_integral("one_hot", indices, loc);
   return cast(class_mask("one_hot", indices, num_classes, loc), kInt64, loc);
 }
@@ -178,6 +184,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 // ---------------------------------------------------------------- layers
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
@@ -187,6 +194,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
   const Size2 k(weight.size(2), weight.size(3));
   const auto [ho, wo] = check_window("conv2d", x, k, stride, padding, dilation, loc);
@@ -208,6 +216,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
@@ -217,6 +226,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 }
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("avg_pool2d", x, loc);
   const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
@@ -227,6 +237,7 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("layer_norm", x, loc);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
@@ -251,6 +262,7 @@ void update_running(Tensor running, const Tensor& batch, double m) {
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("batch_norm", x, loc);
   if (x.dim() < 2) fail("batch_norm", "expects [N, C, ...] inputs", {&x}, loc);
   const int64_t c = x.size(1);
@@ -280,6 +292,7 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("dropout", x, loc);
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
   if (!training || p == 0) return x;
@@ -291,6 +304,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 // ---------------------------------------------------------------- losses
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("nll_loss", log_probs, loc);
   require_integral("nll_loss", targets, loc);
   if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
@@ -302,6 +316,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("cross_entropy", logits, loc);
   require_integral("cross_entropy", targets, loc);
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))
@@ -316,6 +331,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("mse_loss", input, loc);
   if (input.shape() != target.shape()) fail("mse_loss", "input and target must have the same shape", {&input, &target}, loc);
   Tensor d = input - target;
@@ -323,6 +339,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("binary_cross_entropy_with_logits", logits, loc);
   if (logits.shape() != targets.shape())
     fail("binary_cross_entropy_with_logits", "logits and targets must have the same shape", {&logits, &targets}, loc);

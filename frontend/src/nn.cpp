@@ -50,6 +50,11 @@ uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed
 
 // ---------------------------------------------------------------- Module
 
+Tensor Module::operator()(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  return forward(x);
+}
+
 Tensor Module::forward(const Tensor&) {
   throw Error(name() + "::forward", "this module has no single-input forward; call its own forward");
 }

@@ -70,6 +70,7 @@ bool is_float_result(OpKind op) {
 
 // add, sub, mul, div, pow, maximum, minimum.
 Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   DType dt = result_type({&a, &c});
   if (is_float_result(op) && !is_floating(dt)) dt = kDefaultFloat;
@@ -81,6 +82,7 @@ Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
 
 // eq ... ge, logical_and, logical_or: compared in the promoted dtype, result bool.
 Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const DType dt = result_type({&a, &c});
   const std::string name(graph::op_name(op));
   const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
@@ -90,11 +92,13 @@ Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
 
 // Float-only unary ops promote integers to the default float dtype.
 Tensor float_unary(OpKind op, const Tensor& x, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const DType dt = is_floating(x.dtype()) ? x.dtype() : kDefaultFloat;
   return result(b::unary(op, b::cast(x.node(), dt)), {&x});
 }
 
 Tensor numeric_unary(OpKind op, const Tensor& x, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (x.dtype() == DType::Bool)
     fail(std::string(graph::op_name(op)), "not defined for bool tensors", {&x}, loc);
   return result(b::unary(op, x.node()), {&x});
@@ -134,6 +138,7 @@ graph::Shape drop_dims(const graph::Shape& s, const std::vector<int64_t>& dims) 
 }
 
 Tensor reduction(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, DType dt, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   const auto ds = dims_or_fail(name, dims, x, loc);
   NodeRef r = b::reduce(op, b::cast(x.node(), dt), ds);
@@ -148,6 +153,7 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& ds) {
 }
 
 Tensor min_max(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   if (reduced_count(x, dims_or_fail(name, dims, x, loc)) == 0)
@@ -156,6 +162,7 @@ Tensor min_max(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, co
 }
 
 Tensor arg_reduction(OpKind op, const Tensor& x, int64_t dim, bool keepdim, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   const int64_t d = dim_or_fail(name, dim, x, loc);
@@ -227,6 +234,7 @@ void check_integer_arange(double start, double step, int64_t n, DType dtype, con
 // ---------------------------------------------------------------- creation
 
 Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   check_shape("full", shape, loc);
   detail::check_device("full", device, loc);
   return Tensor(b::constant_of(value, dtype, shape, device));
@@ -240,6 +248,7 @@ Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return full({}, value
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, kCPU, loc); }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
@@ -262,6 +271,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
 }
 
 static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, Device device, const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   check_shape(name, shape, loc);
   if (!is_floating(dtype)) throw Error(name, "needs a floating dtype, not " + std::string(dtype_name(dtype)), loc);
@@ -271,9 +281,11 @@ static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype
   return Tensor(graph::make_node(op, dtype, shape, {}, a, device));
 }
 Tensor rand(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   return random_tensor(OpKind::Rand, shape, seed, dtype, device, loc);
 }
 Tensor randn(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   return random_tensor(OpKind::Randn, shape, seed, dtype, device, loc);
 }
 
@@ -300,6 +312,7 @@ template Tensor from_vector<bool>(const std::vector<bool>&);
 template Tensor from_vector<bool>(const std::vector<bool>&, IntList, Loc);
 
 Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   Tensor t(b::constant_of(s, s.kind(), {}, other.defined() ? other.device() : kCPU));
   t.impl()->wrapped_number = true;
   return t;
@@ -339,12 +352,14 @@ Tensor logical_and(const Tensor& a, const Tensor& c, Loc loc) { return compariso
 Tensor logical_or(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::LogicalOr, a, c, loc); }
 
 Tensor pow(const Tensor& a, Scalar e, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!is_floating(a.dtype()) && e.kind() != DType::Float64 && e.to_int() < 0)
     fail("pow", "integers to negative integer powers are not allowed", {&a}, loc);
   return pow(a, wrap_scalar(e, a, loc), loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (cond.dtype() != DType::Bool) fail("where", "the condition must be bool", {&cond, &a, &c}, loc);
   const DType dt = result_type({&a, &c});
   const graph::Shape shape = broadcast_or_fail("where", {&cond, &a, &c}, loc);
@@ -356,6 +371,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
 Tensor where(const Tensor& cond, const Tensor& a, Scalar c, Loc loc) { return where(cond, a, wrap_scalar(c, a, loc), loc); }
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (x.dtype() == dtype) return x;
   return result(b::cast(x.node(), dtype), is_floating(dtype) ? std::initializer_list<const Tensor*>{&x}
                                                               : std::initializer_list<const Tensor*>{});
@@ -364,11 +380,13 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
 // ---------------------------------------------------------------- reductions
 
 Tensor sum(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const DType dt = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
   return reduction(OpKind::Sum, x, dims, keepdim, dt, loc);
 }
 
 Tensor mean(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!is_floating(x.dtype())) fail("mean", "needs a floating dtype (cast the input first)", {&x}, loc);
   const int64_t n = reduced_count(x, dims_or_fail("mean", dims, x, loc));
   Tensor s = sum(x, dims, keepdim, loc);
@@ -382,9 +400,13 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_
 
 // ---------------------------------------------------------------- movement
 
-Tensor reshape(const Tensor& x, IntList shape, Loc loc) { return result(b::reshape(x.node(), infer_shape(x, shape, loc)), {&x}); }
+Tensor reshape(const Tensor& x, IntList shape, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  return result(b::reshape(x.node(), infer_shape(x, shape, loc)), {&x});
+}
 
 Tensor permute(const Tensor& x, IntList dims, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (static_cast<int64_t>(dims.size()) != x.dim())
     fail("permute", "needs " + std::to_string(x.dim()) + " dims, got " + graph::shape_str(dims), {&x}, loc);
   std::vector<int64_t> perm;
@@ -397,6 +419,7 @@ Tensor permute(const Tensor& x, IntList dims, Loc loc) {
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (x.dim() == 0) return x;
   std::vector<int64_t> perm(x.dim());
   std::iota(perm.begin(), perm.end(), 0);
@@ -405,6 +428,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc) {
 }
 
 Tensor expand(const Tensor& x, IntList shape, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (shape.size() < static_cast<size_t>(x.dim()))
     fail("expand", "target " + graph::shape_str(shape) + " has fewer dims than the tensor", {&x}, loc);
   const size_t lead = shape.size() - x.dim();
@@ -419,6 +443,7 @@ Tensor expand(const Tensor& x, IntList shape, Loc loc) {
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (step <= 0) fail("slice", "step must be positive, got " + std::to_string(step), {&x}, loc);
   const int64_t d = dim_or_fail("slice", dim, x, loc);
   if (d < 0) fail("slice", "cannot slice a 0-d tensor", {&x}, loc);
@@ -437,6 +462,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (xs.empty()) throw Error("concat", "needs at least one tensor", loc);
   const int64_t d = dim_or_fail("concat", dim, xs[0], loc);
   if (d < 0) fail("concat", "cannot concatenate 0-d tensors", {&xs[0]}, loc);
@@ -461,6 +487,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
 }
 
 Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
     fail("pad", "needs (before, after) pairs for at most every dim, got " + graph::shape_str(pads), {&x}, loc);
   std::vector<int64_t> before(x.dim(), 0), after(x.dim(), 0);
@@ -480,6 +507,7 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (a.dim() == 0 || c.dim() == 0) fail("matmul", "both operands need at least 1 dim", {&a, &c}, loc);
   const DType dt = promote_types(a.dtype(), c.dtype());
   if (dt == DType::Bool) fail("matmul", "not defined for bool tensors", {&a, &c}, loc);

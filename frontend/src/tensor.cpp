@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <iomanip>
 #include <mutex>
@@ -7,10 +8,12 @@
 #include <unordered_set>
 
 #include "autograd/custom.h"
+#include "codegen/dot.h"
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/text.h"
 #include "kiln/autograd.h"
+#include "kiln/options.h"
 #include "runtime/executor.h"
 #include "runtime/storage.h"
 
@@ -225,6 +228,14 @@ std::string graph_text(const std::vector<Tensor>& tensors) {
   return graph::print_graph(nodes);
 }
 
+std::string graph_dot(const std::vector<Tensor>& tensors) {
+  std::vector<const graph::Node*> todo;
+  for (const Tensor& t : tensors)
+    if (!t.node()->realized() && std::find(todo.begin(), todo.end(), t.node().get()) == todo.end())
+      todo.push_back(t.node().get());
+  return codegen::schedule_dot(codegen::schedule(todo, {options().fusion}), todo);
+}
+
 namespace {
 void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc) {
   if (detail::active_capture())
@@ -332,6 +343,7 @@ void detail::move_in_place(const Tensor& t, Device device, const Loc& loc) {
 }
 
 Tensor Tensor::to(Device device, Loc loc) const {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (this->device() == device) return *this;
   detail::check_device("to", device, loc);
   if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant, arange or random leaf: no data
@@ -361,6 +373,7 @@ void Tensor::zero_grad() {
 Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
 void Tensor::assign(const Tensor& new_value, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   const graph::NodeRef current = node_snapshot(*this); // other threads may be reading this tensor
   const graph::NodeRef incoming = node_snapshot(new_value);
   if (incoming->shape != current->shape || incoming->dtype != current->dtype)
@@ -395,6 +408,7 @@ std::vector<const graph::Node*> reachable_with_custom_inputs(const graph::Node* 
 } // namespace
 
 void Tensor::backward(const Tensor& grad_output, Loc loc) const {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!requires_grad()) detail::fail("backward", "the tensor does not require grad", {this}, loc);
   std::vector<Tensor> leaf_tensors;
   std::vector<std::shared_ptr<TensorImpl>> impls;

@@ -1,5 +1,6 @@
 #include "graph/node.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <mutex>
@@ -67,7 +68,44 @@ Interner& interner() {
   return *in;
 }
 
+thread_local SourceLine current_line;
+
 } // namespace
+
+bool operator==(const SourceLine& a, const SourceLine& b) {
+  if (a.line != b.line || !a.file != !b.file) return false;
+  return a.file == b.file || std::strcmp(a.file, b.file) == 0;
+}
+
+std::string source_line_str(const SourceLine& s) {
+  if (!s) return "";
+  const char* slash = std::strrchr(s.file, '/');
+  return std::string(slash ? slash + 1 : s.file) + ":" + std::to_string(s.line);
+}
+
+std::string source_lines_str(const std::vector<SourceLine>& lines, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < lines.size() && i < max; ++i) out += (i ? ", " : "") + source_line_str(lines[i]);
+  if (lines.size() > max) out += ", ...";
+  return out;
+}
+
+void add_source_line(std::vector<SourceLine>& lines, const SourceLine& s) {
+  if (s && std::find(lines.begin(), lines.end(), s) == lines.end()) lines.push_back(s);
+}
+
+SourceScope::SourceScope(const SourceLine& s, bool replace) {
+  if (!s || (current_line && !replace)) return;
+  saved_ = current_line;
+  current_line = s;
+  active_ = true;
+}
+
+SourceScope::~SourceScope() {
+  if (active_) current_line = saved_;
+}
+
+SourceLine current_source_line() { return current_line; }
 
 std::string_view op_name(OpKind op) { return kOpTable[static_cast<int>(op)].name; }
 int op_arity(OpKind op) { return kOpTable[static_cast<int>(op)].arity; }
@@ -146,6 +184,7 @@ NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inpu
   }
   auto node = std::make_shared<Node>(Node::Key{}, op, dtype, std::move(shape), std::move(inputs),
                                      std::move(attrs), device, h);
+  node->origin = current_source_line();
   in.table.emplace(h, node.get());
   return node;
 }

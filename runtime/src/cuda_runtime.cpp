@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "kiln/options.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/observe.h"
 
 namespace kiln::runtime {
 
@@ -173,24 +174,72 @@ void Gpu::upload(void* dst, const void* src, size_t bytes) {
   // Queued on the stream: the driver stages pageable memory before returning, so `src`
   // may be reused at once, and the host does not wait for the stream's queued kernels
   // (the synchronous cuMemcpyHtoD would).
+  if (observe::tracing()) trace_begin("copy", "upload " + std::to_string(bytes) + " B");
   check(api_.MemcpyHtoDAsync(as_dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync of " + std::to_string(bytes) + " bytes");
+  if (observe::tracing()) trace_end();
 }
 
 void Gpu::download(void* dst, const void* src, size_t bytes) {
   make_current();
   check(api_.StreamSynchronize(stream_), "cuStreamSynchronize before a device-to-host copy");
   if (bytes) check(api_.MemcpyDtoH(dst, as_dptr(src), bytes), "cuMemcpyDtoH of " + std::to_string(bytes) + " bytes");
+  drain_device_spans();
 }
 
 void Gpu::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   make_current();
+  if (observe::tracing()) trace_begin("copy", "device copy " + std::to_string(bytes) + " B");
   check(api_.MemcpyDtoDAsync(as_dptr(dst), as_dptr(src), bytes, stream_), "cuMemcpyDtoDAsync");
+  if (observe::tracing()) trace_end();
 }
 
 void Gpu::synchronize() {
   make_current();
   check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+  drain_device_spans();
+}
+
+// Records the start event of a device span (the caller made the context current).
+void Gpu::trace_begin(const char* cat, const std::string& name) {
+  std::lock_guard lock(trace_mu_);
+  if (!origin_) { // the time base: an event the host sees complete
+    check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    check(api_.EventCreate(&origin_, 0), "cuEventCreate");
+    check(api_.EventRecord(origin_, stream_), "cuEventRecord");
+    check(api_.EventSynchronize(origin_), "cuEventSynchronize");
+    origin_host_ = observe::Clock::now();
+  }
+  DeviceSpan s{cat, name};
+  check(api_.EventCreate(&s.start, 0), "cuEventCreate");
+  check(api_.EventRecord(s.start, stream_), "cuEventRecord");
+  device_spans_.push_back(std::move(s));
+}
+
+// Records the stop event of the span trace_begin() opened.
+void Gpu::trace_end() {
+  std::lock_guard lock(trace_mu_);
+  DeviceSpan& s = device_spans_.back();
+  check(api_.EventCreate(&s.stop, 0), "cuEventCreate");
+  check(api_.EventRecord(s.stop, stream_), "cuEventRecord");
+}
+
+// After a synchronization: every recorded span becomes a trace event on this GPU's track.
+void Gpu::drain_device_spans() {
+  std::lock_guard lock(trace_mu_);
+  for (DeviceSpan& s : device_spans_) {
+    float a = 0, b = 0;
+    if (s.stop && api_.EventElapsedTime(&a, origin_, s.start) == 0 &&
+        api_.EventElapsedTime(&b, origin_, s.stop) == 0) {
+      auto at = [&](float ms) {
+        return origin_host_ + std::chrono::duration_cast<observe::Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+      };
+      observe::device_span(s.cat, std::move(s.name), device().str(), at(a), at(b));
+    }
+    api_.EventDestroy(s.start);
+    if (s.stop) api_.EventDestroy(s.stop);
+  }
+  device_spans_.clear();
 }
 
 double Gpu::time_ms(const std::function<void()>& work) {
@@ -282,8 +331,11 @@ void Gpu::launch(CUfunction fn, const std::string& name, const codegen::CudaLaun
   for (CUdeviceptr& p : ptrs) args.push_back(&p);
   for (long long& v : values) args.push_back(&v);
   make_current();
+  const bool traced = observe::tracing();
+  if (traced) trace_begin("gpu", name);
   check(api_.LaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, stream_, args.data(), nullptr),
         "cuLaunchKernel of " + name + " (grid " + std::to_string(c.grid) + ", block " + std::to_string(c.block) + ")");
+  if (traced) trace_end();
   if (options().launch_blocking) check(api_.StreamSynchronize(stream_), "kernel " + name);
 }
 

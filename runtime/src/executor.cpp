@@ -16,8 +16,10 @@
 #include "kiln/error.h"
 #include "kiln/options.h"
 #include "codegen/cuda_emitter.h"
+#include "codegen/dot.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_runtime.h"
+#include "runtime/observe.h"
 #include "runtime/storage.h"
 
 namespace kiln::runtime {
@@ -43,6 +45,16 @@ void dump(const std::string& name, const std::string& ext, const std::string& te
   std::fprintf(stderr, "[kiln] ---- %s%s ----\n%s\n", name.c_str(), ext.c_str(), text.c_str());
   if (options().dump_dir.empty()) return;
   std::ofstream(options().dump_dir + "/" + name + ext) << text;
+}
+
+// With KILN_DUMP_DIR (and KILN_DEBUG >= 2), the picture of each new plan's schedule as
+// plan_<n>.dot, numbered in order across the process.
+void dump_dot(const codegen::Schedule& s, const std::vector<const graph::Node*>& outputs) {
+  if (options().dump_dir.empty() || s.launches.empty()) return;
+  static std::atomic<int> next{0};
+  const std::string path = options().dump_dir + "/plan_" + std::to_string(next++) + ".dot";
+  std::ofstream(path) << codegen::schedule_dot(s, outputs);
+  std::fprintf(stderr, "[kiln] wrote %s (%zu kernels)\n", path.c_str(), s.launches.size());
 }
 
 // Points the JIT's disk cache at options().cache_dir whenever that changes.
@@ -157,21 +169,28 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* p = params.data();
   if (n <= grain) return fn(0, n, bufs, p);
+  if (observe::tracing()) // each TBB chunk a child span of the launch, on its thread's track
+    return tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& r) {
+      observe::Span s("chunk", "chunk");
+      s.arg("points", static_cast<double>(r.size()));
+      fn(r.begin(), r.end(), bufs, p);
+    });
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, p); });
 }
 
 void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, double run_ms) {
-  size_t bytes = node_bytes(l.output);
-  for (const graph::Node* in : l.inputs) bytes += node_bytes(in);
+  const double bytes = observe::launch_bytes(l);
+  const std::string lines = graph::source_lines_str(l.lines);
+  const std::string from = lines.empty() ? "" : " from " + lines;
   if (device != kCPU && !options().launch_blocking) { // queued: the host did not wait for it
-    std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, queued, %.2f MB\n", l.kernel.name.c_str(),
-                 device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6);
+    std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, queued, %.2f MB%s\n", l.kernel.name.c_str(),
+                 device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6, from.c_str());
     return;
   }
-  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s\n",
+  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s%s\n",
                l.kernel.name.c_str(), device.str().c_str(), cache, static_cast<long long>(l.domain_size), run_ms,
-               bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0);
+               bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0, from.c_str());
 }
 
 // Loads the plan's kernels on its GPU (compiled in parallel).
@@ -183,8 +202,10 @@ void load_gpu_kernels(Plan& p) {
   tbb::parallel_for(size_t{0}, n, [&](size_t i) {
     Gpu::Source source;
     const codegen::Kernel& k = p.schedule.launches[i].kernel;
+    observe::Span span("compile", k.name);
     p.gpu_kernels[i] = gpu.kernel(k, source);
     p.cache_status[i] = status_name(source);
+    span.arg("cache", p.cache_status[i]);
     if (source == Gpu::Source::Memory) return;
     if (source == Gpu::Source::Compiled) ++counters().compiles;
     const int level = options().debug;
@@ -226,9 +247,17 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   std::vector<const graph::Node*> todo;
   for (const auto& n : outputs)
     if (!n->realized() && std::find(todo.begin(), todo.end(), n.get()) == todo.end()) todo.push_back(n.get());
-  p.schedule = codegen::schedule(todo, {options().fusion});
-  if (options().debug >= 2)
+  observe::start_from_options();
+  observe::Span plan_span("plan", "plan");
+  {
+    observe::Span span("schedule", "schedule");
+    p.schedule = codegen::schedule(todo, {options().fusion});
+    span.arg("kernels", static_cast<double>(p.schedule.launches.size()));
+  }
+  if (options().debug >= 2) {
     for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
+    dump_dot(p.schedule, todo);
+  }
   const size_t n = p.schedule.launches.size();
   if (p.device == kCPU) p.kernels.resize(n);
   p.cache_status.resize(n);
@@ -236,8 +265,10 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   else
     tbb::parallel_for(size_t{0}, n, [&](size_t i) { // kernels compile in parallel
       codegen::LlvmJit::Source source;
+      observe::Span span("compile", p.schedule.launches[i].kernel.name);
       p.kernels[i] = compile(p.schedule.launches[i].kernel, source);
       p.cache_status[i] = status_name(source);
+      span.arg("cache", p.cache_status[i]);
     });
   for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
   plan_memory(p);
@@ -279,6 +310,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
     else run(plan.kernels[i], l, params, bufs.data());
     ++counters().launches;
+    if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }
   ++plan.runs;

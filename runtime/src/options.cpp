@@ -14,6 +14,8 @@ Options from_environment() {
   if (const char* c = std::getenv("KILN_CUDA_CHECK")) o.cuda_check = std::atoi(c) != 0;
   if (const char* b = std::getenv("KILN_LAUNCH_BLOCKING")) o.launch_blocking = std::atoi(b) != 0;
   if (const char* p = std::getenv("KILN_DUMP_DIR")) o.dump_dir = p;
+  if (const char* p = std::getenv("KILN_PROFILE")) o.profile = std::atoi(p) != 0;
+  if (const char* t = std::getenv("KILN_TRACE")) o.trace_path = t;
   if (const char* d = std::getenv("KILN_DEVICE"); d && *d) o.device = d;
   if (const char* c = std::getenv("KILN_CACHE_DIR")) o.cache_dir = c;
   else if (const char* home = std::getenv("HOME"); home && *home) o.cache_dir = std::string(home) + "/.cache/kiln";

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "runtime/cuda_runtime.h"
+#include "runtime/observe.h"
 
 namespace kiln::runtime {
 
@@ -114,6 +115,8 @@ std::shared_ptr<graph::Storage> copy_to(const graph::Storage& src, Device device
   const size_t n = src.bytes();
   std::shared_ptr<graph::Storage> dst = allocate(device, n);
   const bool from_host = src.device().kind == Device::Kind::CPU, to_host = device.kind == Device::Kind::CPU;
+  observe::Span span("copy", src.device().str() + " -> " + device.str());
+  span.arg("bytes", static_cast<double>(n));
   if (from_host && to_host) std::memcpy(dst->data(), src.data(), n);
   else if (from_host) Gpu::get(device.index).upload(dst->data(), src.data(), n);
   else if (to_host) Gpu::get(src.device().index).download(dst->data(), src.data(), n);

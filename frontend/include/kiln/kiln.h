@@ -15,5 +15,6 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/options.h"
+#include "kiln/profile.h"
 #include "kiln/scalar.h"
 #include "kiln/tensor.h"

@@ -50,8 +50,9 @@ public:
   /// The module's computation on one input. The default throws: modules whose
   /// forward takes other arguments define their own and are not usable in Sequential.
   virtual Tensor forward(const Tensor& x);
-  /// Same as forward(x).
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// Same as forward(x); the graph nodes it makes record `loc` as their source line
+  /// (profiles and KILN_DEBUG name the model's line rather than kiln's).
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current());
   /// The type name shown by str() ("Linear").
   virtual std::string name() const { return "Module"; }
   /// One line describing the module's configuration ("Linear(in=784, out=256, bias=true)").

@@ -264,5 +264,10 @@ Tensor operator>=(Operand a, Scalar b);        ///< ge with a scalar
 void realize(const std::vector<Tensor>& tensors);
 /// The text form of the graph behind some tensors (see graph/text.h).
 std::string graph_text(const std::vector<Tensor>& tensors);
+/// The graph that realizing `tensors` would run, as Graphviz DOT (`dot -Tsvg`): each
+/// kernel of its schedule is a cluster labelled with the kernel's name and form, each
+/// node shows its op, type and the user's source line, and every edge into another
+/// kernel carries the reason for that boundary. Already realized values are inputs.
+std::string graph_dot(const std::vector<Tensor>& tensors);
 
 } // namespace kiln

@@ -26,6 +26,12 @@ struct Options {
   /// KILN_LAUNCH_BLOCKING=1: wait for every GPU kernel to finish before the next call
   /// returns, so that a failing kernel is named (and launch times are real) when debugging.
   bool launch_blocking = false;
+  /// KILN_PROFILE=1: collect the per-kernel profile from the start and print it at exit
+  /// (kiln/profile.h). Read at startup; use kiln::profile::enable() to change it later.
+  bool profile = false;
+  /// KILN_TRACE=path.json: record a Chrome trace from the start and write it there at exit
+  /// (kiln/profile.h). Read at startup; use kiln::profile::start_trace() to change it later.
+  std::string trace_path;
 };
 
 /// The options in force (a process-wide singleton).
