@@ -26,6 +26,9 @@ struct Options {
   /// KILN_LAUNCH_BLOCKING=1: wait for every GPU kernel to finish before the next call
   /// returns, so that a failing kernel is named (and launch times are real) when debugging.
   bool launch_blocking = false;
+  /// KILN_SCHEDULE_CACHE (default 1): 0 makes realize() plan every graph afresh instead of
+  /// reusing the plan of a structurally equal graph realized before (runtime/executor.h).
+  bool schedule_cache = true;
 };
 
 /// The options in force (a process-wide singleton).
