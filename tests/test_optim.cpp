@@ -311,7 +311,7 @@ TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
   nn::manual_seed(4);
   nn::Sequential m = small_model();
   optim::Adam opt(m.parameters(), {.lr = 1e-2});
-  size_t at_step5 = 0;
+  size_t at_step5 = 0, live = 0;
   for (int64_t s = 0; s <= 500; ++s) {
     const auto before = runtime::executor_stats();
     plain_step(m, opt, s % 4);
@@ -319,13 +319,41 @@ TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
     const size_t nodes = after.nodes - before.nodes;
     EXPECT_EQ(after.realizations - before.realizations, 1u) << "step " << s; // one realize, with the loss in it
     if (s == 5) at_step5 = nodes;
+    if (s == 10) live = graph::live_node_count();
     if (s > 5) {
       ASSERT_EQ(nodes, at_step5) << "step " << s;
     }
   }
+  EXPECT_LE(graph::live_node_count(), live + 5); // and no history is kept
   const auto before = runtime::executor_stats();
   (void)m.buffers()[0].to_vector<float>(); // running_mean: already a buffer
   EXPECT_EQ(runtime::executor_stats().launches, before.launches);
+}
+
+TEST(TrainingStep, AHandWrittenUpdateLoopRealizesTheSameGraphAtEveryStep) {
+  // No optimizer: parameters assign()ed by hand are realized with the next value read.
+  nn::manual_seed(5);
+  nn::Sequential m = small_model();
+  size_t at_step5 = 0, live = 0;
+  for (int64_t s = 0; s <= 200; ++s) {
+    const auto before = runtime::executor_stats();
+    Tensor loss = F::cross_entropy(m(batch_x(s % 4)), batch_y(s % 4));
+    for (Tensor& p : m.parameters()) p.zero_grad();
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : m.parameters()) p.assign(p - p.grad() * 0.05);
+    }
+    (void)loss.item<float>();
+    const auto after = runtime::executor_stats();
+    EXPECT_EQ(after.realizations - before.realizations, 1u) << "step " << s; // the loss, the update with it
+    if (s == 5) at_step5 = after.nodes - before.nodes;
+    if (s == 10) live = graph::live_node_count();
+    if (s > 5) {
+      ASSERT_EQ(after.nodes - before.nodes, at_step5) << "step " << s;
+    }
+  }
+  EXPECT_LE(graph::live_node_count(), live + 5); // and no history is kept
 }
 
 TEST(TrainingStep, AGraphBuiltBeforeALeafIsRealizedStillReachesIt) {

@@ -296,6 +296,16 @@ TEST(ScheduleCache, ANewRandomSeedReusesThePlanAndDrawsItsOwnNumbers) {
   EXPECT_EQ(got, want);
 }
 
+TEST(ScheduleCache, KeepsNoValueAlive) {
+  // A graph of no sources (randn) is its own copy: the cache must not hold its value.
+  const size_t in_use = runtime::allocator_stats().bytes_in_use;
+  for (int i = 0; i < 2; ++i) {
+    Tensor r = (randn({1 << 16}, 77) * 2.0).realize();
+    Tensor s = (r + 1.0).realize(); // and one with a source
+  }
+  EXPECT_EQ(runtime::allocator_stats().bytes_in_use, in_use);
+}
+
 TEST(ScheduleCache, ASourceWithoutDataIsStillAnError) {
   const Tensor placeholder(graph::make_input(kFloat32, {4}, nullptr));
   EXPECT_THROW((placeholder + 1.0).realize(), Error);

@@ -240,21 +240,11 @@ const Tensor& Tensor::realize() const {
   return *this;
 }
 
-void realize(const std::vector<Tensor>& tensors) {
-  if (detail::active_capture()) return; // a traced function is realized when it is replayed
-  std::vector<graph::NodeRef> nodes;
-  for (const Tensor& t : tensors) nodes.push_back(t.node());
-  runtime::realize(nodes);
-  for (const Tensor& t : tensors) drop_history(t.impl());
-}
-
-void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
-void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }
-
-void detail::flush_pending() {
-  if (active_capture()) return;
+namespace {
+// Realizes `impls` and what note_pending() collected, in one realize; the leaves drop
+// their history.
+void realize_with_pending(std::vector<std::shared_ptr<TensorImpl>> impls) {
   const Pending taken = std::exchange(g_pending, {});
-  std::vector<std::shared_ptr<TensorImpl>> impls;
   for (const auto& w : taken.changed)
     if (auto impl = w.lock()) {
       impls.push_back(impl);
@@ -266,6 +256,34 @@ void detail::flush_pending() {
   for (const auto& impl : impls) nodes.push_back(impl->node);
   runtime::realize(nodes);
   for (const auto& impl : impls) drop_history(impl);
+}
+} // namespace
+
+void realize(const std::vector<Tensor>& tensors) {
+  if (detail::active_capture()) return; // a traced function is realized when it is replayed
+  std::vector<std::shared_ptr<TensorImpl>> impls;
+  for (const Tensor& t : tensors) {
+    (void)t.node(); // an undefined tensor throws
+    impls.push_back(t.impl());
+  }
+  // After a backward() (a loop that assign()s by hand, or a value read before step()),
+  // what is pending joins this realize; before one, it waits (BatchNorm's statistics
+  // recorded by this step's forward pass wait for its step()).
+  if (g_pending.roots.empty()) {
+    std::vector<graph::NodeRef> nodes;
+    for (const auto& impl : impls) nodes.push_back(impl->node);
+    runtime::realize(nodes);
+    for (const auto& impl : impls) drop_history(impl);
+    return;
+  }
+  realize_with_pending(std::move(impls));
+}
+
+void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
+void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }
+
+void detail::flush_pending() {
+  if (!active_capture()) realize_with_pending({});
 }
 
 std::string graph_text(const std::vector<Tensor>& tensors) {

@@ -50,7 +50,9 @@ void move_in_place(const Tensor& t, Device device, const Loc& loc);
 /// Eager loops at constant cost: outside a compile() trace, a tensor whose value or
 /// gradient changed (assign(), backward()) waits here, with the roots backward() ran
 /// from, until flush_pending() realizes them all in one realize (an optimizer's step()
-/// does), so the next step reads buffers instead of a growing graph. Held weakly.
+/// does; after a backward(), any kiln::realize() does too, in the same realize: a loop
+/// that assign()s by hand and reads its loss), so the next step reads buffers instead
+/// of a growing graph. Held weakly.
 void note_pending(const std::shared_ptr<TensorImpl>& impl);
 /// Same, for a root of backward(): only its value is realized.
 void note_pending_root(const std::shared_ptr<TensorImpl>& impl);

@@ -414,7 +414,12 @@ std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<grap
     copy.emplace(n, std::move(m));
   }
   std::vector<graph::NodeRef> outputs;
-  for (const graph::NodeRef& r : roots) outputs.push_back(copy.at(r.get()));
+  for (const graph::NodeRef& r : roots) {
+    outputs.push_back(copy.at(r.get()));
+    // A root computed from no source is its own copy (hash-consing): the cache would keep
+    // the value attached to it. Such graphs are planned afresh each time.
+    if (outputs.back() == r) return nullptr;
+  }
   c->plan = make_plan(outputs);
   return c;
 }
@@ -460,7 +465,9 @@ const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bind
       std::fprintf(stderr, "[kiln] schedule: the plan of a structurally equal graph (%zu kernels)\n",
                    c->plan.schedule.launches.size());
   } else {
-    c = cache.insert(w, plan_copy(w, roots));
+    std::unique_ptr<CachedPlan> fresh = plan_copy(w, roots);
+    if (!fresh) return nullptr;
+    c = cache.insert(w, std::move(fresh));
   }
   for (size_t i = 0; i < w.sources.size(); ++i) bindings[c->sources[i].get()] = w.sources[i]->realized();
   for (size_t i = 0; i < w.seeds.size(); ++i)

@@ -10,7 +10,9 @@
 /// losses backward() ran from. So the whole eager training step (forward, backward,
 /// update) is scheduled, fused and run at once, the realized tensors drop their
 /// history, and the next step reads buffers: a PyTorch-style loop costs the same at
-/// every step, with no realize() call. Inside a compile() trace nothing is realized.
+/// every step, with no realize() call. (Without an optimizer, tensors assign()ed by
+/// hand are realized with the next value read or realize() after a backward().)
+/// Inside a compile() trace nothing is realized.
 ///
 /// Values that change from step to step (the learning rate, Adam's bias
 /// corrections) enter the graph as 0-d input tensors, not constants, so the
