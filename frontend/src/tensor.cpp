@@ -241,10 +241,10 @@ const Tensor& Tensor::realize() const {
 }
 
 namespace {
-// Realizes `impls` and what note_pending() collected, in one realize; the leaves drop
-// their history.
-void realize_with_pending(std::vector<std::shared_ptr<TensorImpl>> impls) {
-  const Pending taken = std::exchange(g_pending, {});
+// Realizes `impls`, with what note_pending() collected when `with_pending`, in one
+// realize; the leaves drop their history.
+void realize_impls(std::vector<std::shared_ptr<TensorImpl>> impls, bool with_pending) {
+  const Pending taken = with_pending ? std::exchange(g_pending, {}) : Pending{};
   for (const auto& w : taken.changed)
     if (auto impl = w.lock()) {
       impls.push_back(impl);
@@ -269,21 +269,14 @@ void realize(const std::vector<Tensor>& tensors) {
   // After a backward() (a loop that assign()s by hand, or a value read before step()),
   // what is pending joins this realize; before one, it waits (BatchNorm's statistics
   // recorded by this step's forward pass wait for its step()).
-  if (g_pending.roots.empty()) {
-    std::vector<graph::NodeRef> nodes;
-    for (const auto& impl : impls) nodes.push_back(impl->node);
-    runtime::realize(nodes);
-    for (const auto& impl : impls) drop_history(impl);
-    return;
-  }
-  realize_with_pending(std::move(impls));
+  realize_impls(std::move(impls), !g_pending.roots.empty());
 }
 
 void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
 void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }
 
 void detail::flush_pending() {
-  if (!active_capture()) realize_with_pending({});
+  if (!active_capture()) realize_impls({}, true);
 }
 
 std::string graph_text(const std::vector<Tensor>& tensors) {
