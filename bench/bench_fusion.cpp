@@ -4,6 +4,10 @@
 //   MLPStep/128, MLPStep/1024  784-512-512-10 ReLU MLP at batch 128 / 1024: forward,
 //                     cross-entropy, backward, SGD (compiled step); GFLOP/s counts the
 //                     matmuls only (3,209,216 x batch per step)
+//   EagerMLPStep/128  the same MLP trained by optim::SGD in a PyTorch-style eager loop (no
+//                     compile(), no realize()), and the same SGD step compiled (kiln_compiled)
+//   Eager/launch_overhead  host time per kernel of eager realizes of 128 tiny kernels, with
+//                     the schedule cache on and off
 //   Replay/overhead   host time of replaying a compiled step of tiny kernels
 //   Triad/16M and hand-written fused C++ loops (-O3 -march=native) on 1 and 2 threads.
 // GB/s counts the bytes a fused implementation must move (inputs read once, outputs
@@ -14,6 +18,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +29,7 @@
 
 #include "bench/mlp.h"
 #include "kiln/kiln.h"
+#include "runtime/executor.h"
 
 namespace {
 
@@ -136,6 +142,60 @@ void KilnMlpStep(benchmark::State& state, int64_t batch) {
   const double flops = 3209216.0 * static_cast<double>(batch);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// The same MLP trained by optim::SGD (lr 0.01) in a PyTorch-style loop: zero_grad, loss,
+// backward, step, item; no compile(), no realize() (opt.step() realizes the step), or
+// the same step through compile() when `compiled`.
+void KilnSgdMlpStep(benchmark::State& state, int64_t batch, bool compiled) {
+  with_mode(state, [&] {
+    Mlp mlp(7);
+    optim::SGD opt(mlp.params, {.lr = 0.01});
+    const std::vector<Tensor> xy = mlp_batch(batch);
+    auto build = [&](const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor loss = mlp.loss(x, y);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto traced = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{build(a[0], a[1]).detach()}; });
+    auto step = [&] { return (compiled ? traced(xy)[0] : build(xy[0], xy[1])).item<float>(); };
+    step();
+    step(); // gradients exist from now on: the steady state
+    const size_t launches = runtime::executor_stats().launches;
+    for (auto _ : state) benchmark::DoNotOptimize(step());
+    state.counters["kernels"] = static_cast<double>(runtime::executor_stats().launches - launches) /
+                                static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(3209216.0 * static_cast<double>(batch * state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// Host cost of eager realizes: each iteration builds a chain of 64 exp-and-scale steps
+// on 16 elements in the unfused mode (128 tiny kernels) and realizes it, with the
+// schedule cache on (the second argument 1) or off. us_per_launch is the iteration's
+// time over its launches: graph building, the cache lookup and the launches.
+void KilnEagerLaunchOverhead(benchmark::State& state) {
+  const bool saved_fusion = options().fusion, saved_cache = options().schedule_cache;
+  options().fusion = false;
+  options().schedule_cache = state.range(0) != 0;
+  const Tensor x = randn({16}, 31).realize();
+  auto chain = [&] {
+    Tensor y = x;
+    for (int i = 0; i < 64; ++i) y = exp(y) * 0.5;
+    return y.realize();
+  };
+  chain();
+  const size_t launches = runtime::executor_stats().launches;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) benchmark::DoNotOptimize(chain().node().get());
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const auto launched = static_cast<double>(runtime::executor_stats().launches - launches);
+  state.counters["kernels"] = launched / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["us_per_launch"] = us / std::max(1.0, launched);
+  options().fusion = saved_fusion;
+  options().schedule_cache = saved_cache;
 }
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -281,6 +341,14 @@ void KilnMlpStep128Profiled(benchmark::State& state) {
 KILN_MODES(KilnMlpStep128Profiled, "MLPStep/128/kiln_profiled");
 KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
+void KilnEagerMlpStep128(benchmark::State& state) { KilnSgdMlpStep(state, 128, false); }
+void KilnSgdMlpStep128Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 128, true); }
+BENCHMARK(KilnEagerMlpStep128)->Name("EagerMLPStep/128/kiln")->ArgNames({"threads", "fused"})->Args({1, 1})->Args({2, 1})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KilnSgdMlpStep128Compiled)->Name("EagerMLPStep/128/kiln_compiled")->ArgNames({"threads", "fused"})
+    ->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(KilnEagerLaunchOverhead)->Name("Eager/launch_overhead")->ArgName("schedule_cache")->Arg(1)->Arg(0)
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
 BENCHMARK(KilnCompileCost)->Name("Compile/MLPStep/128")->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 

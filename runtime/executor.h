@@ -49,7 +49,11 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
                                                      const SeedOverrides& seeds = {});
 
 /// Computes every node in `nodes` that is not yet realized and attaches its value (one
-/// plan per device among them).
+/// plan per device among them). A graph structurally equal to one realized before on this
+/// thread (same ops, dtypes, shapes, attributes, devices and sharing; other sources, where
+/// a source is an input or an already realized node) reuses that plan: its schedule,
+/// kernels and memory plan, bound to the new sources (the schedule cache; off with
+/// KILN_SCHEDULE_CACHE=0). Results are bitwise those of a fresh plan.
 void realize(const std::vector<graph::NodeRef>& nodes);
 
 /// Counters of what the executor did (for tests and benchmarks).
@@ -58,6 +62,8 @@ struct ExecutorStats {
   size_t compiles = 0;     ///< kernels compiled (cache misses)
   size_t realizations = 0; ///< realize() calls that ran something
   size_t cuda_checked = 0; ///< kernels also compiled as CUDA by NVRTC (KILN_CUDA_CHECK=1)
+  size_t nodes = 0;        ///< graph nodes realize() walked (what it computed and the sources it read)
+  size_t plan_reuses = 0;  ///< plans realize() took from the schedule cache
 };
 /// Current counters.
 ExecutorStats executor_stats();

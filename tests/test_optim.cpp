@@ -299,6 +299,81 @@ TEST(TrainingStep, GraphAndMemoryStayBoundedOver50Steps) {
   EXPECT_LE(bytes[49], bytes[9] + 4096) << "bytes in use grow: " << bytes[9] << " -> " << bytes[49];
 }
 
+// One step as a PyTorch user writes it: no realize() call; returns the loss value.
+float plain_step(nn::Module& m, optim::Optimizer& opt, int64_t step) {
+  opt.zero_grad();
+  Tensor loss = F::cross_entropy(m(batch_x(step)), batch_y(step));
+  loss.backward();
+  opt.step();
+  return loss.item<float>();
+}
+
+TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
+  // opt.step() realizes parameters, Adam's moments, BatchNorm's running statistics,
+  // gradients and the loss in one realize: step 500 computes what step 5 does.
+  nn::manual_seed(4);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  size_t at_step5 = 0, live = 0;
+  for (int64_t s = 0; s <= 500; ++s) {
+    const auto before = runtime::executor_stats();
+    plain_step(m, opt, s % 4);
+    const auto after = runtime::executor_stats();
+    const size_t nodes = after.nodes - before.nodes;
+    EXPECT_EQ(after.realizations - before.realizations, 1u) << "step " << s; // one realize, with the loss in it
+    if (s == 5) at_step5 = nodes;
+    if (s == 10) live = graph::live_node_count();
+    if (s > 5) {
+      ASSERT_EQ(nodes, at_step5) << "step " << s;
+    }
+  }
+  EXPECT_LE(graph::live_node_count(), live + 5); // and no history is kept
+  const auto before = runtime::executor_stats();
+  (void)m.buffers()[0].to_vector<float>(); // running_mean: already a buffer
+  EXPECT_EQ(runtime::executor_stats().launches, before.launches);
+}
+
+TEST(TrainingStep, AHandWrittenUpdateLoopRealizesTheSameGraphAtEveryStep) {
+  // No optimizer: parameters assign()ed by hand are realized with the next value read.
+  nn::manual_seed(5);
+  nn::Sequential m = small_model();
+  size_t at_step5 = 0, live = 0;
+  for (int64_t s = 0; s <= 200; ++s) {
+    const auto before = runtime::executor_stats();
+    Tensor loss = F::cross_entropy(m(batch_x(s % 4)), batch_y(s % 4));
+    for (Tensor& p : m.parameters()) p.zero_grad();
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : m.parameters()) p.assign(p - p.grad() * 0.05);
+    }
+    (void)loss.item<float>();
+    const auto after = runtime::executor_stats();
+    EXPECT_EQ(after.realizations - before.realizations, 1u) << "step " << s; // the loss, the update with it
+    if (s == 5) at_step5 = after.nodes - before.nodes;
+    if (s == 10) live = graph::live_node_count();
+    if (s > 5) {
+      ASSERT_EQ(after.nodes - before.nodes, at_step5) << "step " << s;
+    }
+  }
+  EXPECT_LE(graph::live_node_count(), live + 5); // and no history is kept
+}
+
+TEST(TrainingStep, AGraphBuiltBeforeALeafIsRealizedStillReachesIt) {
+  // Realizing a leaf gives it a new node; a loss built on the old one must still
+  // differentiate with respect to it (it used to get no gradient at all).
+  Tensor w = ones({3}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    w.assign(w * 2.0); // lazy
+  }
+  Tensor loss = (w * w).sum(); // built on the lazy node
+  w.realize();                 // w drops its history: a new node
+  loss.backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{4, 4, 4}));
+}
+
 TEST(TrainingStep, ChangingLrAndBiasCorrectionDoNotRecompile) {
   nn::manual_seed(2);
   nn::Sequential m = small_model();
@@ -340,7 +415,8 @@ std::vector<std::vector<float>> snapshot(nn::Module& m, const optim::Optimizer& 
 // and learning rate must all follow the replays.
 template <class MakeOpt, class BetweenSteps>
 void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int steps,
-                                   nn::Sequential (*make_model)() = small_model) {
+                                   nn::Sequential (*make_model)() = small_model,
+                                   float (*eager_step)(nn::Module&, optim::Optimizer&, int64_t) = train_step) {
   nn::manual_seed(11);
   nn::Sequential eager_model = make_model();
   nn::manual_seed(11);
@@ -357,7 +433,7 @@ void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int s
   for (int64_t s = 0; s < steps; ++s) {
     between(eager_opt, s);
     between(compiled_opt, s);
-    const float eager_loss = train_step(eager_model, eager_opt, s);
+    const float eager_loss = eager_step(eager_model, eager_opt, s);
     const float compiled_loss = step({batch_x(s), batch_y(s)})[0].template item<float>();
     ASSERT_EQ(eager_loss, compiled_loss) << "step " << s;
     ASSERT_EQ(snapshot(eager_model, eager_opt), snapshot(compiled_model, compiled_opt)) << "step " << s;
@@ -373,6 +449,11 @@ void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int s
 TEST(CompiledStep, AdamMatchesEagerStepForStep) {
   expect_compiled_matches_eager([](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); },
                                 [](optim::Optimizer&, int64_t) {}, 8);
+}
+
+TEST(CompiledStep, APlainEagerLoopMatchesTheCompiledStep) {
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); },
+                                [](optim::Optimizer&, int64_t) {}, 8, small_model, plain_step);
 }
 
 TEST(CompiledStep, DropoutDrawsTheEagerMasksStepForStep) {

@@ -224,5 +224,93 @@ TEST(Compile, ReadingValuesWhileTracingIsAnError) {
   EXPECT_THROW(f({from_vector<float>({1, 2})}), Error);
 }
 
+// ---------------------------------------------------------------- the schedule cache
+
+// Bits of `make()`'s value and the plans realize() reused computing it.
+std::pair<std::vector<double>, size_t> run_counting_reuses(const std::function<Tensor()>& make) {
+  const size_t before = runtime::executor_stats().plan_reuses;
+  const std::vector<double> v = make().to_vector<double>();
+  return {v, runtime::executor_stats().plan_reuses - before};
+}
+
+// A small block with a matmul, a softmax row pattern, a reduction and broadcasts.
+Tensor block(const Tensor& x, const Tensor& w) {
+  Tensor h = matmul(x, w) + 0.5;
+  Tensor e = exp(h - h.max({1}, true));
+  return (e / e.sum({1}, true)) * relu(h) + x.sum({1}, true);
+}
+
+TEST(ScheduleCache, AStructurallyEqualGraphReusesThePlanWithTheSameBits) {
+  const Tensor w = randn({16, 16}, 41).realize();
+  const std::vector<Tensor> xs = {randn({8, 16}, 42).realize(), randn({8, 16}, 43).realize()};
+  auto make = [&](uint64_t seed) { return [&w, &xs, seed] { return block(xs[seed - 42], w); }; };
+  (void)run_counting_reuses(make(42));
+  const size_t compiles = runtime::executor_stats().compiles;
+  const auto [cached, reuses] = run_counting_reuses(make(43)); // other data, same structure
+  EXPECT_EQ(reuses, 1u);
+  EXPECT_EQ(runtime::executor_stats().compiles, compiles);
+  options().schedule_cache = false;
+  const auto [fresh, none] = run_counting_reuses(make(43));
+  options().schedule_cache = true;
+  EXPECT_EQ(none, 0u);
+  EXPECT_EQ(cached, fresh); // bitwise
+  const auto [other, _] = run_counting_reuses(make(42));
+  EXPECT_NE(other, cached); // the new sources were read, not the first graph's
+}
+
+TEST(ScheduleCache, RealizedIntermediatesSharingConstantsAndSeedsAreStructure) {
+  const Tensor x = randn({64}, 51).realize(), y = randn({64}, 52).realize();
+  const Tensor e = exp(x).realize(); // a realized intermediate is a source
+  auto uncached = [](const Tensor& t) {
+    options().schedule_cache = false;
+    const std::vector<double> v = t.to_vector<double>();
+    options().schedule_cache = true;
+    return v;
+  };
+  // Each case: first a graph into the cache, then one that differs only in the named way.
+  const std::vector<std::pair<std::function<Tensor()>, std::function<Tensor()>>> cases = {
+      {[&] { return exp(x) * y + 1.0; }, [&] { return e * y + 1.0; }},         // realized intermediate
+      {[&] { return exp(x) * y; }, [&] { return exp(x) * x; }},                // x used twice, not x and y
+      {[&] { return exp(x) * y + 3.0; }, [&] { return exp(x) * y + 2.0; }},    // another constant
+      {[&] { return rand({64}, 8) + rand({8, 8}, 9).reshape({64}); },   // two seeds, then one seed twice
+       [&] { return rand({64}, 8) + rand({8, 8}, 8).reshape({64}); }},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    (void)run_counting_reuses(cases[i].first);
+    const std::vector<double> want = uncached(cases[i].second());
+    const auto [got, reuses] = run_counting_reuses(cases[i].second);
+    EXPECT_EQ(reuses, 0u) << "case " << i;
+    EXPECT_EQ(got, want) << "case " << i;
+  }
+}
+
+TEST(ScheduleCache, ANewRandomSeedReusesThePlanAndDrawsItsOwnNumbers) {
+  const Tensor x = randn({64}, 61).realize();
+  auto make = [&](uint64_t seed) { return [&x, seed] { return exp(x) * rand({64}, seed) + randn({8, 8}, seed + 1).reshape({64}); }; };
+  (void)run_counting_reuses(make(5));
+  options().schedule_cache = false;
+  const std::vector<double> want = make(7)().to_vector<double>();
+  options().schedule_cache = true;
+  const auto [got, reuses] = run_counting_reuses(make(7));
+  EXPECT_EQ(reuses, 1u);
+  EXPECT_EQ(got, want);
+}
+
+TEST(ScheduleCache, KeepsNoValueAlive) {
+  // A graph of no sources (randn) is its own copy: the cache must not hold its value.
+  const size_t in_use = runtime::allocator_stats().bytes_in_use;
+  for (int i = 0; i < 2; ++i) {
+    Tensor r = (randn({1 << 16}, 77) * 2.0).realize();
+    Tensor s = (r + 1.0).realize(); // and one with a source
+  }
+  EXPECT_EQ(runtime::allocator_stats().bytes_in_use, in_use);
+}
+
+TEST(ScheduleCache, ASourceWithoutDataIsStillAnError) {
+  const Tensor placeholder(graph::make_input(kFloat32, {4}, nullptr));
+  EXPECT_THROW((placeholder + 1.0).realize(), Error);
+  EXPECT_THROW((placeholder + 1.0).realize(), Error);
+}
+
 } // namespace
 } // namespace kiln

@@ -1,5 +1,5 @@
-// Optimizers and learning-rate schedules. Updates are lazy graph recorded under
-// NoGradGuard; the caller realizes parameters and state together with the loss.
+// Optimizers and learning-rate schedules. Updates are graph recorded under NoGradGuard;
+// the end of step() realizes the parameters, state, gradients and losses in one realize.
 
 #include "kiln/optim.h"
 
@@ -158,6 +158,7 @@ void SGD::step() {
     })[0];
     p.assign(p - lr * g);
   }
+  detail::flush_pending();
 }
 
 std::vector<std::string> SGD::slot_names() const {
@@ -214,6 +215,7 @@ void Adam::step() {
     Tensor denom = sqrt(second) / h[1] + options.eps;
     p.assign(p - h[2] * m / denom);
   }
+  detail::flush_pending();
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)

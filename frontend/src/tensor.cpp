@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd/custom.h"
 #include "codegen/dot.h"
@@ -101,31 +102,47 @@ Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs) {
 }
 
 namespace {
+// Leaves by node. A leaf realized by kiln::realize() gets a new node (become_input); its
+// entry under the old node stays while that node lives, so a graph built on the old
+// node before the realize still finds the leaf (the two nodes hold the same storage).
 struct LeafRegistry {
+  struct Entry {
+    std::weak_ptr<const graph::Node> node;
+    std::weak_ptr<TensorImpl> impl;
+  };
   std::mutex mu;
-  std::unordered_map<const graph::Node*, std::weak_ptr<TensorImpl>> by_node;
+  std::unordered_map<const graph::Node*, Entry> by_node;
 };
 LeafRegistry& leaves() {
   static auto* r = new LeafRegistry;
   return *r;
+}
+
+// The node `n` stands for the leaf `impl`: it is its node, or an earlier node of it with the same value.
+bool holds_leaf(const graph::Node* n, const TensorImpl& impl) {
+  const graph::NodeRef current = impl.load_node();
+  if (current.get() == n) return true;
+  const auto value = n->realized();
+  return value && value == current->realized();
 }
 } // namespace
 
 void register_leaf(const std::shared_ptr<TensorImpl>& impl) {
   LeafRegistry& r = leaves();
   std::lock_guard lock(r.mu);
-  for (auto it = r.by_node.begin(); it != r.by_node.end();) // drop entries of dead or moved leaves
-    it = it->second.expired() ? r.by_node.erase(it) : std::next(it);
-  r.by_node[impl->load_node().get()] = impl;
+  for (auto it = r.by_node.begin(); it != r.by_node.end();) // drop entries of dead leaves or dead nodes
+    it = it->second.impl.expired() || it->second.node.expired() ? r.by_node.erase(it) : std::next(it);
+  const graph::NodeRef node = impl->load_node();
+  r.by_node[node.get()] = {node, impl};
 }
 
 std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
   LeafRegistry& r = leaves();
   std::lock_guard lock(r.mu);
   auto it = r.by_node.find(n);
-  if (it == r.by_node.end()) return nullptr;
-  auto impl = it->second.lock();
-  return impl && impl->node.get() == n && impl->requires_grad ? impl : nullptr;
+  if (it == r.by_node.end() || it->second.node.expired()) return nullptr;
+  auto impl = it->second.impl.lock();
+  return impl && impl->requires_grad && holds_leaf(n, *impl) ? impl : nullptr;
 }
 
 namespace {
@@ -156,21 +173,43 @@ bool become_input(TensorImpl& impl, const graph::NodeRef& realized) {
 // The tensor's node now (one consistent value while another thread assigns it).
 graph::NodeRef node_snapshot(const Tensor& t) { return t.impl() ? t.impl()->load_node() : t.node(); }
 
-// Realizes the tensors' current nodes and returns them (see kiln::realize).
-std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors) {
-  std::vector<graph::NodeRef> nodes;
-  for (const Tensor& t : tensors) nodes.push_back(node_snapshot(t));
-  if (detail::active_capture()) return nodes; // a traced function is realized when it is replayed
-  runtime::realize(nodes);
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (become_input(*tensors[i].impl(), nodes[i]) && tensors[i].requires_grad()) detail::register_leaf(tensors[i].impl());
-  return nodes;
-}
-
 // The value of a realized node in host memory.
 std::shared_ptr<graph::Storage> host_value(const graph::Node& n) {
   std::shared_ptr<graph::Storage> s = n.realized();
   return s->device() == kCPU ? s : runtime::copy_to(*s, kCPU);
+}
+
+// After a realize: a realized leaf drops its history (a grad-requiring one is registered
+// again under its new node).
+// `realized` is the node of it that was realized.
+void drop_history(const std::shared_ptr<TensorImpl>& impl, const graph::NodeRef& realized) {
+  if (become_input(*impl, realized) && impl->requires_grad) detail::register_leaf(impl);
+}
+
+// What note_pending() collected on this thread, in order of first note (so that each
+// step realizes the same list in the same order).
+struct Pending {
+  std::vector<std::weak_ptr<TensorImpl>> changed, roots;
+  std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>> seen;
+  size_t prune_at = 1024; // without step() calls (gradients only), dead entries are dropped
+};
+thread_local Pending g_pending;
+
+void prune(Pending& p) {
+  auto dead = [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); };
+  std::erase_if(p.changed, dead);
+  std::erase_if(p.roots, dead);
+  std::erase_if(p.seen, [&](const auto& entry) { return dead(entry.second); });
+  p.prune_at = std::max<size_t>(1024, 2 * p.seen.size());
+}
+
+void remember(std::vector<std::weak_ptr<TensorImpl>>& list, const std::shared_ptr<TensorImpl>& impl) {
+  if (!impl || detail::active_capture()) return; // a trace's tensors are realized by its replays
+  auto [it, fresh] = g_pending.seen.try_emplace(impl.get(), impl);
+  if (!fresh && !it->second.expired()) return;
+  it->second = impl;
+  list.push_back(impl);
+  if (g_pending.seen.size() > g_pending.prune_at) prune(g_pending);
 }
 
 template <class T> T read_element(const void* data, DType dt, size_t i) {
@@ -220,7 +259,53 @@ const Tensor& Tensor::realize() const {
   return *this;
 }
 
+namespace {
+// Realizes the current nodes of `impls` (read once each: another thread may assign them),
+// with what note_pending() collected when `with_pending`, in one realize; the leaves drop
+// their history. Returns the nodes realized, `impls`' first.
+std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl>> impls, bool with_pending) {
+  const Pending taken = with_pending ? std::exchange(g_pending, {}) : Pending{};
+  for (const auto& w : taken.changed)
+    if (auto impl = w.lock()) {
+      impls.push_back(impl);
+      if (impl->grad.defined()) impls.push_back(impl->grad.impl());
+    }
+  for (const auto& w : taken.roots)
+    if (auto impl = w.lock()) impls.push_back(impl);
+  std::vector<graph::NodeRef> nodes;
+  for (const auto& impl : impls) nodes.push_back(impl->load_node());
+  runtime::realize(nodes);
+  for (size_t i = 0; i < impls.size(); ++i) drop_history(impls[i], nodes[i]);
+  return nodes;
+}
+
+// Realizes the tensors' current nodes and returns them (see kiln::realize).
+std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors) {
+  std::vector<std::shared_ptr<TensorImpl>> impls;
+  for (const Tensor& t : tensors) {
+    (void)t.node(); // an undefined tensor throws
+    impls.push_back(t.impl());
+  }
+  if (detail::active_capture()) { // a traced function is realized when it is replayed
+    std::vector<graph::NodeRef> nodes;
+    for (const auto& impl : impls) nodes.push_back(impl->load_node());
+    return nodes;
+  }
+  // After a backward() (a loop that assign()s by hand, or a value read before step()),
+  // what is pending joins this realize; before one, it waits (BatchNorm's statistics
+  // recorded by this step's forward pass wait for its step()).
+  return realize_impls(std::move(impls), !g_pending.roots.empty());
+}
+} // namespace
+
 void realize(const std::vector<Tensor>& tensors) { realize_snapshots(tensors); }
+
+void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
+void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }
+
+void detail::flush_pending() {
+  if (!active_capture()) realize_impls({}, true);
+}
 
 std::string graph_text(const std::vector<Tensor>& tensors) {
   std::vector<graph::NodeRef> nodes;
@@ -384,6 +469,7 @@ void Tensor::assign(const Tensor& new_value, Loc loc) {
   const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;
   impl_->store_node(detached || !requires_grad() ? value.node() : graph::build::detach(value.node()));
   if (requires_grad()) detail::register_leaf(impl_);
+  detail::note_pending(impl_);
 }
 
 namespace {
@@ -415,7 +501,7 @@ void Tensor::backward(const Tensor& grad_output, Loc loc) const {
   for (const graph::Node* n : reachable_with_custom_inputs(node().get()))
     if (auto impl = detail::leaf_for(n)) {
       impls.push_back(impl);
-      leaf_tensors.push_back(Tensor(impl->node, true));
+      leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
     }
   if (impls.empty()) return;
   std::vector<Tensor> go;
@@ -425,7 +511,9 @@ void Tensor::backward(const Tensor& grad_output, Loc loc) const {
     detail::note_state_change(impls[i]);
     Tensor g = grads[i].detach();
     impls[i]->grad = impls[i]->grad.defined() ? Tensor(graph::build::add(impls[i]->grad.node(), g.node())) : g;
+    detail::note_pending(impls[i]);
   }
+  detail::note_pending_root(impl_);
 }
 
 } // namespace kiln

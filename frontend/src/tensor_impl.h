@@ -72,6 +72,18 @@ std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n);
 /// Moves a leaf's value (and gradient) to `device` in place, keeping its identity
 /// (requires_grad, registration): what Module::to does to parameters and buffers.
 void move_in_place(const Tensor& t, Device device, const Loc& loc);
+/// Eager loops at constant cost: outside a compile() trace, a tensor whose value or
+/// gradient changed (assign(), backward()) waits here, with the roots backward() ran
+/// from, until flush_pending() realizes them all in one realize (an optimizer's step()
+/// does; after a backward(), any kiln::realize() does too, in the same realize: a loop
+/// that assign()s by hand and reads its loss), so the next step reads buffers instead
+/// of a growing graph. Held weakly.
+void note_pending(const std::shared_ptr<TensorImpl>& impl);
+/// Same, for a root of backward(): only its value is realized.
+void note_pending_root(const std::shared_ptr<TensorImpl>& impl);
+/// Realizes what note_pending() and note_pending_root() collected on this thread (values,
+/// defined gradients, roots) in one realize; the leaves drop their history. No-op in a trace.
+void flush_pending();
 /// The realized value of `t` in host memory (copied from a GPU, waiting for it, when it lives there).
 std::shared_ptr<graph::Storage> host_storage(const Tensor& t);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -29,7 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Counters {
-  std::atomic<size_t> launches{0}, compiles{0}, realizations{0};
+  std::atomic<size_t> launches{0}, compiles{0}, realizations{0}, nodes{0}, plan_reuses{0};
 };
 Counters& counters() {
   static Counters c;
@@ -323,6 +324,207 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
   return result;
 }
 
+namespace {
+
+// ---------------------------------------------------------------- the schedule cache
+
+// A realize's graph as the schedule cache sees it: the nodes reachable from the roots,
+// not descending below sources (inputs and realized nodes), inputs before users; and its
+// structure as words. Equal keys mean equal graphs up to the sources' values, so equal plans.
+struct GraphWalk {
+  std::vector<const graph::Node*> order;
+  std::vector<uint8_t> source;             // per node in order: read from its buffer
+  std::vector<const graph::Node*> sources; // the sources, in order
+  std::vector<int64_t> seeds;              // distinct random seeds, in order (kernel parameters)
+  std::vector<uint64_t> key;
+  size_t hash = 0;
+  bool root_is_source = false;             // a root was realized meanwhile (by another thread)
+};
+
+bool reads_buffer(const graph::Node* n) { return n->op == graph::OpKind::Input || n->realized() != nullptr; }
+
+void append_dims(std::vector<uint64_t>& k, const graph::Node* n) {
+  k.push_back(static_cast<uint64_t>(n->dtype));
+  k.push_back(static_cast<uint64_t>(n->device.kind) << 32 | static_cast<uint32_t>(n->device.index));
+  k.push_back(n->shape.size());
+  for (int64_t d : n->shape) k.push_back(static_cast<uint64_t>(d));
+}
+
+// A random leaf's seed is a kernel parameter (see codegen::KernelLaunch::seed_params): the
+// key holds which of the graph's distinct seeds it is, not its value.
+uint64_t seed_word(GraphWalk& w, const graph::Node* n) {
+  if (n->op != graph::OpKind::Rand && n->op != graph::OpKind::Randn) return static_cast<uint64_t>(n->attrs.i0);
+  auto it = std::find(w.seeds.begin(), w.seeds.end(), n->attrs.i0);
+  if (it == w.seeds.end()) it = w.seeds.insert(it, n->attrs.i0);
+  return static_cast<uint64_t>(it - w.seeds.begin());
+}
+
+// A source is its type and place; another node also its op, attributes and operands (by position).
+void append_node(GraphWalk& w, const graph::Node* n, bool source,
+                 const std::unordered_map<const graph::Node*, uint32_t>& pos) {
+  std::vector<uint64_t>& k = w.key;
+  k.push_back(source ? 0 : 1 + static_cast<uint64_t>(n->op));
+  append_dims(k, n);
+  if (source) return;
+  const graph::Attrs& a = n->attrs;
+  k.push_back(a.ints.size());
+  for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
+  const uint64_t i0 = seed_word(w, n);
+  k.insert(k.end(), {std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0, static_cast<uint64_t>(a.i1),
+                     n->inputs.size()});
+  for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
+}
+
+// One iterative post-order walk (deep graphs must not overflow the stack); each node's
+// source decision is taken once, even if another thread realizes it meanwhile.
+GraphWalk walk(const std::vector<graph::NodeRef>& roots) {
+  constexpr uint32_t kOpen = ~uint32_t{0};
+  struct Frame {
+    const graph::Node* node;
+    size_t next;
+    bool source;
+  };
+  GraphWalk w;
+  w.key.push_back(options().fusion ? 1 : 0);
+  std::unordered_map<const graph::Node*, uint32_t> pos;
+  std::vector<Frame> stack;
+  for (const graph::NodeRef& r : roots) {
+    if (!pos.try_emplace(r.get(), kOpen).second) continue;
+    stack.push_back({r.get(), 0, reads_buffer(r.get())});
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (!f.source && f.next < f.node->inputs.size()) {
+        const graph::Node* child = f.node->inputs[f.next++].get();
+        if (pos.try_emplace(child, kOpen).second) stack.push_back({child, 0, reads_buffer(child)});
+        continue;
+      }
+      const Frame done = f;
+      stack.pop_back();
+      pos[done.node] = static_cast<uint32_t>(w.order.size());
+      append_node(w, done.node, done.source, pos);
+      w.order.push_back(done.node);
+      w.source.push_back(done.source);
+      if (done.source) w.sources.push_back(done.node);
+    }
+  }
+  for (const graph::NodeRef& r : roots) {
+    const uint32_t p = pos.at(r.get());
+    w.key.push_back(p);
+    w.root_is_source = w.root_is_source || w.source[p];
+  }
+  size_t h = w.key.size();
+  for (uint64_t v : w.key) h = (h ^ v) * 0x100000001b3ULL + (h >> 29);
+  w.hash = h;
+  return w;
+}
+
+// A plan made from a copy of a graph whose sources are placeholders, so that it holds no
+// data; a realize with an equal key binds its own sources to them.
+struct CachedPlan {
+  std::vector<uint64_t> key;
+  std::vector<graph::NodeRef> sources; // placeholders, in the walk's order of sources
+  std::vector<int64_t> seeds;          // the plan's random seeds (GraphWalk::seeds)
+  Plan plan;
+};
+
+std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<graph::NodeRef>& roots) {
+  auto c = std::make_unique<CachedPlan>();
+  c->key = w.key;
+  c->seeds = w.seeds;
+  std::unordered_map<const graph::Node*, graph::NodeRef> copy;
+  for (size_t i = 0; i < w.order.size(); ++i) {
+    const graph::Node* n = w.order[i];
+    graph::NodeRef m;
+    if (w.source[i]) {
+      m = graph::make_input(n->dtype, n->shape, nullptr, n->device);
+      c->sources.push_back(m);
+    } else {
+      std::vector<graph::NodeRef> inputs;
+      for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
+      m = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->device);
+    }
+    copy.emplace(n, std::move(m));
+  }
+  std::vector<graph::NodeRef> outputs;
+  for (const graph::NodeRef& r : roots) {
+    outputs.push_back(copy.at(r.get()));
+    // A root computed from no source is its own copy (hash-consing): the cache would keep
+    // the value attached to it. Such graphs are planned afresh each time.
+    if (outputs.back() == r) return nullptr;
+  }
+  c->plan = make_plan(outputs);
+  return c;
+}
+
+// Per thread (a Plan is executed by one thread at a time), bounded: cleared when full.
+struct ScheduleCache {
+  static constexpr size_t kMaxPlans = 256;
+  std::unordered_map<size_t, std::vector<std::unique_ptr<CachedPlan>>> by_hash;
+  size_t size = 0;
+
+  CachedPlan* find(const GraphWalk& w) {
+    auto it = by_hash.find(w.hash);
+    if (it == by_hash.end()) return nullptr;
+    for (const auto& c : it->second)
+      if (c->key == w.key) return c.get();
+    return nullptr;
+  }
+  CachedPlan* insert(const GraphWalk& w, std::unique_ptr<CachedPlan> c) {
+    if (++size > kMaxPlans) {
+      by_hash.clear();
+      size = 1;
+    }
+    auto& bucket = by_hash[w.hash];
+    bucket.push_back(std::move(c));
+    return bucket.back().get();
+  }
+};
+thread_local ScheduleCache t_schedule_cache;
+
+// The cached plan for `roots` with its bindings and seeds; null where the plan must be made
+// afresh (cache off, a source without data: make_plan and execute report that).
+const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds) {
+  const GraphWalk w = walk(roots);
+  counters().nodes += w.order.size();
+  if (!options().schedule_cache || w.root_is_source) return nullptr;
+  for (const graph::Node* s : w.sources)
+    if (!s->realized()) return nullptr;
+  ScheduleCache& cache = t_schedule_cache;
+  CachedPlan* c = cache.find(w);
+  if (c) {
+    ++counters().plan_reuses;
+    if (options().debug >= 2)
+      std::fprintf(stderr, "[kiln] schedule: the plan of a structurally equal graph (%zu kernels)\n",
+                   c->plan.schedule.launches.size());
+  } else {
+    std::unique_ptr<CachedPlan> fresh = plan_copy(w, roots);
+    if (!fresh) return nullptr;
+    c = cache.insert(w, std::move(fresh));
+  }
+  for (size_t i = 0; i < w.sources.size(); ++i) bindings[c->sources[i].get()] = w.sources[i]->realized();
+  for (size_t i = 0; i < w.seeds.size(); ++i)
+    if (c->seeds[i] != w.seeds[i]) seeds[c->seeds[i]] = w.seeds[i];
+  return &c->plan;
+}
+
+// Computes `here` (all on one device) and attaches the values.
+void realize_on_device(const std::vector<graph::NodeRef>& here) {
+  ++counters().realizations;
+  Bindings bindings;
+  SeedOverrides seeds;
+  std::vector<std::shared_ptr<graph::Storage>> values;
+  if (const Plan* cached = cached_plan(here, bindings, seeds)) {
+    values = execute(*cached, bindings, seeds);
+  } else {
+    const Plan plan = make_plan(here);
+    values = execute(plan);
+  }
+  for (size_t i = 0; i < here.size(); ++i)
+    if (!here[i]->realized()) here[i]->set_realized(values[i]);
+}
+
+} // namespace
+
 void realize(const std::vector<graph::NodeRef>& nodes) {
   std::vector<graph::NodeRef> todo;
   for (const auto& n : nodes)
@@ -331,11 +533,7 @@ void realize(const std::vector<graph::NodeRef>& nodes) {
     const Device device = todo[0]->device;
     std::vector<graph::NodeRef> here, later;
     for (auto& n : todo) (n->device == device ? here : later).push_back(std::move(n));
-    ++counters().realizations;
-    const Plan plan = make_plan(here);
-    const auto values = execute(plan);
-    for (size_t i = 0; i < here.size(); ++i)
-      if (!here[i]->realized()) here[i]->set_realized(values[i]);
+    realize_on_device(here);
     todo = std::move(later);
   }
 }
@@ -343,6 +541,8 @@ void realize(const std::vector<graph::NodeRef>& nodes) {
 ExecutorStats executor_stats() {
   ExecutorStats s{counters().launches.load(), counters().compiles.load(), counters().realizations.load()};
   s.cuda_checked = cuda_checked_count();
+  s.nodes = counters().nodes.load();
+  s.plan_reuses = counters().plan_reuses.load();
   return s;
 }
 

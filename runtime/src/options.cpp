@@ -13,6 +13,7 @@ Options from_environment() {
   if (const char* f = std::getenv("KILN_FUSION")) o.fusion = std::atoi(f) != 0;
   if (const char* c = std::getenv("KILN_CUDA_CHECK")) o.cuda_check = std::atoi(c) != 0;
   if (const char* b = std::getenv("KILN_LAUNCH_BLOCKING")) o.launch_blocking = std::atoi(b) != 0;
+  if (const char* c = std::getenv("KILN_SCHEDULE_CACHE")) o.schedule_cache = std::atoi(c) != 0;
   if (const char* p = std::getenv("KILN_DUMP_DIR")) o.dump_dir = p;
   if (const char* p = std::getenv("KILN_PROFILE")) o.profile = std::atoi(p) != 0;
   if (const char* t = std::getenv("KILN_TRACE")) o.trace_path = t;

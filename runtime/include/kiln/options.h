@@ -32,6 +32,9 @@ struct Options {
   /// KILN_TRACE=path.json: record a Chrome trace from the start and write it there at exit
   /// (kiln/profile.h). Read at startup; use kiln::profile::start_trace() to change it later.
   std::string trace_path;
+  /// KILN_SCHEDULE_CACHE (default 1): 0 makes realize() plan every graph afresh instead of
+  /// reusing the plan of a structurally equal graph realized before (runtime/executor.h).
+  bool schedule_cache = true;
 };
 
 /// The options in force (a process-wide singleton).
