@@ -195,7 +195,7 @@ TEST(Errors, Where) {
 }
 
 TEST(Errors, Creation) {
-  expect_error([&] { (void)zeros({2, -1}); }, __LINE__, "full", {"[2,-1]"});
+  expect_error([&] { (void)zeros({2, -1}); }, __LINE__, "zeros", {"[2,-1]"});
   expect_error([&] { (void)full({-3}, 1.5); }, __LINE__, "full", {"[-3]"});
   expect_error([&] { (void)rand({-1}, 0); }, __LINE__, "rand", {"[-1]"});
   expect_error([&] { (void)arange(0, 5, 0, kFloat32); }, __LINE__, "arange", {"step"});
@@ -233,6 +233,46 @@ TEST(Errors, UndefinedTensorOperandThrows) {
         std::exit(1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------- modules, losses, optimizers
+
+TEST(Errors, ModulesNameTheModuleAndTheCallersLine) {
+  nn::manual_seed(0);
+  const Tensor x = f32({2, 5});
+  nn::Linear lin(4, 3);
+  expect_error([&] { (void)lin(x); }, __LINE__, "Linear", {"f32[2,5]", "in_features = 4"});
+  nn::Sequential seq(nn::Linear(4, 3), nn::ReLU());
+  expect_error([&] { (void)seq(x); }, __LINE__, "Linear", {"f32[2,5]"});
+  nn::Embedding emb(10, 3);
+  expect_error([&] { (void)emb(from_vector<int64_t>({1, 42})); }, __LINE__, "Embedding", {"42", "10 classes"});
+  expect_error([&] { (void)emb(f32({2})); }, __LINE__, "Embedding", {"integer", "f32[2]"});
+  nn::BatchNorm1d bn(3);
+  expect_error([&] { (void)bn(x); }, __LINE__, "BatchNorm1d", {"f32[2,5]"});
+  expect_error([&] { (void)nn::Linear(0, 3); }, __LINE__, "Linear", {"positive"});
+  expect_error([&] { (void)nn::Dropout(1.5); }, __LINE__, "Dropout", {"p must be"});
+  expect_error([&] { (void)nn::Embedding(0, 3); }, __LINE__, "Embedding", {"positive"});
+}
+
+TEST(Errors, LossesNameTheLossNotTheOpsTheyUse) {
+  const Tensor logits = f32({2, 5});
+  expect_error([&] { (void)nn::functional::cross_entropy(logits, from_vector<int64_t>({1, 7})); }, __LINE__,
+               "cross_entropy", {"target 7", "5 classes"});
+  expect_error([&] { (void)nn::functional::nll_loss(logits, from_vector<int64_t>({-1, 0})); }, __LINE__, "nll_loss",
+               {"target -1"});
+}
+
+TEST(Errors, OptimizersAndBackwardNameTheCallersLine) {
+  Tensor w = f32({3});
+  w.requires_grad_();
+  expect_error([&] { (void)optim::SGD({w}, {.lr = -1}); }, __LINE__, "optimizer", {"learning rate"});
+  expect_error([&] { (void)optim::SGD({w}, {.momentum = -1}); }, __LINE__, "SGD", {"momentum"});
+  expect_error([&] { (void)optim::Adam({w}, {.betas = {1.5, 0.9}}); }, __LINE__, "Adam", {"beta1"});
+  expect_error([&] { (void)optim::AdamW({w}, {.eps = -1}); }, __LINE__, "AdamW", {"eps"});
+  expect_error([&] { (void)optim::SGD({f32({3})}); }, __LINE__, "optimizer", {"does not require grad"});
+  optim::SGD sgd({w});
+  expect_error([&] { sgd.set_lr(-2); }, __LINE__, "set_lr", {"learning rate"});
+  expect_error([&] { (w * 2).backward(); }, __LINE__, "backward", {"not a scalar", "f32[3]"});
 }
 
 TEST(Errors, ErrorIsARuntimeError) {

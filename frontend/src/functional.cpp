@@ -271,6 +271,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 // ---------------------------------------------------------------- losses
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
+  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
   require_floating("nll_loss", log_probs, loc);
   require_integral("nll_loss", targets, loc);
   if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
@@ -280,6 +281,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
+  detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
   require_floating("cross_entropy", logits, loc);
   require_integral("cross_entropy", targets, loc);
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))

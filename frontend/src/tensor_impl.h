@@ -18,6 +18,7 @@ struct TensorImpl {
   bool is_leaf = true;         ///< not the result of an op on grad-requiring tensors
   bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
   Tensor grad;                 ///< accumulated by backward()
+  bool graph_released = false; ///< backward() was called on it without retain_graph
 };
 
 namespace detail {
@@ -40,6 +41,8 @@ Device common_device(const std::string& op, const std::vector<Tensor>& operands,
 Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs);
 /// Same, for a list of inputs.
 Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs);
+/// Throws kiln::Error for `op` when `t`'s graph was released by a backward() without retain_graph.
+void check_graph_retained(const std::string& op, const Tensor& t, const Loc& loc);
 /// Registers a grad-requiring leaf so that backward() can find it by node.
 void register_leaf(const std::shared_ptr<TensorImpl>& impl);
 /// The live leaf tensor whose current node is `n`, or null.
