@@ -299,6 +299,7 @@ private:
   Index root_idx_;      // the root's index: loop vars, map vars, 0 for size-1 dims
   std::unordered_map<const Node*, ExprRef> absorbed_; // row-fused reductions already built
   int64_t map_size_ = 1; // points of the map loop per domain point
+  int error_buffer_ = -1; // the buffer of failed checks, -1 until a check needs it
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -345,6 +346,21 @@ private:
     return b;
   }
 
+  // The kernel's error buffer (bound to a null input node), added on first use.
+  int error_buffer() {
+    if (error_buffer_ >= 0) return error_buffer_;
+    error_buffer_ = static_cast<int>(launch_.inputs.size());
+    launch_.inputs.push_back(nullptr);
+    kernel_.buffers.push_back({DType::Int64, false, true});
+    return error_buffer_;
+  }
+
+  // A check's site: always a parameter, so that one kernel serves every call site.
+  ExprRef site_param(int64_t site) {
+    launch_.params.push_back(site);
+    return param(static_cast<int>(launch_.params.size()) - 1);
+  }
+
   ExprRef load_node(const Node* n, const Index& idx, const ExprRef& guard) {
     return load(buffer_for(n), n->dtype, contiguous_offset(n->shape, idx), guard);
   }
@@ -381,6 +397,7 @@ private:
     for (const auto& in : n->inputs) args.push_back(compute(in.get(), idx, guard));
     if (n->op == OpKind::Detach) return args[0];
     if (n->op == OpKind::Cast) return cast(args[0], n->dtype);
+    if (n->op == OpKind::CheckIndex) return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
     return op(n->op, n->dtype, std::move(args));
   }
 

@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/index_check.h"
 #include "kiln/autograd.h"
 
 namespace kiln::nn::functional {
@@ -47,6 +49,15 @@ void check_class_range(const std::string& op, const Tensor& targets, int64_t cla
     if (v < 0 || v >= classes)
       fail(op, "target " + std::to_string(v) + " is out of range for " + std::to_string(classes) + " classes",
            {&targets}, loc);
+}
+
+// A lazy index tensor is checked by the kernel that reads it: a value outside [0, classes)
+// is reported at the end of the realize, naming the op the user called and their line.
+Tensor checked_in_kernel(const Tensor& targets, int64_t classes, const Loc& loc) {
+  if (targets.node()->realized()) return targets; // checked on the host already
+  const auto [op, where] = kiln::detail::reported_call("one_hot", loc);
+  const int64_t site = graph::index_site({op, "target", classes, where});
+  return Tensor(graph::build::check_index(targets.node(), classes, site));
 }
 
 // The output extent of a sliding window: floor((n + 2p - d(k-1) - 1) / s) + 1.
@@ -146,7 +157,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
   if (num_classes <= 0) fail("one_hot", "num_classes must be positive, got " + std::to_string(num_classes), {&indices}, loc);
   check_class_range("one_hot", indices, num_classes, loc);
   const Tensor classes = arange(0, static_cast<double>(num_classes), 1, kInt64, indices.device(), loc);
-  return cast(eq(indices.unsqueeze(-1, loc), classes, loc), kInt64, loc);
+  return cast(eq(checked_in_kernel(indices, num_classes, loc).unsqueeze(-1, loc), classes, loc), kInt64, loc);
 }
 
 // ---------------------------------------------------------------- layers

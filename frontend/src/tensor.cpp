@@ -325,6 +325,7 @@ Tensor Tensor::to(Device device, Loc loc) const {
   if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant, arange or random leaf: no data
     return detail::result(graph::build::leaf_on(node(), device), {});
   forbid_reads_while_tracing("to", *this, loc);
+  realize(); // errors of computing the value (a failed index check) are not copying errors
   try {
     if (!requires_grad()) return copied_to(*this, device);
     const Device from = this->device();

@@ -58,6 +58,11 @@ UserCall::UserCall(const char* op, const std::source_location& where) { g_calls.
 UserCall::UserCall(std::string op, const std::source_location& where) { g_calls.push_back({std::move(op), where}); }
 UserCall::~UserCall() { g_calls.pop_back(); }
 
+std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where) {
+  Call c = reported(op, where);
+  return {std::move(c.op), c.where};
+}
+
 bool in_kiln_sources(const std::source_location& loc) {
   std::string_view f = loc.file_name();
   const std::string_view root = source_root();

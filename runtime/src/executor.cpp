@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -19,6 +20,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/storage.h"
+#include "graph/index_check.h"
 
 namespace kiln::runtime {
 
@@ -163,7 +165,8 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
 
 void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, double run_ms) {
   size_t bytes = node_bytes(l.output);
-  for (const graph::Node* in : l.inputs) bytes += node_bytes(in);
+  for (const graph::Node* in : l.inputs)
+    if (in) bytes += node_bytes(in); // null: the error buffer
   if (device != kCPU && !options().launch_blocking) { // queued: the host did not wait for it
     std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, queued, %.2f MB\n", l.kernel.name.c_str(),
                  device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6);
@@ -256,6 +259,26 @@ const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const 
 }
 } // namespace
 
+namespace {
+// A zeroed error buffer for the plan's index checks (kernel_ir.h, ExprKind::Check), or null when it has none.
+std::shared_ptr<graph::Storage> error_buffer(const Plan& plan) {
+  const bool checks = std::any_of(plan.schedule.launches.begin(), plan.schedule.launches.end(), [](const auto& l) {
+    return std::find(l.inputs.begin(), l.inputs.end(), nullptr) != l.inputs.end();
+  });
+  if (!checks) return nullptr;
+  auto host = allocate_host(graph::kErrorBufferElements * sizeof(int64_t));
+  std::memset(host->data(), 0, graph::kErrorBufferElements * sizeof(int64_t));
+  return plan.device == kCPU ? host : copy_to(*host, plan.device);
+}
+
+// Throws the first failed index check's kiln::Error (reading a GPU's buffer waits for its kernels).
+void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
+  if (!errors) return;
+  const auto host = errors->device() == kCPU ? errors : copy_to(*errors, kCPU);
+  graph::throw_index_error(static_cast<const int64_t*>(host->data()));
+}
+} // namespace
+
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
                                                      const SeedOverrides& seeds) {
   for (const auto& [node, storage] : bindings)
@@ -267,12 +290,13 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
   for (const auto& l : plan.schedule.launches)
     if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
+  const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   std::vector<void*> bufs;
   std::vector<int64_t> scratch;
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
     bufs.clear();
-    for (const graph::Node* in : l.inputs) bufs.push_back(mem.address(in));
+    for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     bufs.push_back(mem.address(l.output));
     const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
     const auto t0 = Clock::now();
@@ -282,6 +306,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }
   ++plan.runs;
+  report_failed_checks(errors); // no result is returned past a failed check
   std::vector<std::shared_ptr<graph::Storage>> result;
   for (const auto& n : plan.outputs) {
     if (auto it = mem.outputs.find(n.get()); it != mem.outputs.end()) result.push_back(it->second);

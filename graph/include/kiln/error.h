@@ -5,6 +5,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kiln {
 
@@ -46,6 +47,9 @@ public:
   UserCall(const UserCall&) = delete;
   UserCall& operator=(const UserCall&) = delete;
 };
+/// The op and line a kiln::Error of `op` raised at `where` would name now (see UserCall):
+/// what a check made now but reported later (in a kernel) records.
+std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where);
 /// True when `loc` is a line of kiln's own library sources (not of its tests or examples).
 bool in_kiln_sources(const std::source_location& loc);
 /// An internal invariant failed: print file and line and abort.
