@@ -46,6 +46,10 @@ NodeRef fresh_alias(const NodeRef& x);
 /// that blocks gradients: a placeholder to differentiate with respect to.
 NodeRef fresh_zeros(const NodeRef& like);
 
+/// A fresh node equal to `x`, equal to no other node, that blocks gradients: a leaf of
+/// its own made from a value that has no data yet (requires_grad_() inside compile()).
+NodeRef fresh_leaf(const NodeRef& x);
+
 /// What the walks need to know about a custom output.
 struct CustomInfo {
   std::shared_ptr<const CustomCall> call; ///< null when the node is not a custom output

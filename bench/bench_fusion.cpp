@@ -9,6 +9,8 @@
 //   Eager/launch_overhead  host time per kernel of eager realizes of 128 tiny kernels, with
 //                     the schedule cache on and off
 //   Replay/overhead   host time of replaying a compiled step of tiny kernels
+//   CrossEntropy/4096x1000/lazy_targets  with (checked:1) and without (checked:0) the
+//                     in-kernel check of the class indices
 //   Triad/16M and hand-written fused C++ loops (-O3 -march=native) on 1 and 2 threads.
 // GB/s counts the bytes a fused implementation must move (inputs read once, outputs
 // written once), the same for every variant, so counters compare as ratios.
@@ -321,6 +323,29 @@ void CxxLayerNorm(benchmark::State& state) {
 #define KILN_CEILING(B, name) \
   BENCHMARK(B)->Name(name)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
 
+// The cost of checking class indices in the kernel (graph/index_check.h): cross-entropy of
+// 4096 x 1000 logits over lazy (computed) targets, checked by the kernel that reads them,
+// against the same graph with no check. Eager: each iteration records, schedules and runs.
+void KilnCrossEntropyLazyTargets(benchmark::State& state) {
+  constexpr int64_t n = 4096, c = 1000;
+  const bool checked = state.range(0) != 0;
+  const Tensor logits = randn({n, c}, 1).realize();
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (i * 7) % c;
+  const Tensor targets = from_vector<int64_t>(t);
+  for (auto _ : state) {
+    const Tensor lazy = targets + 1 - 1;
+    Tensor loss;
+    if (checked) {
+      loss = nn::functional::cross_entropy(logits, lazy);
+    } else { // cross_entropy's own graph, less the check
+      const Tensor oh = cast(cast(eq(lazy.unsqueeze(-1), arange(0, c, 1, kInt64)), kInt64), kFloat32);
+      loss = (-(nn::functional::log_softmax(logits, 1) * oh).sum({1})).mean();
+    }
+    benchmark::DoNotOptimize(loss.item<float>());
+  }
+}
+
 KILN_MODES(KilnElementwise8, "Elementwise8/16M/kiln");
 KILN_CEILING(CxxElementwise8, "Elementwise8/16M/cxx_fused_loop");
 KILN_MODES(KilnSoftmax, "Softmax/8192x1024/kiln");
@@ -350,6 +375,8 @@ BENCHMARK(KilnSgdMlpStep128Compiled)->Name("EagerMLPStep/128/kiln_compiled")->Ar
 BENCHMARK(KilnEagerLaunchOverhead)->Name("Eager/launch_overhead")->ArgName("schedule_cache")->Arg(1)->Arg(0)
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnCrossEntropyLazyTargets)->Name("CrossEntropy/4096x1000/lazy_targets")->ArgName("checked")->Arg(1)->Arg(0)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(KilnCompileCost)->Name("Compile/MLPStep/128")->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 } // namespace

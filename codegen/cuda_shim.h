@@ -33,6 +33,12 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
+
+/// CUDA's atomicCAS on 64 bits (the index checks' error buffer): returns the old value.
+inline unsigned long long atomicCAS(unsigned long long* address, unsigned long long compare, unsigned long long val) {
+  __atomic_compare_exchange_n(address, &compare, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
 #define __shared__ static thread_local
 #define __launch_bounds__(...)
 

@@ -41,6 +41,9 @@ enum class ExprKind : uint8_t {
   IntMod,       ///< args[0] % args[1] on i64 (operands are never negative)
   ReduceResult, ///< result of reduction `index` (for Argmax/Argmin the i64 index)
   Random,       ///< counter-based random number (see graph/random.h): `op` Rand or Randn, counter args[0], seed args[1]
+  Check,        ///< the integer index args[0], unchanged; where it is outside [0, args[1]) (i64), the kernel
+                ///< records {args[2] + 1 (the site, i64), a failing index} in error buffer `index` unless a failure
+                ///< is recorded there already (graph/index_check.h); the LLVM emitter does it once per call, branch-free
 };
 
 struct Expr;
@@ -62,6 +65,7 @@ struct Expr {
 struct BufferParam {
   DType dtype;          ///< element type
   bool output = false;  ///< written by the kernel (outputs are never read by it)
+  bool error = false;   ///< the error buffer (i64[2], zeroed by the runtime) of the kernel's Check expressions
 };
 
 /// One reduction per domain point.
@@ -152,6 +156,8 @@ ExprRef reduce_result(int k, DType dtype);        ///< result of reduction k
 /// Rand / Randn of (seed, counter), both i64 expressions. The lowering makes the seed a
 /// kernel parameter, so that a new seed (dropout's mask each step) reuses the kernel.
 ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter);
+/// `index` checked against [0, bound) for `site` (both i64), failures recorded in `error_buffer`.
+ExprRef check(ExprRef index, ExprRef bound, ExprRef site, int error_buffer);
 
 // Index arithmetic on i64 with constant folding (0 + x = x, 1 * x = x, ...).
 ExprRef iadd(ExprRef a, ExprRef b); ///< a + b

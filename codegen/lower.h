@@ -23,7 +23,7 @@ struct ScheduleOptions {
 /// One kernel launch in a schedule.
 struct KernelLaunch {
   Kernel kernel;                          ///< finalized kernel IR
-  std::vector<const graph::Node*> inputs; ///< node whose buffer binds to input buffer i
+  std::vector<const graph::Node*> inputs; ///< node whose buffer binds to input buffer i (null: the error buffer)
   const graph::Node* output = nullptr;    ///< the node this launch computes (the last buffer)
   std::vector<int64_t> params;            ///< values of the kernel's i64 parameters
   std::vector<int> seed_params;           ///< indices into params holding random seeds (replays may change them)

@@ -30,6 +30,8 @@ NodeRef where(const NodeRef& cond, const NodeRef& a, const NodeRef& b);
 NodeRef cast(const NodeRef& x, DType dtype);
 /// The identity that stops gradients.
 NodeRef detach(const NodeRef& x);
+/// x (an integer index) checked in the kernel against [0, bound), reported for `site` (graph/index_check.h).
+NodeRef check_index(const NodeRef& x, int64_t bound, int64_t site);
 /// A reduction over `dims` (any order, duplicates rejected), keeping reduced dims as 1.
 NodeRef reduce(OpKind op, const NodeRef& x, std::vector<int64_t> dims);
 /// Same elements, new shape (identity when equal).

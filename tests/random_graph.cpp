@@ -685,7 +685,8 @@ struct ErrorBound {
     case OpKind::Neg:
     case OpKind::Abs:
     case OpKind::Relu:
-    case OpKind::Detach: return E(0);
+    case OpKind::Detach:
+    case OpKind::CheckIndex: return E(0);
     case OpKind::Exp: return b::add(unless_exact(E(0), b::mul(absv(n), E(0))), ulps(n, 4));
     case OpKind::Log:
       return inf_if(near_zero(X(0), E(0)), b::add(unless_exact(E(0), b::div(E(0), absv(X(0)))), ulps(n, 4)));

@@ -793,3 +793,65 @@ TEST(GraphSize, DeepGradientRealizes) {
   // covered by gradcheck elsewhere; here: depth does not break the walk or the stack
   EXPECT_GT(std::abs(values(gs[1])[0]), 0.0);
 }
+
+// ================================================================ retain_graph
+
+TEST(Backward, ASecondBackwardOverTheSameGraphNeedsRetainGraph) {
+  Tensor x = from_vector<double>({1, 2, 3});
+  x.requires_grad_();
+  Tensor loss = (x * x).sum();
+  loss.backward();
+  const int line = __LINE__ + 1;
+  const std::string msg = error_of([&] { loss.backward(); });
+  EXPECT_NE(msg.find("backward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("retain_graph"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("test_autograd.cpp:" + std::to_string(line)), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { grad({loss}, {x}); }).find("retain_graph"), std::string::npos);
+  expect_near(values(x.grad()), {2, 4, 6}); // not doubled
+  // With retain_graph the graph can be differentiated again (and grad() of it too).
+  Tensor kept = (x * x).sum(); // the same graph node as loss, but a tensor of its own
+  kept.backward(/*retain_graph=*/true);
+  expect_near(values(grad({kept}, {x})[0]), {2, 4, 6});
+  kept.backward(from_vector<double>(std::vector<double>{1}, {}), /*retain_graph=*/true);
+  kept.backward();
+  expect_near(values(x.grad()), {8, 16, 24});
+  EXPECT_THROW(kept.backward(true), Error);
+}
+
+// ================================================================ requires_grad_ inside compile()
+
+namespace {
+
+// A gradient penalty and an adversarial input: grad-requiring arguments and intermediates.
+Vec penalty_step(const Tensor& arg, const Tensor& w) {
+  Tensor xi = arg; // the argument itself becomes a leaf
+  xi.requires_grad_();
+  (xi * xi * w).sum().backward(); // into xi.grad() and w.grad()
+  Tensor d = arg.detach();
+  d.requires_grad_();
+  const Tensor gd = grad({(d * d * d).sum()}, {d})[0];
+  Tensor h = arg.detach() * 2; // an intermediate made a leaf
+  h.requires_grad_();
+  (h * h).sum().backward();
+  return {xi.grad(), gd, h.grad(), (gd * w).sum()};
+}
+
+} // namespace
+
+TEST(CompiledGrad, RequiresGradOnTracedArgumentsAndIntermediatesGivesTheEagerResults) {
+  auto make_w = [] {
+    Tensor w = from_vector<float>({0.5f, -1.5f, 2});
+    w.requires_grad_();
+    return w;
+  };
+  Tensor w_eager = make_w(), w_compiled = make_w();
+  auto step = compile([&](const Vec& a) { return penalty_step(a[0], w_compiled); });
+  for (uint64_t seed : {1, 2, 3}) {
+    const Tensor x = U({3}, seed).to(kFloat32);
+    const Vec want = penalty_step(Tensor(x.node()), w_eager);
+    const Vec got = step({x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].to_vector<float>(), want[i].to_vector<float>()) << i;
+    EXPECT_EQ(w_compiled.grad().to_vector<float>(), w_eager.grad().to_vector<float>());
+  }
+}

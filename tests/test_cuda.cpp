@@ -31,6 +31,7 @@
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
 #include "codegen/src/cuda_math.h"
+#include "graph/index_check.h"
 #include "graph/node.h"
 #include "graph/random.h"
 #include "kiln/functional.h"
@@ -383,6 +384,13 @@ void add_movement_and_leaves(std::vector<Case>& cases) {
                    }});
 }
 
+/// Lazy class indices read through one_hot: kernels with an index check (graph/index_check.h).
+Tensor checked_losses(const std::vector<int64_t>& targets) {
+  const Tensor logits = make(kFloat32, {3, 37}, 93);
+  const Tensor lazy = from_vector<int64_t>(targets) + 1 - 1;
+  return nn::functional::cross_entropy(logits, lazy, {.reduction = nn::functional::Reduction::None});
+}
+
 const std::vector<Case>& all_cases() {
   static const std::vector<Case> cases = [] {
     std::vector<Case> c;
@@ -631,7 +639,10 @@ using Bytes = std::vector<unsigned char>;
 /// Runs the schedule of `ts` through the shim: grids of up to 3 blocks of `block`
 /// threads (or the block a kernel's launch config fixes: the tiled GEMM), so the
 /// grid-stride loops take several turns on larger domains.
-std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
+/// The kernels' index checks write into `errors` (kernel_ir.h, ExprKind::Check).
+std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::vector<long long>* errors = nullptr) {
+  std::vector<long long> own(2, 0);
+  long long* err = errors ? errors->data() : own.data();
   const codegen::Schedule s = schedule_of(ts);
   std::vector<const Kernel*> ks;
   for (const KernelLaunch& l : s.launches) ks.push_back(&l.kernel);
@@ -645,7 +656,7 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block) {
     Bytes& out = mem[l.output];
     out.assign(std::max<size_t>(64, l.output->numel() * dtype_size(l.output->dtype)), 0xAB);
     std::vector<void*> bufs;
-    for (const graph::Node* in : l.inputs) bufs.push_back(address(in));
+    for (const graph::Node* in : l.inputs) bufs.push_back(in ? address(in) : err); // null: the error buffer
     bufs.push_back(out.data());
     auto fn = lib.entry(l.kernel.name);
     if (!fn) return {};
@@ -747,6 +758,22 @@ TEST(CudaShimDifferential, RandomPrograms) {
 class CudaShim : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(CudaShim, MatchesLlvm) { check_case(all_cases()[GetParam()], 32); }
+
+// Not in all_cases(): CudaNvrtc.CompilesEveryKernelForSm90AndCompute90 runs near its
+// timeout already; the suite's KILN_CUDA_CHECK=1 run compiles these kernels with NVRTC.
+TEST(CudaShimChecks, AFailedIndexCheckRecordsItsSiteAndValue) {
+  check_case({"index_check_cross_entropy", [] { return std::vector<Tensor>{checked_losses({1, 36, 0})}; }}, 32);
+  std::vector<long long> err(2, 0);
+  ASSERT_FALSE(run_shim({checked_losses({1, 36, 0})}, 32, &err).empty());
+  EXPECT_EQ(err[0], 0) << "no index out of range";
+  ASSERT_FALSE(run_shim({checked_losses({1, 37, 0})}, 32, &err).empty());
+  ASSERT_NE(err[0], 0) << "target 37 of 37 classes";
+  EXPECT_EQ(err[1], 37);
+  const graph::IndexSite site = graph::index_site_of(err[0] - 1);
+  EXPECT_EQ(site.op, "cross_entropy");
+  EXPECT_EQ(site.bound, 37);
+  EXPECT_NE(std::string(site.where.file_name()).find("test_cuda.cpp"), std::string::npos) << site.where.file_name();
+}
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaShim, ::testing::Range<size_t>(0, all_cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; });

@@ -195,7 +195,7 @@ TEST(Errors, Where) {
 }
 
 TEST(Errors, Creation) {
-  expect_error([&] { (void)zeros({2, -1}); }, __LINE__, "full", {"[2,-1]"});
+  expect_error([&] { (void)zeros({2, -1}); }, __LINE__, "zeros", {"[2,-1]"});
   expect_error([&] { (void)full({-3}, 1.5); }, __LINE__, "full", {"[-3]"});
   expect_error([&] { (void)rand({-1}, 0); }, __LINE__, "rand", {"[-1]"});
   expect_error([&] { (void)arange(0, 5, 0, kFloat32); }, __LINE__, "arange", {"step"});
@@ -233,6 +233,105 @@ TEST(Errors, UndefinedTensorOperandThrows) {
         std::exit(1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// ---------------------------------------------------------------- modules, losses, optimizers
+
+TEST(Errors, ModulesNameTheModuleAndTheCallersLine) {
+  nn::manual_seed(0);
+  const Tensor x = f32({2, 5});
+  nn::Linear lin(4, 3);
+  expect_error([&] { (void)lin(x); }, __LINE__, "Linear", {"f32[2,5]", "in_features = 4"});
+  nn::Sequential seq(nn::Linear(4, 3), nn::ReLU());
+  expect_error([&] { (void)seq(x); }, __LINE__, "Linear", {"f32[2,5]"});
+  nn::Embedding emb(10, 3);
+  expect_error([&] { (void)emb(from_vector<int64_t>({1, 42})); }, __LINE__, "Embedding", {"42", "10 classes"});
+  expect_error([&] { (void)emb(f32({2})); }, __LINE__, "Embedding", {"integer", "f32[2]"});
+  nn::BatchNorm1d bn(3);
+  expect_error([&] { (void)bn(x); }, __LINE__, "BatchNorm1d", {"f32[2,5]"});
+  expect_error([&] { (void)nn::Linear(0, 3); }, __LINE__, "Linear", {"positive"});
+  expect_error([&] { (void)nn::Dropout(1.5); }, __LINE__, "Dropout", {"p must be"});
+  expect_error([&] { (void)nn::Embedding(0, 3); }, __LINE__, "Embedding", {"positive"});
+}
+
+TEST(Errors, LossesNameTheLossNotTheOpsTheyUse) {
+  const Tensor logits = f32({2, 5});
+  expect_error([&] { (void)nn::functional::cross_entropy(logits, from_vector<int64_t>({1, 7})); }, __LINE__,
+               "cross_entropy", {"target 7", "5 classes"});
+  expect_error([&] { (void)nn::functional::nll_loss(logits, from_vector<int64_t>({-1, 0})); }, __LINE__, "nll_loss",
+               {"target -1"});
+}
+
+TEST(Errors, OptimizersAndBackwardNameTheCallersLine) {
+  Tensor w = f32({3});
+  w.requires_grad_();
+  expect_error([&] { (void)optim::SGD({w}, {.lr = -1}); }, __LINE__, "optimizer", {"learning rate"});
+  expect_error([&] { (void)optim::SGD({w}, {.momentum = -1}); }, __LINE__, "SGD", {"momentum"});
+  expect_error([&] { (void)optim::Adam({w}, {.betas = {1.5, 0.9}}); }, __LINE__, "Adam", {"beta1"});
+  expect_error([&] { (void)optim::AdamW({w}, {.eps = -1}); }, __LINE__, "AdamW", {"eps"});
+  expect_error([&] { (void)optim::SGD({f32({3})}); }, __LINE__, "optimizer", {"does not require grad"});
+  optim::SGD sgd({w});
+  expect_error([&] { sgd.set_lr(-2); }, __LINE__, "set_lr", {"learning rate"});
+  expect_error([&] { (w * 2).backward(); }, __LINE__, "backward", {"not a scalar", "f32[3]"});
+}
+
+// ---------------------------------------------------------------- indices checked in the kernel
+
+/// A lazy copy of `v`: computed by a kernel, so only the kernel that reads it can check it.
+Tensor lazy_i64(const std::vector<int64_t>& v) { return from_vector<int64_t>(v) + 1 - 1; }
+
+TEST(Errors, LazyClassIndicesAreCheckedInTheKernel) {
+  const Tensor logits = from_vector<float>({0.5f, -1, 2, 0, 1, 3, -2, 0.25f, 1, -1}, {2, 5});
+  const bool fusion = options().fusion;
+  for (bool fused : {true, false}) {
+    options().fusion = fused;
+    for (int64_t bad : {int64_t{42}, int64_t{-1}}) {
+      const int line = __LINE__ + 1;
+      const Tensor loss = nn::functional::cross_entropy(logits, lazy_i64({1, bad}));
+      expect_error([&] { (void)loss.item<float>(); }, line, "cross_entropy",
+                   {"target " + std::to_string(bad), "[0, 5)", "no result"});
+      const int nll_line = __LINE__ + 1;
+      const Tensor nll = nn::functional::nll_loss(logits, lazy_i64({bad, 0}), nn::functional::Reduction::None);
+      expect_error([&] { (void)nll.to_vector<float>(); }, nll_line, "nll_loss", {"target " + std::to_string(bad)});
+    }
+    // In range, the kernel-checked loss is the host-checked one, bit for bit.
+    EXPECT_EQ(nn::functional::cross_entropy(logits, lazy_i64({1, 4})).item<float>(),
+              nn::functional::cross_entropy(logits, from_vector<int64_t>({1, 4})).item<float>());
+  }
+  options().fusion = fusion;
+}
+
+TEST(Errors, LazyEmbeddingIndicesAreCheckedInTheKernel) {
+  nn::manual_seed(0);
+  nn::Embedding emb(10, 3);
+  const int line = __LINE__ + 1;
+  const Tensor rows = emb(lazy_i64({2, 10, 3}));
+  expect_error([&] { (void)rows.to_vector<float>(); }, line, "Embedding", {"target 10", "[0, 10)"});
+  EXPECT_EQ(emb(lazy_i64({2, 9})).to_vector<float>(), emb(from_vector<int64_t>({2, 9})).to_vector<float>());
+}
+
+TEST(Errors, ClassIndicesOfACompiledStepAreChecked) {
+  nn::manual_seed(0);
+  nn::Linear lin(4, 5);
+  optim::SGD opt(lin.parameters(), {.lr = 0.1});
+  int line = 0;
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    line = __LINE__ + 1;
+    Tensor loss = nn::functional::cross_entropy(lin(a[0]), a[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss};
+  });
+  const Tensor x = from_vector<float>({1, 0, -1, 2, 0.5f, 0.25f, 0, -2}, {2, 4});
+  (void)step({x, from_vector<int64_t>({1, 4})});
+  const std::vector<float> weight = lin.weight.to_vector<float>();
+  for (int64_t bad : {int64_t{42}, int64_t{-1}}) {
+    expect_error([&] { (void)step({x, from_vector<int64_t>({bad, 0})}); }, line, "cross_entropy",
+                 {"target " + std::to_string(bad), "[0, 5)"});
+    EXPECT_EQ(lin.weight.to_vector<float>(), weight) << "a failed step must not update the parameters";
+  }
+  EXPECT_GT(step({x, from_vector<int64_t>({0, 3})})[0].item<float>(), 0.0f) << "good steps go on after a failed one";
 }
 
 TEST(Errors, ErrorIsARuntimeError) {

@@ -76,6 +76,28 @@ TEST(GpuRuntime, TheDeviceIsUsable) {
   }
 }
 
+TEST(GpuRuntime, LazyClassIndicesAreCheckedInTheGpuKernel) {
+  const Tensor logits = randn({3, 7}, 5).to(kGpu);
+  const Tensor good = (from_vector<int64_t>({1, 6, 0}).to(kGpu) + 1) - 1; // lazy: computed on the GPU
+  expect_bitwise(F::cross_entropy(logits, good).to(kCPU).to_vector<float>(),
+                 F::cross_entropy(logits.to(kCPU), from_vector<int64_t>({1, 6, 0})).to_vector<float>(), "in range");
+  for (int64_t bad : {int64_t{7}, int64_t{-3}}) {
+    const Tensor targets = (from_vector<int64_t>({1, bad, 0}).to(kGpu) + 1) - 1;
+    const int line = __LINE__ + 1;
+    const Tensor loss = F::cross_entropy(logits, targets);
+    try {
+      (void)loss.to(kCPU);
+      ADD_FAILURE() << "target " << bad << " was not reported";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.op(), "cross_entropy") << msg;
+      EXPECT_NE(msg.find("target " + std::to_string(bad)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("[0, 7)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("test_gpu_runtime.cpp:" + std::to_string(line)), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(GpuRuntime, CopiesRoundTrip) {
   const Tensor x = randn({3, 5}, 1).realize();
   const Tensor g = x.to(kGpu);

@@ -95,6 +95,8 @@ NodeRef fresh_zeros(const NodeRef& like) {
   return tagged(graph::build::constant_like(like, 0), g_next_tag.fetch_add(1), 0);
 }
 
+NodeRef fresh_leaf(const NodeRef& x) { return tagged(x, g_next_tag.fetch_add(1), 0); }
+
 CustomInfo find_custom(const graph::Node& n) {
   if (n.op != graph::OpKind::Detach || n.attrs.i0 == 0) return {}; // fast path: not tagged
   std::shared_ptr<const CallRecord> rec;

@@ -93,8 +93,8 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
     if (k == 0) return nullptr;
     return k == 1 ? keep_where(x, v) : b::where(x, zeros_like(v), v);
   case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
-  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-    missing_rule(y, "derivative"); // bool results: the walks never ask
+  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr: case OpKind::CheckIndex:
+    missing_rule(y, "derivative"); // bool and integer results: the walks never ask
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
   case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
@@ -255,7 +255,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
     return elementwise_vjp(y, g);
   case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
   case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Argmax: case OpKind::Argmin:
+  case OpKind::Argmax: case OpKind::Argmin: case OpKind::CheckIndex:
     break; // bool and i64 results carry no gradient: the walk never sends an adjoint here
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_vjp(y, g);
   case OpKind::Reshape: return {b::reshape(g, y->inputs[0]->shape)};
@@ -285,7 +285,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
     return elementwise_jvp(y, t);
   case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
   case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Argmax: case OpKind::Argmin:
+  case OpKind::Argmax: case OpKind::Argmin: case OpKind::CheckIndex:
     break; // bool and i64 results carry no tangent: the walk never asks
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_jvp(y, t[0]);
   case OpKind::Reshape: return b::reshape(t[0], y->shape);

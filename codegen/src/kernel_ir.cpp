@@ -116,6 +116,17 @@ ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter) {
   return e;
 }
 
+ExprRef check(ExprRef index, ExprRef bound, ExprRef site, int error_buffer) {
+  KILN_ASSERT(index->dtype == DType::Int32 || index->dtype == DType::Int64, "check of a non-integer");
+  KILN_ASSERT(bound->dtype == DType::Int64 && site->dtype == DType::Int64);
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Check;
+  e->dtype = index->dtype;
+  e->index = error_buffer;
+  e->args = {std::move(index), std::move(bound), std::move(site)};
+  return e;
+}
+
 bool is_const(const ExprRef& e, int64_t v) {
   int64_t c;
   return const_value(e, c) && c == v;
@@ -208,6 +219,7 @@ private:
     case ExprKind::IntDiv: return "idiv";
     case ExprKind::IntMod: return "imod";
     case ExprKind::Random: return std::string(graph::op_name(e.op)); // (counter, seed)
+    case ExprKind::Check: return "check b" + std::to_string(e.index); // (index, bound, site)
     default: return "?";
     }
   }
@@ -225,7 +237,8 @@ std::string print_kernel(const Kernel& k) {
   Printer p;
   std::string head = "kernel " + k.name + "(";
   for (size_t b = 0; b < k.buffers.size(); ++b)
-    head += (b ? ", " : "") + std::string(k.buffers[b].output ? "out " : "") + "b" + std::to_string(b) + ": " +
+    head += (b ? ", " : "") + std::string(k.buffers[b].output ? "out " : k.buffers[b].error ? "err " : "") + "b" +
+            std::to_string(b) + ": " +
             std::string(dtype_name(k.buffers[b].dtype));
   head += "; params " + std::to_string(k.num_params) + ")\n";
   std::string body = "  domain " + extents_str(p, k.domain) + "\n";

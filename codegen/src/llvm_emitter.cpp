@@ -56,7 +56,7 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
-  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+  case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
   case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
   case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
@@ -88,6 +88,8 @@ private:
   Argument* scratch_ = nullptr;      // GEMM scratch memory (GEMM-form kernels only)
   std::vector<Value*> loop_vars_, reduce_vars_, map_vars_, results_;
   std::vector<Scope> scopes_;        // expression values, innermost last (outer ones dominate)
+  std::unordered_map<const Expr*, AllocaInst*> checks_; // accumulators of the Check expressions (start_checks)
+  std::vector<const Expr*> check_order_;                 // those Checks, in the order found (stable IR)
 
   Type* i64() { return b_.getInt64Ty(); }
   Value* c64(int64_t v) { return b_.getInt64(v); }
@@ -108,7 +110,8 @@ private:
       a->addAttr(Attribute::NoAlias);
       a->addAttr(Attribute::NoCapture);
       const bool output = i < k_.buffers.size() && k_.buffers[i].output;
-      a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
+      const bool error = i < k_.buffers.size() && k_.buffers[i].error; // read and written by checks
+      if (!error) a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
     params_ = fn_->getArg(2 + k_.buffers.size());
@@ -119,7 +122,9 @@ private:
     }
     b_.SetInsertPoint(BasicBlock::Create(ctx_, "entry", fn_));
     scopes_.emplace_back();
+    start_checks();
     emit_domain(fn_->getArg(0), fn_->getArg(1));
+    flush_checks();
     scopes_.pop_back();
     b_.CreateRetVoid();
     return fn_;
@@ -571,9 +576,71 @@ private:
     case ExprKind::IntMod: return b_.CreateURem(expr(e.args[0]), expr(e.args[1]));
     case ExprKind::ReduceResult: return var(results_, e.index, "reduction result");
     case ExprKind::Random: return random(e);
+    case ExprKind::Check: return check(e);
     }
     KILN_ASSERT(false, "bad ExprKind");
     return nullptr;
+  }
+
+  /// The index, unchanged; outside [0, bound) the first failing point's {site + 1, index}
+  /// goes to the error buffer (a compare-and-swap on its first element picks the first).
+  /// Branch-free, so that the loops around it still vectorize: a failing index (unsigned
+  /// compare: negative ones fail too) joins an unsigned-max accumulator of its Check,
+  /// which is nonzero exactly when some point failed (bound >= 1); flush_checks()
+  /// records it once per call.
+  Value* check(const Expr& e) {
+    Value* v = expr(e.args[0]);
+    Value* wide = b_.CreateSExtOrTrunc(v, i64());
+    Value* bad = b_.CreateICmpUGE(wide, expr(e.args[1]));
+    AllocaInst* acc = checks_.at(&e);
+    Value* worst = b_.CreateBinaryIntrinsic(Intrinsic::umax, b_.CreateLoad(i64(), acc), b_.CreateSelect(bad, wide, c64(0)));
+    b_.CreateStore(worst, acc);
+    return v;
+  }
+
+  /// One zeroed accumulator per Check expression of the kernel, in the entry block.
+  void start_checks() {
+    std::vector<const Expr*> todo;
+    auto add = [&](const ExprRef& x) { todo.push_back(x.get()); };
+    for (const ExprRef& x : k_.domain) add(x);
+    for (const ExprRef& x : k_.map) add(x);
+    for (const Reduction& r : k_.reductions) {
+      for (const ExprRef& x : r.extents) add(x);
+      add(r.value);
+    }
+    for (const Store& st : k_.stores) {
+      add(st.offset);
+      add(st.value);
+    }
+    std::unordered_map<const Expr*, bool> seen;
+    while (!todo.empty()) {
+      const Expr* x = todo.back();
+      todo.pop_back();
+      if (!seen.emplace(x, true).second) continue;
+      if (x->kind == ExprKind::Check) {
+        checks_[x] = local(i64(), "check");
+        check_order_.push_back(x);
+        b_.CreateStore(c64(0), checks_[x]);
+      }
+      for (const ExprRef& a : x->args) add(a);
+    }
+  }
+
+  /// After the domain: a failed Check records {site + 1, a failing index} in its error
+  /// buffer unless a failure is recorded there already (compare-and-swap on element 0).
+  void flush_checks() {
+    for (const Expr* e : check_order_) {
+      Value* worst = b_.CreateLoad(i64(), checks_.at(e));
+      if_then(b_.CreateICmpNE(worst, c64(0)), [&] {
+        Value* err = bufs_.at(e->index);
+        Value* site = expr(e->args[2]);
+        Value* swap = b_.CreateAtomicCmpXchg(err, c64(0), b_.CreateAdd(site, c64(1)), MaybeAlign(8),
+                                             AtomicOrdering::Monotonic, AtomicOrdering::Monotonic);
+        if_then(b_.CreateExtractValue(swap, 1), [&] {
+          b_.CreateAlignedStore(worst, b_.CreateConstInBoundsGEP1_64(i64(), err, 1), MaybeAlign(8));
+        });
+      });
+    }
   }
 
   Value* constant(const Expr& e) {
@@ -615,6 +682,7 @@ private:
     case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
     case OpKind::Cast: return cast(a(0), in, e.dtype);
     case OpKind::Detach: return a(0); // identity (gradients only)
+    case OpKind::CheckIndex: break;   // lowered to ExprKind::Check
     case OpKind::Add: return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, a(0), a(1), in);
     case OpKind::Sub: return arith(Instruction::FSub, Instruction::Sub, Instruction::BinaryOpsEnd, a(0), a(1), in);
     case OpKind::Mul: return arith(Instruction::FMul, Instruction::Mul, Instruction::And, a(0), a(1), in);

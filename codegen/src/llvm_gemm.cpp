@@ -388,7 +388,7 @@ private:
         if (!var_free(x)) return false;
       return true;
     case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
-    case ExprKind::ReduceResult: case ExprKind::Random:
+    case ExprKind::ReduceResult: case ExprKind::Random: case ExprKind::Check:
       return false;
     }
     return false;

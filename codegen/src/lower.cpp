@@ -305,6 +305,7 @@ private:
   std::unordered_map<const Node*, ExprRef> absorbed_; // row-fused reductions already built
   int64_t map_size_ = 1; // points of the map loop per domain point
   std::unordered_set<const Node*> computed_here_; // launch_.nodes, for lookups
+  int error_buffer_ = -1; // the buffer of failed checks, -1 until a check needs it
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -351,6 +352,21 @@ private:
     return b;
   }
 
+  // The kernel's error buffer (bound to a null input node), added on first use.
+  int error_buffer() {
+    if (error_buffer_ >= 0) return error_buffer_;
+    error_buffer_ = static_cast<int>(launch_.inputs.size());
+    launch_.inputs.push_back(nullptr);
+    kernel_.buffers.push_back({DType::Int64, false, true});
+    return error_buffer_;
+  }
+
+  // A check's site: always a parameter, so that one kernel serves every call site.
+  ExprRef site_param(int64_t site) {
+    launch_.params.push_back(site);
+    return param(static_cast<int>(launch_.params.size()) - 1);
+  }
+
   ExprRef load_node(const Node* n, const Index& idx, const ExprRef& guard) {
     return load(buffer_for(n), n->dtype, contiguous_offset(n->shape, idx), guard);
   }
@@ -395,6 +411,7 @@ private:
     for (const auto& in : n->inputs) args.push_back(compute(in.get(), idx, guard));
     if (n->op == OpKind::Detach) return args[0];
     if (n->op == OpKind::Cast) return cast(args[0], n->dtype);
+    if (n->op == OpKind::CheckIndex) return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
     return op(n->op, n->dtype, std::move(args));
   }
 

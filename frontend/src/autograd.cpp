@@ -100,6 +100,7 @@ void check_grad_args(const std::vector<Tensor>& outputs, const std::vector<Tenso
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool allow_unused, Loc loc) {
   check_grad_args(outputs, inputs, grad_outputs, loc);
+  for (const Tensor& o : outputs) detail::check_graph_retained("grad", o, loc);
   const std::vector<NodeRef> seeds = output_seeds(outputs, grad_outputs, loc);
   const std::vector<NodeRef> grads = ag::vjp(nodes_of(outputs), seeds, nodes_of(inputs));
   const bool needs = any_requires_grad({&outputs, &inputs, &grad_outputs});

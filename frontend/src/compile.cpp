@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <unordered_set>
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
@@ -23,11 +24,30 @@ graph::NodeRef realized_input(const graph::NodeRef& n) {
 }
 } // namespace
 
+namespace {
+// True when `n` is computed from a placeholder of the trace (an argument, a host value, or a
+// value made a leaf inside it): a tensor of the traced function itself, not state that outlives it.
+bool traced_value(const graph::NodeRef& n) {
+  std::vector<const graph::Node*> todo{n.get()};
+  std::unordered_set<const graph::Node*> seen{n.get()};
+  while (!todo.empty()) {
+    const graph::Node* m = todo.back();
+    todo.pop_back();
+    if (m->realized()) continue;
+    if (m->op == graph::OpKind::Input) return true;
+    for (const graph::NodeRef& in : m->inputs)
+      if (seen.insert(in.get()).second) todo.push_back(in.get());
+  }
+  return false;
+}
+} // namespace
+
 void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
   CaptureState* cap = active_capture();
   if (!cap) return;
   for (const auto& s : cap->slots)
     if (s.impl == impl) return;
+  if (traced_value(impl->node)) return;
   set_active_capture(nullptr); // realizing a tensor's state is not part of the trace
   impl->node = realized_input(impl->node);
   if (impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));

@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/index_check.h"
 #include "kiln/autograd.h"
 
 namespace kiln::nn::functional {
@@ -47,6 +49,15 @@ void check_class_range(const std::string& op, const Tensor& targets, int64_t cla
     if (v < 0 || v >= classes)
       fail(op, "target " + std::to_string(v) + " is out of range for " + std::to_string(classes) + " classes",
            {&targets}, loc);
+}
+
+// A lazy index tensor is checked by the kernel that reads it: a value outside [0, classes)
+// is reported at the end of the realize, naming the op the user called and their line.
+Tensor checked_in_kernel(const std::string& op, const Tensor& targets, int64_t classes, const Loc& loc) {
+  if (targets.node()->realized()) return targets; // checked on the host already
+  const auto [reported_op, where] = kiln::detail::reported_call(op, loc);
+  const int64_t site = graph::index_site({reported_op, "target", classes, where});
+  return Tensor(graph::build::check_index(targets.node(), classes, site));
 }
 
 // The output extents (Ho, Wo) of a sliding window over an [N, C, H, W] input, checked.
@@ -170,7 +181,7 @@ Tensor class_mask(const std::string& op, const Tensor& indices, int64_t num_clas
   shape.push_back(num_classes);
   detail::check_shape(op, shape, {&indices}, loc);
   const Tensor classes = arange(0, static_cast<double>(num_classes), 1, kInt64, indices.device(), loc);
-  return eq(indices.unsqueeze(-1, loc), classes, loc);
+  return eq(checked_in_kernel(op, indices, num_classes, loc).unsqueeze(-1, loc), classes, loc);
 }
 
 } // namespace
@@ -305,6 +316,7 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
   require_floating("nll_loss", log_probs, loc);
   require_integral("nll_loss", targets, loc);
   if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
@@ -317,6 +329,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
   require_floating("cross_entropy", logits, loc);
   require_integral("cross_entropy", targets, loc);
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))

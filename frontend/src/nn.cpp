@@ -52,6 +52,7 @@ uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed
 
 Tensor Module::operator()(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
+  detail::UserCall call(name(), loc);
   return forward(x);
 }
 
@@ -158,10 +159,10 @@ std::string Module::str() const {
 
 // ---------------------------------------------------------------- Linear
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) {
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Loc loc) {
   if (in_features <= 0 || out_features <= 0)
     throw Error("Linear", "features must be positive, got in=" + std::to_string(in_features) + ", out=" +
-                              std::to_string(out_features));
+                              std::to_string(out_features), loc);
   // Kaiming-uniform with a = sqrt(5) reduces to bound 1/sqrt(fan_in), as the bias.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   weight = register_parameter("weight", uniform({out_features, in_features}, bound));
@@ -177,13 +178,13 @@ std::string Linear::extra_repr() const {
 
 // ---------------------------------------------------------------- Conv2d
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions opts)
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions opts, Loc loc)
     : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
   const int64_t g = opts.groups;
   if (in_channels <= 0 || out_channels <= 0 || g <= 0 || in_channels % g || out_channels % g)
     throw Error("Conv2d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
-                              ") must be positive and divisible by groups=" + std::to_string(g));
-  if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive");
+                              ") must be positive and divisible by groups=" + std::to_string(g), loc);
+  if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive", loc);
   const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   weight = register_parameter("weight", uniform({out_channels, in_channels / g, kernel_size.h, kernel_size.w}, bound));
@@ -224,9 +225,9 @@ std::string AvgPool2d::extra_repr() const {
 
 // ---------------------------------------------------------------- BatchNorm
 
-BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int rank_max, std::string name)
+BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int rank_max, std::string name, Loc loc)
     : options(opts), features_(features), rank_min_(rank_min), rank_max_(rank_max), name_(std::move(name)) {
-  if (features <= 0) throw Error(name_, "the number of features must be positive");
+  if (features <= 0) throw Error(name_, "the number of features must be positive", loc);
   if (opts.affine) {
     weight = register_parameter("weight", ones({features}));
     bias = register_parameter("bias", zeros({features}));
@@ -261,9 +262,9 @@ std::string BatchNorm::extra_repr() const {
 
 // ---------------------------------------------------------------- LayerNorm
 
-LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool elementwise_affine)
+LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool elementwise_affine, Loc loc)
     : shape_(std::move(normalized_shape)), eps_(eps) {
-  if (shape_.empty()) throw Error("LayerNorm", "normalized_shape must not be empty");
+  if (shape_.empty()) throw Error("LayerNorm", "normalized_shape must not be empty", loc);
   if (elementwise_affine) {
     weight = register_parameter("weight", ones(shape_));
     bias = register_parameter("bias", zeros(shape_));
@@ -282,9 +283,9 @@ std::string LayerNorm::extra_repr() const {
 
 // ---------------------------------------------------------------- Dropout
 
-Dropout::Dropout(double p, std::optional<uint64_t> seed)
+Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
     : p_(p), seed_(seed.value_or(next_seed())), calls_(std::make_shared<uint64_t>(0)) {
-  if (!(p >= 0 && p < 1)) throw Error("Dropout", "p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw Error("Dropout", "p must be in [0, 1), got " + std::to_string(p), loc);
 }
 
 Tensor Dropout::forward(const Tensor& x) {
@@ -301,13 +302,13 @@ std::string Dropout::extra_repr() const {
 
 // ---------------------------------------------------------------- GELU, Embedding, Sequential
 
-GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
+GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximate)) {
   if (approximate_ != "none" && approximate_ != "tanh")
-    throw Error("GELU", "approximate must be \"none\" or \"tanh\", not \"" + approximate_ + "\"");
+    throw Error("GELU", "approximate must be \"none\" or \"tanh\", not \"" + approximate_ + "\"", loc);
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : num_(num_embeddings), dim_(embedding_dim) {
-  if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive");
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc) : num_(num_embeddings), dim_(embedding_dim) {
+  if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive", loc);
   weight = register_parameter("weight", randn({num_embeddings, embedding_dim}, next_seed()));
 }
 
@@ -320,7 +321,7 @@ std::string Embedding::extra_repr() const { return std::to_string(num_) + ", " +
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& [n, m] : children()) y = m->forward(y);
+  for (const auto& [n, m] : children()) y = (*m)(y); // errors inside name the child and the caller's line
   return y;
 }
 

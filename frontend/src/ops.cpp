@@ -233,17 +233,24 @@ void check_integer_arange(double start, double step, int64_t n, DType dtype, con
 
 // ---------------------------------------------------------------- creation
 
-Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
+namespace {
+// full() and the creation ops made from it, each checked under its own name.
+Tensor filled(const char* op, const IntList& shape, Scalar value, DType dtype, Device device, const Loc& loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  check_shape("full", shape, loc);
-  detail::check_device("full", device, loc);
+  check_shape(op, shape, loc);
+  detail::check_device(op, device, loc);
   return Tensor(b::constant_of(value, dtype, shape, device));
 }
-Tensor zeros(IntList shape, DType dtype, Device device, Loc loc) { return full(std::move(shape), 0, dtype, device, loc); }
-Tensor ones(IntList shape, DType dtype, Device device, Loc loc) { return full(std::move(shape), 1, dtype, device, loc); }
-Tensor zeros_like(const Tensor& like, Loc loc) { return zeros(like.shape(), like.dtype(), like.device(), loc); }
-Tensor ones_like(const Tensor& like, Loc loc) { return ones(like.shape(), like.dtype(), like.device(), loc); }
-Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return full({}, value, dtype, kCPU, loc); }
+} // namespace
+
+Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
+  return filled("full", shape, value, dtype, device, loc);
+}
+Tensor zeros(IntList shape, DType dtype, Device device, Loc loc) { return filled("zeros", shape, 0, dtype, device, loc); }
+Tensor ones(IntList shape, DType dtype, Device device, Loc loc) { return filled("ones", shape, 1, dtype, device, loc); }
+Tensor zeros_like(const Tensor& like, Loc loc) { return filled("zeros_like", like.shape(), 0, like.dtype(), like.device(), loc); }
+Tensor ones_like(const Tensor& like, Loc loc) { return filled("ones_like", like.shape(), 1, like.dtype(), like.device(), loc); }
+Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return filled("scalar_tensor", {}, value, dtype, kCPU, loc); }
 
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, kCPU, loc); }
 

@@ -13,8 +13,8 @@ namespace kiln::optim {
 
 namespace {
 
-void check_hyper(const std::string& op, const std::string& name, double v, bool ok) {
-  if (!ok || !std::isfinite(v)) throw Error(op, "invalid " + name + ": " + std::to_string(v));
+void check_hyper(const std::string& op, const std::string& name, double v, bool ok, const Loc& loc) {
+  if (!ok || !std::isfinite(v)) throw Error(op, "invalid " + name + ": " + std::to_string(v), loc);
 }
 
 // "12.exp_avg" -> (12, "exp_avg"); false when the name has no index prefix.
@@ -34,19 +34,20 @@ std::string type_of(const Tensor& t) { return t.type_str(); }
 
 // ---------------------------------------------------------------- Optimizer
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), state_(params_.size()), lr_(lr) {
-  check_hyper("optimizer", "learning rate", lr, lr >= 0);
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, Loc loc)
+    : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+  check_hyper("optimizer", "learning rate", lr, lr >= 0, loc);
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_[i].defined() || !params_[i].requires_grad())
-      throw Error("optimizer", "parameter " + std::to_string(i) + " does not require grad");
+      throw Error("optimizer", "parameter " + std::to_string(i) + " does not require grad", loc);
 }
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
 }
 
-void Optimizer::set_lr(double lr) {
-  check_hyper("optimizer", "learning rate", lr, lr >= 0);
+void Optimizer::set_lr(double lr, Loc loc) {
+  check_hyper("set_lr", "learning rate", lr, lr >= 0, loc);
   lr_ = lr;
 }
 
@@ -130,15 +131,18 @@ std::string Optimizer::missing_entries(const std::vector<ParamState>& state, con
 
 // ---------------------------------------------------------------- SGD
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions opts) : Optimizer(std::move(params), opts.lr), options(opts) {
-  check_hyper("SGD", "momentum", opts.momentum, opts.momentum >= 0);
-  check_hyper("SGD", "weight_decay", opts.weight_decay, opts.weight_decay >= 0);
-  check_hyper("SGD", "dampening", opts.dampening, true);
+SGD::SGD(std::vector<Tensor> params, SGDOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_hyper("SGD", "momentum", opts.momentum, opts.momentum >= 0, loc);
+  check_hyper("SGD", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+  check_hyper("SGD", "dampening", opts.dampening, true, loc);
   if (opts.nesterov && (opts.momentum <= 0 || opts.dampening != 0))
-    throw Error("SGD", "Nesterov momentum requires a momentum and zero dampening");
+    throw Error("SGD", "Nesterov momentum requires a momentum and zero dampening", loc);
 }
 
-void SGD::step() {
+void SGD::step(Loc loc) {
+  detail::UserCall call("SGD::step", loc);
+  const graph::SourceScope at(loc); // the update's nodes record the caller's line
   NoGradGuard no_grad;
   const SGDOptions& o = options;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -173,18 +177,21 @@ std::vector<std::string> Adam::slot_names() const {
   return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 }
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions opts) : Adam(std::move(params), opts, false) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts, Loc loc) : Adam(std::move(params), opts, false, loc) {}
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions opts, bool decoupled)
-    : Optimizer(std::move(params), opts.lr), options(opts), decoupled_(decoupled) {
+Adam::Adam(std::vector<Tensor> params, AdamOptions opts, bool decoupled, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts), decoupled_(decoupled) {
+  const std::string name = decoupled ? "AdamW" : "Adam";
   const auto [b1, b2] = opts.betas;
-  check_hyper("Adam", "beta1", b1, b1 >= 0 && b1 < 1);
-  check_hyper("Adam", "beta2", b2, b2 >= 0 && b2 < 1);
-  check_hyper("Adam", "eps", opts.eps, opts.eps >= 0);
-  check_hyper("Adam", "weight_decay", opts.weight_decay, opts.weight_decay >= 0);
+  check_hyper(name, "beta1", b1, b1 >= 0 && b1 < 1, loc);
+  check_hyper(name, "beta2", b2, b2 >= 0 && b2 < 1, loc);
+  check_hyper(name, "eps", opts.eps, opts.eps >= 0, loc);
+  check_hyper(name, "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
 }
 
-void Adam::step() {
+void Adam::step(Loc loc) {
+  detail::UserCall call(decoupled_ ? "AdamW::step" : "Adam::step", loc);
+  const graph::SourceScope at(loc); // the update's nodes record the caller's line
   NoGradGuard no_grad;
   const auto [b1, b2] = options.betas;
   const double wd = options.weight_decay;
@@ -218,8 +225,8 @@ void Adam::step() {
   detail::flush_pending();
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
-    : Adam(std::move(params), AdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad}, true) {}
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, Loc loc)
+    : Adam(std::move(params), AdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad}, true, loc) {}
 
 // ---------------------------------------------------------------- schedules
 

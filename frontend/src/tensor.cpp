@@ -403,7 +403,10 @@ Tensor& Tensor::requires_grad_(bool on, Loc loc) {
   impl_->requires_grad = on;
   if (!on) return *this;
   // A leaf needs an identity of its own: hash-consing would merge two zeros({3}) parameters.
-  if (node()->op != graph::OpKind::Input) {
+  // Inside a compile() trace nothing is computed: the value stays lazy behind a fresh node.
+  if (node()->op != graph::OpKind::Input && detail::active_capture()) {
+    impl_->node = autograd::fresh_leaf(node());
+  } else if (node()->op != graph::OpKind::Input) {
     kiln::realize({Tensor(node())});
     impl_->node = graph::make_input(node()->dtype, node()->shape, node()->realized());
   }
@@ -434,6 +437,7 @@ Tensor Tensor::to(Device device, Loc loc) const {
   if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant, arange or random leaf: no data
     return detail::result(graph::build::leaf_on(node(), device), {});
   forbid_reads_while_tracing("to", *this, loc);
+  realize(); // errors of computing the value (a failed index check) are not copying errors
   try {
     if (!requires_grad()) return copied_to(*this, device);
     const Device from = this->device();
@@ -493,9 +497,19 @@ std::vector<const graph::Node*> reachable_with_custom_inputs(const graph::Node* 
 }
 } // namespace
 
-void Tensor::backward(const Tensor& grad_output, Loc loc) const {
+void detail::check_graph_retained(const std::string& op, const Tensor& t, const Loc& loc) {
+  if (t.defined() && t.impl()->graph_released)
+    fail(op, "this tensor's graph was already differentiated by backward(); pass retain_graph = true to the "
+             "first backward() to differentiate it again", {&t}, loc);
+}
+
+void Tensor::backward(bool retain_graph, Loc loc) const { backward(Tensor(), retain_graph, loc); }
+
+void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) const {
+  detail::UserCall call("backward", loc); // grad()'s errors are backward's
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!requires_grad()) detail::fail("backward", "the tensor does not require grad", {this}, loc);
+  detail::check_graph_retained("backward", *this, loc);
   std::vector<Tensor> leaf_tensors;
   std::vector<std::shared_ptr<TensorImpl>> impls;
   for (const graph::Node* n : reachable_with_custom_inputs(node().get()))
@@ -503,10 +517,14 @@ void Tensor::backward(const Tensor& grad_output, Loc loc) const {
       impls.push_back(impl);
       leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
     }
-  if (impls.empty()) return;
   std::vector<Tensor> go;
   if (grad_output.defined()) go.push_back(grad_output);
+  if (impls.empty()) {
+    impl_->graph_released = !retain_graph;
+    return;
+  }
   std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, loc);
+  impl_->graph_released = !retain_graph;
   for (size_t i = 0; i < impls.size(); ++i) {
     detail::note_state_change(impls[i]);
     Tensor g = grads[i].detach();

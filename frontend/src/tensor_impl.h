@@ -19,6 +19,7 @@ struct TensorImpl {
   bool is_leaf = true;         ///< not the result of an op on grad-requiring tensors
   bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
   Tensor grad;                 ///< accumulated by backward()
+  bool graph_released = false; ///< backward() was called on it without retain_graph
   mutable std::mutex node_mu;  ///< guards `node` where one thread assigns while others read
 
   /// `node`, read under node_mu: what the read paths (to_vector, item, realize) and
@@ -65,6 +66,8 @@ Device common_device(const std::string& op, const std::vector<Tensor>& operands,
 Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs);
 /// Same, for a list of inputs.
 Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs);
+/// Throws kiln::Error for `op` when `t`'s graph was released by a backward() without retain_graph.
+void check_graph_retained(const std::string& op, const Tensor& t, const Loc& loc);
 /// Registers a grad-requiring leaf so that backward() can find it by node.
 void register_leaf(const std::shared_ptr<TensorImpl>& impl);
 /// The live leaf tensor whose current node is `n`, or null.

@@ -62,6 +62,13 @@ NodeRef cast(const NodeRef& x, DType dtype) {
 
 NodeRef detach(const NodeRef& x) { return make_node(OpKind::Detach, x->dtype, x->shape, {x}); }
 
+NodeRef check_index(const NodeRef& x, int64_t bound, int64_t site) {
+  Attrs a;
+  a.i0 = bound;
+  a.i1 = site;
+  return make_node(OpKind::CheckIndex, x->dtype, x->shape, {x}, std::move(a));
+}
+
 NodeRef reduce(OpKind op, const NodeRef& x, std::vector<int64_t> dims) {
   std::sort(dims.begin(), dims.end());
   Shape shape = x->shape;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+#include <vector>
 
 namespace kiln {
 
@@ -9,12 +11,68 @@ std::string format_location(const std::source_location& loc) {
   return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
 }
 
+namespace {
+
+struct Call {
+  std::string op;
+  std::source_location where;
+};
+thread_local std::vector<Call> g_calls; // UserCall scopes, outermost first
+
+// The op and line an error raised by `op` at `where` is reported with (see detail::UserCall).
+Call reported(const std::string& op, const std::source_location& where) {
+  if (g_calls.empty()) return {op, where};
+  if (!detail::in_kiln_sources(where)) {
+    for (const Call& c : g_calls)
+      if (c.where.line() == where.line() && std::string_view(c.where.file_name()) == where.file_name())
+        return {c.op, where};
+    return {op, where};
+  }
+  for (auto it = g_calls.rbegin(); it != g_calls.rend(); ++it)
+    if (!detail::in_kiln_sources(it->where)) return {g_calls.back().op, it->where};
+  return {op, where};
+}
+
+std::string message(const Call& c, const std::string& what) { return c.op + ": " + what + "\n  at " + format_location(c.where); }
+
+// Where kiln's sources are, as this build spells them: error.cpp's path less "graph/src/error.cpp".
+std::string_view source_root() {
+  static const std::string_view root = [] {
+    std::string_view f = __FILE__;
+    const size_t at = f.rfind("graph/src/error.cpp");
+    return at == std::string_view::npos ? std::string_view{} : f.substr(0, at);
+  }();
+  return root;
+}
+
+} // namespace
+
 Error::Error(const std::string& op, const std::string& what, const std::source_location& where)
-    : std::runtime_error(op + ": " + what + "\n  at " + format_location(where)), op_(op) {}
+    : std::runtime_error(message(reported(op, where), what)), op_(reported(op, where).op) {}
 
 Error::Error(const std::string& what) : std::runtime_error(what) {}
 
 namespace detail {
+
+UserCall::UserCall(const char* op, const std::source_location& where) { g_calls.push_back({op, where}); }
+UserCall::UserCall(std::string op, const std::source_location& where) { g_calls.push_back({std::move(op), where}); }
+UserCall::~UserCall() { g_calls.pop_back(); }
+
+std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where) {
+  Call c = reported(op, where);
+  return {std::move(c.op), c.where};
+}
+
+bool in_kiln_sources(const std::source_location& loc) {
+  std::string_view f = loc.file_name();
+  const std::string_view root = source_root();
+  if (f.substr(0, root.size()) != root) return false;
+  f.remove_prefix(root.size());
+  for (std::string_view dir : {"frontend/", "graph/", "autograd/", "codegen/", "runtime/"})
+    if (f.substr(0, dir.size()) == dir) return true;
+  return false;
+}
+
 void internal_error(const char* cond, const char* file, int line, const std::string& msg) {
   std::fprintf(stderr, "kiln internal error at %s:%d: %s%s%s\n", file, line, cond, msg.empty() ? "" : ": ",
                msg.c_str());

@@ -37,6 +37,8 @@ std::string check_elementwise(OpKind op, DType dtype, const Shape& shape, const 
     if (x->shape != shape) return "operand shape " + shape_str(x->shape) + " differs from " + shape_str(shape);
   if (op == OpKind::Cast) return "";
   if (op == OpKind::Detach) return in[0]->dtype == dtype ? "" : "detach keeps the dtype";
+  if (op == OpKind::CheckIndex)
+    return in[0]->dtype == dtype && (dtype == DType::Int32 || dtype == DType::Int64) ? "" : "check_index takes an integer index";
   if (op == OpKind::Where) {
     if (in[0]->dtype != DType::Bool) return "condition must be bool";
     if (in[1]->dtype != dtype || in[2]->dtype != dtype) return "branches must have the result dtype";

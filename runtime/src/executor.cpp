@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -22,6 +23,7 @@
 #include "runtime/cuda_runtime.h"
 #include "runtime/observe.h"
 #include "runtime/storage.h"
+#include "graph/index_check.h"
 
 namespace kiln::runtime {
 
@@ -288,6 +290,26 @@ const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const 
 }
 } // namespace
 
+namespace {
+// A zeroed error buffer for the plan's index checks (kernel_ir.h, ExprKind::Check), or null when it has none.
+std::shared_ptr<graph::Storage> error_buffer(const Plan& plan) {
+  const bool checks = std::any_of(plan.schedule.launches.begin(), plan.schedule.launches.end(), [](const auto& l) {
+    return std::find(l.inputs.begin(), l.inputs.end(), nullptr) != l.inputs.end();
+  });
+  if (!checks) return nullptr;
+  auto host = allocate_host(graph::kErrorBufferElements * sizeof(int64_t));
+  std::memset(host->data(), 0, graph::kErrorBufferElements * sizeof(int64_t));
+  return plan.device == kCPU ? host : copy_to(*host, plan.device);
+}
+
+// Throws the first failed index check's kiln::Error (reading a GPU's buffer waits for its kernels).
+void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
+  if (!errors) return;
+  const auto host = errors->device() == kCPU ? errors : copy_to(*errors, kCPU);
+  graph::throw_index_error(static_cast<const int64_t*>(host->data()));
+}
+} // namespace
+
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
                                                      const SeedOverrides& seeds) {
   for (const auto& [node, storage] : bindings)
@@ -299,12 +321,13 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
   for (const auto& l : plan.schedule.launches)
     if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
+  const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   std::vector<void*> bufs;
   std::vector<int64_t> scratch;
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
     bufs.clear();
-    for (const graph::Node* in : l.inputs) bufs.push_back(mem.address(in));
+    for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     bufs.push_back(mem.address(l.output));
     const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
     const auto t0 = Clock::now();
@@ -315,6 +338,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
   }
   ++plan.runs;
+  report_failed_checks(errors); // no result is returned past a failed check
   std::vector<std::shared_ptr<graph::Storage>> result;
   for (const auto& n : plan.outputs) {
     if (auto it = mem.outputs.find(n.get()); it != mem.outputs.end()) result.push_back(it->second);

@@ -50,8 +50,10 @@ public:
   /// The module's computation on one input. The default throws: modules whose
   /// forward takes other arguments define their own and are not usable in Sequential.
   virtual Tensor forward(const Tensor& x);
-  /// Same as forward(x); the graph nodes it makes record `loc` as their source line
-  /// (profiles and KILN_DEBUG name the model's line rather than kiln's).
+  /// forward(x), as a call of this module at `loc`: the graph nodes it makes record `loc` as
+  /// their source line (profiles and KILN_DEBUG name the model's line), and a kiln::Error raised
+  /// inside (by kiln's layers, losses and ops) names this module and the caller's line. Call
+  /// modules as `model(x)` for that; a direct forward(x) has no caller line to give.
   Tensor operator()(const Tensor& x, Loc loc = Loc::current());
   /// The type name shown by str() ("Linear").
   virtual std::string name() const { return "Module"; }
@@ -116,7 +118,7 @@ private:
 class Linear : public Module {
 public:
   /// Weight [out, in] and bias [out], initialized as PyTorch's nn.Linear.
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Loc loc = Loc::current());
   Tensor forward(const Tensor& x) override;       ///< x W^T + b
   std::string name() const override { return "Linear"; } ///< "Linear"
   std::string extra_repr() const override;        ///< sizes and bias
@@ -138,7 +140,8 @@ struct Conv2dOptions {
 class Conv2d : public Module {
 public:
   /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
-  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {},
+         Loc loc = Loc::current());
   Tensor forward(const Tensor& x) override;       ///< [N, out, Ho, Wo]
   std::string name() const override { return "Conv2d"; } ///< "Conv2d"
   std::string extra_repr() const override;        ///< configuration
@@ -190,7 +193,7 @@ struct BatchNormOptions {
 class BatchNorm : public Module {
 public:
   /// For `features` channels and inputs of rank `rank_min`..`rank_max` (set by the subclasses).
-  BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name);
+  BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name, Loc loc);
   Tensor forward(const Tensor& x) override; ///< normalized x, same shape
   std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
   std::string extra_repr() const override;  ///< configuration
@@ -210,23 +213,24 @@ private:
 class BatchNorm1d : public BatchNorm {
 public:
   /// For `features` channels.
-  explicit BatchNorm1d(int64_t features, BatchNormOptions options = {})
-      : BatchNorm(features, options, 2, 3, "BatchNorm1d") {}
+  explicit BatchNorm1d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
+      : BatchNorm(features, options, 2, 3, "BatchNorm1d", loc) {}
 };
 
 /// BatchNorm over [N, C, H, W] inputs.
 class BatchNorm2d : public BatchNorm {
 public:
   /// For `features` channels.
-  explicit BatchNorm2d(int64_t features, BatchNormOptions options = {})
-      : BatchNorm(features, options, 4, 4, "BatchNorm2d") {}
+  explicit BatchNorm2d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
+      : BatchNorm(features, options, 4, 4, "BatchNorm2d", loc) {}
 };
 
 /// Layer normalization over the trailing dims given by `normalized_shape`.
 class LayerNorm : public Module {
 public:
   /// Normalizes the last normalized_shape.size() dims, which must equal normalized_shape.
-  explicit LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     Loc loc = Loc::current());
   Tensor forward(const Tensor& x) override; ///< normalized x, same shape
   std::string name() const override { return "LayerNorm"; } ///< "LayerNorm"
   std::string extra_repr() const override;  ///< configuration
@@ -243,7 +247,7 @@ private:
 class Dropout : public Module {
 public:
   /// Drop probability in [0, 1); the seed defaults to next_seed().
-  explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt);
+  explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt, Loc loc = Loc::current());
   Tensor forward(const Tensor& x) override; ///< masked and scaled x
   std::string name() const override { return "Dropout"; } ///< "Dropout"
   std::string extra_repr() const override;  ///< p
@@ -279,7 +283,7 @@ public:
 class GELU : public Module {
 public:
   /// "none" (erf form) or "tanh".
-  explicit GELU(std::string approximate = "none");
+  explicit GELU(std::string approximate = "none", Loc loc = Loc::current());
   Tensor forward(const Tensor& x) override { return functional::gelu(x, approximate_); } ///< gelu(x)
   std::string name() const override { return "GELU"; } ///< "GELU"
 private:
@@ -313,7 +317,7 @@ public:
 class Embedding : public Module {
 public:
   /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc = Loc::current());
   Tensor forward(const Tensor& indices) override; ///< [..., embedding_dim]
   std::string name() const override { return "Embedding"; } ///< "Embedding"
   std::string extra_repr() const override;        ///< sizes

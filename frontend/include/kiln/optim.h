@@ -35,14 +35,15 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 /// The base of the optimizers: the parameters, the learning rate and per-parameter state.
 class Optimizer {
 public:
-  /// Optimizes `params` (each must require grad) with learning rate `lr`.
-  Optimizer(std::vector<Tensor> params, double lr);
+  /// Optimizes `params` (each must require grad) with learning rate `lr`; errors name `loc`.
+  Optimizer(std::vector<Tensor> params, double lr, Loc loc = Loc::current());
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// Records one update of every parameter that has a gradient, and realizes it (see above).
-  virtual void step() = 0;
+  /// Records one update of every parameter that has a gradient, and realizes it (see above);
+  /// errors raised inside name `loc`, and the update's nodes record it as their source line.
+  virtual void step(Loc loc = Loc::current()) = 0;
   /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw").
   virtual std::string kind() const = 0;
   /// Clears every parameter's gradient (like PyTorch's zero_grad(set_to_none=True)).
@@ -51,7 +52,7 @@ public:
   /// The learning rate used by the next step().
   double lr() const { return lr_; }
   /// Changes the learning rate (schedulers call this).
-  void set_lr(double lr);
+  void set_lr(double lr, Loc loc = Loc::current());
   /// The parameters, in the order given.
   const std::vector<Tensor>& params() const { return params_; }
   /// Steps taken by parameter i (its gradient was defined at that many step() calls).
@@ -114,8 +115,8 @@ struct SGDOptions {
 class SGD : public Optimizer {
 public:
   /// SGD over `params`.
-  SGD(std::vector<Tensor> params, SGDOptions options = {});
-  void step() override;                             ///< one update
+  SGD(std::vector<Tensor> params, SGDOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;     ///< one update
   std::string kind() const override { return "sgd"; } ///< "sgd"
   SGDOptions options; ///< hyperparameters (lr lives in the base class)
 protected:
@@ -147,13 +148,13 @@ struct AdamWOptions {
 class Adam : public Optimizer {
 public:
   /// Adam over `params`.
-  Adam(std::vector<Tensor> params, AdamOptions options = {});
-  void step() override;                               ///< one update
+  Adam(std::vector<Tensor> params, AdamOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;       ///< one update
   std::string kind() const override { return decoupled_ ? "adamw" : "adam"; } ///< "adam" or "adamw"
   AdamOptions options; ///< hyperparameters (lr lives in the base class)
 protected:
   /// For AdamW.
-  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled);
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, Loc loc);
   std::vector<std::string> slot_names() const override; ///< the moments (and their maximum with amsgrad)
 private:
   bool decoupled_;
@@ -163,7 +164,7 @@ private:
 class AdamW : public Adam {
 public:
   /// AdamW over `params`.
-  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {}, Loc loc = Loc::current());
 };
 
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.

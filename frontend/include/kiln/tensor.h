@@ -77,7 +77,11 @@ public:
   /// Clears the accumulated gradient.
   void zero_grad();
   /// Accumulates d(this)/d(leaf) into every leaf's grad(); `grad_output` defaults to ones for scalars.
-  void backward(const Tensor& grad_output = Tensor(), Loc loc = Loc::current()) const;
+  /// As in PyTorch, a tensor's graph is differentiated once: a second backward() or grad() of
+  /// this tensor throws kiln::Error unless the earlier backward() passed retain_graph = true.
+  void backward(const Tensor& grad_output = Tensor(), bool retain_graph = false, Loc loc = Loc::current()) const;
+  /// backward() of a one-element tensor: `loss.backward(/*retain_graph=*/true)` keeps the graph.
+  void backward(bool retain_graph, Loc loc = Loc::current()) const;
   /// The same value, cut from the graph of gradients.
   Tensor detach() const;
   /// Replaces this tensor's value by `value` (same shape and dtype), keeping its identity

@@ -5,6 +5,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kiln {
 
@@ -29,6 +30,28 @@ private:
 std::string format_location(const std::source_location& loc);
 
 namespace detail {
+/// While alive, names a user-facing call (a module, a loss, an optimizer, a creation op)
+/// that kiln implements with other ops, so that a kiln::Error raised inside it on this
+/// thread names what the user called and where: an error raised at a line of kiln's own
+/// sources is reported at the innermost such call made from the user's code, as an
+/// error of the innermost call; an error raised at the user's line of such a call is
+/// reported as an error of the outermost call made at that line (cross_entropy, not
+/// the one_hot it uses).
+class UserCall {
+public:
+  /// Names `op`, called at `where`.
+  UserCall(const char* op, const std::source_location& where);
+  /// Same, with a computed name (a module's name()).
+  UserCall(std::string op, const std::source_location& where);
+  ~UserCall();
+  UserCall(const UserCall&) = delete;
+  UserCall& operator=(const UserCall&) = delete;
+};
+/// The op and line a kiln::Error of `op` raised at `where` would name now (see UserCall):
+/// what a check made now but reported later (in a kernel) records.
+std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where);
+/// True when `loc` is a line of kiln's own library sources (not of its tests or examples).
+bool in_kiln_sources(const std::source_location& loc);
 /// An internal invariant failed: print file and line and abort.
 [[noreturn]] void internal_error(const char* cond, const char* file, int line, const std::string& msg);
 } // namespace detail
