@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "codegen/gemm.h"
+#include "graph/build.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
 
@@ -78,9 +79,11 @@ private:
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   static constexpr int kMaxFusedDepth = 256;
-  // Buffers a kernel reads at most (graph::build::kMaxConcatPieces pieces of a concat fit):
-  // a bounded kernel signature (CUDA's 4 KB of arguments) and compile time.
-  static constexpr size_t kMaxKernelBuffers = 16;
+  // Buffers a kernel reads at most: a bounded kernel signature (CUDA's 4 KB of
+  // arguments) and compile time. A concat joins a kernel only while the kernel reads at
+  // most graph::build::kMaxConcatPieces buffers: each piece read from a buffer is a
+  // guarded load per element, whose code costs LLVM far more than a plain load.
+  static constexpr size_t kMaxKernelBuffers = 64;
   // Per kernel root, the nodes its kernel reads that are not (yet) fused into it: its
   // buffers once every node is decided (leaves computed in place are not counted).
   std::unordered_map<const Node*, std::unordered_set<const Node*>> reads_;
@@ -161,7 +164,7 @@ private:
       for (const auto& in : n->inputs)
         if (reads_buffer(in.get()) && (it == reads_.end() || !it->second.count(in.get())) && added.insert(in.get()).second)
           ++count;
-      if (count > kMaxKernelBuffers) return false;
+      if (count > (n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers)) return false;
     }
     return true;
   }
@@ -209,7 +212,8 @@ private:
     // A wide graph (a long concat, a sum of many leaves) is cut into kernels that read a
     // bounded number of buffers.
     if (!within_buffer_budget(n))
-      return materialize(n, "not fusing: the kernel would read more than " + std::to_string(kMaxKernelBuffers) +
+      return materialize(n, "not fusing: the kernel would read more than " +
+                                std::to_string(n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers) +
                                 " buffers");
     if (needs_buffer_.count(n))
       return materialize(n, "a matmul operand: computed once rather than once per output row or column");
