@@ -5,7 +5,7 @@
 // for N from 1e2 to 1e5. Each iteration builds a fresh graph (not timed) and times
 // realize(): scheduling, lowering, kernel hashing, the JIT's cache lookups (the kernels
 // of one width compile in the first iteration), planning and the launches. Linear
-// host work shows as time per N that stays flat as N grows (the "us/node" counter).
+// host work shows as a time per node that stays flat as N grows (the "per_node" counter).
 
 #include <benchmark/benchmark.h>
 
@@ -43,7 +43,7 @@ template <class Make> void time_realize(benchmark::State& state, Make make) {
     realize(outs);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  state.counters["us/node"] = benchmark::Counter(static_cast<double>(state.range(0)) * state.iterations(),
+  state.counters["per_node"] = benchmark::Counter(static_cast<double>(state.range(0)) * state.iterations(),
                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert,
                                                  benchmark::Counter::kIs1000);
 }
