@@ -46,7 +46,9 @@ NodeRef sum_to(const NodeRef& x, const Shape& shape);
 NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape shape);
 /// Constant padding: per dim elements before and after.
 NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, const Scalar& value = 0);
-/// Concatenation along `dim`.
+/// Most pieces of one Concat node: a kernel selects among them with a chain of that depth.
+inline constexpr size_t kMaxConcatPieces = 16;
+/// Concatenation along `dim`; more than kMaxConcatPieces pieces give a tree of Concat nodes.
 NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
 /// Batched matrix product of same-rank operands whose batch dims agree.
 NodeRef matmul(const NodeRef& a, const NodeRef& b);

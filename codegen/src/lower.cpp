@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "codegen/gemm.h"
+#include "graph/build.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
 
@@ -81,6 +82,16 @@ private:
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   static constexpr int kMaxFusedDepth = 256;
+  // Buffers a kernel reads at most: a bounded kernel signature (CUDA's 4 KB of
+  // arguments) and compile time. A concat joins a kernel only while the kernel reads at
+  // most graph::build::kMaxConcatPieces buffers: each piece read from a buffer is a
+  // guarded load per element, whose code costs LLVM far more than a plain load.
+  static constexpr size_t kMaxKernelBuffers = 64;
+  // Per kernel root, the nodes its kernel reads that are not (yet) fused into it: its
+  // buffers once every node is decided (leaves computed in place are not counted).
+  std::unordered_map<const Node*, std::unordered_set<const Node*>> reads_;
+  // The kernels a node inlined into several kernels (a view read by several) is part of.
+  std::unordered_map<const Node*, std::vector<const Node*>> kernels_of_;
 
   // True when n is read from its realized buffer. Decided once per node: another thread
   // may realize a shared node meanwhile, and the partition must not see it change
@@ -118,7 +129,70 @@ private:
     const int depth = outputs_.count(n) ? 0 : fused_depth(n);
     decide_placement(n, depth);
     depth_[n] = computed_.count(n) ? 0 : depth;
+    note_reads(n);
   }
+
+  // An input that a kernel reading n's value would read from a buffer unless it fuses
+  // it: anything but a leaf computed in place (a constant, arange, random numbers).
+  bool reads_buffer(const Node* in) const { return graph::op_category(in->op) != OpCategory::Leaf || is_source(in); }
+
+  // The kernels that would compute n inline: its users' kernel, or every kernel of its
+  // users when they are several (views are recomputed in each kernel that reads them).
+  std::vector<const Node*> inlined_into(const Node* n) const {
+    const Node* owner = users_owner(n);
+    if (owner != several()) return {owner};
+    std::unordered_set<const Node*> seen;
+    std::vector<const Node*> out;
+    for (const Node* u : users_.at(n)) {
+      auto it = owner_.find(u);
+      if (it != owner_.end() && it->second != several()) {
+        if (seen.insert(it->second).second) out.push_back(it->second);
+        continue;
+      }
+      if (auto k = kernels_of_.find(u); k != kernels_of_.end())
+        for (const Node* kernel : k->second)
+          if (seen.insert(kernel).second) out.push_back(kernel);
+    }
+    return out;
+  }
+
+  // True when computing n inside the kernels that read it keeps each of them within
+  // kMaxKernelBuffers buffers: n stops being one of their buffers, its inputs become ones.
+  bool within_buffer_budget(const Node* n) const {
+    if (!std::any_of(n->inputs.begin(), n->inputs.end(), [&](const auto& in) { return reads_buffer(in.get()); }))
+      return true;
+    for (const Node* kernel : inlined_into(n)) {
+      auto it = reads_.find(kernel);
+      size_t count = it == reads_.end() ? 0 : it->second.size() - it->second.count(n);
+      std::unordered_set<const Node*> added;
+      for (const auto& in : n->inputs)
+        if (reads_buffer(in.get()) && (it == reads_.end() || !it->second.count(in.get())) && added.insert(in.get()).second)
+          ++count;
+      if (count > (n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers)) return false;
+    }
+    return true;
+  }
+
+  // Records what n's placement adds to the buffers each kernel reads (see reads_).
+  void note_reads(const Node* n) {
+    std::vector<const Node*> kernels{n};
+    if (!computed_.count(n)) {
+      if (!std::any_of(n->inputs.begin(), n->inputs.end(), [&](const auto& in) { return reads_buffer(in.get()); }))
+        return; // nothing to charge (a leaf, or a view of one)
+      kernels = inlined_into(n);
+      if (owner_.at(n) == several()) kernels_of_[n] = kernels;
+    }
+    for (const Node* kernel : kernels) {
+      auto& reads = reads_[kernel];
+      if (kernel != n) reads.erase(n);
+      for (const auto& in : n->inputs)
+        if (reads_buffer(in.get())) reads.insert(in.get());
+    }
+  }
+
+  // How many expression levels a node adds above its inputs: a concat selects among its
+  // pieces with a chain of wheres.
+  static int span(const Node* n) { return n->op == OpKind::Concat ? std::max<int>(1, static_cast<int>(n->inputs.size()) - 1) : 1; }
 
   // How deep inside its kernel's expression n would sit if fused into the kernel of
   // its users: 1 + the deepest of its users there.
@@ -126,7 +200,7 @@ private:
     const Node* owner = users_owner(n);
     int d = 0;
     for (const Node* u : users_.at(n))
-      if (auto it = owner_.find(u); it != owner_.end() && it->second == owner) d = std::max(d, depth_.at(u));
+      if (auto it = owner_.find(u); it != owner_.end() && it->second == owner) d = std::max(d, depth_.at(u) + span(u) - 1);
     return d + 1;
   }
 
@@ -139,6 +213,12 @@ private:
     if (graph::op_category(n->op) != OpCategory::Leaf && users_owner(n) != several() && depth > kMaxFusedDepth)
       return materialize(n, "not fusing: the kernel would nest more than " + std::to_string(kMaxFusedDepth) +
                                 " ops deep");
+    // A wide graph (a long concat, a sum of many leaves) is cut into kernels that read a
+    // bounded number of buffers.
+    if (!within_buffer_budget(n))
+      return materialize(n, "not fusing: the kernel would read more than " +
+                                std::to_string(n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers) +
+                                " buffers");
     if (needs_buffer_.count(n))
       return materialize(n, "a matmul operand: computed once rather than once per output row or column");
     switch (graph::op_category(n->op)) {

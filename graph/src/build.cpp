@@ -148,6 +148,14 @@ NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> 
 
 NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim) {
   if (xs.size() == 1) return xs[0];
+  if (xs.size() > kMaxConcatPieces) { // a tree of concats, each of at most kMaxConcatPieces pieces
+    std::vector<NodeRef> groups;
+    for (size_t i = 0; i < xs.size(); i += kMaxConcatPieces)
+      groups.push_back(concat(std::vector<NodeRef>(xs.begin() + static_cast<std::ptrdiff_t>(i),
+                                                   xs.begin() + static_cast<std::ptrdiff_t>(std::min(xs.size(), i + kMaxConcatPieces))),
+                              dim));
+    return concat(groups, dim);
+  }
   Shape shape = xs[0]->shape;
   shape[dim] = 0;
   for (const NodeRef& x : xs) {

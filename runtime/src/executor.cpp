@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <mutex>
+#include <unordered_set>
 
 #include "kiln/error.h"
 #include "kiln/options.h"
@@ -111,10 +112,11 @@ void plan_memory(Plan& p) {
     def[launches[i].output] = i;
     for (const graph::Node* in : launches[i].inputs) last[in] = i;
   }
+  std::unordered_set<const graph::Node*> outputs;
+  for (const auto& o : p.outputs) outputs.insert(o.get());
   std::vector<Interval> items;
   for (auto [node, d] : def) {
-    const bool is_output = std::any_of(p.outputs.begin(), p.outputs.end(), [&](const auto& o) { return o.get() == node; });
-    if (is_output) continue;
+    if (outputs.count(node)) continue;
     items.push_back({node, d, last.count(node) ? last[node] : d, aligned(node_bytes(node))});
   }
   std::sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) {
@@ -248,8 +250,9 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   for (const auto& n : outputs)
     KILN_ASSERT(n->device == p.device, "one plan computes on one device: " + n->device.str() + " vs " + p.device.str());
   std::vector<const graph::Node*> todo;
+  std::unordered_set<const graph::Node*> seen;
   for (const auto& n : outputs)
-    if (!n->realized() && std::find(todo.begin(), todo.end(), n.get()) == todo.end()) todo.push_back(n.get());
+    if (!n->realized() && seen.insert(n.get()).second) todo.push_back(n.get());
   observe::start_from_options();
   observe::Span plan_span("plan", "plan");
   {
