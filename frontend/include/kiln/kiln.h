@@ -1,7 +1,9 @@
 #pragma once
 /// \file kiln.h
 /// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
-/// options, devices. Pulls in no LLVM, TBB or CUDA header.
+/// options, devices, version. Pulls in no LLVM, TBB or CUDA header.
+
+#include "kiln/version.h" // first: it stops a compile that is not C++20 with a clear message
 
 #include "kiln/autograd.h"
 #include "kiln/checkpoint.h"
