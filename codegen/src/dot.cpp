@@ -69,7 +69,7 @@ std::string schedule_dot(const Schedule& s, const std::vector<const graph::Node*
   }
   for (const KernelLaunch& l : s.launches)
     for (const Node* in : l.inputs)
-      if (!lay.kernel_of.count(in) && !lay.id.count(in))
+      if (in && !lay.kernel_of.count(in) && !lay.id.count(in)) // null: the error buffer of index checks
         out += "  n" + std::to_string(lay.number(in)) + " [shape=ellipse, label=" + quoted(node_label(in)) + "];\n";
   for (const KernelLaunch& l : s.launches)
     for (const Node* n : l.nodes)
