@@ -4,8 +4,10 @@
 # examples/consumer (a small training program) against it the ways a user would:
 #   1. CMake: find_package(kiln) with CMAKE_PREFIX_PATH pointing only at that prefix;
 #   2. pkg-config: g++ -std=c++20 main.cpp $(pkg-config --cflags --libs kiln);
-#   3. the Debian package: cpack writes libkiln-dev_*.deb, whose contents and Depends are checked
-#      (installing it needs root: see the README, "Using kiln in your project").
+#   3. the Debian package: cpack writes libkiln-dev_*.deb, whose contents and Depends are checked,
+#      whose installation apt simulates (apt-get -s: every Depends resolvable, nothing changed), and
+#      whose files, unpacked into a scratch root, build and run the consumer through find_package
+#      (installing it for real needs root: see the README, "Using kiln in your project").
 # Nothing of the source or build tree may appear on the consumer's include or library paths.
 #   .ci/consumer.sh [build-dir]
 set -euo pipefail
@@ -81,4 +83,18 @@ depends=$(dpkg-deb -f "$deb" Depends)
 echo "consumer: $(basename "$deb"): $(wc -l <"$tmp/deb-files") entries, Depends: $depends"
 dpkg-deb -x "$deb" "$tmp/deb-root"
 grep -q "^prefix=/usr$" "$tmp/deb-root/usr/lib/pkgconfig/kiln.pc" || { echo "consumer: the package's kiln.pc is not for /usr" >&2; exit 1; }
+timed "apt-get -s install" apt-get -s -qq install "$deb" >"$tmp/apt-sim" 2>&1 || {
+  echo "consumer: apt would not install $(basename "$deb"):" >&2
+  cat "$tmp/apt-sim" >&2
+  exit 1
+}
+# The package's CMake files are relocatable: its /usr, unpacked elsewhere, serves find_package.
+timed "deb cmake configure" cmake -S "$tmp/src" -B "$tmp/deb-cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$tmp/deb-root/usr" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >/dev/null
+grep -q "^kiln_DIR:PATH=$tmp/deb-root/usr/" "$tmp/deb-cmake/CMakeCache.txt" || {
+  echo "consumer: find_package(kiln) did not find the unpacked package" >&2
+  exit 1
+}
+timed "deb cmake build" cmake --build "$tmp/deb-cmake" >/dev/null
+timed "deb run" env LD_LIBRARY_PATH="$tmp/deb-root/usr/lib" "$tmp/deb-cmake/consumer"
 echo "consumer: ok"
