@@ -83,7 +83,7 @@ depends=$(dpkg-deb -f "$deb" Depends)
 echo "consumer: $(basename "$deb"): $(wc -l <"$tmp/deb-files") entries, Depends: $depends"
 dpkg-deb -x "$deb" "$tmp/deb-root"
 grep -q "^prefix=/usr$" "$tmp/deb-root/usr/lib/pkgconfig/kiln.pc" || { echo "consumer: the package's kiln.pc is not for /usr" >&2; exit 1; }
-timed "apt-get -s install" apt-get -s -qq install "$deb" >"$tmp/apt-sim" 2>&1 || {
+timed "apt-get -s install" sh -c 'apt-get -s -qq install "$1" >"$2" 2>&1' sh "$deb" "$tmp/apt-sim" || {
   echo "consumer: apt would not install $(basename "$deb"):" >&2
   cat "$tmp/apt-sim" >&2
   exit 1
