@@ -31,7 +31,14 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Soak-sized tests stay CI-sized here; the sanitized binaries run about 3x slower.
 export KILN_SOAK=${KILN_SOAK:-}
 status=0
-ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 "$@" || status=$?
+# The GPU runtime's tests (tests/test_gpu_runtime.cpp, on the driver emulator) run without
+# LeakSanitizer: at exit LSan sometimes scans a thread that is still exiting, whose dynamic TLS
+# (of the emulator's dlopen'ed kernels) it reads as a garbage range ("DTLS 8 at 0x2000005dd-
+# 0xa000016df", then "Tracer caught signal 11"): a fatal LSan error in about 1 run of 3 of
+# GpuRuntime.GradientsFlowThroughTo, after the test passed. ASan and UBSan stay on for them.
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E '^GpuRuntime\.' "$@" || status=$?
+ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+  --timeout 900 -R '^GpuRuntime\.' "$@" || status=$?
 end=$(date +%s)
 echo "sanitize.sh: build $((built - start)) s, tests $((end - built)) s, total $((end - start)) s, status $status"
 exit $status
