@@ -11,6 +11,7 @@
 #include <numeric>
 #include <unistd.h>
 
+#include "tests/error_of.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 
@@ -53,14 +54,7 @@ void write_gz(const fs::path& p, const std::vector<uint8_t>& b) {
   gzclose(f);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::test::error_of;
 
 #define EXPECT_ERROR_HAS(expr, part)                                                                                  \
   do {                                                                                                                \

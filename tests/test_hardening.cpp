@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_of.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
 
@@ -145,14 +146,7 @@ void write_file(const fs::path& p, const std::vector<uint8_t>& b) {
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // A 2 MB file that inflates to 2 GiB: a 4-byte array, then 2 GiB of zeros (2048 concatenated gzip
 // members of 1 MiB each, which gzread reads as one stream). Read under a 512 MiB address-space

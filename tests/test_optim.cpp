@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "graph/node.h"
+#include "tests/error_of.h"
 #include "kiln/checkpoint.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -103,14 +104,7 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::test::error_of;
 
 std::vector<uint8_t> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
