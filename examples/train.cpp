@@ -6,7 +6,7 @@
 //
 // A training step (forward, loss, backward and the optimizer's update) is one
 // compiled function: traced and scheduled (and fused) as a whole once, then replayed
-// for every batch with no graph building. --eager builds and realizes each step's
+// for every batch with no graph building. --eager builds each step's
 // graph instead, with the same results.
 
 #include <chrono>
@@ -165,17 +165,6 @@ Tensor build_step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, con
   return loss.detach();
 }
 
-// One step, eagerly: builds its graph, then realizes the loss, `state` (the parameters
-// and buffers) and the optimizer's state in one call.
-Tensor eager_step(nn::Module& model, optim::Optimizer& opt, const std::vector<Tensor>& state, const data::Batch& b) {
-  Tensor loss = build_step(model, opt, b.x, b.y);
-  std::vector<Tensor> all = state;
-  for (const Tensor& t : opt.state()) all.push_back(t);
-  all.push_back(loss);
-  kiln::realize(all);
-  return loss;
-}
-
 // The same step as a compiled function of (x, y).
 CompiledFunction compiled_step(nn::Module& model, optim::Optimizer& opt) {
   return compile([&model, &opt](const std::vector<Tensor>& xy) {
@@ -186,15 +175,13 @@ CompiledFunction compiled_step(nn::Module& model, optim::Optimizer& opt) {
 // One epoch of training; returns the mean training loss.
 double train_epoch(nn::Module& model, optim::Optimizer& opt, CompiledFunction& step, const data::Dataset& train,
                    const Args& a, int64_t epoch) {
-  std::vector<Tensor> state = model.parameters();
-  for (const Tensor& b : model.buffers()) state.push_back(b);
   double sum = 0;
   int64_t done = 0, steps = 0;
   const auto start = Clock::now();
   auto last_print = start;
   for (const data::Batch& b : train.batches(a.batch, a.seed * 1000003 + static_cast<uint64_t>(epoch))) {
     const data::Batch on_device{b.x.to(a.resolved), b.y.to(a.resolved)};
-    const Tensor loss = a.eager ? eager_step(model, opt, state, on_device) : step({on_device.x, on_device.y})[0];
+    const Tensor loss = a.eager ? build_step(model, opt, on_device.x, on_device.y) : step({on_device.x, on_device.y})[0];
     sum += loss.item<float>();
     done += b.y.size(0);
     ++steps;
