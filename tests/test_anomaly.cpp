@@ -206,6 +206,19 @@ TEST(Anomaly, TheGradientOfLogAtZero) {
   EXPECT_EQ(a.line, here(line));
 }
 
+TEST(Anomaly, ATangentThatBecomesInfiniteNamesTheForwardOp) {
+  const detect_anomaly on;
+  const int line = __LINE__ + 1;
+  auto f = [](const Tensor& x) { return sqrt(x) * 2; };
+  std::string msg;
+  const Anomaly a = anomaly_of([&] { jvp(f, vec({0, 4}), vec({1, 1})).second.realize(); }, &msg);
+  EXPECT_EQ(a.tangent_of, "sqrt") << msg;
+  EXPECT_EQ(a.gradient_of, "");
+  EXPECT_EQ(a.index, (std::vector<int64_t>{0}));
+  EXPECT_EQ(a.line, here(line));
+  EXPECT_NE(msg.find("in the tangent of sqrt (forward-mode jvp)"), std::string::npos) << msg;
+}
+
 TEST(Anomaly, AnOptimizerStepOnAnInfiniteGradient) {
   Tensor w = vec({0, 1});
   w.requires_grad_();
