@@ -31,6 +31,7 @@
 
 #include "bench/mlp.h"
 #include "kiln/kiln.h"
+#include "runtime/anomaly.h"
 #include "runtime/executor.h"
 
 namespace {
@@ -380,6 +381,19 @@ void KilnEagerMlpStep128Anomaly(benchmark::State& state) {
 }
 BENCHMARK(KilnEagerMlpStep128Anomaly)->Name("EagerMLPStep/128/kiln_anomaly")->ArgNames({"threads", "fused"})
     ->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+// A memory-bound kernel in anomaly mode: its 64 MB output is scanned once more (compare
+// with Elementwise8/16M/kiln).
+void KilnElementwise8Anomaly(benchmark::State& state) {
+  options().detect_anomaly = true;
+  KilnElementwise8(state);
+  options().detect_anomaly = false;
+}
+KILN_MODES(KilnElementwise8Anomaly, "Elementwise8/16M/kiln_anomaly");
+// What anomaly mode costs while off: the test each plan execution (and eager realize) makes.
+void KilnAnomalyOffTest(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(runtime::anomaly_checks_on());
+}
+BENCHMARK(KilnAnomalyOffTest)->Name("Anomaly/off_test_per_execution")->Unit(benchmark::kNanosecond);
 KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 void KilnEagerMlpStep128(benchmark::State& state) { KilnSgdMlpStep(state, 128, false); }

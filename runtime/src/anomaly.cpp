@@ -301,6 +301,9 @@ void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const Buff
   if (element < 0) return;
   if (host.empty()) host = read_buffer(p, node_bytes(out), device);
   before_report();
+  if (options().debug >= 1)
+    std::fprintf(stderr, "[kiln] anomaly: %s wrote a non-finite value; running its ops one kernel per op\n",
+                 l.kernel.name.c_str());
   const KernelValues v = evaluate(l, device, address, seeds);
   const std::unordered_set<const Node*> reach = reaching(l, v);
   for (const Node* n : v.order) {

@@ -11,7 +11,7 @@
 /// kernel is searched by running its ops again one kernel per op (results are bitwise
 /// those of the fused kernel), only after a detection.
 ///
-/// Off, it costs one thread-local load per plan execution. On, every kernel's output is
+/// Off, it costs a thread-local test per plan execution (a few ns). On, every kernel's output is
 /// read once more (on a GPU: copied to the host after a synchronization), and realize()
 /// plans every graph afresh instead of reusing a structurally equal graph's plan, so that
 /// messages name the lines of the graph at hand. Where infinities are legitimate (masked
