@@ -169,6 +169,21 @@ TEST(Anomaly, ANonFiniteValueInTheDataIsReportedAsSuch) {
   EXPECT_NE(msg.find("the first op reading it is mul"), std::string::npos) << msg;
 }
 
+TEST(Anomaly, AFailedIndexCheckIsReportedRatherThanTheNaNItCauses) {
+  const detect_anomaly on;
+  const Tensor logits = vec({1, 2, 3, 4, 5, 6}).reshape({2, 3});
+  const Tensor targets = from_vector<int64_t>({1, 7}) + 0; // lazy: checked in the kernel that reads it
+  // The out-of-range class makes the loss meaningless; its index error, not a NaN, is the report.
+  try {
+    nn::functional::cross_entropy(log(logits - 1.5), targets).item<float>();
+    ADD_FAILURE() << "no error";
+  } catch (const AnomalyError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Anomaly, AGradientThatBecomesInfiniteNamesTheForwardOp) {
   Tensor x = vec({0, 4});
   x.requires_grad_();
