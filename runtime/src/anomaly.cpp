@@ -137,15 +137,13 @@ private:
   bool saved_;
 };
 
-KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const BufferAddress& address,
-                      const SeedOverrides& seeds) {
-  KernelValues v;
-  for (const Node* in : l.inputs)
-    if (in) v.loads.insert(in);
-  v.order = graph::topo_order({l.output}, [&](const Node* n) { return v.loads.count(n) > 0; });
+// A copy of the kernel's graph whose loads are inputs holding their buffers' values (read
+// into v.host); returns the copies of the nodes it computes, in v.order's order.
+std::vector<std::pair<const Node*, graph::NodeRef>> copy_kernel(KernelValues& v, Device device,
+                                                                const BufferAddress& address,
+                                                                const SeedOverrides& seeds) {
   std::unordered_map<const Node*, graph::NodeRef> copy;
-  std::vector<graph::NodeRef> outputs;
-  std::vector<const Node*> computed;
+  std::vector<std::pair<const Node*, graph::NodeRef>> computed;
   for (const Node* n : v.order) {
     if (v.loads.count(n)) {
       v.host[n] = read_buffer(address(n), node_bytes(n), device);
@@ -158,16 +156,25 @@ KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const Buffe
     if (n->op == graph::OpKind::Rand || n->op == graph::OpKind::Randn)
       if (auto it = seeds.find(attrs.i0); it != seeds.end()) attrs.i0 = it->second; // this execution's seed
     copy[n] = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), std::move(attrs), n->device);
-    outputs.push_back(copy[n]);
-    computed.push_back(n);
+    computed.emplace_back(n, copy[n]);
   }
+  return computed;
+}
+
+KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const BufferAddress& address,
+                      const SeedOverrides& seeds) {
+  KernelValues v;
+  for (const Node* in : l.inputs)
+    if (in) v.loads.insert(in);
+  v.order = graph::topo_order({l.output}, [&](const Node* n) { return v.loads.count(n) > 0; });
+  const auto computed = copy_kernel(v, device, address, seeds);
+  std::vector<graph::NodeRef> outputs;
+  for (const auto& c : computed) outputs.push_back(c.second);
   const SearchGuard searching;
   const Plan plan = make_plan(outputs, /*fusion=*/false);
   const auto values = execute(plan);
-  for (size_t i = 0; i < computed.size(); ++i) {
-    const auto& s = values[i];
-    v.host[computed[i]] = read_buffer(s->data(), node_bytes(computed[i]), s->device());
-  }
+  for (size_t i = 0; i < computed.size(); ++i)
+    v.host[computed[i].first] = read_buffer(values[i]->data(), node_bytes(computed[i].first), values[i]->device());
   return v;
 }
 
@@ -210,16 +217,22 @@ std::string where_str(const graph::SourceLine& s) {
   return line.empty() ? "at an unknown line (a graph built without kiln's ops)" : "at " + line;
 }
 
+// Where `n` came from: the user's line, and the forward op when autograd made it.
+void set_origin(Anomaly& a, const Node* n) {
+  a.line = graph::source_line_str(n->origin);
+  const std::string of(graph::op_name(n->origin.of));
+  a.gradient_of = n->origin.derived == graph::SourceLine::Derived::Gradient ? of : "";
+  a.tangent_of = n->origin.derived == graph::SourceLine::Derived::Tangent ? of : "";
+}
+
+// The non-finite `element` of `n`, whose values are `values`.
 Anomaly describe(const Node* n, int64_t element, const Bytes& values, const std::string& kernel) {
   Anomaly a;
   a.op = std::string(graph::op_name(n->op));
   a.value = value_name(value_at(values, n->dtype, element));
   a.index = unravel(element, n->shape);
   a.type = type_str(n);
-  a.line = graph::source_line_str(n->origin);
-  const std::string of(graph::op_name(n->origin.of));
-  if (n->origin.derived == graph::SourceLine::Derived::Gradient) a.gradient_of = of;
-  if (n->origin.derived == graph::SourceLine::Derived::Tangent) a.tangent_of = of;
+  set_origin(a, n);
   a.kernel = kernel;
   return a;
 }
@@ -257,22 +270,22 @@ std::string footer(const codegen::KernelLaunch& l) {
   const Bytes& values = v.host.at(load);
   const int64_t element = first_nonfinite(values.data(), load->dtype, load->numel());
   const Node* reader = l.output;
+  auto reads = [&](const Node* n) {
+    return std::any_of(n->inputs.begin(), n->inputs.end(), [&](const graph::NodeRef& in) { return in.get() == load; });
+  };
   for (const Node* n : v.order)
-    if (!v.loads.count(n) && std::any_of(n->inputs.begin(), n->inputs.end(), [&](const auto& in) { return in.get() == load; })) {
+    if (!v.loads.count(n) && reads(n)) {
       reader = n;
       break;
     }
-  Anomaly a = describe(reader, 0, values, l.kernel.name);
+  Anomaly a = describe(load, element, values, l.kernel.name);
   a.op = "input";
   a.from_input = true;
-  a.value = value_name(value_at(values, load->dtype, element));
-  a.index = unravel(element, load->shape);
-  a.type = type_str(load);
+  set_origin(a, reader);
   const std::string msg = "anomaly: an input " + a.type + " already held " + a.value + " at element " +
-                          index_str(a.index) +
-                          " (data given to kiln, or a value computed while anomaly mode was off); the first op "
-                          "reading it is " + std::string(graph::op_name(reader->op)) + "\n  " +
-                          where_str(reader->origin);
+                          index_str(a.index) + " (data given to kiln, or a value computed while anomaly mode " +
+                          "was off); the first op reading it is " + std::string(graph::op_name(reader->op)) +
+                          "\n  " + where_str(reader->origin);
   throw AnomalyError(std::move(a), msg + footer(l));
 }
 
