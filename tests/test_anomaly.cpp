@@ -46,7 +46,17 @@ struct FusionSetting {
 
 Tensor vec(std::vector<float> v) { return from_vector(v); }
 
-TEST(Anomaly, LogOfMinusOneNamesTheOpTheElementAndTheLine) {
+// Each test starts with the mode off on every thread, whatever KILN_DETECT_ANOMALY says.
+class AnomalyMode : public ::testing::Test {
+protected:
+  void SetUp() override { options().detect_anomaly = false; }
+  void TearDown() override { options().detect_anomaly = saved_; }
+
+private:
+  bool saved_ = options().detect_anomaly;
+};
+
+TEST_F(AnomalyMode, LogOfMinusOneNamesTheOpTheElementAndTheLine) {
   const detect_anomaly on;
   const Tensor x = vec({3, 4, 1, 5});
   std::string msg;
@@ -64,7 +74,7 @@ TEST(Anomaly, LogOfMinusOneNamesTheOpTheElementAndTheLine) {
   EXPECT_NE(msg.find("at " + here(line)), std::string::npos) << msg;
 }
 
-TEST(Anomaly, SqrtOfANegativeAndZeroOverZero) {
+TEST_F(AnomalyMode, SqrtOfANegativeAndZeroOverZero) {
   const detect_anomaly on;
   const Tensor x = vec({1, 2, 3});
   int line = __LINE__ + 1;
@@ -80,7 +90,7 @@ TEST(Anomaly, SqrtOfANegativeAndZeroOverZero) {
   EXPECT_EQ(a.line, here(line));
 }
 
-TEST(Anomaly, InfinitiesToo) {
+TEST_F(AnomalyMode, InfinitiesToo) {
   const detect_anomaly on;
   const Tensor x = vec({1, 2, 3});
   std::string msg;
@@ -105,7 +115,7 @@ size_t kernels_for(const Tensor& y) {
   return runtime::executor_stats().launches - before;
 }
 
-TEST(Anomaly, FindsTheFirstOpOfAFusedChain) {
+TEST_F(AnomalyMode, FindsTheFirstOpOfAFusedChain) {
   const FusionSetting fused(true);
   const Tensor x = vec({1, -1, 2});
   ASSERT_EQ(kernels_for(log(x) * 2 + 1), 1u); // the chain is one kernel
@@ -118,7 +128,7 @@ TEST(Anomaly, FindsTheFirstOpOfAFusedChain) {
   EXPECT_NE(a.kernel, "");
 }
 
-TEST(Anomaly, FindsALaterOpOfAFusedChainWhoseInputsWereFinite) {
+TEST_F(AnomalyMode, FindsALaterOpOfAFusedChainWhoseInputsWereFinite) {
   const FusionSetting fused(true);
   const Tensor x = vec({1, 2, 3});
   const Tensor a1 = x * 2 + 1;
@@ -132,30 +142,52 @@ TEST(Anomaly, FindsALaterOpOfAFusedChainWhoseInputsWereFinite) {
   EXPECT_EQ(a.line, here(line));
 }
 
-TEST(Anomaly, AMaskedNaNIsNotBlamed) {
-  const detect_anomaly on;
+TEST_F(AnomalyMode, AMaskedNaNIsNotBlamedInAFusedKernel) {
   const Tensor x = vec({-1, 4, 9});
   // log(-1) is NaN but where() drops it; the NaN that reaches the result is sqrt's.
+  const int log_line = __LINE__ + 1;
   const Tensor masked = where(x > 0, log(x), zeros({3}));
   const int line = __LINE__ + 1;
-  const Anomaly a = anomaly_of([&] { (masked + sqrt(x - 5)).realize(); });
+  auto f = [&] { (masked + sqrt(x - 5)).realize(); };
+  {
+    const FusionSetting unfused(false); // every op's output is checked: log's own NaN is seen
+    const detect_anomaly on;
+    const Anomaly a = anomaly_of(f);
+    EXPECT_EQ(a.op, "log");
+    EXPECT_EQ(a.line, here(log_line));
+  }
+  const FusionSetting fused(true);
+  const detect_anomaly on;
+  const Anomaly a = anomaly_of(f);
   EXPECT_EQ(a.op, "sqrt");
   EXPECT_EQ(a.index, (std::vector<int64_t>{0}));
   EXPECT_EQ(a.line, here(line));
+  EXPECT_NO_THROW(masked.realize()); // alone, nothing non-finite leaves the fused kernel
 }
 
-TEST(Anomaly, AnOpFedANonFiniteValueIsNotBlamedForIt) {
-  const Tensor data = vec({INFINITY, 3, 8});
-  const detect_anomaly on;
-  // sub passes the inf along; log makes a new NaN at element 1 from a finite -1.
-  const int line = __LINE__ + 1;
-  const Anomaly a = anomaly_of([&] { log(data - 4).realize(); });
-  EXPECT_EQ(a.op, "log");
-  EXPECT_EQ(a.index, (std::vector<int64_t>{1}));
-  EXPECT_EQ(a.line, here(line));
+TEST_F(AnomalyMode, AnOpFedANonFiniteValueIsNotBlamedForIt) {
+  const Tensor data = vec({INFINITY, 3, 8}), mixed = vec({INFINITY, -1, 2});
+  for (const bool fusion : {true, false}) {
+    const FusionSetting s(fusion);
+    const detect_anomaly on;
+    // sub passes the data's inf on: the data is reported, not sub nor log.
+    int line = __LINE__ + 1;
+    Anomaly a = anomaly_of([&] { log(data - 4).realize(); });
+    EXPECT_TRUE(a.from_input) << a.op;
+    EXPECT_EQ(a.index, (std::vector<int64_t>{0}));
+    EXPECT_EQ(a.line, here(line));
+    // log passes an inf on and makes a NaN of its own from -1: log is blamed, at the NaN.
+    line = __LINE__ + 1;
+    a = anomaly_of([&] { log(mixed).realize(); });
+    EXPECT_FALSE(a.from_input);
+    EXPECT_EQ(a.op, "log");
+    EXPECT_EQ(a.value, "NaN");
+    EXPECT_EQ(a.index, (std::vector<int64_t>{1}));
+    EXPECT_EQ(a.line, here(line));
+  }
 }
 
-TEST(Anomaly, ANonFiniteValueInTheDataIsReportedAsSuch) {
+TEST_F(AnomalyMode, ANonFiniteValueInTheDataIsReportedAsSuch) {
   const Tensor data = vec({1, NAN, 3});
   const detect_anomaly on;
   std::string msg;
@@ -169,7 +201,7 @@ TEST(Anomaly, ANonFiniteValueInTheDataIsReportedAsSuch) {
   EXPECT_NE(msg.find("the first op reading it is mul"), std::string::npos) << msg;
 }
 
-TEST(Anomaly, AFailedIndexCheckIsReportedRatherThanTheNaNItCauses) {
+TEST_F(AnomalyMode, AFailedIndexCheckIsReportedRatherThanTheNaNItCauses) {
   const detect_anomaly on;
   const Tensor logits = vec({1, 2, 3, 4, 5, 6}).reshape({2, 3});
   const Tensor targets = from_vector<int64_t>({1, 7}) + 0; // lazy: checked in the kernel that reads it
@@ -184,7 +216,7 @@ TEST(Anomaly, AFailedIndexCheckIsReportedRatherThanTheNaNItCauses) {
   }
 }
 
-TEST(Anomaly, AGradientThatBecomesInfiniteNamesTheForwardOp) {
+TEST_F(AnomalyMode, AGradientThatBecomesInfiniteNamesTheForwardOp) {
   Tensor x = vec({0, 4});
   x.requires_grad_();
   const int line = __LINE__ + 1;
@@ -204,7 +236,7 @@ TEST(Anomaly, AGradientThatBecomesInfiniteNamesTheForwardOp) {
   EXPECT_NE(msg.find("at " + here(line) + " (the line of that forward op)"), std::string::npos) << msg;
 }
 
-TEST(Anomaly, TheGradientOfLogAtZero) {
+TEST_F(AnomalyMode, TheGradientOfLogAtZero) {
   Tensor x = vec({0, 1});
   x.requires_grad_();
   const int line = __LINE__ + 1;
@@ -221,7 +253,7 @@ TEST(Anomaly, TheGradientOfLogAtZero) {
   EXPECT_EQ(a.line, here(line));
 }
 
-TEST(Anomaly, ATangentThatBecomesInfiniteNamesTheForwardOp) {
+TEST_F(AnomalyMode, ATangentThatBecomesInfiniteNamesTheForwardOp) {
   const detect_anomaly on;
   const int line = __LINE__ + 1;
   auto f = [](const Tensor& x) { return sqrt(x) * 2; };
@@ -234,7 +266,7 @@ TEST(Anomaly, ATangentThatBecomesInfiniteNamesTheForwardOp) {
   EXPECT_NE(msg.find("in the tangent of sqrt (forward-mode jvp)"), std::string::npos) << msg;
 }
 
-TEST(Anomaly, AnOptimizerStepOnAnInfiniteGradient) {
+TEST_F(AnomalyMode, AnOptimizerStepOnAnInfiniteGradient) {
   Tensor w = vec({0, 1});
   w.requires_grad_();
   optim::SGD opt({w}, {.lr = 0.1});
@@ -251,7 +283,7 @@ TEST(Anomaly, AnOptimizerStepOnAnInfiniteGradient) {
   EXPECT_EQ(a.line, here(line));
 }
 
-TEST(Anomaly, ACompiledStep) {
+TEST_F(AnomalyMode, ACompiledStep) {
   Tensor w = vec({1, 2});
   w.requires_grad_();
   optim::SGD opt({w}, {.lr = 0.1});
@@ -277,7 +309,7 @@ TEST(Anomaly, ACompiledStep) {
   EXPECT_EQ(w.to_vector<float>(), before); // no update was made from it
 }
 
-TEST(Anomaly, NothingIsReportedWhenAllIsFiniteAndResultsAreUnchanged) {
+TEST_F(AnomalyMode, NothingIsReportedWhenAllIsFiniteAndResultsAreUnchanged) {
   const Tensor x = randn({16, 8}, 1), w = randn({8, 4}, 2);
   auto f = [&] { return nn::functional::softmax(relu(matmul(x, w)) + 1, 1).sum({0}).to_vector<float>(); };
   const std::vector<float> off = f();
@@ -287,7 +319,7 @@ TEST(Anomaly, NothingIsReportedWhenAllIsFiniteAndResultsAreUnchanged) {
   EXPECT_EQ(std::memcmp(off.data(), checked.data(), off.size() * sizeof(float)), 0);
 }
 
-TEST(Anomaly, OffTheNaNIsReturnedAsBefore) {
+TEST_F(AnomalyMode, OffTheNaNIsReturnedAsBefore) {
   ASSERT_FALSE(anomaly_mode_enabled());
   EXPECT_TRUE(std::isnan(log(vec({-1})).item<float>()));
   const detect_anomaly on;
@@ -298,7 +330,7 @@ TEST(Anomaly, OffTheNaNIsReturnedAsBefore) {
   EXPECT_THROW(log(vec({-3})).item<float>(), AnomalyError);
 }
 
-TEST(Anomaly, TheScopeIsPerThread) {
+TEST_F(AnomalyMode, TheScopeIsPerThread) {
   const detect_anomaly on;
   bool other = true;
   float value = 0;
@@ -311,7 +343,7 @@ TEST(Anomaly, TheScopeIsPerThread) {
   EXPECT_TRUE(std::isnan(value));
 }
 
-TEST(Anomaly, TheOptionTurnsItOnForEveryThread) {
+TEST_F(AnomalyMode, TheOptionTurnsItOnForEveryThread) {
   options().detect_anomaly = true; // what KILN_DETECT_ANOMALY=1 sets
   bool other = false;
   std::thread t([&] { other = anomaly_mode_enabled(); });
@@ -350,14 +382,14 @@ std::string run_child(const std::string& env) {
   return out;
 }
 
-TEST(Anomaly, TheEnvironmentVariable) {
+TEST_F(AnomalyMode, TheEnvironmentVariable) {
   const std::string on = run_child("KILN_DETECT_ANOMALY=1");
   EXPECT_NE(on.find("ANOMALY sqrt at test_anomaly.cpp:"), std::string::npos) << on;
   const std::string off = run_child("KILN_DETECT_ANOMALY=0");
   EXPECT_NE(off.find("VALUE NaN"), std::string::npos) << off;
 }
 
-TEST(Anomaly, UnfusedGivesTheSameReport) {
+TEST_F(AnomalyMode, UnfusedGivesTheSameReport) {
   const Tensor x = vec({1, 2, 3});
   const int line = __LINE__ + 1;
   auto f = [&] { (exp(x) * 0 + log(x - 2) * 3).realize(); };

@@ -199,10 +199,10 @@ int64_t made_nonfinite(const Node* n, const KernelValues& v) {
   return -1;
 }
 
-// The nodes whose non-finite values can reach the output: the output, and the inputs
-// holding a non-finite value of each node already reached (a masked NaN is not followed).
-std::unordered_set<const Node*> reaching(const codegen::KernelLaunch& l, const KernelValues& v) {
-  std::unordered_set<const Node*> reach{l.output};
+// The nodes whose non-finite values reach `root`: root, and the inputs holding a
+// non-finite value of each node already reached (a NaN that a where() drops is not followed).
+std::unordered_set<const Node*> reaching(const Node* root, const KernelValues& v) {
+  std::unordered_set<const Node*> reach{root};
   for (auto it = v.order.rbegin(); it != v.order.rend(); ++it) {
     const Node* n = *it;
     if (!reach.count(n) || v.loads.count(n)) continue;
@@ -265,8 +265,9 @@ std::string footer(const codegen::KernelLaunch& l) {
   throw AnomalyError(std::move(a), msg + footer(l));
 }
 
-// The non-finite value came with the data the kernel read: name the first op reading it.
-[[noreturn]] void report_input(const Node* load, const KernelValues& v, const codegen::KernelLaunch& l) {
+// The non-finite value came with the data the kernel read: name the first op on `path` reading it.
+[[noreturn]] void report_input(const Node* load, const std::unordered_set<const Node*>& path, const KernelValues& v,
+                               const codegen::KernelLaunch& l) {
   const Bytes& values = v.host.at(load);
   const int64_t element = first_nonfinite(values.data(), load->dtype, load->numel());
   const Node* reader = l.output;
@@ -274,7 +275,7 @@ std::string footer(const codegen::KernelLaunch& l) {
     return std::any_of(n->inputs.begin(), n->inputs.end(), [&](const graph::NodeRef& in) { return in.get() == load; });
   };
   for (const Node* n : v.order)
-    if (!v.loads.count(n) && reads(n)) {
+    if (path.count(n) && !v.loads.count(n) && reads(n)) {
       reader = n;
       break;
     }
@@ -318,13 +319,17 @@ void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const Buff
     std::fprintf(stderr, "[kiln] anomaly: %s wrote a non-finite value; running its ops one kernel per op\n",
                  l.kernel.name.c_str());
   const KernelValues v = evaluate(l, device, address, seeds);
-  const std::unordered_set<const Node*> reach = reaching(l, v);
+  // The first op, in order, of those whose non-finite values reach the output: what the
+  // unfused mode, which checks every op's output, finds first (unless a where() drops it).
+  const std::unordered_set<const Node*> reach = reaching(out, v);
   for (const Node* n : v.order) {
-    if (!reach.count(n)) continue;
+    if (!reach.count(n) || v.loads.count(n)) continue;
+    if (first_nonfinite(v.host.at(n).data(), n->dtype, n->numel()) < 0) continue;
     if (const int64_t e = made_nonfinite(n, v); e >= 0) report_culprit(n, e, v, l);
+    const std::unordered_set<const Node*> from = reaching(n, v); // it passed on a value it read
+    for (const Node* m : v.order)
+      if (from.count(m) && v.loads.count(m)) report_input(m, from, v, l);
   }
-  for (const Node* n : v.order)
-    if (reach.count(n) && v.loads.count(n)) report_input(n, v, l);
   report_kernel(l, element, host);
 }
 

@@ -9,7 +9,10 @@
 /// element and the inputs' values there, its shape and dtype, the user's line, and whether
 /// autograd made it for the gradient of a forward op (whose line it then names). A fused
 /// kernel is searched by running its ops again one kernel per op (results are bitwise
-/// those of the fused kernel), only after a detection.
+/// those of the fused kernel), only after a detection, following the non-finite values
+/// back from its output: the first op on that path to make one is named (what the
+/// unfused mode, KILN_FUSION=0, names too). An op fed a NaN is not blamed; a value that
+/// was already in the data is reported as such (Anomaly::from_input).
 ///
 /// Off, it costs a thread-local test per plan execution (a few ns). On, every kernel's output is
 /// read once more (on a GPU: copied to the host after a synchronization), and realize()
