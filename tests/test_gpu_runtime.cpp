@@ -355,6 +355,17 @@ TEST(GpuRuntime, AnomalyModeNamesTheOpOnTheGpu) {
     EXPECT_EQ(e.anomaly().gradient_of, "sqrt") << e.what();
     EXPECT_EQ(e.anomaly().line, "test_gpu_runtime.cpp:" + std::to_string(forward));
   }
+  const int traced = __LINE__ + 1;
+  auto step = compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{sqrt(a[0]).sum()}; });
+  EXPECT_EQ(step({x})[0].item<float>(), step({x})[0].item<float>()); // finite: replays pass
+  try {
+    step({x - 3});
+    ADD_FAILURE() << "no AnomalyError";
+  } catch (const AnomalyError& e) {
+    EXPECT_EQ(e.anomaly().op, "sqrt") << e.what();
+    EXPECT_EQ(e.anomaly().index, (std::vector<int64_t>{2})); // sqrt(1 - 3)
+    EXPECT_EQ(e.anomaly().line, "test_gpu_runtime.cpp:" + std::to_string(traced));
+  }
 }
 
 TEST(GpuRuntime, CompiledAdamTrainingMatchesTheCpuBitwise) {
