@@ -62,7 +62,7 @@ int64_t first_nonfinite(const void* p, DType t, int64_t n) {
 double value_at(const Bytes& v, DType t, int64_t i) {
   const std::byte* p = v.data() + static_cast<size_t>(i) * dtype_size(t);
   switch (t) {
-  case DType::Bool: return static_cast<double>(*reinterpret_cast<const bool*>(p));
+  case DType::Bool: return std::to_integer<uint8_t>(*p) != 0 ? 1.0 : 0.0;
   case DType::Int32: { int32_t x; std::memcpy(&x, p, 4); return x; }
   case DType::Int64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
   case DType::Float32: { float x; std::memcpy(&x, p, 4); return x; }
