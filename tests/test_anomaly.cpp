@@ -199,6 +199,12 @@ TEST_F(AnomalyMode, ANonFiniteValueInTheDataIsReportedAsSuch) {
   EXPECT_EQ(a.line, here(line)); // the first op reading it
   EXPECT_NE(msg.find("already held NaN at element [1]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the first op reading it is mul"), std::string::npos) << msg;
+  // Through views of it, the op named is the first that computes with it.
+  const int view_line = __LINE__ + 1;
+  const Anomaly b = anomaly_of([&] { (data.detach().reshape({3, 1}).expand({3, 2}) * 2).realize(); }, &msg);
+  EXPECT_TRUE(b.from_input);
+  EXPECT_EQ(b.line, here(view_line));
+  EXPECT_NE(msg.find("the first op reading it is mul"), std::string::npos) << msg;
 }
 
 TEST_F(AnomalyMode, AFailedIndexCheckIsReportedRatherThanTheNaNItCauses) {

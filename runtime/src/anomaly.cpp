@@ -87,6 +87,17 @@ std::string join(const std::vector<std::string>& parts) {
   return s;
 }
 
+std::string index_str(const std::vector<int64_t>& index) {
+  std::string s = "[";
+  for (size_t i = 0; i < index.size(); ++i) s += (i ? ", " : "") + std::to_string(index[i]);
+  return s + "]";
+}
+
+// " at element [i, j]" ("" for a scalar).
+std::string at_element(const std::vector<int64_t>& index) {
+  return index.empty() ? "" : " at element " + index_str(index);
+}
+
 std::vector<int64_t> unravel(int64_t flat, const graph::Shape& shape) {
   std::vector<int64_t> index(shape.size());
   for (size_t d = shape.size(); d-- > 0;) {
@@ -95,12 +106,6 @@ std::vector<int64_t> unravel(int64_t flat, const graph::Shape& shape) {
     flat /= size;
   }
   return index;
-}
-
-std::string index_str(const std::vector<int64_t>& index) {
-  std::string s = "[";
-  for (size_t i = 0; i < index.size(); ++i) s += (i ? ", " : "") + std::to_string(index[i]);
-  return s + "]";
 }
 
 std::string type_str(const Node* n) { return std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape); }
@@ -253,7 +258,7 @@ std::string footer(const codegen::KernelLaunch& l) {
   if (graph::is_elementwise(n->op))
     for (const graph::NodeRef& in : n->inputs)
       if (in->numel() == n->numel()) inputs.push_back(number(value_at(v.host.at(in.get()), in->dtype, element)));
-  std::string msg = "anomaly: " + a.op + " produced " + a.value + " at element " + index_str(a.index) +
+  std::string msg = "anomaly: " + a.op + " produced " + a.value + at_element(a.index) +
                     " of its " + a.type + " result";
   if (inputs.size() == 1) msg += " from finite input " + inputs[0];
   else if (!inputs.empty()) msg += " from finite inputs (" + join(inputs) + ")";
@@ -270,21 +275,27 @@ std::string footer(const codegen::KernelLaunch& l) {
                                const codegen::KernelLaunch& l) {
   const Bytes& values = v.host.at(load);
   const int64_t element = first_nonfinite(values.data(), load->dtype, load->numel());
+  // The first op on `path` reading it, through views of it (movement ops, detach).
+  std::unordered_set<const Node*> views{load};
   const Node* reader = l.output;
-  auto reads = [&](const Node* n) {
-    return std::any_of(n->inputs.begin(), n->inputs.end(), [&](const graph::NodeRef& in) { return in.get() == load; });
-  };
-  for (const Node* n : v.order)
-    if (path.count(n) && !v.loads.count(n) && reads(n)) {
-      reader = n;
-      break;
+  for (const Node* n : v.order) {
+    if (!path.count(n) || v.loads.count(n)) continue;
+    const bool reads = std::any_of(n->inputs.begin(), n->inputs.end(),
+                                   [&](const graph::NodeRef& in) { return views.count(in.get()) > 0; });
+    if (!reads) continue;
+    if (graph::op_category(n->op) == graph::OpCategory::Movement || n->op == graph::OpKind::Detach) {
+      views.insert(n);
+      continue;
     }
+    reader = n;
+    break;
+  }
   Anomaly a = describe(load, element, values, l.kernel.name);
   a.op = "input";
   a.from_input = true;
   set_origin(a, reader);
-  const std::string msg = "anomaly: an input " + a.type + " already held " + a.value + " at element " +
-                          index_str(a.index) + " (data given to kiln, or a value computed while anomaly mode " +
+  const std::string msg = "anomaly: an input " + a.type + " already held " + a.value +
+                          at_element(a.index) + " (data given to kiln, or a value computed while anomaly mode " +
                           "was off); the first op reading it is " + std::string(graph::op_name(reader->op)) +
                           "\n  " + where_str(reader->origin);
   throw AnomalyError(std::move(a), msg + footer(l));
@@ -293,8 +304,8 @@ std::string footer(const codegen::KernelLaunch& l) {
 // Re-running the kernel's ops did not reproduce the value (it should, bitwise): name the kernel.
 [[noreturn]] void report_kernel(const codegen::KernelLaunch& l, int64_t element, const Bytes& values) {
   Anomaly a = describe(l.output, element, values, l.kernel.name);
-  const std::string msg = "anomaly: kernel " + l.kernel.name + " produced " + a.value + " at element " +
-                          index_str(a.index) + " of its " + a.type + " result (ops from " +
+  const std::string msg = "anomaly: kernel " + l.kernel.name + " produced " + a.value + at_element(a.index) +
+                          " of its " + a.type + " result (ops from " +
                           graph::source_lines_str(l.lines) + "); its ops run one by one gave finite values";
   throw AnomalyError(std::move(a), msg + footer(l));
 }
@@ -328,7 +339,7 @@ void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const Buff
     if (const int64_t e = made_nonfinite(n, v); e >= 0) report_culprit(n, e, v, l);
     const std::unordered_set<const Node*> from = reaching(n, v); // it passed on a value it read
     for (const Node* m : v.order)
-      if (from.count(m) && v.loads.count(m)) report_input(m, from, v, l);
+      if (from.count(m) && v.loads.count(m)) report_input(m, reach, v, l);
   }
   report_kernel(l, element, host);
 }
