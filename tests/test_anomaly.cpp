@@ -108,6 +108,18 @@ TEST_F(AnomalyMode, InfinitiesToo) {
   EXPECT_EQ(a.line, here(line));
 }
 
+TEST_F(AnomalyMode, Float64Too) {
+  const detect_anomaly on;
+  const Tensor x = from_vector<double>({2, 1e300});
+  const int line = __LINE__ + 1;
+  const Anomaly a = anomaly_of([&] { (x * x).realize(); });
+  EXPECT_EQ(a.op, "mul");
+  EXPECT_EQ(a.value, "inf");
+  EXPECT_EQ(a.type, "f64[2]");
+  EXPECT_EQ(a.index, (std::vector<int64_t>{1}));
+  EXPECT_EQ(a.line, here(line));
+}
+
 // How many kernels computing `y` takes (anomaly mode off).
 size_t kernels_for(const Tensor& y) {
   const size_t before = runtime::executor_stats().launches;
