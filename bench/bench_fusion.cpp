@@ -31,6 +31,7 @@
 
 #include "bench/mlp.h"
 #include "kiln/kiln.h"
+#include "runtime/anomaly.h"
 #include "runtime/executor.h"
 
 namespace {
@@ -364,6 +365,35 @@ void KilnMlpStep128Profiled(benchmark::State& state) {
   profile::reset();
 }
 KILN_MODES(KilnMlpStep128Profiled, "MLPStep/128/kiln_profiled");
+// The same steps in anomaly mode (KILN_DETECT_ANOMALY=1's cost, kiln/anomaly.h): compare with
+// MLPStep/128/kiln and EagerMLPStep/128/kiln. Every kernel's output is scanned for NaN and inf;
+// eager realizes also plan afresh (the mode bypasses the schedule cache).
+void KilnMlpStep128Anomaly(benchmark::State& state) {
+  options().detect_anomaly = true;
+  KilnMlpStep(state, 128);
+  options().detect_anomaly = false;
+}
+KILN_MODES(KilnMlpStep128Anomaly, "MLPStep/128/kiln_anomaly");
+void KilnEagerMlpStep128Anomaly(benchmark::State& state) {
+  options().detect_anomaly = true;
+  KilnSgdMlpStep(state, 128, false);
+  options().detect_anomaly = false;
+}
+BENCHMARK(KilnEagerMlpStep128Anomaly)->Name("EagerMLPStep/128/kiln_anomaly")->ArgNames({"threads", "fused"})
+    ->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+// A memory-bound kernel in anomaly mode: its 64 MB output is scanned once more (compare
+// with Elementwise8/16M/kiln).
+void KilnElementwise8Anomaly(benchmark::State& state) {
+  options().detect_anomaly = true;
+  KilnElementwise8(state);
+  options().detect_anomaly = false;
+}
+KILN_MODES(KilnElementwise8Anomaly, "Elementwise8/16M/kiln_anomaly");
+// What anomaly mode costs while off: the test each plan execution (and eager realize) makes.
+void KilnAnomalyOffTest(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(runtime::anomaly_checks_on());
+}
+BENCHMARK(KilnAnomalyOffTest)->Name("Anomaly/off_test_per_execution")->Unit(benchmark::kNanosecond);
 KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 void KilnEagerMlpStep128(benchmark::State& state) { KilnSgdMlpStep(state, 128, false); }

@@ -72,8 +72,12 @@ struct Attrs {
 /// of its hash), so caching and common subexpressions are unaffected: a hash-consed
 /// node keeps the line of the call that first made it.
 struct SourceLine {
+  /// Whether autograd made the node for a forward op (its line is then that op's line).
+  enum class Derived : uint8_t { No, Gradient, Tangent };
   const char* file = nullptr; ///< std::source_location::file_name() (static storage); null when unknown
   uint32_t line = 0;          ///< 1-based line
+  Derived derived = Derived::No; ///< made by autograd's rule for the gradient or tangent of op `of`
+  OpKind of = OpKind::Input;     ///< that forward op (when derived)
   /// True when known.
   explicit operator bool() const { return file != nullptr; }
   /// Same file name (by content) and line.

@@ -42,6 +42,8 @@ struct Plan {
 /// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are
 /// read), which must all live on one device.
 Plan make_plan(const std::vector<graph::NodeRef>& outputs);
+/// Same, fused or one kernel per op as `fusion` says rather than options().fusion.
+Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion);
 /// Runs a plan; returns one storage per output (an output already realized returns its value).
 /// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
 /// A binding on another device than the plan's throws kiln::Error.

@@ -327,6 +327,47 @@ std::pair<std::vector<float>, std::vector<float>> train_mlp(Device device) {
   return {losses, model.parameters()[0].to_vector<float>()};
 }
 
+// Anomaly mode (kiln/anomaly.h) on a GPU: outputs are copied back after the kernel and the
+// culprit's ops re-run on the GPU; the report equals the CPU's.
+TEST(GpuRuntime, AnomalyModeNamesTheOpOnTheGpu) {
+  const detect_anomaly on;
+  const Tensor x = from_vector<float>({3, 4, 1, 5}).to(kGpu);
+  const std::vector<float> fine = (log(x) * 2).to_vector<float>(); // finite: no report, CPU bits
+  expect_bitwise(fine, (log(from_vector<float>({3, 4, 1, 5})) * 2).to_vector<float>(), "anomaly mode on the GPU");
+  const int line = __LINE__ + 2;
+  try {
+    (log(x - 2) * 2 + 1).to_vector<float>();
+    ADD_FAILURE() << "no AnomalyError";
+  } catch (const AnomalyError& e) {
+    EXPECT_EQ(e.anomaly().op, "log") << e.what();
+    EXPECT_EQ(e.anomaly().index, (std::vector<int64_t>{2}));
+    EXPECT_EQ(e.anomaly().line, "test_gpu_runtime.cpp:" + std::to_string(line));
+  }
+  Tensor w = from_vector<float>({0, 4}).to(kGpu);
+  w.requires_grad_();
+  const int forward = __LINE__ + 1;
+  const Tensor loss = sqrt(w).sum();
+  try {
+    loss.backward();
+    w.grad().realize();
+    ADD_FAILURE() << "no AnomalyError";
+  } catch (const AnomalyError& e) {
+    EXPECT_EQ(e.anomaly().gradient_of, "sqrt") << e.what();
+    EXPECT_EQ(e.anomaly().line, "test_gpu_runtime.cpp:" + std::to_string(forward));
+  }
+  const int traced = __LINE__ + 1;
+  auto step = compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{sqrt(a[0]).sum()}; });
+  EXPECT_EQ(step({x})[0].item<float>(), step({x})[0].item<float>()); // finite: replays pass
+  try {
+    step({x - 3});
+    ADD_FAILURE() << "no AnomalyError";
+  } catch (const AnomalyError& e) {
+    EXPECT_EQ(e.anomaly().op, "sqrt") << e.what();
+    EXPECT_EQ(e.anomaly().index, (std::vector<int64_t>{2})); // sqrt(1 - 3)
+    EXPECT_EQ(e.anomaly().line, "test_gpu_runtime.cpp:" + std::to_string(traced));
+  }
+}
+
 TEST(GpuRuntime, CompiledAdamTrainingMatchesTheCpuBitwise) {
   const auto [cpu_losses, cpu_w] = train_mlp(kCPU);
   const auto [gpu_losses, gpu_w] = train_mlp(kGpu);

@@ -17,6 +17,16 @@ namespace {
 namespace b = graph::build;
 using graph::Node;
 
+// The line a gradient (or tangent) of `n` is made at: n's own (else the caller's, e.g. the
+// user's backward()), marked as derived from n's op so that messages can say "in the
+// gradient of log" (anomaly mode).
+graph::SourceLine derived_line(const Node& n, graph::SourceLine::Derived how) {
+  graph::SourceLine s = n.origin ? n.origin : graph::current_source_line();
+  s.derived = how;
+  s.of = n.op;
+  return s;
+}
+
 // What the walks know about one node.
 struct Info {
   std::vector<NodeRef> operands; // differentiable operands (null where gradients do not flow)
@@ -125,7 +135,7 @@ private:
     if (info.custom.call) return custom_step(info);
     auto found = adj_.find(n.get());
     if (found == adj_.end() || !feeds_target(info)) return; // e.g. a target with nothing below it
-    const graph::SourceScope at(n->origin, /*replace=*/true); // a gradient is traced to its forward op's line
+    const graph::SourceScope at(derived_line(*n, graph::SourceLine::Derived::Gradient), /*replace=*/true);
     const std::vector<NodeRef> grads = vjp_rule(n, found->second);
     propagate(info.operands, grads);
   }
@@ -212,7 +222,7 @@ std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<
       if (fresh) it->second = custom_tangents(info.custom, ts);
       t = it->second.at(info.custom.index);
     } else {
-      const graph::SourceScope at(n->origin, /*replace=*/true); // a tangent is traced to its forward op's line
+      const graph::SourceScope at(derived_line(*n, graph::SourceLine::Derived::Tangent), /*replace=*/true);
       t = jvp_rule(n, ts);
     }
     if (t) tan[n.get()] = t;

@@ -20,6 +20,7 @@
 #include "kiln/options.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/dot.h"
+#include "runtime/anomaly.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/observe.h"
@@ -243,7 +244,9 @@ struct Memory {
 
 } // namespace
 
-Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
+Plan make_plan(const std::vector<graph::NodeRef>& outputs) { return make_plan(outputs, options().fusion); }
+
+Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
   Plan p;
   p.outputs = outputs;
   p.device = outputs.empty() ? kCPU : outputs[0]->device;
@@ -257,7 +260,7 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
   observe::Span plan_span("plan", "plan");
   {
     observe::Span span("schedule", "schedule");
-    p.schedule = codegen::schedule(todo, {options().fusion});
+    p.schedule = codegen::schedule(todo, {fusion});
     span.arg("kernels", static_cast<double>(p.schedule.launches.size()));
   }
   if (options().debug >= 2) {
@@ -325,6 +328,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
+  const bool anomaly = anomaly_checks_on(); // kiln/anomaly.h: off, this load is all it costs
   std::vector<void*> bufs;
   std::vector<int64_t> scratch;
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
@@ -339,6 +343,9 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     ++counters().launches;
     if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
     if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
+    if (anomaly)
+      check_for_anomaly(l, plan.device, [&](const graph::Node* n) { return mem.address(n); }, seeds,
+                        [&] { report_failed_checks(errors); });
   }
   ++plan.runs;
   report_failed_checks(errors); // no result is returned past a failed check
@@ -513,7 +520,8 @@ thread_local ScheduleCache t_schedule_cache;
 const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds) {
   const GraphWalk w = walk(roots);
   counters().nodes += w.order.size();
-  if (!options().schedule_cache || w.root_is_source) return nullptr;
+  // Anomaly mode names the lines of this graph's nodes, which a cached plan's copies lack.
+  if (!options().schedule_cache || w.root_is_source || anomaly_checks_on()) return nullptr;
   for (const graph::Node* s : w.sources)
     if (!s->realized()) return nullptr;
   ScheduleCache& cache = t_schedule_cache;

@@ -35,6 +35,9 @@ struct Options {
   /// KILN_SCHEDULE_CACHE (default 1): 0 makes realize() plan every graph afresh instead of
   /// reusing the plan of a structurally equal graph realized before (runtime/executor.h).
   bool schedule_cache = true;
+  /// KILN_DETECT_ANOMALY=1: check every kernel's output for NaN and inf and name the op that
+  /// made one (kiln/anomaly.h). Process-wide; a kiln::detect_anomaly scope overrides it on its thread.
+  bool detect_anomaly = false;
 };
 
 /// The options in force (a process-wide singleton).
