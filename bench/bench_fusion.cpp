@@ -5,7 +5,8 @@
 //                     cross-entropy, backward, SGD (compiled step); GFLOP/s counts the
 //                     matmuls only (3,209,216 x batch per step)
 //   EagerMLPStep/128  the same MLP trained by optim::SGD in a PyTorch-style eager loop (no
-//                     compile(), no realize()), and the same SGD step compiled (kiln_compiled)
+//                     compile(), no realize()), and the same SGD step compiled (kiln_compiled);
+//                     also at batch 1 and 1024 (libtorch's step: bench_torch.cpp)
 //   Eager/launch_overhead  host time per kernel of eager realizes of 128 tiny kernels, with
 //                     the schedule cache on and off
 //   Replay/overhead   host time of replaying a compiled step of tiny kernels
@@ -368,10 +369,19 @@ KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 void KilnEagerMlpStep128(benchmark::State& state) { KilnSgdMlpStep(state, 128, false); }
 void KilnSgdMlpStep128Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 128, true); }
-BENCHMARK(KilnEagerMlpStep128)->Name("EagerMLPStep/128/kiln")->ArgNames({"threads", "fused"})->Args({1, 1})->Args({2, 1})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(KilnSgdMlpStep128Compiled)->Name("EagerMLPStep/128/kiln_compiled")->ArgNames({"threads", "fused"})
-    ->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+// Batches 1 and 1024 as well, to compare with libtorch's eager step (bench_torch.cpp).
+void KilnEagerMlpStep1(benchmark::State& state) { KilnSgdMlpStep(state, 1, false); }
+void KilnSgdMlpStep1Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 1, true); }
+void KilnEagerMlpStep1024(benchmark::State& state) { KilnSgdMlpStep(state, 1024, false); }
+void KilnSgdMlpStep1024Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 1024, true); }
+#define KILN_EAGER(B, name) \
+  BENCHMARK(B)->Name(name)->ArgNames({"threads", "fused"})->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_EAGER(KilnEagerMlpStep128, "EagerMLPStep/128/kiln");
+KILN_EAGER(KilnSgdMlpStep128Compiled, "EagerMLPStep/128/kiln_compiled");
+KILN_EAGER(KilnEagerMlpStep1, "EagerMLPStep/1/kiln");
+KILN_EAGER(KilnSgdMlpStep1Compiled, "EagerMLPStep/1/kiln_compiled");
+KILN_EAGER(KilnEagerMlpStep1024, "EagerMLPStep/1024/kiln");
+KILN_EAGER(KilnSgdMlpStep1024Compiled, "EagerMLPStep/1024/kiln_compiled");
 BENCHMARK(KilnEagerLaunchOverhead)->Name("Eager/launch_overhead")->ArgName("schedule_cache")->Arg(1)->Arg(0)
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);
