@@ -8,6 +8,7 @@
 //   EagerMLPStep/<batch>/torch_kiln_graph  kiln's graph op for op (x @ w + b with w [in, out],
 //                                          relu, the max-shifted log-sum-exp, a one-hot from
 //                                          eq(labels, arange)), through the same optim::SGD
+//   MLPGemms/128/torch                     the step's eight matmuls alone (torch::mm)
 //
 // Each iteration is zero_grad; forward; loss; backward; step; loss.item(). Threads: the
 // first argument, through torch::set_num_threads (OpenMP; with Debian's OpenMP build of
@@ -104,6 +105,25 @@ template <class Model> void TorchEagerMlpStep(benchmark::State& state, int64_t b
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// The eight matmuls of the step alone (kiln's MLPGemms/<batch>/kiln): torch::mm on the
+// same shapes, the transposed operands as views, as autograd passes them to the BLAS.
+void TorchMlpGemms(benchmark::State& state, int64_t batch) {
+  torch::set_num_threads(static_cast<int>(state.range(0)));
+  const torch::Tensor x = torch::randn({batch, 784}), h0 = torch::randn({batch, 512}), h1 = torch::randn({batch, 512});
+  const torch::Tensor g0 = torch::randn({batch, 512}), g1 = torch::randn({batch, 512}), g2 = torch::randn({batch, 10});
+  const torch::Tensor w0 = torch::randn({784, 512}), w1 = torch::randn({512, 512}), w2 = torch::randn({512, 10});
+  auto gemms = [&] {
+    const std::vector<torch::Tensor> out{torch::mm(x, w0),     torch::mm(h0, w1),     torch::mm(h1, w2),
+                                         torch::mm(h1.t(), g2), torch::mm(g2, w2.t()), torch::mm(h0.t(), g1),
+                                         torch::mm(g1, w1.t()), torch::mm(x.t(), g0)};
+    return out[0].data_ptr();
+  };
+  gemms();
+  for (auto _ : state) benchmark::DoNotOptimize(gemms());
+  state.counters["GFLOP/s"] = benchmark::Counter(3209216.0 * static_cast<double>(batch * state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 // What a comparison must state: the libraries' versions and the settings they were loaded with.
 const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -125,6 +145,8 @@ std::string openblas_info() {
   benchmark::AddCustomContext("blas", openblas_info());
   benchmark::AddCustomContext("OPENBLAS_CORETYPE", env_or("OPENBLAS_CORETYPE", "(unset)"));
   benchmark::AddCustomContext("OMP_WAIT_POLICY", env_or("OMP_WAIT_POLICY", "(unset: libgomp spins, slowing 2 threads)"));
+  benchmark::RegisterBenchmark("MLPGemms/128/torch", [](benchmark::State& s) { TorchMlpGemms(s, 128); })
+      ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   for (int64_t batch : {1, 128, 1024}) {
     const std::string b = std::to_string(batch);
     benchmark::RegisterBenchmark(("EagerMLPStep/" + b + "/torch").c_str(),
