@@ -25,7 +25,6 @@
 #include <torch/version.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
