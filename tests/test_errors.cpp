@@ -297,6 +297,9 @@ TEST(Errors, AnOverrideCallingItsLayersForwardRunsItOnce) {
   EXPECT_EQ(as_module.forward(x).to_vector<float>(), expected);
   nn::Sequential seq(std::make_shared<Doubled>(d));
   EXPECT_EQ(seq.forward(x).to_vector<float>(), expected);
+  // Through a Linear&, forward is Linear's non-virtual one (as nn.h says): Linear's own computation.
+  nn::Linear& as_linear = d;
+  EXPECT_EQ(as_linear.forward(x).to_vector<float>(), nn::functional::linear(x, d.weight, d.bias).to_vector<float>());
   expect_error([&] { (void)d.forward(f32({2, 5})); }, Doubled::kBaseLine, "Linear", {"f32[2,5]"});
 }
 

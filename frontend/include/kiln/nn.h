@@ -132,7 +132,8 @@ class Linear : public Module {
 public:
   /// Weight [out, in] and bias [out], initialized as PyTorch's nn.Linear.
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Loc loc = Loc::current());
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< x W^T + b, at the caller's line
+  /// x W^T + b; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Linear"; } ///< "Linear"
   std::string extra_repr() const override;        ///< sizes and bias
   Tensor weight; ///< [out_features, in_features]
@@ -157,7 +158,8 @@ public:
   /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {},
          Loc loc = Loc::current());
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< [N, out, Ho, Wo], at the caller's line
+  /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Conv2d"; } ///< "Conv2d"
   std::string extra_repr() const override;        ///< configuration
   Tensor weight;         ///< [out, in/groups, kh, kw]
@@ -175,7 +177,8 @@ class MaxPool2d : public Module {
 public:
   /// Window size; the stride defaults to the window size.
   MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< [N, C, Ho, Wo], at the caller's line
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
   std::string extra_repr() const override;  ///< configuration
 protected:
@@ -189,7 +192,8 @@ class AvgPool2d : public Module {
 public:
   /// Window size; the stride defaults to the window size.
   AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< [N, C, Ho, Wo], at the caller's line
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
   std::string extra_repr() const override;  ///< configuration
 protected:
@@ -215,7 +219,8 @@ class BatchNorm : public Module {
 public:
   /// For `features` channels and inputs of rank `rank_min`..`rank_max` (set by the subclasses).
   BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name, Loc loc);
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< normalized x, same shape, at the caller's line
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
   std::string extra_repr() const override;  ///< configuration
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
@@ -254,7 +259,8 @@ public:
   /// Normalizes the last normalized_shape.size() dims, which must equal normalized_shape.
   explicit LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      Loc loc = Loc::current());
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< normalized x, same shape, at the caller's line
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "LayerNorm"; } ///< "LayerNorm"
   std::string extra_repr() const override;  ///< configuration
   Tensor weight; ///< normalized_shape, ones; undefined without affine
@@ -273,7 +279,8 @@ class Dropout : public Module {
 public:
   /// Drop probability in [0, 1); the seed defaults to next_seed().
   explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt, Loc loc = Loc::current());
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< masked and scaled x, at the caller's line
+  /// masked and scaled x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Dropout"; } ///< "Dropout"
   std::string extra_repr() const override;  ///< p
   /// Calls made so far in training mode (the mask counter).
@@ -291,7 +298,8 @@ class Flatten : public Module {
 public:
   /// Dims to merge (negative counts from the end).
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< merged dims, at the caller's line
+  /// merged dims; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Flatten"; } ///< "Flatten"
 protected:
   Tensor forward_impl(const Tensor& x) override { return x.flatten(start_, end_); }
@@ -302,7 +310,8 @@ private:
 /// max(x, 0).
 class ReLU : public Module {
 public:
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< relu(x), at the caller's line
+  /// relu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "ReLU"; }             ///< "ReLU"
 protected:
   Tensor forward_impl(const Tensor& x) override { return relu(x); }
@@ -315,7 +324,8 @@ class GELU : public Module {
 public:
   /// "none" (erf form) or "tanh".
   explicit GELU(std::string approximate = "none", Loc loc = Loc::current());
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< gelu(x), at the caller's line
+  /// gelu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "GELU"; } ///< "GELU"
 protected:
   Tensor forward_impl(const Tensor& x) override { return functional::gelu(x, approximate_); }
@@ -326,7 +336,8 @@ private:
 /// x * sigmoid(x).
 class SiLU : public Module {
 public:
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< silu(x), at the caller's line
+  /// silu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "SiLU"; }                    ///< "SiLU"
 protected:
   Tensor forward_impl(const Tensor& x) override { return functional::silu(x); }
@@ -335,7 +346,8 @@ protected:
 /// tanh(x).
 class Tanh : public Module {
 public:
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< tanh(x), at the caller's line
+  /// tanh(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Tanh"; }         ///< "Tanh"
 protected:
   Tensor forward_impl(const Tensor& x) override { return tanh(x); }
@@ -344,7 +356,8 @@ protected:
 /// sigmoid(x).
 class Sigmoid : public Module {
 public:
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< sigmoid(x), at the caller's line
+  /// sigmoid(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Sigmoid"; }         ///< "Sigmoid"
 protected:
   Tensor forward_impl(const Tensor& x) override { return sigmoid(x); }
@@ -357,7 +370,8 @@ class Embedding : public Module {
 public:
   /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
   Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc = Loc::current());
-  Tensor forward(const Tensor& indices, Loc loc = Loc::current()) { return forward_at(indices, loc); } ///< [..., embedding_dim], at the caller's line
+  /// [..., embedding_dim]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& indices, Loc loc = Loc::current()) { return forward_at(indices, loc); }
   std::string name() const override { return "Embedding"; } ///< "Embedding"
   std::string extra_repr() const override;        ///< sizes
   Tensor weight; ///< [num_embeddings, embedding_dim]
@@ -382,7 +396,8 @@ public:
     if constexpr (is_shared_ptr<M>::value) register_module(std::to_string(children().size()), std::move(module));
     else register_module(std::to_string(children().size()), std::make_shared<M>(std::move(module)));
   }
-  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); } ///< the modules in order, at the caller's line
+  /// the modules in order; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Sequential"; } ///< "Sequential"
   /// Number of modules.
   size_t size() const { return children().size(); }
