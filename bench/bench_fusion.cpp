@@ -5,7 +5,9 @@
 //                     cross-entropy, backward, SGD (compiled step); GFLOP/s counts the
 //                     matmuls only (3,209,216 x batch per step)
 //   EagerMLPStep/128  the same MLP trained by optim::SGD in a PyTorch-style eager loop (no
-//                     compile(), no realize()), and the same SGD step compiled (kiln_compiled)
+//                     compile(), no realize()), and the same SGD step compiled (kiln_compiled);
+//                     also at batch 1 and 1024 (libtorch's step: bench_torch.cpp)
+//   MLPGemms/128      the step's eight matmuls alone, realized together (against libtorch's)
 //   Eager/launch_overhead  host time per kernel of eager realizes of 128 tiny kernels, with
 //                     the schedule cache on and off
 //   Replay/overhead   host time of replaying a compiled step of tiny kernels
@@ -171,6 +173,27 @@ void KilnSgdMlpStep(benchmark::State& state, int64_t batch, bool compiled) {
     state.counters["kernels"] = static_cast<double>(runtime::executor_stats().launches - launches) /
                                 static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
   });
+  state.counters["GFLOP/s"] = benchmark::Counter(3209216.0 * static_cast<double>(batch * state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// The eight matmuls of an MLPStep at `batch` alone (forward x@w0, h0@w1, h1@w2; backward
+// h1^T@g2, g2@w2^T, h0^T@g1, g1@w1^T, x^T@g0), realized together each iteration: where the
+// eager step's time goes against libtorch's (bench_torch.cpp's MLPGemms/<batch>/torch).
+void KilnMlpGemms(benchmark::State& state, int64_t batch) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const Tensor x = randn({batch, 784}, 1), h0 = randn({batch, 512}, 2), h1 = randn({batch, 512}, 3);
+  const Tensor g0 = randn({batch, 512}, 4), g1 = randn({batch, 512}, 5), g2 = randn({batch, 10}, 6);
+  const Tensor w0 = randn({784, 512}, 7), w1 = randn({512, 512}, 8), w2 = randn({512, 10}, 9);
+  realize({x, h0, h1, g0, g1, g2, w0, w1, w2});
+  auto gemms = [&] {
+    std::vector<Tensor> out{matmul(x, w0),     matmul(h0, w1),     matmul(h1, w2),     matmul(h1.t(), g2),
+                            matmul(g2, w2.t()), matmul(h0.t(), g1), matmul(g1, w1.t()), matmul(x.t(), g0)};
+    realize(out);
+    return out[0].node().get();
+  };
+  gemms();
+  for (auto _ : state) benchmark::DoNotOptimize(gemms());
   state.counters["GFLOP/s"] = benchmark::Counter(3209216.0 * static_cast<double>(batch * state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
@@ -398,10 +421,21 @@ KILN_MODES(KilnMlpStep1024, "MLPStep/1024/kiln");
 KILN_MODES(KilnGemmBiasRelu, "GemmBiasRelu/1024/kiln");
 void KilnEagerMlpStep128(benchmark::State& state) { KilnSgdMlpStep(state, 128, false); }
 void KilnSgdMlpStep128Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 128, true); }
-BENCHMARK(KilnEagerMlpStep128)->Name("EagerMLPStep/128/kiln")->ArgNames({"threads", "fused"})->Args({1, 1})->Args({2, 1})
+// Batches 1 and 1024 as well, to compare with libtorch's eager step (bench_torch.cpp).
+void KilnEagerMlpStep1(benchmark::State& state) { KilnSgdMlpStep(state, 1, false); }
+void KilnSgdMlpStep1Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 1, true); }
+void KilnEagerMlpStep1024(benchmark::State& state) { KilnSgdMlpStep(state, 1024, false); }
+void KilnSgdMlpStep1024Compiled(benchmark::State& state) { KilnSgdMlpStep(state, 1024, true); }
+#define KILN_EAGER(B, name) \
+  BENCHMARK(B)->Name(name)->ArgNames({"threads", "fused"})->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_EAGER(KilnEagerMlpStep128, "EagerMLPStep/128/kiln");
+KILN_EAGER(KilnSgdMlpStep128Compiled, "EagerMLPStep/128/kiln_compiled");
+KILN_EAGER(KilnEagerMlpStep1, "EagerMLPStep/1/kiln");
+KILN_EAGER(KilnSgdMlpStep1Compiled, "EagerMLPStep/1/kiln_compiled");
+KILN_EAGER(KilnEagerMlpStep1024, "EagerMLPStep/1024/kiln");
+KILN_EAGER(KilnSgdMlpStep1024Compiled, "EagerMLPStep/1024/kiln_compiled");
+BENCHMARK_CAPTURE(KilnMlpGemms, b128, 128)->Name("MLPGemms/128/kiln")->ArgName("threads")->Arg(1)->Arg(2)
     ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(KilnSgdMlpStep128Compiled)->Name("EagerMLPStep/128/kiln_compiled")->ArgNames({"threads", "fused"})
-    ->Args({1, 1})->Args({2, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KilnEagerLaunchOverhead)->Name("Eager/launch_overhead")->ArgName("schedule_cache")->Arg(1)->Arg(0)
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(KilnReplayOverhead)->Name("Replay/overhead")->Unit(benchmark::kMicrosecond);

@@ -254,6 +254,55 @@ TEST(Errors, ModulesNameTheModuleAndTheCallersLine) {
   expect_error([&] { (void)nn::Embedding(0, 3); }, __LINE__, "Embedding", {"positive"});
 }
 
+// A user's module whose forward calls a layer's forward directly.
+struct UsersNet : nn::Module {
+  nn::Linear fc{4, 3};
+  static constexpr int kFcLine = __LINE__ + 1;
+  Tensor forward(const Tensor& x) override { return fc.forward(x); }
+};
+
+// A user's subclass of a layer whose override calls the layer's own forward.
+struct Doubled : nn::Linear {
+  using nn::Linear::Linear;
+  static constexpr int kBaseLine = __LINE__ + 1;
+  Tensor forward(const Tensor& x) override { return nn::Linear::forward(x) * 2.0; }
+};
+
+TEST(Errors, ADirectForwardNamesTheModuleAndTheCallersLine) {
+  nn::manual_seed(0);
+  const Tensor x = f32({2, 5});
+  nn::Linear lin(4, 3);
+  expect_error([&] { (void)lin.forward(x); }, __LINE__, "Linear", {"f32[2,5]", "in_features = 4"});
+  nn::Sequential seq(nn::Linear(4, 3), nn::ReLU());
+  expect_error([&] { (void)seq.forward(x); }, __LINE__, "Linear", {"f32[2,5]"});
+  nn::Sequential nested(nn::ReLU(), nn::Sequential(nn::Tanh(), nn::Linear(4, 3)));
+  expect_error([&] { (void)nested.forward(x); }, __LINE__, "Linear", {"f32[2,5]"});
+  nn::BatchNorm1d bn(3);
+  expect_error([&] { (void)bn.forward(x); }, __LINE__, "BatchNorm1d", {"f32[2,5]"});
+  nn::Embedding emb(10, 3);
+  expect_error([&] { (void)emb.forward(f32({2})); }, __LINE__, "Embedding", {"integer", "f32[2]"});
+  UsersNet net;
+  expect_error([&] { (void)net.forward(x); }, UsersNet::kFcLine, "Linear", {"f32[2,5]"});
+  expect_error([&] { (void)net(x); }, UsersNet::kFcLine, "Linear", {"f32[2,5]"});
+}
+
+TEST(Errors, AnOverrideCallingItsLayersForwardRunsItOnce) {
+  nn::manual_seed(0);
+  Doubled d(4, 3);
+  const Tensor x = from_vector<float>({1, 2, 3, 4}).reshape({1, 4});
+  const std::vector<float> expected = (nn::functional::linear(x, d.weight, d.bias) * 2.0).to_vector<float>();
+  EXPECT_EQ(d.forward(x).to_vector<float>(), expected);
+  EXPECT_EQ(d(x).to_vector<float>(), expected);
+  nn::Module& as_module = d;
+  EXPECT_EQ(as_module.forward(x).to_vector<float>(), expected);
+  nn::Sequential seq(std::make_shared<Doubled>(d));
+  EXPECT_EQ(seq.forward(x).to_vector<float>(), expected);
+  // Through a Linear&, forward is Linear's non-virtual one (as nn.h says): Linear's own computation.
+  nn::Linear& as_linear = d;
+  EXPECT_EQ(as_linear.forward(x).to_vector<float>(), nn::functional::linear(x, d.weight, d.bias).to_vector<float>());
+  expect_error([&] { (void)d.forward(f32({2, 5})); }, Doubled::kBaseLine, "Linear", {"f32[2,5]"});
+}
+
 TEST(Errors, LossesNameTheLossNotTheOpsTheyUse) {
   const Tensor logits = f32({2, 5});
   expect_error([&] { (void)nn::functional::cross_entropy(logits, from_vector<int64_t>({1, 7})); }, __LINE__,

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +89,50 @@ TEST(SourceLines, NodesRememberTheUsersLine) {
   Tensor again = relu(x * 3.0);
   EXPECT_EQ(again.node(), y.node());
   EXPECT_EQ(graph::source_line_str(again.node()->origin), here(line));
+}
+
+// Every node of y's graph made after `leaves` (the input and the parameters): their lines.
+std::vector<std::string> lines_above(const Tensor& y, const std::vector<Tensor>& leaves) {
+  std::vector<std::string> out;
+  std::vector<const graph::Node*> stack{y.node().get()}, seen;
+  auto is_leaf = [&](const graph::Node* n) {
+    for (const Tensor& l : leaves)
+      if (l.node().get() == n) return true;
+    return false;
+  };
+  while (!stack.empty()) {
+    const graph::Node* n = stack.back();
+    stack.pop_back();
+    if (is_leaf(n) || std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    out.push_back(graph::source_line_str(n->origin));
+    for (const auto& in : n->inputs) stack.push_back(in.get());
+  }
+  return out;
+}
+
+TEST(SourceLines, ADirectForwardRecordsTheUsersLine) {
+  // Three models, so that no node (a transposed weight) is shared between the three calls:
+  // a hash-consed node keeps the line that first made it.
+  nn::manual_seed(0);
+  auto nested = [] { return nn::Sequential(nn::Linear(16, 8), nn::ReLU(), nn::Sequential(nn::Linear(8, 4), nn::Tanh())); };
+  nn::Sequential seq = nested(), seq2 = nested();
+  nn::Linear lin(16, 8);
+  const Tensor x = randn({2, 16}, 9);
+  std::vector<Tensor> leaves{x};
+  for (const nn::Module* m : std::initializer_list<const nn::Module*>{&seq, &seq2, &lin})
+    for (const Tensor& p : m->parameters()) leaves.push_back(p);
+  const int line = __LINE__ + 1;
+  const Tensor y = seq.forward(x); // nested Sequentials, called directly
+  const auto lines = lines_above(y, leaves);
+  EXPECT_GE(lines.size(), 6u); // matmul, add, relu, matmul, add, tanh at least
+  for (const std::string& l : lines) EXPECT_EQ(l, here(line));
+  const int line2 = __LINE__ + 1;
+  const Tensor z = lin.forward(x);
+  for (const std::string& l : lines_above(z, leaves)) EXPECT_EQ(l, here(line2));
+  const int line3 = __LINE__ + 1;
+  const Tensor w = seq2(x); // as before
+  for (const std::string& l : lines_above(w, leaves)) EXPECT_EQ(l, here(line3));
 }
 
 TEST(SourceLines, KernelsAndDecisionsNameTheirLines) {

@@ -56,7 +56,15 @@ Tensor Module::operator()(const Tensor& x, Loc loc) {
   return forward(x);
 }
 
-Tensor Module::forward(const Tensor&) {
+Tensor Module::forward_at(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  detail::UserCall call(name(), loc);
+  return forward_impl(x);
+}
+
+Tensor Module::forward(const Tensor& x) { return forward_impl(x); }
+
+Tensor Module::forward_impl(const Tensor&) {
   throw Error(name() + "::forward", "this module has no single-input forward; call its own forward");
 }
 
@@ -169,7 +177,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Loc lo
   if (with_bias) bias = register_parameter("bias", uniform({out_features}, bound));
 }
 
-Tensor Linear::forward(const Tensor& x) { return functional::linear(x, weight, bias); }
+Tensor Linear::forward_impl(const Tensor& x) { return functional::linear(x, weight, bias); }
 
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
@@ -191,7 +199,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
   if (opts.bias) bias = register_parameter("bias", uniform({out_channels}, bound));
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
+Tensor Conv2d::forward_impl(const Tensor& x) {
   return functional::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
 }
 
@@ -207,7 +215,7 @@ std::string Conv2d::extra_repr() const {
 MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation)
     : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation) {}
 
-Tensor MaxPool2d::forward(const Tensor& x) { return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_); }
+Tensor MaxPool2d::forward_impl(const Tensor& x) { return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_); }
 
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
@@ -217,7 +225,7 @@ std::string MaxPool2d::extra_repr() const {
 AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
     : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
 
-Tensor AvgPool2d::forward(const Tensor& x) { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
+Tensor AvgPool2d::forward_impl(const Tensor& x) { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
 
 std::string AvgPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_);
@@ -239,7 +247,7 @@ BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int 
   }
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
+Tensor BatchNorm::forward_impl(const Tensor& x) {
   if (x.dim() < rank_min_ || x.dim() > rank_max_ || x.size(1) != features_)
     detail::fail(name_, "expects [N, " + std::to_string(features_) + (rank_max_ == 4 ? ", H, W]" : "(, L)]") + " inputs",
                  {&x}, Loc::current());
@@ -271,7 +279,7 @@ LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool elementwise_affi
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+Tensor LayerNorm::forward_impl(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
@@ -288,7 +296,7 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
   if (!(p >= 0 && p < 1)) throw Error("Dropout", "p must be in [0, 1), got " + std::to_string(p), loc);
 }
 
-Tensor Dropout::forward(const Tensor& x) {
+Tensor Dropout::forward_impl(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
   const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
   return functional::dropout(x, p_, seed, true);
@@ -312,14 +320,14 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc) : n
   weight = register_parameter("weight", randn({num_embeddings, embedding_dim}, next_seed()));
 }
 
-Tensor Embedding::forward(const Tensor& indices) {
+Tensor Embedding::forward_impl(const Tensor& indices) {
   const Tensor oh = functional::one_hot(indices, num_).to(weight.dtype());
   return matmul(oh, weight);
 }
 
 std::string Embedding::extra_repr() const { return std::to_string(num_) + ", " + std::to_string(dim_); }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor Sequential::forward_impl(const Tensor& x) {
   Tensor y = x;
   for (const auto& [n, m] : children()) y = (*m)(y); // errors inside name the child and the caller's line
   return y;

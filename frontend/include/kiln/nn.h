@@ -47,13 +47,20 @@ public:
   Module(Module&&) = default;                 ///< moves the registrations
   Module& operator=(Module&&) = default;      ///< moves the registrations
 
-  /// The module's computation on one input. The default throws: modules whose
-  /// forward takes other arguments define their own and are not usable in Sequential.
+  /// The module's computation on one input: override it in your modules. The default runs
+  /// forward_impl (kiln's layers' computation), which throws for a module that has none:
+  /// modules whose forward takes other arguments define their own and are not usable in Sequential.
   virtual Tensor forward(const Tensor& x);
   /// forward(x), as a call of this module at `loc`: the graph nodes it makes record `loc` as
   /// their source line (profiles and KILN_DEBUG name the model's line), and a kiln::Error raised
-  /// inside (by kiln's layers, losses and ops) names this module and the caller's line. Call
-  /// modules as `model(x)` for that; a direct forward(x) has no caller line to give.
+  /// inside (by kiln's layers, losses and ops) names this module and the caller's line.
+  ///
+  /// kiln's layers (Linear, ..., Sequential) declare a non-virtual `forward(x, loc)` that hides
+  /// the virtual forward and takes the caller's line the same way, so that a direct
+  /// `layer.forward(x)` (and `Linear::forward(x)` inside a subclass's override) names the
+  /// user's line too. It runs that layer's own computation, like a qualified call: a subclass
+  /// that overrides forward is reached through the subclass's type, `Module&` or operator().
+  /// Called through a `Module&` (`seq[i].forward(x)`), forward has no caller line to give.
   Tensor operator()(const Tensor& x, Loc loc = Loc::current());
   /// The type name shown by str() ("Linear").
   virtual std::string name() const { return "Module"; }
@@ -102,7 +109,6 @@ public:
     add_child(std::move(name), module);
     return module;
   }
-
 private:
   void add_child(std::string name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
@@ -112,6 +118,13 @@ private:
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+
+protected:
+  /// What kiln's layers compute (they override this, not forward, so that their public
+  /// forward can take the caller's line). The default throws.
+  virtual Tensor forward_impl(const Tensor& x);
+  /// forward_impl(x) as a call of this module at `loc` (what operator() does for forward).
+  Tensor forward_at(const Tensor& x, Loc loc);
 };
 
 /// y = x W^T + b, for x of shape [..., in_features].
@@ -119,11 +132,14 @@ class Linear : public Module {
 public:
   /// Weight [out, in] and bias [out], initialized as PyTorch's nn.Linear.
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Loc loc = Loc::current());
-  Tensor forward(const Tensor& x) override;       ///< x W^T + b
+  /// x W^T + b; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Linear"; } ///< "Linear"
   std::string extra_repr() const override;        ///< sizes and bias
   Tensor weight; ///< [out_features, in_features]
   Tensor bias;   ///< [out_features], undefined without bias
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 };
 
 /// Options of Conv2d (designated initializers: `{.padding = 1}`).
@@ -142,12 +158,15 @@ public:
   /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {},
          Loc loc = Loc::current());
-  Tensor forward(const Tensor& x) override;       ///< [N, out, Ho, Wo]
+  /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Conv2d"; } ///< "Conv2d"
   std::string extra_repr() const override;        ///< configuration
   Tensor weight;         ///< [out, in/groups, kh, kw]
   Tensor bias;           ///< [out], undefined without bias
   Conv2dOptions options; ///< stride, padding, dilation, groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   int64_t in_, out_;
   Size2 kernel_;
@@ -158,9 +177,12 @@ class MaxPool2d : public Module {
 public:
   /// Window size; the stride defaults to the window size.
   MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1);
-  Tensor forward(const Tensor& x) override; ///< [N, C, Ho, Wo]
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
   std::string extra_repr() const override;  ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_, dilation_;
 };
@@ -170,9 +192,12 @@ class AvgPool2d : public Module {
 public:
   /// Window size; the stride defaults to the window size.
   AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
-  Tensor forward(const Tensor& x) override; ///< [N, C, Ho, Wo]
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
   std::string extra_repr() const override;  ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_;
 };
@@ -194,7 +219,8 @@ class BatchNorm : public Module {
 public:
   /// For `features` channels and inputs of rank `rank_min`..`rank_max` (set by the subclasses).
   BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name, Loc loc);
-  Tensor forward(const Tensor& x) override; ///< normalized x, same shape
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
   std::string extra_repr() const override;  ///< configuration
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
@@ -203,6 +229,8 @@ public:
   Tensor running_var;         ///< [C] buffer
   Tensor num_batches_tracked; ///< 0-d i64 buffer
   BatchNormOptions options;   ///< eps, momentum, ...
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   int64_t features_;
   int rank_min_, rank_max_;
@@ -231,11 +259,14 @@ public:
   /// Normalizes the last normalized_shape.size() dims, which must equal normalized_shape.
   explicit LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      Loc loc = Loc::current());
-  Tensor forward(const Tensor& x) override; ///< normalized x, same shape
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "LayerNorm"; } ///< "LayerNorm"
   std::string extra_repr() const override;  ///< configuration
   Tensor weight; ///< normalized_shape, ones; undefined without affine
   Tensor bias;   ///< normalized_shape, zeros; undefined without affine
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   IntList shape_;
   double eps_;
@@ -248,11 +279,14 @@ class Dropout : public Module {
 public:
   /// Drop probability in [0, 1); the seed defaults to next_seed().
   explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt, Loc loc = Loc::current());
-  Tensor forward(const Tensor& x) override; ///< masked and scaled x
+  /// masked and scaled x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Dropout"; } ///< "Dropout"
   std::string extra_repr() const override;  ///< p
   /// Calls made so far in training mode (the mask counter).
   uint64_t calls() const { return *calls_; }
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   double p_;
   uint64_t seed_;
@@ -264,8 +298,11 @@ class Flatten : public Module {
 public:
   /// Dims to merge (negative counts from the end).
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
-  Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); } ///< merged dims
+  /// merged dims; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Flatten"; } ///< "Flatten"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return x.flatten(start_, end_); }
 private:
   int64_t start_, end_;
 };
@@ -273,8 +310,11 @@ private:
 /// max(x, 0).
 class ReLU : public Module {
 public:
-  Tensor forward(const Tensor& x) override { return relu(x); }     ///< relu(x)
+  /// relu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "ReLU"; }             ///< "ReLU"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return relu(x); }
 };
 
 /// Gaussian error linear unit. approximate = "none": x * Phi(x) with erf computed
@@ -284,8 +324,11 @@ class GELU : public Module {
 public:
   /// "none" (erf form) or "tanh".
   explicit GELU(std::string approximate = "none", Loc loc = Loc::current());
-  Tensor forward(const Tensor& x) override { return functional::gelu(x, approximate_); } ///< gelu(x)
+  /// gelu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "GELU"; } ///< "GELU"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::gelu(x, approximate_); }
 private:
   std::string approximate_;
 };
@@ -293,22 +336,31 @@ private:
 /// x * sigmoid(x).
 class SiLU : public Module {
 public:
-  Tensor forward(const Tensor& x) override { return functional::silu(x); } ///< silu(x)
+  /// silu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "SiLU"; }                    ///< "SiLU"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::silu(x); }
 };
 
 /// tanh(x).
 class Tanh : public Module {
 public:
-  Tensor forward(const Tensor& x) override { return tanh(x); } ///< tanh(x)
+  /// tanh(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Tanh"; }         ///< "Tanh"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return tanh(x); }
 };
 
 /// sigmoid(x).
 class Sigmoid : public Module {
 public:
-  Tensor forward(const Tensor& x) override { return sigmoid(x); } ///< sigmoid(x)
+  /// sigmoid(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Sigmoid"; }         ///< "Sigmoid"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return sigmoid(x); }
 };
 
 /// A lookup table: integer indices [...] give rows of weight, [..., dim].
@@ -318,10 +370,13 @@ class Embedding : public Module {
 public:
   /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
   Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc = Loc::current());
-  Tensor forward(const Tensor& indices) override; ///< [..., embedding_dim]
+  /// [..., embedding_dim]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& indices, Loc loc = Loc::current()) { return forward_at(indices, loc); }
   std::string name() const override { return "Embedding"; } ///< "Embedding"
   std::string extra_repr() const override;        ///< sizes
   Tensor weight; ///< [num_embeddings, embedding_dim]
+protected:
+  Tensor forward_impl(const Tensor& indices) override;
 private:
   int64_t num_, dim_;
 };
@@ -341,12 +396,15 @@ public:
     if constexpr (is_shared_ptr<M>::value) register_module(std::to_string(children().size()), std::move(module));
     else register_module(std::to_string(children().size()), std::make_shared<M>(std::move(module)));
   }
-  Tensor forward(const Tensor& x) override;       ///< the modules in order
+  /// the modules in order; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "Sequential"; } ///< "Sequential"
   /// Number of modules.
   size_t size() const { return children().size(); }
   /// The i-th module.
   Module& operator[](size_t i) const { return *children().at(i).second; }
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 private:
   template <class T> struct is_shared_ptr : std::false_type {};
   template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
