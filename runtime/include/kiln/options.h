@@ -35,6 +35,10 @@ struct Options {
   /// KILN_SCHEDULE_CACHE (default 1): 0 makes realize() plan every graph afresh instead of
   /// reusing the plan of a structurally equal graph realized before (runtime/executor.h).
   bool schedule_cache = true;
+  /// KILN_JIT_TIER (default 1): 0 compiles every new CPU kernel by the optimized tier
+  /// before its first launch, instead of a quick compile first with the optimized one in
+  /// the background, swapped in when ready (codegen/llvm_jit.h). Same results either way.
+  bool jit_tier = true;
 };
 
 /// The options in force (a process-wide singleton).
