@@ -36,6 +36,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Transforms/IPO/AlwaysInliner.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
 #include <llvm/Transforms/Scalar/SROA.h>
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
@@ -173,9 +174,20 @@ void lower_fmuladd(llvm::Module& m, bool fma) {
   }
 }
 
+/// True when `m` calls llvm.pow.
+bool calls_pow(const llvm::Module& m) {
+  return llvm::any_of(m, [](const llvm::Function& f) { return f.getIntrinsicID() == llvm::Intrinsic::pow; });
+}
+
 /// The quick tier's IR pipeline: the always-inliner (the kernel's body and kiln's math
 /// functions) and SROA (allocas to registers). That is what makes fast instruction
 /// selection's code tolerable; the rest of O3 is the optimized tier's job.
+/// One transformation of O3 changes values, with no fast-math flag: InstCombine's
+/// library-call simplifier rewrites pow with a constant operand (pow(x, 0.5) to a sqrt,
+/// pow(x, 2) to x*x, pow(x, -1) to 1/x, pow(2^n, x) to exp2(n*x), pow(10, x) to exp10(x)),
+/// which glibc's pow and exp2 do not always round alike (1 ulp in f64; test_tiers). So a
+/// module that calls pow goes through InstCombine here too, after the inliner and SROA
+/// as in O3: the same rewrites, the same bits.
 void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -190,6 +202,7 @@ void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::ModulePassManager mpm;
   mpm.addPass(llvm::AlwaysInlinerPass());
   mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::SROAPass(llvm::SROAOptions::ModifyCFG)));
+  if (calls_pow(m)) mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InstCombinePass()));
   mpm.run(m, mam);
 }
 
