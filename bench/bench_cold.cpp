@@ -12,7 +12,8 @@
 // (model initialization included); first_use_ms = their average first-use cost (the
 // compile time the caller waited for: the quick tier when tiered); steady_ms = a replayed
 // step's time (median of 15) once every background compile is done, so that the
-// optimized code runs in both variants.
+// optimized code runs in both variants; quick_{ir,passes,codegen}_ms = the quick tier's
+// time per kernel in emitting the IR, its IR passes and code generation (tiered only).
 
 #include <benchmark/benchmark.h>
 
@@ -136,9 +137,10 @@ std::vector<double> run_child(const std::string& name, bool tiered) {
   std::filesystem::remove_all(dir);
   const std::string cmd = "KILN_CACHE_DIR=" + dir + " KILN_JIT_TIER=" + (tiered ? "1" : "0") + " " +
                           std::filesystem::read_symlink("/proc/self/exe").string() + " --kiln_cold_child=" + name;
-  std::vector<double> r(4);
+  std::vector<double> r(7);
   FILE* p = popen(cmd.c_str(), "r");
-  const bool ok = p && std::fscanf(p, "COLD %lf %lf %lf %lf", &r[0], &r[1], &r[2], &r[3]) == 4;
+  const bool ok = p && std::fscanf(p, "COLD %lf %lf %lf %lf %lf %lf %lf", &r[0], &r[1], &r[2], &r[3], &r[4], &r[5],
+                                   &r[6]) == 7;
   if (p) pclose(p);
   std::filesystem::remove_all(dir);
   return ok ? r : std::vector<double>{};
@@ -155,6 +157,10 @@ void KilnColdStep(benchmark::State& state, const std::string& name) {
   state.counters["kernels"] = r[1];
   state.counters["first_use_ms"] = r[2];
   state.counters["steady_ms"] = r[3];
+  if (!tiered) return;
+  state.counters["quick_ir_ms"] = r[4]; // per kernel: where the quick tier's time goes
+  state.counters["quick_passes_ms"] = r[5];
+  state.counters["quick_codegen_ms"] = r[6];
 }
 
 BENCHMARK_CAPTURE(KilnColdStep, mlp, std::string("mlp"))
@@ -169,7 +175,8 @@ BENCHMARK_CAPTURE(KilnColdStep, transformer, std::string("transformer"))
 
 } // namespace
 
-/// The child process of Cold/*: prints "COLD <first step ms> <kernels> <first-use ms per kernel> <steady ms>".
+/// The child process of Cold/*: prints "COLD <first step ms> <kernels> <first-use ms per kernel> <steady ms>
+/// <quick IR ms> <quick passes ms> <quick codegen ms>" (the last three per quick kernel).
 int kiln_cold_child(const std::string& name) {
   auto it = cases().find(name);
   if (it == cases().end()) return 2;
@@ -180,7 +187,7 @@ int kiln_cold_child(const std::string& name) {
   step(c.batch);
   const double first = ms_since(t0);
   const size_t kernels = runtime::executor_stats().compiles;
-  const double first_use = codegen::LlvmJit::instance().stats().first_use_ms;
+  const codegen::JitStats js = codegen::LlvmJit::instance().stats();
   codegen::LlvmJit::instance().wait_background();
   step(c.batch); // gradients and optimizer slots exist from now on: the steady-state trace
   codegen::LlvmJit::instance().wait_background();
@@ -191,7 +198,8 @@ int kiln_cold_child(const std::string& name) {
     times.push_back(ms_since(t));
   }
   std::nth_element(times.begin(), times.begin() + 7, times.end());
-  std::printf("COLD %.3f %zu %.3f %.3f\n", first, kernels, kernels ? first_use / static_cast<double>(kernels) : 0.0,
-              times[7]);
+  const double n = static_cast<double>(std::max<size_t>(kernels, 1)), q = static_cast<double>(std::max<size_t>(js.quick, 1));
+  std::printf("COLD %.3f %zu %.3f %.3f %.3f %.3f %.3f\n", first, kernels, js.first_use_ms / n, times[7],
+              js.quick_ir_ms / q, js.quick_passes_ms / q, js.quick_codegen_ms / q);
   return 0;
 }

@@ -48,6 +48,11 @@ struct JitStats {
   size_t pending = 0;        ///< background compiles queued or running
   double first_use_ms = 0;   ///< total wall time of the compiles callers waited for (quick, or optimized with tiers off)
   double background_ms = 0;  ///< total wall time of the background compiles
+  // Where the quick tier's time goes (totals, GEMM support routines not included):
+  double quick_ir_ms = 0;      ///< emitting, targeting and verifying the LLVM IR
+  double quick_passes_ms = 0;  ///< its IR pipeline (quick_passes in llvm_jit.cpp)
+  double quick_codegen_ms = 0; ///< instruction selection to object code
+  double link_ms = 0;          ///< linking objects into the JIT, both tiers and the disk cache's
 };
 
 /// The process-wide LLVM JIT for CPU kernels.

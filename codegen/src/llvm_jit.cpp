@@ -229,8 +229,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 /// The background tier's queue of compiles. TBB tasks of a low-priority arena each run
 /// one job; the JIT's teardown and wait_background() run what is still queued themselves
-/// and wait for the running ones. The tasks share this state (not the JIT), so a task
-/// that starts after the JIT is gone finds the queue closed and empty.
+/// and wait for the running ones. The tasks capture nothing and reach the queue through
+/// background(), never destroyed, so a task that starts after the JIT is gone finds it
+/// empty; every job reaches its thread through the queue's mutex (which ThreadSanitizer
+/// sees, unlike oneTBB's hand-off of the task itself).
 struct Background {
   std::mutex mu;
   std::condition_variable done;
@@ -261,6 +263,12 @@ struct Background {
   }
 };
 
+/// The one queue of background compiles (leaked on purpose: tasks may outlive the JIT).
+Background& background() {
+  static Background* b = new Background;
+  return *b;
+}
+
 } // namespace
 
 struct LlvmJit::Impl {
@@ -277,7 +285,6 @@ struct LlvmJit::Impl {
   bool tiered = true;
   std::atomic<bool> log{false};
   DiskCache disk{".o"};
-  std::shared_ptr<Background> background = std::make_shared<Background>();
   // Half the cores at most: the foreground (quick compiles and kernels) keeps the rest.
   tbb::task_arena arena{std::max(1, tbb::info::default_concurrency() / 2), 0, tbb::task_arena::priority::low};
 
@@ -300,7 +307,7 @@ struct LlvmJit::Impl {
 
   // The background compiles finish first (their code goes to the disk cache); normally the
   // exit handlers (register_exit_drain) have already run them all.
-  ~Impl() { background->drain(); }
+  ~Impl() { background().drain(); }
 
   /// The kernel's module, targeted at the host and verified (a failure is a kiln bug).
   std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx) { return build(k, ctx, *tm); }
@@ -415,15 +422,26 @@ struct LlvmJit::Impl {
     LentTargetMachine lent(*this, tier);
     llvm::TargetMachine& tm = *lent.tm;
     llvm::LLVMContext ctx;
+    const auto t0 = std::chrono::steady_clock::now();
     auto m = build(k, ctx, tm);
     if (tier == Tier::Optimized) {
       optimize(*m, tm, level_for(k));
       return emit_object(*m, tm);
     }
+    const double ir = ms_since(t0);
     add_quick_suffix(*m, k.name); // the entry point (internal functions do not clash)
     if (k.gemm && !support.empty()) add_quick_suffix(*m, gemm_support_of(k).name());
+    const auto t1 = std::chrono::steady_clock::now();
     quick_passes(*m, tm);
-    return emit_object(*m, tm);
+    const double passes = ms_since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
+    std::string object = emit_object(*m, tm);
+    const double codegen = ms_since(t2);
+    std::lock_guard lock(mu);
+    counts.quick_ir_ms += ir;
+    counts.quick_passes_ms += passes;
+    counts.quick_codegen_ms += codegen;
+    return object;
   }
 
   /// Code generation of module m (targeted at tm, already through its IR pipeline).
@@ -513,12 +531,13 @@ struct LlvmJit::Impl {
   /// the background arena (the lock is held).
   void queue_optimized(const Kernel& k, const std::string& key, CpuKernelSlot& slot) {
     ++counts.pending;
+    Background& bg = background();
     {
-      std::lock_guard lock(background->mu);
-      ++background->pending;
-      background->jobs.emplace_back([this, k, key, &slot] { optimize_in_background(k, key, slot); });
+      std::lock_guard lock(bg.mu);
+      ++bg.pending;
+      bg.jobs.emplace_back([this, k, key, &slot] { optimize_in_background(k, key, slot); });
     }
-    arena.enqueue([bg = background] { bg->run_one(); });
+    arena.enqueue([] { background().run_one(); });
   }
 
   /// The background job: compiles `k` by the optimized tier, writes it to the disk
@@ -535,7 +554,7 @@ struct LlvmJit::Impl {
       ++counts.optimized;
       --counts.pending;
       counts.background_ms += ms_since(t0);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) { // kiln::Error from LLVM, or no memory
       std::lock_guard lock(mu);
       --counts.pending;
       std::fprintf(stderr, "[kiln] warning: the optimized compile of %s failed; its quick code stays: %s\n",
@@ -562,11 +581,14 @@ struct LlvmJit::Impl {
   /// Links the GEMM support routines `s` of `tier` into the JIT, once per process, before
   /// any kernel that calls them: the optimized ones from the disk cache or compiled
   /// (unless `compile` is false), the quick ones compiled. Other kernels keep compiling
-  /// meanwhile; kernels that need the same routines wait for them. Returns whether they are linked.
+  /// meanwhile; kernels that need the same routines wait for them, unless `compile` is
+  /// false (then nothing waits for a compile). Returns whether they are linked.
   bool ensure_gemm_support(const GemmSupport& s, Tier tier, bool compile = true) {
     const bool quick = tier == Tier::Quick;
     const std::string name = s.name() + (quick ? kQuickSuffix : "");
-    std::lock_guard once(support_mu[static_cast<int>(tier)]);
+    std::unique_lock once(support_mu[static_cast<int>(tier)], std::defer_lock);
+    if (compile) once.lock();
+    else if (!once.try_lock()) return false; // being compiled (in the background): the caller does not wait
     std::string key;
     {
       std::lock_guard lock(mu);
@@ -606,8 +628,11 @@ struct LlvmJit::Impl {
 
   /// Links object code into the JIT under `rt` and returns the address of `symbol` (the lock is held).
   CpuKernelFn link(const std::string& symbol, const std::string& object, const llvm::orc::ResourceTrackerSP& rt) {
+    const auto t0 = std::chrono::steady_clock::now();
     check(jit->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(object, symbol)), "adding " + symbol);
-    return check(jit->lookup(symbol), "looking up " + symbol).toPtr<CpuKernelFn>();
+    auto fn = check(jit->lookup(symbol), "looking up " + symbol).toPtr<CpuKernelFn>();
+    counts.link_ms += ms_since(t0);
+    return fn;
   }
 
   /// A new slot holding `fn` in the memory cache (the lock is held).
@@ -660,7 +685,7 @@ void LlvmJit::set_tiered(bool on) {
 
 void LlvmJit::set_log(bool on) { impl_->log = on; }
 
-void LlvmJit::wait_background() { impl_->background->drain(); }
+void LlvmJit::wait_background() { background().drain(); }
 
 JitStats LlvmJit::stats() const {
   std::lock_guard lock(impl_->mu);
