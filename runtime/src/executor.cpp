@@ -345,8 +345,10 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     else run(fn, l, params, bufs.data());
     ++counters().launches;
     if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
-    const char* tier = gpu ? nullptr : fn == plan.kernels[i]->quick ? "quick tier" : "optimized";
-    if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0));
+    if (options().debug >= 1) {
+      const char* tier = gpu ? nullptr : fn == plan.kernels[i]->quick ? "quick tier" : "optimized";
+      log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0));
+    }
   }
   ++plan.runs;
   report_failed_checks(errors); // no result is returned past a failed check
