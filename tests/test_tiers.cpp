@@ -8,7 +8,10 @@
 // disk cache, and the quick tier's code never goes there.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <bit>
 #include <cmath>
@@ -244,6 +247,29 @@ TEST(Tiers, OffCompilesTheOptimizedCodeAtOnce) {
   EXPECT_EQ(jit.stats().quick, before.quick);
   EXPECT_EQ(jit.stats().optimized, before.optimized + 1);
   EXPECT_EQ(jit.stats().pending, before.pending);
+}
+
+// A fork()ed child (death tests, crash-isolating harnesses: test_ops' expect_no_crash)
+// exits at once: its exit handlers do not wait for background compiles that run on the
+// parent's threads, which the child does not have (it hung there, waiting for ever).
+TEST(Tiers, AForkedChildExitsWhileCompilesRunInTheBackground) {
+  TiersOn on;
+  Tensor x = randn({1000}, 23);
+  x.realize();
+  std::vector<Tensor> ys; // fresh kernels, so that the background tier is busy at the fork
+  for (int i = 0; i < 12; ++i) ys.push_back(tanh(sin(x * (1.5 + i)) + cos(x) * exp(-abs(x)) * (0.25 * i + 3.0)));
+  realize(ys);
+  const pid_t child = ::fork();
+  if (child == 0) std::exit(0); // runs the exit handlers
+  ASSERT_GT(child, 0);
+  int status = -1;
+  for (int waited_ms = 0; waited_ms < 60000; waited_ms += 10) {
+    if (::waitpid(child, &status, WNOHANG) == child) break;
+    ::usleep(10000);
+  }
+  if (!WIFEXITED(status)) ::kill(child, SIGKILL);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the forked child did not exit within 60 s";
+  LlvmJit::instance().wait_background();
 }
 
 // ---------------------------------------------------------------- the disk cache

@@ -212,16 +212,6 @@ void add_quick_suffix(llvm::Module& m, const std::string& prefix) {
     if (f.getName().starts_with(prefix)) f.setName(f.getName().str() + kQuickSuffix);
 }
 
-/// Finishes the background compiles at exit (see register_exit_drain).
-void drain_at_exit() { LlvmJit::instance().wait_background(); }
-
-/// Registers drain_at_exit() to run at exit before the static objects constructed so
-/// far are destroyed (exit handlers run in reverse order of registration). LLVM's code
-/// generator keeps state in function-local statics (SelectionDAG's value-type tables)
-/// that are constructed by the first compile, after the JIT itself, and destroyed
-/// before it: compiling in the JIT's destructor read freed tables. So each optimized
-/// compile registers the drain again; the drains after the first find nothing to do.
-void register_exit_drain() { std::atexit(drain_at_exit); }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -234,30 +224,43 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 /// empty; every job reaches its thread through the queue's mutex (which ThreadSanitizer
 /// sees, unlike oneTBB's hand-off of the task itself).
 struct Background {
+  /// A queued compile: run(true) does it, run(false) drops it (a process that exits
+  /// without a disk cache has no use for optimized code).
+  struct Job {
+    bool persists; // its code goes to the disk cache
+    std::function<void(bool)> run;
+  };
   std::mutex mu;
   std::condition_variable done;
-  std::deque<std::function<void()>> jobs;
+  std::deque<Job> jobs;
   size_t pending = 0; // queued or running
+  const pid_t owner = ::getpid(); // a fork()ed child has none of the threads running the jobs
 
-  /// Runs the first queued job, if any, on this thread; returns false when there was none.
-  bool run_one() {
-    std::function<void()> job;
+  /// Runs the first queued job, if any, on this thread (drops it when `all` is false and
+  /// it does not persist); returns false when there was none.
+  bool run_one(bool all = true) {
+    Job job;
     {
       std::lock_guard lock(mu);
       if (jobs.empty()) return false;
       job = std::move(jobs.front());
       jobs.pop_front();
     }
-    job(); // catches its own errors
+    job.run(all || job.persists); // catches its own errors
     std::lock_guard lock(mu); // notified under the lock: a waiter may destroy us once it has it
     --pending;
     done.notify_all();
     return true;
   }
 
-  /// Runs the queued jobs here and waits for the running ones.
-  void drain() {
-    while (run_one()) {}
+  /// Runs the queued jobs here (all of them, or at exit only those whose code goes to
+  /// the disk cache) and waits for the running ones.
+  void drain(bool all) {
+    // In a fork()ed child (a death test, a crash-isolating test harness) the jobs counted
+    // as running belong to the parent's threads, and the locks may be held by them: the
+    // child neither waits nor compiles (its exit would otherwise hang).
+    if (::getpid() != owner) return;
+    while (run_one(all)) {}
     std::unique_lock lock(mu);
     done.wait(lock, [&] { return pending == 0; });
   }
@@ -268,6 +271,17 @@ Background& background() {
   static Background* b = new Background;
   return *b;
 }
+
+/// Finishes the background compiles whose code goes to the disk cache at exit (see register_exit_drain).
+void drain_at_exit() { background().drain(/*all=*/false); }
+
+/// Registers drain_at_exit() to run at exit before the static objects constructed so
+/// far are destroyed (exit handlers run in reverse order of registration). LLVM's code
+/// generator keeps state in function-local statics (SelectionDAG's value-type tables)
+/// that are constructed by the first compile, after the JIT itself, and destroyed
+/// before it: compiling in the JIT's destructor read freed tables. So each optimized
+/// compile registers the drain again; the drains after the first find nothing to do.
+void register_exit_drain() { std::atexit(drain_at_exit); }
 
 } // namespace
 
@@ -307,7 +321,7 @@ struct LlvmJit::Impl {
 
   // The background compiles finish first (their code goes to the disk cache); normally the
   // exit handlers (register_exit_drain) have already run them all.
-  ~Impl() { background().drain(); }
+  ~Impl() { background().drain(/*all=*/false); }
 
   /// The kernel's module, targeted at the host and verified (a failure is a kiln bug).
   std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx) { return build(k, ctx, *tm); }
@@ -535,16 +549,21 @@ struct LlvmJit::Impl {
     {
       std::lock_guard lock(bg.mu);
       ++bg.pending;
-      bg.jobs.emplace_back([this, k, key, &slot] { optimize_in_background(k, key, slot); });
+      bg.jobs.push_back({!key.empty(), [this, k, key, &slot](bool run) { optimize_in_background(k, key, slot, run); }});
     }
     arena.enqueue([] { background().run_one(); });
   }
 
   /// The background job: compiles `k` by the optimized tier, writes it to the disk
-  /// cache, links it and swaps it into `slot`. A failure leaves the quick code in place
-  /// (with one line on stderr): it computes the same bits.
-  void optimize_in_background(const Kernel& k, const std::string& key, CpuKernelSlot& slot) {
+  /// cache, links it and swaps it into `slot` (or, `run` false, only drops it). A failure
+  /// leaves the quick code in place (with one line on stderr): it computes the same bits.
+  void optimize_in_background(const Kernel& k, const std::string& key, CpuKernelSlot& slot, bool run) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (!run) { // dropped at exit
+      std::lock_guard lock(mu);
+      --counts.pending;
+      return;
+    }
     try {
       const std::string object = object_code(k, Tier::Optimized);
       if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
@@ -685,7 +704,7 @@ void LlvmJit::set_tiered(bool on) {
 
 void LlvmJit::set_log(bool on) { impl_->log = on; }
 
-void LlvmJit::wait_background() { background().drain(); }
+void LlvmJit::wait_background() { background().drain(/*all=*/true); }
 
 JitStats LlvmJit::stats() const {
   std::lock_guard lock(impl_->mu);
