@@ -489,17 +489,19 @@ struct LlvmJit::Impl {
     }
     source = Source::Disk;
     if (object)
-      if (const CpuKernelSlot* slot = from_disk(k, *object, t0)) return *slot;
+      if (const CpuKernelSlot* slot = from_disk(k, *object, t0, source)) return *slot;
     source = Source::Compiled;
-    return tiers ? compile_quick(k, key, t0) : compile_optimized(k, key, t0);
+    return tiers ? compile_quick(k, key, t0, source) : compile_optimized(k, key, t0, source);
   }
 
   /// Links a disk-cached (optimized) object of `k`; null when LLVM would not link it
-  /// (counted as a reject: the caller compiles it).
-  const CpuKernelSlot* from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0) {
+  /// (counted as a reject: the caller compiles it). `source` becomes Memory when another
+  /// thread linked `k` meanwhile (here and in the compile_* functions).
+  const CpuKernelSlot* from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0,
+                                 Source& source) {
     if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized); // linked before the kernel
     std::lock_guard lock(mu);
-    if (auto it = cache.find(k.name); it != cache.end()) return it->second.get(); // another thread was first
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return first;
     auto rt = jit->getMainJITDylib().createResourceTracker();
     try {
       return &publish(k.name, link(k.name, object, rt), nullptr, t0);
@@ -511,11 +513,12 @@ struct LlvmJit::Impl {
   }
 
   /// Compiles `k` by the optimized tier now (tiers off), into the disk cache and the JIT.
-  const CpuKernelSlot& compile_optimized(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0) {
+  const CpuKernelSlot& compile_optimized(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
+                                        Source& source) {
     const std::string object = object_code(k, Tier::Optimized);
     if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
     std::lock_guard lock(mu);
-    if (auto it = cache.find(k.name); it != cache.end()) return *it->second;
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
     if (!key.empty()) disk.write(key, object);
     ++compiled;
     ++counts.optimized;
@@ -525,11 +528,12 @@ struct LlvmJit::Impl {
   }
 
   /// Compiles `k` by the quick tier, links it, and queues its optimized compile.
-  const CpuKernelSlot& compile_quick(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0) {
+  const CpuKernelSlot& compile_quick(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
+                                    Source& source) {
     const std::string support = k.gemm ? support_for_quick(gemm_support_of(k)) : "";
     const std::string object = object_code(k, Tier::Quick, support);
     std::lock_guard lock(mu);
-    if (auto it = cache.find(k.name); it != cache.end()) return *it->second;
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
     ++compiled;
     ++counts.quick;
     const std::string symbol = k.name + kQuickSuffix;
@@ -539,6 +543,15 @@ struct LlvmJit::Impl {
     if (counts.quick == 1) register_exit_drain(); // after the first compile made LLVM's statics
     queue_optimized(k, key, slot);
     return slot;
+  }
+
+  /// The slot of `k` when another thread linked it while this one compiled or read it
+  /// (its work is dropped, and `source` says Memory: counted once); else null (the lock is held).
+  const CpuKernelSlot* linked_meanwhile(const Kernel& k, Source& source) {
+    auto it = cache.find(k.name);
+    if (it == cache.end()) return nullptr;
+    source = Source::Memory;
+    return it->second.get();
   }
 
   /// Queues the optimized compile of `k` (which the quick tier compiled into `slot`) on
