@@ -188,7 +188,7 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, p); });
 }
 
-// `tier`: which of the JIT's tiers ran a CPU launch ("quick", "optimized"; null on a GPU).
+// `tier`: which of the JIT's tiers ran a CPU launch ("quick tier", "optimized"; null on a GPU).
 void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, const char* tier, double run_ms) {
   const double bytes = observe::launch_bytes(l);
   const std::string lines = graph::source_lines_str(l.lines);
