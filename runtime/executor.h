@@ -28,7 +28,8 @@ using SeedOverrides = std::unordered_map<int64_t, int64_t>;
 struct Plan {
   Device device;                             ///< where its kernels run and its memory lives (its outputs' device)
   codegen::Schedule schedule;                ///< kernels in order
-  std::vector<codegen::CpuKernelFn> kernels; ///< compiled CPU code, one per launch (CPU plans)
+  std::vector<const codegen::CpuKernelSlot*> kernels; ///< compiled CPU code, one slot per launch (CPU plans):
+                                             ///< the quick tier's code until the JIT swaps in the optimized one
   std::vector<CUfunction> gpu_kernels;       ///< loaded GPU kernels, one per launch (CUDA plans)
   std::vector<codegen::CudaLaunchConfig> gpu_configs; ///< their grids and blocks (seeds do not change them)
   std::vector<graph::NodeRef> outputs;       ///< what the plan computes (keeps the graph alive)

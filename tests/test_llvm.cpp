@@ -805,14 +805,23 @@ TEST(LLVM, CacheAndThreads) {
   Kernel k = unary_f32_kernel(OpKind::Sqrt);
   LlvmJit& jit = LlvmJit::instance();
   const size_t before = jit.compiled_count();
-  CpuKernelFn fns[4] = {};
+  const CpuKernelSlot* slots[4] = {};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { fns[t] = jit.compile(k); });
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      LlvmJit::Source source;
+      slots[t] = &jit.kernel(k, source);
+    });
   for (auto& th : threads) th.join();
-  for (int t = 1; t < 4; ++t) EXPECT_EQ(fns[t], fns[0]);
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(slots[t], slots[0]);
   EXPECT_EQ(jit.compiled_count(), before + 1);
   EXPECT_GT(jit.last_compile_ms(), 0);
-  EXPECT_EQ(jit.compile(k), fns[0]);
+  LlvmJit::Source source;
+  EXPECT_EQ(&jit.kernel(k, source), slots[0]); // the same slot (its code may have been swapped meanwhile)
+  EXPECT_EQ(source, LlvmJit::Source::Memory);
+  jit.wait_background(); // the optimized code is in once the background compile is done
+  EXPECT_TRUE(slots[0]->optimized());
+  EXPECT_EQ(jit.compile(k), slots[0]->get());
   std::printf("[ jit      ] %s; last compile %.2f ms\n", jit.target_description().substr(0, 60).c_str(),
               jit.last_compile_ms());
 }

@@ -1,11 +1,16 @@
 // ORC LLJIT for CPU kernels: host TargetMachine, verify, O3 with the TargetMachine
-// (without it nothing is vectorized), compile, cache by kernel name.
+// (without it nothing is vectorized), compile, cache by kernel name. Two tiers (see
+// llvm_jit.h): a quick compile first, the optimized one in the background on oneTBB.
 #include "codegen/llvm_jit.h"
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +25,8 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/IntrinsicInst.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Object/ELFObjectFile.h>
@@ -28,6 +35,11 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/IPO/AlwaysInliner.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
+#include <llvm/Transforms/Scalar/SROA.h>
+#include <tbb/info.h>
+#include <tbb/task_arena.h>
 
 #include "codegen/disk_cache.h"
 #include "codegen/src/llvm_gemm.h"
@@ -131,19 +143,164 @@ std::string object_problem(const std::string& object, const std::string& symbol,
   return defines ? "" : "no function " + symbol;
 }
 
+/// The two compilers of a kernel (see llvm_jit.h).
+enum class Tier : uint8_t { Quick, Optimized };
+
+/// Appended to the quick tier's symbols: its kernel's entry point (the optimized code
+/// defines the plain name in the same JITDylib) and its GEMM support routines.
+constexpr const char* kQuickSuffix = ".quick";
+
+/// Replaces each llvm.fmuladd in `m` by what the target makes of it at every
+/// optimization level: llvm.fma where the target has FMA instructions, else an fmul and
+/// an fadd (no fast-math flags). fmuladd leaves the choice to the compiler: SelectionDAG
+/// fuses it where FMA is fast whatever the level (LLVM 19), but the constant folder
+/// fuses it even where the target does not. With the choice made in the IR, the quick and
+/// the optimized tier compute the same bits by construction.
+void lower_fmuladd(llvm::Module& m, bool fma) {
+  std::vector<llvm::IntrinsicInst*> calls;
+  for (llvm::Function& f : m)
+    for (llvm::Instruction& i : llvm::instructions(f))
+      if (auto* c = llvm::dyn_cast<llvm::IntrinsicInst>(&i); c && c->getIntrinsicID() == llvm::Intrinsic::fmuladd)
+        calls.push_back(c);
+  for (llvm::IntrinsicInst* c : calls) {
+    llvm::IRBuilder<> b(c);
+    llvm::Value* x = c->getArgOperand(0);
+    llvm::Value* y = c->getArgOperand(1);
+    llvm::Value* z = c->getArgOperand(2);
+    llvm::Value* r = fma ? b.CreateIntrinsic(llvm::Intrinsic::fma, {c->getType()}, {x, y, z})
+                         : b.CreateFAdd(b.CreateFMul(x, y), z);
+    c->replaceAllUsesWith(r);
+    c->eraseFromParent();
+  }
+}
+
+/// True when `m` calls llvm.pow.
+bool calls_pow(const llvm::Module& m) {
+  return llvm::any_of(m, [](const llvm::Function& f) { return f.getIntrinsicID() == llvm::Intrinsic::pow; });
+}
+
+/// The quick tier's IR pipeline: the always-inliner (the kernel's body and kiln's math
+/// functions) and SROA (allocas to registers). That is what makes fast instruction
+/// selection's code tolerable; the rest of O3 is the optimized tier's job.
+/// One transformation of O3 changes values, with no fast-math flag: InstCombine's
+/// library-call simplifier rewrites pow with a constant operand (pow(x, 0.5) to a sqrt,
+/// pow(x, 2) to x*x, pow(x, -1) to 1/x, pow(2^n, x) to exp2(n*x), pow(10, x) to exp10(x)),
+/// which glibc's pow and exp2 do not always round alike (1 ulp in f64; test_tiers). So a
+/// module that calls pow goes through InstCombine here too, after the inliner and SROA
+/// as in O3: the same rewrites, the same bits.
+void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm;
+  mpm.addPass(llvm::AlwaysInlinerPass());
+  mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::SROAPass(llvm::SROAOptions::ModifyCFG)));
+  if (calls_pow(m)) mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InstCombinePass()));
+  mpm.run(m, mam);
+}
+
+/// Renames the functions of `m` named `prefix`... (defined or declared) to name + kQuickSuffix.
+void add_quick_suffix(llvm::Module& m, const std::string& prefix) {
+  for (llvm::Function& f : m)
+    if (f.getName().starts_with(prefix)) f.setName(f.getName().str() + kQuickSuffix);
+}
+
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The background tier's queue of compiles. TBB tasks of a low-priority arena each run
+/// one job; the JIT's teardown and wait_background() run what is still queued themselves
+/// and wait for the running ones. The tasks capture nothing and reach the queue through
+/// background(), never destroyed, so a task that starts after the JIT is gone finds it
+/// empty; every job reaches its thread through the queue's mutex (which ThreadSanitizer
+/// sees, unlike oneTBB's hand-off of the task itself).
+struct Background {
+  /// A queued compile: run(true) does it, run(false) drops it (a process that exits
+  /// without a disk cache has no use for optimized code).
+  struct Job {
+    bool persists; // its code goes to the disk cache
+    std::function<void(bool)> run;
+  };
+  std::mutex mu;
+  std::condition_variable done;
+  std::deque<Job> jobs;
+  size_t pending = 0; // queued or running
+  const pid_t owner = ::getpid(); // a fork()ed child has none of the threads running the jobs
+
+  /// Runs the first queued job, if any, on this thread (drops it when `all` is false and
+  /// it does not persist); returns false when there was none.
+  bool run_one(bool all = true) {
+    Job job;
+    {
+      std::lock_guard lock(mu);
+      if (jobs.empty()) return false;
+      job = std::move(jobs.front());
+      jobs.pop_front();
+    }
+    job.run(all || job.persists); // catches its own errors
+    std::lock_guard lock(mu); // notified under the lock: a waiter may destroy us once it has it
+    --pending;
+    done.notify_all();
+    return true;
+  }
+
+  /// Runs the queued jobs here (all of them, or at exit only those whose code goes to
+  /// the disk cache) and waits for the running ones.
+  void drain(bool all) {
+    // In a fork()ed child (a death test, a crash-isolating test harness) the jobs counted
+    // as running belong to the parent's threads, and the locks may be held by them: the
+    // child neither waits nor compiles (its exit would otherwise hang).
+    if (::getpid() != owner) return;
+    while (run_one(all)) {}
+    std::unique_lock lock(mu);
+    done.wait(lock, [&] { return pending == 0; });
+  }
+};
+
+/// The one queue of background compiles (leaked on purpose: tasks may outlive the JIT).
+Background& background() {
+  static Background* b = new Background;
+  return *b;
+}
+
+/// Finishes the background compiles whose code goes to the disk cache at exit (see register_exit_drain).
+void drain_at_exit() { background().drain(/*all=*/false); }
+
+/// Registers drain_at_exit() to run at exit before the static objects constructed so
+/// far are destroyed (exit handlers run in reverse order of registration). LLVM's code
+/// generator keeps state in function-local statics (SelectionDAG's value-type tables)
+/// that are constructed by the first compile, after the JIT itself, and destroyed
+/// before it: compiling in the JIT's destructor read freed tables. So each optimized
+/// compile registers the drain again; the drains after the first find nothing to do.
+void register_exit_drain() { std::atexit(drain_at_exit); }
+
 } // namespace
 
 struct LlvmJit::Impl {
-  std::mutex mu; // guards everything below (LLVM objects are not shared-thread-safe)
+  std::mutex mu; // guards everything below but `background` (LLVM objects are not shared-thread-safe)
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb; // makes each compiling thread's TargetMachine
-  std::unique_ptr<llvm::TargetMachine> tm;
+  std::unique_ptr<llvm::TargetMachine> tm; // the optimized tier's, for keys and dumps (under mu)
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::unordered_map<std::string, CpuKernelFn> cache;
-  std::mutex support_mu;                  // held while GEMM support routines are made (before mu)
-  std::unordered_set<std::string> supports; // GEMM support routines linked (GemmSupport::name)
+  std::unordered_map<std::string, std::unique_ptr<CpuKernelSlot>> cache; // by kernel name; slots never move
+  std::mutex support_mu[2];                 // per tier, held while its GEMM support routines are made (before mu)
+  std::unordered_set<std::string> supports; // GEMM support routines linked (GemmSupport::name, + kQuickSuffix)
   double last_ms = 0;
   size_t compiled = 0;
+  JitStats counts;
+  bool tiered = true;
+  std::atomic<bool> log{false};
   DiskCache disk{".o"};
+  // Half the cores at most: the foreground (quick compiles and kernels) keeps the rest.
+  tbb::task_arena arena{std::max(1, tbb::info::default_concurrency() / 2), 0, tbb::task_arena::priority::low};
 
   Impl() {
     // Safe to call repeatedly; done before any LLJIT is created.
@@ -162,6 +319,10 @@ struct LlvmJit::Impl {
     jit->getMainJITDylib().addGenerator(std::move(gen));
   }
 
+  // The background compiles finish first (their code goes to the disk cache); normally the
+  // exit handlers (register_exit_drain) have already run them all.
+  ~Impl() { background().drain(/*all=*/false); }
+
   /// The kernel's module, targeted at the host and verified (a failure is a kiln bug).
   std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx) { return build(k, ctx, *tm); }
   std::unique_ptr<llvm::Module> build(const Kernel& k, llvm::LLVMContext& ctx, llvm::TargetMachine& tm_) {
@@ -170,7 +331,8 @@ struct LlvmJit::Impl {
     return m;
   }
 
-  /// Targets module m at tm and verifies it (a failure is a kiln bug).
+  /// Targets module m at tm, makes its multiply-adds explicit (lower_fmuladd) and
+  /// verifies it (a failure is a kiln bug).
   void target(llvm::Module& mod, llvm::TargetMachine& tm_) {
     llvm::TargetMachine* tm = &tm_; // shadows the shared one: this may run on any thread
     llvm::Module* m = &mod;
@@ -188,16 +350,17 @@ struct LlvmJit::Impl {
       // gained nothing and lost time in remainders (Conv2d 32->64 step 44 -> 50 ms).
       if (avx512 && math) f.addFnAttr("prefer-vector-width", "512");
     }
+    lower_fmuladd(*m, tm->getTargetFeatureString().contains("+fma"));
     std::string errors;
     llvm::raw_string_ostream os(errors);
     const bool broken = llvm::verifyModule(*m, &os);
     KILN_ASSERT(!broken, "LLVM verifier failed for " + m->getName().str() + ":\n" + errors + "\n" + module_text(*m));
   }
 
-  /// The pipeline for kernel k: O3, but O2 for a GEMM kernel. A GEMM kernel's hot loops
-  /// are the support routines' explicit vectors (compiled at O3 once); O3's extra passes
-  /// bought its packing loops and epilogue no measurable speed and cost about 20% of
-  /// the MLP step's cold compile (300 -> 246 ms, 2026-12-03).
+  /// The optimized tier's pipeline for kernel k: O3, but O2 for a GEMM kernel. A GEMM
+  /// kernel's hot loops are the support routines' explicit vectors (compiled at O3 once);
+  /// O3's extra passes bought its packing loops and epilogue no measurable speed and cost
+  /// about 20% of the MLP step's cold compile (300 -> 246 ms, 2026-12-03).
   static llvm::OptimizationLevel level_for(const Kernel& k) {
     return k.gemm ? llvm::OptimizationLevel::O2 : llvm::OptimizationLevel::O3;
   }
@@ -233,83 +396,115 @@ struct LlvmJit::Impl {
            "\nllvm " LLVM_VERSION_STRING "\nkiln " KILN_VERSION " codegen " KILN_CODEGEN_HASH "\n";
   }
 
-  /// This thread's TargetMachine: code generation runs outside the lock, in parallel.
-  llvm::TargetMachine& thread_target_machine() {
-    thread_local std::unique_ptr<llvm::TargetMachine> own;
-    if (!own) {
-      std::lock_guard lock(mu);
-      own = check(jtmb->createTargetMachine(), "creating a target machine");
+  /// A TargetMachine for `tier`, lent from a pool for one compile: code generation runs
+  /// outside the lock, in parallel. (Not thread_local: the JIT's teardown compiles too,
+  /// after the main thread's thread_local objects are gone.) The quick tier's machines
+  /// generate code at level None, with fast instruction selection.
+  struct LentTargetMachine {
+    Impl& jit;
+    Tier tier;
+    std::unique_ptr<llvm::TargetMachine> tm;
+    LentTargetMachine(Impl& j, Tier t) : jit(j), tier(t), tm(j.take_target_machine(t)) {}
+    ~LentTargetMachine() {
+      std::lock_guard lock(jit.mu);
+      jit.target_machines[static_cast<int>(tier)].push_back(std::move(tm));
     }
-    return *own;
+    LentTargetMachine(const LentTargetMachine&) = delete;
+    LentTargetMachine& operator=(const LentTargetMachine&) = delete;
+  };
+  std::vector<std::unique_ptr<llvm::TargetMachine>> target_machines[2]; // idle ones, per tier (under mu)
+
+  std::unique_ptr<llvm::TargetMachine> take_target_machine(Tier tier) {
+    std::lock_guard lock(mu);
+    auto& idle = target_machines[static_cast<int>(tier)];
+    if (!idle.empty()) {
+      auto t = std::move(idle.back());
+      idle.pop_back();
+      return t;
+    }
+    auto t = check(jtmb->createTargetMachine(), "creating a target machine");
+    if (tier == Tier::Quick) {
+      t->setOptLevel(llvm::CodeGenOptLevel::None);
+      t->setFastISel(true);
+    }
+    return t;
   }
 
-  /// Optimized object code for the kernel (thread-safe: its own context and TargetMachine).
-  std::string object_code(const Kernel& k) {
-    llvm::TargetMachine& tm = thread_target_machine();
+  /// Object code for the kernel by `tier` (thread-safe: its own context and TargetMachine).
+  /// `support` is the suffix of the GEMM support routines the quick tier's code calls.
+  std::string object_code(const Kernel& k, Tier tier, const std::string& support = "") {
+    LentTargetMachine lent(*this, tier);
+    llvm::TargetMachine& tm = *lent.tm;
     llvm::LLVMContext ctx;
+    const auto t0 = std::chrono::steady_clock::now();
     auto m = build(k, ctx, tm);
-    return object_code(*m, tm, level_for(k));
+    if (tier == Tier::Optimized) {
+      optimize(*m, tm, level_for(k));
+      return emit_object(*m, tm);
+    }
+    const double ir = ms_since(t0);
+    add_quick_suffix(*m, k.name); // the entry point (internal functions do not clash)
+    if (k.gemm && !support.empty()) add_quick_suffix(*m, gemm_support_of(k).name());
+    const auto t1 = std::chrono::steady_clock::now();
+    quick_passes(*m, tm);
+    const double passes = ms_since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
+    std::string object = emit_object(*m, tm);
+    const double codegen = ms_since(t2);
+    std::lock_guard lock(mu);
+    counts.quick_ir_ms += ir;
+    counts.quick_passes_ms += passes;
+    counts.quick_codegen_ms += codegen;
+    return object;
   }
 
-  /// Object code for module m (targeted at tm), optimized at `level`.
-  std::string object_code(llvm::Module& mod, llvm::TargetMachine& tm, llvm::OptimizationLevel level) {
-    llvm::Module* m = &mod;
-    optimize(*m, tm, level);
+  /// Code generation of module m (targeted at tm, already through its IR pipeline).
+  std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm) {
     llvm::SmallString<16384> out;
     llvm::raw_svector_ostream os(out);
     llvm::legacy::PassManager pm;
     const bool unsupported = tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile);
     KILN_ASSERT(!unsupported, "the target cannot emit object files");
-    pm.run(*m);
+    pm.run(m);
     return std::string(out.str());
   }
 
-  /// Code for `k`: from memory, else from the disk cache, else compiled. Only the
+  /// The slot of `k`'s code: from memory, else from the disk cache, else compiled (by the
+  /// quick tier when tiered, the optimized tier following in the background). Only the
   /// compilation itself runs outside the lock, so several threads compile at once.
-  CpuKernelFn compile(const Kernel& k, Source& source) {
+  const CpuKernelSlot& kernel(const Kernel& k, Source& source) {
     const auto t0 = std::chrono::steady_clock::now();
     std::string key;
     std::optional<std::string> object;
+    bool tiers = false;
     {
       std::lock_guard lock(mu);
       if (auto it = cache.find(k.name); it != cache.end()) {
         source = Source::Memory;
-        return it->second;
+        return *it->second;
       }
       key = disk.enabled() ? cache_key(k) : std::string();
       if (disk.enabled()) object = disk.read(key, [&](const std::string& obj) { return loadable(obj, k.name); });
+      tiers = tiered;
     }
-    source = object ? Source::Disk : Source::Compiled;
-    if (!object) object = object_code(k);
-    // A GEMM kernel calls its support routines: they are linked first.
-    if (k.gemm) ensure_gemm_support(gemm_support_of(k));
-    std::unique_lock lock(mu);
-    if (auto it = cache.find(k.name); it != cache.end()) return it->second; // another thread was first
-    if (source == Source::Disk) {
-      if (auto fn = add_from_disk(k, *object, t0)) return fn;
-      source = Source::Compiled; // it would not link: compiled after all
-      lock.unlock();             // (object_code may take the lock for this thread's TargetMachine)
-      object = object_code(k);
-      lock.lock();
-      if (auto it = cache.find(k.name); it != cache.end()) return it->second;
-    }
-    disk.write(key, *object);
-    ++compiled;
-    return add(k, *object, t0, jit->getMainJITDylib().getDefaultResourceTracker());
+    source = Source::Disk;
+    if (object)
+      if (const CpuKernelSlot* slot = from_disk(k, *object, t0, source)) return *slot;
+    source = Source::Compiled;
+    return tiers ? compile_quick(k, key, t0, source) : compile_optimized(k, key, t0, source);
   }
 
-  /// True when a cached object may be linked (see object_problem).
-  bool loadable(const std::string& object, const std::string& symbol) const {
-    return object_problem(object, symbol, tm->getTargetTriple().getArch()).empty();
-  }
-
-  /// Links a disk-cached object under a resource tracker of its own; when LLVM still
-  /// fails to link it, removes what it added, counts the entry as a reject and returns
-  /// null (the lock is held).
-  CpuKernelFn add_from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0) {
+  /// Links a disk-cached (optimized) object of `k`; null when LLVM would not link it
+  /// (counted as a reject: the caller compiles it). `source` becomes Memory when another
+  /// thread linked `k` meanwhile (here and in the compile_* functions).
+  const CpuKernelSlot* from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0,
+                                 Source& source) {
+    if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized); // linked before the kernel
+    std::lock_guard lock(mu);
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return first;
     auto rt = jit->getMainJITDylib().createResourceTracker();
     try {
-      return add(k, object, t0, rt);
+      return &publish(k.name, link(k.name, object, rt), nullptr, t0);
     } catch (const Error&) {
       check(rt->remove(), "removing the cached object of " + k.name);
       disk.reject_hit();
@@ -317,29 +512,144 @@ struct LlvmJit::Impl {
     }
   }
 
-  /// Links the GEMM support routines `s` into the JIT, from the disk cache or compiled,
-  /// once per process, before any kernel that calls them. Other kernels keep compiling
-  /// meanwhile; kernels that need the same routines wait for them.
-  void ensure_gemm_support(const GemmSupport& s) {
-    const std::string name = s.name();
-    std::lock_guard once(support_mu);
+  /// Compiles `k` by the optimized tier now (tiers off), into the disk cache and the JIT.
+  const CpuKernelSlot& compile_optimized(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
+                                        Source& source) {
+    const std::string object = object_code(k, Tier::Optimized);
+    if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
+    std::lock_guard lock(mu);
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
+    if (!key.empty()) disk.write(key, object);
+    ++compiled;
+    ++counts.optimized;
+    const CpuKernelSlot& slot = publish(k.name, link(k.name, object, jit->getMainJITDylib().getDefaultResourceTracker()), nullptr, t0);
+    counts.first_use_ms += last_ms;
+    return slot;
+  }
+
+  /// Compiles `k` by the quick tier, links it, and queues its optimized compile.
+  const CpuKernelSlot& compile_quick(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
+                                    Source& source) {
+    const std::string support = k.gemm ? support_for_quick(gemm_support_of(k)) : "";
+    const std::string object = object_code(k, Tier::Quick, support);
+    std::lock_guard lock(mu);
+    if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
+    ++compiled;
+    ++counts.quick;
+    const std::string symbol = k.name + kQuickSuffix;
+    CpuKernelFn fn = link(symbol, object, jit->getMainJITDylib().getDefaultResourceTracker());
+    CpuKernelSlot& slot = publish(k.name, fn, fn, t0);
+    counts.first_use_ms += last_ms;
+    if (counts.quick == 1) register_exit_drain(); // after the first compile made LLVM's statics
+    queue_optimized(k, key, slot);
+    return slot;
+  }
+
+  /// The slot of `k` when another thread linked it while this one compiled or read it
+  /// (its work is dropped, and `source` says Memory: counted once); else null (the lock is held).
+  const CpuKernelSlot* linked_meanwhile(const Kernel& k, Source& source) {
+    auto it = cache.find(k.name);
+    if (it == cache.end()) return nullptr;
+    source = Source::Memory;
+    return it->second.get();
+  }
+
+  /// Queues the optimized compile of `k` (which the quick tier compiled into `slot`) on
+  /// the background arena (the lock is held).
+  void queue_optimized(const Kernel& k, const std::string& key, CpuKernelSlot& slot) {
+    ++counts.pending;
+    Background& bg = background();
+    {
+      std::lock_guard lock(bg.mu);
+      ++bg.pending;
+      bg.jobs.push_back({!key.empty(), [this, k, key, &slot](bool run) { optimize_in_background(k, key, slot, run); }});
+    }
+    arena.enqueue([] { background().run_one(); });
+  }
+
+  /// The background job: compiles `k` by the optimized tier, writes it to the disk
+  /// cache, links it and swaps it into `slot` (or, `run` false, only drops it). A failure
+  /// leaves the quick code in place (with one line on stderr): it computes the same bits.
+  void optimize_in_background(const Kernel& k, const std::string& key, CpuKernelSlot& slot, bool run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!run) { // dropped at exit
+      std::lock_guard lock(mu);
+      --counts.pending;
+      return;
+    }
+    try {
+      const std::string object = object_code(k, Tier::Optimized);
+      if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
+      std::lock_guard lock(mu);
+      if (!key.empty()) disk.write(key, object);
+      slot.fn.store(link(k.name, object, jit->getMainJITDylib().getDefaultResourceTracker()), std::memory_order_release);
+      ++counts.optimized;
+      --counts.pending;
+      counts.background_ms += ms_since(t0);
+    } catch (const std::exception& e) { // kiln::Error from LLVM, or no memory
+      std::lock_guard lock(mu);
+      --counts.pending;
+      std::fprintf(stderr, "[kiln] warning: the optimized compile of %s failed; its quick code stays: %s\n",
+                   k.name.c_str(), e.what());
+      return;
+    }
+    register_exit_drain();
+    if (log) std::fprintf(stderr, "[kiln] optimized %s in %.2f ms in the background; swapped in\n", k.name.c_str(), ms_since(t0));
+  }
+
+  /// True when a cached object may be linked (see object_problem).
+  bool loadable(const std::string& object, const std::string& symbol) const {
+    return object_problem(object, symbol, tm->getTargetTriple().getArch()).empty();
+  }
+
+  /// The suffix of the GEMM support routines a quick kernel calls: "" when the optimized
+  /// ones are linked or on disk, else kQuickSuffix (the quick tier compiles its own).
+  std::string support_for_quick(const GemmSupport& s) {
+    if (ensure_gemm_support(s, Tier::Optimized, /*compile=*/false)) return "";
+    ensure_gemm_support(s, Tier::Quick);
+    return kQuickSuffix;
+  }
+
+  /// Links the GEMM support routines `s` of `tier` into the JIT, once per process, before
+  /// any kernel that calls them: the optimized ones from the disk cache or compiled
+  /// (unless `compile` is false), the quick ones compiled. Other kernels keep compiling
+  /// meanwhile; kernels that need the same routines wait for them, unless `compile` is
+  /// false (then nothing waits for a compile). Returns whether they are linked.
+  bool ensure_gemm_support(const GemmSupport& s, Tier tier, bool compile = true) {
+    const bool quick = tier == Tier::Quick;
+    const std::string name = s.name() + (quick ? kQuickSuffix : "");
+    std::unique_lock once(support_mu[static_cast<int>(tier)], std::defer_lock);
+    if (compile) once.lock();
+    else if (!once.try_lock()) return false; // being compiled (in the background): the caller does not wait
     std::string key;
     {
       std::lock_guard lock(mu);
-      if (supports.count(name)) return;
-      key = disk.enabled() ? "gemm support " + name + "\n" + target_key() : std::string();
-      if (auto object = disk.enabled() ? disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); }) : std::nullopt)
-        return add_support(name, *object);
+      if (supports.count(name)) return true;
+      key = disk.enabled() && !quick ? "gemm support " + s.name() + "\n" + target_key() : std::string();
+      if (auto object = key.empty() ? std::nullopt : disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); })) {
+        add_support(name, *object);
+        return true;
+      }
     }
-    llvm::TargetMachine& tm = thread_target_machine();
+    if (!compile) return false;
+    LentTargetMachine lent(*this, tier);
+    llvm::TargetMachine& tm = *lent.tm;
     llvm::LLVMContext ctx;
     auto m = emit_gemm_support_module(s, ctx);
     target(*m, tm);
-    const std::string object = object_code(*m, tm, llvm::OptimizationLevel::O3);
+    if (quick) {
+      add_quick_suffix(*m, s.name());
+      quick_passes(*m, tm);
+    } else {
+      optimize(*m, tm, llvm::OptimizationLevel::O3);
+    }
+    const std::string object = emit_object(*m, tm);
     std::lock_guard lock(mu);
-    disk.write(key, object);
-    ++compiled;
+    if (!key.empty()) disk.write(key, object); // the optimized routines only
+    // Counted once per set of routines, whichever tier compiled it first.
+    if (quick || !supports.count(s.name() + kQuickSuffix)) ++compiled;
     add_support(name, object);
+    return true;
   }
 
   /// Links the support object `name` into the JIT (the lock is held).
@@ -348,14 +658,22 @@ struct LlvmJit::Impl {
     supports.insert(name);
   }
 
-  /// Links object code into the JIT under `rt` and caches its entry point (the lock is held).
-  CpuKernelFn add(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0,
-                  const llvm::orc::ResourceTrackerSP& rt) {
-    check(jit->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(object, k.name)), "adding " + k.name);
-    auto fn = check(jit->lookup(k.name), "looking up " + k.name).toPtr<CpuKernelFn>();
-    cache.emplace(k.name, fn);
-    last_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  /// Links object code into the JIT under `rt` and returns the address of `symbol` (the lock is held).
+  CpuKernelFn link(const std::string& symbol, const std::string& object, const llvm::orc::ResourceTrackerSP& rt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(jit->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(object, symbol)), "adding " + symbol);
+    auto fn = check(jit->lookup(symbol), "looking up " + symbol).toPtr<CpuKernelFn>();
+    counts.link_ms += ms_since(t0);
     return fn;
+  }
+
+  /// A new slot holding `fn` in the memory cache (the lock is held).
+  CpuKernelSlot& publish(const std::string& name, CpuKernelFn fn, CpuKernelFn quick, std::chrono::steady_clock::time_point t0) {
+    auto slot = std::make_unique<CpuKernelSlot>();
+    slot->quick = quick;
+    slot->fn.store(fn, std::memory_order_release);
+    last_ms = ms_since(t0);
+    return *cache.emplace(name, std::move(slot)).first->second;
   }
 
   std::string assembly(const Kernel& k) {
@@ -380,14 +698,30 @@ LlvmJit& LlvmJit::instance() {
   return jit;
 }
 
+const CpuKernelSlot& LlvmJit::kernel(const Kernel& k, Source& source) {
+  KILN_ASSERT(!k.name.empty(), "compile() of a kernel that was not finalize()d");
+  return impl_->kernel(k, source); // locks as needed
+}
+
 CpuKernelFn LlvmJit::compile(const Kernel& k) {
   Source source;
   return compile(k, source);
 }
 
-CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) {
-  KILN_ASSERT(!k.name.empty(), "compile() of a kernel that was not finalize()d");
-  return impl_->compile(k, source); // locks as needed
+CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) { return kernel(k, source).get(); }
+
+void LlvmJit::set_tiered(bool on) {
+  std::lock_guard lock(impl_->mu);
+  impl_->tiered = on;
+}
+
+void LlvmJit::set_log(bool on) { impl_->log = on; }
+
+void LlvmJit::wait_background() { background().drain(/*all=*/true); }
+
+JitStats LlvmJit::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->counts;
 }
 
 void LlvmJit::set_disk_cache(const std::string& dir) {

@@ -62,11 +62,15 @@ void dump_dot(const codegen::Schedule& s, const std::vector<const graph::Node*>&
   std::fprintf(stderr, "[kiln] wrote %s (%zu kernels)\n", path.c_str(), s.launches.size());
 }
 
-// Points the JIT's disk cache at options().cache_dir whenever that changes.
-void sync_disk_cache(codegen::LlvmJit& jit) {
+// Points the JIT's disk cache at options().cache_dir whenever that changes, and passes
+// on the tiers' switch (KILN_JIT_TIER) and whether to log their swaps (KILN_DEBUG>=1).
+void sync_jit_options(codegen::LlvmJit& jit) {
   static std::mutex mu;
   static std::string applied = "\x01unset";
+  static int tiered = -1, log = -1;
   std::lock_guard lock(mu);
+  if (tiered != static_cast<int>(options().jit_tier)) jit.set_tiered((tiered = options().jit_tier) != 0);
+  if (log != static_cast<int>(options().debug >= 1)) jit.set_log((log = options().debug >= 1) != 0);
   if (applied == options().cache_dir) return;
   applied = options().cache_dir;
   jit.set_disk_cache(applied);
@@ -81,18 +85,18 @@ const char* status_name(codegen::LlvmJit::Source s) {
   return "?";
 }
 
-codegen::CpuKernelFn compile(const codegen::Kernel& k, codegen::LlvmJit::Source& source) {
+const codegen::CpuKernelSlot* compile(const codegen::Kernel& k, codegen::LlvmJit::Source& source) {
   auto& jit = codegen::LlvmJit::instance();
-  sync_disk_cache(jit);
-  codegen::CpuKernelFn fn = jit.compile(k, source);
+  sync_jit_options(jit);
+  const codegen::CpuKernelSlot* fn = &jit.kernel(k, source);
   cuda_check_kernel(k); // KILN_CUDA_CHECK=1: also compile it as CUDA (once per kernel)
   if (source == codegen::LlvmJit::Source::Memory) return fn;
   const int level = options().debug;
   const bool compiled = source == codegen::LlvmJit::Source::Compiled;
   if (compiled) ++counters().compiles;
   if (level >= 1)
-    std::fprintf(stderr, "[kiln] %s %s in %.2f ms\n", compiled ? "compiled" : "loaded from disk cache", k.name.c_str(),
-                 jit.last_compile_ms());
+    std::fprintf(stderr, "[kiln] %s %s in %.2f ms%s\n", compiled ? "compiled" : "loaded from disk cache", k.name.c_str(),
+                 jit.last_compile_ms(), fn->optimized() ? "" : " (quick tier; optimizing in the background)");
   if (level >= 3) dump(k.name, ".kir", codegen::print_kernel(k));
   if (level >= 4) dump(k.name, ".ll", jit.llvm_ir(k));
   if (level >= 5) dump(k.name, ".s", jit.assembly(k));
@@ -185,7 +189,8 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
                     [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, p); });
 }
 
-void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, double run_ms) {
+// `tier`: which of the JIT's tiers ran a CPU launch ("quick tier", "optimized"; null on a GPU).
+void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, const char* tier, double run_ms) {
   const double bytes = observe::launch_bytes(l);
   const std::string lines = graph::source_lines_str(l.lines);
   const std::string from = lines.empty() ? "" : " from " + lines;
@@ -194,8 +199,9 @@ void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache
                  device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6, from.c_str());
     return;
   }
-  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s): %lld points, %.3f ms, %.2f MB, %.2f GB/s%s\n",
-               l.kernel.name.c_str(), device.str().c_str(), cache, static_cast<long long>(l.domain_size), run_ms,
+  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s%s%s): %lld points, %.3f ms, %.2f MB, %.2f GB/s%s\n",
+               l.kernel.name.c_str(), device.str().c_str(), cache, tier ? ", " : "", tier ? tier : "",
+               static_cast<long long>(l.domain_size), run_ms,
                bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0, from.c_str());
 }
 
@@ -338,11 +344,15 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     bufs.push_back(mem.address(l.output));
     const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
     const auto t0 = Clock::now();
+    const codegen::CpuKernelFn fn = gpu ? nullptr : plan.kernels[i]->get(); // the best code so far
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
-    else run(plan.kernels[i], l, params, bufs.data());
+    else run(fn, l, params, bufs.data());
     ++counters().launches;
     if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
-    if (options().debug >= 1) log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", ms_since(t0));
+    if (options().debug >= 1) {
+      const char* tier = gpu ? nullptr : fn == plan.kernels[i]->quick ? "quick tier" : "optimized";
+      log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0));
+    }
     if (anomaly)
       check_for_anomaly(l, plan.device, [&](const graph::Node* n) { return mem.address(n); }, seeds,
                         [&] { report_failed_checks(errors); });

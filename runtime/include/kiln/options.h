@@ -38,6 +38,10 @@ struct Options {
   /// KILN_DETECT_ANOMALY=1: check every kernel's output for NaN and inf and name the op that
   /// made one (kiln/anomaly.h). Process-wide; a kiln::detect_anomaly scope overrides it on its thread.
   bool detect_anomaly = false;
+  /// KILN_JIT_TIER (default 1): 0 compiles every new CPU kernel by the optimized tier
+  /// before its first launch, instead of a quick compile first with the optimized one in
+  /// the background, swapped in when ready (codegen/llvm_jit.h). Same results either way.
+  bool jit_tier = true;
 };
 
 /// The options in force (a process-wide singleton).
