@@ -152,7 +152,7 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std
       const size_t want = (bytes + 4095) / 4096 * 4096;
       scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
       capacity = scratch ? want : 0;
-      if (!scratch) throw std::bad_alloc();
+      if (!scratch) detail::out_of_memory("realize", "host", want, "the scratch memory of a matrix product", std::source_location::current());
     }
     std::vector<void*> args(bufs, bufs + nbufs);
     args.push_back(scratch.get());
@@ -305,6 +305,36 @@ std::shared_ptr<graph::Storage> error_buffer(const Plan& plan) {
   return plan.device == kCPU ? host : copy_to(*host, plan.device);
 }
 
+// Storage of `bytes` for a plan; memory that cannot be had is an OutOfMemoryError of "realize"
+// that says what it was for (`what()`): public functions rename it after themselves.
+template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device, size_t bytes, What what) {
+  try {
+    return allocate(device, bytes);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("realize", e.reason() + " for " + what(), e.bytes());
+  }
+}
+
+std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l) {
+  return plan_storage(plan.device, node_bytes(l.output), [&] {
+    const std::string lines = graph::source_lines_str(l.lines);
+    return std::string(dtype_name(l.output->dtype)) + graph::shape_str(l.output->shape) +
+           (lines.empty() ? "" : " computed at " + lines);
+  });
+}
+
+// The arena of the plan's intermediates.
+std::shared_ptr<graph::Storage> arena_storage(const Plan& plan) {
+  return plan_storage(plan.device, plan.arena_bytes, [&] {
+    std::vector<graph::SourceLine> lines;
+    for (const codegen::KernelLaunch& l : plan.schedule.launches)
+      if (plan.arena_offset.count(l.output) && lines.size() <= 4) // source_lines_str names 4
+        for (const graph::SourceLine& s : l.lines) graph::add_source_line(lines, s);
+    const std::string at = graph::source_lines_str(lines);
+    return std::to_string(plan.arena_offset.size()) + " intermediate values" + (at.empty() ? "" : " computed at " + at);
+  });
+}
+
 // Throws the first failed index check's kiln::Error (reading a GPU's buffer waits for its kernels).
 void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
   if (!errors) return;
@@ -320,9 +350,9 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
       throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
                                  " is on " + storage->device().str() + " but the computation runs on " +
                                  plan.device.str() + " (move it with .to(device))");
-  Memory mem{plan, bindings, plan.arena_bytes ? allocate(plan.device, plan.arena_bytes) : nullptr, {}};
+  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, {}};
   for (const auto& l : plan.schedule.launches)
-    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
+    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = output_storage(plan, l);
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   std::vector<void*> bufs;
