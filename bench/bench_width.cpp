@@ -2,6 +2,8 @@
 //   Width/Concat/N    concat of N realized f32[2] inputs
 //   Width/SumTree/N   balanced pairwise sum of N realized f32[4] leaves
 //   Width/Outputs/N   N outputs x_i * 2 + 1 of N realized f32[4] inputs, realized together
+//   Width/OutputsDistinctConstants/N   the same with N distinct constants, x_i * 2 + i: scalar
+//                     constants are kernel parameters, so these N kernels are one compiled kernel
 // for N from 1e2 to 1e5. Each iteration builds a fresh graph (not timed) and times
 // realize(): scheduling, lowering, kernel hashing, the JIT's cache lookups (the kernels
 // of one width compile in the first iteration), planning and the launches. Linear
@@ -64,8 +66,18 @@ void Outputs(benchmark::State& state) {
   });
 }
 
+void OutputsDistinctConstants(benchmark::State& state) {
+  time_realize(state, [](int64_t n) {
+    std::vector<Tensor> outs;
+    int64_t i = 0;
+    for (const Tensor& x : leaves(n, 4)) outs.push_back(x * 2.0 + static_cast<double>(i++));
+    return outs;
+  });
+}
+
 } // namespace
 
 BENCHMARK(Concat)->Name("Width/Concat")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(SumTree)->Name("Width/SumTree")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Outputs)->Name("Width/Outputs")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(OutputsDistinctConstants)->Name("Width/OutputsDistinctConstants")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -282,13 +282,19 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs) {
 }
 
 namespace {
-// A launch's parameters with its seeds replaced where `seeds` says so.
+// A launch's parameters with its seeds and scalar constants replaced where `seeds` and `consts` say so.
 const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const SeedOverrides& seeds,
-                                          std::vector<int64_t>& scratch) {
-  if (seeds.empty() || l.seed_params.empty()) return l.params;
+                                          const ConstOverrides& consts, std::vector<int64_t>& scratch) {
+  const bool new_seeds = !seeds.empty() && !l.seed_params.empty(), new_consts = !consts.empty() && !l.const_params.empty();
+  if (!new_seeds && !new_consts) return l.params;
   scratch = l.params;
-  for (int i : l.seed_params)
-    if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
+  if (new_seeds)
+    for (int i : l.seed_params)
+      if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
+  if (new_consts)
+    for (const auto& [i, node] : l.const_params)
+      if (auto it = consts.find(node); it != consts.end())
+        scratch[static_cast<size_t>(i)] = codegen::scalar_param_bits(node->dtype, it->second);
   return scratch;
 }
 } // namespace
@@ -344,7 +350,7 @@ void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
 } // namespace
 
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
-                                                     const SeedOverrides& seeds) {
+                                                     const SeedOverrides& seeds, const ConstOverrides& consts) {
   for (const auto& [node, storage] : bindings)
     if (storage->device() != plan.device)
       throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
@@ -362,7 +368,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     bufs.clear();
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     bufs.push_back(mem.address(l.output));
-    const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
+    const std::vector<int64_t>& params = launch_params(l, seeds, consts, scratch);
     const auto t0 = Clock::now();
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
     else run(plan.kernels[i], l, params, bufs.data());
@@ -393,6 +399,7 @@ struct GraphWalk {
   std::vector<uint8_t> source;             // per node in order: read from its buffer
   std::vector<const graph::Node*> sources; // the sources, in order
   std::vector<int64_t> seeds;              // distinct random seeds, in order (kernel parameters)
+  std::vector<const graph::Node*> consts;  // floating Const nodes, in order (kernel parameters)
   std::vector<uint64_t> key;
   size_t hash = 0;
   bool root_is_source = false;             // a root was realized meanwhile (by another thread)
@@ -427,8 +434,12 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   k.push_back(a.ints.size());
   for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
   const uint64_t i0 = seed_word(w, n);
-  k.insert(k.end(), {std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0, static_cast<uint64_t>(a.i1),
-                     n->inputs.size()});
+  // A floating constant's value is a kernel parameter (codegen::scalar_param): the key holds
+  // that it is one, the plan takes the values of the graph it runs for.
+  const bool scalar = n->op == graph::OpKind::Const && is_floating(n->dtype);
+  if (scalar) w.consts.push_back(n);
+  k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
+                     static_cast<uint64_t>(a.i1), n->inputs.size()});
   for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
 }
 
@@ -481,6 +492,7 @@ struct CachedPlan {
   std::vector<uint64_t> key;
   std::vector<graph::NodeRef> sources; // placeholders, in the walk's order of sources
   std::vector<int64_t> seeds;          // the plan's random seeds (GraphWalk::seeds)
+  std::vector<graph::NodeRef> consts;  // its floating Const nodes, in the walk's order (GraphWalk::consts)
   Plan plan;
 };
 
@@ -500,6 +512,7 @@ std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<grap
       for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
       m = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->device);
     }
+    if (n->op == graph::OpKind::Const && is_floating(n->dtype) && !w.source[i]) c->consts.push_back(m);
     copy.emplace(n, std::move(m));
   }
   std::vector<graph::NodeRef> outputs;
@@ -540,7 +553,8 @@ thread_local ScheduleCache t_schedule_cache;
 
 // The cached plan for `roots` with its bindings and seeds; null where the plan must be made
 // afresh (cache off, a source without data: make_plan and execute report that).
-const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds) {
+const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds,
+                        ConstOverrides& consts) {
   const GraphWalk w = walk(roots);
   counters().nodes += w.order.size();
   if (!options().schedule_cache || w.root_is_source) return nullptr;
@@ -561,6 +575,9 @@ const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bind
   for (size_t i = 0; i < w.sources.size(); ++i) bindings[c->sources[i].get()] = w.sources[i]->realized();
   for (size_t i = 0; i < w.seeds.size(); ++i)
     if (c->seeds[i] != w.seeds[i]) seeds[c->seeds[i]] = w.seeds[i];
+  for (size_t i = 0; i < w.consts.size(); ++i)
+    if (std::bit_cast<uint64_t>(c->consts[i]->attrs.f0) != std::bit_cast<uint64_t>(w.consts[i]->attrs.f0))
+      consts[c->consts[i].get()] = w.consts[i]->attrs.f0;
   return &c->plan;
 }
 
@@ -569,9 +586,10 @@ void realize_on_device(const std::vector<graph::NodeRef>& here) {
   ++counters().realizations;
   Bindings bindings;
   SeedOverrides seeds;
+  ConstOverrides consts;
   std::vector<std::shared_ptr<graph::Storage>> values;
-  if (const Plan* cached = cached_plan(here, bindings, seeds)) {
-    values = execute(*cached, bindings, seeds);
+  if (const Plan* cached = cached_plan(here, bindings, seeds, consts)) {
+    values = execute(*cached, bindings, seeds, consts);
   } else {
     const Plan plan = make_plan(here);
     values = execute(plan);

@@ -1,0 +1,190 @@
+// Scalar constants as kernel parameters (issue 16, DESIGN.md practice 8): a floating Const
+// node's value is a kernel parameter, not baked into the kernel, so that kernels that differ
+// only in such constants are one compiled kernel, eager loops with a changing scalar reuse
+// their plan, and results stay bitwise those of the baked kernels.
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/llvm_jit.h"
+#include "codegen/lower.h"
+#include "kiln/kiln.h"
+#include "runtime/executor.h"
+
+namespace kiln {
+namespace {
+
+using codegen::ExprKind;
+using codegen::ExprRef;
+using codegen::Kernel;
+namespace F = nn::functional;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The kernels computing `outputs`, with their launches (fused as kiln fuses).
+codegen::Schedule schedule_of(const std::vector<Tensor>& outputs) {
+  std::vector<const graph::Node*> nodes;
+  for (const Tensor& t : outputs) nodes.push_back(t.node().get());
+  return codegen::schedule(nodes, {options().fusion});
+}
+
+TEST(ScalarParams, KernelsThatDifferOnlyInConstantsAreOneCompiledKernel) {
+  const Tensor x = randn({37}, 3).realize();
+  const std::vector<float> xv = x.to_vector<float>();
+  std::vector<Tensor> outs;
+  for (int i = 0; i < 200; ++i) outs.push_back(sigmoid(x * (0.125 * i - 7.0)) + 2.3); // 2.3: no c_i (a shared node is another kernel)
+  const codegen::Schedule s = schedule_of(outs);
+  std::set<std::string> names;
+  for (const auto& l : s.launches) names.insert(l.kernel.name);
+  EXPECT_EQ(s.launches.size(), 200u);
+  EXPECT_EQ(names.size(), 1u) << *names.begin();
+  const size_t compiles = runtime::executor_stats().compiles;
+  realize(outs);
+  EXPECT_LE(runtime::executor_stats().compiles - compiles, 1u);
+  for (int i = 0; i < 200; i += 7) { // against the same computation realized alone
+    const std::vector<float> v = outs[i].to_vector<float>();
+    options().schedule_cache = false;
+    EXPECT_EQ(v, (sigmoid(x * (0.125 * i - 7.0)) + 2.3).to_vector<float>()) << i;
+    options().schedule_cache = true;
+    for (size_t j = 0; j < v.size(); ++j)
+      ASSERT_NEAR(v[j], 1 / (1 + std::exp(-xv[j] * (0.125 * i - 7.0))) + 2.3, 1e-5) << i << ", " << j;
+  }
+}
+
+TEST(ScalarParams, AnEagerLoopWithAChangingScalarReusesItsPlan) {
+  Tensor x = full({1000}, 1.0, kFloat64).realize();
+  double want = 1.0;
+  (void)(x * 1.5 - 0.25).realize(); // the plan and kernel, made once
+  const auto before = runtime::executor_stats();
+  for (int step = 0; step < 50; ++step) {
+    const double lr = 1.0 / (step + 3), shift = 0.01 * step;
+    x = (x * (1 + lr) - shift).realize();
+    want = want * (1 + lr) - shift;
+  }
+  const auto after = runtime::executor_stats();
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.plan_reuses - before.plan_reuses, 50u);
+  for (double v : x.to_vector<double>()) ASSERT_EQ(v, want); // each step used its own scalars
+}
+
+TEST(ScalarParams, CompiledFunctionsThatDifferInAConstantShareTheKernelNotTheValue) {
+  auto make = [](double c) {
+    return compile([c](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 0.5 + c}; });
+  };
+  auto f = make(1.0), g = make(-4.0);
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = full({17}, static_cast<double>(i));
+    EXPECT_EQ(f({x})[0].to_vector<float>()[16], 0.5f * i + 1.0f);
+    EXPECT_EQ(g({x})[0].to_vector<float>()[16], 0.5f * i - 4.0f);
+  }
+}
+
+TEST(ScalarParams, ConstantsTheEmittersSpecialiseOnStayBaked) {
+  const Tensor x = rand({16}, 4).realize();
+  const codegen::Schedule s2 = schedule_of({pow(x, 2.0)}), s3 = schedule_of({pow(x, 3.0)});
+  const std::string text = codegen::print_kernel(s2.launches[0].kernel);
+  EXPECT_NE(text.find("2:f32"), std::string::npos) << text; // the exponent is in the kernel
+  EXPECT_NE(s2.launches[0].kernel.name, s3.launches[0].kernel.name);
+  EXPECT_EQ(pow(x, 2.0).to_vector<float>(), (x * x).to_vector<float>());
+  // A plain scalar is a parameter: its value is not in the kernel's text.
+  const std::string scaled = codegen::print_kernel(schedule_of({x * 0.7071067811865476}).launches[0].kernel);
+  EXPECT_EQ(scaled.find("0.70710"), std::string::npos) << scaled;
+  EXPECT_NE(scaled.find(":f32"), std::string::npos) << scaled;
+}
+
+// ------------------------------------------------------------ bitwise against baked kernels
+
+// A copy of `e` with floating parameters replaced by the constants whose bits they hold.
+ExprRef bake(const ExprRef& e, const std::vector<int64_t>& params, std::map<const codegen::Expr*, ExprRef>& done) {
+  if (auto it = done.find(e.get()); it != done.end()) return it->second;
+  ExprRef out;
+  if (e->kind == ExprKind::Param && e->dtype != DType::Int64) {
+    const int64_t bits = params[static_cast<size_t>(e->index)];
+    const double v = e->dtype == DType::Float64 ? std::bit_cast<double>(bits)
+                                                : std::bit_cast<float>(static_cast<uint32_t>(bits));
+    out = codegen::constant(e->dtype, v);
+  } else {
+    auto copy = std::make_shared<codegen::Expr>(*e);
+    for (ExprRef& a : copy->args) a = bake(a, params, done);
+    out = copy;
+  }
+  done[e.get()] = out;
+  return out;
+}
+
+// The kernel as it was before scalar parameters: every constant baked in.
+Kernel baked(const Kernel& k, const std::vector<int64_t>& params) {
+  Kernel b = k;
+  std::map<const codegen::Expr*, ExprRef> done;
+  auto all = [&](std::vector<ExprRef>& v) {
+    for (ExprRef& e : v) e = bake(e, params, done);
+  };
+  all(b.domain);
+  all(b.map);
+  for (codegen::Reduction& r : b.reductions) {
+    all(r.extents);
+    r.value = bake(r.value, params, done);
+  }
+  for (codegen::Store& st : b.stores) {
+    st.offset = bake(st.offset, params, done);
+    st.value = bake(st.value, params, done);
+  }
+  codegen::finalize(b);
+  return b;
+}
+
+// Runs `s` (no GEMM-form kernels) with each kernel compiled as given or baked; the outputs' bytes.
+std::vector<std::vector<uint8_t>> run(const codegen::Schedule& s, bool bake_constants) {
+  std::map<const graph::Node*, std::vector<uint8_t>> values;
+  std::vector<std::vector<uint8_t>> outs;
+  for (const auto& l : s.launches) {
+    EXPECT_FALSE(l.kernel.gemm.has_value());
+    const Kernel k = bake_constants ? baked(l.kernel, l.params) : l.kernel;
+    if (bake_constants) EXPECT_NE(k.name, l.kernel.name);
+    std::vector<void*> bufs;
+    for (const graph::Node* in : l.inputs) {
+      EXPECT_NE(in, nullptr); // no index checks here
+      bufs.push_back(values.count(in) ? values[in].data() : in->realized()->data());
+    }
+    auto& out = values[l.output];
+    out.assign(std::max<size_t>(64, static_cast<size_t>(l.output->numel()) * dtype_size(l.output->dtype)), 0);
+    bufs.push_back(out.data());
+    codegen::LlvmJit::instance().compile(k)(0, l.domain_size, bufs.data(), l.params.data());
+    outs.push_back(out);
+  }
+  return outs;
+}
+
+TEST(ScalarParams, ResultsAreBitwiseThoseOfTheBakedKernels) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {kFloat32, kFloat64}) {
+    const Tensor x = (randn({8, 33}, 5, dt) * 3).realize();
+    const Tensor y = rand({8, 33}, 6, dt).realize();
+    const std::vector<Tensor> outs = {
+        x * 0.1 + 0.2 - y / 3.0,                                      // inexact constants, a division
+        maximum(minimum(x, full({8, 33}, 1e-45, dt)), full({33}, -3e38, dt)) * 7.0 + -0.0, // denormal, huge, -0
+        where(x > 0.5, y * kInf, x * -kInf) + where(y < 0.25, y, nan) * 1.0, // infinities and NaN
+        F::softmax(x * 0.7071067811865476, 1),                         // a row kernel
+        F::layer_norm(x, {33}) * 1.25 + 0.5,                            // eps as a parameter
+        F::gelu(x, "tanh") + F::gelu(y),                               // many constants
+        exp(x * -1.0).sum({1}, true) * (1.0 / 33) + sqrt(y + 1e-8),          // a reduction
+        full({4}, 0.3, dt) + full({4}, -2.5, dt).sum() * pow(full({4}, 1.7, dt), 2.0),
+    };
+    const codegen::Schedule s = schedule_of(outs);
+    const auto params = run(s, false), consts = run(s, true);
+    ASSERT_EQ(params.size(), consts.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_EQ(params[i], consts[i]) << dtype_name(dt) << " launch " << i << ": " << s.launches[i].kernel.name;
+  }
+}
+
+} // namespace
+} // namespace kiln
