@@ -423,6 +423,20 @@ uint64_t seed_word(GraphWalk& w, const graph::Node* n) {
   return static_cast<uint64_t>(it - w.seeds.begin());
 }
 
+// The floating Const node that pow's operand `n` is, through views and casts, or null. The lowering
+// keeps such constants baked into the kernel (codegen/src/lower.cpp, baked()), so the key must hold
+// their values. (It may name more than the lowering bakes: that only costs a reuse.)
+const graph::Node* baked_scalar(const graph::Node* n, const std::unordered_map<const graph::Node*, uint32_t>& pos,
+                                const GraphWalk& w) {
+  using graph::OpKind;
+  const auto passes = [](OpKind op) { // ops whose lowering is their operand's expression (a Pad or Concat selects)
+    return op == OpKind::Reshape || op == OpKind::Permute || op == OpKind::Expand || op == OpKind::Slice ||
+           op == OpKind::Cast || op == OpKind::Detach;
+  };
+  while (!w.source[pos.at(n)] && passes(n->op)) n = n->inputs[0].get();
+  return !w.source[pos.at(n)] && n->op == OpKind::Const && is_floating(n->dtype) ? n : nullptr;
+}
+
 // A source is its type and place; another node also its op, attributes and operands (by position).
 void append_node(GraphWalk& w, const graph::Node* n, bool source,
                  const std::unordered_map<const graph::Node*, uint32_t>& pos) {
@@ -441,6 +455,9 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
                      static_cast<uint64_t>(a.i1), n->inputs.size()});
   for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
+  if (n->op == graph::OpKind::Pow)
+    for (const graph::NodeRef& in : n->inputs)
+      if (const graph::Node* c = baked_scalar(in.get(), pos, w)) k.push_back(std::bit_cast<uint64_t>(c->attrs.f0));
 }
 
 // One iterative post-order walk (deep graphs must not overflow the stack); each node's
