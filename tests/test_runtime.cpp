@@ -273,6 +273,7 @@ TEST(ScheduleCache, RealizedIntermediatesSharingConstantsAndSeedsAreStructure) {
       {[&] { return exp(x) * y; }, [&] { return exp(x) * x; }},                // x used twice, not x and y
       {[&] { return exp(x) * 3.0 + 2.0; }, [&] { return exp(x) * 2.0 + 2.0; }}, // one constant twice, not two
       {[&] { return pow(exp(x), 2.0) + 1.5; }, [&] { return pow(exp(x), 0.5) + 1.5; }}, // pow's exponent is baked
+      {[&] { return exp(x) / 4.0 + 1.5; }, [&] { return exp(x) / 3.0 + 1.5; }},      // so is a divisor
       {[&] { return pow(exp(x), full({8, 8}, 2.0, kFloat64).to(kFloat32).reshape({64})); }, // through views and casts
        [&] { return pow(exp(x), full({8, 8}, 3.0, kFloat64).to(kFloat32).reshape({64})); }},
       {[&] { return rand({64}, 8) + rand({8, 8}, 9).reshape({64}); },   // two seeds, then one seed twice

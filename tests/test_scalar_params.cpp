@@ -94,6 +94,9 @@ TEST(ScalarParams, ConstantsTheEmittersSpecialiseOnStayBaked) {
   EXPECT_NE(text.find("2:f32"), std::string::npos) << text; // the exponent is in the kernel
   EXPECT_NE(s2.launches[0].kernel.name, s3.launches[0].kernel.name);
   EXPECT_EQ(pow(x, 2.0).to_vector<float>(), (x * x).to_vector<float>());
+  // So does a divisor: x / 1024 is a multiplication by 2^-10.
+  const std::string divided = codegen::print_kernel(schedule_of({x / 1024.0}).launches[0].kernel);
+  EXPECT_NE(divided.find("1024:f32"), std::string::npos) << divided;
   // A plain scalar is a parameter: its value is not in the kernel's text.
   const std::string scaled = codegen::print_kernel(schedule_of({x * 0.7071067811865476}).launches[0].kernel);
   EXPECT_EQ(scaled.find("0.70710"), std::string::npos) << scaled;

@@ -494,8 +494,11 @@ private:
     if (n->op == OpKind::Detach) return args[0];
     if (n->op == OpKind::Cast) return cast(args[0], n->dtype);
     if (n->op == OpKind::CheckIndex) return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
-    if (n->op == OpKind::Pow) // LLVM specialises pow on constant operands (x^2 is x*x): those stay baked
+    // What LLVM specialises on stays baked: pow's constant operands (x^2 is x*x) and a constant
+    // divisor (x / 1024 is x * 2^-10; a mean divides by its count).
+    if (n->op == OpKind::Pow)
       for (ExprRef& a : args) a = baked(a);
+    if (n->op == OpKind::Div) args[1] = baked(args[1]);
     return op(n->op, n->dtype, std::move(args));
   }
 

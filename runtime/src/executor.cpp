@@ -423,9 +423,9 @@ uint64_t seed_word(GraphWalk& w, const graph::Node* n) {
   return static_cast<uint64_t>(it - w.seeds.begin());
 }
 
-// The floating Const node that pow's operand `n` is, through views and casts, or null. The lowering
-// keeps such constants baked into the kernel (codegen/src/lower.cpp, baked()), so the key must hold
-// their values. (It may name more than the lowering bakes: that only costs a reuse.)
+// The floating Const node that the operand `n` of a pow or a divisor is, through views and casts,
+// or null. The lowering keeps such constants baked into the kernel (codegen/src/lower.cpp, baked()),
+// so the key must hold their values. (It may name more than the lowering bakes: that only costs a reuse.)
 const graph::Node* baked_scalar(const graph::Node* n, const std::unordered_map<const graph::Node*, uint32_t>& pos,
                                 const GraphWalk& w) {
   using graph::OpKind;
@@ -455,9 +455,10 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
                      static_cast<uint64_t>(a.i1), n->inputs.size()});
   for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
-  if (n->op == graph::OpKind::Pow)
-    for (const graph::NodeRef& in : n->inputs)
-      if (const graph::Node* c = baked_scalar(in.get(), pos, w)) k.push_back(std::bit_cast<uint64_t>(c->attrs.f0));
+  const bool pow = n->op == graph::OpKind::Pow, div = n->op == graph::OpKind::Div;
+  for (size_t i = 0; (pow || div) && i < n->inputs.size(); ++i)
+    if (const graph::Node* c = pow || i == 1 ? baked_scalar(n->inputs[i].get(), pos, w) : nullptr)
+      k.push_back(std::bit_cast<uint64_t>(c->attrs.f0));
 }
 
 // One iterative post-order walk (deep graphs must not overflow the stack); each node's
