@@ -174,6 +174,19 @@ TEST(Memory, ShuffledIndicesOfAHugeCount) {
   });
 }
 
+TEST(Memory, AHugeModuleAndOptimizerState) {
+  in_limited_child(256 * kMiB, [] {}, [] {
+    std::string r = expect_oom([&] { nn::Linear huge(1 << 20, 1 << 20); }, "Linear", __LINE__,
+                               {"(4398046511104 bytes) for f32[1048576,1048576]"});
+    if (!r.empty()) return r;
+    nn::Linear wide(1 << 14, 1 << 11); // 128 MiB of weights
+    optim::Adam opt(wide.parameters(), {.lr = 1e-3});
+    const Tensor loss = wide(ones({1, 1 << 14})).sum();
+    loss.backward();
+    return expect_oom([&] { opt.step(); }, "Adam::step", __LINE__, {"out of host memory"});
+  });
+}
+
 // A valid safetensors file holding one f32 tensor of `n` zeros (sparse: no disk space).
 void write_sparse_checkpoint(const fs::path& path, int64_t n) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" +
