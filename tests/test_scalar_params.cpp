@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -101,6 +102,67 @@ TEST(ScalarParams, ConstantsTheEmittersSpecialiseOnStayBaked) {
   const std::string scaled = codegen::print_kernel(schedule_of({x * 0.7071067811865476}).launches[0].kernel);
   EXPECT_EQ(scaled.find("0.70710"), std::string::npos) << scaled;
   EXPECT_NE(scaled.find(":f32"), std::string::npos) << scaled;
+}
+
+// Property: random programs of ops with scalar constants, run with one set of constants and
+// then with another, give bitwise the results of a fresh plan for the second. Half of them
+// ("ordinary": distinct constants, none that the graph builder simplifies or LLVM specialises
+// on) must reuse the first plan; the others draw special values (NaN, infinities, zeros, 1)
+// and use baked divisors and exponents too.
+TEST(ScalarParams, RandomProgramsWithNewConstantsReuseTheirPlanBitwise) {
+  const std::vector<double> specials = {0.5, -1.5, 3.0, 1e-3, -0.0, 0.0, 7.25, 1e30, -1e-30, kInf, -kInf,
+                                        std::numeric_limits<double>::quiet_NaN(), 2.0, 1.0, -1.0};
+  std::mt19937_64 rng(1616);
+  for (int program = 0; program < 60; ++program) {
+    const bool ordinary = program % 2 == 0;
+    const DType dt = rng() % 2 ? kFloat32 : kFloat64;
+    const Tensor x = randn({6, 10}, 100 + program, dt).realize();
+    std::vector<int> ops(3 + rng() % 6);
+    for (int& o : ops) o = static_cast<int>(rng() % 9);
+    if (ordinary)
+      for (int& o : ops) o = o == 5 || o == 6 ? 0 : o;
+    auto run = [&](const std::vector<double>& c) {
+      Tensor y = x;
+      size_t k = 0;
+      for (int o : ops) {
+        const double a = c[k++ % c.size()], b = c[k++ % c.size()];
+        switch (o) {
+        case 0: y = y * a + b; break;
+        case 1: y = maximum(y - a, full({10}, b, dt)); break;
+        case 2: y = where(y > a, y, full({1}, b, dt)); break;
+        case 3: y = exp(tanh(y) * a); break;
+        case 4: y = y.sum({1}, true) * a + y; break;
+        case 5: y = y / a; break;          // a baked divisor
+        case 6: y = pow(abs(y), a); break; // a baked exponent
+        case 7: y = F::softmax(y * a, 1); break;
+        default: y = sigmoid(y) - b; break;
+        }
+      }
+      return y;
+    };
+    auto constants = [&] {
+      std::vector<double> c(2 * ops.size());
+      for (size_t i = 0; i < c.size(); ++i)
+        c[i] = ordinary ? (rng() % 2 ? 1 : -1) * (1.25 + static_cast<double>(i) + std::ldexp(static_cast<double>(rng() % 1024), -11))
+                        : specials[rng() % specials.size()] * (rng() % 2 ? 1 : 0.37);
+      return c;
+    };
+    const std::vector<double> first = constants(), second = constants();
+    (void)run(first).to_vector<double>(); // the plan into the cache
+    options().schedule_cache = false;
+    const std::vector<double> want = run(second).to_vector<double>();
+    options().schedule_cache = true;
+    const auto before = runtime::executor_stats();
+    const std::vector<double> got = run(second).to_vector<double>();
+    const auto after = runtime::executor_stats();
+    if (ordinary) {
+      EXPECT_EQ(after.plan_reuses - before.plan_reuses, 1u) << "program " << program;
+      EXPECT_EQ(after.compiles, before.compiles) << "program " << program;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) // bitwise (NaNs included)
+      ASSERT_EQ(std::bit_cast<uint64_t>(got[i]), std::bit_cast<uint64_t>(want[i])) << "program " << program << ", " << i;
+  }
 }
 
 // ------------------------------------------------------------ bitwise against baked kernels
