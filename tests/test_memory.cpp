@@ -135,6 +135,16 @@ TEST(Memory, ToVectorOfARealizedTensor) {
   });
 }
 
+TEST(Memory, PrintingAHugeTensorReadsOnlyWhatItPrints) {
+  // 800 MB of values: printing them copied all of them as f64 (1.6 GB) to print 14.
+  Tensor t;
+  in_limited_child(256 * kMiB, [&] { t = arange(0, 200'000'000, 1, kFloat32).realize(); }, [&] {
+    const std::string s = t.str();
+    const std::string want = "tensor([0, 1, 2, ..., 2e+08, 2e+08, 2e+08], dtype=f32)";
+    return s == want ? std::string() : "printed " + s;
+  });
+}
+
 TEST(Memory, FromVectorOfAHugeVector) {
   std::vector<float> values;
   in_limited_child(400 * kMiB, [&] { values.assign(150'000'000, 1.5f); }, [&] {

@@ -364,13 +364,14 @@ KILN_INSTANTIATE_READ(bool)
 
 namespace {
 
-// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements.
-void print_values(std::ostream& os, const std::vector<double>& v, const IntList& shape, size_t dim, size_t offset,
+// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements. Reads
+// only the elements it prints (a summarized tensor of any size costs no copy).
+void print_values(std::ostream& os, const void* v, const IntList& shape, size_t dim, size_t offset,
                   bool summarize, DType dt, int indent) {
   if (dim == shape.size()) {
-    if (is_floating(dt)) os << std::setprecision(6) << v[offset];
-    else if (dt == DType::Bool) os << (v[offset] != 0 ? "true" : "false");
-    else os << static_cast<int64_t>(v[offset]);
+    if (is_floating(dt)) os << std::setprecision(6) << read_element<double>(v, dt, offset);
+    else if (dt == DType::Bool) os << (read_element<bool>(v, dt, offset) ? "true" : "false");
+    else os << read_element<int64_t>(v, dt, offset);
     return;
   }
   const int64_t n = shape[dim];
@@ -393,9 +394,11 @@ void print_values(std::ostream& os, const std::vector<double>& v, const IntList&
 std::string Tensor::str() const {
   std::ostringstream os;
   os << "tensor(";
-  const std::vector<double> v = to_vector<double>(); // realizes first: that may replace the node
-  print_values(os, v, shape(), 0, 0, numel() > 1000, dtype(), 7);
-  os << ", dtype=" << dtype_name(dtype()) << ")";
+  forbid_reads_while_tracing("str", *this, Loc::current());
+  const graph::NodeRef node = realize_snapshots({*this}, "str", Loc::current())[0];
+  const auto host = detail::memory_guard("str", Loc::current(), [&] { return host_value(*node); });
+  print_values(os, host->data(), node->shape, 0, 0, node->numel() > 1000, node->dtype, 7);
+  os << ", dtype=" << dtype_name(node->dtype) << ")";
   return os.str();
 }
 
