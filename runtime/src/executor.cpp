@@ -152,7 +152,9 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std
       const size_t want = (bytes + 4095) / 4096 * 4096;
       scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
       capacity = scratch ? want : 0;
-      if (!scratch) detail::out_of_memory("realize", "host", want, "the scratch memory of a matrix product", std::source_location::current());
+      if (!scratch)
+        detail::out_of_memory("realize", "host", want, "the scratch memory of a matrix product",
+                              std::source_location::current());
     }
     std::vector<void*> args(bufs, bufs + nbufs);
     args.push_back(scratch.get());
