@@ -938,11 +938,12 @@ private:
     return prefix + std::to_string(index);
   }
 
-  /// An i64 parameter, or a floating one from its bits (kernel_ir.h, scalar_param_bits()).
+  /// An i64 parameter, or a scalar of another dtype from its slot (kernel_ir.h, scalar_param_bits()).
   std::string param(const Expr& e) {
     const std::string p = var("p", e.index, k_.num_params, "param");
+    KILN_ASSERT(e.dtype != DType::Bool, "a bool parameter in " + k_.name);
     if (e.dtype == DType::Int64) return p;
-    KILN_ASSERT(is_floating(e.dtype), "a parameter of dtype " + std::string(dtype_name(e.dtype)) + " in " + k_.name);
+    if (e.dtype == DType::Int32) return "((int)" + p + ")";
     return e.dtype == DType::Float64 ? "__longlong_as_double(" + p + ")" : "__int_as_float((int)" + p + ")";
   }
 

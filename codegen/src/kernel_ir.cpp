@@ -63,7 +63,7 @@ ExprRef map_var(int k) { return indexed(ExprKind::MapVar, k); }
 ExprRef param(int k) { return indexed(ExprKind::Param, k); }
 
 ExprRef scalar_param(int k, DType dtype) {
-  KILN_ASSERT(is_floating(dtype), "scalar parameters are floating");
+  KILN_ASSERT(dtype != DType::Bool, "bool constants stay baked");
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::Param;
   e->dtype = dtype;
@@ -72,9 +72,15 @@ ExprRef scalar_param(int k, DType dtype) {
 }
 
 int64_t scalar_param_bits(DType dtype, double value) {
-  KILN_ASSERT(is_floating(dtype), "scalar parameters are floating");
+  KILN_ASSERT(is_floating(dtype), "an integer's slot is its value");
   if (dtype == DType::Float64) return std::bit_cast<int64_t>(value);
   return static_cast<int64_t>(std::bit_cast<uint32_t>(static_cast<float>(value)));
+}
+
+int64_t scalar_param_bits(const graph::Node& n) {
+  KILN_ASSERT(n.op == graph::OpKind::Const && n.dtype != DType::Bool, "not a scalar constant");
+  if (is_floating(n.dtype)) return scalar_param_bits(n.dtype, n.attrs.f0);
+  return n.dtype == DType::Int32 ? static_cast<int32_t>(n.attrs.i0) : n.attrs.i0;
 }
 
 ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard) {

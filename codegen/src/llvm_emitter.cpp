@@ -641,12 +641,13 @@ private:
     }
   }
 
-  /// An i64 parameter, or a floating one from its bits (kernel_ir.h, scalar_param_bits()).
+  /// An i64 parameter, or a scalar of another dtype from its slot (kernel_ir.h, scalar_param_bits()).
   Value* param(const Expr& e) {
     KILN_ASSERT(e.index >= 0 && e.index < k_.num_params, "param out of range in " + k_.name);
     Value* slot = b_.CreateLoad(i64(), b_.CreateConstInBoundsGEP1_64(i64(), params_, e.index));
+    KILN_ASSERT(e.dtype != DType::Bool, "a bool parameter in " + k_.name);
     if (e.dtype == DType::Int64) return slot;
-    KILN_ASSERT(is_floating(e.dtype), "a parameter of dtype " + std::string(dtype_name(e.dtype)) + " in " + k_.name);
+    if (e.dtype == DType::Int32) return b_.CreateTrunc(slot, reg(e.dtype));
     if (e.dtype == DType::Float64) return b_.CreateBitCast(slot, reg(e.dtype));
     return b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt32Ty()), reg(e.dtype));
   }

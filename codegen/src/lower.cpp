@@ -510,21 +510,21 @@ private:
     return e;
   }
 
-  // A floating Const node's value: a kernel parameter, one per node (see scalar_param()).
+  // A Const node's value (not a bool's): a kernel parameter, one per node (see scalar_param()).
   ExprRef scalar_constant(const Node* n) {
     if (auto it = scalar_of_.find(n); it != scalar_of_.end()) return it->second;
-    launch_.params.push_back(scalar_param_bits(n->dtype, n->attrs.f0));
+    launch_.params.push_back(scalar_param_bits(*n));
     const int k = static_cast<int>(launch_.params.size()) - 1;
     launch_.const_params.emplace_back(k, n);
     ExprRef p = scalar_param(k, n->dtype);
-    baked_[p.get()] = constant(n->dtype, n->attrs.f0);
+    baked_[p.get()] = is_floating(n->dtype) ? constant(n->dtype, n->attrs.f0) : int_constant(n->dtype, n->attrs.i0);
     scalar_of_[n] = p;
     return p;
   }
 
   ExprRef lower_leaf(const Node* n, const Index& idx) {
     switch (n->op) {
-    case OpKind::Const: return is_floating(n->dtype) ? scalar_constant(n) : int_constant(n->dtype, n->attrs.i0);
+    case OpKind::Const: return n->dtype != DType::Bool ? scalar_constant(n) : int_constant(n->dtype, n->attrs.i0);
     case OpKind::Arange:
       if (is_floating(n->dtype)) {
         ExprRef x = op(OpKind::Mul, DType::Float64, {cast(idx[0], DType::Float64), constant(DType::Float64, n->attrs.f1)});

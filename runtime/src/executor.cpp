@@ -295,8 +295,7 @@ const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const 
       if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
   if (new_consts)
     for (const auto& [i, node] : l.const_params)
-      if (auto it = consts.find(node); it != consts.end())
-        scratch[static_cast<size_t>(i)] = codegen::scalar_param_bits(node->dtype, it->second);
+      if (auto it = consts.find(node); it != consts.end()) scratch[static_cast<size_t>(i)] = it->second;
   return scratch;
 }
 } // namespace
@@ -401,7 +400,7 @@ struct GraphWalk {
   std::vector<uint8_t> source;             // per node in order: read from its buffer
   std::vector<const graph::Node*> sources; // the sources, in order
   std::vector<int64_t> seeds;              // distinct random seeds, in order (kernel parameters)
-  std::vector<const graph::Node*> consts;  // floating Const nodes, in order (kernel parameters)
+  std::vector<const graph::Node*> consts;  // scalar Const nodes (not bools), in order (kernel parameters)
   std::vector<uint64_t> key;
   size_t hash = 0;
   bool root_is_source = false;             // a root was realized meanwhile (by another thread)
@@ -416,9 +415,13 @@ void append_dims(std::vector<uint64_t>& k, const graph::Node* n) {
   for (int64_t d : n->shape) k.push_back(static_cast<uint64_t>(d));
 }
 
+// A Const node whose value is a kernel parameter (codegen::scalar_param): any but a bool's.
+bool scalar_constant(const graph::Node* n) { return n->op == graph::OpKind::Const && n->dtype != DType::Bool; }
+
 // A random leaf's seed is a kernel parameter (see codegen::KernelLaunch::seed_params): the
-// key holds which of the graph's distinct seeds it is, not its value.
+// key holds which of the graph's distinct seeds it is, not its value. So is a scalar constant's.
 uint64_t seed_word(GraphWalk& w, const graph::Node* n) {
+  if (scalar_constant(n)) return 0;
   if (n->op != graph::OpKind::Rand && n->op != graph::OpKind::Randn) return static_cast<uint64_t>(n->attrs.i0);
   auto it = std::find(w.seeds.begin(), w.seeds.end(), n->attrs.i0);
   if (it == w.seeds.end()) it = w.seeds.insert(it, n->attrs.i0);
@@ -436,7 +439,7 @@ const graph::Node* baked_scalar(const graph::Node* n, const std::unordered_map<c
            op == OpKind::Cast || op == OpKind::Detach;
   };
   while (!w.source[pos.at(n)] && passes(n->op)) n = n->inputs[0].get();
-  return !w.source[pos.at(n)] && n->op == OpKind::Const && is_floating(n->dtype) ? n : nullptr;
+  return !w.source[pos.at(n)] && scalar_constant(n) ? n : nullptr;
 }
 
 // A source is its type and place; another node also its op, attributes and operands (by position).
@@ -450,9 +453,9 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   k.push_back(a.ints.size());
   for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
   const uint64_t i0 = seed_word(w, n);
-  // A floating constant's value is a kernel parameter (codegen::scalar_param): the key holds
+  // A scalar constant's value is a kernel parameter (codegen::scalar_param): the key holds
   // that it is one, the plan takes the values of the graph it runs for.
-  const bool scalar = n->op == graph::OpKind::Const && is_floating(n->dtype);
+  const bool scalar = scalar_constant(n);
   if (scalar) w.consts.push_back(n);
   k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
                      static_cast<uint64_t>(a.i1), n->inputs.size()});
@@ -460,7 +463,7 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   const bool pow = n->op == graph::OpKind::Pow, div = n->op == graph::OpKind::Div;
   for (size_t i = 0; (pow || div) && i < n->inputs.size(); ++i)
     if (const graph::Node* c = pow || i == 1 ? baked_scalar(n->inputs[i].get(), pos, w) : nullptr)
-      k.push_back(std::bit_cast<uint64_t>(c->attrs.f0));
+      k.push_back(static_cast<uint64_t>(codegen::scalar_param_bits(*c)));
 }
 
 // One iterative post-order walk (deep graphs must not overflow the stack); each node's
@@ -532,7 +535,7 @@ std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<grap
       for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
       m = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->device);
     }
-    if (n->op == graph::OpKind::Const && is_floating(n->dtype) && !w.source[i]) c->consts.push_back(m);
+    if (scalar_constant(n) && !w.source[i]) c->consts.push_back(m);
     copy.emplace(n, std::move(m));
   }
   std::vector<graph::NodeRef> outputs;
@@ -596,8 +599,8 @@ const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bind
   for (size_t i = 0; i < w.seeds.size(); ++i)
     if (c->seeds[i] != w.seeds[i]) seeds[c->seeds[i]] = w.seeds[i];
   for (size_t i = 0; i < w.consts.size(); ++i)
-    if (std::bit_cast<uint64_t>(c->consts[i]->attrs.f0) != std::bit_cast<uint64_t>(w.consts[i]->attrs.f0))
-      consts[c->consts[i].get()] = w.consts[i]->attrs.f0;
+    if (const int64_t bits = codegen::scalar_param_bits(*w.consts[i]); bits != codegen::scalar_param_bits(*c->consts[i]))
+      consts[c->consts[i].get()] = bits;
   return &c->plan;
 }
 
