@@ -2,6 +2,9 @@
 //   Width/Concat/N    concat of N realized f32[2] inputs
 //   Width/SumTree/N   balanced pairwise sum of N realized f32[4] leaves
 //   Width/Outputs/N   N outputs x_i * 2 + 1 of N realized f32[4] inputs, realized together
+//   Width/OutputsDistinctConstants/N   the same with N distinct constants, x_i * 2 + c_i, new ones in
+//                     every iteration: scalar constants are kernel parameters, so these N kernels are one
+//                     compiled kernel (before, each compiled its own)
 // for N from 1e2 to 1e5. Each iteration builds a fresh graph (not timed) and times
 // realize(): scheduling, lowering, kernel hashing, the JIT's cache lookups (the kernels
 // of one width compile in the first iteration), planning and the launches. Linear
@@ -64,8 +67,18 @@ void Outputs(benchmark::State& state) {
   });
 }
 
+void OutputsDistinctConstants(benchmark::State& state) {
+  time_realize(state, [](int64_t n) {
+    static int64_t next = 0; // constants never seen before in every iteration (an eager loop's new scalars)
+    std::vector<Tensor> outs;
+    for (const Tensor& x : leaves(n, 4)) outs.push_back(x * 2.0 + static_cast<double>(next++));
+    return outs;
+  });
+}
+
 } // namespace
 
 BENCHMARK(Concat)->Name("Width/Concat")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(SumTree)->Name("Width/SumTree")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(Outputs)->Name("Width/Outputs")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(OutputsDistinctConstants)->Name("Width/OutputsDistinctConstants")->RangeMultiplier(10)->Range(100, 100000)->UseManualTime()->Unit(benchmark::kMillisecond);

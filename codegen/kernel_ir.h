@@ -34,7 +34,8 @@ enum class ExprKind : uint8_t {
   LoopVar,      ///< domain loop var `index` (i64)
   ReduceVar,    ///< loop var `index` of the enclosing reduction (i64)
   MapVar,       ///< map loop var `index` (i64)
-  Param,        ///< i64 kernel parameter `index`
+  Param,        ///< kernel parameter `index` (an i64 slot): a size, stride, seed or site (i64), or a scalar
+                ///< constant of the user's of any dtype but bool (see scalar_param()), its bits in the slot
   Load,         ///< element args[0] (i64) of buffer `index`; with args[1] (bool guard): 0 where the guard is false
   Op,           ///< the elementwise graph op `op` applied to args (Cast converts to `dtype`)
   IntDiv,       ///< args[0] / args[1] on i64 (operands are never negative)
@@ -149,6 +150,17 @@ ExprRef loop_var(int d);                          ///< domain var d
 ExprRef reduce_var(int k);                        ///< reduction var k
 ExprRef map_var(int k);                           ///< map var k
 ExprRef param(int k);                             ///< i64 parameter k
+/// Scalar parameter k of `dtype` (not bool): slot k holds scalar_param_bits() of the value. Scalar
+/// constants of the user's (a Const node: `x * lr`, `x + 1.5`, `idx + 1`, `full`) are parameters
+/// rather than baked into the kernel (DESIGN.md, practice 8), so that kernels that differ only in
+/// them are one compiled kernel. The bits are the constant's, so results are bitwise those of a
+/// baked constant.
+ExprRef scalar_param(int k, DType dtype);
+/// The parameter slot of a scalar: an f64's bits, an f32's (the value rounded to f32, as a baked
+/// constant is) in the low 32 bits, an integer's value.
+int64_t scalar_param_bits(DType dtype, double value);
+/// The parameter slot of Const node `n`'s value (its f0 for floats, its i0 for integers).
+int64_t scalar_param_bits(const graph::Node& n);
 ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard = nullptr); ///< buffer element
 ExprRef op(graph::OpKind op, DType dtype, std::vector<ExprRef> args); ///< elementwise op, result `dtype`
 ExprRef cast(ExprRef x, DType to);                ///< conversion (identity when already `to`)

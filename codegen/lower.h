@@ -27,6 +27,9 @@ struct KernelLaunch {
   const graph::Node* output = nullptr;    ///< the node this launch computes (the last buffer)
   std::vector<int64_t> params;            ///< values of the kernel's i64 parameters
   std::vector<int> seed_params;           ///< indices into params holding random seeds (replays may change them)
+  /// Params holding scalar constants (kernel_ir.h, scalar_param()) and the Const node of each, in the
+  /// order the lowering met them; a plan reused for a graph with other constants changes them.
+  std::vector<std::pair<int, const graph::Node*>> const_params;
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)

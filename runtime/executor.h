@@ -23,6 +23,10 @@ using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::S
 /// Random seeds replaced in one execution: every rand/randn leaf whose seed is a key
 /// draws with the mapped seed instead (compile() gives dropout a fresh mask each step).
 using SeedOverrides = std::unordered_map<int64_t, int64_t>;
+/// Scalar constants replaced in one execution: every kernel parameter that holds the value of a
+/// Const node that is a key (codegen::KernelLaunch::const_params) takes the mapped slot instead
+/// (codegen::scalar_param_bits() of another constant: a cached plan run for a graph with other constants).
+using ConstOverrides = std::unordered_map<const graph::Node*, int64_t>;
 
 /// A compiled, memory-planned schedule.
 struct Plan {
@@ -49,14 +53,15 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion);
 /// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
 /// A binding on another device than the plan's throws kiln::Error.
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {},
-                                                     const SeedOverrides& seeds = {});
+                                                     const SeedOverrides& seeds = {}, const ConstOverrides& consts = {});
 
 /// Computes every node in `nodes` that is not yet realized and attaches its value (one
 /// plan per device among them). A graph structurally equal to one realized before on this
 /// thread (same ops, dtypes, shapes, attributes, devices and sharing; other sources, where
-/// a source is an input or an already realized node) reuses that plan: its schedule,
-/// kernels and memory plan, bound to the new sources (the schedule cache; off with
-/// KILN_SCHEDULE_CACHE=0). Results are bitwise those of a fresh plan.
+/// a source is an input or an already realized node; other scalar constants (not bools), which
+/// are kernel parameters) reuses that plan: its schedule, kernels and memory plan, bound to
+/// the new sources and constants (the schedule cache; off with KILN_SCHEDULE_CACHE=0).
+/// Results are bitwise those of a fresh plan.
 void realize(const std::vector<graph::NodeRef>& nodes);
 
 /// Counters of what the executor did (for tests and benchmarks).

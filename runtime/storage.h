@@ -11,13 +11,17 @@
 
 namespace kiln::runtime {
 
-/// Host storage of at least `bytes` bytes (never less than 64), 64-byte aligned.
-/// Throws kiln::Error when the memory cannot be had.
+/// Host storage of at least `bytes` bytes (never less than 64), 64-byte aligned, or null
+/// when the memory cannot be had (the one place host memory for tensors is allocated).
+std::shared_ptr<graph::Storage> try_allocate_host(size_t bytes) noexcept;
+/// Host storage as try_allocate_host; throws kiln::OutOfMemoryError naming the bytes when
+/// the memory cannot be had (public functions name themselves with detail::memory_guard).
 std::shared_ptr<graph::Storage> allocate_host(size_t bytes);
 
 /// Throws kiln::Error saying why when `device` cannot be used (sets a GPU up on first use).
 void require_device(Device device);
-/// Storage of at least `bytes` bytes on `device` (host or GPU memory).
+/// Storage of at least `bytes` bytes on `device` (host or GPU memory); kiln::OutOfMemoryError
+/// when the memory cannot be had.
 std::shared_ptr<graph::Storage> allocate(Device device, size_t bytes);
 /// A copy of `src` on `device` (the first `src.bytes()` bytes); a copy from a GPU waits
 /// for the work queued there. Throws kiln::Error when the device is unusable.

@@ -76,6 +76,22 @@ TEST(GpuRuntime, TheDeviceIsUsable) {
   }
 }
 
+// Scalar constants are kernel parameters on the GPU too: a graph that differs only in them reuses
+// the plan and its loaded kernel, with the new values, and gives the CPU's bits.
+TEST(GpuRuntime, NewScalarConstantsReuseThePlanWithTheirValues) {
+  const Tensor x = randn({3, 50}, 17).realize(), xg = x.to(kGpu);
+  auto f = [](const Tensor& t, double a, double b) { return sigmoid(t * a) + (t - b) * b; };
+  (void)f(xg, 0.5, 3.0).to(kCPU).to_vector<float>();
+  for (const auto& [a, b] : std::vector<std::pair<double, double>>{{-2.25, 1e-3}, {7.5, -1.5}}) {
+    const auto before = runtime::executor_stats();
+    const std::vector<float> got = f(xg, a, b).to(kCPU).to_vector<float>();
+    const auto after = runtime::executor_stats();
+    EXPECT_EQ(after.plan_reuses - before.plan_reuses, 1u);
+    EXPECT_EQ(after.compiles, before.compiles);
+    expect_bitwise(got, f(x, a, b).to_vector<float>(), "constants " + std::to_string(a) + ", " + std::to_string(b));
+  }
+}
+
 TEST(GpuRuntime, LazyClassIndicesAreCheckedInTheGpuKernel) {
   const Tensor logits = randn({3, 7}, 5).to(kGpu);
   const Tensor good = (from_vector<int64_t>({1, 6, 0}).to(kGpu) + 1) - 1; // lazy: computed on the GPU

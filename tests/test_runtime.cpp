@@ -271,7 +271,11 @@ TEST(ScheduleCache, RealizedIntermediatesSharingConstantsAndSeedsAreStructure) {
   const std::vector<std::pair<std::function<Tensor()>, std::function<Tensor()>>> cases = {
       {[&] { return exp(x) * y + 1.0; }, [&] { return e * y + 1.0; }},         // realized intermediate
       {[&] { return exp(x) * y; }, [&] { return exp(x) * x; }},                // x used twice, not x and y
-      {[&] { return exp(x) * y + 3.0; }, [&] { return exp(x) * y + 2.0; }},    // another constant
+      {[&] { return exp(x) * 3.0 + 2.0; }, [&] { return exp(x) * 2.0 + 2.0; }}, // one constant twice, not two
+      {[&] { return pow(exp(x), 2.0) + 1.5; }, [&] { return pow(exp(x), 0.5) + 1.5; }}, // pow's exponent is baked
+      {[&] { return exp(x) / 4.0 + 1.5; }, [&] { return exp(x) / 3.0 + 1.5; }},      // so is a divisor
+      {[&] { return pow(exp(x), full({8, 8}, 2.0, kFloat64).to(kFloat32).reshape({64})); }, // through views and casts
+       [&] { return pow(exp(x), full({8, 8}, 3.0, kFloat64).to(kFloat32).reshape({64})); }},
       {[&] { return rand({64}, 8) + rand({8, 8}, 9).reshape({64}); },   // two seeds, then one seed twice
        [&] { return rand({64}, 8) + rand({8, 8}, 8).reshape({64}); }},
   };
@@ -281,6 +285,24 @@ TEST(ScheduleCache, RealizedIntermediatesSharingConstantsAndSeedsAreStructure) {
     const auto [got, reuses] = run_counting_reuses(cases[i].second);
     EXPECT_EQ(reuses, 0u) << "case " << i;
     EXPECT_EQ(got, want) << "case " << i;
+  }
+}
+
+// Floating scalar constants are kernel parameters: a graph that differs only in them reuses the
+// plan (and its compiled kernels) with its own values, bitwise those of a fresh plan.
+TEST(ScheduleCache, NewConstantsReuseThePlanWithTheirOwnValues) {
+  const Tensor x = randn({64}, 71).realize(), y = randn({64}, 72).realize();
+  auto make = [&](double a, double b) { return [&x, &y, a, b] { return exp(x) * a + (y - b) * y; }; };
+  (void)run_counting_reuses(make(3.0, 0.5));
+  for (const auto& [a, b] : std::vector<std::pair<double, double>>{{2.0, 0.25}, {-1e30, 7.0}, {0.1, -3.5}, {3.0, 0.5}}) {
+    options().schedule_cache = false;
+    const std::vector<double> want = make(a, b)().to_vector<double>();
+    options().schedule_cache = true;
+    const size_t compiles = runtime::executor_stats().compiles;
+    const auto [got, reuses] = run_counting_reuses(make(a, b));
+    EXPECT_EQ(reuses, 1u) << a << ", " << b;
+    EXPECT_EQ(got, want) << a << ", " << b; // the new values, not the first graph's
+    EXPECT_EQ(runtime::executor_stats().compiles, compiles);
   }
 }
 

@@ -938,6 +938,15 @@ private:
     return prefix + std::to_string(index);
   }
 
+  /// An i64 parameter, or a scalar of another dtype from its slot (kernel_ir.h, scalar_param_bits()).
+  std::string param(const Expr& e) {
+    const std::string p = var("p", e.index, k_.num_params, "param");
+    KILN_ASSERT(e.dtype != DType::Bool, "a bool parameter in " + k_.name);
+    if (e.dtype == DType::Int64) return p;
+    if (e.dtype == DType::Int32) return "((int)" + p + ")";
+    return e.dtype == DType::Float64 ? "__longlong_as_double(" + p + ")" : "__int_as_float((int)" + p + ")";
+  }
+
   std::string value(const Expr& e) {
     switch (e.kind) {
     case ExprKind::Const: return is_floating(e.dtype) ? float_literal(e.dtype, e.f) : int_literal(e.dtype, e.i);
@@ -946,7 +955,7 @@ private:
       return var("i", e.index, static_cast<int>(k_.domain.size()), "loop var");
     case ExprKind::ReduceVar: return var("r", e.index, reduce_rank_, "reduce var");
     case ExprKind::MapVar: return var("m", e.index, map_rank_, "map var");
-    case ExprKind::Param: return var("p", e.index, k_.num_params, "param");
+    case ExprKind::Param: return param(e);
     case ExprKind::Load: return load(e);
     case ExprKind::Op: return op(e);
     case ExprKind::IntDiv: return "kiln_udiv(" + ref(e.args.at(0)) + ", " + ref(e.args.at(1)) + ")";

@@ -1,6 +1,7 @@
 #include "codegen/kernel_ir.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <string_view>
@@ -60,6 +61,27 @@ ExprRef loop_var(int d) { return indexed(ExprKind::LoopVar, d); }
 ExprRef reduce_var(int k) { return indexed(ExprKind::ReduceVar, k); }
 ExprRef map_var(int k) { return indexed(ExprKind::MapVar, k); }
 ExprRef param(int k) { return indexed(ExprKind::Param, k); }
+
+ExprRef scalar_param(int k, DType dtype) {
+  KILN_ASSERT(dtype != DType::Bool, "bool constants stay baked");
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::Param;
+  e->dtype = dtype;
+  e->index = k;
+  return e;
+}
+
+int64_t scalar_param_bits(DType dtype, double value) {
+  KILN_ASSERT(is_floating(dtype), "an integer's slot is its value");
+  if (dtype == DType::Float64) return std::bit_cast<int64_t>(value);
+  return static_cast<int64_t>(std::bit_cast<uint32_t>(static_cast<float>(value)));
+}
+
+int64_t scalar_param_bits(const graph::Node& n) {
+  KILN_ASSERT(n.op == graph::OpKind::Const && n.dtype != DType::Bool, "not a scalar constant");
+  if (is_floating(n.dtype)) return scalar_param_bits(n.dtype, n.attrs.f0);
+  return n.dtype == DType::Int32 ? static_cast<int32_t>(n.attrs.i0) : n.attrs.i0;
+}
 
 ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard) {
   KILN_ASSERT(offset->dtype == DType::Int64);
@@ -207,7 +229,8 @@ private:
     case ExprKind::LoopVar: return "i" + std::to_string(e->index);
     case ExprKind::ReduceVar: return "r" + std::to_string(e->index);
     case ExprKind::MapVar: return "m" + std::to_string(e->index);
-    case ExprKind::Param: return "p" + std::to_string(e->index);
+    case ExprKind::Param:
+      return "p" + std::to_string(e->index) + (e->dtype == DType::Int64 ? "" : ":" + std::string(dtype_name(e->dtype)));
     case ExprKind::ReduceResult: return "red" + std::to_string(e->index);
     default: return ""; // compound kinds print as numbered lets
     }

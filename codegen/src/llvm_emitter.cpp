@@ -567,9 +567,7 @@ private:
     case ExprKind::LoopVar: return var(loop_vars_, e.index, "loop var");
     case ExprKind::ReduceVar: return var(reduce_vars_, e.index, "reduce var");
     case ExprKind::MapVar: return var(map_vars_, e.index, "map var");
-    case ExprKind::Param:
-      KILN_ASSERT(e.index >= 0 && e.index < k_.num_params, "param out of range in " + k_.name);
-      return b_.CreateLoad(i64(), b_.CreateConstInBoundsGEP1_64(i64(), params_, e.index));
+    case ExprKind::Param: return param(e);
     case ExprKind::Load: return load(e);
     case ExprKind::Op: return op(e);
     case ExprKind::IntDiv: return b_.CreateUDiv(expr(e.args[0]), expr(e.args[1]));
@@ -641,6 +639,17 @@ private:
         });
       });
     }
+  }
+
+  /// An i64 parameter, or a scalar of another dtype from its slot (kernel_ir.h, scalar_param_bits()).
+  Value* param(const Expr& e) {
+    KILN_ASSERT(e.index >= 0 && e.index < k_.num_params, "param out of range in " + k_.name);
+    Value* slot = b_.CreateLoad(i64(), b_.CreateConstInBoundsGEP1_64(i64(), params_, e.index));
+    KILN_ASSERT(e.dtype != DType::Bool, "a bool parameter in " + k_.name);
+    if (e.dtype == DType::Int64) return slot;
+    if (e.dtype == DType::Int32) return b_.CreateTrunc(slot, reg(e.dtype));
+    if (e.dtype == DType::Float64) return b_.CreateBitCast(slot, reg(e.dtype));
+    return b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt32Ty()), reg(e.dtype));
   }
 
   Value* constant(const Expr& e) {

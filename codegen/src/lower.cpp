@@ -386,6 +386,8 @@ private:
   int64_t map_size_ = 1; // points of the map loop per domain point
   std::unordered_set<const Node*> computed_here_; // launch_.nodes, for lookups
   int error_buffer_ = -1; // the buffer of failed checks, -1 until a check needs it
+  std::unordered_map<const Node*, ExprRef> scalar_of_;      // Const node -> its scalar parameter
+  std::unordered_map<const Expr*, ExprRef> baked_;          // scalar parameter -> the constant it stands for
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -492,13 +494,37 @@ private:
     if (n->op == OpKind::Detach) return args[0];
     if (n->op == OpKind::Cast) return cast(args[0], n->dtype);
     if (n->op == OpKind::CheckIndex) return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
+    // What LLVM specialises on stays baked: pow's constant operands (x^2 is x*x) and a constant
+    // divisor (x / 1024 is x * 2^-10; a mean divides by its count).
+    if (n->op == OpKind::Pow)
+      for (ExprRef& a : args) a = baked(a);
+    if (n->op == OpKind::Div) args[1] = baked(args[1]);
     return op(n->op, n->dtype, std::move(args));
+  }
+
+  // e with scalar parameters (and casts of them) replaced by the constants they stand for.
+  ExprRef baked(const ExprRef& e) const {
+    if (auto it = baked_.find(e.get()); it != baked_.end()) return it->second;
+    if (e->kind == ExprKind::Op && e->op == OpKind::Cast)
+      if (ExprRef a = baked(e->args[0]); a != e->args[0]) return cast(a, e->dtype);
+    return e;
+  }
+
+  // A Const node's value (not a bool's): a kernel parameter, one per node (see scalar_param()).
+  ExprRef scalar_constant(const Node* n) {
+    if (auto it = scalar_of_.find(n); it != scalar_of_.end()) return it->second;
+    launch_.params.push_back(scalar_param_bits(*n));
+    const int k = static_cast<int>(launch_.params.size()) - 1;
+    launch_.const_params.emplace_back(k, n);
+    ExprRef p = scalar_param(k, n->dtype);
+    baked_[p.get()] = is_floating(n->dtype) ? constant(n->dtype, n->attrs.f0) : int_constant(n->dtype, n->attrs.i0);
+    scalar_of_[n] = p;
+    return p;
   }
 
   ExprRef lower_leaf(const Node* n, const Index& idx) {
     switch (n->op) {
-    case OpKind::Const:
-      return is_floating(n->dtype) ? constant(n->dtype, n->attrs.f0) : int_constant(n->dtype, n->attrs.i0);
+    case OpKind::Const: return n->dtype != DType::Bool ? scalar_constant(n) : int_constant(n->dtype, n->attrs.i0);
     case OpKind::Arange:
       if (is_floating(n->dtype)) {
         ExprRef x = op(OpKind::Mul, DType::Float64, {cast(idx[0], DType::Float64), constant(DType::Float64, n->attrs.f1)});

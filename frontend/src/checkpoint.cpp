@@ -29,6 +29,7 @@
 #include "frontend/src/tensor_impl.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "runtime/storage.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; add byte swapping");
 
@@ -106,26 +107,20 @@ bool dtype_from_st(const std::string& s, DType& out) {
   return false;
 }
 
-template <class T> Tensor tensor_from_bytes(const uint8_t* p, size_t n, const IntList& shape) {
-  std::vector<T> v(n);
-  if (n) std::memcpy(v.data(), p, n * sizeof(T));
-  return from_vector(v, shape);
-}
-
-Tensor make_tensor(DType dt, const uint8_t* p, const IntList& shape) {
+// The tensor `name` of `path` from its bytes at `p` (copied once, into the tensor's storage).
+Tensor make_tensor(const std::string& path, const std::string& name, DType dt, const uint8_t* p, const IntList& shape,
+                   const Loc& loc) {
   const auto n = static_cast<size_t>(graph::numel(shape));
-  switch (dt) {
-  case DType::Bool: {
-    std::vector<bool> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = p[i] != 0;
-    return from_vector(v, shape);
-  }
-  case DType::Int32: return tensor_from_bytes<int32_t>(p, n, shape);
-  case DType::Int64: return tensor_from_bytes<int64_t>(p, n, shape);
-  case DType::Float32: return tensor_from_bytes<float>(p, n, shape);
-  case DType::Float64: return tensor_from_bytes<double>(p, n, shape);
-  }
-  return Tensor();
+  const size_t bytes = n * dtype_size(dt);
+  auto storage = runtime::try_allocate_host(bytes);
+  if (!storage)
+    detail::out_of_memory("load_safetensors", "host", bytes,
+                          std::string(dtype_name(dt)) + graph::shape_str(shape) + " \"" + name + "\" of '" + path + "'", loc);
+  if (dt == DType::Bool) // any non-zero byte is true; kiln's bools are 0 or 1
+    for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(storage->data())[i] = p[i] != 0;
+  else if (bytes)
+    std::memcpy(storage->data(), p, bytes);
+  return Tensor(graph::make_input(dt, shape, std::move(storage)));
 }
 
 // ---------------------------------------------------------------- the data digest
@@ -158,7 +153,7 @@ Payload payload_of(const NamedTensors& tensors) {
   Payload p;
   p.crc = crc32_of(0, nullptr, 0);
   for (const auto& [name, t] : tensors) {
-    p.storage.push_back(detail::host_storage(t));
+    p.storage.push_back(detail::host_storage(t, "save_safetensors", Loc::current()));
     p.bytes.push_back(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
     p.crc = crc32_of(p.crc, p.storage.back()->data(), p.bytes.back());
   }
@@ -315,7 +310,7 @@ void write_atomically(const std::string& path, const std::string& header, const 
 
 // ---------------------------------------------------------------- reading
 
-std::vector<uint8_t> read_file(const std::string& path) {
+std::vector<uint8_t> read_file(const std::string& path, const Loc& loc) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) file_error(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -326,10 +321,11 @@ std::vector<uint8_t> read_file(const std::string& path) {
   }
   std::vector<uint8_t> bytes;
   try {
-    bytes.resize(static_cast<size_t>(st.st_size));
-  } catch (const std::bad_alloc&) {
+    bytes = detail::host_vector<uint8_t>(static_cast<size_t>(st.st_size), "load_safetensors",
+                                         [&] { return "the file '" + path + "'"; }, loc);
+  } catch (const Error&) {
     ::close(fd);
-    file_error(path, "cannot read: out of memory for " + std::to_string(st.st_size) + " bytes");
+    throw;
   }
   size_t at = 0;
   while (at < bytes.size()) {
@@ -461,17 +457,20 @@ double metadata_number(const std::string& path, const std::string& key, const st
 
 // ---------------------------------------------------------------- public
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, Loc loc) {
   check_names(tensors, metadata);
   std::vector<Tensor> all;
   for (const auto& [name, t] : tensors) all.push_back(t);
-  kiln::realize(all);
-  const Payload payload = payload_of(tensors);
-  write_atomically(path, build_header(tensors, metadata, payload), tensors, payload);
+  kiln::realize(all, loc);
+  detail::memory_guard("save_safetensors", loc, [&] {
+    const Payload payload = payload_of(tensors);
+    write_atomically(path, build_header(tensors, metadata, payload), tensors, payload);
+  });
 }
 
-Contents load_safetensors(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_file(path);
+namespace {
+Contents read_safetensors(const std::string& path, const Loc& loc) {
+  const std::vector<uint8_t> bytes = read_file(path, loc);
   if (bytes.size() < 8) file_error(path, "truncated: " + std::to_string(bytes.size()) + " bytes, too short for a safetensors header");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
@@ -496,11 +495,17 @@ Contents load_safetensors(const std::string& path) {
   check_layout(path, entries, bytes.size() - data_start);
   check_digest(path, out.metadata, bytes.data() + data_start, bytes.size() - data_start);
   for (const Entry& e : entries)
-    out.tensors.emplace_back(e.name, make_tensor(e.dtype, bytes.data() + data_start + e.begin, e.shape));
+    out.tensors.emplace_back(e.name, make_tensor(path, e.name, e.dtype, bytes.data() + data_start + e.begin, e.shape, loc));
   return out;
 }
+} // namespace
 
-void save(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer, Metadata metadata) {
+Contents load_safetensors(const std::string& path, Loc loc) {
+  return detail::memory_guard("load_safetensors", loc, [&] { return read_safetensors(path, loc); });
+}
+
+void save(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer, Metadata metadata,
+          Loc loc) {
   NamedTensors all = model.state_dict();
   metadata["format"] = "kiln";
   if (optimizer) {
@@ -510,7 +515,7 @@ void save(const std::string& path, const nn::Module& model, const optim::Optimiz
     std::snprintf(buf, sizeof buf, "%.17g", optimizer->lr()); // exact round trip of the lr
     metadata["lr"] = buf;
   }
-  save_safetensors(path, all, metadata);
+  save_safetensors(path, all, metadata, loc);
 }
 
 namespace {
@@ -533,8 +538,8 @@ std::string compare_model(const NamedTensors& expected, const std::map<std::stri
 
 } // namespace
 
-Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer) {
-  Contents c = load_safetensors(path);
+Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer, Loc loc) {
+  Contents c = load_safetensors(path, loc);
   std::map<std::string, Tensor> model_entries;
   optim::NamedTensors opt_entries;
   const std::string opt_prefix = "optimizer.";
@@ -566,7 +571,7 @@ Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* opti
     t.assign(model_entries.at(name));
     changed.push_back(t);
   }
-  kiln::realize(changed); // parameters become plain inputs again
+  kiln::realize(changed, loc); // parameters become plain inputs again
   return c.metadata;
 }
 

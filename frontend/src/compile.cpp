@@ -258,12 +258,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
   const std::string sig = signature(args);
   auto it = impl_->traces.find(sig);
   if (it == impl_->traces.end() || !state_matches(it->second)) {
-    Trace tr = trace(impl_->fn, args);
+    Trace tr = detail::memory_guard("compile", loc, [&] { return trace(impl_->fn, args); });
     ++impl_->num_traces;
     it = impl_->traces.insert_or_assign(sig, std::move(tr)).first;
   }
   impl_->last = &it->second;
-  std::vector<Tensor> results = replay(it->second, args);
+  std::vector<Tensor> results = detail::memory_guard("compile", loc, [&] { return replay(it->second, args); });
   if (observed)
     runtime::observe::step(graph::source_line_str({loc.file_name(), loc.line()}), t0, runtime::observe::Clock::now(),
                            runtime::observe::thread_kernel_ms() - kernel_ms0, it->second.plan.schedule.launches.size());

@@ -2,6 +2,7 @@
 
 #include "kiln/data.h"
 
+#include "frontend/src/tensor_impl.h"
 #include "graph/shape.h"
 
 #include <zlib.h>
@@ -168,11 +169,13 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
   if (images.dims[0] != labels.dims[0])
     file_error(labels_path, "size mismatch: " + std::to_string(labels.dims[0]) + " labels for " +
                                 std::to_string(images.dims[0]) + " images in '" + images_path + "'");
-  std::vector<int64_t> y(labels.data.begin(), labels.data.end());
+  const auto what = [&](const char* of) { return [&, of] { return std::string(of) + " of '" + images_path + "'"; }; };
+  std::vector<int64_t> y = detail::host_vector<int64_t>(labels.data.size(), "FashionMNIST", what("the labels"), Loc::current());
+  std::copy(labels.data.begin(), labels.data.end(), y.begin());
   for (size_t i = 0; i < y.size(); ++i)
     if (y[i] > 9) file_error(labels_path, "label " + std::to_string(y[i]) + " of sample " + std::to_string(i) + " is not a class 0-9");
   const double mean = normalize ? kFashionMnistMean : 0.0, stdev = normalize ? kFashionMnistStd : 1.0;
-  std::vector<float> x(images.data.size());
+  std::vector<float> x = detail::host_vector<float>(images.data.size(), "FashionMNIST", what("the f32 images"), Loc::current());
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((images.data[i] / 255.0 - mean) / stdev);
   return Dataset(std::move(x), {1, images.dims[1], images.dims[2]}, std::move(y));
 }
@@ -206,35 +209,45 @@ Dataset::Dataset(std::vector<float> samples, IntList sample_shape, std::vector<i
   labels_ = std::make_shared<const std::vector<int64_t>>(std::move(labels));
 }
 
-Batch Dataset::batch(const std::vector<int64_t>& indices) const {
+Batch Dataset::batch(const std::vector<int64_t>& indices, Loc loc) const {
   const auto n = static_cast<int64_t>(indices.size());
-  std::vector<float> x(static_cast<size_t>(n * sample_numel_));
-  std::vector<int64_t> y(static_cast<size_t>(n));
+  IntList shape{n};
+  shape.insert(shape.end(), shape_.begin(), shape_.end());
+  const auto values = graph::checked_mul(n, sample_numel_);
+  if (!values) throw Error("Dataset::batch", "a batch of " + std::to_string(n) + " samples is too large", loc);
+  std::vector<float> x = detail::host_vector<float>(static_cast<size_t>(*values), "Dataset::batch",
+                                                    [&] { return "a batch f32" + graph::shape_str(shape); }, loc);
+  std::vector<int64_t> y = detail::host_vector<int64_t>(static_cast<size_t>(n), "Dataset::batch",
+                                                        [&] { return "its labels i64[" + std::to_string(n) + "]"; }, loc);
   for (int64_t b = 0; b < n; ++b) {
     const int64_t i = indices[b];
     if (i < 0 || i >= size()) throw Error("Dataset", "index " + std::to_string(i) + " out of range for " + std::to_string(size()) + " samples");
     std::copy_n(samples_->begin() + i * sample_numel_, sample_numel_, x.begin() + b * sample_numel_);
     y[b] = (*labels_)[i];
   }
-  IntList shape{n};
-  shape.insert(shape.end(), shape_.begin(), shape_.end());
-  return {from_vector(x, shape), from_vector(y, {n})};
+  return {from_vector(x, shape, loc), from_vector(y, {n}, loc)};
 }
 
-Dataset Dataset::slice(int64_t begin, int64_t end) const {
+Dataset Dataset::slice(int64_t begin, int64_t end, Loc loc) const {
   begin = std::clamp<int64_t>(begin, 0, size());
   end = std::clamp<int64_t>(end, begin, size());
-  std::vector<float> x(samples_->begin() + begin * sample_numel_, samples_->begin() + end * sample_numel_);
-  std::vector<int64_t> y(labels_->begin() + begin, labels_->begin() + end);
-  return Dataset(std::move(x), shape_, std::move(y));
+  const auto n = static_cast<size_t>(end - begin);
+  const auto what = [&] { return std::to_string(n) + " samples"; };
+  std::vector<float> x = detail::host_vector<float>(n * static_cast<size_t>(sample_numel_), "Dataset::slice", what, loc);
+  std::vector<int64_t> y = detail::host_vector<int64_t>(n, "Dataset::slice", what, loc);
+  std::copy(samples_->begin() + begin * sample_numel_, samples_->begin() + end * sample_numel_, x.begin());
+  std::copy(labels_->begin() + begin, labels_->begin() + end, y.begin());
+  return detail::memory_guard("Dataset::slice", loc, [&] { return Dataset(std::move(x), shape_, std::move(y)); });
 }
 
-Loader Dataset::batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last) const {
-  return Loader(*this, batch_size, shuffle_seed, drop_last);
+Loader Dataset::batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last, Loc loc) const {
+  return Loader(*this, batch_size, shuffle_seed, drop_last, loc);
 }
 
-std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, Loc loc) {
+  if (n < 0) throw Error("shuffled_indices", "n must not be negative, got " + std::to_string(n), loc);
+  std::vector<int64_t> order = detail::host_vector<int64_t>(
+      static_cast<size_t>(n), "shuffled_indices", [&] { return "a permutation of " + std::to_string(n) + " indices"; }, loc);
   for (int64_t i = 0; i < n; ++i) order[i] = i;
   std::mt19937_64 rng(seed);
   for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[bounded(rng, static_cast<uint64_t>(i) + 1)]);
@@ -243,13 +256,14 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
 
 // ---------------------------------------------------------------- Loader
 
-Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last)
-    : dataset_(std::move(dataset)), batch_size_(batch_size), drop_last_(drop_last) {
+Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last, Loc loc)
+    : dataset_(std::move(dataset)), batch_size_(batch_size), drop_last_(drop_last), loc_(loc) {
   if (batch_size <= 0) throw Error("batches", "batch_size must be positive, got " + std::to_string(batch_size));
   if (shuffle_seed) {
-    order_ = shuffled_indices(dataset_.size(), *shuffle_seed);
+    order_ = shuffled_indices(dataset_.size(), *shuffle_seed, loc);
   } else {
-    order_.resize(static_cast<size_t>(dataset_.size()));
+    order_ = detail::host_vector<int64_t>(static_cast<size_t>(dataset_.size()), "batches",
+                                          [&] { return "the order of " + std::to_string(dataset_.size()) + " samples"; }, loc);
     for (int64_t i = 0; i < dataset_.size(); ++i) order_[i] = i;
   }
 }
@@ -262,7 +276,7 @@ int64_t Loader::size() const {
 Batch Loader::operator[](int64_t i) const {
   if (i < 0 || i >= size()) throw Error("batches", "batch " + std::to_string(i) + " out of range for " + std::to_string(size()));
   const int64_t begin = i * batch_size_, end = std::min<int64_t>(begin + batch_size_, dataset_.size());
-  return dataset_.batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
+  return dataset_.batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end), loc_);
 }
 
 // ---------------------------------------------------------------- Fashion-MNIST

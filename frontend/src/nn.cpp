@@ -171,6 +171,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Loc lo
   if (in_features <= 0 || out_features <= 0)
     throw Error("Linear", "features must be positive, got in=" + std::to_string(in_features) + ", out=" +
                               std::to_string(out_features), loc);
+  const detail::UserCall call("Linear", loc); // errors of making the parameters (memory) are Linear's
+  const graph::SourceScope at(loc);
   // Kaiming-uniform with a = sqrt(5) reduces to bound 1/sqrt(fan_in), as the bias.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   weight = register_parameter("weight", uniform({out_features, in_features}, bound));
@@ -193,6 +195,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
     throw Error("Conv2d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive", loc);
+  const detail::UserCall call("Conv2d", loc);
+  const graph::SourceScope at(loc);
   const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   weight = register_parameter("weight", uniform({out_channels, in_channels / g, kernel_size.h, kernel_size.w}, bound));
@@ -236,6 +240,8 @@ std::string AvgPool2d::extra_repr() const {
 BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int rank_max, std::string name, Loc loc)
     : options(opts), features_(features), rank_min_(rank_min), rank_max_(rank_max), name_(std::move(name)) {
   if (features <= 0) throw Error(name_, "the number of features must be positive", loc);
+  const detail::UserCall call(name_, loc);
+  const graph::SourceScope at(loc);
   if (opts.affine) {
     weight = register_parameter("weight", ones({features}));
     bias = register_parameter("bias", zeros({features}));
@@ -273,6 +279,8 @@ std::string BatchNorm::extra_repr() const {
 LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool elementwise_affine, Loc loc)
     : shape_(std::move(normalized_shape)), eps_(eps) {
   if (shape_.empty()) throw Error("LayerNorm", "normalized_shape must not be empty", loc);
+  const detail::UserCall call("LayerNorm", loc);
+  const graph::SourceScope at(loc);
   if (elementwise_affine) {
     weight = register_parameter("weight", ones(shape_));
     bias = register_parameter("bias", zeros(shape_));
@@ -317,6 +325,8 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc) : num_(num_embeddings), dim_(embedding_dim) {
   if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive", loc);
+  const detail::UserCall call("Embedding", loc);
+  const graph::SourceScope at(loc);
   weight = register_parameter("weight", randn({num_embeddings, embedding_dim}, next_seed()));
 }
 

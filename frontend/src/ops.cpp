@@ -199,8 +199,13 @@ graph::Shape infer_shape(const Tensor& x, IntList shape, const Loc& loc) {
   return shape;
 }
 
-template <class T> std::shared_ptr<graph::Storage> copy_to_storage(const std::vector<T>& data, DType dt) {
-  auto s = runtime::allocate_host(data.size() * dtype_size(dt));
+// The values in new host storage (OutOfMemoryError of from_vector at `loc` when it cannot be had).
+template <class T>
+std::shared_ptr<graph::Storage> copy_to_storage(const std::vector<T>& data, DType dt, const IntList& shape, const Loc& loc) {
+  const size_t bytes = data.size() * dtype_size(dt);
+  auto s = runtime::try_allocate_host(bytes);
+  if (!s)
+    detail::out_of_memory("from_vector", "host", bytes, "the values of " + std::string(dtype_name(dt)) + graph::shape_str(shape), loc);
   if constexpr (std::is_same_v<T, bool>) {
     auto* p = static_cast<uint8_t*>(s->data());
     for (size_t i = 0; i < data.size(); ++i) p[i] = data[i] ? 1 : 0;
@@ -305,7 +310,7 @@ template <class T> Tensor from_vector(const std::vector<T>& data, IntList shape,
   if (graph::numel(shape) != static_cast<int64_t>(data.size()))
     throw Error("from_vector", std::to_string(data.size()) + " values do not fill shape " + graph::shape_str(shape), loc);
   constexpr DType dt = dtype_of<T>();
-  return Tensor(graph::make_input(dt, shape, copy_to_storage(data, dt)));
+  return Tensor(graph::make_input(dt, shape, copy_to_storage(data, dt, shape, loc)));
 }
 template Tensor from_vector<float>(const std::vector<float>&);
 template Tensor from_vector<float>(const std::vector<float>&, IntList, Loc);

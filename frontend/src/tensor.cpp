@@ -254,8 +254,8 @@ int64_t Tensor::size(int64_t d, Loc loc) const {
   return shape()[*w];
 }
 
-const Tensor& Tensor::realize() const {
-  kiln::realize({*this});
+const Tensor& Tensor::realize(Loc loc) const {
+  kiln::realize({*this}, loc);
   return *this;
 }
 
@@ -279,8 +279,9 @@ std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl
   return nodes;
 }
 
-// Realizes the tensors' current nodes and returns them (see kiln::realize).
-std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors) {
+// Realizes the tensors' current nodes and returns them (see kiln::realize); memory that cannot
+// be had is an OutOfMemoryError of `op` at `loc`.
+std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors, const char* op, const Loc& loc) {
   std::vector<std::shared_ptr<TensorImpl>> impls;
   for (const Tensor& t : tensors) {
     (void)t.node(); // an undefined tensor throws
@@ -294,17 +295,17 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
   // After a backward() (a loop that assign()s by hand, or a value read before step()),
   // what is pending joins this realize; before one, it waits (BatchNorm's statistics
   // recorded by this step's forward pass wait for its step()).
-  return realize_impls(std::move(impls), !g_pending.roots.empty());
+  return detail::memory_guard(op, loc, [&] { return realize_impls(std::move(impls), !g_pending.roots.empty()); });
 }
 } // namespace
 
-void realize(const std::vector<Tensor>& tensors) { realize_snapshots(tensors); }
+void realize(const std::vector<Tensor>& tensors, Loc loc) { realize_snapshots(tensors, "realize", loc); }
 
 void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
 void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }
 
 void detail::flush_pending() {
-  if (!active_capture()) realize_impls({}, true);
+  if (!active_capture()) detail::memory_guard("realize", Loc::current(), [] { realize_impls({}, true); });
 }
 
 std::string graph_text(const std::vector<Tensor>& tensors) {
@@ -328,21 +329,24 @@ void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc)
 }
 } // namespace
 
-std::shared_ptr<graph::Storage> detail::host_storage(const Tensor& t) { return host_value(*realize_snapshots({t})[0]); }
+std::shared_ptr<graph::Storage> detail::host_storage(const Tensor& t, const char* op, const Loc& loc) {
+  const graph::NodeRef n = realize_snapshots({t}, op, loc)[0];
+  return memory_guard(op, loc, [&] { return host_value(*n); });
+}
 
 template <class T> T Tensor::item(Loc loc) const {
   forbid_reads_while_tracing("item", *this, loc);
   if (node_snapshot(*this)->numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
-  const graph::NodeRef n = realize_snapshots({*this})[0];
-  return read_element<T>(host_value(*n)->data(), n->dtype, 0);
+  const graph::NodeRef n = realize_snapshots({*this}, "item", loc)[0];
+  return read_element<T>(detail::memory_guard("item", loc, [&] { return host_value(*n); })->data(), n->dtype, 0);
 }
 
-template <class T> std::vector<T> Tensor::to_vector() const {
-  forbid_reads_while_tracing("to_vector", *this, Loc::current());
-  const graph::NodeRef node = realize_snapshots({*this})[0];
+template <class T> std::vector<T> Tensor::to_vector(Loc loc) const {
+  forbid_reads_while_tracing("to_vector", *this, loc);
+  const graph::NodeRef node = realize_snapshots({*this}, "to_vector", loc)[0];
   const size_t n = static_cast<size_t>(node->numel());
-  std::vector<T> out(n);
-  const auto host = host_value(*node);
+  std::vector<T> out = detail::host_vector<T>(n, "to_vector", [&] { return "the values of " + Tensor(node).type_str(); }, loc);
+  const auto host = detail::memory_guard("to_vector", loc, [&] { return host_value(*node); });
   const void* data = host->data();
   for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, node->dtype, i);
   return out;
@@ -350,7 +354,7 @@ template <class T> std::vector<T> Tensor::to_vector() const {
 
 #define KILN_INSTANTIATE_READ(T)                                                                                 \
   template T Tensor::item<T>(Loc) const;                                                                         \
-  template std::vector<T> Tensor::to_vector<T>() const;
+  template std::vector<T> Tensor::to_vector<T>(Loc) const;
 KILN_INSTANTIATE_READ(float)
 KILN_INSTANTIATE_READ(double)
 KILN_INSTANTIATE_READ(int32_t)
@@ -360,13 +364,14 @@ KILN_INSTANTIATE_READ(bool)
 
 namespace {
 
-// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements.
-void print_values(std::ostream& os, const std::vector<double>& v, const IntList& shape, size_t dim, size_t offset,
+// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements. Reads
+// only the elements it prints (a summarized tensor of any size costs no copy).
+void print_values(std::ostream& os, const void* v, const IntList& shape, size_t dim, size_t offset,
                   bool summarize, DType dt, int indent) {
   if (dim == shape.size()) {
-    if (is_floating(dt)) os << std::setprecision(6) << v[offset];
-    else if (dt == DType::Bool) os << (v[offset] != 0 ? "true" : "false");
-    else os << static_cast<int64_t>(v[offset]);
+    if (is_floating(dt)) os << std::setprecision(6) << read_element<double>(v, dt, offset);
+    else if (dt == DType::Bool) os << (read_element<bool>(v, dt, offset) ? "true" : "false");
+    else os << read_element<int64_t>(v, dt, offset);
     return;
   }
   const int64_t n = shape[dim];
@@ -389,9 +394,11 @@ void print_values(std::ostream& os, const std::vector<double>& v, const IntList&
 std::string Tensor::str() const {
   std::ostringstream os;
   os << "tensor(";
-  const std::vector<double> v = to_vector<double>(); // realizes first: that may replace the node
-  print_values(os, v, shape(), 0, 0, numel() > 1000, dtype(), 7);
-  os << ", dtype=" << dtype_name(dtype()) << ")";
+  forbid_reads_while_tracing("str", *this, Loc::current());
+  const graph::NodeRef node = realize_snapshots({*this}, "str", Loc::current())[0];
+  const auto host = detail::memory_guard("str", Loc::current(), [&] { return host_value(*node); });
+  print_values(os, host->data(), node->shape, 0, 0, node->numel() > 1000, node->dtype, 7);
+  os << ", dtype=" << dtype_name(node->dtype) << ")";
   return os.str();
 }
 
@@ -447,6 +454,8 @@ Tensor Tensor::to(Device device, Loc loc) const {
                           return std::vector<Tensor>{g[0].to(from)};
                         }};
     return move({*this}, loc)[0];
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("to", e.reason() + " (a copy of " + type_str() + " to " + device.str() + ")", e.bytes(), loc);
   } catch (const Error& e) {
     if (e.op() == "to") throw;
     detail::fail("to", "cannot copy to " + device.str() + ": " + e.what(), {this}, loc);

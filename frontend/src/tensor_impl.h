@@ -4,6 +4,8 @@
 #include <functional>
 #include <initializer_list>
 #include <mutex>
+#include <new>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -87,8 +89,21 @@ void note_pending_root(const std::shared_ptr<TensorImpl>& impl);
 /// Realizes what note_pending() and note_pending_root() collected on this thread (values,
 /// defined gradients, roots) in one realize; the leaves drop their history. No-op in a trace.
 void flush_pending();
-/// The realized value of `t` in host memory (copied from a GPU, waiting for it, when it lives there).
-std::shared_ptr<graph::Storage> host_storage(const Tensor& t);
+/// The realized value of `t` in host memory (copied from a GPU, waiting for it, when it lives there);
+/// memory that cannot be had is an OutOfMemoryError of `op` at `loc`.
+std::shared_ptr<graph::Storage> host_storage(const Tensor& t, const char* op, const Loc& loc);
+
+/// std::vector<T>(n) for a public function `op` called at `loc`: memory that cannot be had is an
+/// OutOfMemoryError naming the bytes and what they were for (`what()`, "the values of f32[4]").
+/// Every host vector whose size the user chose (a tensor's values, a data set, a file) is made here.
+template <class T, class What> std::vector<T> host_vector(size_t n, const char* op, What what, const Loc& loc) {
+  try {
+    return std::vector<T>(n);
+  } catch (const std::bad_alloc&) {
+    const uint64_t bytes = std::is_same_v<T, bool> ? (n + 7) / 8 : n * sizeof(T);
+    out_of_memory(op, "host", bytes, what(), loc);
+  }
+}
 
 } // namespace detail
 } // namespace kiln

@@ -52,6 +52,10 @@ Error::Error(const std::string& op, const std::string& what, const std::source_l
 
 Error::Error(const std::string& what) : std::runtime_error(what) {}
 
+OutOfMemoryError::OutOfMemoryError(const std::string& op, const std::string& reason, uint64_t bytes,
+                                   const std::source_location& where)
+    : Error(op, reason, where), reason_(reason), bytes_(bytes) {}
+
 namespace detail {
 
 UserCall::UserCall(const char* op, const std::source_location& where) { g_calls.push_back({op, where}); }
@@ -61,6 +65,23 @@ UserCall::~UserCall() { g_calls.pop_back(); }
 std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where) {
   Call c = reported(op, where);
   return {std::move(c.op), c.where};
+}
+
+std::string bytes_str(uint64_t bytes) {
+  static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 10 && u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return u ? std::string(buf) + " (" + std::to_string(bytes) + " bytes)" : std::to_string(bytes) + " bytes";
+}
+
+void out_of_memory(const std::string& op, const char* place, uint64_t bytes, const std::string& what,
+                   const std::source_location& where) {
+  throw OutOfMemoryError(op, std::string("out of ") + place + " memory: cannot allocate " + bytes_str(bytes) +
+                                 (what.empty() ? "" : " for " + what),
+                         bytes, where);
 }
 
 bool in_kiln_sources(const std::source_location& loc) {

@@ -133,8 +133,10 @@ std::shared_ptr<graph::Storage> Gpu::allocate(size_t bytes) {
     r = api_.MemAlloc(&p, size);
   }
   if (r == 2)
-    throw Error("cuda", "out of device memory on " + device().str() + ": " + std::to_string(bytes) +
-                            " bytes requested, " + std::to_string(stats_.bytes_in_use) + " bytes in use by tensors");
+    throw OutOfMemoryError("cuda", "out of device memory on " + device().str() + ": cannot allocate " +
+                                       detail::bytes_str(bytes) + ", " + detail::bytes_str(stats_.bytes_in_use) +
+                                       " in use by tensors",
+                           bytes);
   check(r, "cuMemAlloc of " + std::to_string(size) + " bytes");
   ++stats_.fresh_allocations;
   note_use(size);

@@ -157,7 +157,9 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std
       const size_t want = (bytes + 4095) / 4096 * 4096;
       scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
       capacity = scratch ? want : 0;
-      if (!scratch) throw std::bad_alloc();
+      if (!scratch)
+        detail::out_of_memory("realize", "host", want, "the scratch memory of a matrix product",
+                              std::source_location::current());
     }
     std::vector<void*> args(bufs, bufs + nbufs);
     args.push_back(scratch.get());
@@ -291,13 +293,18 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
 }
 
 namespace {
-// A launch's parameters with its seeds replaced where `seeds` says so.
+// A launch's parameters with its seeds and scalar constants replaced where `seeds` and `consts` say so.
 const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const SeedOverrides& seeds,
-                                          std::vector<int64_t>& scratch) {
-  if (seeds.empty() || l.seed_params.empty()) return l.params;
+                                          const ConstOverrides& consts, std::vector<int64_t>& scratch) {
+  const bool new_seeds = !seeds.empty() && !l.seed_params.empty(), new_consts = !consts.empty() && !l.const_params.empty();
+  if (!new_seeds && !new_consts) return l.params;
   scratch = l.params;
-  for (int i : l.seed_params)
-    if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
+  if (new_seeds)
+    for (int i : l.seed_params)
+      if (auto it = seeds.find(scratch[static_cast<size_t>(i)]); it != seeds.end()) scratch[static_cast<size_t>(i)] = it->second;
+  if (new_consts)
+    for (const auto& [i, node] : l.const_params)
+      if (auto it = consts.find(node); it != consts.end()) scratch[static_cast<size_t>(i)] = it->second;
   return scratch;
 }
 } // namespace
@@ -314,6 +321,36 @@ std::shared_ptr<graph::Storage> error_buffer(const Plan& plan) {
   return plan.device == kCPU ? host : copy_to(*host, plan.device);
 }
 
+// Storage of `bytes` for a plan; memory that cannot be had is an OutOfMemoryError of "realize"
+// that says what it was for (`what()`): public functions rename it after themselves.
+template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device, size_t bytes, What what) {
+  try {
+    return allocate(device, bytes);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError("realize", e.reason() + " for " + what(), e.bytes());
+  }
+}
+
+std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l) {
+  return plan_storage(plan.device, node_bytes(l.output), [&] {
+    const std::string lines = graph::source_lines_str(l.lines);
+    return std::string(dtype_name(l.output->dtype)) + graph::shape_str(l.output->shape) +
+           (lines.empty() ? "" : " computed at " + lines);
+  });
+}
+
+// The arena of the plan's intermediates.
+std::shared_ptr<graph::Storage> arena_storage(const Plan& plan) {
+  return plan_storage(plan.device, plan.arena_bytes, [&] {
+    std::vector<graph::SourceLine> lines;
+    for (const codegen::KernelLaunch& l : plan.schedule.launches)
+      if (plan.arena_offset.count(l.output) && lines.size() <= 4) // source_lines_str names 4
+        for (const graph::SourceLine& s : l.lines) graph::add_source_line(lines, s);
+    const std::string at = graph::source_lines_str(lines);
+    return std::to_string(plan.arena_offset.size()) + " intermediate values" + (at.empty() ? "" : " computed at " + at);
+  });
+}
+
 // Throws the first failed index check's kiln::Error (reading a GPU's buffer waits for its kernels).
 void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
   if (!errors) return;
@@ -323,15 +360,15 @@ void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
 } // namespace
 
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
-                                                     const SeedOverrides& seeds) {
+                                                     const SeedOverrides& seeds, const ConstOverrides& consts) {
   for (const auto& [node, storage] : bindings)
     if (storage->device() != plan.device)
       throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
                                  " is on " + storage->device().str() + " but the computation runs on " +
                                  plan.device.str() + " (move it with .to(device))");
-  Memory mem{plan, bindings, plan.arena_bytes ? allocate(plan.device, plan.arena_bytes) : nullptr, {}};
+  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, {}};
   for (const auto& l : plan.schedule.launches)
-    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = allocate(plan.device, node_bytes(l.output));
+    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = output_storage(plan, l);
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   const bool anomaly = anomaly_checks_on(); // kiln/anomaly.h: off, this load is all it costs
@@ -342,7 +379,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     bufs.clear();
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     bufs.push_back(mem.address(l.output));
-    const std::vector<int64_t>& params = launch_params(l, seeds, scratch);
+    const std::vector<int64_t>& params = launch_params(l, seeds, consts, scratch);
     const auto t0 = Clock::now();
     const codegen::CpuKernelFn fn = gpu ? nullptr : plan.kernels[i]->get(); // the best code so far
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
@@ -380,6 +417,7 @@ struct GraphWalk {
   std::vector<uint8_t> source;             // per node in order: read from its buffer
   std::vector<const graph::Node*> sources; // the sources, in order
   std::vector<int64_t> seeds;              // distinct random seeds, in order (kernel parameters)
+  std::vector<const graph::Node*> consts;  // scalar Const nodes (not bools), in order (kernel parameters)
   std::vector<uint64_t> key;
   size_t hash = 0;
   bool root_is_source = false;             // a root was realized meanwhile (by another thread)
@@ -394,13 +432,31 @@ void append_dims(std::vector<uint64_t>& k, const graph::Node* n) {
   for (int64_t d : n->shape) k.push_back(static_cast<uint64_t>(d));
 }
 
+// A Const node whose value is a kernel parameter (codegen::scalar_param): any but a bool's.
+bool scalar_constant(const graph::Node* n) { return n->op == graph::OpKind::Const && n->dtype != DType::Bool; }
+
 // A random leaf's seed is a kernel parameter (see codegen::KernelLaunch::seed_params): the
-// key holds which of the graph's distinct seeds it is, not its value.
+// key holds which of the graph's distinct seeds it is, not its value. So is a scalar constant's.
 uint64_t seed_word(GraphWalk& w, const graph::Node* n) {
+  if (scalar_constant(n)) return 0;
   if (n->op != graph::OpKind::Rand && n->op != graph::OpKind::Randn) return static_cast<uint64_t>(n->attrs.i0);
   auto it = std::find(w.seeds.begin(), w.seeds.end(), n->attrs.i0);
   if (it == w.seeds.end()) it = w.seeds.insert(it, n->attrs.i0);
   return static_cast<uint64_t>(it - w.seeds.begin());
+}
+
+// The floating Const node that the operand `n` of a pow or a divisor is, through views and casts,
+// or null. The lowering keeps such constants baked into the kernel (codegen/src/lower.cpp, baked()),
+// so the key must hold their values. (It may name more than the lowering bakes: that only costs a reuse.)
+const graph::Node* baked_scalar(const graph::Node* n, const std::unordered_map<const graph::Node*, uint32_t>& pos,
+                                const GraphWalk& w) {
+  using graph::OpKind;
+  const auto passes = [](OpKind op) { // ops whose lowering is their operand's expression (a Pad or Concat selects)
+    return op == OpKind::Reshape || op == OpKind::Permute || op == OpKind::Expand || op == OpKind::Slice ||
+           op == OpKind::Cast || op == OpKind::Detach;
+  };
+  while (!w.source[pos.at(n)] && passes(n->op)) n = n->inputs[0].get();
+  return !w.source[pos.at(n)] && scalar_constant(n) ? n : nullptr;
 }
 
 // A source is its type and place; another node also its op, attributes and operands (by position).
@@ -414,9 +470,17 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   k.push_back(a.ints.size());
   for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
   const uint64_t i0 = seed_word(w, n);
-  k.insert(k.end(), {std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0, static_cast<uint64_t>(a.i1),
-                     n->inputs.size()});
+  // A scalar constant's value is a kernel parameter (codegen::scalar_param): the key holds
+  // that it is one, the plan takes the values of the graph it runs for.
+  const bool scalar = scalar_constant(n);
+  if (scalar) w.consts.push_back(n);
+  k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
+                     static_cast<uint64_t>(a.i1), n->inputs.size()});
   for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
+  const bool pow = n->op == graph::OpKind::Pow, div = n->op == graph::OpKind::Div;
+  for (size_t i = 0; (pow || div) && i < n->inputs.size(); ++i)
+    if (const graph::Node* c = pow || i == 1 ? baked_scalar(n->inputs[i].get(), pos, w) : nullptr)
+      k.push_back(static_cast<uint64_t>(codegen::scalar_param_bits(*c)));
 }
 
 // One iterative post-order walk (deep graphs must not overflow the stack); each node's
@@ -468,6 +532,7 @@ struct CachedPlan {
   std::vector<uint64_t> key;
   std::vector<graph::NodeRef> sources; // placeholders, in the walk's order of sources
   std::vector<int64_t> seeds;          // the plan's random seeds (GraphWalk::seeds)
+  std::vector<graph::NodeRef> consts;  // its floating Const nodes, in the walk's order (GraphWalk::consts)
   Plan plan;
 };
 
@@ -487,6 +552,7 @@ std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<grap
       for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
       m = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->device);
     }
+    if (scalar_constant(n) && !w.source[i]) c->consts.push_back(m);
     copy.emplace(n, std::move(m));
   }
   std::vector<graph::NodeRef> outputs;
@@ -527,7 +593,8 @@ thread_local ScheduleCache t_schedule_cache;
 
 // The cached plan for `roots` with its bindings and seeds; null where the plan must be made
 // afresh (cache off, a source without data: make_plan and execute report that).
-const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds) {
+const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bindings, SeedOverrides& seeds,
+                        ConstOverrides& consts) {
   const GraphWalk w = walk(roots);
   counters().nodes += w.order.size();
   // Anomaly mode names the lines of this graph's nodes, which a cached plan's copies lack.
@@ -549,6 +616,9 @@ const Plan* cached_plan(const std::vector<graph::NodeRef>& roots, Bindings& bind
   for (size_t i = 0; i < w.sources.size(); ++i) bindings[c->sources[i].get()] = w.sources[i]->realized();
   for (size_t i = 0; i < w.seeds.size(); ++i)
     if (c->seeds[i] != w.seeds[i]) seeds[c->seeds[i]] = w.seeds[i];
+  for (size_t i = 0; i < w.consts.size(); ++i)
+    if (const int64_t bits = codegen::scalar_param_bits(*w.consts[i]); bits != codegen::scalar_param_bits(*c->consts[i]))
+      consts[c->consts[i].get()] = bits;
   return &c->plan;
 }
 
@@ -557,9 +627,10 @@ void realize_on_device(const std::vector<graph::NodeRef>& here) {
   ++counters().realizations;
   Bindings bindings;
   SeedOverrides seeds;
+  ConstOverrides consts;
   std::vector<std::shared_ptr<graph::Storage>> values;
-  if (const Plan* cached = cached_plan(here, bindings, seeds)) {
-    values = execute(*cached, bindings, seeds);
+  if (const Plan* cached = cached_plan(here, bindings, seeds, consts)) {
+    values = execute(*cached, bindings, seeds, consts);
   } else {
     const Plan plan = make_plan(here);
     values = execute(plan);

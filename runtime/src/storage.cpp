@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "kiln/error.h"
 #include "runtime/cuda_runtime.h"
@@ -18,15 +19,13 @@ constexpr size_t kMaxCached = size_t{2} << 30; // keep at most 2 GiB of freed bl
 
 constexpr size_t kMaxBytes = size_t{1} << 48; // far beyond any host's memory; keeps the rounding exact
 
-size_t round_up(size_t bytes) {
-  if (bytes > kMaxBytes) throw Error("out of host memory: " + std::to_string(bytes) + " bytes requested");
-  return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-}
+size_t round_up(size_t bytes) { return std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign); }
 
 // Freed blocks keyed by their (rounded) size; best fit on reuse.
 class HostPool {
 public:
-  void* take(size_t size) {
+  // A block of `size` bytes (a multiple of kAlign), or null when the system has none.
+  void* take(size_t size) noexcept {
     {
       std::lock_guard lock(mu_);
       auto it = free_.lower_bound(size);
@@ -43,20 +42,26 @@ public:
       release();
       p = std::aligned_alloc(kAlign, size);
     }
-    if (!p) throw Error("out of host memory allocating " + std::to_string(size) + " bytes");
+    if (!p) return nullptr;
     std::lock_guard lock(mu_);
     ++stats_.fresh_allocations;
     note_use(size);
     return p;
   }
-  void give(void* p, size_t size) {
+  // Called from destructors: never throws (a block the map has no room for goes back to the system).
+  void give(void* p, size_t size) noexcept {
     std::lock_guard lock(mu_);
     stats_.bytes_in_use -= size;
     if (stats_.bytes_cached + size > kMaxCached) {
       std::free(p);
       return;
     }
-    free_.emplace(size, p);
+    try {
+      free_.emplace(size, p);
+    } catch (const std::bad_alloc&) {
+      std::free(p);
+      return;
+    }
     stats_.bytes_cached += size;
   }
   void release() {
@@ -87,7 +92,7 @@ HostPool& pool() {
 
 class HostStorage final : public graph::Storage {
 public:
-  HostStorage(size_t bytes) : bytes_(bytes), size_(round_up(bytes)), data_(pool().take(size_)) {}
+  HostStorage(size_t bytes, size_t size, void* data) : bytes_(bytes), size_(size), data_(data) {}
   ~HostStorage() override { pool().give(data_, size_); }
   void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
@@ -100,7 +105,24 @@ private:
 
 } // namespace
 
-std::shared_ptr<graph::Storage> allocate_host(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
+std::shared_ptr<graph::Storage> try_allocate_host(size_t bytes) noexcept {
+  if (bytes > kMaxBytes) return nullptr;
+  const size_t size = round_up(bytes);
+  void* data = pool().take(size);
+  if (!data) return nullptr;
+  try {
+    return std::make_shared<HostStorage>(bytes, size, data);
+  } catch (const std::bad_alloc&) { // the control block
+    pool().give(data, size);
+    return nullptr;
+  }
+}
+
+std::shared_ptr<graph::Storage> allocate_host(size_t bytes) {
+  auto s = try_allocate_host(bytes);
+  if (!s) detail::out_of_memory("allocate", "host", bytes, "", std::source_location::current());
+  return s;
+}
 AllocatorStats allocator_stats() { return pool().stats(); }
 
 void require_device(Device device) {

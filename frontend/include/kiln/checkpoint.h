@@ -42,8 +42,10 @@ using Metadata = std::map<std::string, std::string>;
 
 /// Writes `tensors` (realizing them) and `metadata` to `path` in the safetensors format, atomically.
 /// Names must be unique, non-empty and valid UTF-8; "__metadata__" and the metadata key
-/// "kiln.data_crc32" are reserved.
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+/// "kiln.data_crc32" are reserved. Memory that cannot be had, here and in the functions below,
+/// is a kiln::OutOfMemoryError naming the function, the bytes, the tensor and `loc`.
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
+                      Loc loc = Loc::current());
 
 /// What a safetensors file holds.
 struct Contents {
@@ -51,13 +53,13 @@ struct Contents {
   Metadata metadata;    ///< "__metadata__" (empty when absent)
 };
 /// Reads and validates a safetensors file (dtypes F32, F64, I32, I64, BOOL).
-Contents load_safetensors(const std::string& path);
+Contents load_safetensors(const std::string& path, Loc loc = Loc::current());
 
 /// Saves the model's state_dict() under its own names and, when given, the optimizer's
 /// state under "optimizer.<index>.<slot>", with metadata {"format": "kiln", "optimizer":
 /// kind, "lr": current lr} added to `metadata`.
 void save(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer = nullptr,
-          Metadata metadata = {});
+          Metadata metadata = {}, Loc loc = Loc::current());
 
 /// Loads a checkpoint written by save() into `model` and, when given, `optimizer` (whose
 /// learning rate is restored too; "lr" must be a finite, non-negative decimal number).
@@ -65,6 +67,7 @@ void save(const std::string& path, const nn::Module& model, const optim::Optimiz
 /// model entry may be present, and the optimizer state must be complete (see
 /// Optimizer::load_state_dict); otherwise nothing is changed and the error lists every
 /// mismatch. Returns the file's metadata.
-Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr);
+Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr,
+              Loc loc = Loc::current());
 
 } // namespace kiln::checkpoint

@@ -50,13 +50,16 @@ public:
   const std::vector<int64_t>& labels() const { return *labels_; }
   /// The samples, in order (size() * numel(sample_shape) values).
   const std::vector<float>& samples() const { return *samples_; }
-  /// The samples at `indices`, stacked, with their labels.
-  Batch batch(const std::vector<int64_t>& indices) const;
+  /// The samples at `indices`, stacked, with their labels. Memory that cannot be had (here,
+  /// in slice() and in a Loader's batches) is a kiln::OutOfMemoryError naming the bytes.
+  Batch batch(const std::vector<int64_t>& indices, Loc loc = Loc::current()) const;
   /// Samples [begin, end) as a new dataset (end is clamped to size()).
-  Dataset slice(int64_t begin, int64_t end) const;
+  Dataset slice(int64_t begin, int64_t end, Loc loc = Loc::current()) const;
   /// Batches of `batch_size` in order, or shuffled by `shuffle_seed` (pass a different
   /// seed per epoch, e.g. seed + epoch); the last partial batch is kept unless drop_last.
-  Loader batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed = std::nullopt, bool drop_last = false) const;
+  /// Errors of making the batches name `loc`, the line that asked for them.
+  Loader batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed = std::nullopt, bool drop_last = false,
+                 Loc loc = Loc::current()) const;
 
 private:
   std::shared_ptr<const std::vector<float>> samples_;
@@ -67,13 +70,14 @@ private:
 
 /// A permutation of 0..n-1 by Fisher-Yates driven by std::mt19937_64 seeded with `seed`,
 /// with kiln's own unbiased bounded draw: the same order on every platform.
-std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed);
+std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, Loc loc = Loc::current());
 
 /// The batches of one pass over a dataset; iterate with a range-for.
 class Loader {
 public:
   /// See Dataset::batches.
-  Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last);
+  Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last,
+         Loc loc = Loc::current());
   /// Number of batches.
   int64_t size() const;
   /// The i-th batch.
@@ -101,6 +105,7 @@ private:
   int64_t batch_size_;
   bool drop_last_;
   std::vector<int64_t> order_;
+  Loc loc_; // where the batches were asked for
 };
 
 /// Fashion-MNIST's normalization constants (of the training images, pixels in [0, 1]).

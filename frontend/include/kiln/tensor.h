@@ -59,11 +59,11 @@ public:
   std::string type_str() const;
 
   /// Computes the value now (no-op when it already is).
-  const Tensor& realize() const;
+  const Tensor& realize(Loc loc = Loc::current()) const;
   /// The only element of a one-element tensor, converted to T.
   template <class T> T item(Loc loc = Loc::current()) const;
   /// All elements in row-major order, converted to T.
-  template <class T> std::vector<T> to_vector() const;
+  template <class T> std::vector<T> to_vector(Loc loc = Loc::current()) const;
   /// A readable form: dtype, shape and values (truncated past 1000 elements).
   std::string str() const;
 
@@ -264,8 +264,10 @@ Tensor operator>(Operand a, Scalar b);         ///< gt with a scalar
 Tensor operator>=(Operand a, Scalar b);        ///< ge with a scalar
 
 // ---------------------------------------------------------------- realization
-/// Computes several tensors in one go (sharing the work of common subgraphs).
-void realize(const std::vector<Tensor>& tensors);
+/// Computes several tensors in one go (sharing the work of common subgraphs). Memory that
+/// cannot be had, here or in any function that computes or reads values, is a
+/// kiln::OutOfMemoryError naming the bytes, what they were for and the caller's line.
+void realize(const std::vector<Tensor>& tensors, Loc loc = Loc::current());
 /// The text form of the graph behind some tensors (see graph/text.h).
 std::string graph_text(const std::vector<Tensor>& tensors);
 /// The graph that realizing `tensors` would run, as Graphviz DOT (`dot -Tsvg`): each

@@ -2,6 +2,8 @@
 /// \file error.h
 /// The user-error channel: kiln::Error, with the op and the user's source line.
 
+#include <cstdint>
+#include <new>
 #include <source_location>
 #include <stdexcept>
 #include <string>
@@ -24,6 +26,24 @@ public:
 
 private:
   std::string op_;
+};
+
+/// Memory that could not be had (host or GPU): a kiln::Error whose message says how many
+/// bytes were asked for and what for.
+class OutOfMemoryError : public Error {
+public:
+  /// An allocation of `bytes` in `op` failed; `reason` says where and what for ("out of host
+  /// memory: cannot allocate 1 GiB (1073741824 bytes) for f32[268435456]"); `where` is the user's call site.
+  OutOfMemoryError(const std::string& op, const std::string& reason, uint64_t bytes,
+                   const std::source_location& where = std::source_location::current());
+  /// The reason, without the op and the line.
+  const std::string& reason() const { return reason_; }
+  /// The bytes asked for (0 when unknown).
+  uint64_t bytes() const { return bytes_; }
+
+private:
+  std::string reason_;
+  uint64_t bytes_;
 };
 
 /// Formats a source location as "file:line".
@@ -50,6 +70,23 @@ public:
 /// The op and line a kiln::Error of `op` raised at `where` would name now (see UserCall):
 /// what a check made now but reported later (in a kernel) records.
 std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where);
+/// "1 GiB (1073741824 bytes)": a byte count for messages.
+std::string bytes_str(uint64_t bytes);
+/// Throws the OutOfMemoryError of `op` at `where` for `bytes` of `place` memory ("host") asked for `what`.
+[[noreturn]] void out_of_memory(const std::string& op, const char* place, uint64_t bytes, const std::string& what,
+                                const std::source_location& where);
+/// Runs f() and returns its result; memory it cannot get (an OutOfMemoryError or a raw std::bad_alloc) becomes an
+/// OutOfMemoryError of `op` at `where` (a user's call, resolved as for any kiln::Error), keeping the reason.
+/// Public functions that allocate what their user sized wrap their work in it.
+template <class F> decltype(auto) memory_guard(const std::string& op, const std::source_location& where, F&& f) {
+  try {
+    return f();
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(op, e.reason(), e.bytes(), where);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemoryError(op, "out of memory", 0, where);
+  }
+}
 /// True when `loc` is a line of kiln's own library sources (not of its tests or examples).
 bool in_kiln_sources(const std::source_location& loc);
 /// An internal invariant failed: print file and line and abort.
