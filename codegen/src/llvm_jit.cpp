@@ -279,8 +279,10 @@ void drain_at_exit() { background().drain(/*all=*/false); }
 /// far are destroyed (exit handlers run in reverse order of registration). LLVM's code
 /// generator keeps state in function-local statics (SelectionDAG's value-type tables)
 /// that are constructed by the first compile, after the JIT itself, and destroyed
-/// before it: compiling in the JIT's destructor read freed tables. So each optimized
-/// compile registers the drain again; the drains after the first find nothing to do.
+/// before it: compiling in the JIT's destructor read freed tables. A later compile of
+/// either tier may construct more of them (a quick compile's fast instruction selection
+/// falls back to SelectionDAG for some blocks), so every compile registers the drain
+/// again; the drains after the first find nothing to do.
 void register_exit_drain() { std::atexit(drain_at_exit); }
 
 } // namespace
@@ -540,7 +542,7 @@ struct LlvmJit::Impl {
     CpuKernelFn fn = link(symbol, object, jit->getMainJITDylib().getDefaultResourceTracker());
     CpuKernelSlot& slot = publish(k.name, fn, fn, t0);
     counts.first_use_ms += last_ms;
-    if (counts.quick == 1) register_exit_drain(); // after the first compile made LLVM's statics
+    register_exit_drain(); // after any static this compile made (a later quick compile may make more)
     queue_optimized(k, key, slot);
     return slot;
   }
