@@ -57,7 +57,7 @@ struct TiersOn {
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
+  return v && *v ? std::atoi(v) : fallback; // set but empty (as .ci/sanitize.sh exports it): the default
 }
 
 template <class F> std::string first_float_difference(const void* a, const void* b, int64_t n) {
