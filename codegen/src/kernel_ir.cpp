@@ -22,10 +22,10 @@ ExprRef make(ExprKind kind, DType dtype, std::vector<ExprRef> args = {}) {
   return e;
 }
 
-ExprRef indexed(ExprKind kind, int index) {
+ExprRef indexed(ExprKind kind, int index, DType dtype = DType::Int64) {
   auto e = std::make_shared<Expr>();
   e->kind = kind;
-  e->dtype = DType::Int64;
+  e->dtype = dtype;
   e->index = index;
   return e;
 }
@@ -64,11 +64,7 @@ ExprRef param(int k) { return indexed(ExprKind::Param, k); }
 
 ExprRef scalar_param(int k, DType dtype) {
   KILN_ASSERT(dtype != DType::Bool, "bool constants stay baked");
-  auto e = std::make_shared<Expr>();
-  e->kind = ExprKind::Param;
-  e->dtype = dtype;
-  e->index = k;
-  return e;
+  return indexed(ExprKind::Param, k, dtype);
 }
 
 int64_t scalar_param_bits(DType dtype, double value) {
