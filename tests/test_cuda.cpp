@@ -384,6 +384,24 @@ void add_movement_and_leaves(std::vector<Case>& cases) {
                    }});
 }
 
+/// Kernels storing several values (codegen/lower.h): a GEMM with its update, sibling
+/// reductions, small independent values.
+void add_multi_output(std::vector<Case>& cases) {
+  for (DType dt : kFloats) {
+    cases.push_back({"multi_output_gemm_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {40, 72}, 101), dy = make(dt, {40, 36}, 102), w = make(dt, {72, 36}, 103);
+                       const Tensor g = matmul(x.transpose(0, 1), dy);
+                       const Tensor h = matmul(x, w) + 0.5;
+                       return std::vector<Tensor>{g, w - g * 0.01, relu(h), h > 0.0};
+                     }});
+    cases.push_back({"multi_output_rows_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {19, 70}, 104), y = make(dt, {19, 70}, 105);
+                       return std::vector<Tensor>{x.sum({1}, true), (x * y).max({1}, true), y.min({1}), exp(x.slice(1, 0, 1)),
+                                                  y.slice(1, 1, 2) * 3.0};
+                     }});
+  }
+}
+
 /// Lazy class indices read through one_hot: kernels with an index check (graph/index_check.h).
 Tensor checked_losses(const std::vector<int64_t>& targets) {
   const Tensor logits = make(kFloat32, {3, 37}, 93);
@@ -398,6 +416,7 @@ const std::vector<Case>& all_cases() {
     add_binary(c);
     add_reductions(c);
     add_rows_and_matmul(c);
+    add_multi_output(c);
     add_gemm(c);
     add_rows(c);
     add_movement_and_leaves(c);
@@ -653,11 +672,13 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::
     return n->realized()->data();
   };
   for (const KernelLaunch& l : s.launches) {
-    Bytes& out = mem[l.output];
-    out.assign(std::max<size_t>(64, l.output->numel() * dtype_size(l.output->dtype)), 0xAB);
     std::vector<void*> bufs;
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? address(in) : err); // null: the error buffer
-    bufs.push_back(out.data());
+    for (const graph::Node* o : l.outputs) {
+      Bytes& out = mem[o];
+      out.assign(std::max<size_t>(64, o->numel() * dtype_size(o->dtype)), 0xAB);
+      bufs.push_back(out.data());
+    }
     auto fn = lib.entry(l.kernel.name);
     if (!fn) return {};
     if (l.domain_size == 0) continue;
@@ -842,10 +863,11 @@ void expect_tiled_launches(int small_below) {
       if (!barrier) continue;
       ++tiled;
       // one block of 256 threads per output tile
-      const bool f64 = l.output->dtype == kFloat64;
-      const auto& shape = l.output->shape;
+      const graph::Node* out = l.outputs[0]; // the matmul's value
+      const bool f64 = out->dtype == kFloat64;
+      const auto& shape = out->shape;
       const int64_t m = shape.size() >= 2 ? shape[shape.size() - 2] : 1, n = shape.back();
-      const auto tiles_of = [&](int64_t t) { return l.output->numel() / std::max<int64_t>(1, m * n) * ((m + t - 1) / t) * ((n + t - 1) / t); };
+      const auto tiles_of = [&](int64_t t) { return out->numel() / std::max<int64_t>(1, m * n) * ((m + t - 1) / t) * ((n + t - 1) / t); };
       const int64_t t = f64 || tiles_of(128) < small_below ? 64 : 128;
       EXPECT_TRUE(cfg.fixed_block);
       EXPECT_EQ(cfg.block, 256u);

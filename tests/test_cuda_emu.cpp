@@ -822,7 +822,7 @@ TEST_F(CudaEmu, KilnKernelsMatchTheCpuBitwise) {
   for (const codegen::KernelLaunch& l : sched.launches) {
     std::vector<CUdeviceptr> bufs;
     for (const graph::Node* in : l.inputs) bufs.push_back(buffer_of(in));
-    bufs.push_back(dev[l.output] = alloc(static_cast<size_t>(l.output->numel()) * dtype_size(l.output->dtype)));
+    for (const graph::Node* o : l.outputs) bufs.push_back(dev[o] = alloc(static_cast<size_t>(o->numel()) * dtype_size(o->dtype)));
     std::vector<long long> params(l.params.begin(), l.params.end());
     std::vector<void*> args;
     for (CUdeviceptr& p : bufs) args.push_back(&p);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "codegen/llvm_jit.h"
@@ -115,10 +116,10 @@ TEST(Runtime, MatmulOperandsThatAreNotViewsGetABuffer) {
   runtime::Plan plan = runtime::make_plan({y.node()});
   // The pad gets a buffer too, so that each piece of the concat is a plain load.
   ASSERT_EQ(plan.schedule.launches.size(), 3u);
-  EXPECT_EQ(plan.schedule.launches[0].output->op, graph::OpKind::Pad);
-  EXPECT_EQ(plan.schedule.launches[1].output->op, graph::OpKind::Concat);
+  EXPECT_EQ(plan.schedule.launches[0].outputs[0]->op, graph::OpKind::Pad);
+  EXPECT_EQ(plan.schedule.launches[1].outputs[0]->op, graph::OpKind::Concat);
   bool explained = false;
-  for (const std::string& d : plan.schedule.decisions) explained = explained || d.find("a matmul operand") != std::string::npos;
+  for (const std::string& d : plan.schedule.debug_lines()) explained = explained || d.find("a matmul operand") != std::string::npos;
   EXPECT_TRUE(explained);
   expect_modes_agree([&] { return matmul(w, cols); });
 }
@@ -133,7 +134,7 @@ TEST(Runtime, LongChainsAreCutIntoKernelsOfBoundedDepth) {
   EXPECT_GE(plan.schedule.launches.size(), 20000u / 256);
   EXPECT_LE(plan.schedule.launches.size(), 2 * 20000u / 256);
   bool explained = false;
-  for (const std::string& d : plan.schedule.decisions) explained = explained || d.find("ops deep") != std::string::npos;
+  for (const std::string& d : plan.schedule.debug_lines()) explained = explained || d.find("ops deep") != std::string::npos;
   EXPECT_TRUE(explained);
   const std::vector<float> got = x.to_vector<float>();
   const std::vector<float> x0v = x0.to_vector<float>();
@@ -332,6 +333,89 @@ TEST(ScheduleCache, ASourceWithoutDataIsStillAnError) {
   const Tensor placeholder(graph::make_input(kFloat32, {4}, nullptr));
   EXPECT_THROW((placeholder + 1.0).realize(), Error);
   EXPECT_THROW((placeholder + 1.0).realize(), Error);
+}
+
+} // namespace
+} // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Restores options().fuel at the end of a scope.
+struct FuelSetting {
+  int64_t saved = options().fuel;
+  explicit FuelSetting(int64_t fuel) { options().fuel = fuel; }
+  ~FuelSetting() { options().fuel = saved; }
+};
+
+size_t fusion_decisions(const codegen::Schedule& s) {
+  return static_cast<size_t>(std::count_if(s.decisions.begin(), s.decisions.end(), [](const codegen::FusionDecision& d) {
+    return d.kind != codegen::FusionDecision::Kind::Kernel;
+  }));
+}
+
+TEST(Fuel, EachUnitAllowsOneMoreFusionDecisionAndNoneChangesABit) {
+  auto make = [] {
+    const Tensor x = randn({24, 40}, 50), w = randn({40, 16}, 51);
+    const Tensor h = relu(matmul(x, w) + 0.5);
+    const Tensor e = exp(h - h.max({1}, true));
+    return std::vector<Tensor>{e / e.sum({1}, true), h * 2.0, h.sum({1})};
+  };
+  std::vector<graph::NodeRef> nodes;
+  for (const Tensor& t : make()) nodes.push_back(t.node());
+  size_t unlimited_decisions = 0, unlimited_kernels = 0;
+  {
+    const runtime::Plan p = runtime::make_plan(nodes);
+    unlimited_decisions = fusion_decisions(p.schedule);
+    unlimited_kernels = p.schedule.launches.size();
+  }
+  // the plans' values without realizing the (hash-consed, shared) nodes
+  auto values_of = [&](const runtime::Plan& p) {
+    const auto storages = runtime::execute(p);
+    const auto* v = static_cast<const float*>(storages[0]->data());
+    return std::vector<float>(v, v + nodes[0]->numel());
+  };
+  const bool saved = options().fusion;
+  options().fusion = false;
+  const runtime::Plan unfused = runtime::make_plan(nodes);
+  const size_t unfused_kernels = unfused.schedule.launches.size();
+  const std::vector<float> reference = values_of(unfused);
+  options().fusion = saved;
+  ASSERT_GT(unlimited_decisions, 3u);
+  size_t previous = unfused_kernels + 1;
+  for (int64_t fuel = 0; fuel <= static_cast<int64_t>(unlimited_decisions); ++fuel) {
+    const FuelSetting f(fuel);
+    const runtime::Plan p = runtime::make_plan(nodes);
+    EXPECT_EQ(fusion_decisions(p.schedule), static_cast<size_t>(fuel)) << fuel;
+    EXPECT_LE(p.schedule.launches.size(), previous) << fuel; // more fuel never means more kernels
+    previous = p.schedule.launches.size();
+    if (fuel == 0) EXPECT_EQ(p.schedule.launches.size(), unfused_kernels);
+    bool out_of_fuel = false;
+    for (const std::string& d : p.schedule.debug_lines()) out_of_fuel = out_of_fuel || d.find("out of fusion fuel") != std::string::npos;
+    EXPECT_EQ(out_of_fuel, fuel < static_cast<int64_t>(unlimited_decisions)) << fuel;
+    const std::vector<float> got = values_of(p);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], reference[i]) << "fuel " << fuel << ", element " << i;
+  }
+  EXPECT_EQ(previous, unlimited_kernels);
+}
+
+TEST(Fuel, DecisionsAreDataNamingTheNodeTheKernelAndTheKernelName) {
+  const Tensor x = randn({16, 8}, 52);
+  const Tensor y = exp(x * 2.0) + 1.0;
+  const runtime::Plan p = runtime::make_plan({y.node()});
+  ASSERT_EQ(p.schedule.launches.size(), 1u);
+  const std::string& name = p.schedule.launches[0].kernel.name;
+  bool fused_mul = false;
+  for (const codegen::FusionDecision& d : p.schedule.decisions) {
+    EXPECT_EQ(d.kernel_name, name) << d.text();
+    EXPECT_EQ(d.kernel, y.node().get()) << d.text();
+    if (d.kind == codegen::FusionDecision::Kind::Fuse && d.node->op == graph::OpKind::Mul) {
+      fused_mul = true;
+      EXPECT_NE(d.text().find("fusing mul f32[16,8]"), std::string::npos) << d.text();
+      EXPECT_NE(d.text().find("-> " + name), std::string::npos) << d.text();
+    }
+  }
+  EXPECT_TRUE(fused_mul);
 }
 
 } // namespace

@@ -62,7 +62,7 @@ std::string schedule_dot(const Schedule& s, const std::vector<const graph::Node*
            ";\n    style=rounded; color=blue;\n";
     for (const Node* n : l.nodes) {
       if (!lay.kernel_of.try_emplace(n, k).second) continue;
-      const bool root = n == l.output;
+      const bool root = l.stores(n);
       out += "    n" + std::to_string(lay.number(n)) + " [label=" + quoted(node_label(n)) + (root ? ", penwidth=2" : "") + "];\n";
     }
     out += "  }\n";

@@ -64,8 +64,44 @@ public:
     auto it = row_dims_.find(root);
     return it == row_dims_.end() ? std::vector<int64_t>{} : it->second;
   }
-  /// The reasons behind each boundary.
-  std::vector<std::string> decisions;
+  /// True when a kernel root's kernel has map loops (a row kernel: reductions, then stores per row element).
+  bool has_map(const Node* root) const {
+    return graph::op_category(root->op) != OpCategory::Reduce && row_dims_.count(root) > 0;
+  }
+  /// True when a kernel root's kernel computes a matmul (its own, or one it takes as an epilogue).
+  bool has_matmul(const Node* root) const {
+    return graph::op_category(root->op) == OpCategory::Contraction || matmul_of_.count(root) > 0;
+  }
+  /// True in unfused mode (one kernel per primitive op).
+  bool unfused() const { return !opt_.fusion; }
+  /// True for a node the realize asked for.
+  bool is_output(const Node* n) const { return outputs_.count(n) > 0; }
+  /// The nodes that read n (within what this schedule computes).
+  const std::vector<const Node*>& users(const Node* n) const {
+    static const std::vector<const Node*> none;
+    auto it = users_.find(n);
+    return it == users_.end() ? none : it->second;
+  }
+  /// The kernel root whose kernel computes n (n itself for a root), or null when n is computed
+  /// inside several kernels (a view or leaf read by several).
+  const Node* owner(const Node* n) const {
+    auto it = owner_.find(n);
+    return it == owner_.end() || it->second == several() ? nullptr : it->second;
+  }
+  /// True for a kernel root cut off its users' kernel by the depth or buffer bound.
+  bool cut(const Node* root) const { return cut_.count(root) > 0; }
+  /// Ops between a fused node and its kernel's root (0 for roots).
+  int depth(const Node* n) const { return depth_.at(n); }
+  /// The bound on a kernel's expression depth.
+  static constexpr int kMaxFusedDepth = 256;
+  /// Where each node is computed, and why, in the order decided (outputs first).
+  std::vector<FusionDecision> decisions;
+  /// Takes one unit of fusion fuel (ScheduleOptions::fuel); false when none is left.
+  bool spend_fuel() const {
+    if (opt_.fuel >= 0 && fuel_used_ >= opt_.fuel) return false;
+    ++fuel_used_;
+    return true;
+  }
   /// Each kernel root and why it has a buffer of its own.
   std::unordered_map<const Node*, std::string> boundaries;
 
@@ -81,7 +117,8 @@ private:
   std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
-  static constexpr int kMaxFusedDepth = 256;
+  std::unordered_set<const Node*> cut_;          // roots cut by the depth or buffer bound
+  mutable int64_t fuel_used_ = 0;                // fusion decisions made (ScheduleOptions::fuel)
   // Buffers a kernel reads at most: a bounded kernel signature (CUDA's 4 KB of
   // arguments) and compile time. A concat joins a kernel only while the kernel reads at
   // most graph::build::kMaxConcatPieces buffers: each piece read from a buffer is a
@@ -120,7 +157,17 @@ private:
     computed_.insert(n);
     owner_[n] = n;
     boundaries[n] = why;
-    decisions.push_back("kernel for " + describe(n) + ": " + why);
+    decisions.push_back({FusionDecision::Kind::Kernel, n, n, why, {}});
+  }
+
+  // A fusion decision of n into kernel's kernel, or false (and n gets a kernel) when the fuel is spent.
+  bool fuse(const Node* n, const Node* kernel, std::string why) {
+    if (!spend_fuel()) {
+      materialize(n, "out of fusion fuel (KILN_FUEL=" + std::to_string(opt_.fuel) + ")");
+      return false;
+    }
+    decisions.push_back({FusionDecision::Kind::Fuse, n, kernel, std::move(why), {}});
+    return true;
   }
 
   void decide(const Node* n) {
@@ -211,12 +258,12 @@ private:
     // The code generators walk a kernel's expressions recursively: a long chain of
     // ops (an unrolled loop) is cut into kernels of bounded depth.
     if (graph::op_category(n->op) != OpCategory::Leaf && users_owner(n) != several() && depth > kMaxFusedDepth)
-      return materialize(n, "not fusing: the kernel would nest more than " + std::to_string(kMaxFusedDepth) +
+      return cut_.insert(n), materialize(n, "not fusing: the kernel would nest more than " + std::to_string(kMaxFusedDepth) +
                                 " ops deep");
     // A wide graph (a long concat, a sum of many leaves) is cut into kernels that read a
     // bounded number of buffers.
     if (!within_buffer_budget(n))
-      return materialize(n, "not fusing: the kernel would read more than " +
+      return cut_.insert(n), materialize(n, "not fusing: the kernel would read more than " +
                                 std::to_string(n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers) +
                                 " buffers");
     if (needs_buffer_.count(n))
@@ -240,8 +287,8 @@ private:
     if (!opt_.fusion) return materialize(n, "unfused mode (KILN_FUSION=0)");
     const Node* owner = users_owner(n);
     if (owner == several()) return materialize(n, "not fusing: its users are in more than one kernel");
+    if (!fuse(n, owner, "its users are all in that kernel")) return;
     owner_[n] = owner;
-    decisions.push_back("fusing " + describe(n) + " into the kernel for " + describe(owner));
   }
 
   void decide_reduce(const Node* r) {
@@ -249,10 +296,10 @@ private:
     const std::string why = why_not_absorbed(r);
     if (!why.empty()) return materialize(r, "reductions end a kernel unless fused into a row kernel; not fusing: " + why);
     const Node* owner = users_owner(r);
+    if (!fuse(r, owner, "a row reduction whose result is only broadcast back over its rows")) return;
     absorbed_.insert(r);
     owner_[r] = owner;
     row_dims_[owner] = reduced_row_dims(r);
-    decisions.push_back("fusing " + describe(r) + " into the row kernel for " + describe(owner));
   }
 
   // A matmul takes its elementwise users into its kernel as an epilogue (bias,
@@ -285,10 +332,10 @@ private:
     const std::string why = why_no_epilogue(m);
     if (!why.empty()) return materialize(m, "matmul kernel; no epilogue fused: " + why);
     const Node* owner = users_owner(m);
+    if (!fuse(m, owner, "a matmul whose elementwise users become its epilogue")) return;
     absorbed_.insert(m);
     owner_[m] = owner;
     matmul_of_.insert(owner);
-    decisions.push_back("fusing " + describe(owner) + " into " + describe(m) + " as its epilogue");
   }
 
   std::string why_no_epilogue(const Node* m) const {
@@ -341,42 +388,258 @@ private:
   }
 };
 
+// ---------------------------------------------------------------- multi-output kernels
+
+// The extents of a shape's dims other than 1: two kernels iterate over the same domain
+// points when these are equal (size-1 dims are no loop).
+std::vector<int64_t> loop_extents(const graph::Shape& shape) {
+  std::vector<int64_t> e;
+  for (int64_t d : shape)
+    if (d != 1) e.push_back(d);
+  return e;
+}
+
+// Which kernel roots one kernel stores together (see schedule()). A root joins the kernel of
+// an earlier root (its leader) when both run over the same domain points, everything it reads
+// is computed before that kernel runs, and it reads the kernel's other values only at the
+// point being computed (where they are in registers rather than in memory yet).
+class Grouping {
+public:
+  Grouping(const Partition& part) : part_(part) {
+    for (const Node* n : part.order())
+      if (part.computed(n)) place(n);
+  }
+  /// Kernels in launch order, each as its roots, the leader first.
+  std::vector<std::vector<const Node*>> kernels;
+  /// True for a root that needs no buffer: not asked for, and read only by the other values of its
+  /// kernel (a reduction whose reshape is the output; a matmul whose users all joined its kernel).
+  bool internal(const Node* root) const {
+    if (part_.is_output(root)) return false;
+    const size_t g = group_of_.at(root);
+    if (groups_[g].roots.size() == 1) return false;
+    for (const Node* u : part_.users(root)) {
+      const Node* o = part_.owner(u);
+      if (!o || !group_of_.count(o) || group_of_.at(o) != g || o == root) return false;
+    }
+    return true;
+  }
+  /// The roots stored by another root's kernel, and why.
+  std::vector<FusionDecision> decisions;
+
+private:
+  // How a kernel root's own kernel computes it.
+  enum class Kind : uint8_t {
+    Plain,     // elementwise and movement ops only: one value per domain point
+    Reduction, // one reduction (nothing fused into it but its operand's elementwise ops)
+    Other,     // row kernels, matmuls: they lead kernels but join none
+  };
+  // What a root's own kernel reads: buffers, those read at other points than the root's own,
+  // and the expression depth each buffer read at its own points is read at; the depth of the
+  // root's expression.
+  struct Reads {
+    std::unordered_set<const Node*> buffers, shifted;
+    std::unordered_map<const Node*, int> own_depth;
+    int depth = 0;
+    // An empty reduction or matmul (a structural zero extent): LLVM folds its value to a constant,
+    // and NaNs folded at compile time can differ in sign from the hardware's, so what reads that
+    // value reads it from memory, as in unfused mode.
+    bool empty = false;
+  };
+  struct Kernel {
+    std::vector<const Node*> roots;
+    std::unordered_set<const Node*> reads; // buffers read, not its own roots
+    bool sealed = false;                   // takes no other roots (Reads::empty)
+  };
+  // Joined kernels read at most this many buffers (as Partition's bound).
+  static constexpr size_t kMaxBuffers = 64;
+  // Independent values join a kernel only over small domains, where a launch costs more than the work.
+  static constexpr int64_t kMaxHorizontalPoints = int64_t{1} << 15;
+  // Independent values look this many kernels back for one to join.
+  static constexpr size_t kHorizontalWindow = 8;
+
+  const Partition& part_;
+  std::vector<Kernel> groups_;
+  std::unordered_map<const Node*, size_t> group_of_;
+  std::unordered_map<const Node*, int> value_depth_; // a stored root's expression depth in its kernel
+
+  Kind kind(const Node* root) const {
+    if (part_.has_map(root) || part_.has_matmul(root) || !part_.row_dims(root).empty() || part_.cut(root) ||
+        graph::numel(root->shape) == 0)
+      return Kind::Other;
+    return graph::op_category(root->op) == OpCategory::Reduce ? Kind::Reduction : Kind::Plain;
+  }
+
+  // True when the edge from n to its input `in` keeps the index: an elementwise op's operand
+  // (same shape), or a reshape that only adds or drops size-1 dims.
+  static bool keeps_points(const Node* n, const Node* in) {
+    if (graph::is_elementwise(n->op)) return in->shape == n->shape;
+    return n->op == OpKind::Reshape && loop_extents(in->shape) == loop_extents(n->shape);
+  }
+
+  // The buffers root's kernel reads; `simple` turns false where it computes an absorbed node.
+  Reads reads_of(const Node* root, bool& simple) const {
+    Reads r;
+    std::unordered_set<const Node*> seen_own, seen_shifted;
+    const bool own_root = graph::op_category(root->op) != OpCategory::Reduce;
+    struct Edge {
+      const Node* node;
+      bool own;  // read at the root's own points
+      int depth; // of the reader, +1
+    };
+    std::vector<Edge> todo;
+    for (const auto& in : root->inputs) todo.push_back({in.get(), own_root && keeps_points(root, in.get()), 1});
+    r.empty = graph::numel(root->shape) == 0;
+    while (!todo.empty()) {
+      const Edge e = todo.back();
+      todo.pop_back();
+      r.depth = std::max(r.depth, e.depth);
+      r.empty = r.empty || graph::numel(e.node->shape) == 0;
+      if (part_.has_buffer(e.node)) {
+        r.buffers.insert(e.node);
+        if (!e.own) r.shifted.insert(e.node);
+        else r.own_depth[e.node] = std::max(r.own_depth[e.node], e.depth);
+        continue;
+      }
+      if (!(e.own ? seen_own : seen_shifted).insert(e.node).second) continue;
+      if (part_.absorbed(e.node)) simple = false;
+      const int d = part_.depth(e.node) + 1;
+      for (const auto& in : e.node->inputs) todo.push_back({in.get(), e.own && keeps_points(e.node, in.get()), d});
+    }
+    return r;
+  }
+
+  void place(const Node* root) {
+    bool simple = true;
+    const Kind k = kind(root);
+    const Reads r = part_.unfused() ? Reads{} : reads_of(root, simple);
+    if (k != Kind::Other && simple && !r.empty && !part_.unfused())
+      if (join(root, k, r)) return;
+    group_of_[root] = groups_.size();
+    value_depth_[root] = r.depth;
+    groups_.push_back({{root}, r.buffers, r.empty});
+    kernels.push_back({root});
+  }
+
+  // Joins root to the kernel it reads at its own points, or else (small and independent) to a
+  // recent kernel over the same points; false when none qualifies.
+  bool join(const Node* root, Kind k, const Reads& r) {
+    // the latest kernel computing something root reads: root cannot run before it
+    size_t ready = 0;
+    bool reads_computed = false;
+    for (const Node* b : r.buffers)
+      if (auto it = group_of_.find(b); it != group_of_.end()) ready = std::max(ready, it->second), reads_computed = true;
+    const int64_t points = graph::numel(root->shape);
+    for (size_t g = groups_.size(); g-- > 0;) {
+      if (reads_computed && g < ready) break;
+      const bool reads_it = reads_computed && g == ready;
+      if (!reads_it && (points > kMaxHorizontalPoints || groups_.size() - g > kHorizontalWindow)) {
+        if (!reads_computed) break;
+        g = ready + 1; // on to the kernel it reads
+        continue;
+      }
+      if (!fits(groups_[g], root, k, r, g)) continue;
+      if (!part_.spend_fuel()) {
+        decisions.push_back({FusionDecision::Kind::Kernel, root, root,
+                             "not stored with the kernel for " + describe(groups_[g].roots[0]) + ": out of fusion fuel",
+                             {}});
+        return false;
+      }
+      decisions.push_back({FusionDecision::Kind::Store, root, groups_[g].roots[0],
+                           k == Kind::Reduction ? "a sibling reduction over the same rows"
+                           : reads_it           ? "it reads that kernel's values at their own points"
+                                                : "an independent value over the same points",
+                           {}});
+      groups_[g].roots.push_back(root);
+      value_depth_[root] = joined_depth(r, g);
+      for (const Node* b : r.buffers)
+        if (!group_of_.count(b) || group_of_.at(b) != g) groups_[g].reads.insert(b);
+      group_of_[root] = g;
+      kernels[g].push_back(root);
+      return true;
+    }
+    return false;
+  }
+
+  // The depth of root's expression in kernel g: a value of g it reads is its expression there.
+  int joined_depth(const Reads& r, size_t g) const {
+    int depth = r.depth;
+    for (const auto& [b, at] : r.own_depth)
+      if (auto it = group_of_.find(b); it != group_of_.end() && it->second == g) depth = std::max(depth, at + value_depth_.at(b));
+    return depth;
+  }
+
+  bool fits(const Kernel& g, const Node* root, Kind k, const Reads& r, size_t index) const {
+    const Node* leader = g.roots[0];
+    const Kind lk = kind(leader);
+    if (g.sealed) return false;
+    if (loop_extents(leader->shape) != loop_extents(root->shape)) return false;
+    // reductions join reduction kernels only (a matmul's loops have one reduction; an
+    // elementwise kernel keeps its vectorized loop over points)
+    if (k == Kind::Reduction && lk != Kind::Reduction) return false;
+    size_t extra = 0;
+    for (const Node* b : r.buffers) {
+      auto it = group_of_.find(b);
+      if (it != group_of_.end() && it->second == index) { // a value of this kernel
+        if (k != Kind::Plain || r.shifted.count(b)) return false;
+        continue;
+      }
+      if (it != group_of_.end() && it->second > index) return false; // computed after it
+      if (!g.reads.count(b)) ++extra;
+    }
+    return g.reads.size() + extra + g.roots.size() + 1 <= kMaxBuffers && joined_depth(r, index) <= Partition::kMaxFusedDepth;
+  }
+};
+
 // ---------------------------------------------------------------- kernel building
 
 class KernelBuilder {
 public:
-  KernelBuilder(const Partition& part, const Node* root) : part_(part), root_(root) {}
+  /// The kernel storing `roots` (Grouping::kernels' entry), the leader first.
+  /// `stored[i]`: whether roots[i] is written to a buffer (else only later roots read it).
+  KernelBuilder(const Partition& part, std::vector<const Node*> roots, std::vector<bool> stored)
+      : part_(part), roots_(std::move(roots)), store_(std::move(stored)), root_(roots_[0]) {}
 
   KernelLaunch build() {
     const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
     Index idx = make_domain(root_->shape, row_map ? part_.row_dims(root_) : std::vector<int64_t>{});
     root_idx_ = idx;
-    note_computed(root_);
-    ExprRef value;
-    switch (graph::op_category(root_->op)) {
-    case OpCategory::Reduce: value = lower_reduce(root_, idx); break;
-    case OpCategory::Contraction: value = lower_matmul(root_, idx); break;
-    case OpCategory::Leaf:
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Ternary:
-    case OpCategory::Movement: value = compute(root_, idx, nullptr); break;
+    std::vector<Store> stores;
+    for (size_t i = 0; i < roots_.size(); ++i) {
+      const Node* r = roots_[i];
+      Index own = r == root_ ? idx : own_index(r->shape);
+      ExprRef value = build_root(r, own);
+      stores.push_back({0, store_[i] ? contiguous_offset(r->shape, own) : nullptr, value});
+      stored_[r] = {std::move(own), std::move(value)};
     }
-    const int out = static_cast<int>(launch_.inputs.size());
-    kernel_.buffers.push_back({root_->dtype, true});
-    kernel_.stores.push_back({out, contiguous_offset(root_->shape, idx), value});
+    // the outputs are the last buffers, after every input
+    for (size_t i = 0; i < roots_.size(); ++i) {
+      if (!store_[i]) continue;
+      stores[i].buffer = static_cast<int>(kernel_.buffers.size());
+      kernel_.buffers.push_back({roots_[i]->dtype, true});
+      kernel_.stores.push_back(std::move(stores[i]));
+      launch_.outputs.push_back(roots_[i]);
+    }
     kernel_.num_params = static_cast<int>(launch_.params.size());
     finalize(kernel_);
     launch_.kernel = std::move(kernel_);
-    launch_.output = root_;
     launch_.domain_size = root_->numel() / std::max<int64_t>(1, map_size_);
     if (map_size_ > 1) launch_.work_per_point = map_size_ * static_cast<int64_t>(1 + launch_.kernel.reductions.size());
     return std::move(launch_);
   }
 
 private:
+  // A value this kernel stores, and the index it is computed at.
+  struct Stored {
+    Index idx;
+    ExprRef value;
+  };
+
   const Partition& part_;
-  const Node* root_;
+  std::vector<const Node*> roots_;
+  std::vector<bool> store_; // per root: written to a buffer
+  const Node* root_;    // the leader: its shape gives the domain
+  const Node* current_ = nullptr; // the root being built
+  std::unordered_map<const Node*, Stored> stored_; // roots built so far
   Kernel kernel_;
   KernelLaunch launch_;
   std::unordered_map<const Node*, int> buffer_of_;
@@ -388,6 +651,60 @@ private:
   int error_buffer_ = -1; // the buffer of failed checks, -1 until a check needs it
   std::unordered_map<const Node*, ExprRef> scalar_of_;      // Const node -> its scalar parameter
   std::unordered_map<const Expr*, ExprRef> baked_;          // scalar parameter -> the constant it stands for
+
+  // The value of root r at index idx (its own points in this kernel's domain).
+  ExprRef build_root(const Node* r, const Index& idx) {
+    current_ = r;
+    note_computed(r);
+    const int64_t work = launch_.work_per_point;
+    switch (graph::op_category(r->op)) {
+    case OpCategory::Reduce: {
+      ExprRef v = lower_reduce(r, idx);
+      if (r != root_) launch_.work_per_point += work; // a sibling reduction: both loops run per point
+      return v;
+    }
+    case OpCategory::Contraction: return lower_matmul(r, idx);
+    case OpCategory::Leaf:
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Ternary:
+    case OpCategory::Movement: break;
+    }
+    return compute(r, idx, nullptr);
+  }
+
+  // The index of a co-root of `shape`: the leader's loop and map vars for its dims other than 1
+  // (the same extents, in the same order: Grouping checked it), 0 for the others.
+  Index own_index(const graph::Shape& shape) const {
+    Index vars;
+    for (const ExprRef& e : root_idx_)
+      if (e->kind == ExprKind::LoopVar || e->kind == ExprKind::MapVar) vars.push_back(e);
+    Index idx;
+    size_t k = 0;
+    for (int64_t e : shape) idx.push_back(e == 1 ? index_const(0) : vars.at(k++));
+    KILN_ASSERT(k == vars.size(), "a value stored with " + describe(root_) + " iterates over other points");
+    return idx;
+  }
+
+  // True when two indices name the same point (loop vars and constants compared by value).
+  static bool same_point(const Index& a, const Index& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t d = 0; d < a.size(); ++d) {
+      const Expr &x = *a[d], &y = *b[d];
+      if (&x == &y) continue;
+      if (x.kind != y.kind || (x.kind != ExprKind::LoopVar && x.kind != ExprKind::MapVar && x.kind != ExprKind::Const))
+        return false;
+      if (x.kind == ExprKind::Const ? x.i != y.i : x.index != y.index) return false;
+    }
+    return true;
+  }
+
+  // A value this kernel stores, read by a later one of its values: the same expression (it is
+  // not in memory before the kernel ends; Grouping allows reads at its own points only).
+  ExprRef stored_value(const Node* n, const Stored& s, const Index& idx, const ExprRef& guard) const {
+    KILN_ASSERT(!guard && same_point(idx, s.idx), describe(n) + " is read at other points by a value stored with it");
+    return s.value;
+  }
 
   // A size or stride: 0 and 1 are structural (they change the loop shape), other
   // values are parameters so that one kernel serves every size.
@@ -459,10 +776,13 @@ private:
     std::vector<const void*> key{n, guard.get()};
     for (const ExprRef& e : idx) key.push_back(e.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    if (n == root_ || !part_.has_buffer(n)) note_computed(n);
-    ExprRef v = n != root_ && part_.has_buffer(n) ? load_node(n, idx, guard)
-                : n != root_ && part_.absorbed(n)   ? absorbed_value(n, idx)
-                                                    : compute_inline(n, idx, guard);
+    if (n == current_ || !part_.has_buffer(n)) note_computed(n);
+    ExprRef v;
+    if (n == current_) v = compute_inline(n, idx, guard);
+    else if (auto s = stored_.find(n); s != stored_.end()) v = stored_value(n, s->second, idx, guard);
+    else if (part_.has_buffer(n)) v = load_node(n, idx, guard);
+    else if (part_.absorbed(n)) v = absorbed_value(n, idx);
+    else v = compute_inline(n, idx, guard);
     memo_[key] = v;
     return v;
   }
@@ -643,7 +963,7 @@ private:
   // need division.
   ExprRef lower_reshape(const Node* n, const Index& idx, const ExprRef& guard) {
     const Node* x = n->inputs[0].get();
-    if (part_.has_buffer(x)) return load(buffer_for(x), x->dtype, contiguous_offset(n->shape, idx), guard);
+    if (part_.has_buffer(x) && !stored_.count(x)) return load(buffer_for(x), x->dtype, contiguous_offset(n->shape, idx), guard);
     const graph::Shape& out = n->shape;
     const graph::Shape& in = x->shape;
     Index in_idx(in.size(), index_const(0));
@@ -770,23 +1090,56 @@ private:
 
 } // namespace
 
+std::string FusionDecision::text() const {
+  std::string s;
+  switch (kind) {
+  case Kind::Kernel: s = "kernel for " + describe(node) + ": " + why; break;
+  case Kind::Fuse: s = "fusing " + describe(node) + " into the kernel for " + describe(kernel) + ": " + why; break;
+  case Kind::Store: s = "storing " + describe(node) + " in the kernel for " + describe(kernel) + ": " + why; break;
+  }
+  return kernel_name.empty() ? s : s + " -> " + kernel_name;
+}
+
+std::vector<std::string> Schedule::debug_lines() const {
+  std::vector<std::string> out;
+  for (const FusionDecision& d : decisions) out.push_back(d.text());
+  out.insert(out.end(), summaries.begin(), summaries.end());
+  return out;
+}
+
+bool KernelLaunch::stores(const graph::Node* n) const { return std::find(outputs.begin(), outputs.end(), n) != outputs.end(); }
+
 Schedule schedule(const std::vector<const graph::Node*>& outputs, const ScheduleOptions& options) {
   std::unordered_set<const Node*> forced; // reductions that turned out to need a buffer
   for (;;) {
     Partition part(outputs, options, forced);
+    Grouping groups(part);
     Schedule s;
     try {
-      for (const Node* n : part.order())
-        if (part.computed(n)) s.launches.push_back(KernelBuilder(part, n).build());
+      for (const std::vector<const Node*>& roots : groups.kernels) {
+        std::vector<bool> stored;
+        for (const Node* r : roots) stored.push_back(!groups.internal(r));
+        s.launches.push_back(KernelBuilder(part, roots, std::move(stored)).build());
+      }
     } catch (const NeedsBuffer& e) {
       forced.insert(e.node);
       continue;
     }
     s.decisions = std::move(part.decisions);
+    s.decisions.insert(s.decisions.end(), groups.decisions.begin(), groups.decisions.end());
     s.boundaries = std::move(part.boundaries);
-    for (const KernelLaunch& l : s.launches) {
+    std::unordered_map<const Node*, const std::string*> name_of; // kernel root -> its kernel's name
+    for (size_t k = 0; k < s.launches.size(); ++k) {
+      const KernelLaunch& l = s.launches[k];
+      for (const Node* r : groups.kernels[k]) name_of[r] = &l.kernel.name;
       const std::string lines = graph::source_lines_str(l.lines, 8);
-      s.decisions.push_back(l.kernel.name + " computes " + describe(l.output) + (lines.empty() ? "" : " from " + lines));
+      std::string what;
+      for (const Node* o : l.outputs) what += (what.empty() ? "" : ", ") + describe(o);
+      s.summaries.push_back(l.kernel.name + " computes " + what + (lines.empty() ? "" : " from " + lines));
+    }
+    for (FusionDecision& d : s.decisions) {
+      const Node* root = d.kind == FusionDecision::Kind::Store ? d.node : d.kernel;
+      if (auto it = name_of.find(root); it != name_of.end()) d.kernel_name = *it->second;
     }
     return s;
   }

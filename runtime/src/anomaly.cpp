@@ -171,7 +171,7 @@ KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const Buffe
   KernelValues v;
   for (const Node* in : l.inputs)
     if (in) v.loads.insert(in);
-  v.order = graph::topo_order({l.output}, [&](const Node* n) { return v.loads.count(n) > 0; });
+  v.order = graph::topo_order(l.outputs, [&](const Node* n) { return v.loads.count(n) > 0; });
   const auto computed = copy_kernel(v, device, address, seeds);
   std::vector<graph::NodeRef> outputs;
   for (const auto& c : computed) outputs.push_back(c.second);
@@ -272,12 +272,12 @@ std::string footer(const codegen::KernelLaunch& l) {
 
 // The non-finite value came with the data the kernel read: name the first op on `path` reading it.
 [[noreturn]] void report_input(const Node* load, const std::unordered_set<const Node*>& path, const KernelValues& v,
-                               const codegen::KernelLaunch& l) {
+                               const codegen::KernelLaunch& l, const Node* out) {
   const Bytes& values = v.host.at(load);
   const int64_t element = first_nonfinite(values.data(), load->dtype, load->numel());
   // The first op on `path` reading it, through views of it (movement ops, detach).
   std::unordered_set<const Node*> views{load};
-  const Node* reader = l.output;
+  const Node* reader = out; // the output the value reached, unless an op on the way reads it
   for (const Node* n : v.order) {
     if (!path.count(n) || v.loads.count(n)) continue;
     const bool reads = std::any_of(n->inputs.begin(), n->inputs.end(),
@@ -302,8 +302,8 @@ std::string footer(const codegen::KernelLaunch& l) {
 }
 
 // Re-running the kernel's ops did not reproduce the value (it should, bitwise): name the kernel.
-[[noreturn]] void report_kernel(const codegen::KernelLaunch& l, int64_t element, const Bytes& values) {
-  Anomaly a = describe(l.output, element, values, l.kernel.name);
+[[noreturn]] void report_kernel(const codegen::KernelLaunch& l, const Node* out, int64_t element, const Bytes& values) {
+  Anomaly a = describe(out, element, values, l.kernel.name);
   const std::string msg = "anomaly: kernel " + l.kernel.name + " produced " + a.value + at_element(a.index) +
                           " of its " + a.type + " result (ops from " +
                           graph::source_lines_str(l.lines) + "); its ops run one by one gave finite values";
@@ -314,34 +314,46 @@ std::string footer(const codegen::KernelLaunch& l) {
 
 void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const BufferAddress& address,
                        const SeedOverrides& seeds, const std::function<void()>& before_report) {
-  const Node* out = l.output;
-  if (!is_floating(out->dtype) || out->numel() == 0) return;
+  // The kernel's outputs holding a non-finite value; the first of them, its element and values.
+  std::vector<const Node*> bad;
+  const Node* first = nullptr;
+  int64_t element = -1;
   Bytes host;
-  const void* p = address(out);
-  if (device != kCPU) {
-    host = read_buffer(p, node_bytes(out), device);
-    p = host.data();
+  for (const Node* out : l.outputs) {
+    if (!is_floating(out->dtype) || out->numel() == 0) continue;
+    Bytes copy;
+    const void* p = address(out);
+    if (device != kCPU) {
+      copy = read_buffer(p, node_bytes(out), device);
+      p = copy.data();
+    }
+    const int64_t e = first_nonfinite(p, out->dtype, out->numel());
+    if (e < 0) continue;
+    bad.push_back(out);
+    if (first) continue;
+    first = out;
+    element = e;
+    host = copy.empty() ? read_buffer(p, node_bytes(out), device) : std::move(copy);
   }
-  const int64_t element = first_nonfinite(p, out->dtype, out->numel());
-  if (element < 0) return;
-  if (host.empty()) host = read_buffer(p, node_bytes(out), device);
+  if (!first) return;
   before_report();
   if (options().debug >= 1)
     std::fprintf(stderr, "[kiln] anomaly: %s wrote a non-finite value; running its ops one kernel per op\n",
                  l.kernel.name.c_str());
   const KernelValues v = evaluate(l, device, address, seeds);
-  // The first op, in order, of those whose non-finite values reach the output: what the
+  // The first op, in order, of those whose non-finite values reach an output: what the
   // unfused mode, which checks every op's output, finds first (unless a where() drops it).
-  const std::unordered_set<const Node*> reach = reaching(out, v);
+  std::unordered_set<const Node*> reach;
+  for (const Node* out : bad) reach.merge(reaching(out, v));
   for (const Node* n : v.order) {
     if (!reach.count(n) || v.loads.count(n)) continue;
     if (first_nonfinite(v.host.at(n).data(), n->dtype, n->numel()) < 0) continue;
     if (const int64_t e = made_nonfinite(n, v); e >= 0) report_culprit(n, e, v, l);
     const std::unordered_set<const Node*> from = reaching(n, v); // it passed on a value it read
     for (const Node* m : v.order)
-      if (from.count(m) && v.loads.count(m)) report_input(m, reach, v, l);
+      if (from.count(m) && v.loads.count(m)) report_input(m, reach, v, l, first);
   }
-  report_kernel(l, element, host);
+  report_kernel(l, first, element, host);
 }
 
 } // namespace runtime

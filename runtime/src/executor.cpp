@@ -114,7 +114,7 @@ void plan_memory(Plan& p) {
   std::unordered_map<const graph::Node*, size_t> def, last;
   const auto& launches = p.schedule.launches;
   for (size_t i = 0; i < launches.size(); ++i) {
-    def[launches[i].output] = i;
+    for (const graph::Node* out : launches[i].outputs) def[out] = i;
     for (const graph::Node* in : launches[i].inputs) last[in] = i;
   }
   std::unordered_set<const graph::Node*> outputs;
@@ -149,7 +149,7 @@ void plan_memory(Plan& p) {
 void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
               void* const* bufs) {
   const auto bytes = static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel));
-  const size_t nbufs = l.inputs.size() + 1;
+  const size_t nbufs = l.inputs.size() + l.outputs.size();
   auto chunk = [&](int64_t begin, int64_t end) {
     thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
     thread_local size_t capacity = 0;
@@ -268,11 +268,11 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
   observe::Span plan_span("plan", "plan");
   {
     observe::Span span("schedule", "schedule");
-    p.schedule = codegen::schedule(todo, {fusion});
+    p.schedule = codegen::schedule(todo, {fusion, options().fuel});
     span.arg("kernels", static_cast<double>(p.schedule.launches.size()));
   }
   if (options().debug >= 2) {
-    for (const std::string& d : p.schedule.decisions) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
+    for (const std::string& d : p.schedule.debug_lines()) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
     dump_dot(p.schedule, todo);
   }
   const size_t n = p.schedule.launches.size();
@@ -331,10 +331,10 @@ template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device
   }
 }
 
-std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l) {
-  return plan_storage(plan.device, node_bytes(l.output), [&] {
+std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l, const graph::Node* out) {
+  return plan_storage(plan.device, node_bytes(out), [&] {
     const std::string lines = graph::source_lines_str(l.lines);
-    return std::string(dtype_name(l.output->dtype)) + graph::shape_str(l.output->shape) +
+    return std::string(dtype_name(out->dtype)) + graph::shape_str(out->shape) +
            (lines.empty() ? "" : " computed at " + lines);
   });
 }
@@ -344,7 +344,8 @@ std::shared_ptr<graph::Storage> arena_storage(const Plan& plan) {
   return plan_storage(plan.device, plan.arena_bytes, [&] {
     std::vector<graph::SourceLine> lines;
     for (const codegen::KernelLaunch& l : plan.schedule.launches)
-      if (plan.arena_offset.count(l.output) && lines.size() <= 4) // source_lines_str names 4
+      if (std::any_of(l.outputs.begin(), l.outputs.end(), [&](const graph::Node* o) { return plan.arena_offset.count(o); }) &&
+          lines.size() <= 4) // source_lines_str names 4
         for (const graph::SourceLine& s : l.lines) graph::add_source_line(lines, s);
     const std::string at = graph::source_lines_str(lines);
     return std::to_string(plan.arena_offset.size()) + " intermediate values" + (at.empty() ? "" : " computed at " + at);
@@ -368,7 +369,8 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
                                  plan.device.str() + " (move it with .to(device))");
   Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, {}};
   for (const auto& l : plan.schedule.launches)
-    if (!plan.arena_offset.count(l.output)) mem.outputs[l.output] = output_storage(plan, l);
+    for (const graph::Node* out : l.outputs)
+      if (!plan.arena_offset.count(out)) mem.outputs[out] = output_storage(plan, l, out);
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
   const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   const bool anomaly = anomaly_checks_on(); // kiln/anomaly.h: off, this load is all it costs
@@ -378,7 +380,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
     bufs.clear();
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
-    bufs.push_back(mem.address(l.output));
+    for (const graph::Node* out : l.outputs) bufs.push_back(mem.address(out));
     const std::vector<int64_t>& params = launch_params(l, seeds, consts, scratch);
     const auto t0 = Clock::now();
     const codegen::CpuKernelFn fn = gpu ? nullptr : plan.kernels[i]->get(); // the best code so far
@@ -494,6 +496,7 @@ GraphWalk walk(const std::vector<graph::NodeRef>& roots) {
   };
   GraphWalk w;
   w.key.push_back(options().fusion ? 1 : 0);
+  w.key.push_back(static_cast<uint64_t>(options().fuel));
   std::unordered_map<const graph::Node*, uint32_t> pos;
   std::vector<Frame> stack;
   for (const graph::NodeRef& r : roots) {

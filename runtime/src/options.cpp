@@ -11,6 +11,7 @@ Options from_environment() {
   Options o;
   if (const char* d = std::getenv("KILN_DEBUG")) o.debug = std::atoi(d);
   if (const char* f = std::getenv("KILN_FUSION")) o.fusion = std::atoi(f) != 0;
+  if (const char* f = std::getenv("KILN_FUEL"); f && *f) o.fuel = std::atoll(f);
   if (const char* c = std::getenv("KILN_CUDA_CHECK")) o.cuda_check = std::atoi(c) != 0;
   if (const char* b = std::getenv("KILN_LAUNCH_BLOCKING")) o.launch_blocking = std::atoi(b) != 0;
   if (const char* c = std::getenv("KILN_SCHEDULE_CACHE")) o.schedule_cache = std::atoi(c) != 0;

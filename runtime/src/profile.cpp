@@ -152,7 +152,8 @@ void start_from_options() {
 
 double launch_bytes(const codegen::KernelLaunch& l) {
   auto bytes = [](const graph::Node* n) { return static_cast<double>(n->numel()) * static_cast<double>(dtype_size(n->dtype)); };
-  double b = bytes(l.output);
+  double b = 0;
+  for (const graph::Node* out : l.outputs) b += bytes(out);
   for (const graph::Node* in : l.inputs)
     if (in) b += bytes(in); // null: the error buffer of in-kernel index checks
   return b;

@@ -2,6 +2,7 @@
 /// \file options.h
 /// Process-wide options, initialized from the environment (see the README's table).
 
+#include <cstdint>
 #include <string>
 
 namespace kiln {
@@ -13,6 +14,10 @@ struct Options {
   int debug = 0;
   /// KILN_FUSION (default 1): 0 runs one kernel per primitive op.
   bool fusion = true;
+  /// KILN_FUEL=N: each schedule makes at most N fusion decisions, then gives every other node a
+  /// kernel of its own (codegen::ScheduleOptions::fuel); bisects a fusion bug to one decision,
+  /// which KILN_DEBUG=2 prints. Negative (the default): no limit.
+  int64_t fuel = -1;
   /// KILN_DUMP_DIR: where debug output at levels >= 3 is also written as files ("" = none).
   std::string dump_dir;
   /// KILN_CACHE_DIR: the on-disk kernel cache (default ~/.cache/kiln; "" disables it).
