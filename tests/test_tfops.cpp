@@ -1,0 +1,306 @@
+// Transformer-era functions and modules built from kiln's primitives (issue 15): pieces and joins
+// (narrow, chunk, split, unbind, stack, squeeze), masks (tril, triu, masked_fill), clamp, sign,
+// logsumexp, the Tensor methods, and the one-dim sum/mean overloads. Forward values against
+// PyTorch 1.13's semantics (written out by hand here, or generated tables), gradients by gradcheck
+// in f64, zero-size and odd shapes, and error messages naming the op, the shapes and this file's line.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/autograd.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+
+namespace kiln {
+namespace {
+
+namespace F = nn::functional;
+using Fn1 = std::function<Tensor(const std::vector<Tensor>&)>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+Tensor rnd(IntList shape, uint64_t seed) { return randn(std::move(shape), seed, kFloat64); }
+
+// 0, 1, 2, ... as f64 of a shape (distinct values make misplaced elements visible).
+Tensor iota(IntList shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return arange(0, static_cast<double>(n), 1, kFloat64).reshape(shape);
+}
+
+void expect_gradcheck(const Fn1& f, const std::vector<Tensor>& inputs) {
+  GradcheckResult r = gradcheck(f, inputs);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+// Bitwise equal, NaN equal to NaN.
+void expect_same(const std::vector<double>& got, const std::vector<double>& want, const std::string& what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: " << got[i];
+    else EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
+  }
+}
+
+// Runs f, which must throw kiln::Error for `op` whose message holds each of `parts` and this file's `line`.
+void expect_error(const std::function<void()>& f, int line, const std::string& op, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.op(), op) << msg;
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    const std::string where = "test_tfops.cpp:" + std::to_string(line);
+    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
+    return;
+  }
+  ADD_FAILURE() << op << ": nothing was thrown";
+}
+
+// ---------------------------------------------------------------- pieces and joins
+
+TEST(Pieces, NarrowAsPyTorch) {
+  Tensor x = iota({3, 5});
+  expect_same(values(narrow(x, 1, 1, 3)), {1, 2, 3, 6, 7, 8, 11, 12, 13});
+  expect_same(values(x.narrow(0, -2, 2)), {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}); // start counts from the end
+  EXPECT_EQ(narrow(x, -1, 5, 0).shape(), (IntList{3, 0}));                     // empty at the end
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (narrow(v[0], 1, 2, 2) * v[1]).sum(); },
+                   {rnd({3, 5}, 1), rnd({3, 2}, 2)});
+}
+
+TEST(Pieces, ChunkAsPyTorch) {
+  Tensor x = iota({5, 2});
+  auto c = chunk(x, 3); // ceil(5 / 3) = 2: sizes 2, 2, 1
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[2].shape(), (IntList{1, 2}));
+  expect_same(values(c[1]), {4, 5, 6, 7});
+  EXPECT_EQ(iota({6}).chunk(4).size(), 3u); // sizes 2, 2, 2: fewer pieces than asked, as PyTorch
+  auto e = chunk(zeros({0, 2}), 3);         // an empty dim: `chunks` empty pieces
+  ASSERT_EQ(e.size(), 3u);
+  for (const Tensor& t : e) EXPECT_EQ(t.shape(), (IntList{0, 2}));
+  auto d = x.chunk(2, -1);
+  expect_same(values(d[1]), {1, 3, 5, 7, 9});
+}
+
+TEST(Pieces, SplitBySizeAndByList) {
+  Tensor x = iota({7});
+  auto s = split(x, 3);
+  ASSERT_EQ(s.size(), 3u);
+  expect_same(values(s[2]), {6});
+  auto l = x.split({2, 0, 5});
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[1].shape(), (IntList{0}));
+  expect_same(values(l[2]), {2, 3, 4, 5, 6});
+  auto one = split(x, {7}); // a one-element list is a list, not a size
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(split(zeros({0}), 2).size(), 1u); // an empty dim: one empty piece
+  EXPECT_EQ(split(zeros({0}), 0).size(), 1u);
+  EXPECT_EQ(split(x, 7).size(), 1u);
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        auto p = split(v[0], {1, 3}, 1);
+        return (p[0] * 2.0).sum() + (p[1] * p[1]).sum();
+      },
+      {rnd({2, 4}, 3)});
+}
+
+TEST(Pieces, UnbindAndStackAreInverse) {
+  Tensor x = iota({2, 3, 4});
+  for (int64_t d : {0, 1, 2, -1}) {
+    auto parts = unbind(x, d);
+    ASSERT_EQ(static_cast<int64_t>(parts.size()), x.size(d));
+    expect_same(values(stack(parts, d)), values(x), "dim " + std::to_string(d));
+  }
+  auto rows = x.unbind(1);
+  EXPECT_EQ(rows[2].shape(), (IntList{2, 4}));
+  expect_same(values(rows[2]), {8, 9, 10, 11, 20, 21, 22, 23});
+  // stack at the new last dim interleaves
+  expect_same(values(stack({iota({2}), iota({2}) + 10.0}, -1)), {0, 10, 1, 11});
+  EXPECT_EQ(stack({zeros({0, 3}), zeros({0, 3})}, 1).shape(), (IntList{0, 2, 3}));
+  EXPECT_TRUE(unbind(zeros({0, 3})).empty());
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (stack({v[0], v[1] * v[0]}, 1) * v[2]).sum(); },
+      {rnd({2, 3}, 4), rnd({2, 3}, 5), rnd({2, 2, 3}, 6)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { auto p = unbind(v[0], 1); return (p[0] * p[2]).sum(); },
+                   {rnd({2, 3}, 7)});
+}
+
+TEST(Pieces, SqueezeAndUnsqueeze) {
+  Tensor x = zeros({1, 3, 1});
+  EXPECT_EQ(squeeze(x).shape(), (IntList{3}));
+  EXPECT_EQ(x.squeeze().shape(), (IntList{3}));
+  EXPECT_EQ(squeeze(x, -1).shape(), (IntList{1, 3}));
+  EXPECT_EQ(squeeze(x, 1).shape(), (IntList{1, 3, 1})); // not of extent 1: unchanged
+  EXPECT_EQ(zeros({2, 3}).squeeze().shape(), (IntList{2, 3}));
+  EXPECT_EQ(unsqueeze(zeros({2, 3}), -1).shape(), (IntList{2, 3, 1}));
+  EXPECT_EQ(unsqueeze(zeros({2, 3}), 0).shape(), (IntList{1, 2, 3}));
+  EXPECT_EQ(unsqueeze(scalar_tensor(1), 0).shape(), (IntList{1}));
+}
+
+TEST(Pieces, ErrorsNameTheOpShapesAndLine) {
+  Tensor x = zeros({3, 5});
+  expect_error([&] { (void)narrow(x, 1, 3, 3); }, __LINE__, "narrow", {"f32[3,5]", "exceeds"});
+  expect_error([&] { (void)narrow(x, 1, -6, 1); }, __LINE__, "narrow", {"f32[3,5]", "out of range"});
+  expect_error([&] { (void)narrow(x, 2, 0, 1); }, __LINE__, "narrow", {"f32[3,5]", "dim 2"});
+  expect_error([&] { (void)x.narrow(0, 0, -1); }, __LINE__, "narrow", {"f32[3,5]"});
+  expect_error([&] { (void)chunk(x, 0); }, __LINE__, "chunk", {"f32[3,5]", "positive"});
+  expect_error([&] { (void)chunk(scalar_tensor(1), 2); }, __LINE__, "chunk", {"0-d"});
+  expect_error([&] { (void)split(x, 0); }, __LINE__, "split", {"f32[3,5]", "split_size 0"});
+  expect_error([&] { (void)split(x, -1, 1); }, __LINE__, "split", {"f32[3,5]"});
+  expect_error([&] { (void)split(x, {2, 2}, 1); }, __LINE__, "split", {"f32[3,5]", "[2,2]", "add up"});
+  expect_error([&] { (void)x.split({4, -1}, 1); }, __LINE__, "split", {"non-negative"});
+  expect_error([&] { (void)unbind(x, 2); }, __LINE__, "unbind", {"f32[3,5]"});
+  expect_error([&] { (void)stack({x, zeros({5, 3})}); }, __LINE__, "stack", {"f32[3,5]", "f32[5,3]", "same shape"});
+  expect_error([&] { (void)stack({x}, 3); }, __LINE__, "stack", {"f32[3,5]", "dim 3"});
+  expect_error([&] { (void)stack({}); }, __LINE__, "stack", {"at least one"});
+  expect_error([&] { (void)unsqueeze(x, 3); }, __LINE__, "unsqueeze", {"f32[3,5]", "dim 3"});
+  expect_error([&] { (void)squeeze(x, -3); }, __LINE__, "squeeze", {"f32[3,5]", "dim -3"});
+}
+
+// ---------------------------------------------------------------- masks
+
+// The reference: elements kept where keep(col - row), per the last two dims.
+std::vector<double> triangle_reference(const Tensor& x, const std::function<bool(int64_t)>& keep) {
+  auto v = values(x);
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t r = static_cast<int64_t>(i) / cols % rows, c = static_cast<int64_t>(i) % cols;
+    if (!keep(c - r)) v[i] = 0;
+  }
+  return v;
+}
+
+TEST(Masks, TrilAndTriuWithDiagonalOffsets) {
+  for (const IntList& shape : {IntList{3, 4}, IntList{2, 4, 3}, IntList{1, 1}, IntList{0, 3}, IntList{2, 3, 0}}) {
+    Tensor x = iota(shape) + 1.0;
+    for (int64_t k : {-5, -1, 0, 1, 2, 7}) {
+      expect_same(values(tril(x, k)), triangle_reference(x, [k](int64_t o) { return o <= k; }), "tril " + std::to_string(k));
+      expect_same(values(x.triu(k)), triangle_reference(x, [k](int64_t o) { return o >= k; }), "triu " + std::to_string(k));
+    }
+  }
+  EXPECT_EQ(tril(ones({2, 2}, kInt32)).dtype(), kInt32);
+  EXPECT_EQ(triu(ones({2, 2}, kBool)).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 1}));
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (tril(v[0], -1) * v[1]).sum(); }, {rnd({2, 3, 4}, 8), rnd({2, 3, 4}, 9)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (triu(v[0], 1) * v[1]).sum(); }, {rnd({3, 4}, 10), rnd({3, 4}, 11)});
+  expect_error([] { (void)tril(zeros({3})); }, __LINE__, "tril", {"f32[3]", "2 dims"});
+  expect_error([] { (void)triu(zeros({})); }, __LINE__, "triu", {"f32[]"});
+}
+
+TEST(Masks, MaskedFillKeepsTheDtypeAndBroadcasts) {
+  Tensor x = iota({2, 3});
+  Tensor m = from_vector<bool>({true, false, true}, {3});
+  expect_same(values(masked_fill(x, m, -kInf)), {-kInf, 1, -kInf, -kInf, 4, -kInf});
+  EXPECT_EQ(masked_fill(x, m, 2).dtype(), kFloat64);
+  Tensor xi = arange(3);
+  EXPECT_EQ(xi.masked_fill(m, 1.7).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1})); // cast to x's dtype
+  EXPECT_EQ(masked_fill(zeros({3}), zeros({2, 3}, kBool), 1).shape(), (IntList{2, 3}));  // both broadcast
+  EXPECT_EQ(masked_fill(zeros({0, 3}), m, 1).shape(), (IntList{0, 3}));
+  // a causal mask as attention builds it: -inf above the diagonal, then softmax
+  Tensor causal = triu(ones({3, 3}, kBool), 1);
+  expect_same(values(F::softmax(masked_fill(zeros({3, 3}, kFloat64), causal, -kInf), -1)),
+              {1, 0, 0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3});
+  expect_gradcheck([m](const std::vector<Tensor>& v) { return (masked_fill(v[0], m, 3.0) * v[1]).sum(); },
+                   {rnd({2, 3}, 12), rnd({2, 3}, 13)});
+  expect_error([&] { (void)masked_fill(x, zeros({3}), 0); }, __LINE__, "masked_fill", {"f64[2,3]", "f32[3]", "bool"});
+  expect_error([&] { (void)masked_fill(x, zeros({4}, kBool), 0); }, __LINE__, "masked_fill", {"f64[2,3]", "bool[4]", "broadcast"});
+}
+
+// ---------------------------------------------------------------- clamp and sign
+
+TEST(Clamp, ValuesDtypesAndBoundsAsPyTorch) {
+  Tensor x = from_vector<double>({-2, -1, 0, 0.5, 1, 3, kNaN, kInf});
+  expect_same(values(clamp(x, -1, 1)), {-1, -1, 0, 0.5, 1, 1, kNaN, 1});
+  expect_same(values(x.clamp(0.25)), {0.25, 0.25, 0.25, 0.5, 1, 3, kNaN, kInf});
+  expect_same(values(clamp(x, std::nullopt, 0)), {-2, -1, 0, 0, 0, 0, kNaN, 0});
+  expect_same(values(clamp(x, 2, 1)), {1, 1, 1, 1, 1, 1, kNaN, 1}); // min > max gives max
+  Tensor xi = from_vector<int64_t>({1, 5, 9});
+  EXPECT_EQ(clamp(xi, 2, 6).dtype(), kInt64);
+  EXPECT_EQ(clamp(xi, 2.5, 6).dtype(), kFloat32); // promoted by the bound, as PyTorch 1.13
+  EXPECT_EQ(clamp(xi, 2.5, 6).to_vector<float>(), (std::vector<float>{2.5f, 5, 6}));
+  EXPECT_EQ(clamp(zeros({0, 2}), 0, 1).shape(), (IntList{0, 2}));
+  // the gradient is 1 inside [min, max], bounds included, else 0
+  Tensor g = from_vector<double>({-2, -1, 0, 1, 2}).requires_grad_();
+  clamp(g, -1, 1).sum().backward();
+  expect_same(values(g.grad()), {0, 1, 1, 1, 0});
+  Tensor h = from_vector<double>({1, 2, 3}).requires_grad_();
+  clamp(h, 3, 1).sum().backward();
+  expect_same(values(h.grad()), {0, 0, 0});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (clamp(v[0], -0.5, 0.7) * v[1]).sum(); },
+                   {rnd({3, 4}, 14), rnd({3, 4}, 15)});
+  expect_error([&] { (void)clamp(x, std::nullopt, std::nullopt); }, __LINE__, "clamp", {"f64[8]", "min and max"});
+  expect_error([&] { (void)clamp(zeros({2}, kBool), 0, 1); }, __LINE__, "clamp", {"bool[2]"});
+}
+
+TEST(Sign, ValuesAndAZeroGradient) {
+  Tensor x = from_vector<double>({kNaN, -0.0, 0.0, -2, 3, -kInf, kInf});
+  const auto s = values(sign(x));
+  expect_same(s, {0, 0, 0, -1, 1, -1, 1}); // NaN gives 0 in PyTorch 1.13
+  EXPECT_FALSE(std::signbit(s[1]));      // and -0 gives +0
+  EXPECT_EQ(from_vector<int64_t>({-5, 0, 7}).sign().to_vector<int64_t>(), (std::vector<int64_t>{-1, 0, 1}));
+  EXPECT_EQ(sign(from_vector<int32_t>({-5})).dtype(), kInt32);
+  EXPECT_EQ(sign(zeros({2}, kBool)).dtype(), kBool);
+  Tensor g = from_vector<double>({1, 0, -2}).requires_grad_();
+  auto d = grad({(sign(g) * 3.0).sum()}, {g});
+  expect_same(values(d[0]), {0, 0, 0});
+}
+
+// ---------------------------------------------------------------- logsumexp
+
+TEST(Logsumexp, StableAndNonFiniteRowsAsPyTorch) {
+  Tensor x = from_vector<double>({1, 2, 3, 1000, 1000, -1000, -kInf, -kInf, -kInf, kInf, 1, -kInf}, {4, 3});
+  const double l123 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const auto r = values(logsumexp(x, {1}));
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_NEAR(r[0], l123, 1e-15);
+  EXPECT_NEAR(r[1], 1000 + std::log(2.0), 1e-12); // no overflow
+  EXPECT_EQ(r[2], -kInf);                         // a row of -inf: -inf, not NaN
+  EXPECT_EQ(r[3], kInf);
+  EXPECT_EQ(x.logsumexp({1}, true).shape(), (IntList{4, 1}));
+  EXPECT_EQ(logsumexp(x, {0, 1}).shape(), IntList{});
+  EXPECT_EQ(values(logsumexp(zeros({2, 0}), {1})), (std::vector<double>{-kInf, -kInf})); // empty: log(0)
+  EXPECT_EQ(logsumexp(arange(3), {0}).dtype(), kFloat32);
+  EXPECT_NEAR(logsumexp(from_vector<int64_t>({1, 2}), {0}).item<double>(), 2.3132617, 1e-6);
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (logsumexp(v[0], {1}) * v[1]).sum(); },
+                   {rnd({3, 4}, 16), rnd({3}, 17)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return logsumexp(v[0] * 30.0, {0, 2}, true).sum(); },
+                   {rnd({2, 3, 2}, 18)});
+  expect_error([&] { (void)logsumexp(x, {2}); }, __LINE__, "logsumexp", {"f64[4,3]", "dim 2"});
+}
+
+// ---------------------------------------------------------------- methods and overloads
+
+TEST(Methods, ElementwiseMethodsEqualTheFreeFunctions) {
+  Tensor x = rand({2, 3}, 19, kFloat64) + 0.5;
+  const std::vector<std::pair<Tensor, Tensor>> pairs = {
+      {x.neg(), neg(x)},         {x.abs(), abs(x)},     {x.exp(), exp(x)},
+      {x.log(), log(x)},         {x.sqrt(), sqrt(x)},   {x.rsqrt(), rsqrt(x)},
+      {x.sin(), sin(x)},         {x.cos(), cos(x)},     {x.tanh(), tanh(x)},
+      {x.sigmoid(), sigmoid(x)}, {x.relu(), relu(x)},   {x.reciprocal(), reciprocal(x)},
+      {x.square(), square(x)},   {x.pow(3), pow(x, 3)}, {x.pow(x), pow(x, x)}};
+  for (const auto& [m, f] : pairs) expect_same(values(m), values(f));
+}
+
+TEST(Methods, OneDimSumAndMeanOverloads) {
+  Tensor x = iota({2, 3});
+  expect_same(values(x.sum(1)), {3, 12});
+  expect_same(values(x.sum(-2, true)), {3, 5, 7});
+  EXPECT_EQ(x.sum(0, true).shape(), (IntList{1, 3}));
+  expect_same(values(sum(x, 0)), {3, 5, 7});
+  expect_same(values(x.mean(1)), {1, 4});
+  expect_same(values(mean(x, 1, true)), {1, 4});
+  // braces still mean a list: {} is every dim, {1} is dim 1
+  EXPECT_EQ(x.sum({}).item<double>(), 15);
+  EXPECT_EQ(sum(x, {}, true).shape(), (IntList{1, 1}));
+  expect_same(values(x.sum({1})), {3, 12});
+  expect_error([&] { (void)x.sum(2); }, __LINE__, "sum", {"f64[2,3]", "dim 2"});
+}
+
+} // namespace
+} // namespace kiln
