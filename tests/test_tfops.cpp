@@ -12,7 +12,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "kiln/autograd.h"
+#include "kiln/checkpoint.h"
+#include "kiln/optim.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -300,6 +306,167 @@ TEST(Methods, OneDimSumAndMeanOverloads) {
   EXPECT_EQ(sum(x, {}, true).shape(), (IntList{1, 1}));
   expect_same(values(x.sum({1})), {3, 12});
   expect_error([&] { (void)x.sum(2); }, __LINE__, "sum", {"f64[2,3]", "dim 2"});
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+// PyTorch's formula in f64 on the host: x / sqrt(mean over the last `k` elements of x^2 + eps) * w.
+std::vector<double> rms_reference(const std::vector<double>& x, const std::vector<double>& w, size_t k, double eps) {
+  std::vector<double> out(x.size());
+  for (size_t r = 0; r < x.size() / k; ++r) {
+    double ss = 0;
+    for (size_t i = 0; i < k; ++i) ss += x[r * k + i] * x[r * k + i];
+    const double inv = 1 / std::sqrt(ss / static_cast<double>(k) + eps);
+    for (size_t i = 0; i < k; ++i) out[r * k + i] = x[r * k + i] * inv * (w.empty() ? 1.0 : w[i]);
+  }
+  return out;
+}
+
+void expect_near_rel(const std::vector<double>& got, const std::vector<double>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, std::fabs(want[i]))) << i;
+}
+
+TEST(RMSNorm, ForwardAgainstPyTorchsFormula) {
+  Tensor x = rnd({2, 3, 4}, 20);
+  Tensor w = rnd({3, 4}, 21);
+  const double eps64 = std::numeric_limits<double>::epsilon();
+  expect_near_rel(values(F::rms_norm(x, {3, 4}, w)), rms_reference(values(x), values(w), 12, eps64), 1e-14);
+  expect_near_rel(values(F::rms_norm(x, {4}, Tensor(), 0.5)), rms_reference(values(x), {}, 4, 0.5), 1e-14);
+  // eps defaults to the dtype's epsilon: visible on small f32 values (mean of squares 1e-8 < 1.19e-7)
+  Tensor small = full({1, 4}, 1e-4, kFloat32);
+  const double eps32 = std::numeric_limits<float>::epsilon();
+  expect_near_rel(values(F::rms_norm(small, {4})), rms_reference(values(small), {}, 4, eps32), 1e-6);
+  nn::RMSNorm m({4});
+  EXPECT_EQ(m.weight.shape(), (IntList{4}));
+  EXPECT_EQ(m.named_parameters().at(0).first, "weight");
+  expect_near_rel(values(m(small)), rms_reference(values(small), {}, 4, eps32), 1e-6);
+  EXPECT_EQ(m.str(), "RMSNorm(normalized_shape=[4], eps=None, elementwise_affine=true)");
+  EXPECT_TRUE(nn::RMSNorm({4}, 1e-5, false).parameters().empty());
+  EXPECT_EQ(F::rms_norm(zeros({0, 4}), {4}).shape(), (IntList{0, 4}));
+  expect_same(values(F::rms_norm(zeros({1, 3}, kFloat64), {3})), {0, 0, 0}); // eps keeps zeros finite
+}
+
+TEST(RMSNorm, GradcheckAndErrors) {
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::rms_norm(v[0], {3}, v[1], 1e-3) * v[2]).sum(); },
+                   {rnd({2, 3}, 22), rnd({3}, 23), rnd({2, 3}, 24)});
+  nn::RMSNorm m({2, 3});
+  m.to(kFloat64);
+  expect_gradcheck([&m](const std::vector<Tensor>& v) { return (m(v[0]) * v[1]).sum(); }, {rnd({4, 2, 3}, 25), rnd({4, 2, 3}, 26)});
+  expect_error([] { (void)F::rms_norm(zeros({2, 3}), {2}); }, __LINE__, "rms_norm", {"f32[2,3]", "normalized_shape [2]"});
+  expect_error([] { (void)F::rms_norm(zeros({2, 3}), {3}, zeros({2})); }, __LINE__, "rms_norm", {"f32[2,3]", "f32[2]"});
+  expect_error([] { (void)F::rms_norm(zeros({2, 3}, kInt64), {3}); }, __LINE__, "rms_norm", {"i64[2,3]", "floating"});
+}
+
+// ---------------------------------------------------------------- ModuleList, ModuleDict, Module::to(dtype)
+
+// A module holding its blocks in a ModuleList and its heads in a ModuleDict.
+struct Tower : nn::Module {
+  std::shared_ptr<nn::ModuleList> blocks = register_module("blocks", nn::ModuleList(nn::Linear(3, 4), nn::ReLU()));
+  std::shared_ptr<nn::ModuleDict> heads = register_module("heads", nn::ModuleDict());
+  Tower() {
+    blocks->push_back(std::make_shared<nn::Linear>(4, 4, false));
+    heads->insert("out", nn::Linear(4, 2));
+    heads->insert("norm", nn::RMSNorm({2}));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x;
+    for (nn::Module& b : *blocks) y = b(y);
+    return (*heads)["norm"]((*heads)["out"](y));
+  }
+};
+
+std::vector<std::string> names(const nn::NamedTensors& ts) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : ts) out.push_back(n);
+  return out;
+}
+
+TEST(ModuleList, RegistersIndexesIteratesAndInserts) {
+  Tower t;
+  EXPECT_EQ(names(t.named_parameters()), (std::vector<std::string>{"blocks.0.weight", "blocks.0.bias", "blocks.2.weight",
+                                                                     "heads.out.weight", "heads.out.bias", "heads.norm.weight"}));
+  EXPECT_EQ(t.blocks->size(), 3u);
+  EXPECT_EQ((*t.blocks)[-1].name(), "Linear");
+  EXPECT_EQ(t.blocks->at<nn::Linear>(0).weight.shape(), (IntList{4, 3}));
+  EXPECT_THROW((void)t.blocks->at<nn::Linear>(1), Error); // a ReLU
+  EXPECT_THROW((void)(*t.blocks)[3], Error);
+  int count = 0;
+  for (nn::Module& m : *t.blocks) count += m.name() == "Linear";
+  EXPECT_EQ(count, 2);
+  t.blocks->insert(1, nn::Tanh());
+  t.blocks->insert(-10, nn::Linear(3, 3)); // clamped to the front, as Python's list.insert
+  std::vector<std::string> kinds;
+  for (const auto& [n, m] : t.blocks->children()) kinds.push_back(n + ":" + m->name());
+  EXPECT_EQ(kinds, (std::vector<std::string>{"0:Linear", "1:Linear", "2:Tanh", "3:ReLU", "4:Linear"}));
+  EXPECT_EQ(t.named_parameters().at(2).first, "blocks.1.weight");
+  EXPECT_THROW((void)t.blocks->forward(zeros({1, 3})), Error); // no forward of its own, as PyTorch
+}
+
+TEST(ModuleDict, KeysReplaceAndErrors) {
+  nn::ModuleDict d;
+  d.insert("a", nn::Linear(2, 2));
+  d.insert("b", nn::ReLU());
+  d.insert("a", nn::Linear(2, 3)); // replaces, keeping its place
+  EXPECT_EQ(d.keys(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(d.at<nn::Linear>("a").weight.shape(), (IntList{3, 2}));
+  EXPECT_TRUE(d.contains("b"));
+  EXPECT_FALSE(d.contains("c"));
+  EXPECT_EQ(names(d.named_parameters()), (std::vector<std::string>{"a.weight", "a.bias"}));
+  std::vector<std::string> seen;
+  for (const auto& [k, m] : d) seen.push_back(k + ":" + m->name());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a:Linear", "b:ReLU"}));
+  EXPECT_EQ(d.pop("a")->name(), "Linear");
+  EXPECT_EQ(d.size(), 1u);
+  EXPECT_THROW((void)d["a"], Error);
+  EXPECT_THROW(d.insert("x.y", nn::ReLU()), Error);
+  EXPECT_THROW(d.insert("", nn::ReLU()), Error);
+}
+
+TEST(ModuleList, TrainsSavesAndLoadsThroughTheContainers) {
+  nn::manual_seed(7);
+  Tower t;
+  optim::SGD opt(t.parameters(), {.lr = 0.1});
+  Tensor x = randn({5, 3}, 27), y = randn({5, 2}, 28);
+  F::mse_loss(t(x), y).backward();
+  for (const Tensor& p : t.parameters()) EXPECT_TRUE(p.grad().defined());
+  const auto before = values(t.blocks->at<nn::Linear>(0).weight);
+  opt.step();
+  EXPECT_NE(values(t.blocks->at<nn::Linear>(0).weight), before); // the optimizer sees the list's parameters
+  t.zero_grad();
+  for (const Tensor& p : t.parameters()) EXPECT_FALSE(p.grad().defined());
+  const std::string path = (std::filesystem::temp_directory_path() / ("kiln_tfops_" + std::to_string(::getpid()) + ".safetensors")).string();
+  checkpoint::save(path, t);
+  nn::manual_seed(8);
+  Tower u;
+  checkpoint::load(path, u);
+  std::filesystem::remove(path);
+  expect_same(values(u(x)), values(t(x)));
+}
+
+TEST(ModuleTo, ConvertsParametersAndBuffersInPlace) {
+  nn::manual_seed(9);
+  nn::Sequential s(nn::Linear(3, 2), nn::BatchNorm1d(2));
+  const Tensor w = s.parameters()[0];
+  F::mse_loss(s(randn({4, 3}, 29)), zeros({4, 2})).backward();
+  const auto w32 = values(w);
+  s.to(kFloat64);
+  EXPECT_EQ(w.dtype(), kFloat64);                        // the same tensor object, converted
+  EXPECT_EQ(s.parameters()[0].impl(), w.impl());
+  EXPECT_EQ(w.grad().dtype(), kFloat64);                 // with its gradient
+  expect_same(values(w), w32);                           // f32 values are exact in f64
+  for (const auto& [n, b] : s.named_buffers())           // integer buffers stay integer
+    EXPECT_EQ(b.dtype(), n.find("num_batches") != std::string::npos ? kInt64 : kFloat64) << n;
+  EXPECT_TRUE(w.requires_grad());
+  s.zero_grad();
+  F::mse_loss(s(randn({4, 3}, 30, kFloat64)), zeros({4, 2}, kFloat64)).backward();
+  EXPECT_EQ(w.grad().dtype(), kFloat64);                 // backward still reaches the converted leaf
+  optim::SGD opt(s.parameters(), {.lr = 0.5});
+  opt.step();
+  EXPECT_EQ(w.dtype(), kFloat64);
+  s.to(kFloat32);
+  EXPECT_EQ(w.dtype(), kFloat32);
+  EXPECT_THROW(s.to(kInt64), Error);
 }
 
 } // namespace

@@ -246,19 +246,41 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
   return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
 }
 
+namespace {
+
+// The trailing dims that a layer_norm or rms_norm over `normalized_shape` reduces, checked.
+IntList normalized_dims(const std::string& op, const Tensor& x, const IntList& normalized_shape, const Loc& loc) {
+  require_floating(op, x, loc);
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
+  if (!fits) fail(op, "the trailing dims must equal normalized_shape " + graph::shape_str(normalized_shape), {&x}, loc);
+  IntList dims(static_cast<size_t>(k));
+  std::iota(dims.begin(), dims.end(), x.dim() - k);
+  return dims;
+}
+
+} // namespace
+
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  require_floating("layer_norm", x, loc);
-  const auto k = static_cast<int64_t>(normalized_shape.size());
-  const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
-  if (!fits) fail("layer_norm", "the trailing dims must equal normalized_shape " + graph::shape_str(normalized_shape), {&x}, loc);
-  IntList dims(static_cast<size_t>(k));
-  std::iota(dims.begin(), dims.end(), x.dim() - k);
+  const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
   Tensor xc = x - x.mean(dims, true, loc);
   Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
   if (weight.defined()) y = y * weight;
   return bias.defined() ? y + bias : y;
+}
+
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, std::optional<double> eps,
+                Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const IntList dims = normalized_dims("rms_norm", x, normalized_shape, loc);
+  if (weight.defined() && weight.shape() != normalized_shape)
+    fail("rms_norm", "the weight must have the shape normalized_shape " + graph::shape_str(normalized_shape), {&x, &weight}, loc);
+  const double e = eps.value_or(x.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                      : std::numeric_limits<float>::epsilon());
+  Tensor y = x * rsqrt((x * x).mean(dims, true, loc) + e, loc);
+  return weight.defined() ? y * weight : y;
 }
 
 namespace {

@@ -61,6 +61,10 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());
+/// x / sqrt(mean(x^2) + eps) * weight over the trailing dims of `normalized_shape`, as
+/// torch.nn.functional.rms_norm; eps defaults to the machine epsilon of x's dtype.
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt, Loc loc = Loc::current());
 /// Batch normalization over all dims but dim 1 of x [N, C, ...]. With `training`, normalizes by the
 /// batch mean and biased variance and, when the running statistics are defined, assign()s them
 /// (1 - momentum) * running + momentum * batch (the variance unbiased), as torch.nn.functional.batch_norm;
