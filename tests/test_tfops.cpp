@@ -469,5 +469,116 @@ TEST(ModuleTo, ConvertsParametersAndBuffersInPlace) {
   EXPECT_THROW(s.to(kInt64), Error);
 }
 
+// ---------------------------------------------------------------- cross_entropy and nll_loss against PyTorch
+
+using F::Reduction;
+
+struct ClassLossCase {
+  const char* name;
+  bool nll; ///< nll_loss (the input taken as log-probabilities) instead of cross_entropy
+  IntList shape;
+  std::vector<double> input;
+  std::vector<int64_t> targets;
+  std::vector<double> weight; ///< empty: no class weights
+  int64_t ignore_index;
+  double label_smoothing;
+  Reduction reduction;
+  std::vector<double> loss; ///< PyTorch's values
+  std::vector<double> grad; ///< PyTorch's d(sum(loss * u))/d(input), u = 1, 2, 3, ...
+};
+
+const ClassLossCase kClassLosses[] = {
+#include "pytorch_class_loss_table.inc"
+};
+
+// Equal to 1e-12 relative (NaN to NaN): the same arithmetic up to the order of sums.
+void expect_close_rel(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: " << got[i];
+    else EXPECT_NEAR(got[i], want[i], 1e-12 * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
+  }
+}
+
+Tensor class_loss(const ClassLossCase& c, const Tensor& x, const Tensor& w) {
+  const IntList tshape = c.shape.size() == 1 ? IntList{} : [&] {
+    IntList s = c.shape;
+    s.erase(s.begin() + 1);
+    return s;
+  }();
+  const Tensor t = from_vector(c.targets, tshape);
+  if (c.nll) return F::nll_loss(x, t, {.weight = w, .ignore_index = c.ignore_index, .reduction = c.reduction});
+  return F::cross_entropy(x, t, {.weight = w, .ignore_index = c.ignore_index, .reduction = c.reduction,
+                                 .label_smoothing = c.label_smoothing});
+}
+
+TEST(ClassLosses, MatchPyTorchWithIgnoreIndexWeightsAndSmoothing) {
+  std::vector<Tensor> losses, grads;
+  for (const ClassLossCase& c : kClassLosses) {
+    Tensor x = from_vector(c.input, c.shape).requires_grad_();
+    const Tensor w = c.weight.empty() ? Tensor() : from_vector(c.weight);
+    Tensor loss = class_loss(c, x, w);
+    const Tensor u = arange(1, static_cast<double>(loss.numel()) + 1, 1, kFloat64).reshape(loss.shape());
+    (loss * u).sum().backward();
+    losses.push_back(loss);
+    grads.push_back(x.grad());
+  }
+  std::vector<Tensor> all = losses;
+  all.insert(all.end(), grads.begin(), grads.end());
+  realize(all); // one schedule: far fewer kernels to compile than case by case
+  for (size_t i = 0; i < std::size(kClassLosses); ++i) {
+    const ClassLossCase& c = kClassLosses[i];
+    expect_close_rel(values(losses[i]), c.loss, std::string(c.name) + " loss");
+    expect_close_rel(values(grads[i]), c.grad, std::string(c.name) + " grad");
+  }
+}
+
+TEST(ClassLosses, GradcheckOverSpatialDimsWithWeightsAndIgnoredTargets) {
+  const Tensor t = from_vector<int64_t>({0, 2, -100, 1, 2, 2, 0, -100}, {2, 2, 2});
+  const Tensor w = from_vector<double>({0.5, 2.0, 1.5});
+  expect_gradcheck(
+      [&](const std::vector<Tensor>& v) {
+        return F::cross_entropy(v[0], t, {.weight = w, .label_smoothing = 0.2});
+      },
+      {rnd({2, 3, 2, 2}, 31)});
+  expect_gradcheck([&](const std::vector<Tensor>& v) { return F::nll_loss(v[0], t, {.weight = w, .reduction = Reduction::Sum}); },
+                   {rnd({2, 3, 2, 2}, 32)});
+  // i32 targets and an f32 input: the same loss as i64 and f64 to f32 precision
+  const Tensor x = rnd({2, 3, 2, 2}, 33);
+  EXPECT_NEAR(F::cross_entropy(x.to(kFloat32), t.to(kInt32), {.weight = w.to(kFloat32)}).item<double>(),
+              F::cross_entropy(x, t, {.weight = w}).item<double>(), 1e-6);
+}
+
+TEST(ClassLosses, OutOfRangeTargetsStillFailAndShapesAreChecked) {
+  const Tensor x = zeros({2, 3, 4});
+  // on the host for loaded data (ignore_index excepted), in the kernel for computed targets
+  expect_error([&] { (void)F::cross_entropy(x, from_vector<int64_t>({0, 1, 3, -100, 0, 0, 0, 0}, {2, 4})); }, __LINE__,
+               "cross_entropy", {"target 3", "3 classes"});
+  EXPECT_NO_THROW((void)F::cross_entropy(x, full({2, 4}, -100, kInt64).realize()).item<double>());
+  const Tensor lazy = from_vector<int64_t>({0, 1, 2, -100, 0, 0, 0, -1}, {2, 4}) * 1;
+  const int line = __LINE__ + 1;
+  const Tensor loss = F::nll_loss(x, lazy);
+  expect_error([&] { (void)loss.item<double>(); }, line, "nll_loss", {"target -1", "[0, 3)"});
+  expect_error([&] { (void)F::cross_entropy(x, zeros({2, 3}, kInt64)); }, __LINE__, "cross_entropy",
+               {"f32[2,3,4]", "i64[2,3]", "[N, d1, ...]"});
+  expect_error([&] { (void)F::nll_loss(x, zeros({2, 4}, kInt64), {.weight = ones({4})}); }, __LINE__, "nll_loss",
+               {"f32[2,3,4]", "f32[4]", "weights"});
+  expect_error([&] { (void)F::cross_entropy(zeros({}), zeros({}, kInt64)); }, __LINE__, "cross_entropy", {"f32[]"});
+}
+
+// Without weights or ignored targets, the losses are bit for bit what kiln computed before
+// ignore_index and weights existed: the mean's count is exact, the masked terms are the same.
+TEST(ClassLosses, PlainLossesKeepTheirBits) {
+  const Tensor x = randn({64, 10}, 34);
+  const Tensor t = (rand({64}, 35) * 10.0).to(kInt64);
+  const Tensor logp = F::log_softmax(x, 1);
+  const Tensor nll = -where(F::one_hot(t, 10) == 1, logp, 0).sum({1});
+  EXPECT_EQ(F::cross_entropy(x, t).item<float>(), nll.mean().item<float>());
+  EXPECT_EQ(F::nll_loss(logp, t).item<float>(), nll.mean().item<float>());
+  EXPECT_EQ(F::cross_entropy(x, t, {.reduction = Reduction::Sum}).item<float>(), nll.sum().item<float>());
+  EXPECT_EQ(F::cross_entropy(x, t, {.label_smoothing = 0.1}).item<float>(),
+            (nll * 0.9 + (-logp.mean({1})) * 0.1).mean().item<float>());
+}
+
 } // namespace
 } // namespace kiln

@@ -336,33 +336,103 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 
 // ---------------------------------------------------------------- losses
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
-  require_floating("nll_loss", log_probs, loc);
-  require_integral("nll_loss", targets, loc);
-  if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
-    fail("nll_loss", "expects [N, C] log-probabilities and [N] targets", {&log_probs, &targets}, loc);
+namespace {
+
+// The checks nll_loss and cross_entropy share: input [N, C, d1, ...] or [C], targets [N, d1, ...]
+// or [], integer; weight undefined or [C].
+void check_class_loss(const std::string& op, const Tensor& input, const Tensor& targets, const Tensor& weight,
+                      const Loc& loc) {
+  require_floating(op, input, loc);
+  require_integral(op, targets, loc);
+  graph::Shape want = input.shape();
+  if (!want.empty()) want.erase(want.begin() + (want.size() > 1 ? 1 : 0));
+  if (input.dim() == 0 || targets.shape() != want)
+    fail(op, "expects [N, C, d1, ...] (or [C]) inputs and [N, d1, ...] (or []) targets", {&input, &targets}, loc);
+  if (weight.defined() && (weight.shape() != IntList{input.size(input.dim() > 1 ? 1 : 0)} || !is_floating(weight.dtype())))
+    fail(op, "the class weights must be a floating [C] tensor", {&input, &weight}, loc);
+}
+
+// [N, C, d1, ...] -> [N, d1, ..., C]: the class dim last, so that the targets' one-hot mask lines up.
+Tensor classes_last(const Tensor& x) {
+  if (x.dim() <= 2) return x;
+  IntList perm{0};
+  for (int64_t d = 2; d < x.dim(); ++d) perm.push_back(d);
+  perm.push_back(1);
+  return x.permute(perm);
+}
+
+// The targets of a class loss, per element: the one-hot mask of the target's class (none where
+// ignored), and the target's weight w[t] (1 without weights, 0 where ignored) in `dtype`.
+struct ClassTargets {
+  Tensor mask;   ///< bool [..., C]
+  Tensor weight; ///< [...]
+};
+
+ClassTargets class_targets(const std::string& op, const Tensor& targets, int64_t classes, int64_t ignore_index,
+                           const Tensor& weight, DType dtype, const Loc& loc) {
+  if (targets.node()->realized()) // data from a loader: checked now, ignored targets excepted
+    for (int64_t v : targets.to_vector<int64_t>())
+      if (v != ignore_index && (v < 0 || v >= classes))
+        fail(op, "target " + std::to_string(v) + " is out of range for " + std::to_string(classes) + " classes",
+             {&targets}, loc);
+  const Tensor valid = ne(targets, wrap_scalar(ignore_index, targets), loc);
+  const Tensor safe = where(valid, targets, 0, loc); // an ignored target reads class 0, masked out below
+  ClassTargets t;
+  t.mask = logical_and(class_mask(op, safe, classes, loc), valid.unsqueeze(-1, loc), loc);
+  t.weight = weight.defined() ? where(t.mask, weight.to(dtype, loc), 0, loc).sum(-1, false, loc) : valid.to(dtype, loc);
+  return t;
+}
+
+// Reduces per-element losses; the mean divides by the total weight of the targets, as PyTorch.
+Tensor reduce_class_loss(const Tensor& per_element, const Tensor& target_weight, Reduction r) {
+  switch (r) {
+  case Reduction::Mean: return per_element.sum() / target_weight.sum();
+  case Reduction::Sum: return per_element.sum();
+  case Reduction::None: return per_element;
+  }
+  return per_element;
+}
+
+// -w[t] * log_probs[t] per element of log-probabilities with the class dim last.
+Tensor picked_nll(const Tensor& log_probs_last, const ClassTargets& t, bool weighted) {
   // A select, not a product with the one-hot: a -inf log-probability of another class adds 0, not NaN
   // (-inf * 0), and its gradient is exactly 0, as in PyTorch.
-  Tensor picked = where(class_mask("nll_loss", targets, log_probs.size(1), loc), log_probs, 0, loc).sum({1});
-  return reduce(-picked, reduction);
+  Tensor picked = -where(t.mask, log_probs_last, 0).sum(-1);
+  return weighted ? picked * t.weight : picked;
+}
+
+} // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
+  check_class_loss("nll_loss", log_probs, targets, options.weight, loc);
+  const Tensor lp = classes_last(log_probs);
+  const ClassTargets t = class_targets("nll_loss", targets, lp.size(-1), options.ignore_index, options.weight,
+                                       lp.dtype(), loc);
+  return reduce_class_loss(picked_nll(lp, t, options.weight.defined()), t.weight, options.reduction);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
+  return nll_loss(log_probs, targets, NllLossOptions{.reduction = reduction}, loc);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
-  require_floating("cross_entropy", logits, loc);
-  require_integral("cross_entropy", targets, loc);
-  if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))
-    fail("cross_entropy", "expects [N, C] logits and [N] targets", {&logits, &targets}, loc);
+  check_class_loss("cross_entropy", logits, targets, options.weight, loc);
   const double s = options.label_smoothing;
   if (!(s >= 0 && s <= 1)) fail("cross_entropy", "label_smoothing must be in [0, 1]", {&logits}, loc);
-  Tensor logp = log_softmax(logits, 1, loc);
-  Tensor nll = nll_loss(logp, targets, Reduction::None, loc);
-  if (s == 0) return reduce(nll, options.reduction);
-  Tensor smooth = -logp.mean({1});
-  return reduce(nll * (1.0 - s) + smooth * s, options.reduction);
+  const Tensor logp = log_softmax(classes_last(logits), -1, loc);
+  const ClassTargets t = class_targets("cross_entropy", targets, logp.size(-1), options.ignore_index, options.weight,
+                                       logp.dtype(), loc);
+  const bool weighted = options.weight.defined();
+  Tensor nll = picked_nll(logp, t, weighted);
+  if (s == 0) return reduce_class_loss(nll, t.weight, options.reduction);
+  // PyTorch's smoothing term: the mean over classes of -w[c] * log p[c], 0 where the target is ignored.
+  Tensor smooth = -(weighted ? logp * options.weight.to(logp.dtype(), loc) : logp).mean(-1);
+  smooth = where(ne(targets, wrap_scalar(options.ignore_index, targets), loc), smooth, 0, loc);
+  return reduce_class_loss(nll * (1.0 - s) + smooth * s, t.weight, options.reduction);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {

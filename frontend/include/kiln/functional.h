@@ -76,16 +76,31 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses
-/// Options of cross_entropy.
+/// Options of cross_entropy, in PyTorch's argument order (designated initializers: `{.ignore_index = 0}`).
 struct CrossEntropyOptions {
-  Reduction reduction = Reduction::Mean; ///< mean over the batch by default
+  Tensor weight{};                       ///< optional [C] class weights (a rescaling of each class's loss)
+  int64_t ignore_index = -100;           ///< targets equal to it add nothing, to the sum or to the mean's count
+  Reduction reduction = Reduction::Mean; ///< mean over the (weights of the) non-ignored targets by default
   double label_smoothing = 0.0;          ///< in [0, 1]: mixes the target with the uniform distribution
 };
-/// Cross entropy from logits [N, C] and integer class targets [N] (i32 or i64), as PyTorch:
-/// (1 - s) * nll + s * mean over classes of -log_softmax.
+/// Cross entropy from logits [N, C, d1, ...] (or [C]) and integer class targets [N, d1, ...] (or [])
+/// of i32 or i64, as torch.nn.functional.cross_entropy: per element (1 - s) * w[t] * nll +
+/// s / C * sum over classes c of w[c] * -log_softmax (w = 1 without weights; 0 where ignored), and
+/// the mean divides the sum by the sum of w[t] over the non-ignored targets (NaN when all are
+/// ignored). A target outside [0, C) that is not ignore_index is an error (in the kernel when lazy).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {},
                      Loc loc = Loc::current());
-/// Negative log likelihood from log-probabilities [N, C] and integer targets [N].
+/// Options of nll_loss, in PyTorch's argument order.
+struct NllLossOptions {
+  Tensor weight{};                       ///< optional [C] class weights
+  int64_t ignore_index = -100;           ///< targets equal to it add nothing
+  Reduction reduction = Reduction::Mean; ///< mean over the (weights of the) non-ignored targets by default
+};
+/// Negative log likelihood from log-probabilities [N, C, d1, ...] (or [C]) and integer targets
+/// [N, d1, ...] (or []), as torch.nn.functional.nll_loss: -w[t] * log_probs[t] per element (0 where
+/// the target is ignore_index); the mean divides by the sum of w[t] over the non-ignored targets.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc = Loc::current());
+/// nll_loss with the default weight and ignore_index and the given reduction.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction = Reduction::Mean,
                 Loc loc = Loc::current());
 /// (input - target)^2, reduced.
