@@ -580,5 +580,28 @@ TEST(ClassLosses, PlainLossesKeepTheirBits) {
             (nll * 0.9 + (-logp.mean({1})) * 0.1).mean().item<float>());
 }
 
+// ---------------------------------------------------------------- grad(..., create_graph)
+
+TEST(Grad, CreateGraphFalseGivesPlainValues) {
+  Tensor x = from_vector<double>({-1, 0.5, 2}).requires_grad_();
+  Tensor w = from_vector<double>({1, 2, 3}).requires_grad_();
+  const Tensor y = (pow(x, 3.0) * w).sum();
+  const auto plain = grad({y}, {x, w});
+  const auto graph = grad({y}, {x, w}, {}, false, /*create_graph=*/true);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(plain[i].requires_grad()); // as torch.autograd.grad's default
+    EXPECT_TRUE(graph[i].requires_grad());
+    expect_same(values(plain[i]), values(graph[i]));
+  }
+  expect_same(values(plain[0]), {3, 1.5, 36});
+  // differentiating a plain value again sees a constant; the created graph gives the second derivative
+  EXPECT_THROW((void)grad({plain[0].sum()}, {x}), Error);
+  expect_same(values(grad({plain[0].sum()}, {x}, {}, /*allow_unused=*/true)[0]), {0, 0, 0});
+  expect_same(values(grad({graph[0].sum()}, {x})[0]), {-6, 6, 36}); // 6 x w
+  // backward() is unchanged: it accumulates values
+  y.backward();
+  expect_same(values(x.grad()), values(plain[0]));
+}
+
 } // namespace
 } // namespace kiln

@@ -545,7 +545,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
     impl_->graph_released = !retain_graph;
     return;
   }
-  std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, loc);
+  std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, /*create_graph=*/true, loc);
   impl_->graph_released = !retain_graph;
   for (size_t i = 0; i < impls.size(); ++i) {
     detail::note_state_change(impls[i]);
