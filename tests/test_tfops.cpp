@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -601,6 +602,42 @@ TEST(Grad, CreateGraphFalseGivesPlainValues) {
   // backward() is unchanged: it accumulates values
   y.backward();
   expect_same(values(x.grad()), values(plain[0]));
+}
+
+// ---------------------------------------------------------------- Linear on rank > 2
+
+// The matmul nodes of the graph behind `t`, from its text form ("%5 = matmul f32[2,4,5] (...)").
+std::vector<std::string> matmul_types(const Tensor& t) {
+  std::vector<std::string> out;
+  std::istringstream lines(graph_text({t}));
+  for (std::string line; std::getline(lines, line);)
+    if (auto at = line.find(" = matmul "); at != std::string::npos) out.push_back(line.substr(at + 10, line.find(' ', at + 10) - at - 10));
+  return out;
+}
+
+TEST(LinearRank3, TheWeightGradientIsOneGemm) {
+  const Tensor x = randn({2, 3, 4}, 36);
+  Tensor w = randn({5, 4}, 37).requires_grad_(), b = randn({5}, 38).requires_grad_();
+  const Tensor y = F::linear(x, w, b);
+  EXPECT_EQ(y.shape(), (IntList{2, 3, 5}));
+  const auto g = grad({(y * randn({2, 3, 5}, 39)).sum()}, {w});
+  // one [in, B*T] x [B*T, out] product: no batched matmul and no sum over the batch after it
+  EXPECT_EQ(matmul_types(g[0]), (std::vector<std::string>{"f32[4,5]"})) << graph_text({g[0]});
+  EXPECT_EQ(matmul_types(y), (std::vector<std::string>{"f32[6,5]"})) << graph_text({y});
+}
+
+TEST(LinearRank3, ForwardKeepsItsBitsAndGradientsCheck) {
+  for (const IntList& shape : {IntList{2, 3, 4}, IntList{3, 17, 33}, IntList{2, 2, 5, 7}, IntList{4, 64, 96}}) {
+    const int64_t in = shape.back(), out = in % 7 + 3;
+    const Tensor x = randn(shape, 40 + in), w = randn({out, in}, 41), b = randn({out}, 42);
+    // the batched product that linear computed before, against the flattened one now
+    expect_same(values(F::linear(x, w, b)), values(matmul(x, w.t()) + b), "shape " + std::to_string(in));
+  }
+  EXPECT_EQ(F::linear(zeros({0, 3, 4}), zeros({5, 4})).shape(), (IntList{0, 3, 5}));
+  EXPECT_EQ(F::linear(zeros({2, 0, 4}), zeros({5, 4})).shape(), (IntList{2, 0, 5}));
+  EXPECT_EQ(values(F::linear(ones({2, 3, 0}), zeros({5, 0}))), std::vector<double>(30, 0.0));
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::linear(v[0], v[1], v[2]) * v[3]).sum(); },
+                   {rnd({2, 3, 4}, 43), rnd({5, 4}, 44), rnd({5}, 45), rnd({2, 3, 5}, 46)});
 }
 
 } // namespace

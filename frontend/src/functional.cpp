@@ -199,7 +199,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
-  Tensor y = matmul(x, weight.t(), loc);
+  // Rank > 2 runs as one [B*T, in] x [in, out] product (reshapes are free), so that the weight's
+  // gradient is one [in, B*T] x [B*T, out] GEMM, not a batched product summed over the batch.
+  IntList out = x.shape();
+  out.back() = weight.size(0);
+  Tensor y = x.dim() <= 2 ? matmul(x, weight.t(), loc) : matmul(x.flatten(0, -2, loc), weight.t(), loc).reshape(out, loc);
   return bias.defined() ? y + bias : y;
 }
 
