@@ -640,5 +640,65 @@ TEST(LinearRank3, ForwardKeepsItsBitsAndGradientsCheck) {
                    {rnd({2, 3, 4}, 43), rnd({5, 4}, 44), rnd({5}, 45), rnd({2, 3, 5}, 46)});
 }
 
+// ---------------------------------------------------------------- pooling parity with PyTorch
+
+struct PoolCase {
+  const char* name;
+  bool max;
+  IntList shape;
+  std::vector<double> input;
+  std::pair<int64_t, int64_t> kernel, stride, padding, dilation; ///< stride {0, 0}: the default
+  bool ceil_mode, count_include_pad;
+  IntList out_shape;
+  std::vector<double> out;  ///< PyTorch's values
+  std::vector<double> grad; ///< PyTorch's d(sum(out * u))/d(input), u = 1, 2, 3, ...
+};
+
+const PoolCase kPools[] = {
+#include "pytorch_pool_table.inc"
+};
+
+nn::Size2 size2(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
+
+Tensor pool(const PoolCase& c, const Tensor& x) {
+  const nn::Size2 k = size2(c.kernel), p = size2(c.padding);
+  if (c.stride.first == 0) // the default stride
+    return c.max ? F::max_pool2d(x, k, std::nullopt, p, size2(c.dilation), c.ceil_mode)
+                 : F::avg_pool2d(x, k, std::nullopt, p, c.ceil_mode, c.count_include_pad);
+  if (c.max) return F::max_pool2d(x, k, size2(c.stride), p, size2(c.dilation), c.ceil_mode);
+  return F::avg_pool2d(x, k, size2(c.stride), p, c.ceil_mode, c.count_include_pad);
+}
+
+TEST(Pooling, MatchesPyTorchWithCeilModeAndCountIncludePad) {
+  for (const PoolCase& c : kPools) {
+    Tensor x = from_vector(c.input, c.shape).requires_grad_();
+    const Tensor y = pool(c, x);
+    ASSERT_EQ(y.shape(), c.out_shape) << c.name;
+    const Tensor u = arange(1, static_cast<double>(y.numel()) + 1, 1, kFloat64).reshape(y.shape());
+    (y * u).sum().backward();
+    expect_close_rel(values(y), c.out, std::string(c.name) + " values");
+    expect_close_rel(values(x.grad()), c.grad, std::string(c.name) + " grad");
+  }
+}
+
+TEST(Pooling, ModulesTakeTheFlagsAndDefaults) {
+  const Tensor x = rnd({1, 2, 5, 7}, 47);
+  expect_same(values(nn::MaxPool2d(2, std::nullopt, 0, 1, true)(x)), values(F::max_pool2d(x, 2, std::nullopt, 0, 1, true)));
+  EXPECT_EQ(nn::MaxPool2d(2, std::nullopt, 0, 1, true)(x).shape(), (IntList{1, 2, 3, 4}));
+  EXPECT_EQ(F::max_pool2d(x, 2).shape(), (IntList{1, 2, 2, 3})); // the stride defaults to the kernel
+  expect_same(values(nn::AvgPool2d(3, 2, 1, true, false)(x)), values(F::avg_pool2d(x, 3, 2, 1, true, false)));
+  EXPECT_EQ(nn::AvgPool2d(3, 2, 1, true, false).str(),
+            "AvgPool2d(kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=true, count_include_pad=false)");
+  EXPECT_EQ(nn::MaxPool2d(2).str(), "MaxPool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=false)");
+  // the PyTorch defaults give the same values as before they existed
+  expect_same(values(F::avg_pool2d(x, 3, 2, 1)), values(F::avg_pool2d(x, 3, 2, 1, false, true)));
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::avg_pool2d(v[0], 3, 2, 1, true, false) * v[1]).sum(); },
+                   {rnd({1, 2, 6, 5}, 48), rnd({1, 2, 4, 3}, 49)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], {3, 2}, {2, 3}, {1, 0}, 1, true) * v[1]).sum(); },
+                   {rnd({1, 1, 7, 6}, 50), rnd({1, 1, 4, 2}, 51)});
+  expect_error([&] { (void)F::max_pool2d(x, 2, 0); }, __LINE__, "max_pool2d", {"f64[1,2,5,7]", "positive"});
+  expect_error([&] { (void)F::avg_pool2d(x, 8, std::nullopt, 0, true); }, __LINE__, "avg_pool2d", {"f64[1,2,5,7]", "larger"});
+}
+
 } // namespace
 } // namespace kiln

@@ -60,9 +60,18 @@ Tensor checked_in_kernel(const std::string& op, const Tensor& targets, int64_t c
   return Tensor(graph::build::check_index(targets.node(), classes, site));
 }
 
+// The output extent of a pooling window in ceil mode, as PyTorch's pooling_output_shape: a partial
+// last window counts when it starts inside the input or the left padding. `floor_out` (positive) is
+// the floor mode's extent, whose arithmetic did not overflow.
+int64_t ceil_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t floor_out, bool ceil_mode) {
+  if (!ceil_mode) return floor_out;
+  const int64_t out = floor_out + ((n + 2 * p - d * (k - 1) - 1) % s != 0);
+  return (out - 1) * s >= n + p ? out - 1 : out;
+}
+
 // The output extents (Ho, Wo) of a sliding window over an [N, C, H, W] input, checked.
 std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x, const Size2& k, const Size2& s,
-                                         const Size2& p, const Size2& d, const Loc& loc) {
+                                         const Size2& p, const Size2& d, const Loc& loc, bool ceil_mode = false) {
   if (x.dim() != 4) fail(op, "expects a [N, C, H, W] input", {&x}, loc);
   if (k.h <= 0 || k.w <= 0 || s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0)
     fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
@@ -73,10 +82,17 @@ std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x,
     fail(op, "the window (" + std::to_string(k.h) + "x" + std::to_string(k.w) + ", dilation " +
                  std::to_string(d.h) + "x" + std::to_string(d.w) + ") is larger than the padded input",
          {&x}, loc);
+  const int64_t hc = ceil_extent(x.size(2), k.h, s.h, p.h, d.h, *ho, ceil_mode);
+  const int64_t wc = ceil_extent(x.size(3), k.w, s.w, p.w, d.w, *wo, ceil_mode);
   // the stacked taps [N, C, kh*kw, Ho, Wo] must be a valid shape (tiled pooling makes fewer)
   const int64_t taps = graph::checked_mul(k.h, k.w).value_or(std::numeric_limits<int64_t>::max());
-  detail::check_shape(op, {x.size(0), x.size(1), taps, *ho, *wo}, {&x}, loc);
-  return {*ho, *wo};
+  detail::check_shape(op, {x.size(0), x.size(1), taps, hc, wc}, {&x}, loc);
+  return {hc, wc};
+}
+
+// How far the last of `out` windows reads past the padded extent n + 2p (ceil mode's partial window).
+int64_t overhang(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
+  return std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - (n + 2 * p));
 }
 
 // Every kernel tap of a sliding window over an already padded [N, C, H, W] input, stacked as
@@ -93,9 +109,10 @@ Tensor window_taps(const Tensor& xp, const Size2& k, const Size2& s, const Size2
   return taps.size() == 1 ? taps[0] : concat(taps, 2);
 }
 
-Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value) {
-  if (p.h == 0 && p.w == 0) return x;
-  return pad(x, {p.w, p.w, p.h, p.h}, value);
+// Pads H and W by p on both sides and by `extra` more at the end (ceil mode's partial windows).
+Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value, const Size2& extra = Size2(0)) {
+  if (p.h == 0 && p.w == 0 && extra.h == 0 && extra.w == 0) return x;
+  return pad(x, {p.w, p.w + extra.w, p.h, p.h + extra.h}, value);
 }
 
 // True when windows tile the input without overlap or gaps, so pooling is a reshape and a reduction.
@@ -230,24 +247,49 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 }
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  const Size2& dilation, Loc loc) {
+                  const Size2& dilation, bool ceil_mode, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
+  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  if (tiles(kernel, stride, padding, dilation)) return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
-  const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity());
+  const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, dilation.h, ho),
+                    overhang(x.size(3), kernel.w, stride.w, padding.w, dilation.w, wo));
+  if (tiles(kernel, stride, padding, dilation) && extra.h == 0 && extra.w == 0)
+    return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
+  const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity(), extra); // ceil's overhang too
   return window_taps(xp, kernel, stride, dilation, ho, wo).max({2}, false, loc);
 }
 
-Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, Loc loc) {
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,
+                  bool ceil_mode, Loc loc) {
+  return max_pool2d(x, kernel, kernel, padding, dilation, ceil_mode, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("avg_pool2d", x, loc);
-  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
+  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("avg_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
-  return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
+  const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, 1, ho),
+                    overhang(x.size(3), kernel.w, stride.w, padding.w, 1, wo));
+  const bool whole = extra.h == 0 && extra.w == 0 && (count_include_pad || (padding.h == 0 && padding.w == 0));
+  if (whole) { // every window divides by kh * kw
+    if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
+    return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
+  }
+  // Each window divides by the count of what it covers, as PyTorch: the input, plus the padding when
+  // count_include_pad, never ceil mode's overhang. The counts are the same windows over a mask.
+  const Tensor sums = window_taps(pad_hw(x, padding, 0, extra), kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
+  Tensor mask = pad_hw(ones({1, 1, x.size(2), x.size(3)}, x.dtype(), x.device(), loc), padding, count_include_pad ? 1 : 0);
+  mask = pad_hw(mask, Size2(0), 0, extra);
+  return sums / window_taps(mask, kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
+  return avg_pool2d(x, kernel, kernel, padding, ceil_mode, count_include_pad, loc);
 }
 
 namespace {

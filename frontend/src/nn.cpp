@@ -225,23 +225,31 @@ std::string Conv2d::extra_repr() const {
 
 // ---------------------------------------------------------------- pooling
 
-MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation)
-    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation) {}
+MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation, bool ceil_mode)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation),
+      ceil_mode_(ceil_mode) {}
 
-Tensor MaxPool2d::forward_impl(const Tensor& x) { return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_); }
+Tensor MaxPool2d::forward_impl(const Tensor& x) {
+  return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
 
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
-         ", dilation=" + size2_str(dilation_);
+         ", dilation=" + size2_str(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
 }
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
-    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode, bool count_include_pad)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
+      count_include_pad_(count_include_pad) {}
 
-Tensor AvgPool2d::forward_impl(const Tensor& x) { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
+Tensor AvgPool2d::forward_impl(const Tensor& x) {
+  return functional::avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
+}
 
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_);
+  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
+         ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
 }
 
 // ---------------------------------------------------------------- BatchNorm

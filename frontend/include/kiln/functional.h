@@ -52,12 +52,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc = Loc::current());
-/// Max over windows of x [N, C, H, W]; padding counts as -infinity.
-Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  const Size2& dilation, Loc loc = Loc::current());
-/// Mean over windows of x [N, C, H, W]; zero padding counts in the mean.
-Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  Loc loc = Loc::current());
+/// Max over windows of x [N, C, H, W]; padding counts as -infinity. As torch.nn.functional.max_pool2d,
+/// ceil_mode keeps a partial last window when it starts inside the input or the left padding.
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
+                  const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
+/// max_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
+                  const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
+/// Mean over windows of x [N, C, H, W], as torch.nn.functional.avg_pool2d: each window divides by the
+/// number of input elements it covers, plus its zero padding when count_include_pad (never
+/// ceil_mode's overhang past the padding).
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// avg_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());

@@ -190,8 +190,9 @@ private:
 /// Max pooling over windows of [N, C, H, W] inputs (padding counts as -infinity).
 class MaxPool2d : public Module {
 public:
-  /// Window size; the stride defaults to the window size.
-  MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1);
+  /// Window size; the stride defaults to the window size (see functional::max_pool2d for ceil_mode).
+  MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1,
+            bool ceil_mode = false);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
@@ -200,13 +201,15 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_, dilation_;
+  bool ceil_mode_;
 };
 
-/// Average pooling over windows (zero padding counts in the average, as PyTorch's default).
+/// Average pooling over windows (zero padding counts in the average unless count_include_pad is false).
 class AvgPool2d : public Module {
 public:
-  /// Window size; the stride defaults to the window size.
-  AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
+  /// Window size; the stride defaults to the window size (see functional::avg_pool2d for the flags).
+  AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
@@ -215,6 +218,7 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_;
+  bool ceil_mode_, count_include_pad_;
 };
 
 /// Options of BatchNorm1d/2d.
