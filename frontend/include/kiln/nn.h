@@ -452,6 +452,7 @@ private:
 /// state_dict(), checkpoints, to() and zero_grad() see them. It has no forward: index or iterate it.
 class ModuleList : public Module {
 public:
+  /// An empty list.
   ModuleList() = default;
   /// From module values (moved into shared ownership) or shared pointers to modules.
   template <class... Ms>
@@ -480,7 +481,7 @@ public:
   class Iterator {
   public:
     using Base = std::vector<std::pair<std::string, std::shared_ptr<Module>>>::const_iterator; ///< the slots
-    explicit Iterator(Base it) : it_(it) {}
+    explicit Iterator(Base it) : it_(it) {}            ///< at a slot
     Module& operator*() const { return *it_->second; } ///< the module
     Iterator& operator++() { ++it_; return *this; }    ///< the next one
     bool operator==(const Iterator& o) const { return it_ == o.it_; } ///< same position
@@ -498,6 +499,7 @@ private:
 /// parameters(), state_dict(), checkpoints, to() and zero_grad() see them. It has no forward.
 class ModuleDict : public Module {
 public:
+  /// An empty dict.
   ModuleDict() = default;
   /// Adds a module value or shared pointer under `key`, or replaces the module already there (keeping
   /// its position); a key must be non-empty and contain no '.', which separates names in state dicts.
