@@ -20,6 +20,7 @@
 #include "kiln/autograd.h"
 #include "kiln/checkpoint.h"
 #include "kiln/optim.h"
+#include "kiln/options.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -698,6 +699,61 @@ TEST(Pooling, ModulesTakeTheFlagsAndDefaults) {
                    {rnd({1, 1, 7, 6}, 50), rnd({1, 1, 4, 2}, 51)});
   expect_error([&] { (void)F::max_pool2d(x, 2, 0); }, __LINE__, "max_pool2d", {"f64[1,2,5,7]", "positive"});
   expect_error([&] { (void)F::avg_pool2d(x, 8, std::nullopt, 0, true); }, __LINE__, "avg_pool2d", {"f64[1,2,5,7]", "larger"});
+}
+
+// ---------------------------------------------------------------- fused vs unfused, forward vs reverse mode
+
+// The new compositions in one program: every output and gradient, as f64 values.
+std::vector<std::vector<double>> composite_program() {
+  Tensor x = randn({2, 3, 4, 5}, 52).requires_grad_();
+  const Tensor t = from_vector<int64_t>({0, 2, -100, 1, 2, 1, 0, 2, 1, -100, 0, 0, 2, 2, 1, 1, 0, 1, 2, 0,
+                                         1, 1, 2, 0, -100, 2, 1, 0, 0, 1, 2, 2, 1, 0, 0, 1, 2, 1, 0, 2},
+                                        {2, 4, 5});
+  auto parts = split(x, {1, 2}, 1);
+  Tensor y = stack({parts[0].squeeze(1), chunk(parts[1], 2, 1)[1].squeeze(1)}, 1);       // [2, 2, 4, 5]
+  y = masked_fill(tril(y, 1), triu(ones({4, 5}, kBool), 3), -1.5).clamp(-1.0, 1.2) + sign(y) * 0.1;
+  const std::vector<Tensor> outs = {
+      y, logsumexp(y, {-1}), F::cross_entropy(x, t, {.weight = from_vector<double>({1, 2, 0.5}), .label_smoothing = 0.1}),
+      F::avg_pool2d(x, 3, 2, 1, true, false), F::max_pool2d(x, 2, std::nullopt, 0, 1, true), F::rms_norm(x, {5})};
+  Tensor total = zeros({}, kFloat64);
+  for (const Tensor& o : outs) total = total + (o * o).sum();
+  std::vector<Tensor> all = outs;
+  all.push_back(grad({total}, {x})[0]);
+  realize(all);
+  std::vector<std::vector<double>> v;
+  for (const Tensor& a : all) v.push_back(values(a));
+  return v;
+}
+
+TEST(Composites, FusedAndUnfusedAgreeBitwise) {
+  const bool fusion = options().fusion;
+  options().fusion = true;
+  const auto fused = composite_program();
+  options().fusion = false;
+  const auto unfused = composite_program();
+  options().fusion = fusion;
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t i = 0; i < fused.size(); ++i) expect_same(unfused[i], fused[i], "output " + std::to_string(i));
+}
+
+TEST(Composites, ForwardModeAgreesWithReverseMode) {
+  const Tensor t = from_vector<int64_t>({0, 1, -100, 1}, {2, 2});
+  const std::vector<std::function<Tensor(const Tensor&)>> fs = {
+      [](const Tensor& x) { return logsumexp(x * 3.0, {1, 2}); },
+      [](const Tensor& x) { return clamp(x, -0.5, 0.5) * x; },
+      [](const Tensor& x) { return stack(unbind(tril(x, -1), 2), 0).sum({0}) + masked_fill(x, x > 0.3, 2.0); },
+      [](const Tensor& x) { return F::rms_norm(x, {2, 2}); },
+      [&](const Tensor& x) { return F::cross_entropy(x.reshape({2, 2, 2}), t, {.label_smoothing = 0.2}); },
+  };
+  const Tensor x = rnd({2, 2, 2}, 53), v = rnd({2, 2, 2}, 54);
+  for (size_t i = 0; i < fs.size(); ++i) {
+    auto [y, tangent] = jvp(fs[i], x, v);
+    const Tensor u = rnd(y.shape(), 55 + i);
+    Tensor leaf = x.detach().requires_grad_();
+    const Tensor g = grad({fs[i](leaf)}, {leaf}, {u})[0];
+    const double ujv = (u * tangent).sum().item<double>(), jtuv = (g * v).sum().item<double>();
+    EXPECT_NEAR(ujv, jtuv, 1e-10 * (1 + std::fabs(ujv))) << "function " << i;
+  }
 }
 
 } // namespace
