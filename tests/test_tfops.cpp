@@ -468,7 +468,22 @@ TEST(ModuleTo, ConvertsParametersAndBuffersInPlace) {
   EXPECT_EQ(w.dtype(), kFloat64);
   s.to(kFloat32);
   EXPECT_EQ(w.dtype(), kFloat32);
-  EXPECT_THROW(s.to(kInt64), Error);
+  expect_error([&] { s.to(kInt64); }, __LINE__, "to", {"floating", "i64"});
+}
+
+// A model of containers, converted to f64, passes gradcheck (what Module::to(DType) is for).
+TEST(ModuleTo, AConvertedModelPassesGradcheck) {
+  nn::manual_seed(10);
+  Tower t;
+  t.to(kFloat64);
+  for (const Tensor& p : t.parameters()) EXPECT_EQ(p.dtype(), kFloat64);
+  expect_gradcheck([&t](const std::vector<Tensor>& v) { return (t(v[0]) * v[1]).sum(); },
+                   {rnd({2, 3, 3}, 56), rnd({2, 3, 2}, 57)});
+}
+
+TEST(Conv2d, PyTorchDefaults) {
+  const Tensor x = rnd({1, 2, 5, 5}, 58), w = rnd({3, 2, 3, 3}, 59);
+  expect_same(values(F::conv2d(x, w)), values(F::conv2d(x, w, Tensor(), 1, 0, 1, 1)));
 }
 
 // ---------------------------------------------------------------- cross_entropy and nll_loss against PyTorch

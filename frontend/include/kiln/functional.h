@@ -49,9 +49,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
-/// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul).
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
-              const Size2& dilation, int64_t groups, Loc loc = Loc::current());
+/// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul), with
+/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
+              const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// Max over windows of x [N, C, H, W]; padding counts as -infinity. As torch.nn.functional.max_pool2d,
 /// ceil_mode keeps a partial last window when it starts inside the input or the left padding.
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
