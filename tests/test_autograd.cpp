@@ -324,10 +324,11 @@ TEST(Gradcheck, LargeOutputsUseRandomDirections) {
 TEST(HigherOrder, DerivativesOfACubic) {
   Tensor x = from_vector<double>({-1, 0.5, 2});
   x.requires_grad_();
-  Tensor g1 = grad({pow(x, 3.0).sum()}, {x})[0];
+  Tensor g1 = grad({pow(x, 3.0).sum()}, {x}, {}, false, /*create_graph=*/true)[0];
   EXPECT_TRUE(g1.requires_grad());
-  Tensor g2 = grad({g1.sum()}, {x})[0];
+  Tensor g2 = grad({g1.sum()}, {x}, {}, false, /*create_graph=*/true)[0];
   Tensor g3 = grad({g2.sum()}, {x})[0];
+  EXPECT_FALSE(g3.requires_grad()); // create_graph = false: a plain value, as PyTorch
   expect_near(values(g1), {3, 0.75, 12});
   expect_near(values(g2), {-6, 3, 12});
   expect_near(values(g3), {6, 6, 6});
@@ -353,7 +354,7 @@ TEST(HigherOrder, HessianVectorProductOfTanhMlp) {
   };
   Tensor x = from_vector<double>(values(x0), {4, 3});
   x.requires_grad_();
-  Tensor g = grad({f(x)}, {x})[0];
+  Tensor g = grad({f(x)}, {x}, {}, false, /*create_graph=*/true)[0];
   Tensor hv = grad({(g * v).sum()}, {x})[0];
   // central differences of the gradient along v
   const double h = 1e-5;
@@ -386,7 +387,7 @@ TEST(HigherOrder, GradOfGradPassesGradcheck) {
     SCOPED_TRACE("function " + std::to_string(i));
     Tensor w = U(fs[i](x).shape(), 400 + i);
     const double eps = i == 7 ? 1e-3 : 1e-6, tol = i == 7 ? 1e-3 : 1e-5;
-    EXPECT_GRADCHECK([&](const Vec& in) { return grad({(fs[i](in[0]) * w).sum()}, {in[0]})[0]; }, {x}, eps, tol,
+    EXPECT_GRADCHECK([&](const Vec& in) { return grad({(fs[i](in[0]) * w).sum()}, {in[0]}, {}, false, true)[0]; }, {x}, eps, tol,
                      1e-3);
   }
 }
@@ -559,7 +560,7 @@ TEST(Custom, LogsumexpSecondOrder) {
   // the backward is built from kiln ops (and uses the custom output), so it differentiates again
   const CustomFunction lse = logsumexp_fn();
   Tensor x = U({2, 4}, 602, -2, 2);
-  EXPECT_GRADCHECK([&](const Vec& in) { return grad({(lse(in)[0] * U({2}, 603)).sum()}, {in[0]})[0]; }, {x});
+  EXPECT_GRADCHECK([&](const Vec& in) { return grad({(lse(in)[0] * U({2}, 603)).sum()}, {in[0]}, {}, false, true)[0]; }, {x});
   // and forward mode transposes the backward
   auto [ujv, jtuv] = both_ways([&](const Vec& in) { return lse(in); }, {x}, {U({2, 4}, 604)}, 605);
   EXPECT_NEAR(ujv, jtuv, 1e-12);

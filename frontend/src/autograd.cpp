@@ -98,19 +98,20 @@ void check_grad_args(const std::vector<Tensor>& outputs, const std::vector<Tenso
 // ---------------------------------------------------------------- grad
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool allow_unused, Loc loc) {
+                         const std::vector<Tensor>& grad_outputs, bool allow_unused, bool create_graph, Loc loc) {
   check_grad_args(outputs, inputs, grad_outputs, loc);
   for (const Tensor& o : outputs) detail::check_graph_retained("grad", o, loc);
   const std::vector<NodeRef> seeds = output_seeds(outputs, grad_outputs, loc);
   const std::vector<NodeRef> grads = ag::vjp(nodes_of(outputs), seeds, nodes_of(inputs));
-  const bool needs = any_requires_grad({&outputs, &inputs, &grad_outputs});
+  const bool needs = create_graph && any_requires_grad({&outputs, &inputs, &grad_outputs});
   std::vector<Tensor> result;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!grads[i] && !allow_unused)
       fail("grad", nth("inputs", i) + " (" + inputs[i].type_str() +
                        ") is not used to compute the outputs through differentiable ops; "
                        "pass allow_unused = true to get zeros", {&inputs[i]}, loc);
-    result.push_back(wrap(grads[i] ? grads[i] : b::constant_like(inputs[i].node(), 0), needs));
+    const NodeRef g = grads[i] ? grads[i] : b::constant_like(inputs[i].node(), 0);
+    result.push_back(wrap(create_graph ? g : b::detach(g), needs)); // detached: no history to differentiate
   }
   return result;
 }
@@ -425,7 +426,7 @@ std::vector<std::vector<std::vector<double>>> analytic_projections(const TensorF
     std::vector<Tensor> go;
     for (size_t j = 0; j < f.tensors.size(); ++j)
       go.push_back(from_vector<double>(u[j], f.tensors[j].shape()).to(f.tensors[j].dtype()));
-    grads.push_back(grad(f.tensors, leaves, go, /*allow_unused=*/true, loc));
+    grads.push_back(grad(f.tensors, leaves, go, /*allow_unused=*/true, /*create_graph=*/false, loc));
     all.insert(all.end(), grads.back().begin(), grads.back().end());
   }
   realize(all);

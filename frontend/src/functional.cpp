@@ -60,9 +60,18 @@ Tensor checked_in_kernel(const std::string& op, const Tensor& targets, int64_t c
   return Tensor(graph::build::check_index(targets.node(), classes, site));
 }
 
+// The output extent of a pooling window in ceil mode, as PyTorch's pooling_output_shape: a partial
+// last window counts when it starts inside the input or the left padding. `floor_out` (positive) is
+// the floor mode's extent, whose arithmetic did not overflow.
+int64_t ceil_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t floor_out, bool ceil_mode) {
+  if (!ceil_mode) return floor_out;
+  const int64_t out = floor_out + ((n + 2 * p - d * (k - 1) - 1) % s != 0);
+  return (out - 1) * s >= n + p ? out - 1 : out;
+}
+
 // The output extents (Ho, Wo) of a sliding window over an [N, C, H, W] input, checked.
 std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x, const Size2& k, const Size2& s,
-                                         const Size2& p, const Size2& d, const Loc& loc) {
+                                         const Size2& p, const Size2& d, const Loc& loc, bool ceil_mode = false) {
   if (x.dim() != 4) fail(op, "expects a [N, C, H, W] input", {&x}, loc);
   if (k.h <= 0 || k.w <= 0 || s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0)
     fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
@@ -73,10 +82,17 @@ std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x,
     fail(op, "the window (" + std::to_string(k.h) + "x" + std::to_string(k.w) + ", dilation " +
                  std::to_string(d.h) + "x" + std::to_string(d.w) + ") is larger than the padded input",
          {&x}, loc);
+  const int64_t hc = ceil_extent(x.size(2), k.h, s.h, p.h, d.h, *ho, ceil_mode);
+  const int64_t wc = ceil_extent(x.size(3), k.w, s.w, p.w, d.w, *wo, ceil_mode);
   // the stacked taps [N, C, kh*kw, Ho, Wo] must be a valid shape (tiled pooling makes fewer)
   const int64_t taps = graph::checked_mul(k.h, k.w).value_or(std::numeric_limits<int64_t>::max());
-  detail::check_shape(op, {x.size(0), x.size(1), taps, *ho, *wo}, {&x}, loc);
-  return {*ho, *wo};
+  detail::check_shape(op, {x.size(0), x.size(1), taps, hc, wc}, {&x}, loc);
+  return {hc, wc};
+}
+
+// How far the last of `out` windows reads past the padded extent n + 2p (ceil mode's partial window).
+int64_t overhang(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
+  return std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - (n + 2 * p));
 }
 
 // Every kernel tap of a sliding window over an already padded [N, C, H, W] input, stacked as
@@ -93,9 +109,10 @@ Tensor window_taps(const Tensor& xp, const Size2& k, const Size2& s, const Size2
   return taps.size() == 1 ? taps[0] : concat(taps, 2);
 }
 
-Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value) {
-  if (p.h == 0 && p.w == 0) return x;
-  return pad(x, {p.w, p.w, p.h, p.h}, value);
+// Pads H and W by p on both sides and by `extra` more at the end (ceil mode's partial windows).
+Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value, const Size2& extra = Size2(0)) {
+  if (p.h == 0 && p.w == 0 && extra.h == 0 && extra.w == 0) return x;
+  return pad(x, {p.w, p.w + extra.w, p.h, p.h + extra.h}, value);
 }
 
 // True when windows tile the input without overlap or gaps, so pooling is a reshape and a reduction.
@@ -199,7 +216,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
-  Tensor y = matmul(x, weight.t(), loc);
+  // Rank > 2 runs as one [B*T, in] x [in, out] product (reshapes are free), so that the weight's
+  // gradient is one [in, B*T] x [B*T, out] GEMM, not a batched product summed over the batch.
+  IntList out = x.shape();
+  out.back() = weight.size(0);
+  Tensor y = x.dim() <= 2 ? matmul(x, weight.t(), loc) : matmul(x.flatten(0, -2, loc), weight.t(), loc).reshape(out, loc);
   return bias.defined() ? y + bias : y;
 }
 
@@ -226,39 +247,86 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 }
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  const Size2& dilation, Loc loc) {
+                  const Size2& dilation, bool ceil_mode, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc);
+  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  if (tiles(kernel, stride, padding, dilation)) return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
-  const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity());
+  const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, dilation.h, ho),
+                    overhang(x.size(3), kernel.w, stride.w, padding.w, dilation.w, wo));
+  if (tiles(kernel, stride, padding, dilation) && extra.h == 0 && extra.w == 0)
+    return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
+  const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity(), extra); // ceil's overhang too
   return window_taps(xp, kernel, stride, dilation, ho, wo).max({2}, false, loc);
 }
 
-Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, Loc loc) {
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,
+                  bool ceil_mode, Loc loc) {
+  return max_pool2d(x, kernel, kernel, padding, dilation, ceil_mode, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("avg_pool2d", x, loc);
-  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc);
+  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("avg_pool2d", "padding must be at most half the kernel size", {&x}, loc);
-  if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
-  return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
+  const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, 1, ho),
+                    overhang(x.size(3), kernel.w, stride.w, padding.w, 1, wo));
+  const bool whole = extra.h == 0 && extra.w == 0 && (count_include_pad || (padding.h == 0 && padding.w == 0));
+  if (whole) { // every window divides by kh * kw
+    if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
+    return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
+  }
+  // Each window divides by the count of what it covers, as PyTorch: the input, plus the padding when
+  // count_include_pad, never ceil mode's overhang. The counts are the same windows over a mask.
+  const Tensor sums = window_taps(pad_hw(x, padding, 0, extra), kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
+  Tensor mask = pad_hw(ones({1, 1, x.size(2), x.size(3)}, x.dtype(), x.device(), loc), padding, count_include_pad ? 1 : 0);
+  mask = pad_hw(mask, Size2(0), 0, extra);
+  return sums / window_taps(mask, kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
 }
+
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
+  return avg_pool2d(x, kernel, kernel, padding, ceil_mode, count_include_pad, loc);
+}
+
+namespace {
+
+// The trailing dims that a layer_norm or rms_norm over `normalized_shape` reduces, checked.
+IntList normalized_dims(const std::string& op, const Tensor& x, const IntList& normalized_shape, const Loc& loc) {
+  require_floating(op, x, loc);
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
+  if (!fits) fail(op, "the trailing dims must equal normalized_shape " + graph::shape_str(normalized_shape), {&x}, loc);
+  IntList dims(static_cast<size_t>(k));
+  std::iota(dims.begin(), dims.end(), x.dim() - k);
+  return dims;
+}
+
+} // namespace
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  require_floating("layer_norm", x, loc);
-  const auto k = static_cast<int64_t>(normalized_shape.size());
-  const bool fits = k > 0 && k <= x.dim() && IntList(x.shape().end() - k, x.shape().end()) == normalized_shape;
-  if (!fits) fail("layer_norm", "the trailing dims must equal normalized_shape " + graph::shape_str(normalized_shape), {&x}, loc);
-  IntList dims(static_cast<size_t>(k));
-  std::iota(dims.begin(), dims.end(), x.dim() - k);
+  const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
   Tensor xc = x - x.mean(dims, true, loc);
   Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
   if (weight.defined()) y = y * weight;
   return bias.defined() ? y + bias : y;
+}
+
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, std::optional<double> eps,
+                Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const IntList dims = normalized_dims("rms_norm", x, normalized_shape, loc);
+  if (weight.defined() && weight.shape() != normalized_shape)
+    fail("rms_norm", "the weight must have the shape normalized_shape " + graph::shape_str(normalized_shape), {&x, &weight}, loc);
+  const double e = eps.value_or(x.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                      : std::numeric_limits<float>::epsilon());
+  Tensor y = x * rsqrt((x * x).mean(dims, true, loc) + e, loc);
+  return weight.defined() ? y * weight : y;
 }
 
 namespace {
@@ -314,33 +382,103 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
 
 // ---------------------------------------------------------------- losses
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
-  require_floating("nll_loss", log_probs, loc);
-  require_integral("nll_loss", targets, loc);
-  if (log_probs.dim() != 2 || targets.dim() != 1 || targets.size(0) != log_probs.size(0))
-    fail("nll_loss", "expects [N, C] log-probabilities and [N] targets", {&log_probs, &targets}, loc);
+namespace {
+
+// The checks nll_loss and cross_entropy share: input [N, C, d1, ...] or [C], targets [N, d1, ...]
+// or [], integer; weight undefined or [C].
+void check_class_loss(const std::string& op, const Tensor& input, const Tensor& targets, const Tensor& weight,
+                      const Loc& loc) {
+  require_floating(op, input, loc);
+  require_integral(op, targets, loc);
+  graph::Shape want = input.shape();
+  if (!want.empty()) want.erase(want.begin() + (want.size() > 1 ? 1 : 0));
+  if (input.dim() == 0 || targets.shape() != want)
+    fail(op, "expects [N, C, d1, ...] (or [C]) inputs and [N, d1, ...] (or []) targets", {&input, &targets}, loc);
+  if (weight.defined() && (weight.shape() != IntList{input.size(input.dim() > 1 ? 1 : 0)} || !is_floating(weight.dtype())))
+    fail(op, "the class weights must be a floating [C] tensor", {&input, &weight}, loc);
+}
+
+// [N, C, d1, ...] -> [N, d1, ..., C]: the class dim last, so that the targets' one-hot mask lines up.
+Tensor classes_last(const Tensor& x) {
+  if (x.dim() <= 2) return x;
+  IntList perm{0};
+  for (int64_t d = 2; d < x.dim(); ++d) perm.push_back(d);
+  perm.push_back(1);
+  return x.permute(perm);
+}
+
+// The targets of a class loss, per element: the one-hot mask of the target's class (none where
+// ignored), and the target's weight w[t] (1 without weights, 0 where ignored) in `dtype`.
+struct ClassTargets {
+  Tensor mask;   ///< bool [..., C]
+  Tensor weight; ///< [...]
+};
+
+ClassTargets class_targets(const std::string& op, const Tensor& targets, int64_t classes, int64_t ignore_index,
+                           const Tensor& weight, DType dtype, const Loc& loc) {
+  if (targets.node()->realized()) // data from a loader: checked now, ignored targets excepted
+    for (int64_t v : targets.to_vector<int64_t>())
+      if (v != ignore_index && (v < 0 || v >= classes))
+        fail(op, "target " + std::to_string(v) + " is out of range for " + std::to_string(classes) + " classes",
+             {&targets}, loc);
+  const Tensor valid = ne(targets, wrap_scalar(ignore_index, targets), loc);
+  const Tensor safe = where(valid, targets, 0, loc); // an ignored target reads class 0, masked out below
+  ClassTargets t;
+  t.mask = logical_and(class_mask(op, safe, classes, loc), valid.unsqueeze(-1, loc), loc);
+  t.weight = weight.defined() ? where(t.mask, weight.to(dtype, loc), 0, loc).sum(-1, false, loc) : valid.to(dtype, loc);
+  return t;
+}
+
+// Reduces per-element losses; the mean divides by the total weight of the targets, as PyTorch.
+Tensor reduce_class_loss(const Tensor& per_element, const Tensor& target_weight, Reduction r) {
+  switch (r) {
+  case Reduction::Mean: return per_element.sum() / target_weight.sum();
+  case Reduction::Sum: return per_element.sum();
+  case Reduction::None: return per_element;
+  }
+  return per_element;
+}
+
+// -w[t] * log_probs[t] per element of log-probabilities with the class dim last.
+Tensor picked_nll(const Tensor& log_probs_last, const ClassTargets& t, bool weighted) {
   // A select, not a product with the one-hot: a -inf log-probability of another class adds 0, not NaN
   // (-inf * 0), and its gradient is exactly 0, as in PyTorch.
-  Tensor picked = where(class_mask("nll_loss", targets, log_probs.size(1), loc), log_probs, 0, loc).sum({1});
-  return reduce(-picked, reduction);
+  Tensor picked = -where(t.mask, log_probs_last, 0).sum(-1);
+  return weighted ? picked * t.weight : picked;
+}
+
+} // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
+  check_class_loss("nll_loss", log_probs, targets, options.weight, loc);
+  const Tensor lp = classes_last(log_probs);
+  const ClassTargets t = class_targets("nll_loss", targets, lp.size(-1), options.ignore_index, options.weight,
+                                       lp.dtype(), loc);
+  return reduce_class_loss(picked_nll(lp, t, options.weight.defined()), t.weight, options.reduction);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
+  return nll_loss(log_probs, targets, NllLossOptions{.reduction = reduction}, loc);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
-  require_floating("cross_entropy", logits, loc);
-  require_integral("cross_entropy", targets, loc);
-  if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0))
-    fail("cross_entropy", "expects [N, C] logits and [N] targets", {&logits, &targets}, loc);
+  check_class_loss("cross_entropy", logits, targets, options.weight, loc);
   const double s = options.label_smoothing;
   if (!(s >= 0 && s <= 1)) fail("cross_entropy", "label_smoothing must be in [0, 1]", {&logits}, loc);
-  Tensor logp = log_softmax(logits, 1, loc);
-  Tensor nll = nll_loss(logp, targets, Reduction::None, loc);
-  if (s == 0) return reduce(nll, options.reduction);
-  Tensor smooth = -logp.mean({1});
-  return reduce(nll * (1.0 - s) + smooth * s, options.reduction);
+  const Tensor logp = log_softmax(classes_last(logits), -1, loc);
+  const ClassTargets t = class_targets("cross_entropy", targets, logp.size(-1), options.ignore_index, options.weight,
+                                       logp.dtype(), loc);
+  const bool weighted = options.weight.defined();
+  Tensor nll = picked_nll(logp, t, weighted);
+  if (s == 0) return reduce_class_loss(nll, t.weight, options.reduction);
+  // PyTorch's smoothing term: the mean over classes of -w[c] * log p[c], 0 where the target is ignored.
+  Tensor smooth = -(weighted ? logp * options.weight.to(logp.dtype(), loc) : logp).mean(-1);
+  smooth = where(ne(targets, wrap_scalar(options.ignore_index, targets), loc), smooth, 0, loc);
+  return reduce_class_loss(nll * (1.0 - s) + smooth * s, t.weight, options.reduction);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {

@@ -4,6 +4,7 @@
 
 #include "kiln/nn.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <sstream>
@@ -144,6 +145,14 @@ Module& Module::to(Device device, Loc loc) {
   return *this;
 }
 
+Module& Module::to(DType dtype, Loc loc) {
+  if (!is_floating(dtype))
+    throw Error("to", "modules convert to floating dtypes only, not " + std::string(dtype_name(dtype)), loc);
+  for (const auto& [name, t] : state_dict())
+    if (is_floating(t.dtype())) detail::cast_in_place(t, dtype, loc);
+  return *this;
+}
+
 void Module::describe(std::string& out, int indent) const {
   out += name() + "(" + extra_repr();
   if (children_.empty()) {
@@ -216,23 +225,31 @@ std::string Conv2d::extra_repr() const {
 
 // ---------------------------------------------------------------- pooling
 
-MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation)
-    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation) {}
+MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation, bool ceil_mode)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation),
+      ceil_mode_(ceil_mode) {}
 
-Tensor MaxPool2d::forward_impl(const Tensor& x) { return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_); }
+Tensor MaxPool2d::forward_impl(const Tensor& x) {
+  return functional::max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
 
 std::string MaxPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
-         ", dilation=" + size2_str(dilation_);
+         ", dilation=" + size2_str(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
 }
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
-    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode, bool count_include_pad)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
+      count_include_pad_(count_include_pad) {}
 
-Tensor AvgPool2d::forward_impl(const Tensor& x) { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
+Tensor AvgPool2d::forward_impl(const Tensor& x) {
+  return functional::avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
+}
 
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_);
+  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
+         ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
 }
 
 // ---------------------------------------------------------------- BatchNorm
@@ -297,6 +314,29 @@ std::string LayerNorm::extra_repr() const {
   return os.str();
 }
 
+// ---------------------------------------------------------------- RMSNorm
+
+RMSNorm::RMSNorm(IntList normalized_shape, std::optional<double> eps, bool elementwise_affine, Loc loc)
+    : shape_(std::move(normalized_shape)), eps_(eps) {
+  if (shape_.empty()) throw Error("RMSNorm", "normalized_shape must not be empty", loc);
+  const detail::UserCall call("RMSNorm", loc);
+  const graph::SourceScope at(loc);
+  if (elementwise_affine) weight = register_parameter("weight", ones(shape_));
+}
+
+Tensor RMSNorm::forward_impl(const Tensor& x) { return functional::rms_norm(x, shape_, weight, eps_); }
+
+std::string RMSNorm::extra_repr() const {
+  std::ostringstream os;
+  os << "normalized_shape=[";
+  for (size_t i = 0; i < shape_.size(); ++i) os << (i ? ", " : "") << shape_[i];
+  os << "], eps=";
+  if (eps_) os << *eps_;
+  else os << "None";
+  os << ", elementwise_affine=" << (weight.defined() ? "true" : "false");
+  return os.str();
+}
+
 // ---------------------------------------------------------------- Dropout
 
 Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
@@ -341,6 +381,63 @@ Tensor Sequential::forward_impl(const Tensor& x) {
   Tensor y = x;
   for (const auto& [n, m] : children()) y = (*m)(y); // errors inside name the child and the caller's line
   return y;
+}
+
+// ---------------------------------------------------------------- ModuleList, ModuleDict
+
+void ModuleList::append(std::shared_ptr<Module> m) { register_module(std::to_string(size()), std::move(m)); }
+
+void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m) {
+  if (!m) throw Error("ModuleList", "cannot insert a null module");
+  const auto n = static_cast<int64_t>(size());
+  const int64_t at = std::clamp<int64_t>(index < 0 ? index + n : index, 0, n); // as Python's list.insert
+  auto& slots = child_slots();
+  slots.insert(slots.begin() + at, {"", std::move(m)});
+  for (size_t i = 0; i < slots.size(); ++i) slots[i].first = std::to_string(i);
+}
+
+Module& ModuleList::operator[](int64_t i) const {
+  const auto n = static_cast<int64_t>(size());
+  if (i < -n || i >= n)
+    throw Error("ModuleList", "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " modules");
+  return *children()[static_cast<size_t>(i < 0 ? i + n : i)].second;
+}
+
+bool ModuleDict::contains(const std::string& key) const {
+  return std::any_of(children().begin(), children().end(), [&](const auto& c) { return c.first == key; });
+}
+
+Module& ModuleDict::operator[](const std::string& key) const {
+  for (const auto& [k, m] : children())
+    if (k == key) return *m;
+  throw Error("ModuleDict", "no module named \"" + key + "\"");
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, m] : children()) out.push_back(k);
+  return out;
+}
+
+std::shared_ptr<Module> ModuleDict::pop(const std::string& key, Loc loc) {
+  auto& slots = child_slots();
+  auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& c) { return c.first == key; });
+  if (it == slots.end()) throw Error("ModuleDict", "no module named \"" + key + "\"", loc);
+  std::shared_ptr<Module> m = std::move(it->second);
+  slots.erase(it);
+  return m;
+}
+
+void ModuleDict::set(const std::string& key, std::shared_ptr<Module> m, const Loc& loc) {
+  if (key.empty() || key.find('.') != std::string::npos)
+    throw Error("ModuleDict", "a key must be non-empty and contain no '.', got \"" + key + "\"", loc);
+  if (!m) throw Error("ModuleDict", "module \"" + key + "\" is null", loc);
+  for (auto& [k, slot] : child_slots())
+    if (k == key) {
+      slot = std::move(m);
+      return;
+    }
+  register_module(key, std::move(m));
 }
 
 } // namespace kiln::nn

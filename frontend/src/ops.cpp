@@ -382,6 +382,27 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar c, Loc loc) { return where(cond, a, wrap_scalar(c, a, loc), loc); }
 
+Tensor sign(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dtype() == DType::Bool) return x;
+  const Tensor one = full({}, 1, x.dtype(), x.device(), loc), zero = zeros({}, x.dtype(), x.device(), loc);
+  // The zero branch reads x (x * 0 + 0 is +0 for +-0), so that the gradient is a defined zero as
+  // in PyTorch rather than "unused"; NaN takes the constant 0 branch, as PyTorch's sign.
+  const Tensor zeros_of_x = where(x == 0, x * 0 + 0, zero, loc);
+  return where(x > 0, one, where(x < 0, -one, zeros_of_x, loc), loc);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (!min && !max) fail("clamp", "needs at least one of min and max", {&x}, loc);
+  if (x.dtype() == DType::Bool) fail("clamp", "not defined for bool tensors", {&x}, loc);
+  // Selects, not maximum/minimum: x keeps its gradient of 1 on the bounds, and NaN compares false.
+  Tensor y = x;
+  if (min) y = where(lt(y, wrap_scalar(*min, y), loc), wrap_scalar(*min, y), y, loc);
+  if (max) y = where(gt(y, wrap_scalar(*max, y), loc), wrap_scalar(*max, y), y, loc);
+  return y;
+}
+
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (x.dtype() == dtype) return x;
@@ -409,6 +430,20 @@ Tensor max(const Tensor& x, IntList dims, bool keepdim, Loc loc) { return min_ma
 Tensor min(const Tensor& x, IntList dims, bool keepdim, Loc loc) { return min_max(OpKind::Min, x, dims, keepdim, loc); }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_reduction(OpKind::Argmax, x, dim, keepdim, loc); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_reduction(OpKind::Argmin, x, dim, keepdim, loc); }
+
+Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dtype() == DType::Bool) fail("logsumexp", "not defined for bool tensors", {&x}, loc);
+  const Tensor xf = is_floating(x.dtype()) ? x : cast(x, kDefaultFloat, loc);
+  const auto ds = dims_or_fail("logsumexp", dims, xf, loc);
+  if (reduced_count(xf, ds) == 0) return log(exp(xf, loc).sum(dims, keepdim, loc), loc); // log(0) = -inf
+  // The shift does not change the value, so it needs no gradient; an infinite max shifts by 0,
+  // so that a row of -inf gives log(0) = -inf and a +inf gives +inf, not NaN.
+  Tensor m = xf.max(dims, true, loc).detach();
+  m = where(abs(m, loc) == std::numeric_limits<double>::infinity(), zeros({}, m.dtype(), m.device(), loc), m, loc);
+  Tensor r = log(exp(xf - m, loc).sum(dims, true, loc), loc) + m;
+  return keepdim ? r : reshape(r, drop_dims(xf.shape(), ds), loc);
+}
 
 // ---------------------------------------------------------------- movement
 
@@ -498,6 +533,164 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
   return detail::result_of(b::concat(nodes, d), xs);
 }
 
+// ---------------------------------------------------------------- pieces and joins
+
+namespace {
+
+// The pieces of `sizes` (which add up to the extent) along the wrapped dim d.
+std::vector<Tensor> pieces(const Tensor& x, int64_t d, const IntList& sizes, const Loc& loc) {
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t n : sizes) {
+    out.push_back(slice(x, d, start, start + n, 1, loc));
+    start += n;
+  }
+  return out;
+}
+
+// The dim of a splitting op, which needs a tensor of rank >= 1.
+int64_t split_dim(const std::string& op, const Tensor& x, int64_t dim, const Loc& loc) {
+  const int64_t d = dim_or_fail(op, dim, x, loc);
+  if (d < 0) fail(op, "cannot split a 0-d tensor", {&x}, loc);
+  return d;
+}
+
+} // namespace
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t d = split_dim("narrow", x, dim, loc);
+  const int64_t n = x.shape()[d];
+  if (start < -n || start > n)
+    fail("narrow", "start " + std::to_string(start) + " is out of range for dim " + std::to_string(dim) +
+                       " of extent " + std::to_string(n), {&x}, loc);
+  if (start < 0) start += n;
+  if (length < 0 || length > n - start)
+    fail("narrow", "start " + std::to_string(start) + " + length " + std::to_string(length) +
+                       " exceeds the extent " + std::to_string(n) + " of dim " + std::to_string(dim), {&x}, loc);
+  return slice(x, d, start, start + length, 1, loc);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (chunks <= 0) fail("chunk", "chunks must be positive, got " + std::to_string(chunks), {&x}, loc);
+  const int64_t d = split_dim("chunk", x, dim, loc);
+  const int64_t n = x.shape()[d];
+  if (n == 0) return pieces(x, d, IntList(static_cast<size_t>(chunks), 0), loc);
+  return detail::split_by_size(x, n / chunks + (n % chunks != 0), d, loc);
+}
+
+std::vector<Tensor> detail::split_by_size(const Tensor& x, int64_t split_size, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t d = split_dim("split", x, dim, loc);
+  const int64_t n = x.shape()[d];
+  if (split_size < 0 || (split_size == 0 && n != 0))
+    fail("split", "split_size " + std::to_string(split_size) + " does not fit dim " + std::to_string(dim) +
+                      " of extent " + std::to_string(n) + " (it must be positive, or 0 for an empty dim)", {&x}, loc);
+  if (n == 0) return {x};
+  IntList sizes(static_cast<size_t>(n / split_size), split_size);
+  if (n % split_size != 0) sizes.push_back(n % split_size);
+  return pieces(x, d, sizes, loc);
+}
+
+std::vector<Tensor> split(const Tensor& x, const IntList& split_sizes, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t d = split_dim("split", x, dim, loc);
+  int64_t total = 0;
+  for (int64_t s : split_sizes) {
+    if (s < 0) fail("split", "split sizes must be non-negative, got " + graph::shape_str(split_sizes), {&x}, loc);
+    total = graph::checked_add(total, s).value_or(-1);
+    if (total < 0) break;
+  }
+  if (total != x.shape()[d])
+    fail("split", "split sizes " + graph::shape_str(split_sizes) + " do not add up to the extent " +
+                      std::to_string(x.shape()[d]) + " of dim " + std::to_string(dim), {&x}, loc);
+  return pieces(x, d, split_sizes, loc);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t d = dim_or_fail("unbind", dim, x, loc);
+  if (d < 0) fail("unbind", "cannot unbind a 0-d tensor", {&x}, loc);
+  const graph::Shape rest = drop_dims(x.shape(), {d});
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < x.shape()[d]; ++i) out.push_back(reshape(slice(x, d, i, i + 1, 1, loc), rest, loc));
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (xs.empty()) throw Error("stack", "needs at least one tensor", loc);
+  const auto d = graph::wrap_dim(dim, xs[0].dim() + 1);
+  if (!d) fail("stack", "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(xs[0].dim()) + " + 1", {&xs[0]}, loc);
+  std::vector<Tensor> parts;
+  for (const Tensor& t : xs) {
+    if (t.shape() != xs[0].shape()) fail("stack", "every tensor must have the same shape", {&xs[0], &t}, loc);
+    parts.push_back(unsqueeze(t, *d, loc));
+  }
+  return concat(parts, *d, loc);
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  auto w = graph::wrap_dim(dim, x.dim() + 1);
+  if (!w) fail("unsqueeze", "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(x.dim()) + " + 1", {&x}, loc);
+  IntList s = x.shape();
+  s.insert(s.begin() + *w, 1);
+  return reshape(x, s, loc);
+}
+
+Tensor squeeze(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t w = dim_or_fail("squeeze", dim, x, loc);
+  if (w < 0 || x.shape()[w] != 1) return x;
+  IntList s = x.shape();
+  s.erase(s.begin() + w);
+  return reshape(x, s, loc);
+}
+
+Tensor squeeze(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  IntList s;
+  for (int64_t e : x.shape())
+    if (e != 1) s.push_back(e);
+  return s.size() == x.shape().size() ? x : reshape(x, s, loc);
+}
+
+// ---------------------------------------------------------------- masks
+
+namespace {
+
+// Keeps the elements of the last two dims whose col - row compares with `diagonal` by `keep`
+// (a mask built from two aranges, broadcast over the leading dims); the others become 0.
+template <class Keep> Tensor triangle(const char* op, const Tensor& x, Keep keep, const Loc& loc) {
+  if (x.dim() < 2) fail(op, "needs a tensor of at least 2 dims", {&x}, loc);
+  const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
+  const Tensor r = arange(0, static_cast<double>(rows), 1, kInt64, x.device(), loc).reshape({rows, 1}, loc);
+  const Tensor c = arange(0, static_cast<double>(cols), 1, kInt64, x.device(), loc);
+  return where(keep(c - r), x, zeros({}, x.dtype(), x.device(), loc), loc);
+}
+
+} // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  return triangle("tril", x, [&](const Tensor& offset) { return le(offset, wrap_scalar(diagonal, offset), loc); }, loc);
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  return triangle("triu", x, [&](const Tensor& offset) { return ge(offset, wrap_scalar(diagonal, offset), loc); }, loc);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (!mask.defined() || mask.dtype() != DType::Bool) fail("masked_fill", "the mask must be a bool tensor", {&x, &mask}, loc);
+  (void)broadcast_or_fail("masked_fill", {&x, &mask}, loc);
+  // A 0-d tensor of x's dtype (not a wrapped number) keeps x's dtype, as PyTorch's masked_fill.
+  return where(mask, full({}, value, x.dtype(), x.device(), loc), x, loc);
+}
+
 Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
@@ -564,20 +757,17 @@ Tensor Tensor::t(Loc loc) const {
   return dim() < 2 ? *this : kiln::transpose(*this, 0, 1, loc);
 }
 Tensor Tensor::expand(IntList s, Loc loc) const { return kiln::expand(*this, std::move(s), loc); }
-Tensor Tensor::unsqueeze(int64_t d, Loc loc) const {
-  auto w = graph::wrap_dim(d, dim() + 1);
-  if (!w) fail("unsqueeze", "dim " + std::to_string(d) + " out of range", {this}, loc);
-  IntList s = shape();
-  s.insert(s.begin() + *w, 1);
-  return kiln::reshape(*this, s, loc);
-}
-Tensor Tensor::squeeze(int64_t d, Loc loc) const {
-  const int64_t w = dim_or_fail("squeeze", d, *this, loc);
-  if (w < 0 || shape()[w] != 1) return *this;
-  IntList s = shape();
-  s.erase(s.begin() + w);
-  return kiln::reshape(*this, s, loc);
-}
+Tensor Tensor::unsqueeze(int64_t d, Loc loc) const { return kiln::unsqueeze(*this, d, loc); }
+Tensor Tensor::squeeze(int64_t d, Loc loc) const { return kiln::squeeze(*this, d, loc); }
+Tensor Tensor::squeeze(Loc loc) const { return kiln::squeeze(*this, loc); }
+Tensor Tensor::narrow(int64_t d, int64_t s, int64_t n, Loc loc) const { return kiln::narrow(*this, d, s, n, loc); }
+std::vector<Tensor> Tensor::chunk(int64_t n, int64_t d, Loc loc) const { return kiln::chunk(*this, n, d, loc); }
+std::vector<Tensor> Tensor::split(const IntList& s, int64_t d, Loc loc) const { return kiln::split(*this, s, d, loc); }
+std::vector<Tensor> Tensor::unbind(int64_t d, Loc loc) const { return kiln::unbind(*this, d, loc); }
+Tensor Tensor::tril(int64_t k, Loc loc) const { return kiln::tril(*this, k, loc); }
+Tensor Tensor::triu(int64_t k, Loc loc) const { return kiln::triu(*this, k, loc); }
+Tensor Tensor::masked_fill(const Tensor& m, Scalar v, Loc loc) const { return kiln::masked_fill(*this, m, v, loc); }
+Tensor Tensor::logsumexp(IntList d, bool k, Loc loc) const { return kiln::logsumexp(*this, std::move(d), k, loc); }
 Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st, Loc loc) const { return kiln::slice(*this, d, s, e, st, loc); }
 Tensor Tensor::sum(IntList d, bool k, Loc loc) const { return kiln::sum(*this, std::move(d), k, loc); }
 Tensor Tensor::mean(IntList d, bool k, Loc loc) const { return kiln::mean(*this, std::move(d), k, loc); }
@@ -587,6 +777,25 @@ Tensor Tensor::argmax(int64_t d, bool k, Loc loc) const { return kiln::argmax(*t
 Tensor Tensor::argmin(int64_t d, bool k, Loc loc) const { return kiln::argmin(*this, d, k, loc); }
 Tensor Tensor::to(DType dt, Loc loc) const { return kiln::cast(*this, dt, loc); }
 Tensor Tensor::matmul(const Tensor& o, Loc loc) const { return kiln::matmul(*this, o, loc); }
+Tensor Tensor::neg(Loc loc) const { return kiln::neg(*this, loc); }
+Tensor Tensor::abs(Loc loc) const { return kiln::abs(*this, loc); }
+Tensor Tensor::exp(Loc loc) const { return kiln::exp(*this, loc); }
+Tensor Tensor::log(Loc loc) const { return kiln::log(*this, loc); }
+Tensor Tensor::sqrt(Loc loc) const { return kiln::sqrt(*this, loc); }
+Tensor Tensor::rsqrt(Loc loc) const { return kiln::rsqrt(*this, loc); }
+Tensor Tensor::sin(Loc loc) const { return kiln::sin(*this, loc); }
+Tensor Tensor::cos(Loc loc) const { return kiln::cos(*this, loc); }
+Tensor Tensor::tanh(Loc loc) const { return kiln::tanh(*this, loc); }
+Tensor Tensor::sigmoid(Loc loc) const { return kiln::sigmoid(*this, loc); }
+Tensor Tensor::relu(Loc loc) const { return kiln::relu(*this, loc); }
+Tensor Tensor::reciprocal(Loc loc) const { return kiln::reciprocal(*this, loc); }
+Tensor Tensor::square(Loc loc) const { return kiln::square(*this, loc); }
+Tensor Tensor::sign(Loc loc) const { return kiln::sign(*this, loc); }
+Tensor Tensor::pow(Scalar e, Loc loc) const { return kiln::pow(*this, e, loc); }
+Tensor Tensor::pow(const Tensor& e, Loc loc) const { return kiln::pow(*this, e, loc); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi, Loc loc) const {
+  return kiln::clamp(*this, lo, hi, loc);
+}
 
 // ---------------------------------------------------------------- operators
 

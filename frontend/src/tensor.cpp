@@ -437,6 +437,19 @@ void detail::move_in_place(const Tensor& t, Device device, const Loc& loc) {
   if (impl.requires_grad) register_leaf(t.impl());
 }
 
+void detail::cast_in_place(const Tensor& t, DType dtype, const Loc& loc) {
+  if (t.dtype() == dtype) return;
+  if (!t.impl()->is_leaf) fail("to", "only leaf tensors can be converted in place", {&t}, loc);
+  TensorImpl& impl = *t.impl();
+  Tensor value = cast(t.detach(), dtype, loc);
+  Tensor grad = impl.grad.defined() ? cast(impl.grad.detach(), dtype, loc) : Tensor();
+  realize(grad.defined() ? std::vector<Tensor>{value, grad} : std::vector<Tensor>{value}, loc);
+  const graph::NodeRef& v = value.node();
+  impl.store_node(graph::make_input(v->dtype, v->shape, v->realized())); // a fresh input: no history
+  if (grad.defined()) impl.grad = grad;
+  if (impl.requires_grad) register_leaf(t.impl());
+}
+
 Tensor Tensor::to(Device device, Loc loc) const {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (this->device() == device) return *this;
@@ -532,7 +545,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
     impl_->graph_released = !retain_graph;
     return;
   }
-  std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, loc);
+  std::vector<Tensor> grads = kiln::grad({*this}, leaf_tensors, go, /*allow_unused=*/true, /*create_graph=*/true, loc);
   impl_->graph_released = !retain_graph;
   for (size_t i = 0; i < impls.size(); ++i) {
     detail::note_state_change(impls[i]);

@@ -77,6 +77,9 @@ std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n);
 /// Moves a leaf's value (and gradient) to `device` in place, keeping its identity
 /// (requires_grad, registration): what Module::to does to parameters and buffers.
 void move_in_place(const Tensor& t, Device device, const Loc& loc);
+/// Converts a leaf's value (and gradient) to `dtype` in place, computing it now and keeping its
+/// identity (requires_grad, registration): what Module::to(DType) does to parameters and buffers.
+void cast_in_place(const Tensor& t, DType dtype, const Loc& loc);
 /// Eager loops at constant cost: outside a compile() trace, a tensor whose value or
 /// gradient changed (assign(), backward()) waits here, with the roots backward() ran
 /// from, until flush_pending() realizes them all in one realize (an optimizer's step()

@@ -29,15 +29,19 @@ private:
   bool previous_;
 };
 
-/// Gradients of sum_i <outputs[i], grad_outputs[i]> with respect to each input, as lazy
-/// tensors that are themselves differentiable (the graph is always "created": grad of a
-/// grad works). grad_outputs may be omitted for one-element outputs (ones). An input
-/// that the outputs do not depend on through differentiable ops is an error unless
-/// allow_unused, when its gradient is zeros. Integer and bool tensors carry no gradient.
-/// The results require grad when grad mode is on and any output, input or grad_output does.
+/// Gradients of sum_i <outputs[i], grad_outputs[i]> with respect to each input, as lazy tensors
+/// (they fuse with the forward graph when realized together). grad_outputs may be omitted for
+/// one-element outputs (ones). An input that the outputs do not depend on through differentiable
+/// ops is an error unless allow_unused, when its gradient is zeros. Integer and bool tensors carry
+/// no gradient. As torch.autograd.grad, create_graph = false (the default) gives plain values with
+/// no graph history: they do not require grad, and differentiating them again sees constants. With
+/// create_graph = true the results are themselves differentiable (grad of a grad, Hessian-vector
+/// products) and require grad when grad mode is on and any output, input or grad_output does.
+/// (allow_unused comes before create_graph, unlike PyTorch, so that existing positional calls keep
+/// their meaning.)
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool allow_unused = false,
-                         Loc loc = Loc::current());
+                         bool create_graph = false, Loc loc = Loc::current());
 
 /// A function of several tensors to several tensors, as jvp() and gradcheck() take it.
 using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;

@@ -49,18 +49,32 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
-/// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul).
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
-              const Size2& dilation, int64_t groups, Loc loc = Loc::current());
-/// Max over windows of x [N, C, H, W]; padding counts as -infinity.
-Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  const Size2& dilation, Loc loc = Loc::current());
-/// Mean over windows of x [N, C, H, W]; zero padding counts in the mean.
-Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  Loc loc = Loc::current());
+/// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul), with
+/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
+              const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+/// Max over windows of x [N, C, H, W]; padding counts as -infinity. As torch.nn.functional.max_pool2d,
+/// ceil_mode keeps a partial last window when it starts inside the input or the left padding.
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
+                  const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
+/// max_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
+                  const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
+/// Mean over windows of x [N, C, H, W], as torch.nn.functional.avg_pool2d: each window divides by the
+/// number of input elements it covers, plus its zero padding when count_include_pad (never
+/// ceil_mode's overhang past the padding).
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// avg_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());
+/// x / sqrt(mean(x^2) + eps) * weight over the trailing dims of `normalized_shape`, as
+/// torch.nn.functional.rms_norm; eps defaults to the machine epsilon of x's dtype.
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt, Loc loc = Loc::current());
 /// Batch normalization over all dims but dim 1 of x [N, C, ...]. With `training`, normalizes by the
 /// batch mean and biased variance and, when the running statistics are defined, assign()s them
 /// (1 - momentum) * running + momentum * batch (the variance unbiased), as torch.nn.functional.batch_norm;
@@ -72,16 +86,31 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses
-/// Options of cross_entropy.
+/// Options of cross_entropy, in PyTorch's argument order (designated initializers: `{.ignore_index = 0}`).
 struct CrossEntropyOptions {
-  Reduction reduction = Reduction::Mean; ///< mean over the batch by default
+  Tensor weight{};                       ///< optional [C] class weights (a rescaling of each class's loss)
+  int64_t ignore_index = -100;           ///< targets equal to it add nothing, to the sum or to the mean's count
+  Reduction reduction = Reduction::Mean; ///< mean over the (weights of the) non-ignored targets by default
   double label_smoothing = 0.0;          ///< in [0, 1]: mixes the target with the uniform distribution
 };
-/// Cross entropy from logits [N, C] and integer class targets [N] (i32 or i64), as PyTorch:
-/// (1 - s) * nll + s * mean over classes of -log_softmax.
+/// Cross entropy from logits [N, C, d1, ...] (or [C]) and integer class targets [N, d1, ...] (or [])
+/// of i32 or i64, as torch.nn.functional.cross_entropy: per element (1 - s) * w[t] * nll +
+/// s / C * sum over classes c of w[c] * -log_softmax (w = 1 without weights; 0 where ignored), and
+/// the mean divides the sum by the sum of w[t] over the non-ignored targets (NaN when all are
+/// ignored). A target outside [0, C) that is not ignore_index is an error (in the kernel when lazy).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {},
                      Loc loc = Loc::current());
-/// Negative log likelihood from log-probabilities [N, C] and integer targets [N].
+/// Options of nll_loss, in PyTorch's argument order.
+struct NllLossOptions {
+  Tensor weight{};                       ///< optional [C] class weights
+  int64_t ignore_index = -100;           ///< targets equal to it add nothing
+  Reduction reduction = Reduction::Mean; ///< mean over the (weights of the) non-ignored targets by default
+};
+/// Negative log likelihood from log-probabilities [N, C, d1, ...] (or [C]) and integer targets
+/// [N, d1, ...] (or []), as torch.nn.functional.nll_loss: -w[t] * log_probs[t] per element (0 where
+/// the target is ignore_index); the mean divides by the sum of w[t] over the non-ignored targets.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc = Loc::current());
+/// nll_loss with the default weight and ignore_index and the given reduction.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction = Reduction::Mean,
                 Loc loc = Loc::current());
 /// (input - target)^2, reduced.

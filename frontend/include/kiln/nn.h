@@ -95,6 +95,12 @@ public:
   /// Moves every parameter and buffer (and gradient) to `device` in place: the tensors
   /// keep their identity, so an optimizer made before or after still updates them.
   Module& to(Device device, Loc loc = Loc::current());
+  /// Converts every floating parameter and buffer (and gradient) to the floating `dtype` in place,
+  /// as torch.nn.Module.to(dtype): integer buffers stay as they are, and the tensors keep their
+  /// identity (a parameter is the same Tensor, now of `dtype`), so `model.to(kFloat64)` makes a
+  /// model gradcheck-able. As in PyTorch, convert before making the optimizer: slots it already
+  /// holds keep their old dtype. The values are computed now (not inside a compile() trace).
+  Module& to(DType dtype, Loc loc = Loc::current());
 
   /// Registers `t` as a trainable parameter (marks it requires_grad) and returns it.
   Tensor register_parameter(std::string name, Tensor t);
@@ -109,6 +115,15 @@ public:
     add_child(std::move(name), module);
     return module;
   }
+protected:
+  /// The direct submodules, for containers that insert, replace or rename them (ModuleList, ModuleDict).
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_slots() { return children_; }
+  /// A module value or shared pointer as a shared pointer to a module (what the containers hold).
+  template <class M> static std::shared_ptr<Module> shared_module(M module) {
+    if constexpr (requires { typename M::element_type; }) return std::shared_ptr<Module>(std::move(module));
+    else return std::make_shared<M>(std::move(module));
+  }
+
 private:
   void add_child(std::string name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
@@ -175,8 +190,9 @@ private:
 /// Max pooling over windows of [N, C, H, W] inputs (padding counts as -infinity).
 class MaxPool2d : public Module {
 public:
-  /// Window size; the stride defaults to the window size.
-  MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1);
+  /// Window size; the stride defaults to the window size (see functional::max_pool2d for ceil_mode).
+  MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, Size2 dilation = 1,
+            bool ceil_mode = false);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
@@ -185,13 +201,15 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_, dilation_;
+  bool ceil_mode_;
 };
 
-/// Average pooling over windows (zero padding counts in the average, as PyTorch's default).
+/// Average pooling over windows (zero padding counts in the average unless count_include_pad is false).
 class AvgPool2d : public Module {
 public:
-  /// Window size; the stride defaults to the window size.
-  AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
+  /// Window size; the stride defaults to the window size (see functional::avg_pool2d for the flags).
+  AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
@@ -200,6 +218,7 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
   Size2 kernel_, stride_, padding_;
+  bool ceil_mode_, count_include_pad_;
 };
 
 /// Options of BatchNorm1d/2d.
@@ -270,6 +289,25 @@ protected:
 private:
   IntList shape_;
   double eps_;
+};
+
+/// Root-mean-square normalization over the trailing dims of `normalized_shape`, as torch.nn.RMSNorm:
+/// x / sqrt(mean(x^2) + eps) * weight, with eps the input dtype's machine epsilon when not given.
+class RMSNorm : public Module {
+public:
+  /// Normalizes the last normalized_shape.size() dims, which must equal normalized_shape.
+  explicit RMSNorm(IntList normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true,
+                   Loc loc = Loc::current());
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "RMSNorm"; } ///< "RMSNorm"
+  std::string extra_repr() const override;  ///< configuration
+  Tensor weight; ///< normalized_shape, ones; undefined without affine
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  IntList shape_;
+  std::optional<double> eps_;
 };
 
 /// Zeroes elements with probability p in training mode and scales the rest by
@@ -408,6 +446,88 @@ protected:
 private:
   template <class T> struct is_shared_ptr : std::false_type {};
   template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
+};
+
+/// A list of submodules, as torch.nn.ModuleList: registered as "0", "1", ..., so parameters(),
+/// state_dict(), checkpoints, to() and zero_grad() see them. It has no forward: index or iterate it.
+class ModuleList : public Module {
+public:
+  /// An empty list.
+  ModuleList() = default;
+  /// From module values (moved into shared ownership) or shared pointers to modules.
+  template <class... Ms>
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<ModuleList, std::decay_t<Ms>> && ...)))
+  explicit ModuleList(Ms&&... modules) {
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
+  /// Appends a module value or shared pointer.
+  template <class M> void push_back(M module) { append(shared_module(std::move(module))); }
+  /// Inserts a module before position `index` (0..size(); negative counts from the end, as Python's
+  /// list.insert clamps it); the later modules are renamed to keep the names "0", "1", ... in order.
+  template <class M> void insert(int64_t index, M module) { insert_at(index, shared_module(std::move(module))); }
+  std::string name() const override { return "ModuleList"; } ///< "ModuleList"
+  /// Number of modules.
+  size_t size() const { return children().size(); }
+  /// True when empty.
+  bool empty() const { return children().empty(); }
+  /// The i-th module (negative counts from the end); kiln::Error when out of range.
+  Module& operator[](int64_t i) const;
+  /// The i-th module as its type M; kiln::Error when it is not an M.
+  template <class M> M& at(int64_t i) const {
+    if (auto* m = dynamic_cast<M*>(&(*this)[i])) return *m;
+    throw Error("ModuleList", "module " + std::to_string(i) + " is a " + (*this)[i].name() + ", not the type asked for");
+  }
+  /// Iterates over the modules (Module&) in order.
+  class Iterator {
+  public:
+    using Base = std::vector<std::pair<std::string, std::shared_ptr<Module>>>::const_iterator; ///< the slots
+    explicit Iterator(Base it) : it_(it) {}            ///< at a slot
+    Module& operator*() const { return *it_->second; } ///< the module
+    Iterator& operator++() { ++it_; return *this; }    ///< the next one
+    bool operator==(const Iterator& o) const { return it_ == o.it_; } ///< same position
+  private:
+    Base it_;
+  };
+  Iterator begin() const { return Iterator(children().begin()); } ///< the first module
+  Iterator end() const { return Iterator(children().end()); }     ///< past the last
+private:
+  void append(std::shared_ptr<Module> m);
+  void insert_at(int64_t index, std::shared_ptr<Module> m);
+};
+
+/// Submodules by name, in insertion order, as torch.nn.ModuleDict: registered under their names, so
+/// parameters(), state_dict(), checkpoints, to() and zero_grad() see them. It has no forward.
+class ModuleDict : public Module {
+public:
+  /// An empty dict.
+  ModuleDict() = default;
+  /// Adds a module value or shared pointer under `key`, or replaces the module already there (keeping
+  /// its position); a key must be non-empty and contain no '.', which separates names in state dicts.
+  template <class M> void insert(const std::string& key, M module, Loc loc = Loc::current()) {
+    set(key, shared_module(std::move(module)), loc);
+  }
+  std::string name() const override { return "ModuleDict"; } ///< "ModuleDict"
+  /// Number of modules.
+  size_t size() const { return children().size(); }
+  /// True when `key` is present.
+  bool contains(const std::string& key) const;
+  /// The module under `key`; kiln::Error naming the key when absent.
+  Module& operator[](const std::string& key) const;
+  /// The module under `key` as its type M; kiln::Error when absent or not an M.
+  template <class M> M& at(const std::string& key) const {
+    if (auto* m = dynamic_cast<M*>(&(*this)[key])) return *m;
+    throw Error("ModuleDict", "module \"" + key + "\" is a " + (*this)[key].name() + ", not the type asked for");
+  }
+  /// Keys in insertion order.
+  std::vector<std::string> keys() const;
+  /// Iterates over (key, module pointer) pairs in insertion order.
+  auto begin() const { return children().begin(); }
+  /// Past the last pair.
+  auto end() const { return children().end(); }
+  /// Removes `key` and returns its module; kiln::Error when absent.
+  std::shared_ptr<Module> pop(const std::string& key, Loc loc = Loc::current());
+private:
+  void set(const std::string& key, std::shared_ptr<Module> m, const Loc& loc);
 };
 
 } // namespace kiln::nn

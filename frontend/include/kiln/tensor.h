@@ -6,9 +6,11 @@
 /// Every op takes the caller's std::source_location (defaulted), so that a
 /// kiln::Error names the user's line. Operators capture it through Operand.
 
+#include <concepts>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -105,14 +107,50 @@ public:
   Tensor unsqueeze(int64_t dim, Loc loc = Loc::current()) const;      ///< inserts a size-1 dim
   Tensor squeeze(int64_t dim, Loc loc = Loc::current()) const;        ///< removes a size-1 dim
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current()) const; ///< see kiln::slice
+  Tensor squeeze(Loc loc = Loc::current()) const;                     ///< removes every size-1 dim
+  Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc loc = Loc::current()) const; ///< see kiln::narrow
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0, Loc loc = Loc::current()) const; ///< see kiln::chunk
+  /// Pieces of split_size along dim (see kiln::split); a template so that `{2}` picks the list form.
+  template <std::integral I> std::vector<Tensor> split(I split_size, int64_t dim = 0, Loc loc = Loc::current()) const;
+  std::vector<Tensor> split(const IntList& split_sizes, int64_t dim = 0, Loc loc = Loc::current()) const; ///< see kiln::split
+  std::vector<Tensor> unbind(int64_t dim = 0, Loc loc = Loc::current()) const; ///< see kiln::unbind
+  Tensor tril(int64_t diagonal = 0, Loc loc = Loc::current()) const;  ///< see kiln::tril
+  Tensor triu(int64_t diagonal = 0, Loc loc = Loc::current()) const;  ///< see kiln::triu
+  Tensor masked_fill(const Tensor& mask, Scalar value, Loc loc = Loc::current()) const; ///< see kiln::masked_fill
   Tensor sum(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::sum
   Tensor mean(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::mean
+  /// Sum over one dim (`x.sum(1)`); a template so that `x.sum({})` still means every dim.
+  template <std::integral I> Tensor sum(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
+    return sum(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
+  }
+  /// Mean over one dim (`x.mean(1)`); a template so that `x.mean({})` still means every dim.
+  template <std::integral I> Tensor mean(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
+    return mean(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
+  }
+  Tensor logsumexp(IntList dims, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::logsumexp
   Tensor max(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::max
   Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
   Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
   Tensor argmin(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmin
   Tensor to(DType dtype, Loc loc = Loc::current()) const;             ///< cast
   Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::matmul
+  Tensor neg(Loc loc = Loc::current()) const;        ///< see kiln::neg
+  Tensor abs(Loc loc = Loc::current()) const;        ///< see kiln::abs
+  Tensor exp(Loc loc = Loc::current()) const;        ///< see kiln::exp
+  Tensor log(Loc loc = Loc::current()) const;        ///< see kiln::log
+  Tensor sqrt(Loc loc = Loc::current()) const;       ///< see kiln::sqrt
+  Tensor rsqrt(Loc loc = Loc::current()) const;      ///< see kiln::rsqrt
+  Tensor sin(Loc loc = Loc::current()) const;        ///< see kiln::sin
+  Tensor cos(Loc loc = Loc::current()) const;        ///< see kiln::cos
+  Tensor tanh(Loc loc = Loc::current()) const;       ///< see kiln::tanh
+  Tensor sigmoid(Loc loc = Loc::current()) const;    ///< see kiln::sigmoid
+  Tensor relu(Loc loc = Loc::current()) const;       ///< see kiln::relu
+  Tensor reciprocal(Loc loc = Loc::current()) const; ///< see kiln::reciprocal
+  Tensor square(Loc loc = Loc::current()) const;     ///< see kiln::square
+  Tensor sign(Loc loc = Loc::current()) const;       ///< see kiln::sign
+  Tensor pow(Scalar exponent, Loc loc = Loc::current()) const;        ///< see kiln::pow
+  Tensor pow(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::pow
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current()) const; ///< see kiln::clamp
 
   /// The graph node currently holding this tensor's value (internal).
   const std::shared_ptr<const graph::Node>& node() const;
@@ -169,6 +207,13 @@ Tensor relu(const Tensor& x, Loc loc = Loc::current());       ///< max(x, 0)
 Tensor reciprocal(const Tensor& x, Loc loc = Loc::current()); ///< 1 / x
 Tensor square(const Tensor& x, Loc loc = Loc::current());     ///< x * x
 Tensor logical_not(const Tensor& x, Loc loc = Loc::current()); ///< x == 0, as bool
+/// -1, 0 or 1 in x's dtype, as torch.sign (NaN and -0 give 0); the gradient is zero. Bool is unchanged.
+Tensor sign(const Tensor& x, Loc loc = Loc::current());
+/// min(max(x, min), max) with either bound omitted, as torch.clamp: the result dtype follows
+/// type promotion with the bounds, NaN stays NaN, min > max gives max, and the gradient is 1
+/// where min <= x <= max (the bounds included), else 0. At least one bound is needed.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
+             Loc loc = Loc::current());
 
 Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting
 Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b
@@ -205,6 +250,18 @@ Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = 
 Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Minimum over dims (all when empty).
 Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// Sum over one dim (`sum(x, 1)`); a template so that `sum(x, {})` still means every dim.
+template <std::integral I> Tensor sum(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.sum(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
+}
+/// Mean over one dim (`mean(x, 1)`); a template so that `mean(x, {})` still means every dim.
+template <std::integral I> Tensor mean(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.mean(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
+}
+/// log(sum(exp(x))) over dims (all when empty), computed stably as m + log(sum(exp(x - m))) with m
+/// the max (taken as 0 where it is infinite, as torch.logsumexp: a row of -inf gives -inf, a +inf
+/// gives +inf; an empty reduction gives -inf). Integers promote to the default float dtype.
+Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false, Loc loc = Loc::current());
 /// Index (i64) of the first maximum along dim.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
 /// Index (i64) of the first minimum along dim.
@@ -223,6 +280,44 @@ Tensor expand(const Tensor& x, IntList shape, Loc loc = Loc::current());
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current());
 /// Joins tensors along an existing dim.
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
+/// `length` elements of dim from `start` (negative counts from the end), as torch.narrow; a view.
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc loc = Loc::current());
+/// At most `chunks` pieces of equal size ceil(n / chunks) along dim (the last may be smaller, and
+/// there may be fewer), as torch.chunk; an empty dim gives `chunks` empty pieces.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0, Loc loc = Loc::current());
+namespace detail {
+/// split() by one size (the implementation behind the template below).
+std::vector<Tensor> split_by_size(const Tensor& x, int64_t split_size, int64_t dim, Loc loc);
+} // namespace detail
+/// Pieces of `split_size` along dim, the last one smaller when n does not divide, as torch.split with
+/// an int (an empty dim gives one empty piece; a size of 0 only fits an empty dim). A template so
+/// that `split(x, {2})` picks the list form.
+template <std::integral I>
+std::vector<Tensor> split(const Tensor& x, I split_size, int64_t dim = 0, Loc loc = Loc::current()) {
+  return detail::split_by_size(x, static_cast<int64_t>(split_size), dim, loc);
+}
+template <std::integral I> std::vector<Tensor> Tensor::split(I split_size, int64_t dim, Loc loc) const {
+  return detail::split_by_size(*this, static_cast<int64_t>(split_size), dim, loc);
+}
+/// Pieces of the given sizes along dim, which must add up to its extent, as torch.split with a list.
+std::vector<Tensor> split(const Tensor& x, const IntList& split_sizes, int64_t dim = 0, Loc loc = Loc::current());
+/// Every index of dim as a tensor without that dim, as torch.unbind.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0, Loc loc = Loc::current());
+/// Joins tensors of one shape along a new dim (in [-(rank+1), rank]), as torch.stack.
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
+/// Inserts a size-1 dim (in [-(rank+1), rank]).
+Tensor unsqueeze(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+/// Removes dim when its extent is 1 (else returns x), as torch.squeeze.
+Tensor squeeze(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+/// Removes every size-1 dim.
+Tensor squeeze(const Tensor& x, Loc loc = Loc::current());
+/// The lower triangle of the last two dims (rank >= 2): elements with col - row <= diagonal, others 0.
+Tensor tril(const Tensor& x, int64_t diagonal = 0, Loc loc = Loc::current());
+/// The upper triangle of the last two dims (rank >= 2): elements with col - row >= diagonal, others 0.
+Tensor triu(const Tensor& x, int64_t diagonal = 0, Loc loc = Loc::current());
+/// x with `value` (converted to x's dtype) where the bool `mask` is true; x and mask broadcast, as
+/// Tensor.masked_fill. The gradient flows to x where the mask is false.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc = Loc::current());
 /// Pads with a constant: `pads` is (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
 Tensor pad(const Tensor& x, IntList pads, Scalar value = 0, Loc loc = Loc::current());
 /// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
