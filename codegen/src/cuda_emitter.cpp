@@ -1097,7 +1097,7 @@ private:
     require_float(e.dtype, "random");
     KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
     const std::string fn = e.op == OpKind::Rand ? "kiln_uniform" : "kiln_randn";
-    return fn + fsuffix(e.dtype) + "((unsigned long long)" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
+    return fn + fsuffix(e.dtype) + "(" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
   }
 };
 
