@@ -175,18 +175,23 @@ std::string device_function(bool f64, const std::string& name, const std::vector
          ") {\n" + b.out + "  return " + result.text + ";\n}\n";
 }
 
-/// The math functions and rand/randn of math_body.h for float (f64 false) or double.
-std::string math_functions(bool f64) {
-  const CType ft = f64 ? CType::F64 : CType::F32;
+/// The math functions of math_body.h, each for double and float (f32 erf calls f64 erf,
+/// which calls f64 exp: so the functions come in kMathFns's order, double first), then
+/// rand/randn.
+std::string math_functions() {
   std::string out;
   for (MathFn fn : kMathFns)
-    out += device_function(f64, math_fn_name(fn), {{"x", ft}},
-                           [&](CudaOps& m) { return math::body(m, fn, CExpr{"x", ft}); });
+    for (bool f64 : {true, false}) {
+      const CExpr x{"x", f64 ? CType::F64 : CType::F32};
+      out += device_function(f64, math_fn_name(fn), {x}, [&](CudaOps& m) { return math::body(m, fn, x); });
+    }
   const CExpr seed{"seed", CType::I64}, counter{"c", CType::I64};
-  out += device_function(f64, "uniform", {seed, counter},
-                         [&](CudaOps& m) { return math::random_uniform(m, seed, counter); });
-  out += device_function(f64, "randn", {seed, counter},
-                         [&](CudaOps& m) { return math::random_normal(m, seed, counter); });
+  for (bool f64 : {false, true}) {
+    out += device_function(f64, "uniform", {seed, counter},
+                           [&](CudaOps& m) { return math::random_uniform(m, seed, counter); });
+    out += device_function(f64, "randn", {seed, counter},
+                           [&](CudaOps& m) { return math::random_normal(m, seed, counter); });
+  }
   return out;
 }
 
@@ -271,8 +276,7 @@ std::string build_prelude() {
   s += "// ---- kiln prelude: op semantics shared by every kernel (codegen/src/cuda_math.cpp) ----\n";
   s += kFixedPart;
   s += "// ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----\n";
-  s += math_functions(false);
-  s += math_functions(true);
+  s += math_functions();
   s += "#endif // KILN_CUDA_PRELUDE\n";
   return s;
 }

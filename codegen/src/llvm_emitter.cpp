@@ -54,7 +54,7 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Argmin: return RedKind::Argmin;
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
   case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
@@ -686,6 +686,7 @@ private:
     case OpKind::Sqrt: return sqrt(a(0), in);
     case OpKind::Rsqrt: return recip(sqrt(a(0), in), in);
     case OpKind::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
+    case OpKind::Erf: return math(MathFn::Erf, a(0), in);
     case OpKind::Reciprocal: return recip(a(0), in);
     case OpKind::Relu: return relu(a(0), in);
     case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));

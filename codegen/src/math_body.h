@@ -17,9 +17,9 @@
 ///
 /// Accuracy: max ulp error against long double over ~1e6 points each, measured by
 /// test_llvm (MathAccuracy*), whole ranges incl. subnormal inputs/outputs:
-///            exp    log    sin*   cos*   tanh   sigmoid
-///   f32      0.96   0.81   1.43   1.47   1.49   2.29
-///   f64      0.96   0.80   2.10   2.14   2.48   2.28
+///            exp    log    sin*   cos*   tanh   sigmoid  erf
+///   f32      0.96   0.81   1.43   1.47   1.49   2.29     0.50
+///   f64      0.96   0.80   2.10   2.14   2.48   2.28     0.73
 /// (*) for |x| <= 1e5; sin_cos_body() gives the limits of its argument reduction
 /// (accurate to |x| ~ 1.6e6, bounded but meaningless beyond).
 ///
@@ -36,7 +36,15 @@
 ///          in f64 for f32 too; sin and cos polynomials on |r| <= pi/4, quadrant by n mod 4.
 ///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|), |x| clamped where tanh rounds to 1.
 ///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
-/// The polynomials are Taylor series truncated where the next term is below 1/8 ulp.
+///   erf:   in f64 for f32 too (rounded once), on |x| clamped to 6 (beyond, erf rounds to
+///          +-1): |x| < 0.75: x + x P(x^2), P the Taylor series of erf(x)/x - 1;
+///          0.75 <= |x| < 2: erf(a) + s Q_a(s), s = |x| - a, Taylor series about the
+///          centre a of one of five intervals of width 1/4, erf(a) as hi + lo;
+///          2 <= |x|: 1 - e^(-x^2) g(x), g(x) = e^(x^2) erfc(x) a Chebyshev fit on [2, 6]
+///          (where erfc < 0.005, so g's and exp's relative errors shrink by 200 in erf).
+/// The polynomials are Taylor series truncated where the next term is below 1/8 ulp
+/// (erf's: below 2^-60 relative); erf's coefficients come from mpmath at 50 digits
+/// (tests/tools/erf_coefficients.py prints them).
 
 #include <cmath>
 #include <concepts>
@@ -49,11 +57,11 @@
 namespace kiln::codegen {
 
 /// The functions of this file that the code generators emit as functions (one per type).
-enum class MathFn : uint8_t { Exp, Expm1, Log, Sin, Cos, Tanh, Sigmoid };
+enum class MathFn : uint8_t { Exp, Expm1, Log, Sin, Cos, Tanh, Sigmoid, Erf };
 
 /// Every MathFn, in an order where each one's callees come before it (the CUDA prelude's order).
-inline constexpr MathFn kMathFns[] = {MathFn::Exp, MathFn::Expm1, MathFn::Log, MathFn::Sin,
-                                      MathFn::Cos, MathFn::Tanh,  MathFn::Sigmoid};
+inline constexpr MathFn kMathFns[] = {MathFn::Exp, MathFn::Expm1, MathFn::Log,     MathFn::Sin,
+                                      MathFn::Cos, MathFn::Tanh,  MathFn::Sigmoid, MathFn::Erf};
 
 /// The function's name in emitted code ("exp": LLVM's kiln.exp.f32, CUDA's kiln_exp_f32).
 constexpr const char* math_fn_name(MathFn fn) {
@@ -65,6 +73,7 @@ constexpr const char* math_fn_name(MathFn fn) {
   case MathFn::Cos: return "cos";
   case MathFn::Tanh: return "tanh";
   case MathFn::Sigmoid: return "sigmoid";
+  case MathFn::Erf: return "erf";
   }
   return "?";
 }
@@ -320,6 +329,82 @@ template <MathOps M> typename M::V sigmoid_body(M& m, typename M::V x) {
   return m.div(num, d);
 }
 
+// erf's coefficients (see the method above).
+/// |x| < 0.75: erf(x)/x - 1 = sum_n kErfSmall[n] x^(2n) (2/sqrt(pi) (-1)^n / (n! (2n + 1)), less 1 for n = 0).
+inline const std::vector<double> kErfSmall = {
+    0.1283791670955126, -0.37612638903183754, 0.11283791670955126, -0.026866170645131252,
+    0.005223977625442188, -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
+    1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09,
+    9.422759064650411e-11, -6.7113668551641105e-12, 4.4632242632864775e-13, -2.7835162072109215e-14,
+    1.6342614095367152e-15};
+
+/// One interval of 0.75 <= |x| < 2: erf(centre + s) = hi + lo + sum_{n>=1} coef[n-1] s^n.
+struct ErfInterval {
+  double centre, hi, lo;
+  double coef[15];
+};
+inline constexpr ErfInterval kErfMid[] = {
+    {0.875, 0.7840750610598597, -3.204544978890348e-17,
+     {0.5247450452901482, -0.45915191462887966, 0.09292360177013041, 0.11239656243519451, -0.0672158773833572,
+      -0.010367785745906018, 0.018595726765847267, -0.0018461468559063715, -0.0032568627602662854,
+      0.000898154868541066, 0.0003900529044120407, -0.00019296678621782653, -2.903116273391371e-05,
+      2.9075064952881173e-05, 2.0224352255317938e-07}},
+    {1.125, 0.8883882317017078, -1.158643993739769e-17,
+     {0.3182739585007693, -0.35805820331336546, 0.16245233298476766, 0.027973297133856677, -0.061323683605665806,
+      0.015536835449762896, 0.009606894225829976, -0.006031260883106729, -0.0003601919898013683,
+      0.0011532673547020597, -0.0001769550878579247, -0.0001415583990117997, 4.9455696834570095e-05,
+      1.0718804636659436e-05, -7.730906970255213e-06}},
+    {1.375, 0.9481700727820903, 1.071691533519912e-17,
+     {0.1703597736875156, -0.23424468882033395, 0.15793770685613426, -0.03050061052348098, -0.030605976268925736,
+      0.022161235262852557, -0.001419062360662139, -0.004261033441276509, 0.001577911232741016,
+      0.00032359146722315554, -0.0003391015230725006, 2.8681755518788118e-05, 4.175471522740388e-05,
+      -1.1984028581486832e-05, -2.9725595025012275e-06}},
+    {1.625, 0.9784437332399837, -1.7028513178925588e-17,
+     {0.08047225902251116, -0.13076742091158064, 0.11484061964670864, -0.049718863159090555,
+      -0.0021349248406037306, 0.014414781131084502, -0.006184261515478821, -0.000576525430283408,
+      0.0014106850333898903, -0.00035597922602355293, -0.00012566368868411414, 8.79701620524859e-05,
+      -4.270738262797687e-06, -1.0609039547562964e-05, 2.8273833059374034e-06}},
+    {1.875, 0.9919900576701199, 3.0126779045582727e-17,
+     {0.03354582842421607, -0.06289842829540514, 0.0674410925611844, -0.04225988151097533, 0.011462583364876176,
+      0.004105187133212477, -0.004928393908239107, 0.001430501687370122, 0.00036225644575338666,
+      -0.0003901575782455417, 7.37299378240623e-05, 3.607417901263836e-05, -2.0803824921141647e-05,
+      8.154185088040366e-07, 2.3718570297022424e-06}},
+};
+
+/// 2 <= |x| <= 6: e^(x^2) erfc(x) = sum_n kErfcScaled[n] t^n, t = (|x| - 4) / 2 (max error 5e-18).
+inline const std::vector<double> kErfcScaled = {
+    0.13699945762506138, -0.06476701219004291, 0.029861732979903317, -0.013449456613969249,
+    0.00592563950387976, -0.002557084169761886, 0.0010819615534120512, -0.00044932693147525614,
+    0.00018330768136819641, -7.352137574378967e-05, 2.901199590644152e-05, -1.1270914791676502e-05,
+    4.313255826876284e-06, -1.6270404669103896e-06, 6.0569179582904e-07, -2.222888157304624e-07,
+    7.984355503810327e-08, -2.8586397069465238e-08, 1.0824531561065031e-08, -3.764154007466546e-09,
+    8.205403979036021e-10, -2.8716509123715205e-10, 2.7974119179024155e-10, -9.220011805148006e-11};
+
+/// The error function, branch-free: all three pieces are computed and one is selected.
+template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
+  if (!m.f64) // f32: the f64 function, rounded once (correctly rounded but for rare double roundings)
+    return m.from_f64(m.wide().call(MathFn::Erf, m.to_f64(x)));
+  auto ax = m.fmin(m.fabs(x), m.c(6)); // NaN becomes 6 here; restored at the end
+  auto z = m.mul(ax, ax);
+  auto small = m.fma(ax, horner(m, z, kErfSmall), ax);
+  // The interval of 0.75 <= |x| < 2 by a chain of selects over its upper bounds.
+  typename M::V below[4] = {m.lt(ax, m.c(1.0)), m.lt(ax, m.c(1.25)), m.lt(ax, m.c(1.5)), m.lt(ax, m.c(1.75))};
+  auto pick = [&](auto field) {
+    auto v = m.c(field(kErfMid[4]));
+    for (int i = 3; i >= 0; --i) v = m.sel(below[i], m.c(field(kErfMid[i])), v);
+    return v;
+  };
+  auto s = m.sub(ax, pick([](const ErfInterval& e) { return e.centre; }));
+  auto q = pick([](const ErfInterval& e) { return e.coef[14]; });
+  for (int n = 13; n >= 0; --n) q = m.fma(q, s, pick([n](const ErfInterval& e) { return e.coef[n]; }));
+  auto mid = m.add(pick([](const ErfInterval& e) { return e.hi; }),
+                   m.fma(s, q, pick([](const ErfInterval& e) { return e.lo; })));
+  auto t = m.mul(m.sub(ax, m.c(4)), m.c(0.5));
+  auto large = m.sub(m.c(1), m.mul(m.call(MathFn::Exp, m.neg(z)), horner(m, t, kErfcScaled)));
+  auto y = m.sel(m.lt(ax, m.c(0.75)), small, m.sel(m.lt(ax, m.c(2)), mid, large));
+  return m.sel(m.is_nan(x), x, m.copysign(y, x));
+}
+
 /// The body of fn.
 template <MathOps M> typename M::V body(M& m, MathFn fn, typename M::V x) {
   switch (fn) {
@@ -330,6 +415,7 @@ template <MathOps M> typename M::V body(M& m, MathFn fn, typename M::V x) {
   case MathFn::Cos: return sin_cos_body(m, x, true);
   case MathFn::Tanh: return tanh_body(m, x);
   case MathFn::Sigmoid: return sigmoid_body(m, x);
+  case MathFn::Erf: return erf_body(m, x);
   }
   return x; // unreachable: the switch covers every MathFn
 }
