@@ -56,24 +56,40 @@
 
 namespace kiln::codegen {
 
-/// The functions of this file that the code generators emit as functions (one per type).
-enum class MathFn : uint8_t { Exp, Expm1, Log, Sin, Cos, Tanh, Sigmoid, Erf };
+/// The functions of this file that the code generators emit as functions (one per type),
+/// in an order where each one's callees come before it (the CUDA prelude's order):
+/// X(MathFn enumerator, name in emitted code, body template in namespace math).
+#define KILN_MATH_FNS(X) \
+  X(Exp, "exp", exp_body) \
+  X(Expm1, "expm1", expm1_body) \
+  X(Log, "log", log_body) \
+  X(Sin, "sin", sin_body) \
+  X(Cos, "cos", cos_body) \
+  X(Tanh, "tanh", tanh_body) \
+  X(Sigmoid, "sigmoid", sigmoid_body) \
+  X(Erf, "erf", erf_body)
 
-/// Every MathFn, in an order where each one's callees come before it (the CUDA prelude's order).
-inline constexpr MathFn kMathFns[] = {MathFn::Exp, MathFn::Expm1, MathFn::Log,     MathFn::Sin,
-                                      MathFn::Cos, MathFn::Tanh,  MathFn::Sigmoid, MathFn::Erf};
+/// One enumerator per KILN_MATH_FNS row.
+enum class MathFn : uint8_t {
+#define KILN_MATH_ENUM(e, name, body) e,
+  KILN_MATH_FNS(KILN_MATH_ENUM)
+#undef KILN_MATH_ENUM
+};
+
+/// Every MathFn, in KILN_MATH_FNS's order.
+inline constexpr MathFn kMathFns[] = {
+#define KILN_MATH_ENTRY(e, name, body) MathFn::e,
+    KILN_MATH_FNS(KILN_MATH_ENTRY)
+#undef KILN_MATH_ENTRY
+};
 
 /// The function's name in emitted code ("exp": LLVM's kiln.exp.f32, CUDA's kiln_exp_f32).
 constexpr const char* math_fn_name(MathFn fn) {
   switch (fn) {
-  case MathFn::Exp: return "exp";
-  case MathFn::Expm1: return "expm1";
-  case MathFn::Log: return "log";
-  case MathFn::Sin: return "sin";
-  case MathFn::Cos: return "cos";
-  case MathFn::Tanh: return "tanh";
-  case MathFn::Sigmoid: return "sigmoid";
-  case MathFn::Erf: return "erf";
+#define KILN_MATH_NAME(e, name, body) \
+  case MathFn::e: return name;
+    KILN_MATH_FNS(KILN_MATH_NAME)
+#undef KILN_MATH_NAME
   }
   return "?";
 }
@@ -405,17 +421,16 @@ template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
   return m.sel(m.is_nan(x), x, m.copysign(y, x));
 }
 
+template <MathOps M> typename M::V sin_body(M& m, typename M::V x) { return sin_cos_body(m, x, false); }
+template <MathOps M> typename M::V cos_body(M& m, typename M::V x) { return sin_cos_body(m, x, true); }
+
 /// The body of fn.
 template <MathOps M> typename M::V body(M& m, MathFn fn, typename M::V x) {
   switch (fn) {
-  case MathFn::Exp: return exp_body(m, x);
-  case MathFn::Expm1: return expm1_body(m, x);
-  case MathFn::Log: return log_body(m, x);
-  case MathFn::Sin: return sin_cos_body(m, x, false);
-  case MathFn::Cos: return sin_cos_body(m, x, true);
-  case MathFn::Tanh: return tanh_body(m, x);
-  case MathFn::Sigmoid: return sigmoid_body(m, x);
-  case MathFn::Erf: return erf_body(m, x);
+#define KILN_MATH_BODY(e, name, body_fn) \
+  case MathFn::e: return body_fn(m, x);
+    KILN_MATH_FNS(KILN_MATH_BODY)
+#undef KILN_MATH_BODY
   }
   return x; // unreachable: the switch covers every MathFn
 }
