@@ -58,8 +58,8 @@
 ///
 /// Numerics: compile with NVRTC's --fmad=false (nvrtc_compile does), never with
 /// --use_fast_math. The kernel's own arithmetic then rounds like the LLVM path's, op by
-/// op; exp/log/sin/cos/tanh/sigmoid are kiln's own polynomials ported from
-/// llvm_math.cpp (same constants, fma where LLVM contracts), not CUDA's expf/logf.
+/// op; exp/log/sin/cos/tanh/sigmoid are kiln's own polynomials, instantiated from the
+/// same templates as the LLVM path's (codegen/src/math_body.h), not CUDA's expf/logf.
 /// Float pow is CUDA's double pow (<= 2 ulp in f64; f32 rounded once from it), where the
 /// CPU uses libm's pow. Float sums follow the order of codegen::sum_lanes, as on the CPU,
 /// so they agree bitwise too.

@@ -700,6 +700,7 @@ struct ErrorBound {
       return inf_if(bin(OpKind::Gt, absv(X(0)), c(1e9, s)), b::add(E(0), ulps(n, 4)));
     case OpKind::Tanh: return b::add(E(0), ulps(n, 4));
     case OpKind::Sigmoid: return b::add(b::mul(E(0), c(0.25, s)), ulps(n, 6));
+    case OpKind::Erf: return b::add(b::mul(E(0), c(1.13, s)), ulps(n, 2)); // erf' <= 2/sqrt(pi)
     case OpKind::Reciprocal:
       return inf_if(near_zero(X(0), E(0)),
                     b::add(unless_exact(E(0), b::div(b::mul(E(0), absv(n)), absv(X(0)))), unless_exact(E(0), ulp(n))));

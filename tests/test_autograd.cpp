@@ -98,6 +98,7 @@ TEST(GradcheckOps, Unary) {
       {"cos", [](const Tensor& x) { return cos(x); }, false},
       {"tanh", [](const Tensor& x) { return tanh(x); }, false},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, false},
+      {"erf", [](const Tensor& x) { return erf(x); }, false},
       {"relu", [](const Tensor& x) { return relu(x); }, false},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, false},
       {"square", [](const Tensor& x) { return square(x); }, false},
@@ -373,7 +374,7 @@ TEST(HigherOrder, HessianVectorProductOfTanhMlp) {
 TEST(HigherOrder, GradOfGradPassesGradcheck) {
   // gradcheck of x -> d/dx sum(w * f(x)): second derivatives of every kind of op
   const std::vector<Fn1> fs = {
-      [](const Tensor& x) { return tanh(x) * sigmoid(x) + exp(x) / (x * x + 1.0); },
+      [](const Tensor& x) { return tanh(x) * sigmoid(x) + exp(x) / (x * x + 1.0) + erf(x) * x; },
       [](const Tensor& x) { return sin(x) * cos(x * 2) + sqrt(x * x + 1.0) + rsqrt(x * x + 2.0); },
       [](const Tensor& x) { return pow(x * x + 0.5, x) + log(x * x + 1.0) + reciprocal(x + 3.0); },
       [](const Tensor& x) { return maximum(x, x * 0.5) * x + abs(x) * x + relu(x) * x; },
@@ -425,7 +426,8 @@ TEST(ForwardMode, AgreesWithReverseModeForEveryOp) {
       {"unary",
        [](const Vec& in) -> Vec {
          const Tensor& x = in[0];
-         return {-abs(x) + exp(x) * sin(x) - cos(x) / (x * x + 1.0), tanh(x) + sigmoid(x) * relu(x) + reciprocal(x)};
+         return {-abs(x) + exp(x) * sin(x) - cos(x) / (x * x + 1.0),
+                 tanh(x) + sigmoid(x) * relu(x) + reciprocal(x) + erf(x)};
        },
        {away_from_zero({2, 3}, 501)}},
       {"positive domain",

@@ -832,6 +832,9 @@ TEST(CudaShimMath, ThousandsOfInputsMatchLlvmBitwise) {
                                                  tanh(t(math_points(-12, 12, 2000, 517))),
                                                  tanh(t(math_points(-0.6, 0.6, 1500, 518))),
                                                  sigmoid(t(math_points(-40, 40, 2000, 519))),
+                                                 erf(t(math_points(-7, 7, 2000, 520))),
+                                                 erf(t(math_points(0.7, 2.1, 2000, 521))),
+                                                 erf(t(math_points(-1e-3, 1e-3, 500, 522))),
                                                  randn({33, 70}, 2, dt),
                                                  randn({4000}, 3, dt)};
                     }),

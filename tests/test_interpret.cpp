@@ -96,6 +96,7 @@ TEST(Interpret, FloatUnaryOps) {
   expect_same(eval(un(OpKind::Sin, x)), {std::sin(-2.0), -0.0, std::sin(0.5), std::sin(4.0)}, 1);
   expect_same(eval(un(OpKind::Cos, x)), {std::cos(-2.0), 1, std::cos(0.5), std::cos(4.0)}, 1);
   expect_same(eval(un(OpKind::Tanh, x)), {std::tanh(-2.0), -0.0, std::tanh(0.5), std::tanh(4.0)}, 1);
+  expect_same(eval(un(OpKind::Erf, x)), {std::erf(-2.0), -0.0, std::erf(0.5), std::erf(4.0)}, 1);
   expect_same(eval(un(OpKind::Sigmoid, x)), {1 / (1 + std::exp(2.0)), 0.5, 1 / (1 + std::exp(-0.5)), 1 / (1 + std::exp(-4.0))}, 1);
   expect_same(eval(un(OpKind::LogicalNot, x)), {0, 1, 0, 0});
 }

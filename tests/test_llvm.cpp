@@ -171,6 +171,7 @@ long double ref_sin(long double x) { return std::sin(x); }
 long double ref_cos(long double x) { return std::cos(x); }
 long double ref_tanh(long double x) { return std::tanh(x); }
 long double ref_sigmoid(long double x) { return 1.0L / (1.0L + std::exp(-x)); }
+long double ref_erf(long double x) { return std::erf(x); }
 
 } // namespace
 
@@ -274,7 +275,8 @@ template <class T> void check_float_unary() {
     long double (*ref)(long double);
   };
   const Approx approx[] = {{OpKind::Exp, ref_exp}, {OpKind::Log, ref_log},   {OpKind::Sin, ref_sin},
-                           {OpKind::Cos, ref_cos}, {OpKind::Tanh, ref_tanh}, {OpKind::Sigmoid, ref_sigmoid}};
+                           {OpKind::Cos, ref_cos}, {OpKind::Tanh, ref_tanh}, {OpKind::Sigmoid, ref_sigmoid},
+                           {OpKind::Erf, ref_erf}};
   for (const Approx& a : approx) {
     const std::vector<T> got = run(a.op);
     for (int64_t i = 0; i < n; ++i) {
@@ -325,7 +327,14 @@ TEST(LLVM, MathSpecialValues) {
   EXPECT_EQ(one(OpKind::Sigmoid, -kInf), 0.0);
   EXPECT_EQ(one(OpKind::Sigmoid, kInf), 1.0);
   EXPECT_EQ(onef(OpKind::Sigmoid, -200.0f), 0.0f);
-  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Relu}) {
+  EXPECT_EQ(one(OpKind::Erf, kInf), 1.0);
+  EXPECT_EQ(one(OpKind::Erf, -kInf), -1.0);
+  EXPECT_EQ(one(OpKind::Erf, 6.5), 1.0);
+  EXPECT_EQ(onef(OpKind::Erf, -4.0f), -1.0f);
+  EXPECT_TRUE(std::signbit(one(OpKind::Erf, -0.0)));
+  EXPECT_EQ(one(OpKind::Erf, 1e-310), std::erf(1e-310)); // subnormal: erf(x) = 2x/sqrt(pi), rounded once
+  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Erf,
+                   OpKind::Relu}) {
     EXPECT_TRUE(std::isnan(one(o, kNaN))) << graph::op_name(o);
     EXPECT_TRUE(std::isnan(onef(o, NAN))) << graph::op_name(o);
   }
@@ -737,6 +746,10 @@ template <class T> void check_accuracy() {
   auto xs_sig = sample<T>({{f64 ? -750.0 : -110.0, 40, 600000}, {-5, 5, 300000}, {1e-30, 1, 100000, true}}, 6);
   // sigmoid: one exp and two roundings in the element type; in f32 that reaches ~2.5 ulp
   EXPECT_LE(max_ulp<T>(OpKind::Sigmoid, xs_sig, ref_sigmoid, "sigmoid"), f64 ? limit : 3.0);
+  // erf: within 1 ulp everywhere; dense where its pieces meet (0.75, 1, ..., 2) and into the tails
+  auto xs_erf = sample<T>({{-7, 7, 300000}, {0.6, 2.2, 300000}, {-2.2, -0.6, 100000}, {2, 6.5, 100000},
+                           {1e-300, 1, 200000, true}}, 7);
+  EXPECT_LE(max_ulp<T>(OpKind::Erf, xs_erf, ref_erf, "erf"), 1.0);
 }
 
 TEST(LLVM, MathAccuracyF32) { check_accuracy<float>(); }
@@ -744,7 +757,7 @@ TEST(LLVM, MathAccuracyF64) { check_accuracy<double>(); }
 
 TEST(LLVM, MathVectorAndScalarLanesAgree) {
   // one call runs mostly vector code; chunks of 1, 2, 3, ... run mostly the scalar remainder
-  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid}) {
+  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Erf}) {
     Kernel k;
     k.buffers = {{kFloat32}, {kFloat32, true}};
     k.num_params = 1;

@@ -388,6 +388,7 @@ TEST(Unary, Sin) { check_unary("sin", [](auto& x) { return sin(x); }, kAll, kTra
 TEST(Unary, Cos) { check_unary("cos", [](auto& x) { return cos(x); }, kAll, kTranscendental); }
 TEST(Unary, Tanh) { check_unary("tanh", [](auto& x) { return tanh(x); }, kAll, kTranscendental); }
 TEST(Unary, Sigmoid) { check_unary("sigmoid", [](auto& x) { return sigmoid(x); }, kAll, kComposite); }
+TEST(Unary, Erf) { check_unary("erf", [](auto& x) { return erf(x); }, kAll, kTranscendental); }
 TEST(Unary, Reciprocal) { check_unary("reciprocal", [](auto& x) { return reciprocal(x); }, kAll, kExact); }
 TEST(Unary, Neg) { check_unary("neg", [](auto& x) { return neg(x); }, kNumeric, kExact); }
 TEST(Unary, NegOperator) { check_unary("-x", [](auto& x) { return -x; }, kNumeric, kExact); }
@@ -469,6 +470,8 @@ TEST(Unary, WideRanges) {
     check_range("rsqrt", [](auto& x) { return rsqrt(x); }, dt, f ? -37 : -307, f ? 38 : 308, true, {1, 0});
     check_range("tanh", [](auto& x) { return tanh(x); }, dt, -30, 30, false, tol);
     check_range("tanh small", [](auto& x) { return tanh(x); }, dt, -20, 0, true, tol, true);
+    check_range("erf", [](auto& x) { return erf(x); }, dt, -7, 7, false, tol);
+    check_range("erf small", [](auto& x) { return erf(x); }, dt, f ? -44 : -320, 0, true, tol, true);
     check_range("sin", [](auto& x) { return sin(x); }, dt, -1e4, 1e4, false, tol);
     check_range("cos", [](auto& x) { return cos(x); }, dt, -1e4, 1e4, false, tol);
     check_range("sin small", [](auto& x) { return sin(x); }, dt, -20, 0, true, tol, true);
@@ -503,6 +506,7 @@ TEST(Unary, AgainstLoops) {
     check_unary_loop([](auto& x) { return cos(x); }, [](double x) { return std::cos(x); }, dt, kTranscendental);
     check_unary_loop([](auto& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, dt, kTranscendental);
     check_unary_loop([](auto& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, dt, kTranscendental);
+    check_unary_loop([](auto& x) { return erf(x); }, [](double x) { return std::erf(x); }, dt, kTranscendental);
     check_unary_loop([](auto& x) { return reciprocal(x); }, [](double x) { return 1 / x; }, dt, kExact);
     check_unary_loop([](auto& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, dt, kExact);
     check_unary_loop([](auto& x) { return abs(x); }, [](double x) { return std::fabs(x); }, dt, kExact);

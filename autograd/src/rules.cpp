@@ -6,6 +6,7 @@
 #include "autograd/rules.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "graph/build.h"
 #include "kiln/error.h"
@@ -76,6 +77,7 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Cos: return b::neg(b::mul(v, b::unary(OpKind::Sin, x)));
   case OpKind::Tanh: return b::mul(v, b::sub(cst(y, 1), b::mul(y, y)));
   case OpKind::Sigmoid: return b::mul(v, b::mul(y, b::sub(cst(y, 1), y)));
+  case OpKind::Erf: return b::mul(v, b::scale(b::unary(OpKind::Exp, b::neg(b::mul(x, x))), M_2_SQRTPI));
   case OpKind::Relu: return keep_where(cmp(OpKind::Gt, x, 0), v);
   case OpKind::Reciprocal: return b::neg(b::mul(v, b::mul(y, y)));
   case OpKind::Cast: return is_floating(x->dtype) && is_floating(y->dtype) ? v : nullptr; // none for int/bool
@@ -248,7 +250,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     return {}; // leaves have no operands
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
   case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
@@ -278,7 +280,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     return nullptr; // leaves have no operands
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
   case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:

@@ -106,7 +106,7 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Argmin: return RedKind::Argmin;
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
   case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
@@ -1012,6 +1012,7 @@ private:
     case OpKind::Cos: return math("cos", a(0), in);
     case OpKind::Tanh: return math("tanh", a(0), in);
     case OpKind::Sigmoid: return math("sigmoid", a(0), in);
+    case OpKind::Erf: return math("erf", a(0), in);
     case OpKind::Sqrt: return sqrt(a(0), in);
     case OpKind::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
     case OpKind::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
@@ -1097,7 +1098,7 @@ private:
     require_float(e.dtype, "random");
     KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
     const std::string fn = e.op == OpKind::Rand ? "kiln_uniform" : "kiln_randn";
-    return fn + fsuffix(e.dtype) + "((unsigned long long)" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
+    return fn + fsuffix(e.dtype) + "(" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
   }
 };
 

@@ -1,227 +1,202 @@
-// The CUDA prelude (see cuda_math.h). The math functions are generated here for
-// float and double from the same constants and formulas as llvm_math.cpp, operation
-// for operation: each fma() here is an explicit llvm.fma there (FloatOps::fma/fnma,
-// horner), and every other operation rounds separately on both sides (the LLVM math
-// bodies carry no `contract`; NVRTC is run with --fmad=false and the shim with
-// -ffp-contract=off), so the GPU and the CPU agree bitwise. A change to either file
-// needs the same change in the other; test_cuda's CudaShimMath checks thousands of
-// inputs per function.
+// The CUDA prelude (see cuda_math.h): the op semantics of llvm_emitter.cpp in fixed
+// text, then kiln's math functions and random numbers, instantiated from math_body.h with
+// CudaOps, whose values are C++ expressions: every operation of a body becomes one
+// `const T tN = ...;` statement of a __device__ function, so each rounds on its own
+// (NVRTC runs with --fmad=false, the CPU shim with -ffp-contract=off) and fma() is
+// written exactly where the LLVM instantiation calls llvm.fma: the GPU and the CPU agree
+// bitwise. test_cuda's CudaShimMath checks thousands of inputs per function.
 #include "codegen/src/cuda_math.h"
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
+#include <string>
 #include <vector>
+
+#include "codegen/src/math_body.h"
 
 namespace kiln::codegen {
 
 namespace {
 
-/// Taylor coefficients first * sign^k / (start + step*k)! (as in llvm_math.cpp).
-std::vector<double> factorial_series(int start, int step, int count, double first, double sign) {
-  std::vector<double> out;
-  for (int k = 0; k < count; ++k) {
-    const int n = start + step * k;
-    double f = 1;
-    for (int i = 2; i <= n; ++i) f *= i;
-    out.push_back(first * std::pow(sign, k) / f);
+/// "(" s ")", built by appends: GCC 12 misreports -Wrestrict on `"(" + s + ")"`.
+std::string parenthesized(const std::string& s) {
+  std::string out("(");
+  return out.append(s).append(")");
+}
+
+/// "(type)x", built by appends (as parenthesized()).
+std::string cast_text(const char* type, const std::string& x) {
+  std::string out("(");
+  return out.append(type).append(")").append(x);
+}
+
+/// The C++ types of CudaOps's values.
+enum class CType : uint8_t { F32, F64, I32, I64, Bool };
+
+const char* c_type(CType t) {
+  switch (t) {
+  case CType::F32: return "float";
+  case CType::F64: return "double";
+  case CType::I32: return "int";
+  case CType::I64: return "long long";
+  case CType::Bool: return "bool";
+  }
+  return "?";
+}
+
+/// A C++ expression and its type: a literal, a parameter or a named temporary.
+struct CExpr {
+  std::string text;
+  CType type;
+};
+
+/// The body being written: its statements and the next temporary's number.
+struct CBody {
+  std::string out;
+  int next = 0;
+};
+
+/// MathOps over C++ expressions: each operation appends `const T tN = <op>;` to the
+/// body and returns tN. Integers wrap (two's complement through unsigned arithmetic).
+class CudaOps {
+public:
+  using V = CExpr;
+
+  CudaOps(CBody& body, bool is_f64) : body_(&body), f64(is_f64) {}
+
+private:
+  CBody* body_;
+
+  CType ft() const { return f64 ? CType::F64 : CType::F32; }
+  CType it() const { return f64 ? CType::I64 : CType::I32; }
+  /// The float function `base` of this type: fma -> fmaf for float.
+  std::string fn(const char* base) const { return std::string(base) + (f64 ? "" : "f"); }
+  V let(CType t, const std::string& value) {
+    std::string name = "t";
+    name += std::to_string(body_->next++);
+    body_->out += std::string("  const ") + c_type(t) + " " + name + " = " + value + ";\n";
+    return {name, t};
+  }
+  V call1(const char* base, const V& x) { return let(ft(), fn(base) + "(" + x.text + ")"); }
+  V call2(const char* base, const V& x, const V& y) { return let(ft(), fn(base) + "(" + x.text + ", " + y.text + ")"); }
+  V binary(CType t, const V& x, const char* op, const V& y) { return let(t, x.text + " " + op + " " + y.text); }
+  static const char* unsigned_of(CType t) { return t == CType::I64 ? "unsigned long long" : "unsigned"; }
+  /// x op y done in the unsigned type of x's width (wrapping), cast back; y is an
+  /// operand of x's type, cast too, or a shift count, not.
+  V wrapping(const V& x, const char* op, const std::string& y, bool shift = false) {
+    const char* u = unsigned_of(x.type);
+    const std::string rhs = shift ? y : cast_text(u, y);
+    return let(x.type, cast_text(c_type(x.type), parenthesized(cast_text(u, x.text) + " " + op + " " + rhs)));
+  }
+
+public:
+  bool f64; ///< computes in double (else float)
+
+  CudaOps wide() const { return CudaOps(*body_, true); }
+  V c(double v) const {
+    if (std::isnan(v)) return {f64 ? "__longlong_as_double(0x7ff8000000000000LL)" : "__int_as_float(0x7fc00000)", ft()};
+    if (std::isinf(v)) {
+      const std::string inf = f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
+      return {v < 0 ? parenthesized("-" + inf) : inf, ft()};
+    }
+    char buf[64]; // an exact hex literal of v rounded to the type
+    if (f64) std::snprintf(buf, sizeof buf, "%a", v);
+    else std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
+    return {v < 0 ? parenthesized(buf) : std::string(buf), ft()};
+  }
+  V ci(int64_t v) const {
+    if (!f64) return ci32(v);
+    if (v >= INT32_MIN && v <= INT32_MAX) return {decimal(v, "LL"), CType::I64};
+    return {"(long long)" + hex(static_cast<uint64_t>(v)) + "ULL", CType::I64};
+  }
+  V ci32(int64_t v) const { return {decimal(static_cast<int32_t>(v)), CType::I32}; }
+  V add(V x, V y) { return binary(ft(), x, "+", y); }
+  V sub(V x, V y) { return binary(ft(), x, "-", y); }
+  V mul(V x, V y) { return binary(ft(), x, "*", y); }
+  V div(V x, V y) { return binary(ft(), x, "/", y); }
+  V fma(V x, V y, V z) { return let(ft(), fn("fma") + "(" + x.text + ", " + y.text + ", " + z.text + ")"); }
+  V neg(V x) { return let(x.type, "-" + x.text); }
+  V fabs(V x) { return call1("fabs", x); }
+  V sqrt(V x) { return call1("sqrt", x); }
+  V copysign(V x, V y) { return call2("copysign", x, y); }
+  V rint(V x) { return call1("rint", x); }
+  V floor(V x) { return call1("floor", x); }
+  V fmin(V x, V y) { return call2("fmin", x, y); }
+  V fmax(V x, V y) { return call2("fmax", x, y); }
+  V lt(V x, V y) { return binary(CType::Bool, x, "<", y); }
+  V gt(V x, V y) { return binary(CType::Bool, x, ">", y); }
+  V eq(V x, V y) { return binary(CType::Bool, x, "==", y); }
+  V is_nan(V x) { return binary(CType::Bool, x, "!=", x); }
+  V sel(V c, V x, V y) { return let(x.type, c.text + " ? " + x.text + " : " + y.text); }
+  V to_int(V x) { return let(it(), cast_text(c_type(it()), x.text)); }
+  V to_i32(V x) { return let(CType::I32, cast_text("int", x.text)); }
+  V to_float(V i) { return let(ft(), cast_text(c_type(ft()), i.text)); }
+  V u64_to_float(V i) { return let(ft(), cast_text(c_type(ft()), cast_text("unsigned long long", i.text))); }
+  V to_f64(V x) { return f64 ? x : let(CType::F64, cast_text("double", x.text)); }
+  V from_f64(V x) { return f64 ? x : let(CType::F32, cast_text("float", x.text)); }
+  V bits(V x) { return let(it(), (f64 ? "__double_as_longlong(" : "__float_as_int(") + x.text + ")"); }
+  V from_bits(V i) { return let(ft(), (f64 ? "__longlong_as_double(" : "__int_as_float(") + i.text + ")"); }
+  V iadd(V x, V y) { return wrapping(x, "+", y.text); }
+  V isub(V x, V y) { return wrapping(x, "-", y.text); }
+  V imul(V x, V y) { return wrapping(x, "*", y.text); }
+  V iand(V x, V y) { return binary(x.type, x, "&", y); }
+  V ior(V x, V y) { return binary(x.type, x, "|", y); }
+  V ixor(V x, V y) { return binary(x.type, x, "^", y); }
+  V ine(V x, V y) { return binary(CType::Bool, x, "!=", y); }
+  V shl(V x, int k) { return wrapping(x, "<<", std::to_string(k), true); }
+  V lshr(V x, int k) { return wrapping(x, ">>", std::to_string(k), true); }
+  V ashr(V x, int k) { return binary(x.type, x, ">>", {std::to_string(k), x.type}); }
+  V call(MathFn f, V x) { return let(ft(), std::string("kiln_") + math_fn_name(f) + suffix() + "(" + x.text + ")"); }
+
+  std::string suffix() const { return f64 ? "_f64" : "_f32"; }
+  /// v in decimal with `suffix`, in parentheses if negative.
+  static std::string decimal(int64_t v, const char* suffix = "") {
+    const std::string s = std::to_string(v).append(suffix);
+    return v < 0 ? parenthesized(s) : s;
+  }
+  static std::string hex(uint64_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    return buf;
+  }
+};
+static_assert(MathOps<CudaOps>);
+
+/// One __device__ function `kiln_<name>_<f32|f64>(params)` returning body(ops, params...).
+template <class Body>
+std::string device_function(bool f64, const std::string& name, const std::vector<CExpr>& params, Body body) {
+  CBody b;
+  CudaOps m(b, f64);
+  const CExpr result = body(m);
+  std::string sig;
+  for (const CExpr& p : params) sig += (sig.empty() ? "" : ", ") + std::string(c_type(p.type)) + " " + p.text;
+  return "KILN_DF " + std::string(c_type(f64 ? CType::F64 : CType::F32)) + " kiln_" + name + m.suffix() + "(" + sig +
+         ") {\n" + b.out + "  return " + result.text + ";\n}\n";
+}
+
+/// The math functions of math_body.h, each for double and float (f32 erf calls f64 erf,
+/// which calls f64 exp: so the functions come in kMathFns's order, double first), then
+/// rand/randn.
+std::string math_functions() {
+  std::string out;
+  for (MathFn fn : kMathFns)
+    for (bool f64 : {true, false}) {
+      const CExpr x{"x", f64 ? CType::F64 : CType::F32};
+      out += device_function(f64, math_fn_name(fn), {x}, [&](CudaOps& m) { return math::body(m, fn, x); });
+    }
+  const CExpr seed{"seed", CType::I64}, counter{"c", CType::I64};
+  for (bool f64 : {false, true}) {
+    out += device_function(f64, "uniform", {seed, counter},
+                           [&](CudaOps& m) { return math::random_uniform(m, seed, counter); });
+    out += device_function(f64, "randn", {seed, counter},
+                           [&](CudaOps& m) { return math::random_normal(m, seed, counter); });
   }
   return out;
 }
 
-/// Writes the C++ text of one function for float (f64 false) or double.
-struct Writer {
-  bool f64;
-  std::string out;
-
-  std::string T() const { return f64 ? "double" : "float"; }
-  std::string I() const { return f64 ? "long long" : "int"; }
-  std::string U() const { return f64 ? "unsigned long long" : "unsigned int"; }
-  std::string sfx() const { return f64 ? "_f64" : "_f32"; }
-  /// A libm name for this type: fma -> fmaf for float.
-  std::string fn(const char* base) const { return std::string(base) + (f64 ? "" : "f"); }
-  /// An exact literal of v rounded to this type (hex float).
-  std::string c(double v) const {
-    char buf[64];
-    if (f64) std::snprintf(buf, sizeof buf, "%a", v);
-    else std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(v)));
-    return v < 0 ? "(" + std::string(buf) + ")" : std::string(buf);
-  }
-  std::string inf() const { return f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)"; }
-  std::string nan() const { return f64 ? "__longlong_as_double(0x7ff8000000000000LL)" : "__int_as_float(0x7fc00000)"; }
-  void line(const std::string& s) { out += "  " + s + "\n"; }
-  void let(const std::string& name, const std::string& value) { line("const " + T() + " " + name + " = " + value + ";"); }
-  /// p = sum_i coef[i] x^i by Horner's rule, each step one fma.
-  void horner(const std::string& p, const std::string& x, const std::vector<double>& coef) {
-    line(T() + " " + p + " = " + c(coef.back()) + ";");
-    for (size_t i = coef.size() - 1; i-- > 0;) line(p + " = " + fn("fma") + "(" + p + ", " + x + ", " + c(coef[i]) + ");");
-  }
-  void begin(const std::string& name, const std::string& args) {
-    out += "__device__ __forceinline__ " + T() + " " + name + sfx() + "(" + args + ") {\n";
-  }
-  void end() { out += "}\n"; }
-};
-
-/// 2^n from bits, for n in the normal exponent range.
-void write_pow2(Writer& w) {
-  const char* mant = w.f64 ? "52" : "23";
-  const char* bias = w.f64 ? "1023" : "127";
-  w.begin("kiln_pow2", w.I() + " n");
-  const std::string bits = "(" + w.U() + ")(n + " + bias + ") << " + mant;
-  w.line(w.f64 ? "return __longlong_as_double((long long)(" + bits + "));"
-               : "return __int_as_float((int)(" + bits + "));");
-  w.end();
-}
-
-/// nf = round(x / ln2), r = x - nf ln2 (Cody-Waite; nf*hi is exact).
-void write_reduce_ln2(Writer& w, const std::string& x) {
-  const double hi = w.f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
-  const double lo = w.f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
-  w.let("nf", w.fn("rint") + "(" + x + " * " + w.c(1.4426950408889634) + ")");
-  w.let("r", w.fn("fma") + "(-nf, " + w.c(lo) + ", " + w.fn("fma") + "(-nf, " + w.c(hi) + ", " + x + "))");
-}
-
-/// er = expm1(r) on |r| <= ln2/2: r + r^2 (1/2! + r/3! + ...).
-void write_expm1_poly(Writer& w) {
-  w.horner("q", "r", factorial_series(2, 1, w.f64 ? 13 : 7, 1.0, 1.0));
-  w.let("er", w.fn("fma") + "(r * r, q, r)");
-}
-
-std::string clamp(const Writer& w, const std::string& x, double lo, double hi) {
-  return w.fn("fmin") + "(" + w.fn("fmax") + "(" + x + ", " + w.c(lo) + "), " + w.c(hi) + ")";
-}
-
-void write_exp(Writer& w) {
-  w.begin("kiln_exp", w.T() + " x");
-  w.let("xc", clamp(w, "x", w.f64 ? -746.0 : -104.0, w.f64 ? 710.0 : 89.0));
-  write_reduce_ln2(w, "xc");
-  write_expm1_poly(w);
-  w.let("p", w.c(1) + " + er");
-  w.line("const " + w.I() + " n = (" + w.I() + ")nf;");
-  w.line("const " + w.I() + " n1 = n >> 1;");
-  w.let("y", "(p * kiln_pow2" + w.sfx() + "(n1)) * kiln_pow2" + w.sfx() + "(n - n1)");
-  w.line("return x != x ? x : y;");
-  w.end();
-}
-
-void write_expm1(Writer& w) {
-  const double hi = w.f64 ? 709.0 : 88.0;
-  w.begin("kiln_expm1", w.T() + " x");
-  w.let("xc", clamp(w, "x", w.f64 ? -40.0 : -20.0, hi));
-  write_reduce_ln2(w, "xc");
-  write_expm1_poly(w);
-  w.let("t", "kiln_pow2" + w.sfx() + "((" + w.I() + ")nf)");
-  w.let("y", w.fn("fma") + "(t, er, t - " + w.c(1) + ")");
-  w.line("return x != x ? x : (x > " + w.c(hi) + " ? " + w.inf() + " : y);");
-  w.end();
-}
-
-void write_log(Writer& w) {
-  const int mant = w.f64 ? 52 : 23, bias = w.f64 ? 1023 : 127, scale = w.f64 ? 54 : 24;
-  const unsigned long long one = w.f64 ? 0x3ff0000000000000ULL : 0x3f800000ULL;
-  const unsigned long long sqrt_half = w.f64 ? 0x3fe6a09e00000000ULL : 0x3f3504f3ULL;
-  const unsigned long long mask = (1ULL << mant) - 1;
-  const std::string u = w.f64 ? "ULL" : "u";
-  auto hex = [&](unsigned long long v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "0x%llx", v);
-    return std::string(buf) + u;
-  };
-  const std::string as_bits = w.f64 ? "(unsigned long long)__double_as_longlong" : "(unsigned int)__float_as_int";
-  const std::string from_bits = w.f64 ? "__longlong_as_double((long long)" : "__int_as_float((int)";
-  w.begin("kiln_log", w.T() + " x");
-  w.line("const bool tiny = x < " + w.c(w.f64 ? 0x1p-1022 : 0x1p-126) + ";");
-  w.let("xs", "tiny ? x * " + w.c(std::ldexp(1.0, scale)) + " : x");
-  w.line("const " + w.U() + " bits = " + as_bits + "(xs) + " + hex(one - sqrt_half) + ";");
-  w.line("const " + w.I() + " k = (" + w.I() + ")(bits >> " + std::to_string(mant) + ") - " + std::to_string(bias) +
-         " + (tiny ? -" + std::to_string(scale) + " : 0);");
-  w.let("f", from_bits + "((bits & " + hex(mask) + ") + " + hex(sqrt_half) + ")) - " + w.c(1));
-  w.let("s", "f / (" + w.c(2) + " + f)");
-  w.let("z", "s * s");
-  std::vector<double> coef;
-  for (int j = 1; j <= (w.f64 ? 11 : 5); ++j) coef.push_back(2.0 / (2 * j + 1));
-  w.horner("h", "z", coef);
-  w.let("hfsq", "(" + w.c(0.5) + " * f) * f");
-  w.let("kf", "(" + w.T() + ")k");
-  const double ln2_hi = w.f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
-  const double ln2_lo = w.f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06;
-  // tail = s (hfsq + z h) + kf ln2_lo, with z h and s (...) fused and kf ln2_lo rounded.
-  w.let("tail", w.fn("fma") + "(s, " + w.fn("fma") + "(z, h, hfsq), kf * " + w.c(ln2_lo) + ")");
-  w.let("y", w.fn("fma") + "(kf, " + w.c(ln2_hi) + ", f - (hfsq - tail))");
-  w.line("if (x != x) return x;");
-  w.line("if (x == " + w.inf() + ") return x;");
-  w.line("if (x < " + w.c(0) + ") return " + w.nan() + ";");
-  w.line("return x == " + w.c(0) + " ? -" + w.inf() + " : y;");
-  w.end();
-}
-
-/// sin and cos share the body: both polynomials, picked by the quadrant.
-void write_sin_or_cos(Writer& w, bool is_cos) {
-  w.begin(is_cos ? "kiln_cos" : "kiln_sin", w.T() + " x");
-  w.line("const bool finite = " + w.fn("fabs") + "(x) < " + w.inf() + ";");
-  w.line("const double xd = (double)(finite ? x : " + w.c(0) + ");");
-  w.line("const double nf = rint(xd * " + Writer{true, {}}.c(0.63661977236758134308) + ");");
-  w.line("double rd = fma(-nf, " + Writer{true, {}}.c(1.57079632673412561417e+00) + ", xd);");
-  if (w.f64) {
-    w.line("rd = fma(-nf, " + Writer{true, {}}.c(6.07710050630396597660e-11) + ", rd);");
-    w.line("rd = fma(-nf, " + Writer{true, {}}.c(2.02226624879595063154e-21) + ", rd);");
-  } else {
-    w.line("rd = fma(-nf, " + Writer{true, {}}.c(6.07710050650619224932e-11) + ", rd);");
-  }
-  w.line("rd = " + clamp(Writer{true, {}}, "rd", -0.7854, 0.7854) + ";");
-  w.let("r", "(" + w.T() + ")rd");
-  w.line(std::string("const int q = (int)(nf - 4.0 * floor(nf * 0.25))") + (is_cos ? " + 1;" : ";"));
-  w.let("z", "r * r");
-  w.horner("ps", "z", factorial_series(3, 2, w.f64 ? 9 : 5, -1.0, -1.0));
-  w.horner("pc", "z", factorial_series(2, 2, w.f64 ? 10 : 5, -1.0, -1.0));
-  w.let("s", w.fn("fma") + "(r * z, ps, r)");
-  w.let("c", w.fn("fma") + "(z, pc, " + w.c(1) + ")");
-  w.line(w.T() + " v = (q & 1) ? c : s;");
-  w.line("v = (q & 2) ? -v : v;");
-  if (!is_cos) w.line("v = x == " + w.c(0) + " ? x : v;");
-  w.line("return finite ? v : " + w.nan() + ";");
-  w.end();
-}
-
-void write_tanh(Writer& w) {
-  const double big = w.f64 ? 22.0 : 10.0;
-  w.begin("kiln_tanh", w.T() + " x");
-  w.let("ax", w.fn("fabs") + "(x)");
-  w.let("axc", "ax > " + w.c(big) + " ? " + w.c(big) + " : ax");
-  w.let("e", "kiln_expm1" + w.sfx() + "(axc + axc)");
-  w.let("t", "e / (e + " + w.c(2) + ")");
-  if (w.f64) {
-    w.line("return copysign(t, x);");
-    w.end();
-    return;
-  }
-  static const std::vector<double> series = {
-      -0.3333333333333333,   0.13333333333333333,   -0.05396825396825397,   0.021869488536155203,
-      -0.008863235529902197, 0.003592128036572481,  -0.0014558343870513183, 0.000590027440945586,
-      -0.00023912911424355248, 9.691537956929451e-05};
-  w.let("z", "ax * ax");
-  w.horner("p", "z", series);
-  w.let("small", "fmaf(ax * z, p, ax)");
-  w.line("return copysignf(ax < " + w.c(0.55) + " ? small : t, x);");
-  w.end();
-}
-
-std::string math_functions(bool f64) {
-  Writer w{f64, {}};
-  write_pow2(w);
-  write_exp(w);
-  write_expm1(w);
-  write_log(w);
-  write_sin_or_cos(w, false);
-  write_sin_or_cos(w, true);
-  write_tanh(w);
-  return w.out;
-}
-
 // Integer ops wrap (two's complement through unsigned arithmetic); casts from
-// floats saturate with NaN -> 0; maximum/minimum propagate NaN and order -0 < +0;
-// the RNG is graph/random.h's.
+// floats saturate with NaN -> 0; maximum/minimum propagate NaN and order -0 < +0.
 const char* kFixedPart = R"(#define KILN_DF __device__ __forceinline__
 KILN_DF int kiln_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
 KILN_DF long long kiln_add(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
@@ -294,47 +269,14 @@ template <class T> KILN_DF T kiln_ipow(T x, T e) {
   if (x == -1) return (e & 1) ? -1 : 1;
   return 0;
 }
-KILN_DF unsigned long long kiln_random_bits(unsigned long long seed, long long counter) {
-  unsigned long long z = seed * 0x9e3779b97f4a7c15ull + (unsigned long long)counter * 0xd1b54a32d192ed03ull + 0x632be59bd9b4e019ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-KILN_DF float kiln_uniform_f32(unsigned long long seed, long long c) { return (float)(kiln_random_bits(seed, c) >> 40) * 0x1p-24f; }
-KILN_DF double kiln_uniform_f64(unsigned long long seed, long long c) { return (double)(kiln_random_bits(seed, c) >> 11) * 0x1p-53; }
-)";
-
-/// Parts that use the math functions: sigmoid (in the element type, as the LLVM path:
-/// one exp of -|x|, no overflow) and randn.
-const char* kAfterMath = R"(KILN_DF float kiln_sigmoid_f32(float x) {
-  const float e = kiln_exp_f32(-fabsf(x));
-  const float num = x < 0.0f ? e : 1.0f;
-  return num / (1.0f + e);
-}
-KILN_DF double kiln_sigmoid_f64(double x) {
-  const double e = kiln_exp_f64(-fabs(x));
-  const double num = x < 0.0 ? e : 1.0;
-  return num / (1.0 + e);
-}
-KILN_DF float kiln_randn_f32(unsigned long long seed, long long c) {
-  const float u1 = kiln_uniform_f32(seed, 2 * c), u2 = kiln_uniform_f32(seed, 2 * c + 1);
-  const float radius = sqrtf(-2.0f * kiln_log_f32(1.0f - u1));
-  return radius * kiln_cos_f32(0x1.921fb6p+2f * u2);
-}
-KILN_DF double kiln_randn_f64(unsigned long long seed, long long c) {
-  const double u1 = kiln_uniform_f64(seed, 2 * c), u2 = kiln_uniform_f64(seed, 2 * c + 1);
-  const double radius = sqrt(-2.0 * kiln_log_f64(1.0 - u1));
-  return radius * kiln_cos_f64(0x1.921fb54442d18p+2 * u2);
-}
 )";
 
 std::string build_prelude() {
   std::string s = "#ifndef KILN_CUDA_PRELUDE\n#define KILN_CUDA_PRELUDE\n";
   s += "// ---- kiln prelude: op semantics shared by every kernel (codegen/src/cuda_math.cpp) ----\n";
   s += kFixedPart;
-  s += math_functions(false);
-  s += math_functions(true);
-  s += kAfterMath;
+  s += "// ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----\n";
+  s += math_functions();
   s += "#endif // KILN_CUDA_PRELUDE\n";
   return s;
 }

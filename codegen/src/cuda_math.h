@@ -2,8 +2,8 @@
 /// \file cuda_math.h
 /// The CUDA C++ prelude that every emitted kernel starts with: the op semantics of
 /// codegen/src/llvm_emitter.cpp (wrapping integers, saturating casts, NaN-propagating
-/// maximum/minimum, the counter-based RNG) and kiln's own exp/expm1/log/sin/cos/tanh
-/// polynomials ported from codegen/src/llvm_math.cpp, with the same constants.
+/// maximum/minimum) and kiln's math functions and counter-based random numbers,
+/// instantiated from codegen/src/math_body.h (as the LLVM emitter instantiates them).
 
 #include <string>
 

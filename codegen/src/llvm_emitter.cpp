@@ -54,7 +54,7 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Argmin: return RedKind::Argmin;
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid:
+  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
   case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
@@ -685,7 +685,8 @@ private:
     case OpKind::Tanh: return math(MathFn::Tanh, a(0), in);
     case OpKind::Sqrt: return sqrt(a(0), in);
     case OpKind::Rsqrt: return recip(sqrt(a(0), in), in);
-    case OpKind::Sigmoid: return sigmoid(a(0), in);
+    case OpKind::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
+    case OpKind::Erf: return math(MathFn::Erf, a(0), in);
     case OpKind::Reciprocal: return recip(a(0), in);
     case OpKind::Relu: return relu(a(0), in);
     case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
@@ -750,18 +751,6 @@ private:
   Value* recip(Value* x, DType t) {
     require_float(t, "reciprocal");
     return b_.CreateFDiv(fconst(t, 1), x);
-  }
-
-  /// 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, with e = exp(-|x|): one exp,
-  /// and no overflow of exp(-x) where sigmoid(x) is still a (subnormal) number.
-  /// Computed in the element type (f32 stays in f32, at full vector width): exp's
-  /// error plus two roundings stay under 3 ulp, like PyTorch's f32 sigmoid.
-  Value* sigmoid(Value* x, DType t) {
-    require_float(t, "sigmoid");
-    Value* e = emit_math(b_, MathFn::Exp, b_.CreateFNeg(b_.CreateUnaryIntrinsic(Intrinsic::fabs, x)));
-    Value* d = b_.CreateFAdd(fconst(t, 1), e);
-    Value* num = b_.CreateSelect(b_.CreateFCmpOLT(x, fconst(t, 0)), e, fconst(t, 1));
-    return b_.CreateFDiv(num, d);
   }
 
   /// max(x, 0), keeping NaN (NaN < 0 is false).
@@ -847,37 +836,13 @@ private:
 
   static IntegerType* cast_int(Type* t) { return llvm::cast<IntegerType>(t); }
 
-  // --- random numbers (graph/random.h, bit-exact integer part) ------------------------
-
-  Value* random_bits(Value* seed, Value* counter) {
-    Value* z = b_.CreateAdd(b_.CreateMul(seed, c64(static_cast<int64_t>(0x9e3779b97f4a7c15ULL))),
-                            b_.CreateMul(counter, c64(static_cast<int64_t>(0xd1b54a32d192ed03ULL))));
-    z = b_.CreateAdd(z, c64(static_cast<int64_t>(0x632be59bd9b4e019ULL)));
-    z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 30)), c64(static_cast<int64_t>(0xbf58476d1ce4e5b9ULL)));
-    z = b_.CreateMul(b_.CreateXor(z, b_.CreateLShr(z, 27)), c64(static_cast<int64_t>(0x94d049bb133111ebULL)));
-    return b_.CreateXor(z, b_.CreateLShr(z, 31));
-  }
-
-  /// (b >> 40) 2^-24 (f32) or (b >> 11) 2^-53 (f64): both exact.
-  Value* random_uniform(Value* seed, Value* counter, DType t) {
-    const bool f64 = t == DType::Float64;
-    Value* bits = b_.CreateLShr(random_bits(seed, counter), f64 ? 11 : 40);
-    return b_.CreateFMul(b_.CreateUIToFP(bits, reg(t)), fconst(t, f64 ? 0x1p-53 : 0x1p-24));
-  }
-
+  /// rand/randn (graph/random.h), built by math_body.h's generator.
   Value* random(const Expr& e) {
     require_float(e.dtype, "random");
+    KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
     Value* seed = expr(e.args.at(1));
-    Value* c = expr(e.args.at(0));
-    if (e.op == OpKind::Rand) return random_uniform(seed, c, e.dtype);
-    KILN_ASSERT(e.op == OpKind::Randn, "bad random op in " + k_.name);
-    Value* c2 = b_.CreateShl(c, 1);
-    Value* u1 = random_uniform(seed, c2, e.dtype);
-    Value* u2 = random_uniform(seed, b_.CreateOr(c2, c64(1)), e.dtype);
-    Value* lg = emit_math(b_, MathFn::Log, b_.CreateFSub(fconst(e.dtype, 1), u1));
-    Value* radius = b_.CreateUnaryIntrinsic(Intrinsic::sqrt, b_.CreateFMul(fconst(e.dtype, -2), lg));
-    Value* angle = emit_math(b_, MathFn::Cos, b_.CreateFMul(fconst(e.dtype, 6.283185307179586), u2));
-    return b_.CreateFMul(radius, angle);
+    Value* counter = expr(e.args.at(0));
+    return emit_random(b_, e.op == OpKind::Randn, reg(e.dtype), seed, counter);
   }
 };
 

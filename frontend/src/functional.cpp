@@ -156,19 +156,6 @@ Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
   return z - log(exp(z).sum({dim}, true, loc));
 }
 
-Tensor erf(const Tensor& x, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  require_floating("erf", x, loc);
-  // Abramowitz & Stegun 7.1.26 on |x|, with erf's odd symmetry.
-  constexpr double p = 0.3275911, a1 = 0.254829592, a2 = -0.284496736, a3 = 1.421413741, a4 = -1.453152027,
-                   a5 = 1.061405429;
-  Tensor ax = abs(x, loc);
-  Tensor t = 1.0 / (ax * p + 1.0);
-  Tensor poly = t * (a1 + t * (a2 + t * (a3 + t * (a4 + t * a5))));
-  Tensor y = 1.0 - poly * exp(-(ax * ax));
-  return where(x < 0.0, -y, y, loc);
-}
-
 Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("gelu", x, loc);
@@ -177,7 +164,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
     return 0.5 * x * (1.0 + tanh((x + 0.044715 * x * x * x) * c));
   }
   if (approximate != "none") fail("gelu", "approximate must be \"none\" or \"tanh\", not \"" + approximate + "\"", {&x}, loc);
-  return 0.5 * x * (1.0 + erf(x * M_SQRT1_2, loc));
+  return 0.5 * x * (1.0 + kiln::erf(x * M_SQRT1_2, loc));
 }
 
 Tensor silu(const Tensor& x, Loc loc) {

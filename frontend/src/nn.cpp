@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/random.h"
 #include "kiln/autograd.h"
 
 namespace kiln::nn {
@@ -21,13 +22,8 @@ namespace {
 std::atomic<uint64_t> g_seed_base{0};
 std::atomic<uint64_t> g_seed_counter{0};
 
-// SplitMix64's finalizer: turns consecutive counters into unrelated seeds.
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// SplitMix64's step: turns consecutive counters into unrelated seeds.
+uint64_t mix(uint64_t z) { return graph::splitmix64_finalize(z + graph::rng::kSeedMul); }
 
 // uniform(-bound, bound), seeded.
 Tensor uniform(IntList shape, double bound) { return (rand(std::move(shape), next_seed()) * 2.0 - 1.0) * bound; }

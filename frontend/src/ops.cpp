@@ -343,6 +343,7 @@ Tensor sin(const Tensor& x, Loc loc) { return float_unary(OpKind::Sin, x, loc); 
 Tensor cos(const Tensor& x, Loc loc) { return float_unary(OpKind::Cos, x, loc); }
 Tensor tanh(const Tensor& x, Loc loc) { return float_unary(OpKind::Tanh, x, loc); }
 Tensor sigmoid(const Tensor& x, Loc loc) { return float_unary(OpKind::Sigmoid, x, loc); }
+Tensor erf(const Tensor& x, Loc loc) { return float_unary(OpKind::Erf, x, loc); }
 Tensor reciprocal(const Tensor& x, Loc loc) { return float_unary(OpKind::Reciprocal, x, loc); }
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) { return Tensor(b::unary(OpKind::LogicalNot, x.node())); }

@@ -244,6 +244,7 @@ private:
     case OpKind::Cos: return static_cast<double>(std::cos(lx));
     case OpKind::Tanh: return static_cast<double>(std::tanh(lx));
     case OpKind::Sigmoid: return static_cast<double>(sigmoid(lx));
+    case OpKind::Erf: return static_cast<double>(std::erf(lx));
     case OpKind::Relu: return std::isnan(x) ? x : (x > 0 ? x : 0.0);
     case OpKind::Reciprocal: return 1.0 / x;
     case OpKind::Detach: return x;

@@ -8,7 +8,7 @@ namespace kiln::graph {
 bool is_float_only(OpKind op) {
   switch (op) {
   case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Sin:
-  case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Reciprocal: case OpKind::Div:
+  case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Reciprocal: case OpKind::Div:
   case OpKind::Rand: case OpKind::Randn:
     return true;
   default: return false; // the remaining ops accept integers too

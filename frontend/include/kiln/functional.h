@@ -35,12 +35,10 @@ enum class Reduction { Mean, Sum, None };
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 /// x - max - log(sum(exp(x - max))) along dim: stable for large logits.
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
-/// GELU; approximate "none" uses an erf polynomial (|error| < 1.5e-7), "tanh" PyTorch's tanh form.
+/// GELU; approximate "none": x Phi(x) through kiln::erf, "tanh": PyTorch's tanh form.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none", Loc loc = Loc::current());
 /// x * sigmoid(x).
 Tensor silu(const Tensor& x, Loc loc = Loc::current());
-/// The error function, by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), from exp and a polynomial.
-Tensor erf(const Tensor& x, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- encodings
 /// One-hot encoding of integer `indices` [...] as i64 [..., num_classes] (as torch.nn.functional.one_hot).

@@ -355,9 +355,8 @@ protected:
   Tensor forward_impl(const Tensor& x) override { return relu(x); }
 };
 
-/// Gaussian error linear unit. approximate = "none": x * Phi(x) with erf computed
-/// by Abramowitz-Stegun 7.1.26 (kiln has no erf op; |error| < 1.5e-7, below f32
-/// resolution); approximate = "tanh": PyTorch's tanh approximation.
+/// Gaussian error linear unit. approximate = "none": x * Phi(x) with kiln::erf
+/// (the primitive, within 1 ulp); approximate = "tanh": PyTorch's tanh approximation.
 class GELU : public Module {
 public:
   /// "none" (erf form) or "tanh".

@@ -203,6 +203,7 @@ Tensor sin(const Tensor& x, Loc loc = Loc::current());        ///< sine
 Tensor cos(const Tensor& x, Loc loc = Loc::current());        ///< cosine
 Tensor tanh(const Tensor& x, Loc loc = Loc::current());       ///< hyperbolic tangent
 Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());    ///< 1 / (1 + e^-x)
+Tensor erf(const Tensor& x, Loc loc = Loc::current());        ///< the error function (within 1 ulp)
 Tensor relu(const Tensor& x, Loc loc = Loc::current());       ///< max(x, 0)
 Tensor reciprocal(const Tensor& x, Loc loc = Loc::current()); ///< 1 / x
 Tensor square(const Tensor& x, Loc loc = Loc::current());     ///< x * x

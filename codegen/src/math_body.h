@@ -1,0 +1,474 @@
+#pragma once
+/// \file math_body.h
+/// Internal: kiln's own math functions and random numbers, written once as templates over
+/// an arithmetic backend (the MathOps concept) that both code generators instantiate:
+/// llvm_math.cpp with values that are llvm::Value* built by an IRBuilder (one internal
+/// alwaysinline function per function and type and module), cuda_math.cpp with values
+/// that are C++ source expressions (one __device__ function per function and type, in
+/// the prelude). The CPU and the GPU therefore compute the same IEEE operations, in the
+/// same order, bit for bit, by construction.
+///
+/// Each function is branch-free (polynomials, selects and bit manipulation), so the loop
+/// vectorizer sees straight-line code and vector and scalar lanes compute bit-identical
+/// results (libm calls would be neither vectorized nor identical across lanes or devices).
+/// Fused multiply-adds are explicit (MathOps::fma: llvm.fma, CUDA's fma()); every other
+/// operation rounds on its own: the LLVM bodies carry no fast-math flag (no `contract`),
+/// NVRTC runs with --fmad=false and the CPU shim with -ffp-contract=off.
+///
+/// Accuracy: max ulp error against long double over ~1e6 points each, measured by
+/// test_llvm (MathAccuracy*), whole ranges incl. subnormal inputs/outputs:
+///            exp    log    sin*   cos*   tanh   sigmoid  erf
+///   f32      0.96   0.81   1.43   1.47   1.49   2.29     0.50
+///   f64      0.96   0.80   2.10   2.14   2.48   2.28     0.73
+/// (*) for |x| <= 1e5; sin_cos_body() gives the limits of its argument reduction
+/// (accurate to |x| ~ 1.6e6, bounded but meaningless beyond).
+///
+/// Method, for both f32 and f64 (f64 uses higher-degree polynomials):
+///   exp:   n = round(x / ln2), r = x - n ln2 (Cody-Waite: ln2 = hi + lo, hi with
+///          trailing zero bits so n*hi is exact), e^r by its Taylor polynomial on
+///          |r| <= ln2/2, times 2^n built from bits in two halves 2^(n/2) * 2^(n - n/2)
+///          so that overflow gives inf and the subnormal range is rounded once.
+///   expm1: the same reduction; 2^n * expm1(r) + (2^n - 1), one FMA, relative accuracy near 0.
+///   log:   x = 2^k m with m in [sqrt(1/2), sqrt(2)); log(m) = log1p(f) with f = m - 1,
+///          s = f / (2 + f), log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) (the fdlibm
+///          arrangement, with R from the atanh series); subnormals are scaled by 2^24 / 2^54.
+///   sin/cos: n = round(x * 2/pi), r = x - n pi/2 with pi/2 in three (f64) parts, done
+///          in f64 for f32 too; sin and cos polynomials on |r| <= pi/4, quadrant by n mod 4.
+///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|), |x| clamped where tanh rounds to 1.
+///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
+///   erf:   in f64 for f32 too (rounded once), on |x| clamped to 6 (beyond, erf rounds to
+///          +-1): |x| < 0.75: x + x P(x^2), P the Taylor series of erf(x)/x - 1;
+///          0.75 <= |x| < 2: erf(a) + s Q_a(s), s = |x| - a, Taylor series about the
+///          centre a of one of five intervals of width 1/4, erf(a) as hi + lo;
+///          2 <= |x|: 1 - e^(-x^2) g(x), g(x) = e^(x^2) erfc(x) a Chebyshev fit on [2, 6]
+///          (where erfc < 0.005, so g's and exp's relative errors shrink by 200 in erf).
+/// The polynomials are Taylor series truncated where the next term is below 1/8 ulp
+/// (erf's: below 2^-60 relative); erf's coefficients come from mpmath at 50 digits
+/// (tests/tools/erf_coefficients.py prints them).
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "graph/random.h"
+
+namespace kiln::codegen {
+
+/// The functions of this file that the code generators emit as functions (one per type),
+/// in an order where each one's callees come before it (the CUDA prelude's order):
+/// X(MathFn enumerator, name in emitted code, body template in namespace math).
+#define KILN_MATH_FNS(X) \
+  X(Exp, "exp", exp_body) \
+  X(Expm1, "expm1", expm1_body) \
+  X(Log, "log", log_body) \
+  X(Sin, "sin", sin_body) \
+  X(Cos, "cos", cos_body) \
+  X(Tanh, "tanh", tanh_body) \
+  X(Sigmoid, "sigmoid", sigmoid_body) \
+  X(Erf, "erf", erf_body)
+
+/// One enumerator per KILN_MATH_FNS row.
+enum class MathFn : uint8_t {
+#define KILN_MATH_ENUM(e, name, body) e,
+  KILN_MATH_FNS(KILN_MATH_ENUM)
+#undef KILN_MATH_ENUM
+};
+
+/// Every MathFn, in KILN_MATH_FNS's order.
+inline constexpr MathFn kMathFns[] = {
+#define KILN_MATH_ENTRY(e, name, body) MathFn::e,
+    KILN_MATH_FNS(KILN_MATH_ENTRY)
+#undef KILN_MATH_ENTRY
+};
+
+/// The function's name in emitted code ("exp": LLVM's kiln.exp.f32, CUDA's kiln_exp_f32).
+constexpr const char* math_fn_name(MathFn fn) {
+  switch (fn) {
+#define KILN_MATH_NAME(e, name, body) \
+  case MathFn::e: return name;
+    KILN_MATH_FNS(KILN_MATH_NAME)
+#undef KILN_MATH_NAME
+  }
+  return "?";
+}
+
+/// The arithmetic a backend provides to the bodies. An M computes in one float type
+/// (M::f64 false: float, true: double) and the signed integer type of the same width
+/// ("int"); all values, float, int and bool, have the type M::V. Float operations are
+/// IEEE, each rounding once (fma: once for the product and the sum); integer operations
+/// wrap; comparisons are ordered (false on NaN); fmin/fmax return the other operand
+/// where one is NaN (C's fmin/fmax, LLVM's minnum/maxnum).
+template <class M>
+concept MathOps = std::copy_constructible<M> &&
+    requires(M m, const typename M::V v, double d, int64_t i, int k, MathFn fn) {
+  { m.f64 } -> std::convertible_to<bool>;
+  { m.wide() } -> std::same_as<M>; ///< the same backend computing in double (and 64-bit ints)
+  // float constants (rounded to the type: inf and NaN allowed) and int constants
+  { m.c(d) } -> std::same_as<typename M::V>;
+  { m.ci(i) } -> std::same_as<typename M::V>;  ///< an int of the type's width
+  { m.ci32(i) } -> std::same_as<typename M::V>; ///< a 32-bit int
+  // float arithmetic
+  { m.add(v, v) } -> std::same_as<typename M::V>;
+  { m.sub(v, v) } -> std::same_as<typename M::V>;
+  { m.mul(v, v) } -> std::same_as<typename M::V>;
+  { m.div(v, v) } -> std::same_as<typename M::V>;
+  { m.fma(v, v, v) } -> std::same_as<typename M::V>; ///< x*y + z, rounded once
+  { m.neg(v) } -> std::same_as<typename M::V>;
+  { m.fabs(v) } -> std::same_as<typename M::V>;
+  { m.sqrt(v) } -> std::same_as<typename M::V>;
+  { m.copysign(v, v) } -> std::same_as<typename M::V>;
+  { m.rint(v) } -> std::same_as<typename M::V>; ///< to the nearest integer, ties to even
+  { m.floor(v) } -> std::same_as<typename M::V>;
+  { m.fmin(v, v) } -> std::same_as<typename M::V>;
+  { m.fmax(v, v) } -> std::same_as<typename M::V>;
+  // comparisons (bool results) and select
+  { m.lt(v, v) } -> std::same_as<typename M::V>;
+  { m.gt(v, v) } -> std::same_as<typename M::V>;
+  { m.eq(v, v) } -> std::same_as<typename M::V>;
+  { m.is_nan(v) } -> std::same_as<typename M::V>;
+  { m.sel(v, v, v) } -> std::same_as<typename M::V>; ///< cond ? x : y
+  // conversions and bitcasts
+  { m.to_int(v) } -> std::same_as<typename M::V>;     ///< truncating, to the same-width int (in range)
+  { m.to_i32(v) } -> std::same_as<typename M::V>;     ///< truncating, to a 32-bit int (in range)
+  { m.to_float(v) } -> std::same_as<typename M::V>;   ///< signed int to this float type
+  { m.u64_to_float(v) } -> std::same_as<typename M::V>; ///< a 64-bit int read as unsigned, to this float type
+  { m.to_f64(v) } -> std::same_as<typename M::V>;     ///< this float type to double (exact)
+  { m.from_f64(v) } -> std::same_as<typename M::V>;   ///< double to this float type (rounded)
+  { m.bits(v) } -> std::same_as<typename M::V>;       ///< float -> same-width int, same bits
+  { m.from_bits(v) } -> std::same_as<typename M::V>;  ///< same-width int -> float, same bits
+  // integer arithmetic (either width; both operands of one width)
+  { m.iadd(v, v) } -> std::same_as<typename M::V>;
+  { m.isub(v, v) } -> std::same_as<typename M::V>;
+  { m.imul(v, v) } -> std::same_as<typename M::V>;
+  { m.iand(v, v) } -> std::same_as<typename M::V>;
+  { m.ior(v, v) } -> std::same_as<typename M::V>;
+  { m.ixor(v, v) } -> std::same_as<typename M::V>;
+  { m.ine(v, v) } -> std::same_as<typename M::V>;
+  { m.shl(v, k) } -> std::same_as<typename M::V>;
+  { m.lshr(v, k) } -> std::same_as<typename M::V>; ///< logical (zero-filling)
+  { m.ashr(v, k) } -> std::same_as<typename M::V>; ///< arithmetic (sign-filling)
+  // another function of this file, on this type
+  { m.call(fn, v) } -> std::same_as<typename M::V>;
+};
+
+namespace math {
+
+// ---- helpers ------------------------------------------------------------------
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// Taylor coefficients first * sign^k / (start + step*k)! for k = 0..count-1.
+inline std::vector<double> factorial_series(int start, int step, int count, double first, double sign) {
+  std::vector<double> out;
+  for (int k = 0; k < count; ++k) {
+    const int n = start + step * k;
+    double f = 1;
+    for (int i = 2; i <= n; ++i) f *= i;
+    out.push_back(first * std::pow(sign, k) / f);
+  }
+  return out;
+}
+
+/// ln 2 = hi + lo; hi has trailing zero bits, so n*hi is exact for the |n| < 2^11 that occur.
+inline double ln2_hi(bool f64) { return f64 ? 6.93147180369123816490e-01 : 0.693145751953125; }
+inline double ln2_lo(bool f64) { return f64 ? 1.90821492927058770002e-10 : 1.428606765330187045e-06; }
+
+/// z - x*y with one rounding: fma(-x, y, z).
+template <MathOps M> typename M::V fnma(M& m, typename M::V x, typename M::V y, typename M::V z) {
+  return m.fma(m.neg(x), y, z);
+}
+
+/// Polynomial sum_i coef[i] x^i by Horner's rule, each step one fma.
+template <MathOps M> typename M::V horner(M& m, typename M::V x, const std::vector<double>& coef) {
+  typename M::V p = m.c(coef.back());
+  for (size_t i = coef.size() - 1; i-- > 0;) p = m.fma(p, x, m.c(coef[i]));
+  return p;
+}
+
+/// Clamps x to [lo, hi]; NaN becomes lo (callers restore NaN at the end).
+template <MathOps M> typename M::V clamp(M& m, typename M::V x, double lo, double hi) {
+  return m.fmin(m.fmax(x, m.c(lo)), m.c(hi));
+}
+
+/// 2^n for an int n in the normal exponent range, from bits.
+template <MathOps M> typename M::V pow2(M& m, typename M::V n) {
+  return m.from_bits(m.shl(m.iadd(n, m.ci(m.f64 ? 1023 : 127)), m.f64 ? 52 : 23));
+}
+
+/// Cody-Waite reduction by ln2: n (as a float) and r = x - n ln2, |r| <= ln2/2,
+/// as fma(-n, lo, fma(-n, hi, x)).
+template <MathOps M> std::pair<typename M::V, typename M::V> reduce_ln2(M& m, typename M::V x) {
+  auto nf = m.rint(m.mul(x, m.c(1.4426950408889634)));
+  auto r = fnma(m, nf, m.c(ln2_lo(m.f64)), fnma(m, nf, m.c(ln2_hi(m.f64)), x));
+  return {nf, r};
+}
+
+/// expm1(r) for |r| <= ln2/2: r + r^2 (1/2! + r/3! + ...), as fma(r*r, q, r).
+template <MathOps M> typename M::V expm1_poly(M& m, typename M::V r) {
+  auto q = horner(m, r, factorial_series(2, 1, m.f64 ? 13 : 7, 1.0, 1.0));
+  return m.fma(m.mul(r, r), q, r);
+}
+
+// ---- the functions --------------------------------------------------------------
+
+template <MathOps M> typename M::V exp_body(M& m, typename M::V x) {
+  // Beyond these bounds e^x is inf or rounds to 0; clamping keeps n in range.
+  auto xc = clamp(m, x, m.f64 ? -746.0 : -104.0, m.f64 ? 710.0 : 89.0);
+  auto [nf, r] = reduce_ln2(m, xc);
+  auto p = m.add(m.c(1), expm1_poly(m, r));
+  auto n = m.to_int(nf);
+  auto n1 = m.ashr(n, 1);
+  auto n2 = m.isub(n, n1);
+  auto y = m.mul(m.mul(p, pow2(m, n1)), pow2(m, n2));
+  return m.sel(m.is_nan(x), x, y);
+}
+
+/// expm1, internal to tanh: exact domain x <= 88 (f32) / 709 (f64); above that it
+/// returns +inf (true overflow starts at 88.72 / 709.78).
+template <MathOps M> typename M::V expm1_body(M& m, typename M::V x) {
+  const double hi = m.f64 ? 709.0 : 88.0;
+  auto xc = clamp(m, x, m.f64 ? -40.0 : -20.0, hi); // below: expm1 rounds to -1
+  auto [nf, r] = reduce_ln2(m, xc);
+  auto er = expm1_poly(m, r);
+  auto t = pow2(m, m.to_int(nf));
+  auto y = m.fma(t, er, m.sub(t, m.c(1)));
+  y = m.sel(m.gt(x, m.c(hi)), m.c(kInf), y);
+  return m.sel(m.is_nan(x), x, y);
+}
+
+template <MathOps M> typename M::V log_body(M& m, typename M::V x) {
+  const int mant = m.f64 ? 52 : 23, bias = m.f64 ? 1023 : 127, scale = m.f64 ? 54 : 24;
+  // Subnormals: scale into the normal range first.
+  auto tiny = m.lt(x, m.c(m.f64 ? 0x1p-1022 : 0x1p-126));
+  auto xs = m.sel(tiny, m.mul(x, m.c(std::ldexp(1.0, scale))), x);
+  auto kadj = m.sel(tiny, m.ci(-scale), m.ci(0));
+  // Bits of 1.0 and of sqrt(1/2) (f64: its high word, shifted): shifting the exponent
+  // split point to sqrt(1/2) gives m in [sqrt(1/2), sqrt(2)).
+  const int64_t one = m.f64 ? 0x3ff0000000000000LL : 0x3f800000LL;
+  const int64_t sqrt_half = m.f64 ? 0x3fe6a09e00000000LL : 0x3f3504f3LL;
+  auto bits = m.iadd(m.bits(xs), m.ci(one - sqrt_half));
+  auto k = m.iadd(m.isub(m.lshr(bits, mant), m.ci(bias)), kadj);
+  auto mbits = m.iadd(m.iand(bits, m.ci((int64_t{1} << mant) - 1)), m.ci(sqrt_half));
+  auto f = m.sub(m.from_bits(mbits), m.c(1));
+  auto s = m.div(f, m.add(m.c(2), f));
+  auto z = m.mul(s, s);
+  // R = sum_{j>=1} 2 z^j / (2j + 1), the atanh series beyond its first term.
+  std::vector<double> coef;
+  for (int j = 1; j <= (m.f64 ? 11 : 5); ++j) coef.push_back(2.0 / (2 * j + 1));
+  auto h = horner(m, z, coef);
+  auto hfsq = m.mul(m.mul(m.c(0.5), f), f);
+  auto kf = m.to_float(k);
+  // tail = s (hfsq + z h) + k ln2_lo: the products z h and s (...) fused, k ln2_lo rounded;
+  // y = k ln2_hi + (f - (hfsq - tail)), k ln2_hi fused (exact anyway: ln2_hi's zero bits).
+  auto tail = m.fma(s, m.fma(z, h, hfsq), m.mul(kf, m.c(ln2_lo(m.f64))));
+  auto y = m.fma(kf, m.c(ln2_hi(m.f64)), m.sub(f, m.sub(hfsq, tail)));
+  y = m.sel(m.eq(x, m.c(0)), m.c(-kInf), y);
+  y = m.sel(m.lt(x, m.c(0)), m.c(kNaN), y);
+  y = m.sel(m.eq(x, m.c(kInf)), m.c(kInf), y);
+  return m.sel(m.is_nan(x), x, y);
+}
+
+/// sin (is_cos false) or cos of x.
+/// Argument reduction runs in f64 for both dtypes: n = round(x 2/pi) and
+/// r = x - n pi/2 with pi/2 split as pio2_1 (33 bits, so n*pio2_1 is exact for
+/// |n| < 2^20) + the rest (f32: one more part, ~86 bits in all; f64: two more, ~119 bits).
+/// Accuracy therefore holds for |x| < 2^20 pi/2 ~ 1.6e6 (f32) and, for f64, also
+/// there except for arguments within ~2^-46 of a multiple of pi/2 at large |x|.
+/// Beyond 1.6e6 the reduction loses bits and the result degrades (it stays finite,
+/// in [-1, 1], and no longer tracks sin x); inf and NaN give NaN.
+template <MathOps M> typename M::V sin_cos_body(M& m, typename M::V x, bool is_cos) {
+  M d = m.wide();
+  auto finite = m.lt(m.fabs(x), m.c(kInf));
+  auto xs = m.sel(finite, x, m.c(0));
+  auto xd = m.to_f64(xs);
+  auto nf = d.rint(d.mul(xd, d.c(0.63661977236758134308)));
+  auto rd = fnma(d, nf, d.c(1.57079632673412561417e+00), xd);
+  if (m.f64) {
+    rd = fnma(d, nf, d.c(6.07710050630396597660e-11), rd);
+    rd = fnma(d, nf, d.c(2.02226624879595063154e-21), rd);
+  } else {
+    rd = fnma(d, nf, d.c(6.07710050650619224932e-11), rd);
+  }
+  // |r| <= pi/4 within the range; beyond it the clamp keeps the result bounded.
+  rd = clamp(d, rd, -0.7854, 0.7854);
+  auto r = m.from_f64(rd);
+  // n mod 4, exactly, for any float n (multiples of 4 beyond 2^54 give 0; 4 floor(n/4)
+  // is exact, so the mul and the sub round nothing).
+  auto nmod = d.sub(nf, d.mul(d.c(4), d.floor(d.mul(nf, d.c(0.25)))));
+  auto q = m.to_i32(nmod);
+  if (is_cos) q = m.iadd(q, m.ci32(1));
+  auto z = m.mul(r, r);
+  auto ps = horner(m, z, factorial_series(3, 2, m.f64 ? 9 : 5, -1.0, -1.0));  // -1/3! + z/5! - ...
+  auto pc = horner(m, z, factorial_series(2, 2, m.f64 ? 10 : 5, -1.0, -1.0)); // -1/2! + z/4! - ...
+  auto s = m.fma(m.mul(r, z), ps, r);
+  auto c = m.fma(z, pc, m.c(1));
+  auto use_cos = m.ine(m.iand(q, m.ci32(1)), m.ci32(0));
+  auto negate = m.ine(m.iand(q, m.ci32(2)), m.ci32(0));
+  auto v = m.sel(use_cos, c, s);
+  v = m.sel(negate, m.neg(v), v);
+  if (!is_cos) v = m.sel(m.eq(x, m.c(0)), x, v); // sin(-0) = -0 (the reduction gives +0)
+  return m.sel(finite, v, m.c(kNaN));
+}
+
+/// tanh(x) = sign(x) e / (e + 2), e = expm1(2|x|). Beyond |x| = 10 (f32) / 22 (f64)
+/// tanh rounds to +-1; clamping there keeps e finite (inf/inf would be NaN).
+/// f32 uses its Taylor series x + x z P(z), z = x^2, for |x| < 0.55, where the
+/// three roundings of e / (e + 2) would cost up to ~2.3 ulp.
+template <MathOps M> typename M::V tanh_body(M& m, typename M::V x) {
+  auto ax = m.fabs(x);
+  const double big = m.f64 ? 22.0 : 10.0;
+  auto axc = m.sel(m.gt(ax, m.c(big)), m.c(big), ax);
+  auto e = m.call(MathFn::Expm1, m.add(axc, axc));
+  auto t = m.div(e, m.add(e, m.c(2)));
+  if (m.f64) return m.copysign(t, x);
+  // tanh's Taylor coefficients of x^3, x^5, ..., x^21.
+  static const std::vector<double> series = {
+      -0.3333333333333333,   0.13333333333333333,   -0.05396825396825397,   0.021869488536155203,
+      -0.008863235529902197, 0.003592128036572481,  -0.0014558343870513183, 0.000590027440945586,
+      -0.00023912911424355248, 9.691537956929451e-05};
+  auto z = m.mul(ax, ax);
+  auto small = m.fma(m.mul(ax, z), horner(m, z, series), ax);
+  return m.copysign(m.sel(m.lt(ax, m.c(0.55)), small, t), x);
+}
+
+/// 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, with e = exp(-|x|): one exp,
+/// and no overflow of exp(-x) where sigmoid(x) is still a (subnormal) number.
+/// Computed in the element type (f32 stays in f32, at full vector width): exp's
+/// error plus two roundings stay under 3 ulp, like PyTorch's f32 sigmoid.
+template <MathOps M> typename M::V sigmoid_body(M& m, typename M::V x) {
+  auto e = m.call(MathFn::Exp, m.neg(m.fabs(x)));
+  auto d = m.add(m.c(1), e);
+  auto num = m.sel(m.lt(x, m.c(0)), e, m.c(1));
+  return m.div(num, d);
+}
+
+// erf's coefficients (see the method above).
+/// |x| < 0.75: erf(x)/x - 1 = sum_n kErfSmall[n] x^(2n) (2/sqrt(pi) (-1)^n / (n! (2n + 1)), less 1 for n = 0).
+inline const std::vector<double> kErfSmall = {
+    0.1283791670955126, -0.37612638903183754, 0.11283791670955126, -0.026866170645131252,
+    0.005223977625442188, -0.0008548327023450853, 0.00012055332981789664, -1.492565035840625e-05,
+    1.6462114365889248e-06, -1.6365844691234924e-07, 1.4807192815879218e-08, -1.2290555301717928e-09,
+    9.422759064650411e-11, -6.7113668551641105e-12, 4.4632242632864775e-13, -2.7835162072109215e-14,
+    1.6342614095367152e-15};
+
+/// One interval of 0.75 <= |x| < 2: erf(centre + s) = hi + lo + sum_{n>=1} coef[n-1] s^n.
+struct ErfInterval {
+  double centre, hi, lo;
+  double coef[15];
+};
+inline constexpr ErfInterval kErfMid[] = {
+    {0.875, 0.7840750610598597, -3.204544978890348e-17,
+     {0.5247450452901482, -0.45915191462887966, 0.09292360177013041, 0.11239656243519451, -0.0672158773833572,
+      -0.010367785745906018, 0.018595726765847267, -0.0018461468559063715, -0.0032568627602662854,
+      0.000898154868541066, 0.0003900529044120407, -0.00019296678621782653, -2.903116273391371e-05,
+      2.9075064952881173e-05, 2.0224352255317938e-07}},
+    {1.125, 0.8883882317017078, -1.158643993739769e-17,
+     {0.3182739585007693, -0.35805820331336546, 0.16245233298476766, 0.027973297133856677, -0.061323683605665806,
+      0.015536835449762896, 0.009606894225829976, -0.006031260883106729, -0.0003601919898013683,
+      0.0011532673547020597, -0.0001769550878579247, -0.0001415583990117997, 4.9455696834570095e-05,
+      1.0718804636659436e-05, -7.730906970255213e-06}},
+    {1.375, 0.9481700727820903, 1.071691533519912e-17,
+     {0.1703597736875156, -0.23424468882033395, 0.15793770685613426, -0.03050061052348098, -0.030605976268925736,
+      0.022161235262852557, -0.001419062360662139, -0.004261033441276509, 0.001577911232741016,
+      0.00032359146722315554, -0.0003391015230725006, 2.8681755518788118e-05, 4.175471522740388e-05,
+      -1.1984028581486832e-05, -2.9725595025012275e-06}},
+    {1.625, 0.9784437332399837, -1.7028513178925588e-17,
+     {0.08047225902251116, -0.13076742091158064, 0.11484061964670864, -0.049718863159090555,
+      -0.0021349248406037306, 0.014414781131084502, -0.006184261515478821, -0.000576525430283408,
+      0.0014106850333898903, -0.00035597922602355293, -0.00012566368868411414, 8.79701620524859e-05,
+      -4.270738262797687e-06, -1.0609039547562964e-05, 2.8273833059374034e-06}},
+    {1.875, 0.9919900576701199, 3.0126779045582727e-17,
+     {0.03354582842421607, -0.06289842829540514, 0.0674410925611844, -0.04225988151097533, 0.011462583364876176,
+      0.004105187133212477, -0.004928393908239107, 0.001430501687370122, 0.00036225644575338666,
+      -0.0003901575782455417, 7.37299378240623e-05, 3.607417901263836e-05, -2.0803824921141647e-05,
+      8.154185088040366e-07, 2.3718570297022424e-06}},
+};
+
+/// 2 <= |x| <= 6: e^(x^2) erfc(x) = sum_n kErfcScaled[n] t^n, t = (|x| - 4) / 2 (max error 5e-18).
+inline const std::vector<double> kErfcScaled = {
+    0.13699945762506138, -0.06476701219004291, 0.029861732979903317, -0.013449456613969249,
+    0.00592563950387976, -0.002557084169761886, 0.0010819615534120512, -0.00044932693147525614,
+    0.00018330768136819641, -7.352137574378967e-05, 2.901199590644152e-05, -1.1270914791676502e-05,
+    4.313255826876284e-06, -1.6270404669103896e-06, 6.0569179582904e-07, -2.222888157304624e-07,
+    7.984355503810327e-08, -2.8586397069465238e-08, 1.0824531561065031e-08, -3.764154007466546e-09,
+    8.205403979036021e-10, -2.8716509123715205e-10, 2.7974119179024155e-10, -9.220011805148006e-11};
+
+/// The error function, branch-free: all three pieces are computed and one is selected.
+template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
+  if (!m.f64) // f32: the f64 function, rounded once (correctly rounded but for rare double roundings)
+    return m.from_f64(m.wide().call(MathFn::Erf, m.to_f64(x)));
+  auto ax = m.fmin(m.fabs(x), m.c(6)); // NaN becomes 6 here; restored at the end
+  auto z = m.mul(ax, ax);
+  auto small = m.fma(ax, horner(m, z, kErfSmall), ax);
+  // The interval of 0.75 <= |x| < 2 by a chain of selects over its upper bounds.
+  typename M::V below[4] = {m.lt(ax, m.c(1.0)), m.lt(ax, m.c(1.25)), m.lt(ax, m.c(1.5)), m.lt(ax, m.c(1.75))};
+  auto pick = [&](auto field) {
+    auto v = m.c(field(kErfMid[4]));
+    for (int i = 3; i >= 0; --i) v = m.sel(below[i], m.c(field(kErfMid[i])), v);
+    return v;
+  };
+  auto s = m.sub(ax, pick([](const ErfInterval& e) { return e.centre; }));
+  auto q = pick([](const ErfInterval& e) { return e.coef[14]; });
+  for (int n = 13; n >= 0; --n) q = m.fma(q, s, pick([n](const ErfInterval& e) { return e.coef[n]; }));
+  auto mid = m.add(pick([](const ErfInterval& e) { return e.hi; }),
+                   m.fma(s, q, pick([](const ErfInterval& e) { return e.lo; })));
+  auto t = m.mul(m.sub(ax, m.c(4)), m.c(0.5));
+  auto large = m.sub(m.c(1), m.mul(m.call(MathFn::Exp, m.neg(z)), horner(m, t, kErfcScaled)));
+  auto y = m.sel(m.lt(ax, m.c(0.75)), small, m.sel(m.lt(ax, m.c(2)), mid, large));
+  return m.sel(m.is_nan(x), x, m.copysign(y, x));
+}
+
+template <MathOps M> typename M::V sin_body(M& m, typename M::V x) { return sin_cos_body(m, x, false); }
+template <MathOps M> typename M::V cos_body(M& m, typename M::V x) { return sin_cos_body(m, x, true); }
+
+/// The body of fn.
+template <MathOps M> typename M::V body(M& m, MathFn fn, typename M::V x) {
+  switch (fn) {
+#define KILN_MATH_BODY(e, name, body_fn) \
+  case MathFn::e: return body_fn(m, x);
+    KILN_MATH_FNS(KILN_MATH_BODY)
+#undef KILN_MATH_BODY
+  }
+  return x; // unreachable: the switch covers every MathFn
+}
+
+// ---- random numbers (graph/random.h's generator, bit-exact) ----------------------
+
+/// graph::random_bits(seed, counter) on 64-bit ints (w computes in double: its int is 64-bit).
+template <MathOps M> typename M::V random_bits(M& w, typename M::V seed, typename M::V counter) {
+  namespace rng = graph::rng;
+  auto z = w.iadd(w.imul(seed, w.ci(static_cast<int64_t>(rng::kSeedMul))),
+                  w.imul(counter, w.ci(static_cast<int64_t>(rng::kCounterMul))));
+  z = w.iadd(z, w.ci(static_cast<int64_t>(rng::kOffset)));
+  z = w.imul(w.ixor(z, w.lshr(z, rng::kShift1)), w.ci(static_cast<int64_t>(rng::kMul1)));
+  z = w.imul(w.ixor(z, w.lshr(z, rng::kShift2)), w.ci(static_cast<int64_t>(rng::kMul2)));
+  return w.ixor(z, w.lshr(z, rng::kShift3));
+}
+
+/// graph::random_uniform in this float type: the top bits times 2^-bits, both exact.
+template <MathOps M> typename M::V random_uniform(M& m, typename M::V seed, typename M::V counter) {
+  M w = m.wide();
+  const int nbits = m.f64 ? graph::rng::kUniformBitsF64 : graph::rng::kUniformBitsF32;
+  auto top = w.lshr(random_bits(w, seed, counter), 64 - nbits);
+  return m.mul(m.u64_to_float(top), m.c(std::ldexp(1.0, -nbits)));
+}
+
+/// graph::random_normal in this float type (Box-Muller from the uniforms at 2c and 2c + 1),
+/// with this file's log and cos.
+template <MathOps M> typename M::V random_normal(M& m, typename M::V seed, typename M::V counter) {
+  M w = m.wide();
+  auto c2 = w.shl(counter, 1);
+  auto u1 = random_uniform(m, seed, c2);
+  auto u2 = random_uniform(m, seed, w.ior(c2, w.ci(1)));
+  auto lg = m.call(MathFn::Log, m.sub(m.c(1), u1));
+  auto radius = m.sqrt(m.mul(m.c(-2), lg));
+  auto angle = m.call(MathFn::Cos, m.mul(m.c(graph::rng::kTwoPi), u2));
+  return m.mul(radius, angle);
+}
+
+} // namespace math
+
+} // namespace kiln::codegen
