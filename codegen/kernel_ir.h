@@ -130,8 +130,8 @@ struct MatmulDims {
   int n_var = -1; ///< domain var of the output columns
 };
 
-/// The GEMM form of a matmul kernel (see llvm_gemm.h for the CPU, cuda_emitter.h for CUDA). The kernel has one
-/// reduction, a float Sum marked fma whose value is Mul(a, b) over ReduceVar(0) = k, no
+/// The GEMM form of a matmul kernel (see llvm_gemm.h for the CPU, cuda_emitter.h for
+/// CUDA). The kernel has one reduction, a float Sum marked fma whose value is Mul(a, b) over ReduceVar(0) = k, no
 /// map; `a` reads no `n_var`, `b` no `m_var`. Its domain is [batch vars..., m_var, n_var]
 /// (a var is absent, -1, where its extent is 1). The computation is the same as without
 /// the form - each output element accumulates fmuladd(a, b, acc) over k in order from 0,

@@ -36,7 +36,8 @@ struct Target {
   /// ScheduleOptions assumes when no target is given.
   static Target baseline_cpu() { return cpu(128, false, 16); }
 
-  /// A short text form for cache keys and KILN_DEBUG output, e.g. "cpu v512 fma r32",
+  /// A short text form naming every field (KILN_DEBUG=2 prints it; fit for a cache key),
+  /// e.g. "cpu v512 fma r32",
   /// "cuda sm_90 sms 132 tpsm 2048 smem 49152".
   std::string str() const;
   /// Equal when every field is (same kind and the same numbers).
