@@ -276,7 +276,7 @@ void GpuNvrtcColdCompile(benchmark::State& state) {
     }
     std::vector<const graph::Node*> todo;
     for (const auto& o : outputs) todo.push_back(o.get());
-    const codegen::Schedule sched = codegen::schedule(todo, {options().fusion});
+    const codegen::Schedule sched = codegen::schedule(todo, {options().fusion, gpu.target()});
     std::vector<std::pair<std::string, std::string>> sources; // name, source; distinct kernels
     std::set<std::string> seen;
     for (const auto& l : sched.launches)

@@ -15,17 +15,19 @@
 ///   parameter values. Every kernel is correct for any grid (it loops over its work with
 ///   a grid-stride loop); the block is free except where the config says `fixed_block`.
 ///
-/// Plain kernels (all but the two forms below): a grid-stride loop over the flattened
+/// The layout follows the kernel's form (Kernel::form, decided by plan_form() in form.h for
+/// a CUDA target; the emitter and cuda_launch_config read it, they do not infer it).
+/// Elementwise and Reduction forms (plain kernels): a grid-stride loop over the flattened
 /// domain (the domain size is computed from the parameters); each domain point runs its
 /// reductions sequentially in the IR's order (one thread per point, no shared memory).
-/// Vector form: an elementwise kernel (no reductions) with an f32 load or store whose
+/// Vector form: an Elementwise-form kernel with an f32 load or store whose
 /// offset steps by exactly one element along the innermost loop var also gets a second
 /// loop, taken when the innermost extent divides by 4: 4 consecutive points a thread,
 /// each such access one kiln_load4 / kiln_store4 (a 128-bit access where the address is
 /// 16-byte aligned, else 4 scalar ones), every lane computing the scalar form's
 /// expression for its point (same bits). cuda_launch_config counts threads accordingly.
 ///
-/// Row kernels (a map after the reductions: softmax, layernorm; or reductions alone, with
+/// Row form (a map after the reductions: softmax, layernorm; or reductions alone, with
 /// a float sum among them: sum, mean, a norm's statistics): exactly 256 threads a block,
 /// 16 per row (domain point), a grid-stride loop over blocks of 16 rows. A float
 /// sum in sum_lanes order is split across the row's threads: thread g computes lane g
@@ -37,7 +39,7 @@
 /// the price of results bitwise equal to the CPU's (a sum of a whole large tensor into one
 /// value runs on 16 threads).
 ///
-/// The tiled GEMM: a GEMM-form kernel (Kernel::gemm, see kernel_ir.h) is emitted as a
+/// The tiled GEMM: a Gemm-form kernel (Kernel::gemm, without a CPU tiling) is emitted as a
 /// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps
 /// otherwise) computes a TM x TN tile of one batch point's output (f32: 64 x 64 instead
 /// for products of few large tiles, see set_cuda_small_gemm_below), each thread a

@@ -95,6 +95,9 @@ struct Reduction {
 /// backend and every fusion decision computes the same bits.
 constexpr int64_t sum_lanes(DType dt) { return dt == DType::Float64 ? 8 : 16; }
 
+/// True for a reduction summed in sum_lanes() order: a float Sum, not block_inner, with extents.
+bool sums_in_lanes(const Reduction& r);
+
 /// One store per domain (or map) point.
 struct Store {
   int buffer;      ///< an output buffer
@@ -102,12 +105,39 @@ struct Store {
   ExprRef value;   ///< of the buffer's dtype
 };
 
-/// The GEMM form of a matmul kernel on the CPU (see llvm_gemm.h). The kernel has one
-/// reduction, a float Sum marked fma whose value is Mul(a, b) over ReduceVar(0) = k, no
+/// How the emitters lay out a kernel's loops and threads. plan_form() (form.h) decides it
+/// once per kernel for a target, after lowering; the emitters and the CUDA launch
+/// configuration read it and never infer it from the IR. It never changes a result: the
+/// order of every reduction is fixed by the IR (see Reduction).
+enum class KernelForm : uint8_t {
+  Elementwise, ///< no reductions: one point of the domain at a time (CUDA: a grid-stride loop, 4 f32 points a thread where it can)
+  Reduction,   ///< reductions (then the stores or a map) per domain point, by one thread (CUDA) or one loop nest (CPU)
+  Row,         ///< reductions with a map over each row (softmax, layernorm); on CUDA also reductions with a float
+               ///< sum in sum_lanes order: a group of threads per row splits the sums' lanes and the map's points
+  Gemm,        ///< the GEMM form of a matmul kernel (Kernel::gemm): packed panels (CPU) or a shared-memory tiled GEMM (CUDA)
+};
+
+/// The form's name ("elementwise", "reduction", "row", "gemm").
+const char* form_name(KernelForm f);
+
+/// What lowering records of a matmul kernel that may take the GEMM form (its shape makes the
+/// GEMM pay off): the domain vars of the output's rows and columns, -1 where the extent is 1.
+/// plan_form() decides, for the target, whether it takes the form. Lowering also marks its
+/// reduction (reductions[0], the first and only one then) block_inner, so its order is
+/// sequential whatever form is planned.
+struct MatmulDims {
+  int m_var = -1; ///< domain var of the output rows
+  int n_var = -1; ///< domain var of the output columns
+};
+
+/// The GEMM form of a matmul kernel (see llvm_gemm.h for the CPU, cuda_emitter.h for
+/// CUDA). The kernel has one reduction, a float Sum marked fma whose value is Mul(a, b) over ReduceVar(0) = k, no
 /// map; `a` reads no `n_var`, `b` no `m_var`. Its domain is [batch vars..., m_var, n_var]
 /// (a var is absent, -1, where its extent is 1). The computation is the same as without
 /// the form - each output element accumulates fmuladd(a, b, acc) over k in order from 0,
-/// then the stores run - only the loop structure differs:
+/// then the stores run - only the loop structure differs. A CUDA target's form has no CPU
+/// tiling (mr, nr, mc, nc and kc are 0): the CUDA emitter picks its tile from the dtype
+/// and the sizes. On the CPU:
 ///   * the CPU kernel's [begin, end) counts tasks, not domain points: task t is the
 ///     output block (batch point, rows [mc*rb, +mc), cols [nc*cb, +nc)) with cb fastest,
 ///     t = (batch * row_blocks + rb) * col_blocks + cb;
@@ -136,10 +166,12 @@ struct Kernel {
   std::vector<Reduction> reductions;  ///< evaluated in order at each domain point
   std::vector<ExprRef> map;           ///< map extents (empty: the stores run once per domain point)
   std::vector<Store> stores;          ///< results
-  std::optional<GemmTiling> gemm;     ///< CPU GEMM form of a matmul kernel (see GemmTiling)
+  std::optional<MatmulDims> matmul;   ///< set by lowering on a matmul kernel that may take the GEMM form
+  KernelForm form = KernelForm::Elementwise; ///< how it is emitted (plan_form(); set before finalize())
+  std::optional<GemmTiling> gemm;     ///< the GEMM form's layout, set exactly when form is Gemm (see GemmTiling)
 };
 
-/// Bytes of scratch a GEMM-form kernel needs per call (packed panels and the tile accumulators).
+/// Bytes of scratch a CPU GEMM-form kernel needs per call (packed panels and the tile accumulators); 0 for others.
 int64_t gemm_scratch_bytes(const Kernel& k);
 
 // Builders. They assert dtype invariants (internal errors).
@@ -177,6 +209,13 @@ ExprRef imul(ExprRef a, ExprRef b); ///< a * b
 ExprRef isub(ExprRef a, ExprRef b); ///< a - b
 ExprRef idiv(ExprRef a, ExprRef b); ///< a / b (non-negative)
 ExprRef imod(ExprRef a, ExprRef b); ///< a % b (non-negative)
+
+/// The value of an i64 expression of parameters and constants (a size at launch); an internal
+/// error for anything else (a loop var, a load).
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params);
+
+/// True when `e` mentions the variable (kind, index) (each shared subtree looked at once).
+bool mentions(const ExprRef& e, ExprKind kind, int index);
 
 /// True for a Const expression equal to v.
 bool is_const(const ExprRef& e, int64_t v);

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "codegen/kernel_ir.h"
+#include "codegen/target.h"
 
 namespace kiln::codegen {
 
@@ -54,6 +55,11 @@ struct JitStats {
   double quick_codegen_ms = 0; ///< instruction selection to object code
   double link_ms = 0;          ///< linking objects into the JIT, both tiers and the disk cache's
 };
+
+/// This host's CPU as a scheduling target (ScheduleOptions::target): its widest vectors
+/// (AVX-512, AVX or SSE), FMA, and vector registers (32 with AVX-512, else 16), from
+/// LLVM's view of the host, computed once.
+Target host_cpu_target();
 
 /// The process-wide LLVM JIT for CPU kernels.
 class LlvmJit {

@@ -11,13 +11,17 @@
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "codegen/target.h"
 #include "graph/node.h"
 
 namespace kiln::codegen {
 
-/// How to partition the graph.
+/// How to partition the graph, and for what.
 struct ScheduleOptions {
   bool fusion = true; ///< false: one kernel per primitive op (KILN_FUSION=0)
+  /// What the kernels are planned for (their forms, form.h). The runtime passes the device's
+  /// (runtime::schedule_options); the default is the baseline CPU, not this host's.
+  Target target = Target::baseline_cpu();
   /// At most this many fusion decisions (fusing a node into a kernel, storing a value with another
   /// kernel) per schedule; later nodes get kernels of their own. Negative: no limit. KILN_FUEL=N
   /// bisects a fusion bug to one decision: the smallest N that shows it names it (KILN_DEBUG=2).
@@ -57,7 +61,7 @@ struct KernelLaunch {
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
-  int64_t gemm_tasks = 0;                 ///< GEMM-form kernel (kernel.gemm): CPU tasks (output blocks) to run
+  int64_t gemm_tasks = 0;                 ///< CPU GEMM-form kernel (kernel.gemm): tasks (output blocks) to run
   std::vector<graph::SourceLine> lines;   ///< the user's lines of the ops computed in it (graph::Node::origin), first seen first
   std::vector<const graph::Node*> nodes;  ///< the nodes it computes (not those it loads), outputs included, first seen first
   /// True when `n` is one of the outputs.

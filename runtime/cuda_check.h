@@ -10,7 +10,8 @@
 
 namespace kiln::runtime {
 
-/// When options().cuda_check is on: emits `k` as CUDA and compiles it with NVRTC for
+/// When options().cuda_check is on: plans `k`'s IR for a CUDA sm_90 target (its form
+/// there, see form.h), emits it as CUDA and compiles it with NVRTC for
 /// sm_90, keeping both the CUBIN and the compute_90 PTX it was assembled from, once per
 /// kernel name per process; a source that compiled
 /// before with the same NVRTC is skipped (a marker in kiln-cuda-checked/ beside

@@ -27,6 +27,7 @@
 #include "codegen/cuda_emitter.h"
 #include "codegen/disk_cache.h"
 #include "codegen/llvm_jit.h"
+#include "codegen/target.h"
 #include "codegen/kernel_ir.h"
 #include "graph/node.h"
 #include "kiln/devices.h"
@@ -63,6 +64,9 @@ public:
   const DeviceInfo& info() const { return info_; }
   /// True when this is kiln's CPU emulator of the driver (tests).
   bool emulator() const { return emulator_; }
+  /// The device as a scheduling target (compute capability, SMs, threads per SM, shared
+  /// memory per block): what its kernels are planned for (codegen/form.h).
+  codegen::Target target() const;
 
   /// At least `bytes` of device memory (from the cache when a freed block fits). When
   /// cuMemAlloc fails, the cached blocks are freed and it is tried once more; then

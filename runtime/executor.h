@@ -44,6 +44,10 @@ struct Plan {
   mutable size_t runs = 0;                   ///< executions so far (later runs are all cache hits)
 };
 
+/// How make_plan schedules for `device`: fused or not as `fusion` says, planned for the
+/// device's target (this host's CPU from the LLVM backend, or the GPU's from its driver).
+codegen::ScheduleOptions schedule_options(Device device, bool fusion);
+
 /// Schedules, compiles and memory-plans the computation of `outputs` (realized nodes are
 /// read), which must all live on one device.
 Plan make_plan(const std::vector<graph::NodeRef>& outputs);

@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "codegen/cuda_emitter.h"
-#include "codegen/gemm.h"
+#include "codegen/form.h"
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
 #include "codegen/src/cuda_math.h"
@@ -434,9 +434,12 @@ std::vector<const graph::Node*> nodes_of(const std::vector<Tensor>& ts) {
   return out;
 }
 
-/// The schedule that realizing `ts` would run.
+/// The CUDA target these tests plan kernels for (the sm_90 that NVRTC compiles for).
+const codegen::Target kSm90 = codegen::Target::cuda(9, 0);
+
+/// The schedule that realizing `ts` on a GPU would run.
 codegen::Schedule schedule_of(const std::vector<Tensor>& ts, bool fusion = true) {
-  return codegen::schedule(nodes_of(ts), {fusion});
+  return codegen::schedule(nodes_of(ts), {fusion, kSm90});
 }
 
 // ---------------------------------------------------------------- (a) golden files
@@ -492,15 +495,14 @@ TEST(CudaGolden, Softmax) {
 }
 
 TEST(CudaGolden, Matmul) {
-  // A GEMM-form kernel (the tiled GEMM) with a fused bias + relu epilogue. The kernel IR
-  // prints the host's CPU tiling: a fixed one keeps the file the same on every host.
-  codegen::set_gemm_tiling_override(codegen::GemmTiling{-1, -1, 6, 16, 96, 256, 256});
+  // A GEMM-form kernel (the tiled GEMM) with a fused bias + relu epilogue. Planned for a
+  // CUDA target, it carries no CPU tiling, so the file is the same on every host.
   const Tensor a = from_vector(std::vector<float>(24, 1.0f), {4, 6});
   const Tensor b = from_vector(std::vector<float>(48, 1.0f), {6, 8});
   const Tensor bias = from_vector(std::vector<float>(8, 0.5f), {8});
   const std::string text = schedule_text({relu(matmul(a, b) + bias)});
-  codegen::set_gemm_tiling_override(std::nullopt);
   EXPECT_NE(text.find("__syncthreads"), std::string::npos) << "not the tiled GEMM";
+  EXPECT_EQ(text.find(" mr "), std::string::npos) << "a CPU tiling in a CUDA kernel";
   check_golden("cuda_matmul.cu", text);
 }
 
@@ -956,6 +958,85 @@ TEST(CudaShimLaunch, TiledGemmOnTwoHostThreadsAtOnce) {
   t2.join();
   EXPECT_TRUE(x_ok);
   EXPECT_TRUE(y_ok);
+}
+
+/// Runs kernel `k` (the kernel of the one-launch `l`, possibly with another form) on the
+/// shim in its launch configuration; the output's bytes.
+Bytes run_kernel_on_shim(const KernelLaunch& l, const Kernel& k) {
+  ShimLibrary lib({&k});
+  const auto fn = lib.entry(k.name);
+  if (!fn) {
+    ADD_FAILURE() << "no shim entry for " << k.name;
+    return {};
+  }
+  const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(k, l.params);
+  EXPECT_EQ(l.outputs.size(), 1u);
+  const graph::Node* o = l.outputs[0];
+  Bytes out(std::max<size_t>(64, o->numel() * dtype_size(o->dtype)), 0xAB);
+  std::vector<void*> bufs;
+  for (const graph::Node* in : l.inputs) bufs.push_back(in->realized()->data());
+  bufs.push_back(out.data());
+  const std::vector<long long> params(l.params.begin(), l.params.end());
+  fn(cfg.grid, cfg.block, bufs.data(), params.data());
+  out.resize(o->numel() * dtype_size(o->dtype));
+  return out;
+}
+
+/// `k` with the form `form` recorded instead of its planned one (no GEMM layout unless Gemm).
+Kernel with_form(Kernel k, codegen::KernelForm form) {
+  codegen::FormPlan plan;
+  plan.form = form;
+  if (form == codegen::KernelForm::Gemm) plan.gemm = k.gemm;
+  codegen::set_form(k, plan);
+  codegen::finalize(k);
+  return k;
+}
+
+TEST(CudaForms, TheEmitterFollowsTheRecordedForm) {
+  // A float row sum, which plan_form gives the row form on CUDA, recorded as a Reduction:
+  // the emitter and the launch configuration follow the record (one thread per row, no
+  // shuffles, any block), with the same bits.
+  const Tensor x = make(kFloat32, {33, 70}, 401);
+  const Tensor s = sum(x, {1}, true);
+  const codegen::Schedule sched = schedule_of({s});
+  ASSERT_EQ(sched.launches.size(), 1u);
+  const KernelLaunch& l = sched.launches[0];
+  ASSERT_EQ(l.kernel.form, codegen::KernelForm::Row);
+  const Kernel as_reduction = with_form(l.kernel, codegen::KernelForm::Reduction);
+  const std::string row_src = codegen::emit_cuda(l.kernel), red_src = codegen::emit_cuda(as_reduction);
+  EXPECT_NE(row_src.find("__shfl_down_sync"), std::string::npos);
+  EXPECT_EQ(red_src.find("__shfl_down_sync"), std::string::npos) << red_src;
+  EXPECT_EQ(red_src.find("__launch_bounds__"), std::string::npos) << red_src;
+  EXPECT_TRUE(codegen::cuda_launch_config(l.kernel, l.params).fixed_block);
+  EXPECT_FALSE(codegen::cuda_launch_config(as_reduction, l.params).fixed_block);
+  EXPECT_NE(codegen::emit_cuda_shim_entry(l.kernel).find("launch_sync"), std::string::npos);
+  EXPECT_EQ(codegen::emit_cuda_shim_entry(as_reduction).find("launch_sync"), std::string::npos);
+  const Bytes want = run_kernel_on_shim(l, l.kernel);
+  EXPECT_EQ(run_kernel_on_shim(l, as_reduction), want);
+  const std::vector<float> cpu = s.to_vector<float>();
+  ASSERT_EQ(want.size(), cpu.size() * 4);
+  EXPECT_EQ(std::memcmp(want.data(), cpu.data(), want.size()), 0);
+}
+
+TEST(CudaForms, AGemmRecordedAsAReductionIsNotTiled) {
+  // A matmul planned in the GEMM form, recorded as a Reduction: the emitter writes the
+  // plain loops (no shared memory, no barrier), same bits as the tiled GEMM and the CPU.
+  const Tensor a = make(kFloat32, {40, 24}, 402), b = make(kFloat32, {24, 36}, 403);
+  const Tensor c = matmul(a, b);
+  const codegen::Schedule sched = schedule_of({c});
+  ASSERT_EQ(sched.launches.size(), 1u);
+  const KernelLaunch& l = sched.launches[0];
+  ASSERT_EQ(l.kernel.form, codegen::KernelForm::Gemm);
+  const Kernel plain = with_form(l.kernel, codegen::KernelForm::Reduction);
+  EXPECT_NE(codegen::emit_cuda(l.kernel).find("__syncthreads"), std::string::npos);
+  const std::string src = codegen::emit_cuda(plain);
+  EXPECT_EQ(src.find("__syncthreads"), std::string::npos) << src;
+  EXPECT_EQ(src.find("__shared__"), std::string::npos) << src;
+  const Bytes tiled = run_kernel_on_shim(l, l.kernel);
+  EXPECT_EQ(run_kernel_on_shim(l, plain), tiled);
+  const std::vector<float> cpu = c.to_vector<float>();
+  ASSERT_EQ(tiled.size(), cpu.size() * 4);
+  EXPECT_EQ(std::memcmp(tiled.data(), cpu.data(), tiled.size()), 0);
 }
 
 // ---------------------------------------------------------------- (d) the executor hook

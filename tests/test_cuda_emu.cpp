@@ -790,7 +790,7 @@ TEST_F(CudaEmu, KilnKernelsMatchTheCpuBitwise) {
   const std::vector<Tensor> outs = {exp(x * 2 + 1), F::softmax(z, 1), matmul(a, b)};
   std::vector<const graph::Node*> nodes;
   for (const Tensor& t : outs) nodes.push_back(t.node().get());
-  const codegen::Schedule sched = codegen::schedule(nodes, {true});
+  const codegen::Schedule sched = codegen::schedule(nodes, {true, codegen::Target::cuda(9, 0)});
   ASSERT_FALSE(sched.launches.empty());
   std::string source = "//kiln-emu-source\n";
   std::set<std::string> names;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/gemm.h"
+#include "codegen/form.h"
 #include "codegen/lower.h"
 #include "kiln/kiln.h"
 #include "kiln/options.h"

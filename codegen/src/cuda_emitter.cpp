@@ -6,10 +6,10 @@
 // each op follow llvm_emitter.cpp; the helpers (kiln_add, kiln_max, kiln_exp_f32, ...)
 // live in the prelude (cuda_math.cpp).
 //
-// A GEMM-form kernel (Kernel::gemm) becomes the shared-memory tiled GEMM of
-// emit_gemm() (layout and sizes in cuda_emitter.h); a row kernel (reductions, then a
-// map) gets 16 threads per row (emit_rows()); every other kernel is a grid-stride loop
-// over its domain (emit_domain()).
+// The kernel's form (Kernel::form, planned by form.cpp) decides the layout: a Gemm-form
+// kernel becomes the shared-memory tiled GEMM of emit_gemm() (layout and sizes in
+// cuda_emitter.h); a Row-form kernel gets 16 threads per row (emit_rows()); every other
+// kernel is a grid-stride loop over its domain (emit_domain()).
 #include "codegen/cuda_emitter.h"
 
 #include <cmath>
@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/form.h"
 #include "codegen/src/cuda_math.h"
 #include "kiln/error.h"
 
@@ -125,20 +126,6 @@ bool is_fma_reduction(const Reduction& r) {
          r.value->op == OpKind::Mul;
 }
 
-/// Whether e mentions the variable (kind, index); each shared subtree is visited once.
-bool mentions(const ExprRef& e, ExprKind kind, int index, std::unordered_set<const Expr*>& seen) {
-  if (e->kind == kind && e->index == index) return true;
-  if (!seen.insert(e.get()).second) return false;
-  for (const ExprRef& a : e->args)
-    if (mentions(a, kind, index, seen)) return true;
-  return false;
-}
-
-bool mentions(const ExprRef& e, ExprKind kind, int index) {
-  std::unordered_set<const Expr*> seen;
-  return mentions(e, kind, index, seen);
-}
-
 /// The constant coefficient of the variable (kind, index) in affine i64 expressions;
 /// nullopt when it is not a known constant (a parameter stride, a division, ...). Each
 /// shared subtree is looked at once, so a DAG costs its size, not its tree size.
@@ -213,10 +200,10 @@ std::vector<const Expr*> wide_loads(const Kernel& k) {
   return wide;
 }
 
-/// An elementwise kernel (a plain kernel without reductions or map) with an f32 access
-/// that steps by one element along the innermost loop var: it gets the vector form.
+/// An Elementwise-form kernel with an f32 access that steps by one element along the
+/// innermost loop var: it gets the vector form.
 bool is_vector_map(const Kernel& k) {
-  if (k.gemm || !k.reductions.empty() || !k.map.empty() || k.domain.empty()) return false;
+  if (k.form != KernelForm::Elementwise || !k.map.empty() || k.domain.empty()) return false;
   const int last = static_cast<int>(k.domain.size()) - 1;
   for (const Store& s : k.stores)
     if (is_wide_access(k.buffers[s.buffer].dtype, s.offset, last)) return true;
@@ -245,31 +232,6 @@ constexpr const char* kCheckHelper =
 
 bool has_error_buffer(const Kernel& k) {
   return std::any_of(k.buffers.begin(), k.buffers.end(), [](const BufferParam& b) { return b.error; });
-}
-
-/// The value of an i64 expression of parameters and constants (launch sizes).
-int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
-  auto arg = [&](int i) { return eval_index(e->args.at(i), params); };
-  switch (e->kind) {
-  case ExprKind::Const: return e->i;
-  case ExprKind::Param:
-    KILN_ASSERT(e->index >= 0 && e->index < static_cast<int>(params.size()), "launch size: bad param");
-    return params[e->index];
-  case ExprKind::IntDiv: return arg(1) ? arg(0) / arg(1) : 0;
-  case ExprKind::IntMod: return arg(1) ? arg(0) % arg(1) : 0;
-  case ExprKind::Op:
-    if (e->op == OpKind::Add) return arg(0) + arg(1);
-    if (e->op == OpKind::Sub) return arg(0) - arg(1);
-    if (e->op == OpKind::Mul) return arg(0) * arg(1);
-    if (e->op == OpKind::Maximum) return std::max(arg(0), arg(1));
-    if (e->op == OpKind::Minimum) return std::min(arg(0), arg(1));
-    break;
-  case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
-  case ExprKind::ReduceResult: case ExprKind::Random: case ExprKind::Check:
-    break;
-  }
-  KILN_ASSERT(false, "launch size is not an expression of parameters");
-  return 0;
 }
 
 /// The tiled GEMM's shape for a dtype (see cuda_emitter.h): a block of 16 x 16 threads
@@ -304,36 +266,18 @@ int64_t gemm_shared_bytes(DType t, bool small) {
   return 2 * int64_t{g.bk} * ((g.tm + g.pad) + (g.tn + g.pad)) * (t == DType::Float64 ? 8 : 4);
 }
 
-/// A GEMM-form kernel (Kernel::gemm) that the tiled emitter handles: one fma Sum of
-/// a * b over one k extent, no map; a reads no column var, b no row var.
-bool is_tiled_gemm(const Kernel& k) {
-  if (!k.gemm || k.reductions.size() != 1 || !k.map.empty()) return false;
-  const Reduction& r = k.reductions[0];
-  if (!is_fma_reduction(r) || r.extents.size() != 1) return false;
-  if (r.dtype != DType::Float32 && r.dtype != DType::Float64) return false;
-  const GemmTiling& g = *k.gemm;
-  const int rank = static_cast<int>(k.domain.size());
-  if (g.m_var >= rank || g.n_var >= rank || (g.m_var >= 0 && g.m_var == g.n_var)) return false;
-  if (g.n_var >= 0 && mentions(r.value->args[0], ExprKind::LoopVar, g.n_var)) return false;
-  if (g.m_var >= 0 && mentions(r.value->args[1], ExprKind::LoopVar, g.m_var)) return false;
-  return true;
-}
+/// Threads per row of a Row-form kernel (see cuda_emitter.h).
+constexpr int kRowThreads = kCudaRowThreads;
 
-/// A row kernel (softmax, layernorm: reductions, then a map over the row; or reductions
-/// alone with a float sum among them) that is emitted with a group of kRowThreads
-/// threads per row (see cuda_emitter.h).
-constexpr int kRowThreads = 16;
-
-/// A float sum in the order of sum_lanes() (what the row kernel splits across its threads).
-bool is_lane_sum(const Reduction& r) {
-  return r.op == OpKind::Sum && is_floating(r.dtype) && !r.block_inner && !r.extents.empty();
-}
-
-bool is_row_kernel(const Kernel& k) {
-  if (k.gemm || k.reductions.empty()) return false;
-  for (const Reduction& r : k.reductions)
-    if (sum_lanes(r.dtype) > kRowThreads) return false;
-  return !k.map.empty() || std::any_of(k.reductions.begin(), k.reductions.end(), is_lane_sum);
+/// Whether k's form fits its IR (plan_form() guarantees it; a hand-made kernel may not).
+bool form_fits(const Kernel& k) {
+  switch (k.form) {
+  case KernelForm::Elementwise: return k.reductions.empty() && !k.gemm;
+  case KernelForm::Reduction: return !k.reductions.empty() && !k.gemm;
+  case KernelForm::Row: return !k.reductions.empty() && !k.gemm;
+  case KernelForm::Gemm: return k.gemm && k.reductions.size() == 1 && is_fma_reduction(k.reductions[0]) && k.map.empty();
+  }
+  return false;
 }
 
 class CudaWriter {
@@ -345,7 +289,8 @@ public:
     std::string head = "// kiln kernel " + k_.name + " as CUDA C++ (generated by codegen/src/cuda_emitter.cpp)\n";
     head += cuda_prelude();
     if (has_error_buffer(k_)) head += kCheckHelper;
-    const bool tiled = is_tiled_gemm(k_), rows = is_row_kernel(k_);
+    KILN_ASSERT(form_fits(k_), std::string("kernel ") + k_.name + " does not fit its form " + form_name(k_.form));
+    const bool tiled = k_.form == KernelForm::Gemm, rows = k_.form == KernelForm::Row;
     head += "extern \"C\" __global__ void " + std::string(tiled || rows ? "__launch_bounds__(256) " : "") + k_.name +
             "(" + signature() + ") {\n";
     scopes_.emplace_back();
@@ -699,7 +644,7 @@ private:
     emit_split_index();
     results_ = 0;
     for (size_t r = 0; r < k_.reductions.size(); ++r) {
-      if (is_lane_sum(k_.reductions[r])) emit_row_lane_sum(k_.reductions[r], static_cast<int>(r));
+      if (sums_in_lanes(k_.reductions[r])) emit_row_lane_sum(k_.reductions[r], static_cast<int>(r));
       else emit_reduction(k_.reductions[r], static_cast<int>(r));
       results_ = static_cast<int>(r) + 1;
     }
@@ -1116,7 +1061,7 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
   for (int p = 0; p < k.num_params; ++p) call += ", params[" + std::to_string(p) + "]";
   return "extern \"C\" void " + k.name +
          "_shim(unsigned grid, unsigned block, void* const* buffers, const long long* params) {\n"
-         "  kiln_shim::" + std::string(is_tiled_gemm(k) || is_row_kernel(k) ? "launch_sync" : "launch") +
+         "  kiln_shim::" + std::string(k.form == KernelForm::Gemm || k.form == KernelForm::Row ? "launch_sync" : "launch") +
          "(grid, block, [&] { " +
          k.name + "(" + call + "); });\n}\n"
          "extern \"C\" const int " + k.name + "_shim_arity[2] = {" + std::to_string(k.buffers.size()) + ", " +
@@ -1129,7 +1074,7 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
                                     const CudaDeviceLimits& limits) {
   int64_t max_grid = 2147483647; // gridDim.x
   CudaLaunchConfig c;
-  if (is_tiled_gemm(k)) {
+  if (k.form == KernelForm::Gemm) {
     const GemmTiling& form = *k.gemm;
     const Reduction& r = k.reductions[0];
     int64_t batch = 1, m = 1, n = 1;
@@ -1150,7 +1095,7 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
   for (const ExprRef& e : k.domain) points *= eval_index(e, params);
   if (limits.sm_count > 0 && limits.max_threads_per_sm >= kGemmThreads) // both forms below use 256-thread blocks
     max_grid = std::min<int64_t>(max_grid, kMaxWaves * limits.sm_count * (limits.max_threads_per_sm / kGemmThreads));
-  if (is_row_kernel(k)) {
+  if (k.form == KernelForm::Row) {
     const int64_t rows_per_block = kGemmThreads / kRowThreads;
     c.grid = static_cast<unsigned>(std::min((points + rows_per_block - 1) / rows_per_block, max_grid));
     c.block = kGemmThreads;

@@ -145,6 +145,59 @@ ExprRef check(ExprRef index, ExprRef bound, ExprRef site, int error_buffer) {
   return e;
 }
 
+const char* form_name(KernelForm f) {
+  switch (f) {
+  case KernelForm::Elementwise: return "elementwise";
+  case KernelForm::Reduction: return "reduction";
+  case KernelForm::Row: return "row";
+  case KernelForm::Gemm: return "gemm";
+  }
+  return "?";
+}
+
+int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
+  auto arg = [&](int i) { return eval_index(e->args.at(i), params); };
+  switch (e->kind) {
+  case ExprKind::Const: return e->i;
+  case ExprKind::Param:
+    KILN_ASSERT(e->index >= 0 && e->index < static_cast<int>(params.size()), "launch size: bad param");
+    return params[e->index];
+  case ExprKind::IntDiv: return arg(1) ? arg(0) / arg(1) : 0;
+  case ExprKind::IntMod: return arg(1) ? arg(0) % arg(1) : 0;
+  case ExprKind::Op:
+    if (e->op == graph::OpKind::Add) return arg(0) + arg(1);
+    if (e->op == graph::OpKind::Sub) return arg(0) - arg(1);
+    if (e->op == graph::OpKind::Mul) return arg(0) * arg(1);
+    if (e->op == graph::OpKind::Maximum) return std::max(arg(0), arg(1));
+    if (e->op == graph::OpKind::Minimum) return std::min(arg(0), arg(1));
+    break;
+  case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
+  case ExprKind::ReduceResult: case ExprKind::Random: case ExprKind::Check:
+    break;
+  }
+  KILN_ASSERT(false, "launch size is not an expression of parameters");
+  return 0;
+}
+
+bool sums_in_lanes(const Reduction& r) {
+  return r.op == graph::OpKind::Sum && is_floating(r.dtype) && !r.block_inner && !r.extents.empty();
+}
+
+namespace {
+bool mentions(const ExprRef& e, ExprKind kind, int index, std::unordered_set<const Expr*>& seen) {
+  if (e->kind == kind && e->index == index) return true;
+  if (!seen.insert(e.get()).second) return false;
+  for (const ExprRef& a : e->args)
+    if (mentions(a, kind, index, seen)) return true;
+  return false;
+}
+} // namespace
+
+bool mentions(const ExprRef& e, ExprKind kind, int index) {
+  std::unordered_set<const Expr*> seen;
+  return mentions(e, kind, index, seen);
+}
+
 bool is_const(const ExprRef& e, int64_t v) {
   int64_t c;
   return const_value(e, c) && c == v;
@@ -261,10 +314,16 @@ std::string print_kernel(const Kernel& k) {
             std::string(dtype_name(k.buffers[b].dtype));
   head += "; params " + std::to_string(k.num_params) + ")\n";
   std::string body = "  domain " + extents_str(p, k.domain) + "\n";
-  if (const auto& g = k.gemm)
-    body += "  gemm m_var " + std::to_string(g->m_var) + " n_var " + std::to_string(g->n_var) + " mr " +
-            std::to_string(g->mr) + " nr " + std::to_string(g->nr) + " mc " + std::to_string(g->mc) + " nc " +
-            std::to_string(g->nc) + " kc " + std::to_string(g->kc) + "\n";
+  // The form shows only where it changes the emitted code beyond what the rest of the text
+  // says: the GEMM form and its CPU tiling (a CUDA GEMM form has none). The other forms
+  // follow from the text and the target's kind, which the caches' keys hold.
+  if (const auto& g = k.gemm) {
+    body += "  gemm m_var " + std::to_string(g->m_var) + " n_var " + std::to_string(g->n_var);
+    if (g->mr > 0)
+      body += " mr " + std::to_string(g->mr) + " nr " + std::to_string(g->nr) + " mc " + std::to_string(g->mc) +
+              " nc " + std::to_string(g->nc) + " kc " + std::to_string(g->kc);
+    body += "\n";
+  }
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     std::string ext = extents_str(p, red.extents);
@@ -282,7 +341,7 @@ std::string print_kernel(const Kernel& k) {
 }
 
 int64_t gemm_scratch_bytes(const Kernel& k) {
-  if (!k.gemm || k.reductions.empty()) return 0;
+  if (!k.gemm || k.gemm->mr == 0 || k.reductions.empty()) return 0; // not a CPU GEMM
   const GemmTiling& g = *k.gemm;
   const int64_t elem = k.reductions[0].dtype == DType::Float64 ? 8 : 4;
   // packed a block (mc x kc), packed b panel (kc x nr), accumulators (mc x nc), one tile
@@ -317,14 +376,14 @@ bool has(const std::vector<std::string>& ops, std::string_view op) {
   return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
-// The form's word: gemm (a matmul, CPU GEMM form or not), softmax / log_softmax /
-// layernorm for the row patterns that are clearly one of them, else the reductions.
+// The form's word: gemm (the GEMM form, or a matmul kept out of it: one fma sum),
+// softmax / log_softmax / layernorm for the row kernels that are clearly one of them,
+// else the reductions.
 std::vector<std::string> form_words(const Kernel& k, const std::vector<std::string>& ops) {
   std::vector<std::string> w;
   const auto& r = k.reductions;
-  const bool matmul = r.size() == 1 && r[0].fma;
-  if (matmul) return {"gemm"};
-  const bool row = !k.map.empty() && r.size() == 2;
+  if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
+  const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
   if (row && r[0].op == graph::OpKind::Max && r[1].op == graph::OpKind::Sum && has(ops, "exp"))
     return {has(ops, "log") ? "log_softmax" : "softmax"};
   if (row && r[0].op == graph::OpKind::Sum && r[1].op == graph::OpKind::Sum && has(ops, "rsqrt")) return {"layernorm"};

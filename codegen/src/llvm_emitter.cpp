@@ -100,7 +100,7 @@ private:
   Function* emit_body_function() {
     std::vector<Type*> args{i64(), i64()};
     for (size_t i = 0; i <= k_.buffers.size(); ++i) args.push_back(b_.getPtrTy());
-    if (k_.gemm) args.push_back(b_.getPtrTy()); // GEMM scratch (after the params)
+    if (k_.form == KernelForm::Gemm) args.push_back(b_.getPtrTy()); // GEMM scratch (after the params)
     auto* fty = FunctionType::get(b_.getVoidTy(), args, false);
     fn_ = Function::Create(fty, GlobalValue::InternalLinkage, k_.name + ".body", mod_);
     fn_->addFnAttr(Attribute::AlwaysInline);
@@ -115,7 +115,7 @@ private:
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
     params_ = fn_->getArg(2 + k_.buffers.size());
-    if (k_.gemm) {
+    if (k_.form == KernelForm::Gemm) {
       scratch_ = fn_->getArg(3 + k_.buffers.size());
       scratch_->addAttr(Attribute::NoAlias);
       scratch_->addAttr(Attribute::NoCapture);
@@ -140,7 +140,7 @@ private:
     for (size_t i = 0; i < k_.buffers.size(); ++i)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), i)));
     args.push_back(f->getArg(3));
-    if (k_.gemm) // the scratch pointer follows the buffers (kernel_ir.h, GemmTiling)
+    if (k_.form == KernelForm::Gemm) // the scratch pointer follows the buffers (kernel_ir.h, GemmTiling)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), k_.buffers.size())));
     b_.CreateCall(body, args);
     b_.CreateRetVoid();
@@ -221,7 +221,7 @@ private:
   /// rows, as in im2col and pooling, would otherwise pay a division per dim per row);
   /// the innermost loop over the row is the vectorized one.
   void emit_domain(Value* begin, Value* end) {
-    if (k_.gemm) return emit_gemm_domain(begin, end);
+    if (k_.form == KernelForm::Gemm) return emit_gemm_domain(begin, end);
     if (k_.domain.empty()) {
       for_range(begin, end, [&](Value*) { emit_point(); });
       return;

@@ -29,55 +29,15 @@
 
 #include <algorithm>
 #include <functional>
-#include <mutex>
-#include <optional>
 
 #include <llvm/IR/Intrinsics.h>
-#include <llvm/TargetParser/Host.h>
 
-#include "codegen/gemm.h"
 #include "codegen/src/llvm_math.h"
 #include "kiln/error.h"
 
 namespace kiln::codegen {
 
 using namespace llvm;
-
-namespace {
-std::mutex tiling_mutex;
-std::optional<GemmTiling> tiling_override; // tests: set_gemm_tiling_override()
-} // namespace
-
-void set_gemm_tiling_override(std::optional<GemmTiling> tiling) {
-  std::lock_guard lock(tiling_mutex);
-  tiling_override = tiling;
-}
-
-GemmTiling host_gemm_tiling(DType dtype) {
-  {
-    std::lock_guard lock(tiling_mutex);
-    if (tiling_override) {
-      GemmTiling g = *tiling_override;
-      g.m_var = g.n_var = -1;
-      return g;
-    }
-  }
-  static const auto features = sys::getHostCPUFeatures();
-  auto has = [](const char* f) {
-    auto it = features.find(f);
-    return it != features.end() && it->second;
-  };
-  const bool avx512 = has("avx512f");
-  const int64_t vector_bytes = avx512 ? 64 : has("avx") ? 32 : 16;
-  const int64_t elem = dtype == DType::Float64 ? 8 : 4;
-  GemmTiling g;
-  g.nr = 2 * vector_bytes / elem;  // two vectors of columns
-  g.mr = avx512 ? 12 : 6;          // 24 (of 32) or 12 (of 16) vector accumulators
-  g.mc = 384;                      // b is read from memory once per mc rows
-  g.nc = 2048 / elem;              // 512 f32 or 256 f64 columns
-  g.kc = 256;                      // a b panel of kc x nr: 32 KiB (AVX-512), in L1
-  return g;
-}
 
 namespace {
 
@@ -569,7 +529,8 @@ std::string GemmSupport::name() const {
 std::string GemmSupport::defined_symbol() const { return name() + micro_suffix(MicroForm::Packed); }
 
 GemmSupport gemm_support_of(const Kernel& k) {
-  KILN_ASSERT(k.gemm.has_value() && !k.reductions.empty(), "gemm_support_of without a GEMM form: " + k.name);
+  KILN_ASSERT(k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0 && !k.reductions.empty(),
+              "gemm_support_of without a CPU GEMM form: " + k.name);
   return GemmSupport{k.reductions[0].dtype, k.gemm->mr, k.gemm->nr};
 }
 
@@ -580,7 +541,8 @@ std::unique_ptr<Module> emit_gemm_support_module(const GemmSupport& s, LLVMConte
 }
 
 void emit_gemm(const Kernel& k, GemmHost& host, Value* begin, Value* end, Value* scratch) {
-  KILN_ASSERT(k.gemm.has_value(), "emit_gemm without a GEMM form: " + k.name);
+  KILN_ASSERT(k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0,
+              "emit_gemm without a CPU GEMM form (a kernel planned for another target?): " + k.name);
   GemmEmitter(k, host).emit(begin, end, scratch);
 }
 

@@ -35,6 +35,7 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/IPO/AlwaysInliner.h>
 #include <llvm/Transforms/InstCombine/InstCombine.h>
 #include <llvm/Transforms/Scalar/SROA.h>
@@ -762,6 +763,19 @@ double LlvmJit::last_compile_ms() const {
 size_t LlvmJit::compiled_count() const {
   std::lock_guard lock(impl_->mu);
   return impl_->compiled;
+}
+
+Target host_cpu_target() {
+  static const Target host = [] {
+    const auto features = llvm::sys::getHostCPUFeatures();
+    auto has = [&](const char* f) {
+      auto it = features.find(f);
+      return it != features.end() && it->second;
+    };
+    const bool avx512 = has("avx512f");
+    return Target::cpu(avx512 ? 512 : has("avx") ? 256 : 128, has("fma"), avx512 ? 32 : 16);
+  }();
+  return host;
 }
 
 std::string LlvmJit::target_description() const {

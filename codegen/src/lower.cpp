@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "codegen/gemm.h"
+#include "codegen/form.h"
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
@@ -594,10 +594,10 @@ private:
 
 class KernelBuilder {
 public:
-  /// The kernel storing `roots` (Grouping::kernels' entry), the leader first.
+  /// The kernel storing `roots` (Grouping::kernels' entry), the leader first, planned for `target`.
   /// `stored[i]`: whether roots[i] is written to a buffer (else only later roots read it).
-  KernelBuilder(const Partition& part, std::vector<const Node*> roots, std::vector<bool> stored)
-      : part_(part), roots_(std::move(roots)), store_(std::move(stored)), root_(roots_[0]) {}
+  KernelBuilder(const Partition& part, std::vector<const Node*> roots, std::vector<bool> stored, const Target& target)
+      : part_(part), roots_(std::move(roots)), store_(std::move(stored)), root_(roots_[0]), target_(target) {}
 
   KernelLaunch build() {
     const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
@@ -620,6 +620,9 @@ public:
       launch_.outputs.push_back(roots_[i]);
     }
     kernel_.num_params = static_cast<int>(launch_.params.size());
+    const FormPlan form = plan_form(kernel_, launch_.params, target_);
+    set_form(kernel_, form);
+    launch_.gemm_tasks = form.gemm_tasks;
     finalize(kernel_);
     launch_.kernel = std::move(kernel_);
     launch_.domain_size = root_->numel() / std::max<int64_t>(1, map_size_);
@@ -638,6 +641,7 @@ private:
   std::vector<const Node*> roots_;
   std::vector<bool> store_; // per root: written to a buffer
   const Node* root_;    // the leader: its shape gives the domain
+  const Target& target_; // what plan_form() plans the kernel for
   const Node* current_ = nullptr; // the root being built
   std::unordered_map<const Node*, Stored> stored_; // roots built so far
   Kernel kernel_;
@@ -1033,7 +1037,8 @@ private:
 
   // The GEMM form pays off from a few rows and columns on; a matrix-vector product
   // keeps the row-blocked or dot-product loops. It needs a float matmul computed at
-  // the domain's own points (not inside a row map).
+  // the domain's own points (not inside a row map). Whether the kernel then takes the
+  // form is plan_form()'s decision for the target (form.h).
   bool use_gemm(const Node* n, const Index& idx) const {
     const size_t r = n->shape.size();
     if (n->dtype != DType::Float32 && n->dtype != DType::Float64) return false;
@@ -1061,27 +1066,13 @@ private:
     red.value = op(OpKind::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
     launch_.work_per_point = std::max<int64_t>(1, k);
     if (use_gemm(n, idx)) {
-      // The CPU GEMM (packing, cache blocks, register tiles); it accumulates in order,
-      // like a block_inner reduction, on every backend.
+      // A GEMM-form candidate (plan_form decides). Its order is sequential, like a
+      // block_inner reduction, whatever the form and the backend.
       red.block_inner = true;
-      GemmTiling g = host_gemm_tiling(n->dtype);
-      if (idx[r - 2]->kind == ExprKind::LoopVar) g.m_var = idx[r - 2]->index;
-      if (idx[r - 1]->kind == ExprKind::LoopVar) g.n_var = idx[r - 1]->index;
-      const int64_t m = n->shape[r - 2], cols = n->shape[r - 1];
-      const int64_t batch = n->numel() / std::max<int64_t>(1, m * cols);
-      auto tasks = [&] { return batch * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc); };
-      // Smaller blocks for small products, so that they still split among threads: up
-      // to 4 tasks of at least 8 MFLOP each. (The tiling never changes a result.)
-      const double flops = 2.0 * static_cast<double>(n->numel()) * static_cast<double>(k);
-      while (tasks() < 4 && flops / static_cast<double>(2 * tasks()) >= 8e6) {
-        const bool rows_split = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr && (g.mc >= g.nc / 2 || g.nc <= g.nr);
-        if (rows_split) g.mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
-        else if (g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr)
-          g.nc = std::max(g.nr, (std::min(g.nc, cols) + 2 * g.nr - 1) / (2 * g.nr) * g.nr);
-        else break;
-      }
-      launch_.gemm_tasks = tasks();
-      kernel_.gemm = g;
+      MatmulDims dims;
+      if (idx[r - 2]->kind == ExprKind::LoopVar) dims.m_var = idx[r - 2]->index;
+      if (idx[r - 1]->kind == ExprKind::LoopVar) dims.n_var = idx[r - 1]->index;
+      kernel_.matmul = dims;
     }
     kernel_.reductions.push_back(std::move(red));
     return reduce_result(static_cast<int>(kernel_.reductions.size()) - 1, n->dtype);
@@ -1119,7 +1110,7 @@ Schedule schedule(const std::vector<const graph::Node*>& outputs, const Schedule
       for (const std::vector<const Node*>& roots : groups.kernels) {
         std::vector<bool> stored;
         for (const Node* r : roots) stored.push_back(!groups.internal(r));
-        s.launches.push_back(KernelBuilder(part, roots, std::move(stored)).build());
+        s.launches.push_back(KernelBuilder(part, roots, std::move(stored), options.target).build());
       }
     } catch (const NeedsBuffer& e) {
       forced.insert(e.node);

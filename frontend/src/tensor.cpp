@@ -319,7 +319,8 @@ std::string graph_dot(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors)
     if (!t.node()->realized() && std::find(todo.begin(), todo.end(), t.node().get()) == todo.end())
       todo.push_back(t.node().get());
-  return codegen::schedule_dot(codegen::schedule(todo, {options().fusion}), todo);
+  const Device device = todo.empty() ? kCPU : todo[0]->device;
+  return codegen::schedule_dot(codegen::schedule(todo, runtime::schedule_options(device, options().fusion)), todo);
 }
 
 namespace {

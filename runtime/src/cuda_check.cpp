@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "codegen/cuda_emitter.h"
+#include "codegen/form.h"
 #include "codegen/nvrtc.h"
 #include "kiln/error.h"
 #include "kiln/options.h"
@@ -64,8 +65,14 @@ void mark(const std::string& path) {
 
 } // namespace
 
-void cuda_check_kernel(const codegen::Kernel& k) {
-  if (!options().cuda_check || !usable() || !first_time(k.name)) return;
+void cuda_check_kernel(const codegen::Kernel& cpu_kernel) {
+  if (!options().cuda_check || !usable()) return;
+  // The same IR planned for the GPU the check compiles for (its form and, for a GEMM, its
+  // name differ from the CPU kernel's). A CUDA plan reads no parameter values.
+  codegen::Kernel k = cpu_kernel;
+  codegen::set_form(k, codegen::plan_form(k, {}, codegen::Target::cuda(9, 0)));
+  codegen::finalize(k);
+  if (!first_time(k.name)) return;
   const std::string source = codegen::emit_cuda(k);
   const std::string marker = marker_path(source);
   if (!marked(marker)) {

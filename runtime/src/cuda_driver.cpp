@@ -25,6 +25,7 @@ constexpr CUresult kStubLibrary = 34; // CUDA_ERROR_STUB_LIBRARY
 constexpr CUresult kNoDevice = 100;   // CUDA_ERROR_NO_DEVICE
 constexpr int kAttrSmCount = 16;      // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 constexpr int kAttrThreadsPerSm = 39; // CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR
+constexpr int kAttrSharedPerBlock = 8; // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK
 constexpr int kAttrCcMajor = 75;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrCcMinor = 76;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 
@@ -96,6 +97,7 @@ std::string device_info(const Api& a, int i, DeviceInfo& d) {
   if (r == 0) r = a.DeviceGetAttribute(&d.cc_minor, kAttrCcMinor, dev);
   if (r == 0) r = a.DeviceGetAttribute(&d.sm_count, kAttrSmCount, dev);
   if (r == 0) r = a.DeviceGetAttribute(&d.max_threads_per_sm, kAttrThreadsPerSm, dev);
+  if (r == 0) r = a.DeviceGetAttribute(&d.shared_memory_per_block, kAttrSharedPerBlock, dev);
   if (r == 0) r = a.DeviceTotalMem(&d.total_memory, dev);
   d.name = name;
   if (r == 0) return "";

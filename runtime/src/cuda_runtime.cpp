@@ -319,6 +319,11 @@ CUfunction Gpu::kernel(const codegen::Kernel& k, Source& source) {
   return kernels_.emplace(k.name, fn).first->second; // a racing thread's copy wins; both are valid
 }
 
+codegen::Target Gpu::target() const {
+  return codegen::Target::cuda(info_.cc_major, info_.cc_minor, info_.sm_count, info_.max_threads_per_sm,
+                               info_.shared_memory_per_block);
+}
+
 codegen::CudaLaunchConfig Gpu::launch_config(const codegen::Kernel& k, const std::vector<int64_t>& params) const {
   return codegen::cuda_launch_config(k, params, {info_.sm_count, info_.max_threads_per_sm});
 }

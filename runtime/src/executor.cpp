@@ -252,6 +252,10 @@ struct Memory {
 
 } // namespace
 
+codegen::ScheduleOptions schedule_options(Device device, bool fusion) {
+  return {fusion, device == kCPU ? codegen::host_cpu_target() : Gpu::get(device.index).target(), options().fuel};
+}
+
 Plan make_plan(const std::vector<graph::NodeRef>& outputs) { return make_plan(outputs, options().fusion); }
 
 Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
@@ -268,10 +272,12 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
   observe::Span plan_span("plan", "plan");
   {
     observe::Span span("schedule", "schedule");
-    p.schedule = codegen::schedule(todo, {fusion, options().fuel});
+    p.schedule = codegen::schedule(todo, schedule_options(p.device, fusion));
     span.arg("kernels", static_cast<double>(p.schedule.launches.size()));
   }
   if (options().debug >= 2) {
+    std::fprintf(stderr, "[kiln] schedule: for %s (%s)\n", p.device.str().c_str(),
+                 schedule_options(p.device, fusion).target.str().c_str());
     for (const std::string& d : p.schedule.debug_lines()) std::fprintf(stderr, "[kiln] schedule: %s\n", d.c_str());
     dump_dot(p.schedule, todo);
   }

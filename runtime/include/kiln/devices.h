@@ -26,6 +26,7 @@ struct DeviceInfo {
   int sm_count = 0;        ///< streaming multiprocessors
   int max_threads_per_sm = 0; ///< resident threads per SM (launch configuration)
   size_t total_memory = 0; ///< bytes of device memory
+  int shared_memory_per_block = 0; ///< bytes of shared memory a block may use without opting in
 
   /// "cuda:0 NVIDIA H200 (compute capability 9.0, 132 SMs, 140.4 GiB)".
   std::string str() const;

@@ -1,0 +1,59 @@
+#pragma once
+/// \file form.h
+/// Form planning: how each kernel is emitted on a target (its KernelForm, kernel_ir.h),
+/// decided once per kernel after lowering and recorded in the kernel. The emitters and
+/// the CUDA launch configuration read the form; none infers it from the IR. The CPU
+/// GEMM's tiling is computed here from the Target's vector width and registers
+/// (backend-neutral code: no LLVM header, no question to the hardware).
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/target.h"
+
+namespace kiln::codegen {
+
+/// Threads per row of a CUDA Row-form kernel (16 rows of 16 threads a block; see cuda_emitter.h).
+constexpr int kCudaRowThreads = 16;
+
+/// What plan_form() decides for one kernel.
+struct FormPlan {
+  KernelForm form = KernelForm::Elementwise; ///< the form
+  std::optional<GemmTiling> gemm;            ///< the GEMM form's layout (form Gemm only; CPU tiling on a CPU target)
+  int64_t gemm_tasks = 0;                    ///< CPU GEMM form: output blocks run as tasks (KernelLaunch::gemm_tasks)
+};
+
+/// The form of the lowered kernel `k` on target `t`; `params` are the values of k's
+/// parameters (only a CPU target's GEMM reads them: it sizes its blocks from them).
+/// Per form:
+///   * Gemm: a matmul kernel lowering marked (Kernel::matmul). On the CPU always, with the
+///     tiling of cpu_gemm_tiling() and smaller blocks for small products (so that they
+///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of
+///     a float product over one k extent, no map, `a` reading no column var and `b` no row
+///     var), without a CPU tiling; otherwise Reduction;
+///   * Row: reductions and a map; on CUDA also reductions with a float sum in sum_lanes
+///     order (see Reduction), when every sum's lanes fit a row's kCudaRowThreads threads;
+///   * Reduction: other kernels with reductions;
+///   * Elementwise: kernels without reductions.
+/// The form never changes a result (see KernelForm).
+FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t);
+
+/// Records `plan` in `k` (its form and GEMM layout); call before finalize(), since the GEMM
+/// layout is part of the kernel's text.
+void set_form(Kernel& k, const FormPlan& plan);
+
+/// The CPU GEMM's tile sizes for dtype `dtype` (Float32 or Float64) on CPU target `t`,
+/// before plan_form() shrinks the blocks of small products: an mr x nr register tile of
+/// two vectors of columns using 3/4 of the vector registers as accumulators (12 x 32 f32
+/// with AVX-512's 32 registers, 6 x 16 with AVX2's 16), rows in blocks of mc = 384,
+/// 2 KiB of columns per block, k in blocks of kc = 256. m_var and n_var are -1.
+GemmTiling cpu_gemm_tiling(const Target& t, DType dtype);
+
+/// Tests only: cpu_gemm_tiling() returns `tiling` (any mr, nr, mc, kc with mc % mr == 0
+/// and nc % nr == 0; its m_var and n_var are ignored) until called again with nullopt.
+/// Thread-safe.
+void set_gemm_tiling_override(std::optional<GemmTiling> tiling);
+
+} // namespace kiln::codegen

@@ -1,0 +1,119 @@
+// Form planning (see form.h): the one place that decides how a kernel is emitted.
+#include "codegen/form.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "kiln/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+std::mutex tiling_mutex;
+std::optional<GemmTiling> tiling_override; // tests: set_gemm_tiling_override()
+
+/// The matmul's sizes at launch: rows, columns, batch (the other domain dims) and k.
+struct GemmSizes {
+  int64_t m = 1, n = 1, batch = 1, k = 1;
+};
+
+GemmSizes gemm_sizes(const Kernel& k, const std::vector<int64_t>& params) {
+  const MatmulDims& mm = *k.matmul;
+  GemmSizes s;
+  for (int d = 0; d < static_cast<int>(k.domain.size()); ++d)
+    (d == mm.m_var ? s.m : d == mm.n_var ? s.n : s.batch) *= eval_index(k.domain[d], params);
+  s.k = eval_index(k.reductions.at(0).extents.at(0), params);
+  return s;
+}
+
+/// The CPU GEMM form: the target's tiling, with smaller blocks for small products so that
+/// they still split among threads: up to 4 tasks of at least 8 MFLOP each.
+FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
+  GemmTiling g = cpu_gemm_tiling(t, k.reductions.at(0).dtype);
+  g.m_var = k.matmul->m_var;
+  g.n_var = k.matmul->n_var;
+  const GemmSizes s = gemm_sizes(k, params);
+  const int64_t m = s.m, cols = s.n;
+  auto tasks = [&] { return s.batch * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc); };
+  const double flops = 2.0 * static_cast<double>(s.batch * m * cols) * static_cast<double>(s.k);
+  while (tasks() < 4 && flops / static_cast<double>(2 * tasks()) >= 8e6) {
+    const bool rows_split = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr && (g.mc >= g.nc / 2 || g.nc <= g.nr);
+    if (rows_split) g.mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
+    else if (g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr)
+      g.nc = std::max(g.nr, (std::min(g.nc, cols) + 2 * g.nr - 1) / (2 * g.nr) * g.nr);
+    else break;
+  }
+  return {KernelForm::Gemm, g, tasks()};
+}
+
+/// Whether the CUDA tiled GEMM applies to the matmul kernel k (see plan_form).
+bool cuda_tiled_gemm_applies(const Kernel& k) {
+  if (k.reductions.size() != 1 || !k.map.empty()) return false;
+  const Reduction& r = k.reductions[0];
+  if (!r.fma || r.op != graph::OpKind::Sum || r.extents.size() != 1) return false;
+  if (r.dtype != DType::Float32 && r.dtype != DType::Float64) return false;
+  if (r.value->kind != ExprKind::Op || r.value->op != graph::OpKind::Mul) return false;
+  const MatmulDims& mm = *k.matmul;
+  const int rank = static_cast<int>(k.domain.size());
+  if (mm.m_var >= rank || mm.n_var >= rank || (mm.m_var >= 0 && mm.m_var == mm.n_var)) return false;
+  if (mm.n_var >= 0 && mentions(r.value->args[0], ExprKind::LoopVar, mm.n_var)) return false;
+  if (mm.m_var >= 0 && mentions(r.value->args[1], ExprKind::LoopVar, mm.m_var)) return false;
+  return true;
+}
+
+/// CUDA's row form: a group of kCudaRowThreads threads per row splits a map, or float
+/// sums in lane order (each sum's lanes must fit the group).
+bool cuda_row_form(const Kernel& k) {
+  for (const Reduction& r : k.reductions)
+    if (sum_lanes(r.dtype) > kCudaRowThreads) return false;
+  return !k.map.empty() || std::any_of(k.reductions.begin(), k.reductions.end(), sums_in_lanes);
+}
+
+} // namespace
+
+FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
+  const bool cpu = t.kind == Target::Kind::CPU;
+  if (k.matmul) {
+    if (cpu) return plan_cpu_gemm(k, params, t);
+    if (cuda_tiled_gemm_applies(k)) return {KernelForm::Gemm, GemmTiling{k.matmul->m_var, k.matmul->n_var}, 0};
+  }
+  if (k.reductions.empty()) return {KernelForm::Elementwise, std::nullopt, 0};
+  if (k.matmul) return {KernelForm::Reduction, std::nullopt, 0}; // a matmul CUDA's tiled GEMM does not take
+  const bool row = cpu ? !k.map.empty() : cuda_row_form(k);
+  return {row ? KernelForm::Row : KernelForm::Reduction, std::nullopt, 0};
+}
+
+void set_form(Kernel& k, const FormPlan& plan) {
+  KILN_ASSERT((plan.form == KernelForm::Gemm) == plan.gemm.has_value(), "a GEMM layout without the GEMM form or back");
+  k.form = plan.form;
+  k.gemm = plan.gemm;
+}
+
+GemmTiling cpu_gemm_tiling(const Target& t, DType dtype) {
+  {
+    std::lock_guard lock(tiling_mutex);
+    if (tiling_override) {
+      GemmTiling g = *tiling_override;
+      g.m_var = g.n_var = -1;
+      return g;
+    }
+  }
+  KILN_ASSERT(t.kind == Target::Kind::CPU && t.vector_bits >= 128 && t.vector_registers >= 8,
+              "no CPU GEMM tiling for target " + t.str());
+  const int64_t elem = dtype == DType::Float64 ? 8 : 4;
+  GemmTiling g;
+  g.nr = 2 * (t.vector_bits / 8) / elem;   // two vectors of columns
+  g.mr = t.vector_registers * 3 / 4 / 2;   // 24 (of 32) or 12 (of 16) vector accumulators
+  g.mc = 384;                              // b is read from memory once per mc rows
+  g.nc = 2048 / elem;                      // 512 f32 or 256 f64 columns
+  g.kc = 256;                              // a b panel of kc x nr: 32 KiB (AVX-512), in L1
+  return g;
+}
+
+void set_gemm_tiling_override(std::optional<GemmTiling> tiling) {
+  std::lock_guard lock(tiling_mutex);
+  tiling_override = tiling;
+}
+
+} // namespace kiln::codegen

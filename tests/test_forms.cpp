@@ -1,0 +1,230 @@
+// Targets and kernel forms (codegen/target.h, codegen/form.h): a Target's text and
+// equality; the form plan_form() records per kernel kind on a CPU and a CUDA target; the
+// CPU GEMM tiling computed from the target (and nothing of it in a CUDA kernel); kernel
+// names that stay the same across targets wherever the emitted code does. The CUDA
+// emitter's reading of the form is tested with the shim in test_cuda.cpp (CudaForms).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/form.h"
+#include "codegen/llvm_jit.h"
+#include "codegen/lower.h"
+#include "kiln/functional.h"
+#include "kiln/kiln.h"
+#include "runtime/executor.h"
+
+using namespace kiln;
+using codegen::KernelForm;
+using codegen::Target;
+
+namespace {
+
+namespace F = nn::functional;
+
+const Target kAvx512 = Target::cpu(512, true, 32);
+const Target kAvx2 = Target::cpu(256, true, 16);
+const Target kSm90 = Target::cuda(9, 0, 132, 2048, 49152);
+
+Tensor filled(IntList shape, DType dt = kFloat32) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7) - 3.0f;
+  return from_vector(v, shape).to(dt);
+}
+
+/// The one kernel that computes `t` (from realized tensors) when planned for `target`.
+codegen::KernelLaunch only_launch(const Tensor& t, const Target& target) {
+  const codegen::Schedule s = codegen::schedule({t.node().get()}, {true, target});
+  std::string names;
+  for (const auto& l : s.launches) names += l.kernel.name + " ";
+  EXPECT_EQ(s.launches.size(), 1u) << names;
+  return s.launches.empty() ? codegen::KernelLaunch{} : s.launches[0];
+}
+
+KernelForm form_of(const Tensor& t, const Target& target) { return only_launch(t, target).kernel.form; }
+
+TEST(Target, TextAndEquality) {
+  EXPECT_EQ(kAvx512.str(), "cpu v512 fma r32");
+  EXPECT_EQ(Target::baseline_cpu().str(), "cpu v128 r16");
+  EXPECT_EQ(kSm90.str(), "cuda sm_90 sms 132 tpsm 2048 smem 49152");
+  EXPECT_EQ(Target::cuda(8, 6).str(), "cuda sm_86 sms 0 tpsm 0 smem 0");
+  EXPECT_EQ(kAvx512, Target::cpu(512, true, 32));
+  EXPECT_NE(kAvx512, kAvx2);
+  EXPECT_NE(kAvx2, Target::cpu(256, false, 16)); // FMA alone
+  EXPECT_NE(kSm90, Target::cuda(9, 0, 132, 2048, 0));
+  EXPECT_NE(Target::cuda(9, 0), Target::cuda(8, 0));
+  EXPECT_NE(Target::baseline_cpu(), Target::cuda(9, 0));
+  EXPECT_EQ(codegen::ScheduleOptions{}.target, Target::baseline_cpu());
+}
+
+TEST(Target, TheHostIsACpuTargetComputedOnce) {
+  const Target host = codegen::host_cpu_target();
+  EXPECT_EQ(host.kind, Target::Kind::CPU);
+  EXPECT_TRUE(host.vector_bits == 128 || host.vector_bits == 256 || host.vector_bits == 512) << host.str();
+  EXPECT_EQ(host.vector_registers, host.vector_bits == 512 ? 32 : 16) << host.str();
+  EXPECT_EQ(host.cc_major, 0);
+  EXPECT_EQ(codegen::host_cpu_target(), host);
+  // the executor plans CPU kernels for it
+  EXPECT_EQ(runtime::schedule_options(kCPU, true).target, host);
+  EXPECT_FALSE(runtime::schedule_options(kCPU, false).fusion);
+}
+
+TEST(Forms, ElementwiseKernels) {
+  const Tensor x = filled({8, 64}), y = filled({64});
+  for (const Target& t : {kAvx512, kAvx2, kSm90}) {
+    SCOPED_TRACE(t.str());
+    const codegen::KernelLaunch l = only_launch(sigmoid(x * y + 1.0), t);
+    EXPECT_EQ(l.kernel.form, KernelForm::Elementwise);
+    EXPECT_FALSE(l.kernel.gemm.has_value());
+    EXPECT_EQ(l.gemm_tasks, 0);
+  }
+}
+
+TEST(Forms, RowKernels) {
+  const Tensor x = filled({6, 40});
+  for (const Target& t : {kAvx2, kSm90}) {
+    SCOPED_TRACE(t.str());
+    EXPECT_EQ(form_of(F::softmax(x, 1), t), KernelForm::Row);
+    EXPECT_EQ(form_of(F::layer_norm(x, {40}), t), KernelForm::Row);
+  }
+}
+
+TEST(Forms, ReductionKernels) {
+  const Tensor x = filled({6, 40});
+  // A float sum in lane order: a loop nest per row on the CPU, a group of threads per
+  // row on CUDA (the row form splits its lanes).
+  EXPECT_EQ(form_of(sum(x, {1}, true), kAvx2), KernelForm::Reduction);
+  EXPECT_EQ(form_of(sum(x, {1}, true), kSm90), KernelForm::Row);
+  // No lane-order sum (max, argmax, integer sums): one thread per row on CUDA too.
+  for (const Target& t : {kAvx2, kSm90}) {
+    SCOPED_TRACE(t.str());
+    EXPECT_EQ(form_of(max(x, {1}, true), t), KernelForm::Reduction);
+    EXPECT_EQ(form_of(argmax(x, 1, true), t), KernelForm::Reduction);
+    EXPECT_EQ(form_of(sum(filled({6, 40}, kInt64), {1}, true), t), KernelForm::Reduction);
+  }
+}
+
+TEST(Forms, GemmKernelsOnTheCpuCarryTheTargetsTiling) {
+  const Tensor a = filled({64, 48}), b = filled({48, 40});
+  for (const Target& t : {kAvx512, kAvx2}) {
+    SCOPED_TRACE(t.str());
+    const codegen::KernelLaunch l = only_launch(matmul(a, b), t);
+    EXPECT_EQ(l.kernel.form, KernelForm::Gemm);
+    ASSERT_TRUE(l.kernel.gemm.has_value());
+    const codegen::GemmTiling& g = *l.kernel.gemm;
+    const codegen::GemmTiling want = codegen::cpu_gemm_tiling(t, DType::Float32);
+    EXPECT_EQ(g.mr, want.mr);
+    EXPECT_EQ(g.nr, want.nr);
+    EXPECT_EQ(g.kc, want.kc);
+    EXPECT_EQ(g.m_var, 0);
+    EXPECT_EQ(g.n_var, 1);
+    EXPECT_GE(l.gemm_tasks, 1);
+    EXPECT_NE(codegen::print_kernel(l.kernel).find(" mr " + std::to_string(want.mr) + " nr " + std::to_string(want.nr)),
+              std::string::npos);
+  }
+  // different tilings are different kernels
+  EXPECT_NE(only_launch(matmul(a, b), kAvx512).kernel.name, only_launch(matmul(a, b), kAvx2).kernel.name);
+}
+
+TEST(Forms, TheCpuTilingComesFromTheTarget) {
+  auto tile = [](const Target& t, DType dt) {
+    const codegen::GemmTiling g = codegen::cpu_gemm_tiling(t, dt);
+    return std::vector<int64_t>{g.mr, g.nr, g.mc, g.nc, g.kc};
+  };
+  EXPECT_EQ(tile(kAvx512, DType::Float32), (std::vector<int64_t>{12, 32, 384, 512, 256}));
+  EXPECT_EQ(tile(kAvx512, DType::Float64), (std::vector<int64_t>{12, 16, 384, 256, 256}));
+  EXPECT_EQ(tile(kAvx2, DType::Float32), (std::vector<int64_t>{6, 16, 384, 512, 256}));
+  EXPECT_EQ(tile(Target::baseline_cpu(), DType::Float32), (std::vector<int64_t>{6, 8, 384, 512, 256}));
+  // the tests' override still replaces it
+  codegen::set_gemm_tiling_override(codegen::GemmTiling{-1, -1, 5, 16, 5, 48, 3});
+  EXPECT_EQ(tile(kAvx512, DType::Float32), (std::vector<int64_t>{5, 16, 5, 48, 3}));
+  const codegen::KernelLaunch l = only_launch(matmul(filled({64, 48}), filled({48, 40})), kAvx512);
+  codegen::set_gemm_tiling_override(std::nullopt);
+  ASSERT_TRUE(l.kernel.gemm.has_value());
+  EXPECT_EQ(l.kernel.gemm->mr, 5);
+  EXPECT_EQ(l.kernel.gemm->kc, 3);
+}
+
+TEST(Forms, SmallProductsGetSmallerCpuBlocks) {
+  // 384 x 512 f32 blocks would make one task of a 256 x 256 x 256 product (33 MFLOP):
+  // the plan halves blocks until 4 tasks of at least 8 MFLOP.
+  const codegen::KernelLaunch l = only_launch(matmul(filled({256, 256}), filled({256, 256})), kAvx512);
+  ASSERT_TRUE(l.kernel.gemm.has_value());
+  EXPECT_EQ(l.gemm_tasks, 4);
+  EXPECT_EQ(l.kernel.gemm->mc, 132); // 384 -> rows in 2 blocks (a multiple of mr 12)
+  EXPECT_EQ(l.kernel.gemm->nc, 128); // 512 -> columns in 2 blocks
+}
+
+TEST(Forms, AGemmKernelForCudaCarriesNoCpuTiling) {
+  const Tensor a = filled({64, 48}), b = filled({48, 40}), bias = filled({40});
+  const codegen::KernelLaunch l = only_launch(relu(matmul(a, b) + bias), kSm90);
+  EXPECT_EQ(l.kernel.form, KernelForm::Gemm);
+  ASSERT_TRUE(l.kernel.gemm.has_value());
+  const codegen::GemmTiling& g = *l.kernel.gemm;
+  EXPECT_EQ(g.m_var, 0);
+  EXPECT_EQ(g.n_var, 1);
+  EXPECT_EQ(g.mr + g.nr + g.mc + g.nc + g.kc, 0);
+  EXPECT_EQ(l.gemm_tasks, 0);
+  EXPECT_EQ(codegen::gemm_scratch_bytes(l.kernel), 0);
+  const std::string text = codegen::print_kernel(l.kernel);
+  EXPECT_NE(text.find("  gemm m_var 0 n_var 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" mr "), std::string::npos) << text;
+  // the same on every CPU tiling: overriding it changes nothing
+  codegen::set_gemm_tiling_override(codegen::GemmTiling{-1, -1, 5, 16, 5, 48, 3});
+  const std::string overridden = only_launch(relu(matmul(a, b) + bias), kSm90).kernel.name;
+  codegen::set_gemm_tiling_override(std::nullopt);
+  EXPECT_EQ(overridden, l.kernel.name);
+  EXPECT_NE(l.kernel.name, only_launch(relu(matmul(a, b) + bias), kAvx2).kernel.name);
+  EXPECT_EQ(l.kernel.name.rfind("k_gemm_add_relu_f32_", 0), 0u) << l.kernel.name;
+}
+
+TEST(Forms, MatrixVectorProductsStayOutOfTheGemmForm) {
+  // Too few rows for the GEMM form on any target: a reduction (the dot products).
+  const Tensor a = filled({2, 48}), b = filled({48, 40});
+  for (const Target& t : {kAvx2, kSm90}) {
+    SCOPED_TRACE(t.str());
+    const codegen::KernelLaunch l = only_launch(matmul(a, b), t);
+    EXPECT_EQ(l.kernel.form, KernelForm::Reduction);
+    EXPECT_FALSE(l.kernel.gemm.has_value());
+    EXPECT_EQ(l.kernel.name.rfind("k_gemm_", 0), 0u) << l.kernel.name; // still named a matmul
+  }
+}
+
+TEST(Forms, NamesStayTheSameAcrossTargetsWhereTheCodeDoes) {
+  // Only the GEMM form (and its CPU tiling) is in the kernel's text: other kernels have one
+  // name on every target, so the caches keep them.
+  const Tensor x = filled({6, 40});
+  for (const Tensor& t : {x * 2.0 + 1.0, F::softmax(x, 1), sum(x, {1}, true), argmax(x, 1, true)}) {
+    const std::string cpu = only_launch(t, kAvx512).kernel.name;
+    EXPECT_EQ(cpu, only_launch(t, kAvx2).kernel.name);
+    EXPECT_EQ(cpu, only_launch(t, kSm90).kernel.name);
+  }
+}
+
+TEST(Forms, PlanFormReadsTheRecordedMatmul) {
+  // plan_form() decides from Kernel::matmul (what lowering recorded), not from the IR's
+  // look: the same GEMM kernel without it is a reduction on either target.
+  codegen::KernelLaunch l = only_launch(matmul(filled({64, 48}), filled({48, 40})), kSm90);
+  ASSERT_TRUE(l.kernel.matmul.has_value());
+  codegen::Kernel k = l.kernel;
+  k.matmul.reset();
+  EXPECT_EQ(codegen::plan_form(k, l.params, kSm90).form, KernelForm::Reduction);
+  EXPECT_EQ(codegen::plan_form(k, l.params, kAvx2).form, KernelForm::Reduction);
+  const codegen::FormPlan cpu = codegen::plan_form(l.kernel, l.params, kAvx2);
+  EXPECT_EQ(cpu.form, KernelForm::Gemm);
+  EXPECT_EQ(cpu.gemm_tasks, 1);
+  ASSERT_TRUE(cpu.gemm.has_value());
+  EXPECT_EQ(cpu.gemm->mr, 6);
+}
+
+TEST(Forms, FormNames) {
+  EXPECT_STREQ(codegen::form_name(KernelForm::Elementwise), "elementwise");
+  EXPECT_STREQ(codegen::form_name(KernelForm::Reduction), "reduction");
+  EXPECT_STREQ(codegen::form_name(KernelForm::Row), "row");
+  EXPECT_STREQ(codegen::form_name(KernelForm::Gemm), "gemm");
+}
+
+} // namespace
