@@ -33,8 +33,9 @@
 /// sum in sum_lanes order is split across the row's threads: thread g computes lane g
 /// (16 f32 / 8 f64 lanes), the lanes are combined pairwise by __shfl_down_sync in
 /// sum_lanes' order and broadcast by __shfl_sync (runs shorter than the lanes are summed
-/// sequentially by every thread); other reductions are computed by each thread of the
-/// row alike; the map's points are split across the row's threads (without a map, the
+/// sequentially by every thread); a max or min over one dim is split the same way and
+/// combined by a __shfl_xor_sync butterfly (exact, so any order gives the same bits);
+/// other reductions are computed by each thread of the row alike; the map's points are split across the row's threads (without a map, the
 /// row's first thread stores the results). A sum's parallelism is thus at most its lanes:
 /// the price of results bitwise equal to the CPU's (a sum of a whole large tensor into one
 /// value runs on 16 threads).

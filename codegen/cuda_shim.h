@@ -155,6 +155,12 @@ template <class T> T __shfl_down_sync(unsigned, T v, unsigned delta, int width =
   return kiln_shim::exchange(v, lane + delta < static_cast<unsigned>(width) ? me + delta : me);
 }
 
+template <class T> T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  const unsigned me = threadIdx.x, lane = me % static_cast<unsigned>(width);
+  const unsigned other = lane ^ static_cast<unsigned>(mask);
+  return kiln_shim::exchange(v, other < static_cast<unsigned>(width) ? me - lane + other : me);
+}
+
 namespace kiln_shim {
 
 /// Runs body() on every CUDA thread of a 1-d launch, the threads of a block as fibers

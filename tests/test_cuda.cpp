@@ -341,6 +341,21 @@ void add_rows(std::vector<Case>& cases) {
                        return std::vector<Tensor>{F::softmax(x, 1), F::log_softmax(x, 1), x - mean(x, {1}, true)};
                      }});
   }
+  // Max and min split across the row's group (a __shfl_xor_sync butterfly): rows shorter
+  // and longer than the group, specials, signed zeros (max(-0, +0) is +0 whichever lane
+  // holds which), integers.
+  for (DType dt : kNumeric)
+    cases.push_back({"rows_extremes_" + dn(dt), [dt] {
+                       const bool fp = dt == kFloat32 || dt == kFloat64;
+                       const Tensor x = make(dt, {21, 37}, 270, fp), s = make(dt, {4, 5}, 271);
+                       std::vector<Tensor> out{x - max(x, {1}, true), x + min(x, {1}, true), s - max(s, {1}, true)};
+                       if (fp) {
+                         const Tensor z = make(dt, {13, 40}, 272) * 0.0; // +0 and -0
+                         out.push_back(z + max(z, {1}, true));
+                         out.push_back(z + min(z, {1}, true));
+                       }
+                       return out;
+                     }});
 }
 
 /// Elementwise kernels whose innermost extent divides by 4 take the vector form (4 points
@@ -904,7 +919,8 @@ TEST(CudaRowKernels, RowCasesRunTheRowKernel) {
     const std::vector<Tensor> ts = c.build();
     for (const KernelLaunch& l : schedule_of(ts).launches) {
       const std::string src = codegen::emit_cuda(l.kernel);
-      if (src.find("__shfl_down_sync") == std::string::npos) continue;
+      if (src.find("__shfl_down_sync") == std::string::npos && src.find("__shfl_xor_sync") == std::string::npos)
+        continue;
       ++rows;
       const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
       EXPECT_TRUE(cfg.fixed_block);

@@ -520,8 +520,17 @@ private:
     // (not unrolled over kk) keeps the NVRTC compile short: MR x NR FMAs per MR + NR loads.
     line("const long long left = K - (kt - 1) * " + BK + ";");
     line("const int kn = left < " + BK + " ? (int)left : " + BK + ";");
+    // A full k tile runs unrolled (a constant trip count); the last, partial one does not.
+    open("if (kn == " + BK + ")");
+    line("#pragma unroll");
+    open("for (int kk = 0; kk < " + BK + "; ++kk)");
+    emit_tile_step(g, r.dtype);
+    close();
+    close();
+    open("else");
     open("for (int kk = 0; kk < kn; ++kk)");
     emit_tile_step(g, r.dtype);
+    close();
     close();
     close();
     open("if (kt < ktiles)");
@@ -628,9 +637,10 @@ private:
   /// lane g (the elements k = g, g + lanes, ... in order, from 0), the lanes are combined
   /// pairwise with __shfl_down_sync (lane l += lane l + h, h = lanes/2, ..., 1) and lane 0's
   /// sum is broadcast: the same operations in the same order as the sequential code.
-  /// Short runs (n < lanes) and the other reductions (max, min, arg*, integer and
-  /// block_inner sums) are computed by every thread of the group, sequentially, so all
-  /// hold the same bits; the map's points are then split across the group.
+  /// Max and min over one dim are split across the group too (emit_row_lane_extreme).
+  /// Short sums (n < lanes) and the other reductions (arg*, integer and block_inner
+  /// sums, several reduction dims) are computed by every thread of the group,
+  /// sequentially, so all hold the same bits; the map's points are then split across the group.
   void emit_rows() {
     const size_t rank = k_.domain.size();
     const std::string G = std::to_string(kRowThreads), R = std::to_string(kGemmThreads / kRowThreads);
@@ -645,6 +655,7 @@ private:
     results_ = 0;
     for (size_t r = 0; r < k_.reductions.size(); ++r) {
       if (sums_in_lanes(k_.reductions[r])) emit_row_lane_sum(k_.reductions[r], static_cast<int>(r));
+      else if (extreme_in_lanes(k_.reductions[r])) emit_row_lane_extreme(k_.reductions[r], static_cast<int>(r));
       else emit_reduction(k_.reductions[r], static_cast<int>(r));
       results_ = static_cast<int>(r) + 1;
     }
@@ -693,6 +704,37 @@ private:
       line(part + " = __shfl_sync(0xffffffffu, " + lane + ", 0, " + std::to_string(kRowThreads) + ");");
     });
     reduce_rank_ = -1;
+    line("const " + t + " red" + id + " = " + acc + ";");
+  }
+
+  /// A max or min over one reduction dim, of a dtype a shuffle carries: such a reduction
+  /// is exact and free of order (kiln_max orders -0 < +0; a NaN gives a NaN), so the
+  /// row's group can split it and still hold the sequential result's bits.
+  static bool extreme_in_lanes(const Reduction& r) {
+    const RedKind kind = reduction_kind(r.op);
+    if (kind != RedKind::Max && kind != RedKind::Min) return false;
+    if (r.extents.size() != 1 || is_fma_reduction(r)) return false;
+    return r.dtype == DType::Float32 || r.dtype == DType::Float64 || r.dtype == DType::Int32 ||
+           r.dtype == DType::Int64;
+  }
+
+  /// A max or min split across the row's group (see extreme_in_lanes): thread g takes the
+  /// elements g, g + group, ...; a butterfly of __shfl_xor_sync leaves the result in every
+  /// thread. Defines red<index>.
+  void emit_row_lane_extreme(const Reduction& r, int index) {
+    const RedKind kind = reduction_kind(r.op);
+    const std::string t = reg_type(r.dtype), id = std::to_string(index), acc = "acc" + id, G = std::to_string(kRowThreads);
+    line(t + " " + acc + " = " + reduction_init(kind, r.dtype) + ";");
+    const std::string n = ref(r.extents[0]);
+    reduce_rank_ = 1;
+    open("for (long long r0 = g; r0 < " + n + "; r0 += " + G + ")");
+    line(acc + " = " + combine(kind, r.dtype, acc, ref(r.value)) + ";");
+    close();
+    reduce_rank_ = -1;
+    open("for (int h = " + G + " / 2; h >= 1; h /= 2)");
+    line("const " + t + " other = __shfl_xor_sync(0xffffffffu, " + acc + ", h, " + G + ");");
+    line(acc + " = " + combine(kind, r.dtype, acc, "other") + ";");
+    close();
     line("const " + t + " red" + id + " = " + acc + ";");
   }
 

@@ -36,11 +36,15 @@ extern "C" __global__ void __launch_bounds__(256) k_softmax_f32_774a5d884042(con
     unsigned long long rest = active ? (unsigned long long)row : 0ull;
     const long long i0 = (long long)rest;
     float acc0 = __int_as_float((int)0xff800000u);
-    for (long long r0 = 0; r0 < p3; ++r0) {
+    for (long long r0 = g; r0 < p3; r0 += 16) {
       const long long v0 = kiln_mul(i0, p4);
       const long long v1 = kiln_add(v0, r0);
       const float v2 = b0[v1];
       acc0 = kiln_max(acc0, v2);
+    }
+    for (int h = 16 / 2; h >= 1; h /= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, acc0, h, 16);
+      acc0 = kiln_max(acc0, other);
     }
     const float red0 = acc0;
     float acc1 = 0x0p+0f;
