@@ -520,17 +520,8 @@ private:
     // (not unrolled over kk) keeps the NVRTC compile short: MR x NR FMAs per MR + NR loads.
     line("const long long left = K - (kt - 1) * " + BK + ";");
     line("const int kn = left < " + BK + " ? (int)left : " + BK + ";");
-    // A full k tile runs unrolled (a constant trip count); the last, partial one does not.
-    open("if (kn == " + BK + ")");
-    line("#pragma unroll");
-    open("for (int kk = 0; kk < " + BK + "; ++kk)");
-    emit_tile_step(g, r.dtype);
-    close();
-    close();
-    open("else");
     open("for (int kk = 0; kk < kn; ++kk)");
     emit_tile_step(g, r.dtype);
-    close();
     close();
     close();
     open("if (kt < ktiles)");

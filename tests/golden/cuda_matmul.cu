@@ -80,33 +80,16 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
           const int cur = (int)((kt - 1) & 1);
           const long long left = K - (kt - 1) * 16;
           const int kn = left < 16 ? (int)left : 16;
-          if (kn == 16) {
+          for (int kk = 0; kk < kn; ++kk) {
+            float av[4], bv[4];
             #pragma unroll
-            for (int kk = 0; kk < 16; ++kk) {
-              float av[4], bv[4];
+            for (int i = 0; i < 4; ++i) av[i] = As[cur][kk][ty + i * 16];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
               #pragma unroll
-              for (int i = 0; i < 4; ++i) av[i] = As[cur][kk][ty + i * 16];
-              #pragma unroll
-              for (int j = 0; j < 4; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
-              #pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-              }
-            }
-          }
-          else {
-            for (int kk = 0; kk < kn; ++kk) {
-              float av[4], bv[4];
-              #pragma unroll
-              for (int i = 0; i < 4; ++i) av[i] = As[cur][kk][ty + i * 16];
-              #pragma unroll
-              for (int j = 0; j < 4; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
-              #pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-              }
+              for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
             }
           }
         }
@@ -205,33 +188,16 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
           const int cur = (int)((kt - 1) & 1);
           const long long left = K - (kt - 1) * 8;
           const int kn = left < 8 ? (int)left : 8;
-          if (kn == 8) {
+          for (int kk = 0; kk < kn; ++kk) {
+            float av[8], bv[8];
             #pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-              float av[8], bv[8];
+            for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) {
               #pragma unroll
-              for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
-              #pragma unroll
-              for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
-              #pragma unroll
-              for (int i = 0; i < 8; ++i) {
-                #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-              }
-            }
-          }
-          else {
-            for (int kk = 0; kk < kn; ++kk) {
-              float av[8], bv[8];
-              #pragma unroll
-              for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
-              #pragma unroll
-              for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
-              #pragma unroll
-              for (int i = 0; i < 8; ++i) {
-                #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-              }
+              for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
             }
           }
         }
