@@ -44,11 +44,11 @@
 /// shared-memory tiled GEMM. A block of exactly 256 threads (16 x 16; the kernel traps
 /// otherwise) computes a TM x TN tile of one batch point's output (f32: 64 x 64 instead
 /// for products of few large tiles, see set_cuda_small_gemm_below), each thread a
-/// MR x NR register tile (rows ty + 16 i, columns tx + 16 j: conflict-free shared reads
-/// and coalesced stores); the operands' k tiles of BK are staged through __shared__
+/// MR x NR register tile (f32: rows 64 q + 4 ty + 0..3, columns 64 q + 4 tx + 0..3, each
+/// run of 4 one 16-byte shared read; f64: rows ty + 16 i, columns tx + 16 j); the operands' k tiles of BK are staged through __shared__
 /// memory, double-buffered with one __syncthreads per k tile (the next tile's loads are
 /// in flight while the current one is multiplied). f32: 128 x 128 tiles, 8 x 8 per
-/// thread (64 FMAs per 16 shared loads, enough to keep sm_90's FMA units ahead of its
+/// thread (64 FMAs per 4 16-byte shared loads, enough to keep sm_90's FMA units ahead of its
 /// shared-memory bandwidth), BK 8, 16.5 KiB of shared memory; f64: 64 x 64, 4 x 4,
 /// BK 16, 32.5 KiB (half the accumulator registers of f32's tile). The operands are
 /// read through the kernel's own index expressions (views need no copy), staged by

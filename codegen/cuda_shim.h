@@ -40,6 +40,7 @@ inline unsigned long long atomicCAS(unsigned long long* address, unsigned long l
   return compare;
 }
 #define __shared__ static thread_local
+#define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 
 /// CUDA's dim3, reduced to what the emitted kernels read.

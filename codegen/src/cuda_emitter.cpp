@@ -235,10 +235,15 @@ bool has_error_buffer(const Kernel& k) {
 }
 
 /// The tiled GEMM's shape for a dtype (see cuda_emitter.h): a block of 16 x 16 threads
-/// computes a tm x tn output tile, each thread an mr x nr register tile (rows ty + 16 i,
-/// columns tx + 16 j), over k tiles of bk staged (double-buffered) in shared memory.
+/// computes a tm x tn output tile, each thread an mr x nr register tile (see vec4),
+/// over k tiles of bk staged (double-buffered) in shared memory.
 struct GemmTile {
   int tm, tn, bk, mr, nr, pad; ///< pad: extra elements per shared row (bank conflicts)
+  /// Whether a thread's rows (columns) come in runs of 4 adjacent ones, read from
+  /// shared memory as one 16-byte kiln_f4 (rows 64 q + 4 ty + 0..3 for q < mr / 4);
+  /// else at a stride of 16 (rows ty + 16 i). Either way each output element is the
+  /// same chain of fmas in k order: only which thread computes it changes.
+  bool vec4 = false;
 };
 
 constexpr int kGemmThreads = 256;
@@ -246,8 +251,16 @@ constexpr int kGemmThreads = 256;
 /// The tile of a dtype; `small`: f32's tile for products of few large tiles (f64's tile
 /// is already that size).
 GemmTile gemm_tile(DType t, bool small = false) {
-  if (t == DType::Float64 || small) return {64, 64, 16, 4, 4, 1};
-  return {128, 128, 8, 8, 8, 4};
+  if (t == DType::Float64) return {64, 64, 16, 4, 4, 1};
+  if (small) return {64, 64, 16, 4, 4, 4, true}; // rows of 68 floats: 16-byte aligned
+  return {128, 128, 8, 8, 8, 4, true};
+}
+
+/// The offset in a tile of a thread's element e (< mr or nr) along one side, t its
+/// thread coordinate on that side (ty or tx); see GemmTile::vec4.
+std::string tile_offset(const GemmTile& g, const std::string& t, const std::string& e) {
+  if (!g.vec4) return t + " + " + e + " * 16";
+  return "(" + e + " / 4) * 64 + " + t + " * 4 + " + e + " % 4";
 }
 
 /// f32 products of fewer large tiles than this use the small tile (4 times the blocks).
@@ -484,8 +497,8 @@ private:
                          unit_stride(b, ExprKind::ReduceVar, 0);
     line("const long long mtiles = (M + " + TM + " - 1) / " + TM + ", ntiles = (N + " + TN + " - 1) / " + TN + ";");
     line("const long long tiles = " + (batch == "1LL" ? std::string() : batch + " * ") + "mtiles * ntiles, ktiles = (K + " + BK + " - 1) / " + BK + ";");
-    line("__shared__ " + T + " As[2][" + BK + "][" + std::to_string(g.tm + g.pad) + "];");
-    line("__shared__ " + T + " Bs[2][" + BK + "][" + std::to_string(g.tn + g.pad) + "];");
+    line("__shared__ __align__(16) " + T + " As[2][" + BK + "][" + std::to_string(g.tm + g.pad) + "];");
+    line("__shared__ __align__(16) " + T + " Bs[2][" + BK + "][" + std::to_string(g.tn + g.pad) + "];");
     open("for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x)");
     line("long long rest = tile;");
     line("const long long tn0 = rest % ntiles * " + TN + ";");
@@ -534,12 +547,12 @@ private:
     // The epilogue: the kernel's stores for each element of the thread's tile inside the output.
     line("#pragma unroll");
     open("for (int i = 0; i < " + MR + "; ++i)");
-    line("const long long row = tm0 + ty + i * 16;");
+    line("const long long row = tm0 + " + tile_offset(g, "ty", "i") + ";");
     if (form.m_var >= 0 && stores_mention(form.m_var)) line("const long long " + numbered("i", form.m_var) + " = row;");
     open("if (row < M)");
     line("#pragma unroll");
     open("for (int j = 0; j < " + NR + "; ++j)");
-    line("const long long col = tn0 + tx + j * 16;");
+    line("const long long col = tn0 + " + tile_offset(g, "tx", "j") + ";");
     if (form.n_var >= 0 && stores_mention(form.n_var)) line("const long long " + numbered("i", form.n_var) + " = col;");
     open("if (col < N)");
     line("const " + T + " red0 = acc[i][j];");
@@ -608,9 +621,20 @@ private:
     const std::string T = reg_type(dt), MR = std::to_string(g.mr), NR = std::to_string(g.nr);
     line(T + " av[" + MR + "], bv[" + NR + "];");
     line("#pragma unroll");
-    line("for (int i = 0; i < " + MR + "; ++i) av[i] = As[cur][kk][ty + i * 16];");
-    line("#pragma unroll");
-    line("for (int j = 0; j < " + NR + "; ++j) bv[j] = Bs[cur][kk][tx + j * 16];");
+    if (g.vec4) {
+      for (const auto& [reg, sh, t, n] : {std::tuple{"av", "As", "ty", g.mr}, std::tuple{"bv", "Bs", "tx", g.nr}}) {
+        open("for (int q = 0; q < " + std::to_string(n / 4) + "; ++q)");
+        line("const kiln_f4 f = *reinterpret_cast<const kiln_f4*>(&" + std::string(sh) + "[cur][kk][q * 64 + " + t + " * 4]);");
+        line(std::string(reg) + "[4 * q] = f.x; " + reg + "[4 * q + 1] = f.y; " + reg + "[4 * q + 2] = f.z; " + reg +
+             "[4 * q + 3] = f.w;");
+        close();
+        if (reg == std::string("av")) line("#pragma unroll");
+      }
+    } else {
+      line("for (int i = 0; i < " + MR + "; ++i) av[i] = As[cur][kk][ty + i * 16];");
+      line("#pragma unroll");
+      line("for (int j = 0; j < " + NR + "; ++j) bv[j] = Bs[cur][kk][tx + j * 16];");
+    }
     line("#pragma unroll");
     open("for (int i = 0; i < " + MR + "; ++i)");
     line("#pragma unroll");

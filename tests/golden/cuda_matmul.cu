@@ -28,8 +28,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
   if (1LL * ((M + 128 - 1) / 128) * ((N + 128 - 1) / 128) < 64LL) {
     const long long mtiles = (M + 64 - 1) / 64, ntiles = (N + 64 - 1) / 64;
     const long long tiles = mtiles * ntiles, ktiles = (K + 16 - 1) / 16;
-    __shared__ float As[2][16][65];
-    __shared__ float Bs[2][16][65];
+    __shared__ __align__(16) float As[2][16][68];
+    __shared__ __align__(16) float Bs[2][16][68];
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       long long rest = tile;
       const long long tn0 = rest % ntiles * 64;
@@ -83,9 +83,15 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
           for (int kk = 0; kk < kn; ++kk) {
             float av[4], bv[4];
             #pragma unroll
-            for (int i = 0; i < 4; ++i) av[i] = As[cur][kk][ty + i * 16];
+            for (int q = 0; q < 1; ++q) {
+              const kiln_f4 f = *reinterpret_cast<const kiln_f4*>(&As[cur][kk][q * 64 + ty * 4]);
+              av[4 * q] = f.x; av[4 * q + 1] = f.y; av[4 * q + 2] = f.z; av[4 * q + 3] = f.w;
+            }
             #pragma unroll
-            for (int j = 0; j < 4; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            for (int q = 0; q < 1; ++q) {
+              const kiln_f4 f = *reinterpret_cast<const kiln_f4*>(&Bs[cur][kk][q * 64 + tx * 4]);
+              bv[4 * q] = f.x; bv[4 * q + 1] = f.y; bv[4 * q + 2] = f.z; bv[4 * q + 3] = f.w;
+            }
             #pragma unroll
             for (int i = 0; i < 4; ++i) {
               #pragma unroll
@@ -112,12 +118,12 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
       }
       #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const long long row = tm0 + ty + i * 16;
+        const long long row = tm0 + (i / 4) * 64 + ty * 4 + i % 4;
         const long long i0 = row;
         if (row < M) {
           #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const long long col = tn0 + tx + j * 16;
+            const long long col = tn0 + (j / 4) * 64 + tx * 4 + j % 4;
             const long long i1 = col;
             if (col < N) {
               const float red0 = acc[i][j];
@@ -136,8 +142,8 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
   else {
     const long long mtiles = (M + 128 - 1) / 128, ntiles = (N + 128 - 1) / 128;
     const long long tiles = mtiles * ntiles, ktiles = (K + 8 - 1) / 8;
-    __shared__ float As[2][8][132];
-    __shared__ float Bs[2][8][132];
+    __shared__ __align__(16) float As[2][8][132];
+    __shared__ __align__(16) float Bs[2][8][132];
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       long long rest = tile;
       const long long tn0 = rest % ntiles * 128;
@@ -191,9 +197,15 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
           for (int kk = 0; kk < kn; ++kk) {
             float av[8], bv[8];
             #pragma unroll
-            for (int i = 0; i < 8; ++i) av[i] = As[cur][kk][ty + i * 16];
+            for (int q = 0; q < 2; ++q) {
+              const kiln_f4 f = *reinterpret_cast<const kiln_f4*>(&As[cur][kk][q * 64 + ty * 4]);
+              av[4 * q] = f.x; av[4 * q + 1] = f.y; av[4 * q + 2] = f.z; av[4 * q + 3] = f.w;
+            }
             #pragma unroll
-            for (int j = 0; j < 8; ++j) bv[j] = Bs[cur][kk][tx + j * 16];
+            for (int q = 0; q < 2; ++q) {
+              const kiln_f4 f = *reinterpret_cast<const kiln_f4*>(&Bs[cur][kk][q * 64 + tx * 4]);
+              bv[4 * q] = f.x; bv[4 * q + 1] = f.y; bv[4 * q + 2] = f.z; bv[4 * q + 3] = f.w;
+            }
             #pragma unroll
             for (int i = 0; i < 8; ++i) {
               #pragma unroll
@@ -220,12 +232,12 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm_add_relu_f32_d659fd2eef
       }
       #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const long long row = tm0 + ty + i * 16;
+        const long long row = tm0 + (i / 4) * 64 + ty * 4 + i % 4;
         const long long i0 = row;
         if (row < M) {
           #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const long long col = tn0 + tx + j * 16;
+            const long long col = tn0 + (j / 4) * 64 + tx * 4 + j % 4;
             const long long i1 = col;
             if (col < N) {
               const float red0 = acc[i][j];
