@@ -1,0 +1,189 @@
+// Honest ceilings: what a competent engineer's hand-written code reaches, the bars kiln's
+// kernels are judged by (bench/RESULTS.md takes every ratio against the strongest
+// baseline in the binary).
+//   Elementwise8/16M/cxx_fast, Softmax/8192x1024/cxx_fast, LayerNorm/8192x1024/cxx_fast
+//       the computations of bench_fusion.cpp's kiln cases as hand-fused loops, compiled
+//       with -O3 -march=native -ffast-math: vectorized, glibc's libmvec for expf,
+//       reassociated sums, one exp per softmax element and a multiply by 1 / sum.
+//       (bench_fusion.cpp's cxx_scalar_loop cases are the same loops without
+//       -ffast-math: scalar expf and serial sums; kept as what they are.)
+//   Gemm/<n or MxKxN>/openblas and the same shapes' Gemm/.../kiln
+//       cblas_sgemm, row-major, from the system's libopenblas.so.0 loaded with dlopen
+//       (Debian's libopenblas0; the cases say so and skip where it is absent). Run it in
+//       its best configuration for the host: OPENBLAS_CORETYPE=Cooperlake on this
+//       project's Zen 4 machine (Debian's build otherwise picks slow kernels), and
+//       OMP_WAIT_POLICY=passive with 2 threads (the OpenMP variant spins otherwise).
+//       Shapes: 1024 and 2048 cubed, the MLP step's 128 x 784 x 512 and 128 x 512 x 512,
+//       and conv2's im2col product of the CNN at batch 128 (25088 x 288 x 64).
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "bench/split.h"
+
+namespace {
+
+using namespace kiln;
+
+constexpr int64_t kElems = int64_t{1} << 24;
+constexpr int64_t kRows = 8192, kCols = 1024;
+
+void report_bytes(benchmark::State& state, double bytes_per_iter) {
+  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void gflops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// ---------------------------------------------------------------- memory-bound loops
+
+void FastElementwise8(benchmark::State& state) {
+  std::vector<float> x(kElems, 0.3f), y(kElems);
+  for (int64_t i = 0; i < kElems; ++i) x[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
+  for (auto _ : state) {
+    kiln::bench::split(static_cast<int>(state.range(0)), kElems, [&](int64_t lo, int64_t hi) {
+      const float* in = x.data();
+      float* out = y.data();
+      for (int64_t i = lo; i < hi; ++i) {
+        const float v = in[i], r = std::max((v * 1.5f + 0.5f) * v - 0.25f, 0.0f);
+        out[i] = v / (1.0f + expf(-r)) + 1.0f;
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kElems * sizeof(float));
+}
+
+void FastSoftmax(benchmark::State& state) {
+  std::vector<float> x(kRows * kCols), y(kRows * kCols);
+  for (int64_t i = 0; i < kRows * kCols; ++i) x[i] = static_cast<float>(i % 997) * 1e-2f - 5.0f;
+  for (auto _ : state) {
+    kiln::bench::split(static_cast<int>(state.range(0)), kRows, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* in = &x[r * kCols];
+        float* out = &y[r * kCols];
+        float m = in[0], s = 0.0f; // no -INFINITY: -ffast-math assumes finite values
+        for (int64_t j = 0; j < kCols; ++j) m = in[j] > m ? in[j] : m;
+        for (int64_t j = 0; j < kCols; ++j) out[j] = expf(in[j] - m);
+        for (int64_t j = 0; j < kCols; ++j) s += out[j];
+        const float inv = 1.0f / s;
+        for (int64_t j = 0; j < kCols; ++j) out[j] *= inv;
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+void FastLayerNorm(benchmark::State& state) {
+  std::vector<float> x(kRows * kCols), y(kRows * kCols), g(kCols, 1.0f), b(kCols, 0.0f);
+  for (int64_t i = 0; i < kRows * kCols; ++i) x[i] = static_cast<float>(i % 991) * 1e-3f;
+  for (auto _ : state) {
+    kiln::bench::split(static_cast<int>(state.range(0)), kRows, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* in = &x[r * kCols];
+        float* out = &y[r * kCols];
+        float sum = 0.0f, var = 0.0f;
+        for (int64_t j = 0; j < kCols; ++j) sum += in[j];
+        const float mean = sum / kCols;
+        for (int64_t j = 0; j < kCols; ++j) var += (in[j] - mean) * (in[j] - mean);
+        const float inv = 1.0f / std::sqrt(var / kCols + 1e-5f);
+        for (int64_t j = 0; j < kCols; ++j) out[j] = (in[j] - mean) * inv * g[j] + b[j];
+      }
+    });
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+#define KILN_CEILING(B, name) \
+  BENCHMARK(B)->Name(name)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_CEILING(FastElementwise8, "Elementwise8/16M/cxx_fast");
+KILN_CEILING(FastSoftmax, "Softmax/8192x1024/cxx_fast");
+KILN_CEILING(FastLayerNorm, "LayerNorm/8192x1024/cxx_fast");
+
+// ---------------------------------------------------------------- GEMM: OpenBLAS
+
+/// cblas_sgemm and openblas_set_num_threads from libopenblas.so.0, or why not.
+struct OpenBlas {
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+  Sgemm sgemm = nullptr;
+  void (*set_threads)(int) = nullptr;
+  std::string why;
+};
+
+const OpenBlas& openblas() {
+  static const OpenBlas lib = [] {
+    OpenBlas o;
+    void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return o.why = std::string("OpenBLAS not found (install Debian's libopenblas0): ") + dlerror(), o;
+    o.sgemm = reinterpret_cast<OpenBlas::Sgemm>(dlsym(h, "cblas_sgemm"));
+    o.set_threads = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
+    if (!o.sgemm || !o.set_threads) o.why = "libopenblas.so.0 lacks cblas_sgemm or openblas_set_num_threads";
+    return o;
+  }();
+  return lib;
+}
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+void OpenBlasGemm(benchmark::State& state, Shape s) {
+  const OpenBlas& ob = openblas();
+  if (!ob.why.empty()) return state.SkipWithError(ob.why.c_str());
+  ob.set_threads(static_cast<int>(state.range(0)));
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+  constexpr int kRowMajor = 101, kNoTrans = 111;
+  const auto [m, k, n] = s;
+  for (auto _ : state) {
+    ob.sgemm(kRowMajor, kNoTrans, kNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k), b.data(), int(n), 0.0f,
+             c.data(), int(n));
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  gflops(state, 2.0 * m * k * n);
+}
+
+void KilnGemmShape(benchmark::State& state, Shape s) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  Tensor a = randn({s.m, s.k}, 31), b = randn({s.k, s.n}, 32);
+  realize({a, b});
+  matmul(a, b).realize(); // compiles
+  for (auto _ : state) {
+    Tensor c = matmul(a, b);
+    c.realize();
+    benchmark::DoNotOptimize(c.node().get());
+  }
+  gflops(state, 2.0 * s.m * s.k * s.n);
+}
+
+#define KILN_GEMM_PAIR(name, M, K, N)                                                                         \
+  BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N})                                                      \
+      ->Name("Gemm/" #name "/openblas")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()                   \
+      ->Unit(benchmark::kMillisecond)
+KILN_GEMM_PAIR(1024, 1024, 1024, 1024);
+KILN_GEMM_PAIR(2048, 2048, 2048, 2048);
+KILN_GEMM_PAIR(128x784x512, 128, 784, 512);
+KILN_GEMM_PAIR(128x512x512, 128, 512, 512);
+KILN_GEMM_PAIR(25088x288x64, 25088, 288, 64);
+// kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
+#define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
+  BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \
+      ->Name("Gemm/" #name "/kiln")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_GEMM_SHAPE(128x784x512, 128, 784, 512);
+KILN_GEMM_SHAPE(128x512x512, 128, 512, 512);
+KILN_GEMM_SHAPE(25088x288x64, 25088, 288, 64);
+
+} // namespace
