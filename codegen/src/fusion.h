@@ -5,8 +5,8 @@
 /// (elementwise chains, row reductions, matmul epilogues); `Grouping` then decides which roots
 /// one kernel stores together (multi-output kernels). Every choice is a FusionDecision
 /// (codegen/lower.h). Entry point: the `Fusion` constructor. Lowering (lower.cpp) builds each kernel's IR from
-/// the result and never changes a decision, except that a reduction chosen for row fusion and
-/// found to be read at other indices is forced into a buffer (`forced`) and fusion runs again.
+/// the result and never changes a decision: what a kernel can compute (a reduction or a matmul
+/// read only at the kernel's own points) is decided here.
 
 #include <algorithm>
 #include <string>
@@ -39,9 +39,7 @@ inline std::string describe(const Node* n) {
 /// uses it (softmax, layernorm: reductions then a map over the same row).
 class Partition {
 public:
-  Partition(const std::vector<const Node*>& outputs, const ScheduleOptions& opt,
-            const std::unordered_set<const Node*>& forced)
-      : opt_(opt), forced_(forced) {
+  Partition(const std::vector<const Node*>& outputs, const ScheduleOptions& opt) : opt_(opt) {
     for (const Node* o : outputs) outputs_.insert(o);
     // a realized value's history is not needed
     order_ = graph::topo_order(outputs, [this](const Node* n) { return is_source(n); });
@@ -106,7 +104,6 @@ public:
 
 private:
   const ScheduleOptions& opt_;
-  const std::unordered_set<const Node*>& forced_;
   std::unordered_set<const Node*> outputs_;
   std::vector<const Node*> order_;
   std::unordered_map<const Node*, std::vector<const Node*>> users_;
@@ -117,6 +114,7 @@ private:
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   std::unordered_set<const Node*> cut_;          // roots cut by the depth or buffer bound
+  mutable std::unordered_map<const Node*, bool> at_root_index_; // read_at_root_index(), once per node
   mutable int64_t fuel_used_ = 0;                // fusion decisions made (ScheduleOptions::fuel)
   // Buffers a kernel reads at most: a bounded kernel signature (CUDA's 4 KB of
   // arguments) and compile time. A concat joins a kernel only while the kernel reads at
@@ -338,13 +336,13 @@ private:
   }
 
   std::string why_no_epilogue(const Node* m) const {
-    if (forced_.count(m)) return "it is read at shifted indices";
     const Node* owner = users_owner(m);
     if (owner == several()) return "its users are in more than one kernel";
     if (!graph::is_elementwise(owner->op) || owner->shape != m->shape) return "its user is not elementwise over its shape";
     if (row_dims_.count(owner) || matmul_of_.count(owner)) return "its user's kernel already has a reduction";
     for (const Node* u : users_.at(m))
       if (!graph::is_elementwise(u->op)) return "it is used through a movement op";
+    if (!read_at_root_index(m, owner)) return "its kernel reads it through a movement op, at shifted indices";
     return "";
   }
 
@@ -354,6 +352,41 @@ private:
     for (int64_t k : r->attrs.ints)
       if (r->inputs[0]->shape[k] != 1) d.push_back(k);
     return d;
+  }
+
+  // True when n is read inside the kernel of `owner` only at that kernel's own index:
+  // through elementwise ops up to the root, or as the input of a reduction that is the
+  // root or fused into its row kernel (its reduced dims are the row's). A movement op on
+  // the way (a permute, a slice, a gather) reads it at other points, where a reduction
+  // or a matmul fused into the kernel would not be at hand, so such a reduction or
+  // matmul keeps a buffer (decided here, so that lowering never finds out).
+  bool read_at_root_index(const Node* n, const Node* owner) const {
+    if (auto it = at_root_index_.find(n); it != at_root_index_.end()) return it->second;
+    bool ok = true;
+    for (const Node* u : users_of(n)) {
+      const auto o = owner_.find(u);
+      const bool inside = u == owner || (o != owner_.end() && o->second == owner);
+      const bool reduction_input =
+          graph::op_category(u->op) == OpCategory::Reduce && (u == owner || absorbed_.count(u) > 0);
+      ok = ok && inside &&
+           (reduction_input || (graph::is_elementwise(u->op) && u->shape == n->shape &&
+                                (u == owner || read_at_root_index(u, owner))));
+    }
+    return at_root_index_[n] = ok;
+  }
+
+  // True when every use of the reduction r (or of an elementwise op of r's shape on the
+  // way) is an Expand back to `shape` read at the kernel's own index.
+  bool expanded_at_root_index(const Node* r, const Node* owner) const {
+    for (const Node* u : users_of(r))
+      if (u->op == OpKind::Expand ? !read_at_root_index(u, owner) : !expanded_at_root_index(u, owner)) return false;
+    return true;
+  }
+
+  const std::vector<const Node*>& users_of(const Node* n) const {
+    static const std::vector<const Node*> none;
+    const auto it = users_.find(n);
+    return it == users_.end() ? none : it->second;
   }
 
   // True when every use of n goes back to the full `shape` through an Expand, with
@@ -369,7 +402,6 @@ private:
 
   std::string why_not_absorbed(const Node* r) const {
     if (r->op != OpKind::Sum && r->op != OpKind::Max && r->op != OpKind::Min) return "arg-reductions are not row-fused";
-    if (forced_.count(r)) return "it is read at indices a row kernel cannot provide";
     const Node* owner = users_owner(r);
     if (owner == several()) return "its users are in more than one kernel";
     const graph::Shape& x = r->inputs[0]->shape;
@@ -377,6 +409,7 @@ private:
     if (graph::op_category(owner->op) == OpCategory::Contraction) return "its user is a matmul";
     if ((owner_is_reduce ? owner->inputs[0]->shape : owner->shape) != x) return "its user iterates over another shape";
     if (!broadcast_back(r, x)) return "its result is not only broadcast back over its rows";
+    if (!expanded_at_root_index(r, owner)) return "the row kernel reads it through a movement op, at other rows";
     const std::vector<int64_t> dims = reduced_row_dims(r);
     if (dims.empty()) return "it reduces nothing";
     if (matmul_of_.count(owner)) return "its user's kernel already has a matmul";
@@ -619,10 +652,9 @@ struct Fusion {
   Partition partition; ///< which nodes are kernel roots, and what each kernel computes inline
   Grouping groups;     ///< the roots each kernel stores, in launch order
 
-  /// Runs the pass over what computing `outputs` needs; `forced`: reductions that must get a buffer.
-  Fusion(const std::vector<const Node*>& outputs, const ScheduleOptions& options,
-         const std::unordered_set<const Node*>& forced)
-      : partition(outputs, options, forced), groups(partition) {}
+  /// Runs the pass over what computing `outputs` needs.
+  Fusion(const std::vector<const Node*>& outputs, const ScheduleOptions& options)
+      : partition(outputs, options), groups(partition) {}
   Fusion(const Fusion&) = delete; // groups refers to partition
   Fusion& operator=(const Fusion&) = delete;
 };

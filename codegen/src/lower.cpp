@@ -22,13 +22,6 @@ using Index = std::vector<ExprRef>;
 using fusion::describe;
 using fusion::Partition;
 
-// Thrown while building a kernel when a reduction chosen for row fusion turns out
-// to be read at indices the row kernel cannot provide; the schedule is redone with
-// that reduction in a buffer of its own.
-struct NeedsBuffer {
-  const Node* node;
-};
-
 // ---------------------------------------------------------------- kernel building
 
 class KernelBuilder {
@@ -454,7 +447,8 @@ private:
       const bool reduced = !matmul && std::find(n->attrs.ints.begin(), n->attrs.ints.end(), static_cast<int64_t>(d)) != n->attrs.ints.end();
       const bool same = idx[d] == root_idx_[d] || (is_const(idx[d], 0) && is_const(root_idx_[d], 0));
       const bool ok = reduced ? is_const(idx[d], 0) : same && root_idx_[d]->kind != ExprKind::MapVar;
-      if (!ok) throw NeedsBuffer{n};
+      KILN_ASSERT(ok, describe(n) + " fused into the kernel of " + describe(root_) +
+                          " is read at other points than the kernel's (fusion.h, read_at_root_index)");
     }
     if (auto it = absorbed_.find(n); it != absorbed_.end()) return it->second; // once per row
     return absorbed_[n] = matmul ? lower_matmul(n, idx) : lower_reduce(n, idx);
@@ -540,40 +534,32 @@ std::vector<std::string> Schedule::debug_lines() const {
 bool KernelLaunch::stores(const graph::Node* n) const { return std::find(outputs.begin(), outputs.end(), n) != outputs.end(); }
 
 Schedule schedule(const std::vector<const graph::Node*>& outputs, const ScheduleOptions& options) {
-  std::unordered_set<const Node*> forced; // reductions that turned out to need a buffer
-  for (;;) {
-    fusion::Fusion fused(outputs, options, forced);
-    Partition& part = fused.partition;
-    const fusion::Grouping& groups = fused.groups;
-    Schedule s;
-    try {
-      for (const std::vector<const Node*>& roots : groups.kernels) {
-        std::vector<bool> stored;
-        for (const Node* r : roots) stored.push_back(!groups.internal(r));
-        s.launches.push_back(KernelBuilder(part, roots, std::move(stored), options.target).build());
-      }
-    } catch (const NeedsBuffer& e) {
-      forced.insert(e.node);
-      continue;
-    }
-    s.decisions = std::move(part.decisions);
-    s.decisions.insert(s.decisions.end(), groups.decisions.begin(), groups.decisions.end());
-    s.boundaries = std::move(part.boundaries);
-    std::unordered_map<const Node*, const std::string*> name_of; // kernel root -> its kernel's name
-    for (size_t k = 0; k < s.launches.size(); ++k) {
-      const KernelLaunch& l = s.launches[k];
-      for (const Node* r : groups.kernels[k]) name_of[r] = &l.kernel.name;
-      const std::string lines = graph::source_lines_str(l.lines, 8);
-      std::string what;
-      for (const Node* o : l.outputs) what += (what.empty() ? "" : ", ") + describe(o);
-      s.summaries.push_back(l.kernel.name + " computes " + what + (lines.empty() ? "" : " from " + lines));
-    }
-    for (FusionDecision& d : s.decisions) {
-      const Node* root = d.kind == FusionDecision::Kind::Store ? d.node : d.kernel;
-      if (auto it = name_of.find(root); it != name_of.end()) d.kernel_name = *it->second;
-    }
-    return s;
+  fusion::Fusion fused(outputs, options);
+  Partition& part = fused.partition;
+  const fusion::Grouping& groups = fused.groups;
+  Schedule s;
+  for (const std::vector<const Node*>& roots : groups.kernels) {
+    std::vector<bool> stored;
+    for (const Node* r : roots) stored.push_back(!groups.internal(r));
+    s.launches.push_back(KernelBuilder(part, roots, std::move(stored), options.target).build());
   }
+  s.decisions = std::move(part.decisions);
+  s.decisions.insert(s.decisions.end(), groups.decisions.begin(), groups.decisions.end());
+  s.boundaries = std::move(part.boundaries);
+  std::unordered_map<const Node*, const std::string*> name_of; // kernel root -> its kernel's name
+  for (size_t k = 0; k < s.launches.size(); ++k) {
+    const KernelLaunch& l = s.launches[k];
+    for (const Node* r : groups.kernels[k]) name_of[r] = &l.kernel.name;
+    const std::string lines = graph::source_lines_str(l.lines, 8);
+    std::string what;
+    for (const Node* o : l.outputs) what += (what.empty() ? "" : ", ") + describe(o);
+    s.summaries.push_back(l.kernel.name + " computes " + what + (lines.empty() ? "" : " from " + lines));
+  }
+  for (FusionDecision& d : s.decisions) {
+    const Node* root = d.kind == FusionDecision::Kind::Store ? d.node : d.kernel;
+    if (auto it = name_of.find(root); it != name_of.end()) d.kernel_name = *it->second;
+  }
+  return s;
 }
 
 } // namespace kiln::codegen
