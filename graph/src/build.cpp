@@ -168,6 +168,80 @@ NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim) {
   return make_node(OpKind::Concat, xs[0]->dtype, std::move(shape), xs, std::move(a));
 }
 
+NodeRef gather(const NodeRef& x, int64_t dim, const NodeRef& index) {
+  Attrs a;
+  a.ints = {dim};
+  return make_node(OpKind::Gather, x->dtype, index->shape, {x, index}, std::move(a));
+}
+
+namespace {
+
+// 0, 1, ..., n - 1 as i64, shaped with ones around position `at` of a rank-`rank` shape.
+NodeRef positions(int64_t n, size_t at, size_t rank, Device device) {
+  Attrs a;
+  a.i0 = 0;
+  a.i1 = 1;
+  Shape s(rank, 1);
+  s[at] = n;
+  return reshape(make_node(OpKind::Arange, DType::Int64, {n}, {}, std::move(a), device), std::move(s));
+}
+
+// x with `dim` moved last and a new axis of extent n inserted before it (broadcast).
+NodeRef dim_last_spread(const NodeRef& x, int64_t dim, int64_t n) {
+  std::vector<int64_t> order;
+  for (size_t d = 0; d < x->shape.size(); ++d)
+    if (static_cast<int64_t>(d) != dim) order.push_back(static_cast<int64_t>(d));
+  order.push_back(dim);
+  NodeRef p = permute(x, order);
+  Shape s = p->shape;
+  s.insert(s.end() - 1, 1);
+  p = reshape(p, s);
+  s[s.size() - 2] = n;
+  return broadcast_to(p, s);
+}
+
+// The inverse of dim_last_spread's placement: [others..., n] with the last axis moved back to `dim`.
+NodeRef dim_back(const NodeRef& y, int64_t dim) {
+  const size_t rank = y->shape.size();
+  std::vector<int64_t> perm(rank);
+  for (size_t d = 0, k = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d) == dim ? static_cast<int64_t>(rank) - 1 : static_cast<int64_t>(k++);
+  return permute(y, std::move(perm));
+}
+
+} // namespace
+
+NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src) {
+  const Shape& is = index->shape;
+  const size_t rank = is.size();
+  const int64_t v = self->shape[dim];
+  NodeRef s = src->shape == is ? src : slice(src, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), is);
+  // [others..., v, j]: src[.., j, ..] where index[.., j, ..] == the output position along dim
+  NodeRef idx = dim_last_spread(cast(index, DType::Int64), dim, v);
+  NodeRef val = dim_last_spread(s, dim, v);
+  NodeRef hit = binary(OpKind::Eq, idx, broadcast_to(positions(v, rank - 1, rank + 1, self->device), idx->shape));
+  NodeRef sum = reduce(OpKind::Sum, where(hit, val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
+  Shape cut = sum->shape;
+  cut.pop_back();
+  NodeRef out = dim_back(reshape(sum, cut), dim); // the index's shape with v along dim
+  std::vector<int64_t> before(rank, 0), after(rank, 0);
+  for (size_t d = 0; d < rank; ++d) after[d] = self->shape[d] - out->shape[d];
+  if (std::any_of(after.begin(), after.end(), [](int64_t e) { return e != 0; })) out = pad(out, before, after, 0);
+  return add(self, out);
+}
+
+NodeRef cumsum(const NodeRef& x, int64_t dim) {
+  const size_t rank = x->shape.size();
+  const int64_t n = x->shape[dim];
+  // [others..., i, j]: x[.., j, ..] where j <= i, summed over j
+  NodeRef val = dim_last_spread(x, dim, n);
+  NodeRef i = broadcast_to(positions(n, rank - 1, rank + 1, x->device), val->shape);
+  NodeRef j = broadcast_to(positions(n, rank, rank + 1, x->device), val->shape);
+  NodeRef sum = reduce(OpKind::Sum, where(binary(OpKind::Le, j, i), val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
+  Shape cut = sum->shape;
+  cut.pop_back();
+  return dim_back(reshape(sum, cut), dim);
+}
+
 NodeRef matmul(const NodeRef& a, const NodeRef& b) {
   Shape shape = a->shape;
   shape.back() = b->shape.back();
