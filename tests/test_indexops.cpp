@@ -407,6 +407,13 @@ TEST(IndexErrors, BadIndicesNameTheOpThePositionOrShapeAndTheLine) {
   const int line = __LINE__ + 1;
   const Tensor y = gather(x, 1, lazy(bad));
   expect_error([&] { (void)y.to_vector<double>(); }, "gather", {"index 5", "(index [2, 2])", "[0, 5)"}, line);
+  // also where the address does not depend on the index: one row, or a broadcast one
+  const int line1 = __LINE__ + 1;
+  const Tensor one_row = gather(values_of({1, 5}, 9), 0, lazy(from_vector<int64_t>({0, 1}, {1, 2})));
+  expect_error([&] { (void)one_row.to_vector<double>(); }, "gather", {"index 1", "[0, 1)"}, line1);
+  const int line3 = __LINE__ + 1;
+  const Tensor spread = gather(values_of({1, 5}, 9).expand({4, 5}), 0, lazy(from_vector<int64_t>({3, 4}, {1, 2})));
+  expect_error([&] { (void)spread.to_vector<double>(); }, "gather", {"index 4", "[0, 4)"}, line3);
   const int line2 = __LINE__ + 1;
   const Tensor z = scatter_add(zeros({3, 5}, kFloat64), 0, lazy(from_vector<int64_t>({3, 0}, {1, 2})), values_of({1, 2}, 2));
   expect_error([&] { (void)z.to_vector<double>(); }, "scatter_add", {"index 3", "[0, 3)"}, line2);

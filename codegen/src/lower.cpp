@@ -409,14 +409,18 @@ private:
     const Node* x = n->inputs[0].get();
     const size_t dim = static_cast<size_t>(n->attrs.ints[0]);
     Index in = idx;
-    if (x->shape[dim] <= 1) { // one row (or none: then the result is empty and never evaluated)
+    if (x->shape[dim] == 0) { // then the result is empty too: never evaluated
       in[dim] = index_const(0);
       return compute(x, in, guard);
     }
-    ExprRef j = cast(compute(n->inputs[1].get(), idx, guard), DType::Int64);
-    j = op(OpKind::Maximum, DType::Int64, {j, index_const(0)});
-    in[dim] = op(OpKind::Minimum, DType::Int64, {j, P(x->shape[dim] - 1)});
-    return compute(x, in, guard);
+    const ExprRef j = cast(compute(n->inputs[1].get(), idx, guard), DType::Int64);
+    in[dim] = op(OpKind::Minimum, DType::Int64, {op(OpKind::Maximum, DType::Int64, {j, index_const(0)}), P(x->shape[dim] - 1)});
+    ExprRef v = compute(x, in, guard);
+    // The index's bounds check must run even where the address does not depend on it (x of
+    // extent 1, or broadcast, along the dim): a select on it keeps it in the value.
+    if (error_buffer_ >= 0 && mentions(j, ExprKind::Check, error_buffer_) && !mentions(v, ExprKind::Check, error_buffer_))
+      v = op(OpKind::Where, v->dtype, {op(OpKind::Ge, DType::Bool, {j, index_const(0)}), v, v});
+    return v;
   }
 
   // Reshape as index arithmetic: a buffer is read at the same linear offset; otherwise
