@@ -55,10 +55,12 @@ NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
 /// range; the frontend reports such indices (check_index).
 NodeRef gather(const NodeRef& x, int64_t dim, const NodeRef& index);
 /// torch.scatter_add: self plus src[i] added at index[i] along `dim` (index no larger than src, and
-/// than self off the dim). Written as a reduction: each element of the result sums, over the
-/// index's extent along `dim`, the src values whose index hits it (in sum_lanes() order), so
-/// the order is fixed and results are bitwise reproducible on every backend. Indices outside
-/// [0, size) hit nothing. Work: (elements of the result) x (index extent along dim).
+/// than self off the dim), in a fixed order, so results are bitwise reproducible on every
+/// backend; indices outside [0, size) hit nothing. An index that is the same along every other
+/// dim (index_select's and index_add's 1-d index, broadcast) is a matmul one_hot(index)^T x src
+/// (each element sums its hits in order; Embedding's weight gradient). Any other index is a
+/// reduction: each result element sums, over the index's extent along `dim`, the src values
+/// whose index hits it (sum_lanes() order). Work: (elements of the result) x (index extent).
 NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src);
 /// Inclusive prefix sum along `dim`: element i sums x[0..i] (as a masked reduction over the dim,
 /// in sum_lanes() order: work extent^2 per row).

@@ -378,6 +378,18 @@ TEST(EmbeddingByGather, GradientAddsEachUseAndSkipsThePaddingRow) {
 }
 
 
+TEST(EmbeddingByGather, GradientIsBitwiseTheOneHotProductsOfBefore) {
+  nn::manual_seed(6);
+  nn::Embedding e(37, 20);
+  const Tensor i = indices_of({3, 50}, 37, 7);
+  const Tensor up = values_of({3, 50, 20}, 8, kFloat32);
+  (e(i) * up).sum().backward();
+  // the weight gradient of the one-hot product Embedding computed before: one_hot^T @ upstream
+  const Tensor oh = nn::functional::one_hot(i.reshape({150}), 37).to(kFloat32);
+  const Tensor before = matmul(oh.t(), up.reshape({150, 20}));
+  EXPECT_EQ(e.weight.grad().to_vector<float>(), before.to_vector<float>());
+}
+
 // ---------------------------------------------------------------- errors
 
 /// The message of the kiln::Error that f throws ("" when none), with its op.

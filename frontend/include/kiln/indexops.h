@@ -20,7 +20,8 @@ Tensor gather(const Tensor& input, int64_t dim, const Tensor& index, Loc loc = L
 Tensor index_select(const Tensor& input, int64_t dim, const Tensor& index, Loc loc = Loc::current());
 /// torch.scatter_add: a copy of self with src[i][j][k] added at [index[i][j][k]][j][k] (dim 0).
 /// index no larger than src, and than self off `dim`; src has self's dtype. Each result element
-/// sums the values that hit it in a fixed order (work: self's elements x index.size(dim)).
+/// sums the values that hit it in a fixed order (work: self's elements x index.size(dim); a
+/// one-hot matrix product when the index is the same along the other dims, as index_add's).
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
 /// torch.index_add: a copy of self with alpha * source's slice i added at slice index[i] along
 /// `dim` (index 1-d, source shaped like self with index.numel() along `dim`).
