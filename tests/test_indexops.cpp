@@ -437,6 +437,34 @@ TEST(IndexErrors, BadIndicesNameTheOpThePositionOrShapeAndTheLine) {
   expect_error([&] { (void)e(from_vector<int64_t>({3, 4})); }, "Embedding", {"index 4 at position [1]", "[0, 4)"}, __LINE__);
 }
 
+TEST(IndexErrors, IndicesOfACompiledStepAreChecked) {
+  nn::manual_seed(7);
+  nn::Embedding e(6, 3, 0);
+  optim::SGD opt(e.parameters(), {.lr = 0.1});
+  int line = 0;
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    line = __LINE__ + 1;
+    Tensor loss = (e(a[0]) * a[1]).sum();
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss};
+  });
+  const Tensor up = values_of({2, 3}, 8, kFloat32);
+  (void)step({from_vector<int64_t>({1, 0}), up});
+  const std::vector<float> weight = e.weight.to_vector<float>();
+  EXPECT_EQ(std::vector<float>(weight.begin(), weight.begin() + 3), std::vector<float>(3, 0.0f)) << "the padding row";
+  for (int64_t bad : {int64_t{6}, int64_t{-1}}) {
+    expect_error([&] { (void)step({from_vector<int64_t>({bad, 2}), up}); }, "Embedding",
+                 {"index " + std::to_string(bad), "[0, 6)"}, line);
+    EXPECT_EQ(e.weight.to_vector<float>(), weight) << "a failed step must not update the parameters";
+  }
+  (void)step({from_vector<int64_t>({0, 5}), up});
+  const std::vector<float> after = e.weight.to_vector<float>();
+  EXPECT_EQ(std::vector<float>(after.begin(), after.begin() + 3), std::vector<float>(3, 0.0f)) << "no update";
+  EXPECT_NE(std::vector<float>(after.begin() + 15, after.end()), std::vector<float>(weight.begin() + 15, weight.end()));
+}
+
 TEST(IndexErrors, BadDimsDtypesAndShapes) {
   const Tensor x = values_of({3, 5}, 1), i = from_vector<int64_t>({0, 1}, {1, 2});
   expect_error([&] { (void)gather(x, 2, i); }, "gather", {"dim 2", "rank 2"}, __LINE__);
