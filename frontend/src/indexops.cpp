@@ -44,18 +44,29 @@ std::string position(const IntList& shape, int64_t k) {
   return shape_text(at);
 }
 
+// The first of n values outside [0, bound), or n.
+template <class T> int64_t first_outside(const T* v, int64_t n, int64_t bound) {
+  for (int64_t k = 0; k < n; ++k)
+    if (v[k] < 0 || v[k] >= bound) return k;
+  return n;
+}
+
 // The index with its values checked against [0, bound): on the host when they are computed
 // already (naming the first bad value's position), otherwise in the kernel that reads them
 // (graph/index_check.h; reported when the result is realized).
 Tensor checked_index(const std::string& op, const Tensor& index, int64_t bound, const std::string& range,
                      const Loc& loc) {
   if (index.node()->realized() && !detail::active_capture()) {
-    const std::vector<int64_t> v = index.to_vector<int64_t>(loc);
-    for (size_t k = 0; k < v.size(); ++k)
-      if (v[k] < 0 || v[k] >= bound)
-        fail(op, "index " + std::to_string(v[k]) + " at position " + position(index.shape(), static_cast<int64_t>(k)) +
-                     " is out of range for " + range + ": valid values are [0, " + std::to_string(bound) + ")",
-             {&index}, loc);
+    const auto storage = detail::host_storage(index, op.c_str(), loc); // read in place (no copy on the host)
+    const int64_t k = index.dtype() == DType::Int32 ? first_outside(static_cast<const int32_t*>(storage->data()), index.numel(), bound)
+                                                    : first_outside(static_cast<const int64_t*>(storage->data()), index.numel(), bound);
+    if (k < index.numel()) {
+      const int64_t v = index.dtype() == DType::Int32 ? static_cast<const int32_t*>(storage->data())[k]
+                                                      : static_cast<const int64_t*>(storage->data())[k];
+      fail(op, "index " + std::to_string(v) + " at position " + position(index.shape(), k) + " is out of range for " +
+                   range + ": valid values are [0, " + std::to_string(bound) + ")",
+           {&index}, loc);
+    }
     return index;
   }
   const auto [reported_op, where] = detail::reported_call(op, loc);
