@@ -478,6 +478,12 @@ TEST(IndexErrors, BadDimsDtypesAndShapes) {
   expect_error([&] { (void)index_add(x, 0, from_vector<int64_t>({1}), values_of({2, 5}, 2)); }, "index_add",
                {"source must be [1, 5]"}, __LINE__ - 1);
   expect_error([&] { (void)cumsum(x, 2); }, "cumsum", {"dim 2"}, __LINE__);
+  for (bool computed : {false, true}) { // an empty dim has no valid index, computed or not
+    const Tensor idx = computed ? lazy(zeros({1, 2}, kInt64)) : zeros({1, 2}, kInt64);
+    expect_error([&] { (void)gather(zeros({0, 5}), 0, idx); }, "gather", {"the dim is empty"}, __LINE__);
+    expect_error([&] { (void)index_select(zeros({3, 0}), 1, idx.reshape({2})); }, "index_select", {"the dim is empty"}, __LINE__);
+    expect_error([&] { (void)scatter_add(zeros({0, 5}), 0, idx, zeros({1, 2})); }, "scatter_add", {"the dim is empty"}, __LINE__);
+  }
   expect_error([&] { (void)nn::Embedding(4, 2, 4); }, "Embedding", {"padding_idx 4"}, __LINE__);
   expect_error([&] { (void)nn::Embedding(4, 2)(values_of({2}, 1, kFloat32)); }, "Embedding", {"integer", "f32[2]"}, __LINE__);
 }

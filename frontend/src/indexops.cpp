@@ -56,6 +56,7 @@ template <class T> int64_t first_outside(const T* v, int64_t n, int64_t bound) {
 // (graph/index_check.h; reported when the result is realized).
 Tensor checked_index(const std::string& op, const Tensor& index, int64_t bound, const std::string& range,
                      const Loc& loc) {
+  if (bound == 0) fail(op, "no index is valid for " + range + ": the dim is empty", {&index}, loc);
   if (index.node()->realized() && !detail::active_capture()) {
     const auto storage = detail::host_storage(index, op.c_str(), loc); // read in place (no copy on the host)
     const int64_t k = index.dtype() == DType::Int32 ? first_outside(static_cast<const int32_t*>(storage->data()), index.numel(), bound)
