@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "graph/interpret.h"
+#include "graph/text.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
 #include "tests/random_graph.h"
@@ -176,6 +177,16 @@ TEST(Gather, FusesIntoAnElementwiseConsumerAsAnIndexedLoad) {
   const Tensor y = exp(gather(x * 3.0, 1, lazy(i))) + 1.0;
   EXPECT_EQ(y.to_vector<double>(), (exp(from_vector<double>(ref_gather(x * 3.0, 1, i), {16, 4})) + 1.0).to_vector<double>());
   expect_matches_interpreter(exp(gather(x * 3.0, 1, lazy(i))) + 1.0, 1e-15 * 60, "gather in a chain");
+}
+
+TEST(Gather, PrintsAndParsesBackToTheSameNodes) {
+  const Tensor y = gather(values_of({3, 5}, 3), 1, lazy(indices_of({3, 2}, 5, 4))) +
+                   scatter_add(zeros({3, 2}, kFloat64), 0, lazy(indices_of({2, 2}, 3, 5)), values_of({2, 2}, 6));
+  const std::string text = graph::print_graph({y.node()});
+  EXPECT_NE(text.find("gather"), std::string::npos) << text;
+  const std::vector<graph::NodeRef> back = graph::parse_graph(text);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].get(), y.node().get());
 }
 
 TEST(IndexSelect, MatchesGatherOfTheSpreadIndex) {
