@@ -179,6 +179,24 @@ TEST(Gather, FusesIntoAnElementwiseConsumerAsAnIndexedLoad) {
   expect_matches_interpreter(exp(gather(x * 3.0, 1, lazy(i))) + 1.0, 1e-15 * 60, "gather in a chain");
 }
 
+// A gather read by every kind of kernel: a reduction, a row kernel (softmax), a matmul operand and
+// epilogue, of views (a transposed input, a broadcast index), and gathers of gathers.
+TEST(Gather, InsideReductionsRowKernelsAndMatmuls) {
+  const Tensor x = values_of({12, 9}, 21), w = values_of({7, 5}, 22);
+  const Tensor i = lazy(indices_of({12, 7}, 9, 23)), j = indices_of({12, 7}, 7, 24);
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> cases = {
+      {"sum", [&] { return gather(x * 2.0, 1, i).sum({1}); }},
+      {"softmax", [&] { return nn::functional::softmax(gather(x, 1, i), 1); }},
+      {"matmul operand", [&] { return matmul(gather(x, 1, i), w); }},
+      {"matmul epilogue", [&] { return gather(matmul(x.t(), x), 0, lazy(indices_of({5, 9}, 9, 25))) + 1.0; }},
+      {"transposed input", [&] { return gather(x.t(), 0, lazy(indices_of({9, 12}, 9, 26))); }},
+      {"broadcast index", [&] { return gather(x, 1, lazy(indices_of({12, 1}, 9, 27)).expand({12, 5})); }},
+      {"gather of gather", [&] { return gather(gather(x, 1, i), 1, j); }},
+      {"gather of a reduction", [&] { return gather(x.sum({0}, true).expand({12, 9}), 1, i); }},
+  };
+  for (const auto& [name, f] : cases) expect_matches_interpreter(f(), 1e-12, name);
+}
+
 TEST(Gather, PrintsAndParsesBackToTheSameNodes) {
   const Tensor y = gather(values_of({3, 5}, 3), 1, lazy(indices_of({3, 2}, 5, 4))) +
                    scatter_add(zeros({3, 2}, kFloat64), 0, lazy(indices_of({2, 2}, 3, 5)), values_of({2, 2}, 6));
@@ -253,16 +271,20 @@ TEST(ScatterAdd, BitwiseTheSameOnOneAndTwoThreads) {
   // Many repeats of few targets: a sum whose rounding depends on the order.
   const Tensor src = values_of({4096, 8}, 41, kFloat32) * 1000.0;
   const Tensor index = indices_of({4096, 8}, 3, 42);
-  std::vector<unsigned char> one, two;
+  const Tensor rows = indices_of({4096}, 5, 43); // index_add's 1-d index: the one-hot GEMM
+  std::vector<unsigned char> one, two, one_rows, two_rows;
   {
     tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
     one = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
+    one_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
   }
   {
     tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
     two = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
+    two_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
   }
   EXPECT_EQ(one, two);
+  EXPECT_EQ(one_rows, two_rows);
 }
 
 TEST(Cumsum, MatchesRunningSums) {
