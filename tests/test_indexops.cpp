@@ -329,6 +329,12 @@ TEST(IndexGradients, GradcheckInF64) {
   EXPECT_GRADCHECK([&](const Vec& v) { return (index_add(v[0], 0, from_vector<int64_t>({1, 1, 0}), v[1], 2.0) * v[2]).sum(); },
                    {values_of({2, 3}, 69), values_of({3, 3}, 70), values_of({2, 3}, 71)});
   EXPECT_GRADCHECK([&](const Vec& v) { return (cumsum(v[0], 1) * v[1]).sum(); }, {values_of({3, 5}, 72), values_of({3, 5}, 73)});
+  // an index broadcast along the dim too (one value everywhere), and one broadcast off it
+  const Tensor one = from_vector<int64_t>({2}).reshape({1, 1});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, one.expand({2, 3})) * v[1]).sum(); },
+                   {values_of({2, 4}, 76), values_of({2, 3}, 77)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, from_vector<int64_t>({3, 0, 3}, {1, 3}).expand({2, 3})) * v[1]).sum(); },
+                   {values_of({2, 4}, 78), values_of({2, 3}, 79)});
   // second order: the gradient of gather is scatter_add, whose gradient is differentiable again
   EXPECT_GRADCHECK([&](const Vec& v) {
     const Tensor g = grad({(square(gather(v[0], 1, i)) * v[1]).sum()}, {v[0]}, {}, false, true)[0];

@@ -225,7 +225,8 @@ NodeRef one_dim_index(const NodeRef& index, int64_t dim) {
     return true;
   };
   if (only_along_dim(index->shape)) return reshape(index, {index->shape[dim]});
-  if (index->op == OpKind::Expand && only_along_dim(index->inputs[0]->shape))
+  const NodeRef& under = index->op == OpKind::Expand ? index->inputs[0] : index;
+  if (index->op == OpKind::Expand && only_along_dim(under->shape) && under->shape[dim] == index->shape[dim])
     return reshape(index->inputs[0], {index->shape[dim]});
   return nullptr;
 }
