@@ -50,6 +50,21 @@ NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> 
 inline constexpr size_t kMaxConcatPieces = 16;
 /// Concatenation along `dim`; more than kMaxConcatPieces pieces give a tree of Concat nodes.
 NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
+/// torch.gather along `dim` (checked by the frontend: same rank, the index no larger than x off the
+/// dim). Kernels read element 0 of the dim for an index outside [0, size), so they never read out of
+/// range; the frontend reports such indices (check_index).
+NodeRef gather(const NodeRef& x, int64_t dim, const NodeRef& index);
+/// torch.scatter_add: self plus src[i] added at index[i] along `dim` (index no larger than src, and
+/// than self off the dim), in a fixed order, so results are bitwise reproducible on every
+/// backend; indices outside [0, size) hit nothing. An index that is the same along every other
+/// dim (index_select's and index_add's 1-d index, broadcast) is a matmul one_hot(index)^T x src
+/// (each element sums its hits in order; Embedding's weight gradient). Any other index is a
+/// reduction: each result element sums, over the index's extent along `dim`, the src values
+/// whose index hits it (sum_lanes() order). Work: (elements of the result) x (index extent).
+NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src);
+/// Inclusive prefix sum along `dim`: element i sums x[0..i] (as a masked reduction over the dim,
+/// in sum_lanes() order: work extent^2 per row).
+NodeRef cumsum(const NodeRef& x, int64_t dim);
 /// Batched matrix product of same-rank operands whose batch dims agree.
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
 /// Swaps the last two dims.

@@ -18,6 +18,7 @@ struct IndexSite {
   std::string what;            ///< what the index is ("target", "index")
   int64_t bound = 0;           ///< valid values are [0, bound)
   std::source_location where;  ///< the user's line
+  std::string range;           ///< what is out of range ("dim 1 of the input [3, 5]"); empty: "<bound> classes"
 };
 
 /// The id of a site (the same id for the same op, what, bound and line). Thread-safe.

@@ -701,6 +701,9 @@ struct ErrorBound {
     case OpKind::Tanh: return b::add(E(0), ulps(n, 4));
     case OpKind::Sigmoid: return b::add(b::mul(E(0), c(0.25, s)), ulps(n, 6));
     case OpKind::Erf: return b::add(b::mul(E(0), c(1.13, s)), ulps(n, 2)); // erf' <= 2/sqrt(pi)
+    case OpKind::Floor:
+    case OpKind::Ceil:
+    case OpKind::Round: return unless_exact(E(0), b::add(E(0), c(1, s))); // exact; an inexact input may cross a step
     case OpKind::Reciprocal:
       return inf_if(near_zero(X(0), E(0)),
                     b::add(unless_exact(E(0), b::div(b::mul(E(0), absv(n)), absv(X(0)))), unless_exact(E(0), ulp(n))));
@@ -775,6 +778,8 @@ struct ErrorBound {
       for (size_t i = 0; i < n->inputs.size(); ++i) ins.push_back(E(i));
       return graph::make_node(n->op, kFloat64, s, std::move(ins), n->attrs);
     }
+    case OpKind::Gather: // exact where the index is
+      return inf_if(un(OpKind::LogicalNot, is_zero(E(1))), b::gather(E(0), n->attrs.ints[0], X(1)));
     case OpKind::Pad: {
       graph::Attrs a = n->attrs;
       a.f0 = a.f1 = 0;

@@ -102,6 +102,9 @@ TEST(GradcheckOps, Unary) {
       {"relu", [](const Tensor& x) { return relu(x); }, false},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, false},
       {"square", [](const Tensor& x) { return square(x); }, false},
+      {"floor", [](const Tensor& x) { return floor(x * 3.0) * x; }, false}, // piecewise constant: gradient 0
+      {"ceil", [](const Tensor& x) { return ceil(x * 3.0) * x; }, false},
+      {"round", [](const Tensor& x) { return round(x * 3.0) * x; }, false},
   };
   uint64_t seed = 1;
   for (const Case& c : cases) {
@@ -427,7 +430,7 @@ TEST(ForwardMode, AgreesWithReverseModeForEveryOp) {
        [](const Vec& in) -> Vec {
          const Tensor& x = in[0];
          return {-abs(x) + exp(x) * sin(x) - cos(x) / (x * x + 1.0),
-                 tanh(x) + sigmoid(x) * relu(x) + reciprocal(x) + erf(x)};
+                 tanh(x) + sigmoid(x) * relu(x) + reciprocal(x) + erf(x) + (floor(x) + ceil(x) + round(x)) * x};
        },
        {away_from_zero({2, 3}, 501)}},
       {"positive domain",

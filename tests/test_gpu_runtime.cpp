@@ -167,6 +167,50 @@ TEST(GpuRuntime, RowKernelsAndMatmulMatchTheCpuBitwise) {
   expect_same_on_gpu({x, w, b}, [](const std::vector<Tensor>& t) { return relu(matmul(t[0], t[1]) + t[2]); }, "matmul + bias + relu");
 }
 
+// The indexing ops (kiln/indexops.h) and floor/ceil/round: gather as an indexed load fused into
+// elementwise work, scatter_add (a masked sum) and index_add (a one-hot GEMM), cumsum, and an
+// Embedding's forward and weight gradient, bitwise the CPU's; a lazy bad index is reported.
+TEST(GpuRuntime, IndexOpsMatchTheCpuBitwise) {
+  const Tensor x = randn({33, 70}, 7), src = randn({40, 70}, 8);
+  const Tensor i = from_vector<int64_t>(std::vector<int64_t>(33 * 20, 3), {33, 20}) + arange(20).reshape({1, 20}) * 3;
+  const Tensor rows = from_vector<int64_t>({5, 0, 32, 5, 7});
+  std::vector<int64_t> targets(40 * 70);
+  for (size_t k = 0; k < targets.size(); ++k) targets[k] = static_cast<int64_t>(k * 7 % 33); // many repeats per row
+  const Tensor hit = from_vector<int64_t>(targets, {40, 70});
+  expect_same_on_gpu({x, i}, [](const std::vector<Tensor>& t) { return exp(gather(t[0] * 0.5, 1, t[1] + 1 - 1)) - 1.0; }, "gather");
+  expect_same_on_gpu({x, rows}, [](const std::vector<Tensor>& t) { return index_select(t[0], 0, t[1]); }, "index_select");
+  expect_same_on_gpu({x, hit, src}, [](const std::vector<Tensor>& t) { return scatter_add(t[0], 0, t[1], t[2]); }, "scatter_add");
+  expect_same_on_gpu({x, rows, src}, [](const std::vector<Tensor>& t) { return index_add(t[0], 0, t[1], t[2].slice(0, 0, 5)); },
+                     "index_add");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return cumsum(t[0], 1) + cumsum(t[0], 0); }, "cumsum");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return floor(t[0] * 3.0) + ceil(t[0]) + round(t[0] * 2.0); },
+                     "floor, ceil, round");
+  const Tensor bad = (from_vector<int64_t>({1, 70}, {1, 2}).to(kGpu) + 1) - 1;
+  const Tensor y = gather(x.to(kGpu), 1, bad);
+  try {
+    (void)y.to(kCPU);
+    ADD_FAILURE() << "index 70 was not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "gather") << e.what();
+    EXPECT_NE(std::string(e.what()).find("index 70"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuRuntime, EmbeddingTrainingStepMatchesTheCpuBitwise) {
+  auto run = [](Device d) {
+    nn::manual_seed(9);
+    nn::Embedding e(50, 16, 0);
+    e.to(d);
+    const Tensor ids = from_vector<int64_t>({3, 0, 49, 3, 7, 3, 12, 0}).to(d);
+    const Tensor up = randn({8, 16}, 10).to(d);
+    (e(ids) * up).sum().backward();
+    return std::make_pair(e(ids).to(kCPU).to_vector<float>(), e.weight.grad().to(kCPU).to_vector<float>());
+  };
+  const auto cpu = run(kCPU), gpu = run(kGpu);
+  expect_bitwise(gpu.first, cpu.first, "embedding rows");
+  expect_bitwise(gpu.second, cpu.second, "embedding weight gradient");
+}
+
 TEST(GpuRuntime, GridsAreCappedByTheDeviceAndStillCoverTheWork) {
   const Tensor x = randn({1 << 20}, 12).realize();
   const Tensor y = x.to(kGpu) * 2.0 + 1.0;

@@ -389,6 +389,26 @@ TEST(Unary, Cos) { check_unary("cos", [](auto& x) { return cos(x); }, kAll, kTra
 TEST(Unary, Tanh) { check_unary("tanh", [](auto& x) { return tanh(x); }, kAll, kTranscendental); }
 TEST(Unary, Sigmoid) { check_unary("sigmoid", [](auto& x) { return sigmoid(x); }, kAll, kComposite); }
 TEST(Unary, Erf) { check_unary("erf", [](auto& x) { return erf(x); }, kAll, kTranscendental); }
+TEST(Unary, Floor) { check_unary("floor", [](auto& x) { return floor(x); }, kNumeric, kExact); }
+TEST(Unary, Ceil) { check_unary("ceil", [](auto& x) { return ceil(x); }, kNumeric, kExact); }
+TEST(Unary, Round) { check_unary("round", [](auto& x) { return round(x); }, kNumeric, kExact); }
+TEST(Unary, RoundingTiesAndSpecials) {
+  for (DType dt : kFloats) {
+    check_unary_loop([](auto& x) { return floor(x); }, [](double x) { return std::floor(x); }, dt, kExact, Fill::Ties);
+    check_unary_loop([](auto& x) { return ceil(x); }, [](double x) { return std::ceil(x); }, dt, kExact, Fill::Ties);
+    // k/2 values: half of them ties, which go to the even neighbour (torch.round)
+    check_unary_loop([](auto& x) { return round(x); }, [](double x) { return std::nearbyint(x); }, dt, kExact, Fill::Ties);
+    for (auto f : {+[](const Tensor& x) { return floor(x); }, +[](const Tensor& x) { return ceil(x); },
+                   +[](const Tensor& x) { return round(x); }})
+      EXPECT_INTERP(f(make(dt, {1027}, 91, Fill::Specials)), kExact, "rounding specials " + name_of(dt));
+  }
+  const Tensor r = round(from_vector<double>({0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, 4503599627370497.0}));
+  EXPECT_EQ(r.to_vector<double>(), (std::vector<double>{0, 2, 2, -0.0, -2, -2, 0, 4503599627370497.0}));
+  EXPECT_TRUE(std::signbit(round(from_vector<double>({-0.5})).item<double>())); // -0, as torch
+  EXPECT_TRUE(std::signbit(ceil(from_vector<float>({-0.5f})).item<float>()));
+  EXPECT_EQ(floor(from_vector<int32_t>({-3, 4})).dtype(), kInt32); // integers unchanged
+  EXPECT_THROW(floor(from_vector<bool>({true})), Error);
+}
 TEST(Unary, Reciprocal) { check_unary("reciprocal", [](auto& x) { return reciprocal(x); }, kAll, kExact); }
 TEST(Unary, Neg) { check_unary("neg", [](auto& x) { return neg(x); }, kNumeric, kExact); }
 TEST(Unary, NegOperator) { check_unary("-x", [](auto& x) { return -x; }, kNumeric, kExact); }

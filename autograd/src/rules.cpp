@@ -78,6 +78,7 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Tanh: return b::mul(v, b::sub(cst(y, 1), b::mul(y, y)));
   case OpKind::Sigmoid: return b::mul(v, b::mul(y, b::sub(cst(y, 1), y)));
   case OpKind::Erf: return b::mul(v, b::scale(b::unary(OpKind::Exp, b::neg(b::mul(x, x))), M_2_SQRTPI));
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: return zeros_like(v); // piecewise constant (as PyTorch)
   case OpKind::Relu: return keep_where(cmp(OpKind::Gt, x, 0), v);
   case OpKind::Reciprocal: return b::neg(b::mul(v, b::mul(y, y)));
   case OpKind::Cast: return is_floating(x->dtype) && is_floating(y->dtype) ? v : nullptr; // none for int/bool
@@ -100,7 +101,7 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
   case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-  case OpKind::Concat: case OpKind::Matmul:
+  case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
     break;
   }
   KILN_ASSERT(false, "times_partial of a non-elementwise op");
@@ -251,6 +252,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
     return {}; // leaves have no operands
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
   case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
@@ -266,6 +268,8 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::Slice: return {unslice(y, g)};
   case OpKind::Pad: return {unpad(y, g)};
   case OpKind::Concat: return unconcat(y, g);
+  case OpKind::Gather: // scattered back (summed where indices repeat); the index gets none
+    return {b::scatter_add(zeros_like(y->inputs[0]), y->attrs.ints[0], y->inputs[1], g), nullptr};
   case OpKind::Matmul: return matmul_vjp(y, g);
   }
   missing_rule(y, "VJP");
@@ -281,6 +285,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
     return nullptr; // leaves have no operands
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
   case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
   case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
@@ -296,6 +301,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Slice: return b::slice(t[0], slice_part(a, 0), slice_part(a, 1), y->shape);
   case OpKind::Pad: return b::pad(t[0], slice_part(a, 0), slice_part(a, 1), 0); // constant fill: zero tangent
   case OpKind::Concat: return concat_jvp(y, t);
+  case OpKind::Gather: return t[0] ? b::gather(t[0], a[0], y->inputs[1]) : nullptr; // linear in x
   case OpKind::Matmul: return matmul_jvp(y, t);
   }
   missing_rule(y, "JVP");

@@ -108,12 +108,12 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
   case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
   case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
   case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
-  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Matmul:
+  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
     break;
   }
   KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
@@ -992,6 +992,12 @@ private:
     return std::string("kiln_") + fn + fsuffix(t) + "(" + x + ")";
   }
 
+  /// floor, ceil or rint (f suffix for f32): exact in CUDA and on the shim's host libm.
+  std::string rounding(const char* fn, const std::string& x, DType t) {
+    require_float(t, fn);
+    return std::string(fn) + (t == DType::Float32 ? "f(" : "(") + x + ")";
+  }
+
   std::string sqrt(const std::string& x, DType t) {
     require_float(t, "sqrt");
     return (t == DType::Float32 ? "sqrtf(" : "sqrt(") + x + ")";
@@ -1015,6 +1021,9 @@ private:
     case OpKind::Tanh: return math("tanh", a(0), in);
     case OpKind::Sigmoid: return math("sigmoid", a(0), in);
     case OpKind::Erf: return math("erf", a(0), in);
+    case OpKind::Floor: return rounding("floor", a(0), in);
+    case OpKind::Ceil: return rounding("ceil", a(0), in);
+    case OpKind::Round: return rounding("rint", a(0), in); // ties to even (the default rounding mode)
     case OpKind::Sqrt: return sqrt(a(0), in);
     case OpKind::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
     case OpKind::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
@@ -1042,7 +1051,7 @@ private:
     case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-    case OpKind::Concat: case OpKind::Matmul:
+    case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));

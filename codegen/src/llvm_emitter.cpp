@@ -55,12 +55,12 @@ RedKind reduction_kind(OpKind op) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
   case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
   case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
   case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
   case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
-  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Matmul:
+  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
     break;
   }
   KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
@@ -687,6 +687,9 @@ private:
     case OpKind::Rsqrt: return recip(sqrt(a(0), in), in);
     case OpKind::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
     case OpKind::Erf: return math(MathFn::Erf, a(0), in);
+    case OpKind::Floor: return rounding(Intrinsic::floor, a(0), in, "floor");
+    case OpKind::Ceil: return rounding(Intrinsic::ceil, a(0), in, "ceil");
+    case OpKind::Round: return rounding(Intrinsic::roundeven, a(0), in, "round");
     case OpKind::Reciprocal: return recip(a(0), in);
     case OpKind::Relu: return relu(a(0), in);
     case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
@@ -714,7 +717,7 @@ private:
     case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-    case OpKind::Concat: case OpKind::Matmul:
+    case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
@@ -741,6 +744,12 @@ private:
     if (t == DType::Bool) return x;
     if (is_floating(t)) return b_.CreateUnaryIntrinsic(Intrinsic::fabs, x);
     return b_.CreateBinaryIntrinsic(Intrinsic::abs, x, b_.getFalse()); // abs(INT_MIN) wraps to INT_MIN
+  }
+
+  /// floor, ceil or roundeven: exact, vectorizable intrinsics (no rounding-mode dependence).
+  Value* rounding(Intrinsic::ID id, Value* x, DType t, const char* name) {
+    require_float(t, name);
+    return b_.CreateUnaryIntrinsic(id, x);
   }
 
   Value* sqrt(Value* x, DType t) {

@@ -327,6 +327,7 @@ private:
     }
     case OpKind::Pad: return lower_pad(n, idx, guard);
     case OpKind::Concat: return lower_concat(n, idx, guard);
+    case OpKind::Gather: return lower_gather(n, idx, guard);
     default: break; // only movement ops reach here
     }
     KILN_ASSERT(false, describe(n));
@@ -392,6 +393,27 @@ private:
     if (offset) return load(buffer, n->dtype, offset, guard);
     // Every piece empty: the node has no elements, so the value is never evaluated.
     return result ? result : int_constant(n->dtype, 0);
+  }
+
+  // An indexed load: x at the index's value along the dim. The value is clamped into [0, size)
+  // (the frontend reports out-of-range indices through a CheckIndex, or on the host), so the
+  // read stays inside x whatever the index holds.
+  ExprRef lower_gather(const Node* n, const Index& idx, const ExprRef& guard) {
+    const Node* x = n->inputs[0].get();
+    const size_t dim = static_cast<size_t>(n->attrs.ints[0]);
+    Index in = idx;
+    if (x->shape[dim] == 0) { // then the result is empty too: never evaluated
+      in[dim] = index_const(0);
+      return compute(x, in, guard);
+    }
+    const ExprRef j = cast(compute(n->inputs[1].get(), idx, guard), DType::Int64);
+    in[dim] = op(OpKind::Minimum, DType::Int64, {op(OpKind::Maximum, DType::Int64, {j, index_const(0)}), P(x->shape[dim] - 1)});
+    ExprRef v = compute(x, in, guard);
+    // The index's bounds check must run even where the address does not depend on it (x of
+    // extent 1, or broadcast, along the dim): a select on it keeps it in the value.
+    if (error_buffer_ >= 0 && mentions(j, ExprKind::Check, error_buffer_) && !mentions(v, ExprKind::Check, error_buffer_))
+      v = op(OpKind::Where, v->dtype, {op(OpKind::Ge, DType::Bool, {j, index_const(0)}), v, v});
+    return v;
   }
 
   // Reshape as index arithmetic: a buffer is read at the same linear offset; otherwise

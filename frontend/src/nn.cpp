@@ -12,6 +12,7 @@
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
 #include "kiln/autograd.h"
+#include "kiln/indexops.h"
 
 namespace kiln::nn {
 
@@ -359,19 +360,38 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
     throw Error("GELU", "approximate must be \"none\" or \"tanh\", not \"" + approximate_ + "\"", loc);
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc) : num_(num_embeddings), dim_(embedding_dim) {
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc)
+    : Embedding(num_embeddings, embedding_dim, std::nullopt, loc) {}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx, Loc loc)
+    : num_(num_embeddings), dim_(embedding_dim) {
   if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive", loc);
+  if (padding_idx && (*padding_idx < -num_embeddings || *padding_idx >= num_embeddings))
+    throw Error("Embedding", "padding_idx " + std::to_string(*padding_idx) + " must be within [-" +
+                                 std::to_string(num_embeddings) + ", " + std::to_string(num_embeddings) + ")", loc);
+  if (padding_idx) padding_idx_ = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
   const detail::UserCall call("Embedding", loc);
   const graph::SourceScope at(loc);
-  weight = register_parameter("weight", randn({num_embeddings, embedding_dim}, next_seed()));
+  Tensor w = randn({num_embeddings, embedding_dim}, next_seed());
+  if (padding_idx_) w = where(arange(num_embeddings).reshape({num_embeddings, 1}) == *padding_idx_, zeros_like(w), w);
+  weight = register_parameter("weight", w);
 }
 
 Tensor Embedding::forward_impl(const Tensor& indices) {
-  const Tensor oh = functional::one_hot(indices, num_).to(weight.dtype());
-  return matmul(oh, weight);
+  if (!indices.defined()) throw Error("Embedding", "the indices are undefined");
+  if (!is_integral(indices.dtype())) detail::fail("Embedding", "needs integer (i32 or i64) indices", {&indices}, Loc::current());
+  IntList out = indices.shape();
+  out.push_back(dim_);
+  Tensor rows = index_select(weight, 0, indices.reshape({indices.numel()}));
+  // The padding row's uses read it but send no gradient back (torch's padding_idx).
+  if (padding_idx_)
+    rows = where((indices.reshape({indices.numel(), 1}) == *padding_idx_).expand({indices.numel(), dim_}), rows.detach(), rows);
+  return rows.reshape(out);
 }
 
-std::string Embedding::extra_repr() const { return std::to_string(num_) + ", " + std::to_string(dim_); }
+std::string Embedding::extra_repr() const {
+  return std::to_string(num_) + ", " + std::to_string(dim_) + (padding_idx_ ? ", padding_idx=" + std::to_string(*padding_idx_) : "");
+}
 
 Tensor Sequential::forward_impl(const Tensor& x) {
   Tensor y = x;

@@ -345,6 +345,18 @@ Tensor tanh(const Tensor& x, Loc loc) { return float_unary(OpKind::Tanh, x, loc)
 Tensor sigmoid(const Tensor& x, Loc loc) { return float_unary(OpKind::Sigmoid, x, loc); }
 Tensor erf(const Tensor& x, Loc loc) { return float_unary(OpKind::Erf, x, loc); }
 Tensor reciprocal(const Tensor& x, Loc loc) { return float_unary(OpKind::Reciprocal, x, loc); }
+
+namespace {
+// floor, ceil, round: integers are already integral and come back unchanged, as in PyTorch.
+Tensor integral_rounding(OpKind op, const Tensor& x, const Loc& loc) {
+  if (x.defined() && is_integral(x.dtype())) return x;
+  return numeric_unary(op, x, loc);
+}
+} // namespace
+
+Tensor floor(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Floor, x, loc); }
+Tensor ceil(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Ceil, x, loc); }
+Tensor round(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Round, x, loc); }
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) { return Tensor(b::unary(OpKind::LogicalNot, x.node())); }
 

@@ -168,6 +168,120 @@ NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim) {
   return make_node(OpKind::Concat, xs[0]->dtype, std::move(shape), xs, std::move(a));
 }
 
+NodeRef gather(const NodeRef& x, int64_t dim, const NodeRef& index) {
+  Attrs a;
+  a.ints = {dim};
+  return make_node(OpKind::Gather, x->dtype, index->shape, {x, index}, std::move(a));
+}
+
+namespace {
+
+// 0, 1, ..., n - 1 as i64, shaped with ones around position `at` of a rank-`rank` shape.
+NodeRef positions(int64_t n, size_t at, size_t rank, Device device) {
+  Attrs a;
+  a.i0 = 0;
+  a.i1 = 1;
+  Shape s(rank, 1);
+  s[at] = n;
+  return reshape(make_node(OpKind::Arange, DType::Int64, {n}, {}, std::move(a), device), std::move(s));
+}
+
+// x with `dim` moved last and a new axis of extent n inserted before it (broadcast).
+NodeRef dim_last_spread(const NodeRef& x, int64_t dim, int64_t n) {
+  std::vector<int64_t> order;
+  for (size_t d = 0; d < x->shape.size(); ++d)
+    if (static_cast<int64_t>(d) != dim) order.push_back(static_cast<int64_t>(d));
+  order.push_back(dim);
+  NodeRef p = permute(x, order);
+  Shape s = p->shape;
+  s.insert(s.end() - 1, 1);
+  p = reshape(p, s);
+  s[s.size() - 2] = n;
+  return broadcast_to(p, s);
+}
+
+// x padded with zeros at the end of each dim to `shape`.
+NodeRef pad_to(const NodeRef& x, const Shape& shape) {
+  std::vector<int64_t> before(shape.size(), 0), after(shape.size(), 0);
+  for (size_t d = 0; d < shape.size(); ++d) after[d] = shape[d] - x->shape[d];
+  if (std::all_of(after.begin(), after.end(), [](int64_t e) { return e == 0; })) return x;
+  return pad(x, before, after, 0);
+}
+
+// The inverse of dim_last_spread's placement: [others..., n] with the last axis moved back to `dim`.
+NodeRef dim_back(const NodeRef& y, int64_t dim) {
+  const size_t rank = y->shape.size();
+  std::vector<int64_t> perm(rank);
+  for (size_t d = 0, k = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d) == dim ? static_cast<int64_t>(rank) - 1 : static_cast<int64_t>(k++);
+  return permute(y, std::move(perm));
+}
+
+// The 1-d index of an index that is the same along every dim but `dim` (index_select's and
+// index_add's: a 1-d index reshaped and broadcast), or null.
+NodeRef one_dim_index(const NodeRef& index, int64_t dim) {
+  auto only_along_dim = [&](const Shape& s) {
+    for (size_t d = 0; d < s.size(); ++d)
+      if (static_cast<int64_t>(d) != dim && s[d] != 1) return false;
+    return true;
+  };
+  if (only_along_dim(index->shape)) return reshape(index, {index->shape[dim]});
+  const NodeRef& under = index->op == OpKind::Expand ? index->inputs[0] : index;
+  if (index->op == OpKind::Expand && only_along_dim(under->shape) && under->shape[dim] == index->shape[dim])
+    return reshape(index->inputs[0], {index->shape[dim]});
+  return nullptr;
+}
+
+// scatter_add with a 1-d index i of extent j: one_hot(i)^T [v, j] x src [j, rest], a matmul
+// (the GEMM's order: each element sums its j products in order from 0), moved back into place.
+NodeRef scatter_rows(int64_t v, int64_t dim, const NodeRef& i, const NodeRef& s) {
+  const size_t rank = s->shape.size();
+  const int64_t j = i->shape[0];
+  NodeRef hit = binary(OpKind::Eq, broadcast_to(positions(v, 0, 2, s->device), {v, j}),
+                       broadcast_to(reshape(cast(i, DType::Int64), {1, j}), {v, j}));
+  std::vector<int64_t> order{dim};
+  for (size_t d = 0; d < rank; ++d)
+    if (static_cast<int64_t>(d) != dim) order.push_back(static_cast<int64_t>(d));
+  NodeRef front = permute(s, order); // [j, others...]
+  const int64_t rest = numel(Shape(front->shape.begin() + 1, front->shape.end()));
+  NodeRef prod = matmul(cast(hit, s->dtype), reshape(front, {j, rest}));
+  Shape back = front->shape;
+  back[0] = v;
+  std::vector<int64_t> inverse(rank);
+  for (size_t k = 0; k < rank; ++k) inverse[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  return permute(reshape(prod, back), inverse);
+}
+
+} // namespace
+
+NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src) {
+  const Shape& is = index->shape;
+  const size_t rank = is.size();
+  const int64_t v = self->shape[dim];
+  NodeRef s = src->shape == is ? src : slice(src, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), is);
+  if (NodeRef i = one_dim_index(index, dim)) return add(self, pad_to(scatter_rows(v, dim, i, s), self->shape));
+  // [others..., v, j]: src[.., j, ..] where index[.., j, ..] == the output position along dim
+  NodeRef idx = dim_last_spread(cast(index, DType::Int64), dim, v);
+  NodeRef val = dim_last_spread(s, dim, v);
+  NodeRef hit = binary(OpKind::Eq, idx, broadcast_to(positions(v, rank - 1, rank + 1, self->device), idx->shape));
+  NodeRef sum = reduce(OpKind::Sum, where(hit, val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
+  Shape cut = sum->shape;
+  cut.pop_back();
+  return add(self, pad_to(dim_back(reshape(sum, cut), dim), self->shape)); // the index's shape, v along dim
+}
+
+NodeRef cumsum(const NodeRef& x, int64_t dim) {
+  const size_t rank = x->shape.size();
+  const int64_t n = x->shape[dim];
+  // [others..., i, j]: x[.., j, ..] where j <= i, summed over j
+  NodeRef val = dim_last_spread(x, dim, n);
+  NodeRef i = broadcast_to(positions(n, rank - 1, rank + 1, x->device), val->shape);
+  NodeRef j = broadcast_to(positions(n, rank, rank + 1, x->device), val->shape);
+  NodeRef sum = reduce(OpKind::Sum, where(binary(OpKind::Le, j, i), val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
+  Shape cut = sum->shape;
+  cut.pop_back();
+  return dim_back(reshape(sum, cut), dim);
+}
+
 NodeRef matmul(const NodeRef& a, const NodeRef& b) {
   Shape shape = a->shape;
   shape.back() = b->shape.back();

@@ -245,6 +245,9 @@ private:
     case OpKind::Tanh: return static_cast<double>(std::tanh(lx));
     case OpKind::Sigmoid: return static_cast<double>(sigmoid(lx));
     case OpKind::Erf: return static_cast<double>(std::erf(lx));
+    case OpKind::Floor: return std::floor(x);
+    case OpKind::Ceil: return std::ceil(x);
+    case OpKind::Round: return std::nearbyint(x); // the default rounding mode: ties to even
     case OpKind::Relu: return std::isnan(x) ? x : (x > 0 ? x : 0.0);
     case OpKind::Reciprocal: return 1.0 / x;
     case OpKind::Detach: return x;
@@ -503,6 +506,7 @@ private:
   Buf movement(const Node* n) const {
     if (n->op == OpKind::Reshape) return in(n, 0);
     if (n->op == OpKind::Concat) return concat(n);
+    if (n->op == OpKind::Gather) return gather(n);
     const Buf& x = in(n, 0);
     const Strides xst = contiguous_strides(n->inputs[0]->shape);
     Buf b = make_buf(n->dtype, n->numel());
@@ -511,6 +515,23 @@ private:
       if (src >= 0) copy_element(x, src, b, lin);
       else if (b.is_float) b.f[lin] = rf(n->dtype, n->attrs.f0);
       else b.i[lin] = wrap(n->dtype, n->attrs.i0);
+    });
+    return b;
+  }
+
+  // x at the index's value along the dim; an index out of range reads element 0 there, as kernels do.
+  Buf gather(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const Buf& x = in(n, 0);
+    const Buf& index = in(n, 1);
+    const Shape& xs = n->inputs[0]->shape;
+    const Strides st = contiguous_strides(xs);
+    Buf b = make_buf(n->dtype, n->numel());
+    for_each_index(n->shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      const int64_t j = index.i[lin];
+      int64_t src = 0;
+      for (size_t d = 0; d < idx.size(); ++d) src += (d == dim ? (j >= 0 && j < xs[d] ? j : 0) : idx[d]) * st[d];
+      copy_element(x, src, b, lin);
     });
     return b;
   }

@@ -9,6 +9,7 @@ bool is_float_only(OpKind op) {
   switch (op) {
   case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Sin:
   case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Reciprocal: case OpKind::Div:
+  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
   case OpKind::Rand: case OpKind::Randn:
     return true;
   default: return false; // the remaining ops accept integers too
@@ -94,6 +95,18 @@ std::string check_slice(const Shape& shape, const NodeRef& x, const Attrs& a) {
   return "";
 }
 
+// torch.gather's rules: same rank, the index's shape, no larger than x off the dim; an empty x
+// along the dim has no valid index.
+std::string check_gather(const Shape& shape, const NodeRef& x, const NodeRef& index, const Attrs& a) {
+  if (!is_integral(index->dtype)) return "the index must be an integer tensor";
+  if (a.ints.size() != 1 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "bad dim";
+  if (index->shape != shape || x->shape.size() != shape.size()) return "the result has the index's shape and rank";
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (static_cast<int64_t>(d) != a.ints[0] && shape[d] > x->shape[d]) return "the index is larger than x off the dim";
+  if (x->shape[a.ints[0]] == 0 && numel(shape) > 0) return "gathering from an empty dim";
+  return "";
+}
+
 std::string check_movement(OpKind op, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
   const NodeRef& x = in[0];
   switch (op) {
@@ -122,6 +135,7 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
     }
     return total == shape[a.ints[0]] ? "" : "concat extent mismatch";
   }
+  case OpKind::Gather: return check_gather(shape, x, in[1], a);
   default: return "not a movement op";
   }
 }
@@ -158,7 +172,7 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
   case OpCategory::Reduce: return check_reduce(op, dtype, shape, inputs[0], attrs);
   case OpCategory::Movement:
     for (const NodeRef& x : inputs)
-      if (x->dtype != dtype) return "movement keeps the dtype";
+      if (x->dtype != dtype && !(op == OpKind::Gather && x == inputs[1])) return "movement keeps the dtype";
     return check_movement(op, shape, inputs, attrs);
   case OpCategory::Contraction: return check_matmul(dtype, shape, inputs[0], inputs[1]);
   }

@@ -15,6 +15,7 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
+#include "kiln/indexops.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/options.h"

@@ -400,22 +400,29 @@ protected:
   Tensor forward_impl(const Tensor& x) override { return sigmoid(x); }
 };
 
-/// A lookup table: integer indices [...] give rows of weight, [..., dim].
-/// Computed as one_hot(indices) @ weight, so the gradient is a matmul too
-/// (fine for vocabularies of thousands; there is no gather op yet).
+/// A lookup table: integer indices [...] give rows of weight, [..., dim], read by
+/// index_select (kiln/indexops.h); the gradient adds each row's uses (scatter_add, in a
+/// fixed order). Indices outside [0, num_embeddings) are a kiln::Error naming Embedding.
 class Embedding : public Module {
 public:
   /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
   Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc = Loc::current());
+  /// With torch's padding_idx (negative counts from the end): that row starts at zero and
+  /// gets no gradient (its uses still read it).
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx,
+            Loc loc = Loc::current());
   /// [..., embedding_dim]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& indices, Loc loc = Loc::current()) { return forward_at(indices, loc); }
   std::string name() const override { return "Embedding"; } ///< "Embedding"
   std::string extra_repr() const override;        ///< sizes
   Tensor weight; ///< [num_embeddings, embedding_dim]
+  /// The row that gets no gradient (wrapped into [0, num_embeddings)), if any.
+  std::optional<int64_t> padding_idx() const { return padding_idx_; }
 protected:
   Tensor forward_impl(const Tensor& indices) override;
 private:
   int64_t num_, dim_;
+  std::optional<int64_t> padding_idx_;
 };
 
 /// Applies its modules in order; they are named "0", "1", ...

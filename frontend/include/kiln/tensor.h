@@ -206,6 +206,13 @@ Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());    ///< 1 / (1 + e^-x
 Tensor erf(const Tensor& x, Loc loc = Loc::current());        ///< the error function (within 1 ulp)
 Tensor relu(const Tensor& x, Loc loc = Loc::current());       ///< max(x, 0)
 Tensor reciprocal(const Tensor& x, Loc loc = Loc::current()); ///< 1 / x
+/// The largest integer <= x, in x's dtype (integers unchanged); the gradient is zero, as PyTorch's.
+Tensor floor(const Tensor& x, Loc loc = Loc::current());
+/// The smallest integer >= x, in x's dtype (integers unchanged); the gradient is zero.
+Tensor ceil(const Tensor& x, Loc loc = Loc::current());
+/// x rounded to the nearest integer, ties to even (torch.round: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2),
+/// in x's dtype (integers unchanged); the gradient is zero.
+Tensor round(const Tensor& x, Loc loc = Loc::current());
 Tensor square(const Tensor& x, Loc loc = Loc::current());     ///< x * x
 Tensor logical_not(const Tensor& x, Loc loc = Loc::current()); ///< x == 0, as bool
 /// -1, 0 or 1 in x's dtype, as torch.sign (NaN and -0 give 0); the gradient is zero. Bool is unchanged.

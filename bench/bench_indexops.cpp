@@ -1,0 +1,146 @@
+// Indexing throughput against the copy ceiling, in one run (ratios, not absolute times):
+//   Gather/Embedding/kiln        nn::Embedding's forward (index_select): 64K tokens x 256 f32 from
+//                                an 8K-row table; bytes = rows read + rows written + indices
+//   Gather/Embedding/cxx_gather  the same row gather as a hand-written loop (memcpy per row)
+//   Gather/Copy/cxx_loop         a contiguous copy of the same bytes: the ceiling
+//   Gather/Chain/{fused,unfused} exp(gather(x, 1, i)) * 2: the gather as an indexed load inside the
+//                                elementwise kernel, against one kernel per op (KILN_FUSION=0)
+//   Gather/EmbeddingBackward/{kiln,cxx_loop}  the weight gradient (scatter_add, as a reduction over
+//                                the tokens per table element) against a sequential scatter loop
+// All on 1 and 2 threads.
+
+#include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+constexpr int64_t kRows = 8192, kDim = 256, kTokens = 65536;
+
+void set_bytes(benchmark::State& state, int64_t bytes_per_iter) {
+  state.SetBytesProcessed(state.iterations() * bytes_per_iter);
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes_per_iter) * state.iterations(),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+std::vector<int64_t> token_ids(int64_t n, int64_t bound, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t& x : v) x = static_cast<int64_t>(rng() % static_cast<uint64_t>(bound));
+  return v;
+}
+
+constexpr int64_t kGatherBytes = 2 * kTokens * kDim * int64_t{sizeof(float)} + kTokens * int64_t{sizeof(int64_t)};
+
+void KilnEmbedding(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  kiln::nn::manual_seed(0);
+  kiln::nn::Embedding emb(kRows, kDim);
+  const kiln::Tensor ids = kiln::from_vector<int64_t>(token_ids(kTokens, kRows, 1));
+  kiln::realize({emb.weight});
+  for (auto _ : state) {
+    kiln::Tensor y = emb(ids);
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  set_bytes(state, kGatherBytes);
+}
+BENCHMARK(KilnEmbedding)->Name("Gather/Embedding/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Runs f(lo, hi) over [0, n) split across `threads` std::threads.
+template <class F> void split(int threads, int64_t n, F f) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(f, n * t / threads, n * (t + 1) / threads);
+  f(0, n / threads);
+  for (auto& th : pool) th.join();
+}
+
+void CxxGather(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> table(kRows * kDim, 1.0f), out(kTokens * kDim);
+  const std::vector<int64_t> ids = token_ids(kTokens, kRows, 1);
+  for (auto _ : state) {
+    split(threads, kTokens, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        std::memcpy(&out[static_cast<size_t>(t * kDim)], &table[static_cast<size_t>(ids[t] * kDim)], kDim * sizeof(float));
+    });
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kGatherBytes);
+}
+BENCHMARK(CxxGather)->Name("Gather/Embedding/cxx_gather")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxCopy(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  std::vector<float> a(kTokens * kDim, 1.0f), b(kTokens * kDim);
+  for (auto _ : state) {
+    split(threads, kTokens * kDim, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) b[static_cast<size_t>(i)] = a[static_cast<size_t>(i)];
+    });
+    benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2 * kTokens * kDim * int64_t{sizeof(float)});
+}
+BENCHMARK(CxxCopy)->Name("Gather/Copy/cxx_loop")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// exp(gather(x, 1, i)) * 2 over [4096, 1024] from a [4096, 2048] table: fused (one kernel, the
+// gather an indexed load) or unfused (gather, exp and mul each a kernel).
+void GatherChain(benchmark::State& state, bool fused) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const bool saved = kiln::options().fusion;
+  kiln::options().fusion = fused;
+  const kiln::Tensor x = kiln::rand({4096, 2048}, 1);
+  const kiln::Tensor i = kiln::from_vector<int64_t>(token_ids(4096 * 1024, 2048, 2), {4096, 1024});
+  kiln::realize({x});
+  for (auto _ : state) {
+    kiln::Tensor y = kiln::exp(kiln::gather(x, 1, i)) * 2.0;
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  kiln::options().fusion = saved;
+  set_bytes(state, 4096 * 1024 * int64_t{2 * sizeof(float) + sizeof(int64_t)});
+}
+BENCHMARK_CAPTURE(GatherChain, fused, true)->Name("Gather/Chain/fused")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(GatherChain, unfused, false)->Name("Gather/Chain/unfused")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The weight gradient of an Embedding of 1024 x 64 over 4096 tokens.
+constexpr int64_t kBRows = 1024, kBDim = 64, kBTokens = 4096;
+constexpr int64_t kBackwardBytes = 2 * kBTokens * kBDim * int64_t{sizeof(float)} + kBTokens * int64_t{sizeof(int64_t)};
+
+void KilnEmbeddingBackward(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
+  const kiln::Tensor ids = kiln::from_vector<int64_t>(token_ids(kBTokens, kBRows, 4));
+  kiln::realize({g});
+  for (auto _ : state) {
+    kiln::Tensor dw = kiln::index_add(kiln::zeros({kBRows, kBDim}), 0, ids, g);
+    dw.realize();
+    benchmark::DoNotOptimize(dw.node().get());
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(KilnEmbeddingBackward)->Name("Gather/EmbeddingBackward/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxEmbeddingBackward(benchmark::State& state) {
+  std::vector<float> g(kBTokens * kBDim, 1.0f), dw(kBRows * kBDim);
+  const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
+  for (auto _ : state) {
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    for (int64_t t = 0; t < kBTokens; ++t)
+      for (int64_t j = 0; j < kBDim; ++j) dw[static_cast<size_t>(ids[t] * kBDim + j)] += g[static_cast<size_t>(t * kBDim + j)];
+    benchmark::DoNotOptimize(dw.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+} // namespace

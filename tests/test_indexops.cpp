@@ -1,0 +1,531 @@
+// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum and
+// Embedding by index_select: forward against hand-written PyTorch-semantics loops and the
+// reference interpreter (fused and unfused bitwise equal), gradients by gradcheck in f64,
+// forward mode against reverse mode, bitwise equality across thread counts, errors for
+// bad indices, dims, dtypes and shapes, and Embedding's padding_idx.
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph/interpret.h"
+#include "graph/text.h"
+#include "kiln/kiln.h"
+#include "runtime/executor.h"
+#include "tests/random_graph.h"
+
+namespace kiln {
+namespace {
+
+using Vec = std::vector<Tensor>;
+
+int64_t count(const IntList& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor values_of(const IntList& shape, uint64_t seed, DType dt = kFloat64) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> v(static_cast<size_t>(count(shape)));
+  for (double& x : v) x = u(rng);
+  return from_vector<double>(v, shape).to(dt);
+}
+
+/// Indices uniform in [0, bound) of `shape` (i64), realized.
+Tensor indices_of(const IntList& shape, int64_t bound, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> v(static_cast<size_t>(count(shape)));
+  for (int64_t& x : v) x = bound > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(bound)) : 0;
+  return from_vector<int64_t>(v, shape);
+}
+
+/// The same values, computed by a kernel (checked in the kernel, not on the host).
+Tensor lazy(const Tensor& index) { return index + 1 - 1; }
+
+std::vector<int64_t> strides_of(const IntList& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+/// Calls f(multi-index, flat offset) for every element of `shape`, in row-major order.
+void for_each(const IntList& shape, const std::function<void(const IntList&, int64_t)>& f) {
+  const int64_t n = count(shape);
+  IntList at(shape.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    f(at, k);
+    for (size_t d = shape.size(); d-- > 0;)
+      if (++at[d] < shape[d]) break;
+      else at[d] = 0;
+  }
+}
+
+int64_t offset(const IntList& at, const std::vector<int64_t>& st) {
+  int64_t o = 0;
+  for (size_t d = 0; d < at.size(); ++d) o += at[d] * st[d];
+  return o;
+}
+
+/// torch.gather by the definition.
+std::vector<double> ref_gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  const auto xv = x.to_vector<double>();
+  const auto iv = index.to_vector<int64_t>();
+  const auto st = strides_of(x.shape());
+  std::vector<double> out(iv.size());
+  for_each(index.shape(), [&](const IntList& at, int64_t k) {
+    IntList src = at;
+    src[static_cast<size_t>(dim)] = iv[static_cast<size_t>(k)];
+    out[static_cast<size_t>(k)] = xv[static_cast<size_t>(offset(src, st))];
+  });
+  return out;
+}
+
+/// torch.scatter_add by the definition (sequential adds in index order).
+std::vector<double> ref_scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  auto out = self.to_vector<double>();
+  const auto iv = index.to_vector<int64_t>();
+  const auto sv = src.to_vector<double>();
+  const auto st = strides_of(self.shape()), sst = strides_of(src.shape());
+  for_each(index.shape(), [&](const IntList& at, int64_t k) {
+    IntList dst = at;
+    dst[static_cast<size_t>(dim)] = iv[static_cast<size_t>(k)];
+    out[static_cast<size_t>(offset(dst, st))] += sv[static_cast<size_t>(offset(at, sst))];
+  });
+  return out;
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << what << " element " << i;
+}
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  const auto v = t.to_vector<double>(); // exact for f32 and f64
+  std::vector<unsigned char> b(v.size() * sizeof(double));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<unsigned char> realized_bytes(const graph::NodeRef& n) {
+  const auto* p = static_cast<const unsigned char*>(n->realized()->data());
+  return {p, p + graph::numel(n->shape) * dtype_size(n->dtype)};
+}
+
+/// t realized by the JIT equals the reference interpreter on the same graph (within `tol`),
+/// and the other fusion mode gives the same bits.
+void expect_matches_interpreter(const Tensor& t, double tol, const std::string& what) {
+  const graph::NodeRef node = t.node();
+  const std::vector<graph::NodeRef> copy = testing::clone_graph({node});
+  const graph::InterpretResult want = graph::interpret_one(node);
+  ASSERT_EQ(want.shape, t.shape()) << what;
+  expect_near(t.to_vector<double>(), want.values, tol, what + " (interpreter)");
+  const bool fusion = options().fusion;
+  options().fusion = !fusion;
+  runtime::realize(copy);
+  options().fusion = fusion;
+  EXPECT_EQ(realized_bytes(copy[0]), realized_bytes(node)) << what << ": fused and unfused differ";
+}
+
+// ---------------------------------------------------------------- forward
+
+struct GatherCase {
+  IntList x, index;
+  int64_t dim;
+};
+
+// Odd extents, an index smaller than the input off the dim, zero-size, rank 1 and 3.
+const std::vector<GatherCase> kGatherCases = {
+    {{7}, {5}, 0},       {{3, 5}, {3, 4}, 1},   {{3, 5}, {6, 2}, 0},   {{4, 3, 5}, {2, 3, 7}, -1},
+    {{4, 3, 5}, {4, 9, 5}, 1}, {{3, 5}, {0, 5}, 0}, {{3, 5}, {3, 0}, 1}, {{33, 17}, {33, 40}, 1}};
+
+TEST(Gather, MatchesTheDefinitionAndTheInterpreter) {
+  uint64_t seed = 1;
+  for (const GatherCase& c : kGatherCases)
+    for (DType dt : {kFloat32, kFloat64}) {
+      const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.x.size()) : c.dim;
+      const Tensor x = values_of(c.x, ++seed, dt);
+      for (bool computed : {false, true}) {
+        const Tensor index = indices_of(c.index, c.x[static_cast<size_t>(dim)], ++seed);
+        const Tensor y = gather(x, c.dim, computed ? lazy(index) : index);
+        EXPECT_EQ(y.shape(), c.index);
+        EXPECT_EQ(y.dtype(), dt);
+        EXPECT_EQ(y.to_vector<double>(), ref_gather(x, dim, index));
+        expect_matches_interpreter(gather(x * 2.0, c.dim, computed ? lazy(index) : index), 0, "gather");
+      }
+    }
+}
+
+TEST(Gather, IntegerInputsAndI32Indices) {
+  const Tensor x = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor i = from_vector<int32_t>({2, 0, 1, 1}, {2, 2});
+  EXPECT_EQ(gather(x, 1, i).to_vector<int32_t>(), (std::vector<int32_t>{3, 1, 5, 5}));
+  EXPECT_EQ(gather(x, 0, from_vector<int64_t>({1, 0, 1}, {1, 3})).to_vector<int32_t>(), (std::vector<int32_t>{4, 2, 6}));
+  // a scalar
+  EXPECT_EQ(gather(full({}, 2.5, kFloat64), 0, full({}, 0, kInt64)).item<double>(), 2.5);
+}
+
+TEST(Gather, FusesIntoAnElementwiseConsumerAsAnIndexedLoad) {
+  const Tensor x = values_of({16, 9}, 5), i = indices_of({16, 4}, 9, 6);
+  const Tensor y = exp(gather(x * 3.0, 1, lazy(i))) + 1.0;
+  EXPECT_EQ(y.to_vector<double>(), (exp(from_vector<double>(ref_gather(x * 3.0, 1, i), {16, 4})) + 1.0).to_vector<double>());
+  expect_matches_interpreter(exp(gather(x * 3.0, 1, lazy(i))) + 1.0, 1e-15 * 60, "gather in a chain");
+}
+
+// A gather read by every kind of kernel: a reduction, a row kernel (softmax), a matmul operand and
+// epilogue, of views (a transposed input, a broadcast index), and gathers of gathers.
+TEST(Gather, InsideReductionsRowKernelsAndMatmuls) {
+  const Tensor x = values_of({12, 9}, 21), w = values_of({7, 5}, 22);
+  const Tensor i = lazy(indices_of({12, 7}, 9, 23)), j = indices_of({12, 7}, 7, 24);
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> cases = {
+      {"sum", [&] { return gather(x * 2.0, 1, i).sum({1}); }},
+      {"softmax", [&] { return nn::functional::softmax(gather(x, 1, i), 1); }},
+      {"matmul operand", [&] { return matmul(gather(x, 1, i), w); }},
+      {"matmul epilogue", [&] { return gather(matmul(x.t(), x), 0, lazy(indices_of({5, 9}, 9, 25))) + 1.0; }},
+      {"transposed input", [&] { return gather(x.t(), 0, lazy(indices_of({9, 12}, 9, 26))); }},
+      {"broadcast index", [&] { return gather(x, 1, lazy(indices_of({12, 1}, 9, 27)).expand({12, 5})); }},
+      {"gather of gather", [&] { return gather(gather(x, 1, i), 1, j); }},
+      {"gather of a reduction", [&] { return gather(x.sum({0}, true).expand({12, 9}), 1, i); }},
+  };
+  for (const auto& [name, f] : cases) expect_matches_interpreter(f(), 1e-12, name);
+}
+
+TEST(Gather, PrintsAndParsesBackToTheSameNodes) {
+  const Tensor y = gather(values_of({3, 5}, 3), 1, lazy(indices_of({3, 2}, 5, 4))) +
+                   scatter_add(zeros({3, 2}, kFloat64), 0, lazy(indices_of({2, 2}, 3, 5)), values_of({2, 2}, 6));
+  const std::string text = graph::print_graph({y.node()});
+  EXPECT_NE(text.find("gather"), std::string::npos) << text;
+  const std::vector<graph::NodeRef> back = graph::parse_graph(text);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].get(), y.node().get());
+}
+
+TEST(IndexSelect, MatchesGatherOfTheSpreadIndex) {
+  const Tensor x = values_of({4, 5, 3}, 7);
+  const std::vector<std::vector<int64_t>> picks = {{3, 0, 3, 2, 1}, {4, 0, 4, 2, 1, 3, 3}, {2, 2, 0}};
+  for (int64_t dim : {0, 1, -1}) {
+    const int64_t d = dim < 0 ? dim + 3 : dim;
+    const Tensor idx = from_vector<int64_t>(picks[static_cast<size_t>(d)]);
+    const Tensor got = index_select(x, dim, idx);
+    IntList along(3, 1), out = x.shape();
+    along[d] = out[d] = idx.numel();
+    EXPECT_EQ(got.shape(), out);
+    EXPECT_EQ(got.to_vector<double>(), gather(x, d, idx.reshape(along).expand(out)).to_vector<double>());
+    expect_matches_interpreter(index_select(x, dim, lazy(idx)), 0, "index_select");
+  }
+  EXPECT_EQ(index_select(x, 0, from_vector<int64_t>({}, {0})).shape(), (IntList{0, 5, 3}));
+  EXPECT_EQ(index_select(x, 1, full({}, 3, kInt64)).shape(), (IntList{4, 1, 3})); // a 0-d index selects one
+}
+
+struct ScatterCase {
+  IntList self, index, src;
+  int64_t dim;
+};
+
+const std::vector<ScatterCase> kScatterCases = {
+    {{7}, {5}, {5}, 0},           {{3, 5}, {3, 9}, {3, 9}, 1},      {{4, 5}, {7, 3}, {8, 4}, 0},
+    {{4, 3, 5}, {2, 3, 40}, {2, 3, 40}, -1}, {{3, 5}, {0, 5}, {0, 5}, 0}, {{5, 17}, {5, 33}, {5, 33}, 1}};
+
+TEST(ScatterAdd, MatchesTheDefinitionAndTheInterpreter) {
+  uint64_t seed = 100;
+  for (const ScatterCase& c : kScatterCases)
+    for (DType dt : {kFloat32, kFloat64}) {
+      const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.self.size()) : c.dim;
+      const Tensor self = values_of(c.self, ++seed, dt), src = values_of(c.src, ++seed, dt);
+      const Tensor index = indices_of(c.index, c.self[static_cast<size_t>(dim)], ++seed);
+      const Tensor y = scatter_add(self, c.dim, index, src);
+      EXPECT_EQ(y.shape(), c.self);
+      expect_near(y.to_vector<double>(), ref_scatter_add(self, dim, index, src), dt == kFloat32 ? 1e-4 : 1e-12,
+                  "scatter_add");
+      expect_matches_interpreter(scatter_add(self, c.dim, lazy(index), src * 1.5), dt == kFloat32 ? 1e-4 : 1e-12,
+                                 "scatter_add");
+    }
+  const Tensor ints = scatter_add(zeros({3}, kInt64), 0, from_vector<int64_t>({2, 2, 0, 2}),
+                                  from_vector<int64_t>({1, 10, 100, 1000}));
+  EXPECT_EQ(ints.to_vector<int64_t>(), (std::vector<int64_t>{100, 0, 1011}));
+}
+
+TEST(IndexAdd, AddsScaledSlices) {
+  const Tensor self = values_of({5, 3}, 31), src = values_of({4, 3}, 32);
+  const Tensor i = from_vector<int64_t>({4, 0, 4, 2});
+  const Tensor y = index_add(self, 0, i, src, 0.5);
+  auto want = self.to_vector<double>();
+  const auto s = src.to_vector<double>();
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 3; ++j) want[static_cast<size_t>(i.to_vector<int64_t>()[k] * 3 + j)] += 0.5 * s[k * 3 + j];
+  expect_near(y.to_vector<double>(), want, 1e-12, "index_add");
+  const Tensor cols = index_add(self, 1, from_vector<int64_t>({2, 2}), values_of({5, 2}, 33));
+  EXPECT_EQ(cols.shape(), (IntList{5, 3}));
+  expect_matches_interpreter(index_add(self, -1, lazy(from_vector<int64_t>({1, 1, 0})), values_of({5, 3}, 34)), 1e-12,
+                             "index_add");
+}
+
+TEST(ScatterAdd, BitwiseTheSameOnOneAndTwoThreads) {
+  // Many repeats of few targets: a sum whose rounding depends on the order.
+  const Tensor src = values_of({4096, 8}, 41, kFloat32) * 1000.0;
+  const Tensor index = indices_of({4096, 8}, 3, 42);
+  const Tensor rows = indices_of({4096}, 5, 43); // index_add's 1-d index: the one-hot GEMM
+  std::vector<unsigned char> one, two, one_rows, two_rows;
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+    one = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
+    one_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
+  }
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+    two = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
+    two_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
+  }
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one_rows, two_rows);
+}
+
+TEST(Cumsum, MatchesRunningSums) {
+  for (const IntList& shape : {IntList{7}, IntList{3, 33}, IntList{4, 0}, IntList{2, 5, 3}})
+    for (int64_t dim = -static_cast<int64_t>(shape.size()); dim < static_cast<int64_t>(shape.size()); ++dim) {
+      const int64_t d = dim < 0 ? dim + static_cast<int64_t>(shape.size()) : dim;
+      const Tensor x = values_of(shape, 50 + static_cast<uint64_t>(d));
+      const auto xv = x.to_vector<double>();
+      const auto st = strides_of(shape);
+      std::vector<double> want(xv.size());
+      for_each(shape, [&](const IntList& at, int64_t k) {
+        IntList from = at;
+        double s = 0;
+        for (from[d] = 0; from[d] <= at[d]; ++from[d]) s += xv[static_cast<size_t>(offset(from, st))];
+        want[static_cast<size_t>(k)] = s;
+      });
+      expect_near(cumsum(x, dim).to_vector<double>(), want, 1e-12, "cumsum");
+      expect_matches_interpreter(cumsum(x * 2.0, dim), 1e-12, "cumsum");
+    }
+  EXPECT_EQ(cumsum(from_vector<int32_t>({1, 2, 3}), 0).dtype(), kInt64); // as PyTorch
+  EXPECT_EQ(cumsum(from_vector<int32_t>({1, 2, 3}), 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 6}));
+  EXPECT_EQ(cumsum(from_vector<bool>({true, false, true}), 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 2}));
+}
+
+// ---------------------------------------------------------------- gradients
+
+#define EXPECT_GRADCHECK(...)                                                                                   \
+  do {                                                                                                          \
+    const GradcheckResult r_ = gradcheck(__VA_ARGS__);                                                          \
+    EXPECT_TRUE(r_.ok) << r_.report;                                                                            \
+  } while (0)
+
+TEST(IndexGradients, GradcheckInF64) {
+  const Tensor i = from_vector<int64_t>({2, 0, 2, 1, 2, 0}, {2, 3}); // repeats: gradients accumulate
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, i) * v[1]).sum(); }, {values_of({2, 4}, 60), values_of({2, 3}, 61)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 0, i.slice(1, 0, 2)) * v[1]).sum(); },
+                   {values_of({3, 2}, 62), values_of({2, 2}, 63)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (scatter_add(v[0], 1, i, v[1]) * v[2]).sum(); },
+                   {values_of({2, 3}, 64), values_of({2, 4}, 65), values_of({2, 3}, 66)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (index_select(v[0], 0, from_vector<int64_t>({1, 1, 0})) * v[1]).sum(); },
+                   {values_of({2, 3}, 67), values_of({3, 3}, 68)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (index_add(v[0], 0, from_vector<int64_t>({1, 1, 0}), v[1], 2.0) * v[2]).sum(); },
+                   {values_of({2, 3}, 69), values_of({3, 3}, 70), values_of({2, 3}, 71)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumsum(v[0], 1) * v[1]).sum(); }, {values_of({3, 5}, 72), values_of({3, 5}, 73)});
+  // an index broadcast along the dim too (one value everywhere), and one broadcast off it
+  const Tensor one = from_vector<int64_t>({2}).reshape({1, 1});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, one.expand({2, 3})) * v[1]).sum(); },
+                   {values_of({2, 4}, 76), values_of({2, 3}, 77)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, from_vector<int64_t>({3, 0, 3}, {1, 3}).expand({2, 3})) * v[1]).sum(); },
+                   {values_of({2, 4}, 78), values_of({2, 3}, 79)});
+  // second order: the gradient of gather is scatter_add, whose gradient is differentiable again
+  EXPECT_GRADCHECK([&](const Vec& v) {
+    const Tensor g = grad({(square(gather(v[0], 1, i)) * v[1]).sum()}, {v[0]}, {}, false, true)[0];
+    return (g * g).sum();
+  }, {values_of({2, 4}, 74), values_of({2, 3}, 75)});
+}
+
+TEST(IndexGradients, GatherGradientIsTheDefinitionsScatter) {
+  const Tensor x = values_of({3, 5}, 80).requires_grad_();
+  const Tensor i = from_vector<int64_t>({4, 4, 0, 1, 2, 4, 3, 3, 3}, {3, 3});
+  const Tensor w = values_of({3, 3}, 81);
+  (gather(x, 1, i) * w).sum().backward();
+  expect_near(x.grad().to_vector<double>(), ref_scatter_add(zeros({3, 5}, kFloat64), 1, i, w), 1e-15, "grad");
+}
+
+TEST(IndexGradients, ForwardModeAgreesWithReverseMode) {
+  const Tensor i = from_vector<int64_t>({2, 0, 2, 1, 2, 0}, {2, 3});
+  const TensorFn fn = [&](const Vec& v) -> Vec {
+    return {gather(v[0], 1, i), scatter_add(v[1], 1, i, v[0].slice(1, 0, 3)), cumsum(v[0], 0),
+            index_select(v[0], 1, from_vector<int64_t>({3, 3}))};
+  };
+  const Vec xs = {values_of({2, 4}, 90), values_of({2, 3}, 91)}, vs = {values_of({2, 4}, 92), values_of({2, 3}, 93)};
+  auto [ys, ts] = jvp(fn, xs, vs);
+  Vec us, leaves;
+  double ujv = 0, jtuv = 0;
+  for (size_t j = 0; j < ys.size(); ++j) {
+    us.push_back(values_of(ys[j].shape(), 94 + j));
+    const auto a = us[j].to_vector<double>(), b = ts[j].to_vector<double>();
+    for (size_t k = 0; k < a.size(); ++k) ujv += a[k] * b[k];
+  }
+  for (const Tensor& x : xs) leaves.push_back(from_vector<double>(x.to_vector<double>(), x.shape()).requires_grad_());
+  const Vec gs = grad(fn(leaves), leaves, us, true);
+  for (size_t j = 0; j < xs.size(); ++j) {
+    const auto a = gs[j].to_vector<double>(), b = vs[j].to_vector<double>();
+    for (size_t k = 0; k < a.size(); ++k) jtuv += a[k] * b[k];
+  }
+  EXPECT_NEAR(ujv, jtuv, 1e-12 * (1 + std::abs(ujv)));
+}
+
+// ---------------------------------------------------------------- Embedding
+
+TEST(EmbeddingByGather, RowsAreTheWeightsRowsExactly) {
+  nn::manual_seed(3);
+  nn::Embedding e(11, 4);
+  const Tensor i = from_vector<int64_t>({10, 0, 3, 3, 7, 1}, {2, 3});
+  const Tensor rows = e(i);
+  EXPECT_EQ(rows.shape(), (IntList{2, 3, 4}));
+  const auto w = e.weight.to_vector<float>();
+  const auto r = rows.to_vector<float>();
+  const auto iv = i.to_vector<int64_t>();
+  for (size_t k = 0; k < iv.size(); ++k)
+    for (size_t j = 0; j < 4; ++j) EXPECT_EQ(r[k * 4 + j], w[static_cast<size_t>(iv[k]) * 4 + j]);
+  // an infinite weight no longer spoils other rows (the one-hot product made 0 * inf = NaN)
+  e.weight.assign(where(arange(11).reshape({11, 1}) == 5, full({11, 4}, INFINITY, kFloat32), e.weight));
+  for (float v : e(from_vector<int64_t>({0, 1})).to_vector<float>()) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(EmbeddingByGather, GradientAddsEachUseAndSkipsThePaddingRow) {
+  nn::manual_seed(4);
+  for (std::optional<int64_t> pad : {std::optional<int64_t>{}, std::optional<int64_t>{2}, std::optional<int64_t>{-1}}) {
+    nn::Embedding e(5, 3, pad);
+    const int64_t p = pad ? (*pad + 5) % 5 : -1;
+    if (pad) {
+      EXPECT_EQ(*e.padding_idx(), p);
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(e.weight.to_vector<float>()[static_cast<size_t>(p * 3 + j)], 0.0f);
+    }
+    const Tensor i = from_vector<int64_t>({2, 4, 2, 0, 4, 4});
+    const Tensor up = values_of({6, 3}, 5, kFloat32);
+    (e(i) * up).sum().backward();
+    const auto g = e.weight.grad().to_vector<float>();
+    const auto u = up.to_vector<float>();
+    for (int64_t row = 0; row < 5; ++row)
+      for (int j = 0; j < 3; ++j) {
+        double want = 0;
+        for (int k = 0; k < 6; ++k)
+          if (i.to_vector<int64_t>()[k] == row && row != p) want += u[static_cast<size_t>(k * 3 + j)];
+        EXPECT_NEAR(g[static_cast<size_t>(row * 3 + j)], want, 1e-5) << "row " << row;
+      }
+  }
+}
+
+
+TEST(EmbeddingByGather, GradientIsBitwiseTheOneHotProductsOfBefore) {
+  nn::manual_seed(6);
+  nn::Embedding e(37, 20);
+  const Tensor i = indices_of({3, 50}, 37, 7);
+  const Tensor up = values_of({3, 50, 20}, 8, kFloat32);
+  (e(i) * up).sum().backward();
+  // the weight gradient of the one-hot product Embedding computed before: one_hot^T @ upstream
+  const Tensor oh = nn::functional::one_hot(i.reshape({150}), 37).to(kFloat32);
+  const Tensor before = matmul(oh.t(), up.reshape({150, 20}));
+  EXPECT_EQ(e.weight.grad().to_vector<float>(), before.to_vector<float>());
+}
+
+// ---------------------------------------------------------------- errors
+
+/// The message of the kiln::Error that f throws ("" when none), with its op.
+std::pair<std::string, std::string> error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return {e.op(), e.what()};
+  }
+  return {"", ""};
+}
+
+void expect_error(const std::function<void()>& f, const std::string& op, const std::vector<std::string>& parts,
+                  int line) {
+  const auto [got_op, msg] = error_of(f);
+  EXPECT_EQ(got_op, op) << msg;
+  for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+  EXPECT_NE(msg.find("test_indexops.cpp:" + std::to_string(line)), std::string::npos) << msg;
+}
+
+TEST(IndexErrors, BadIndicesNameTheOpThePositionOrShapeAndTheLine) {
+  const Tensor x = values_of({3, 5}, 1);
+  const Tensor bad = from_vector<int64_t>({0, 1, 5, 2}, {2, 2});
+  expect_error([&] { (void)gather(x, 1, bad); }, "gather", {"index 5 at position [1, 0]", "dim 1", "[0, 5)"}, __LINE__);
+  expect_error([&] { (void)gather(x, 1, from_vector<int64_t>({0, -6}, {1, 2})); }, "gather", {"index -6", "[0, 5)"}, __LINE__);
+  // computed indices are checked in the kernel and reported when the result is read
+  const int line = __LINE__ + 1;
+  const Tensor y = gather(x, 1, lazy(bad));
+  expect_error([&] { (void)y.to_vector<double>(); }, "gather", {"index 5", "(index [2, 2])", "[0, 5)"}, line);
+  // also where the address does not depend on the index: one row, or a broadcast one
+  const int line1 = __LINE__ + 1;
+  const Tensor one_row = gather(values_of({1, 5}, 9), 0, lazy(from_vector<int64_t>({0, 1}, {1, 2})));
+  expect_error([&] { (void)one_row.to_vector<double>(); }, "gather", {"index 1", "[0, 1)"}, line1);
+  const int line3 = __LINE__ + 1;
+  const Tensor spread = gather(values_of({1, 5}, 9).expand({4, 5}), 0, lazy(from_vector<int64_t>({3, 4}, {1, 2})));
+  expect_error([&] { (void)spread.to_vector<double>(); }, "gather", {"index 4", "[0, 4)"}, line3);
+  const int line2 = __LINE__ + 1;
+  const Tensor z = scatter_add(zeros({3, 5}, kFloat64), 0, lazy(from_vector<int64_t>({3, 0}, {1, 2})), values_of({1, 2}, 2));
+  expect_error([&] { (void)z.to_vector<double>(); }, "scatter_add", {"index 3", "[0, 3)"}, line2);
+  expect_error([&] { (void)index_select(x, 0, from_vector<int64_t>({1, -1})); }, "index_select",
+               {"index -1 at position [1]", "[0, 3)"}, __LINE__ - 1);
+  expect_error([&] { (void)index_add(x, 1, from_vector<int64_t>({9}), values_of({3, 1}, 3)); }, "index_add",
+               {"index 9", "[0, 5)"}, __LINE__ - 1);
+  nn::Embedding e(4, 2);
+  expect_error([&] { (void)e(from_vector<int64_t>({3, 4})); }, "Embedding", {"index 4 at position [1]", "[0, 4)"}, __LINE__);
+}
+
+TEST(IndexErrors, IndicesOfACompiledStepAreChecked) {
+  nn::manual_seed(7);
+  nn::Embedding e(6, 3, 0);
+  optim::SGD opt(e.parameters(), {.lr = 0.1});
+  int line = 0;
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    line = __LINE__ + 1;
+    Tensor loss = (e(a[0]) * a[1]).sum();
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss};
+  });
+  const Tensor up = values_of({2, 3}, 8, kFloat32);
+  (void)step({from_vector<int64_t>({1, 0}), up});
+  const std::vector<float> weight = e.weight.to_vector<float>();
+  EXPECT_EQ(std::vector<float>(weight.begin(), weight.begin() + 3), std::vector<float>(3, 0.0f)) << "the padding row";
+  for (int64_t bad : {int64_t{6}, int64_t{-1}}) {
+    expect_error([&] { (void)step({from_vector<int64_t>({bad, 2}), up}); }, "Embedding",
+                 {"index " + std::to_string(bad), "[0, 6)"}, line);
+    EXPECT_EQ(e.weight.to_vector<float>(), weight) << "a failed step must not update the parameters";
+  }
+  (void)step({from_vector<int64_t>({0, 5}), up});
+  const std::vector<float> after = e.weight.to_vector<float>();
+  EXPECT_EQ(std::vector<float>(after.begin(), after.begin() + 3), std::vector<float>(3, 0.0f)) << "no update";
+  EXPECT_NE(std::vector<float>(after.begin() + 15, after.end()), std::vector<float>(weight.begin() + 15, weight.end()));
+}
+
+TEST(IndexErrors, BadDimsDtypesAndShapes) {
+  const Tensor x = values_of({3, 5}, 1), i = from_vector<int64_t>({0, 1}, {1, 2});
+  expect_error([&] { (void)gather(x, 2, i); }, "gather", {"dim 2", "rank 2"}, __LINE__);
+  expect_error([&] { (void)gather(x, -3, i); }, "gather", {"dim -3"}, __LINE__);
+  expect_error([&] { (void)gather(x, 1, i.to(kFloat32)); }, "gather", {"integer", "f32[1,2]"}, __LINE__);
+  expect_error([&] { (void)gather(x, 1, from_vector<int64_t>({0})); }, "gather", {"rank"}, __LINE__);
+  expect_error([&] { (void)gather(x, 1, zeros({4, 1}, kInt64)); }, "gather", {"larger than the input along dim 0"}, __LINE__);
+  expect_error([&] { (void)index_select(x, 0, zeros({1, 1}, kInt64)); }, "index_select", {"1-d"}, __LINE__);
+  expect_error([&] { (void)scatter_add(x, 0, i, values_of({1, 2}, 2, kFloat32)); }, "scatter_add", {"dtype"}, __LINE__);
+  expect_error([&] { (void)scatter_add(x, 0, i, values_of({1, 1}, 2)); }, "scatter_add", {"larger than src"}, __LINE__);
+  expect_error([&] { (void)index_add(x, 0, from_vector<int64_t>({1}), values_of({2, 5}, 2)); }, "index_add",
+               {"source must be [1, 5]"}, __LINE__ - 1);
+  expect_error([&] { (void)cumsum(x, 2); }, "cumsum", {"dim 2"}, __LINE__);
+  for (bool computed : {false, true}) { // an empty dim has no valid index, computed or not
+    const Tensor idx = computed ? lazy(zeros({1, 2}, kInt64)) : zeros({1, 2}, kInt64);
+    expect_error([&] { (void)gather(zeros({0, 5}), 0, idx); }, "gather", {"the dim is empty"}, __LINE__);
+    expect_error([&] { (void)index_select(zeros({3, 0}), 1, idx.reshape({2})); }, "index_select", {"the dim is empty"}, __LINE__);
+    expect_error([&] { (void)scatter_add(zeros({0, 5}), 0, idx, zeros({1, 2})); }, "scatter_add", {"the dim is empty"}, __LINE__);
+  }
+  expect_error([&] { (void)nn::Embedding(4, 2, 4); }, "Embedding", {"padding_idx 4"}, __LINE__);
+  expect_error([&] { (void)nn::Embedding(4, 2)(values_of({2}, 1, kFloat32)); }, "Embedding", {"integer", "f32[2]"}, __LINE__);
+}
+
+} // namespace
+} // namespace kiln
