@@ -107,9 +107,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--data", default="/usr/share/games/fortunes")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="do not flush denormals to zero (flushing is PyTorch's faster setting on x86)")
     a = ap.parse_args()
     warmup = min(100, a.steps // 10) if a.warmup == -1 else a.warmup
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(not a.keep_denormals)
     torch.manual_seed(a.seed)
 
     text = read_corpus(a.data)
@@ -140,13 +143,19 @@ def main():
         opt.step()
         sched.step()
         avg = loss.item() if s == 0 else 0.95 * avg + 0.05 * loss.item()
+        if (s + 1) % 50 == 0:
+            print("\rstep %5d/%d  %8.0f tokens/s  loss %.4f" % (
+                s + 1, a.steps, (s + 1) * a.batch * a.context / (time.perf_counter() - start - eval_secs), avg),
+                end="", file=sys.stderr, flush=True)
         if (s + 1) % a.eval_every == 0 and s + 1 < a.steps:
             t0 = time.perf_counter()
             v = evaluate(model, val, a.batch, a.eval_batches, a.context)
             eval_secs += time.perf_counter() - t0
+            print(file=sys.stderr)
             print("step %d: train_loss %.4f  val_loss %.4f  lr %.2e  (%.1f s)" % (
                 s + 1, avg, v, opt.param_groups[0]["lr"], time.perf_counter() - start), flush=True)
     secs = time.perf_counter() - start - eval_secs
+    print(file=sys.stderr)
     val_loss = evaluate(model, val, a.batch, a.eval_batches, a.context)
     print("trained %d steps in %.1f s (evaluations excluded): %.0f tokens/s" % (a.steps, secs, a.steps * a.batch * a.context / secs))
     print("val_loss: %.4f" % val_loss)
