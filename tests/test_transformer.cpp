@@ -385,6 +385,16 @@ TEST(TransformerEncoderLayer, EqualsItsCompositionBitwise) {
   }
 }
 
+TEST(TransformerEncoderLayer, RunsInsideSequentialWithoutMasks) {
+  nn::manual_seed(6);
+  auto a = std::make_shared<nn::TransformerEncoderLayer>(8, 2, nn::TransformerEncoderLayer::Options{.dropout = 0.0});
+  auto b = std::make_shared<nn::TransformerEncoderLayer>(8, 2, nn::TransformerEncoderLayer::Options{.dropout = 0.0});
+  nn::Sequential seq(a, b);
+  const Tensor x = randn({5, 2, 8}, 12);
+  expect_same(seq.forward(x), b->forward(a->forward(x)));
+  EXPECT_EQ(seq.named_parameters().front().first, "0.self_attn.in_proj_weight");
+}
+
 TEST(TransformerEncoderLayer, GradcheckInF64AndNames) {
   nn::manual_seed(5);
   nn::TransformerEncoderLayer layer(4, 2, {.dim_feedforward = 6, .dropout = 0.0, .activation = "gelu",
