@@ -6,7 +6,7 @@ packages=(
   llvm-19-dev zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev
   libtbb-dev librange-v3-dev libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   nlohmann-json3-dev graphviz
-  dataset-fashion-mnist pkg-config file
+  dataset-fashion-mnist fortunes pkg-config file
 )
 missing=()
 for p in "${packages[@]}"; do

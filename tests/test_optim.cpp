@@ -830,3 +830,18 @@ TEST(Checkpoint, HeaderJsonLimitsAndDuplicates) {
   EXPECT_NE(error_for("{\"a\":tru}").find("at byte"), std::string::npos);
   fs::remove_all(dir);
 }
+
+// Two parameters assign()ed one value share a hash-consed node; leaves are found by node, so they
+// once shared one gradient (eagerly; a compiled step differed). Each must get its own.
+TEST(Assign, TwoParametersGivenOneValueKeepTheirOwnGradients) {
+  Tensor a = randn({4}, 1).requires_grad_(), b = randn({4}, 2).requires_grad_();
+  a.assign(zeros({4}));
+  b.assign(zeros({4}));
+  const Tensor x = randn({4}, 3);
+  (square(a - x) + 3.0 * square(b + x)).sum().backward();
+  const std::vector<float> xs = x.to_vector<float>(), ga = a.grad().to_vector<float>(), gb = b.grad().to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_FLOAT_EQ(ga[i], -2 * xs[i]) << i;
+    EXPECT_FLOAT_EQ(gb[i], 6 * xs[i]) << i;
+  }
+}

@@ -257,4 +257,19 @@ double CosineAnnealingLR::lr_at(int64_t epoch) const {
   return eta_min_ + (base_lr_ - eta_min_) * (1.0 + c) / 2.0;
 }
 
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min)
+    : LRScheduler(optimizer), warmup_(warmup), total_(total), eta_min_(eta_min) {
+  if (warmup < 0 || total <= warmup)
+    throw Error("WarmupCosineLR", "needs 0 <= warmup < total, got warmup " + std::to_string(warmup) + ", total " +
+                                      std::to_string(total));
+  opt_.set_lr(lr_at(0)); // the first step already warms up (PyTorch's schedulers also set it at construction)
+}
+
+double WarmupCosineLR::lr_at(int64_t epoch) const {
+  if (epoch < warmup_) return base_lr_ * static_cast<double>(epoch + 1) / static_cast<double>(warmup_);
+  if (epoch >= total_) return eta_min_;
+  const double t = static_cast<double>(epoch - warmup_) / static_cast<double>(total_ - warmup_);
+  return eta_min_ + (base_lr_ - eta_min_) * (1.0 + std::cos(M_PI * t)) / 2.0;
+}
+
 } // namespace kiln::optim

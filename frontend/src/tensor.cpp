@@ -494,7 +494,12 @@ void Tensor::assign(const Tensor& new_value, Loc loc) {
   detail::note_state_change(impl_);
   // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
   const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;
-  impl_->store_node(detached || !requires_grad() ? value.node() : graph::build::detach(value.node()));
+  graph::NodeRef stored = detached || !requires_grad() ? value.node() : graph::build::detach(value.node());
+  // Leaves are found by node: two parameters assigned one value (hash-consed to one node) would
+  // share their gradient. As requires_grad_() does, give this one a node of its own then.
+  if (requires_grad())
+    if (auto other = detail::leaf_for(stored.get()); other && other != impl_) stored = autograd::fresh_leaf(stored);
+  impl_->store_node(stored);
   if (requires_grad()) detail::register_leaf(impl_);
   detail::note_pending(impl_);
 }

@@ -1,7 +1,7 @@
 #pragma once
 /// \file kiln.h
 /// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
-/// options, devices, version. Pulls in no LLVM, TBB or CUDA header.
+/// attention and transformer layers, options, devices, version. Pulls in no LLVM, TBB or CUDA header.
 
 #include "kiln/version.h" // first: it stops a compile that is not C++20 with a clear message
 
@@ -17,8 +17,10 @@
 #include "kiln/functional.h"
 #include "kiln/indexops.h"
 #include "kiln/nn.h"
+#include "kiln/nn_utils.h"
 #include "kiln/optim.h"
 #include "kiln/options.h"
 #include "kiln/profile.h"
 #include "kiln/scalar.h"
 #include "kiln/tensor.h"
+#include "kiln/transformer.h"

@@ -211,4 +211,17 @@ private:
   double eta_min_;
 };
 
+/// Linear warm-up then cosine decay, stepped once per optimizer step (as in GPT training):
+/// lr = base * (epoch + 1) / warmup for epoch < warmup, then eta_min + (base - eta_min)(1 + cos(pi
+/// (epoch - warmup) / (total - warmup))) / 2 up to `total` steps, and eta_min after.
+class WarmupCosineLR : public LRScheduler {
+public:
+  /// Warms up over `warmup` steps (0: none) and decays to eta_min at step `total` (> warmup).
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min = 0);
+  double lr_at(int64_t epoch) const override; ///< closed form
+private:
+  int64_t warmup_, total_;
+  double eta_min_;
+};
+
 } // namespace kiln::optim

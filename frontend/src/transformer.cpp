@@ -1,0 +1,273 @@
+// Attention and transformer layers: scaled_dot_product_attention, MultiheadAttention and
+// TransformerEncoderLayer, composed from kiln's primitive ops with PyTorch's semantics.
+
+#include "kiln/transformer.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "frontend/src/tensor_impl.h"
+
+namespace kiln::nn {
+
+namespace {
+
+using detail::fail;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+std::string shape_str(const IntList& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The broadcast of the batch dims (all but the last two) of q, k and v; empty when they do not broadcast.
+std::optional<IntList> broadcast_batch(std::initializer_list<const Tensor*> ts) {
+  IntList out;
+  for (const Tensor* t : ts) {
+    const IntList b(t->shape().begin(), t->shape().end() - 2);
+    if (b.size() > out.size()) out.insert(out.begin(), b.size() - out.size(), 1);
+    for (size_t i = 0; i < b.size(); ++i) {
+      int64_t& o = out[out.size() - b.size() + i];
+      if (b[i] != o && b[i] != 1 && o != 1) return std::nullopt;
+      if (o == 1) o = b[i];
+    }
+  }
+  return out;
+}
+
+// True when a tensor of shape `m` broadcasts to `target` without growing it.
+bool broadcasts_to(const IntList& m, const IntList& target) {
+  if (m.size() > target.size()) return false;
+  for (size_t i = 0; i < m.size(); ++i)
+    if (m[m.size() - 1 - i] != 1 && m[m.size() - 1 - i] != target[target.size() - 1 - i]) return false;
+  return true;
+}
+
+// softmax over the last dim where a row of -inf scores gives zeros (and a zero gradient) instead of
+// NaN, as PyTorch's _safe_softmax. Other rows are bitwise functional::softmax's.
+Tensor safe_softmax(const Tensor& s) {
+  Tensor m = s.max({-1}, true).detach();
+  m = where(m != kNegInf, m, 0);
+  Tensor e = exp(s - m);
+  Tensor z = e.sum({-1}, true);
+  return e / where(z != 0, z, 1);
+}
+
+// What attention computes: the output and the attention weights (after dropout).
+struct Attention {
+  Tensor out;     ///< [..., L, Ev]
+  Tensor weights; ///< [..., L, S]
+};
+
+// softmax(q k^T scale + mask) v with an optional causal mask as well as `mask` (a bool keep-mask or
+// an additive float mask; checked by the callers). Dropout with probability p on the weights.
+Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
+                 bool is_causal, double scale) {
+  Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
+  const int64_t L = q.size(-2), S = k.size(-2);
+  if (is_causal) s = masked_fill(s, gt(arange(S), arange(L).unsqueeze(1)), kNegInf);
+  if (mask.defined()) s = mask.dtype() == kBool ? masked_fill(s, logical_not(mask), kNegInf) : s + mask;
+  // Only a mask can empty a row (a causal row keeps at least key 0): the plain softmax otherwise.
+  Tensor p = mask.defined() ? safe_softmax(s) : functional::softmax(s, -1);
+  if (dropout_p > 0) p = functional::dropout(p, dropout_p, detail::host_seed([] { return next_seed(); }));
+  return {matmul(p, v), p};
+}
+
+void check_attention_operands(const std::string& op, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& mask, const Loc& loc) {
+  if (!q.defined() || !k.defined() || !v.defined()) throw Error(op, "query, key and value must be defined", loc);
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
+    fail(op, "query, key and value must be [..., L, E], [..., S, E] and [..., S, Ev]", {&q, &k, &v}, loc);
+  if (!is_floating(q.dtype()) || k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    fail(op, "query, key and value must have one floating dtype", {&q, &k, &v}, loc);
+  if (q.size(-1) != k.size(-1)) fail(op, "query and key must have the same last dim E", {&q, &k, &v}, loc);
+  if (k.size(-2) != v.size(-2)) fail(op, "key and value must have the same number S of rows", {&q, &k, &v}, loc);
+  if (k.size(-2) == 0) fail(op, "needs at least one key (S > 0)", {&q, &k, &v}, loc);
+  const std::optional<IntList> batch = broadcast_batch({&q, &k, &v});
+  if (!batch) fail(op, "the batch dims of query, key and value do not broadcast", {&q, &k, &v}, loc);
+  if (!mask.defined()) return;
+  if (mask.dtype() != kBool && mask.dtype() != q.dtype())
+    fail(op, "attn_mask must be bool or of the query's dtype", {&q, &k, &v, &mask}, loc);
+  IntList scores = *batch;
+  scores.push_back(q.size(-2));
+  scores.push_back(k.size(-2));
+  if (!broadcasts_to(mask.shape(), scores))
+    fail(op, "attn_mask must broadcast to the scores' shape " + shape_str(scores), {&q, &k, &v, &mask}, loc);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- scaled_dot_product_attention
+
+Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                                std::optional<double> scale, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const std::string op = "scaled_dot_product_attention";
+  check_attention_operands(op, q, k, v, attn_mask, loc);
+  if (is_causal && attn_mask.defined())
+    fail(op, "takes attn_mask or is_causal, not both (as PyTorch)", {&q, &k, &v, &attn_mask}, loc);
+  if (!(dropout_p >= 0 && dropout_p < 1)) fail(op, "dropout_p must be in [0, 1), got " + std::to_string(dropout_p), {&q}, loc);
+  if (scale && !std::isfinite(*scale)) fail(op, "scale must be finite", {&q}, loc);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  return attend(q, k, v, attn_mask, dropout_p, is_causal, s).out;
+}
+
+// ---------------------------------------------------------------- MultiheadAttention
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                                       bool batch_first, Loc loc)
+    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout), batch_first_(batch_first) {
+  if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads)
+    throw Error("MultiheadAttention", "embed_dim (" + std::to_string(embed_dim) + ") must be positive and divisible by num_heads (" +
+                                          std::to_string(num_heads) + ")", loc);
+  if (!(dropout >= 0 && dropout < 1))
+    throw Error("MultiheadAttention", "dropout must be in [0, 1), got " + std::to_string(dropout), loc);
+  const detail::UserCall call("MultiheadAttention", loc);
+  const graph::SourceScope at(loc);
+  // Xavier-uniform over [3E, E]: bound sqrt(6 / (fan_in + fan_out)) = sqrt(6 / (4E)).
+  const double bound = std::sqrt(6.0 / static_cast<double>(4 * embed_dim));
+  in_proj_weight = register_parameter("in_proj_weight", (rand({3 * embed_dim, embed_dim}, next_seed()) * 2.0 - 1.0) * bound);
+  if (bias) in_proj_bias = register_parameter("in_proj_bias", zeros({3 * embed_dim}));
+  // out_proj's bias starts at zero (PyTorch's _reset_parameters): registered here as a fresh leaf.
+  out_proj = register_module("out_proj", Linear(embed_dim, embed_dim, false, loc));
+  if (bias) out_proj->bias = out_proj->register_parameter("bias", zeros({embed_dim}));
+}
+
+namespace {
+
+// An attention mask of MultiheadAttention (bool: true = ignore) as an additive mask in `dtype`.
+Tensor additive(const Tensor& m, DType dtype) {
+  return m.dtype() == kBool ? where(m, full({}, kNegInf, dtype), full({}, 0.0, dtype)) : m;
+}
+
+// key_padding_mask and attn_mask as one mask for attend() over [N, H, L, S] scores: a bool keep-mask
+// when both are bool (or absent), else an additive float mask. Undefined when both are.
+Tensor merge_masks(const Tensor& padding, const Tensor& attn, int64_t n, int64_t h, DType dtype) {
+  Tensor pm = padding.defined() ? padding.reshape({n, 1, 1, padding.size(-1)}) : Tensor();
+  Tensor am = attn.defined() && attn.dim() == 3 ? attn.reshape({n, h, attn.size(1), attn.size(2)}) : attn;
+  if (!pm.defined() && !am.defined()) return Tensor();
+  const bool all_bool = (!pm.defined() || pm.dtype() == kBool) && (!am.defined() || am.dtype() == kBool);
+  if (all_bool) {
+    if (!pm.defined()) return logical_not(am);
+    if (!am.defined()) return logical_not(pm);
+    return logical_and(logical_not(pm), logical_not(am));
+  }
+  if (!pm.defined()) return additive(am, dtype);
+  if (!am.defined()) return additive(pm, dtype);
+  return additive(pm, dtype) + additive(am, dtype);
+}
+
+void check_mha_mask(const std::string& what, const Tensor& m, const IntList& want1, const IntList& want2,
+                    DType dtype, const Tensor& query, const Loc& loc) {
+  if (!m.defined()) return;
+  if (m.dtype() != kBool && m.dtype() != dtype)
+    fail("MultiheadAttention", what + " must be bool or of the query's dtype", {&query, &m}, loc);
+  if (m.shape() != want1 && m.shape() != want2)
+    fail("MultiheadAttention", what + " must be " + shape_str(want1) + (want2.empty() ? "" : " or " + shape_str(want2)),
+         {&query, &m}, loc);
+}
+
+} // namespace
+
+std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                      const Tensor& key_padding_mask, bool need_weights,
+                                                      const Tensor& attn_mask, bool average_attn_weights,
+                                                      bool is_causal, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const std::string op = "MultiheadAttention";
+  if (!query.defined() || !key.defined() || !value.defined()) throw Error(op, "query, key and value must be defined", loc);
+  const bool batched = query.dim() == 3;
+  const int64_t E = embed_dim_, H = num_heads_;
+  if ((query.dim() != 2 && query.dim() != 3) || key.dim() != query.dim() || value.dim() != query.dim() ||
+      query.size(-1) != E || key.size(-1) != E || value.size(-1) != E)
+    fail(op, std::string("query, key and value must be ") + (batch_first_ ? "[N, L, E]" : "[L, N, E]") +
+                 " (or unbatched [L, E]) with E = embed_dim = " + std::to_string(E), {&query, &key, &value}, loc);
+  // Batch-first and batched from here on: [N, L, E].
+  auto canon = [&](const Tensor& x) { return !batched ? x.unsqueeze(0) : batch_first_ ? x : x.transpose(0, 1); };
+  const Tensor q = canon(query), k = canon(key), v = canon(value);
+  const int64_t N = q.size(0), L = q.size(1), S = k.size(1), D = E / H;
+  if (k.size(0) != N || v.size(0) != N || v.size(1) != S)
+    fail(op, "query, key and value must share the batch size, key and value the length", {&query, &key, &value}, loc);
+  if (!is_floating(query.dtype()) || key.dtype() != query.dtype() || value.dtype() != query.dtype())
+    fail(op, "query, key and value must have one floating dtype", {&query, &key, &value}, loc);
+  check_mha_mask("key_padding_mask", key_padding_mask, batched ? IntList{N, S} : IntList{S}, {}, query.dtype(), query, loc);
+  check_mha_mask("attn_mask", attn_mask, {L, S}, {N * H, L, S}, query.dtype(), query, loc);
+  const Tensor mask = merge_masks(key_padding_mask, attn_mask, N, H, query.dtype());
+
+  // The projections: one [.., E] x [E, 3E] product for self-attention, else three.
+  std::vector<Tensor> qkv;
+  if (query.impl() == key.impl() && key.impl() == value.impl()) {
+    qkv = functional::linear(q, in_proj_weight, in_proj_bias).chunk(3, -1);
+  } else {
+    const std::vector<Tensor> w = in_proj_weight.chunk(3, 0);
+    const std::vector<Tensor> b = in_proj_bias.defined() ? in_proj_bias.chunk(3, 0) : std::vector<Tensor>(3);
+    qkv = {functional::linear(q, w[0], b[0]), functional::linear(k, w[1], b[1]), functional::linear(v, w[2], b[2])};
+  }
+  auto heads = [&](const Tensor& x) { return x.reshape({N, x.size(1), H, D}).permute({0, 2, 1, 3}); };
+  const double p = is_training() ? dropout_ : 0.0;
+  const Attention a = attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), mask, p, is_causal && !attn_mask.defined(),
+                             1.0 / std::sqrt(static_cast<double>(D)));
+  Tensor out = (*out_proj)(a.out.permute({0, 2, 1, 3}).reshape({N, L, E}));
+  out = !batched ? out.squeeze(0) : batch_first_ ? out : out.transpose(0, 1);
+  if (!need_weights) return {out, Tensor()};
+  Tensor w = average_attn_weights ? a.weights.mean({1}) : a.weights;
+  return {out, batched ? w : w.squeeze(0)};
+}
+
+std::string MultiheadAttention::extra_repr() const {
+  std::ostringstream os;
+  os << "embed_dim=" << embed_dim_ << ", num_heads=" << num_heads_ << ", dropout=" << dropout_
+     << ", bias=" << (in_proj_bias.defined() ? "true" : "false") << ", batch_first=" << (batch_first_ ? "true" : "false");
+  return os.str();
+}
+
+// ---------------------------------------------------------------- TransformerEncoderLayer
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, Options opts, Loc loc)
+    : options(std::move(opts)) {
+  if (options.activation != "relu" && options.activation != "gelu")
+    throw Error("TransformerEncoderLayer", "activation must be \"relu\" or \"gelu\", not \"" + options.activation + "\"", loc);
+  if (options.dim_feedforward <= 0)
+    throw Error("TransformerEncoderLayer", "dim_feedforward must be positive, got " + std::to_string(options.dim_feedforward), loc);
+  // Registered in PyTorch's order, so that parameters() and state dicts line up.
+  self_attn = register_module("self_attn", MultiheadAttention(d_model, nhead, options.dropout, true, options.batch_first, loc));
+  linear1 = register_module("linear1", Linear(d_model, options.dim_feedforward, true, loc));
+  dropout = register_module("dropout", Dropout(options.dropout, std::nullopt, loc));
+  linear2 = register_module("linear2", Linear(options.dim_feedforward, d_model, true, loc));
+  norm1 = register_module("norm1", LayerNorm({d_model}, options.layer_norm_eps, true, loc));
+  norm2 = register_module("norm2", LayerNorm({d_model}, options.layer_norm_eps, true, loc));
+  dropout1 = register_module("dropout1", Dropout(options.dropout, std::nullopt, loc));
+  dropout2 = register_module("dropout2", Dropout(options.dropout, std::nullopt, loc));
+}
+
+Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& padding,
+                                                     bool is_causal) {
+  return (*dropout1)(self_attn->forward(x, x, x, padding, false, mask, true, is_causal).first);
+}
+
+Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
+  Tensor h = (*linear1)(x);
+  h = options.activation == "gelu" ? functional::gelu(h) : relu(h);
+  return (*dropout2)((*linear2)((*dropout)(h)));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
+                                        bool is_causal, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  Tensor x = src;
+  if (options.norm_first) {
+    x = x + self_attention_block((*norm1)(x), src_mask, src_key_padding_mask, is_causal);
+    return x + feed_forward_block((*norm2)(x));
+  }
+  x = (*norm1)(x + self_attention_block(x, src_mask, src_key_padding_mask, is_causal));
+  return (*norm2)(x + feed_forward_block(x));
+}
+
+Tensor TransformerEncoderLayer::forward_impl(const Tensor& x) { return forward(x); }
+
+} // namespace kiln::nn
