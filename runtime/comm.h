@@ -45,4 +45,8 @@ struct Transfer {
 void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag, const char* op,
               double timeout_s, const std::source_location& loc);
 
+/// Ends this process with status `code` without waiting for the other ranks: under MPI,
+/// MPI_Abort (mpirun then ends every rank); otherwise std::exit(code).
+[[noreturn]] void abort_job(int code);
+
 } // namespace kiln::runtime::comm

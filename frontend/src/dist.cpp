@@ -324,6 +324,8 @@ Tensor all_gather(const Tensor& t, Loc loc) {
   return wrap(std::move(out), t.dtype(), shape, t.device(), loc);
 }
 
+void abort_job(int code) { runtime::comm::abort_job(code); }
+
 Stats stats() { return counters(); }
 void reset_stats() { counters() = Stats{}; }
 
@@ -360,9 +362,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
   if (options.broadcast_at_construction) {
     NoGradGuard no_grad;
     for (Tensor& t : module_->parameters()) t.assign(dist::broadcast(t, 0, loc), loc);
-    for (Tensor& t : module_->buffers()) t.assign(dist::broadcast(t, 0, loc), loc);
+    sync_buffers(loc);
   }
   buckets_ = make_buckets(parameters(), options.bucket_bytes);
+}
+
+void DistributedDataParallel::sync_buffers(Loc loc) {
+  NoGradGuard no_grad;
+  for (Tensor& t : module_->buffers()) t.assign(dist::broadcast(t, 0, loc), loc);
 }
 
 Tensor DistributedDataParallel::forward_impl(const Tensor& x) { return module_->forward(x); }

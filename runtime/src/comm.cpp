@@ -37,6 +37,7 @@ struct Mpi {
   int (*Initialized)(int*) = nullptr;
   int (*Init_thread)(int*, char***, int, int*) = nullptr;
   int (*Finalize)() = nullptr;
+  int (*Abort)(Handle, int) = nullptr;
   int (*Comm_rank)(Handle, int*) = nullptr;
   int (*Comm_size)(Handle, int*) = nullptr;
   int (*Comm_set_errhandler)(Handle, Handle) = nullptr;
@@ -62,6 +63,7 @@ std::string bind_all(void* h, Mpi& m) {
   bind(h, m.Initialized, "MPI_Initialized", missing);
   bind(h, m.Init_thread, "MPI_Init_thread", missing);
   bind(h, m.Finalize, "MPI_Finalize", missing);
+  bind(h, m.Abort, "MPI_Abort", missing);
   bind(h, m.Comm_rank, "MPI_Comm_rank", missing);
   bind(h, m.Comm_size, "MPI_Comm_size", missing);
   bind(h, m.Comm_set_errhandler, "MPI_Comm_set_errhandler", missing);
@@ -207,12 +209,13 @@ void post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std:
     }
 }
 
-// Sleeps a little longer the longer the wait: a quick answer is taken at once, a slow one
-// leaves the core to the other ranks (two ranks may share one core).
-void back_off(int polls) {
-  if (polls < 64) return;
-  if (polls < 1024) return std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, polls - 1000)));
+// Between polls: MPI moves a large message in fragments only while both sides poll, so for
+// the first 50 ms the loop only yields (taking a quick answer at once, and the core where
+// ranks share one); a longer wait (a slow or missing rank) sleeps up to 1 ms a poll.
+void back_off(std::chrono::steady_clock::time_point start) {
+  const auto waited = std::chrono::steady_clock::now() - start;
+  if (waited < std::chrono::milliseconds(50)) return std::this_thread::yield();
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 50, std::chrono::milliseconds(1)));
 }
 
 } // namespace
@@ -234,9 +237,11 @@ void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& r
   std::vector<Posted> posted;
   post(s, recvs, true, tag, posted, op, loc);
   post(s, sends, false, tag, posted, op, loc);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(timeout_s));
   size_t pending = posted.size();
-  for (int polls = 0; pending > 0; ++polls) {
+  while (pending > 0) {
     for (Posted& p : posted) {
       if (!p.request) continue;
       int done = 0;
@@ -264,8 +269,14 @@ void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& r
                           " within the timeout of " + secs +
                           " s (KILN_DIST_TIMEOUT): that rank died, hangs, or left this collective", loc);
     }
-    back_off(polls);
+    back_off(start);
   }
+}
+
+void abort_job(int code) {
+  State& s = state();
+  if (s.uses_mpi) s.mpi.Abort(s.mpi.comm_world, code);
+  std::exit(code);
 }
 
 } // namespace kiln::runtime::comm

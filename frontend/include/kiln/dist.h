@@ -66,6 +66,11 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum, Loc loc = Lo
 std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op = ReduceOp::Sum,
                                          Loc loc = Loc::current());
 
+/// Ends this process with status `code` at once, and the whole job with it under mpirun
+/// (MPI_Abort): what a rank that fails should do rather than return from main, where MPI's
+/// finalization would wait for ranks that are waiting for it. Without a launcher, std::exit(code).
+[[noreturn]] void abort_job(int code);
+
 /// What this process's collectives cost since the start (or reset_stats()).
 struct Stats {
   int64_t collectives = 0; ///< calls
@@ -118,6 +123,9 @@ public:
   /// Averages the gradients of the parameters across ranks (see the class comment). No-op in a
   /// no_sync() scope, where gradients accumulate locally.
   void sync_gradients(Loc loc = Loc::current());
+  /// Copies rank 0's buffers (BatchNorm's running statistics) to every rank, as PyTorch's
+  /// broadcast_buffers does before each forward: call it before evaluating or saving.
+  void sync_buffers(Loc loc = Loc::current());
   /// While the returned guard lives, sync_gradients() does nothing (gradient accumulation:
   /// the first sync_gradients() after it averages everything accumulated).
   class NoSync {
