@@ -399,6 +399,23 @@ TEST(DDP, NoSyncAccumulatesLocally) {
   if (w > 1) EXPECT_NE(local.to_vector<double>(), dist::all_reduce(local, dist::ReduceOp::Max).to_vector<double>());
 }
 
+TEST(DDP, BuffersStayPerRankUntilSyncBuffers) {
+  const int w = dist::world_size(), r = dist::rank();
+  nn::manual_seed(2);
+  auto m = std::make_shared<nn::Sequential>(nn::Linear(3, 4), nn::BatchNorm1d(4));
+  nn::DistributedDataParallel ddp(m);
+  ddp(randn({8, 3}, 40 + static_cast<uint64_t>(r))).sum().backward(); // rank-dependent running statistics
+  ddp.sync_gradients();
+  const Tensor mean = m->buffers()[0];
+  ASSERT_EQ(m->named_buffers()[0].first, "1.running_mean");
+  const Tensor before = dist::all_gather(mean);
+  if (w > 1) EXPECT_NE(before.slice(0, 1, 2).to_vector<float>(), before.slice(0, 0, 1).to_vector<float>());
+  ddp.sync_buffers();
+  const Tensor after = dist::all_gather(mean);
+  for (int k = 0; k < w; ++k)
+    EXPECT_EQ(after.slice(0, k, k + 1).to_vector<float>(), before.slice(0, 0, 1).to_vector<float>()) << "rank " << k;
+}
+
 // ---------------------------------------------------------------- failures (mpirun -np 2, KILN_DIST_TIMEOUT=1)
 
 // Run by dist_mpi_2_leave and dist_mpi_2_hang only: rank 1 leaves (or hangs) instead of taking
