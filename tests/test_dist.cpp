@@ -131,6 +131,27 @@ TEST(Dist, EmptyAndZeroDimTensors) {
   EXPECT_EQ(dist::all_gather(zeros({0})).shape(), (IntList{w, 0}));
 }
 
+// GPU tensors are staged through host memory (no NCCL yet): against kiln's emulator of the CUDA
+// driver here (tests/cuda_emu), against a GPU with KILN_CUDA_DRIVER=libcuda.so.1.
+TEST(Dist, GpuTensorsStageThroughHost) {
+  setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);
+  if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  const Device gpu{Device::Kind::CUDA, 0};
+  const int w = dist::world_size(), r = dist::rank();
+  const Tensor x = from_vector<float>({1.f + r, 2.f * r}).to(gpu);
+  const Tensor s = dist::all_reduce(x);
+  EXPECT_EQ(s.device(), gpu);
+  EXPECT_EQ(s.to(kCPU).to_vector<float>(), (std::vector<float>{w + w * (w - 1) / 2.f, 1.f * w * (w - 1)}));
+  const Tensor b = dist::broadcast(x, w - 1);
+  EXPECT_EQ(b.device(), gpu);
+  EXPECT_EQ(b.to(kCPU).to_vector<float>(), (std::vector<float>{1.f * w, 2.f * (w - 1)}));
+  const Tensor g = dist::all_gather(x);
+  EXPECT_EQ(g.device(), gpu);
+  EXPECT_EQ(g.shape(), (IntList{w, 2}));
+  // a result computed on the GPU from the reduced value
+  EXPECT_EQ((s * 2.f).sum().to(kCPU).item<float>(), 2.f * (w + w * (w - 1) / 2.f + 1.f * w * (w - 1)));
+}
+
 TEST(Dist, UserErrors) {
   EXPECT_TRUE(contains(error_of([] { dist::all_reduce(from_vector<int64_t>({1}), dist::ReduceOp::Mean); }),
                        "all_reduce: mean needs a floating dtype"));
