@@ -393,6 +393,21 @@ TEST(DDP, CompiledStepsMatchEagerSteps) {
   EXPECT_EQ(run(true), run(false));
 }
 
+TEST(DDP, SyncGradientsInsideCompileIsAnError) {
+  auto m = small_mlp(6);
+  nn::DistributedDataParallel ddp(m);
+  const auto [x, y] = samples(4);
+  CompiledFunction step([&](const std::vector<Tensor>& a) {
+    F::cross_entropy(ddp(a[0]), a[1]).backward();
+    ddp.sync_gradients();
+    return std::vector<Tensor>{};
+  });
+  const std::string e = error_of([&] { step({x, y}); });
+  EXPECT_TRUE(contains(e, "DistributedDataParallel::sync_gradients: cannot run inside a compile() trace")) << e;
+  EXPECT_TRUE(contains(e, "test_dist.cpp")) << e;
+  dist::barrier(); // every rank failed the same way, before any message
+}
+
 TEST(DDP, NoSyncAccumulatesLocally) {
   const int w = dist::world_size(), r = dist::rank();
   auto m = small_mlp(5);

@@ -354,6 +354,7 @@ std::vector<std::vector<size_t>> make_buckets(const std::vector<Tensor>& params,
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module, DDPOptions options, Loc loc)
     : options_(options) {
   const char* op = "DistributedDataParallel";
+  const detail::UserCall call(op, loc); // errors of the broadcasts are the constructor's
   if (!module) throw Error(op, "the module is null", loc);
   if (options.bucket_bytes <= 0)
     throw Error(op, "bucket_bytes must be positive, got " + std::to_string(options.bucket_bytes), loc);
@@ -368,6 +369,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
 }
 
 void DistributedDataParallel::sync_buffers(Loc loc) {
+  const detail::UserCall call("DistributedDataParallel::sync_buffers", loc);
   NoGradGuard no_grad;
   for (Tensor& t : module_->buffers()) t.assign(dist::broadcast(t, 0, loc), loc);
 }
@@ -376,6 +378,7 @@ Tensor DistributedDataParallel::forward_impl(const Tensor& x) { return module_->
 
 void DistributedDataParallel::sync_gradients(Loc loc) {
   if (no_sync_depth_ > 0) return;
+  const detail::UserCall call("DistributedDataParallel::sync_gradients", loc);
   const std::vector<Tensor> params = parameters();
   std::vector<Tensor> grads;
   for (const Tensor& p : params)

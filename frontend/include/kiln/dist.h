@@ -12,7 +12,8 @@
 ///
 /// Collectives are called by every rank in the same order, from one thread at a time, outside
 /// compile() traces. They realize their input, and return a new realized tensor on the input's
-/// device (a GPU tensor is staged through host memory: NCCL is not used yet).
+/// device (a GPU tensor is staged through host memory: NCCL is not used yet), cut from the
+/// graph of gradients (collectives are not differentiated).
 ///
 /// Determinism: reductions combine the ranks' values in rank order (((x0 + x1) + x2) + ...)
 /// for every element, whatever the timing, message sizes or DDP bucket sizes.
