@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -198,6 +200,19 @@ TEST(Dist, StatsCountCollectives) {
   const int64_t own = (256 * (r + 1) / w - 256 * r / w) * 4;
   EXPECT_EQ(s.bytes_sent, (1024 - own) + own * (w - 1)) << "world " << w;
   EXPECT_GE(s.seconds, 0.0);
+}
+
+TEST(Dist, CollectivesAreSpansOfTheTrace) {
+  const std::string path = ::testing::TempDir() + "kiln_dist_trace_" + std::to_string(dist::rank()) + ".json";
+  profile::start_trace(path);
+  dist::all_reduce(ones({64}));
+  dist::broadcast(ones({2}));
+  profile::stop_trace();
+  std::ifstream f(path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, R"("name":"all_reduce","cat":"dist")")) << text.substr(0, 2000);
+  EXPECT_TRUE(contains(text, R"("name":"broadcast","cat":"dist")"));
+  std::remove(path.c_str());
 }
 
 // ---------------------------------------------------------------- sampler

@@ -18,6 +18,7 @@
 #include "kiln/autograd.h"
 #include "kiln/options.h"
 #include "runtime/comm.h"
+#include "runtime/observe.h"
 #include "runtime/storage.h"
 
 namespace kiln::dist {
@@ -35,10 +36,11 @@ Stats& counters() {
   return s;
 }
 
-// Adds a collective's time and bytes to stats() when it ends (by return or throw).
+// Adds a collective's time to stats() when it ends (by return or throw), and records it as a
+// span of category "dist" in a KILN_TRACE / profile::start_trace() timeline.
 class Timed {
 public:
-  Timed() : start_(Clock::now()) {}
+  explicit Timed(const char* name) : span_("dist", name), start_(Clock::now()) {}
   ~Timed() {
     counters().collectives += 1;
     counters().seconds += std::chrono::duration<double>(Clock::now() - start_).count();
@@ -46,6 +48,7 @@ public:
   Timed(const Timed&) = delete;
   Timed& operator=(const Timed&) = delete;
 private:
+  runtime::observe::Span span_;
   Clock::time_point start_;
 };
 
@@ -214,7 +217,7 @@ int world_size(Loc loc) { return group("world_size", loc).size; }
 std::string backend(Loc loc) { return group("backend", loc).backend; }
 
 void barrier(Loc loc) {
-  Timed timed;
+  Timed timed("barrier");
   agree("barrier", "barrier", loc);
 }
 
@@ -225,7 +228,7 @@ Tensor all_reduce(const Tensor& t, ReduceOp op, Loc loc) {
 
 std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op, Loc loc) {
   const char* name = "all_reduce";
-  Timed timed;
+  Timed timed(name);
   std::string what = std::string(name) + "(" + op_name(op) + ") of";
   for (const Tensor& t : ts) {
     check_defined(name, t, loc);
@@ -263,7 +266,7 @@ std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp
 
 Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
   const char* name = "reduce_scatter";
-  Timed timed;
+  Timed timed(name);
   check_defined(name, t, loc);
   const int world = world_size(loc);
   const std::string what = describe(std::string(name) + "(" + op_name(op) + ")", t);
@@ -281,7 +284,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
 
 Tensor broadcast(const Tensor& t, int root, Loc loc) {
   const char* name = "broadcast";
-  Timed timed;
+  Timed timed(name);
   check_defined(name, t, loc);
   const auto& w = group(name, loc);
   if (root < 0 || root >= w.size)
@@ -303,7 +306,7 @@ Tensor broadcast(const Tensor& t, int root, Loc loc) {
 
 Tensor all_gather(const Tensor& t, Loc loc) {
   const char* name = "all_gather";
-  Timed timed;
+  Timed timed(name);
   check_defined(name, t, loc);
   const auto& w = group(name, loc);
   agree(name, describe(name, t), loc);
