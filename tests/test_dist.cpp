@@ -131,6 +131,8 @@ TEST(Dist, EmptyAndZeroDimTensors) {
   EXPECT_EQ(dist::all_reduce(zeros({0, 3})).shape(), (IntList{0, 3}));
   EXPECT_EQ(dist::all_reduce(scalar_tensor(2.0)).item<float>(), 2.f * w);
   EXPECT_EQ(dist::all_gather(zeros({0})).shape(), (IntList{w, 0}));
+  EXPECT_EQ(dist::reduce_scatter(zeros({2 * w, 0})).shape(), (IntList{2, 0}));
+  EXPECT_EQ(dist::reduce_scatter(zeros({0, 3})).shape(), (IntList{0, 3}));
 }
 
 // GPU tensors are staged through host memory (no NCCL yet): against kiln's emulator of the CUDA
@@ -231,8 +233,9 @@ TEST(DistributedSampler, ShardsAreDisjointAndCoverTheData) {
       const int64_t padded = (n + world - 1) / world * world;
       EXPECT_EQ(static_cast<int64_t>(seen.size()), padded);
       for (int64_t i = 0; i < n; ++i) EXPECT_GE(seen.count(i), 1u) << "sample " << i << " of " << n;
-      if (n % world == 0)
-        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen.count(i), 1u); // no overlap when nothing is padded
+      if (n % world == 0) { // no overlap when nothing is padded
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen.count(i), 1u);
+      }
     }
 }
 
@@ -447,7 +450,9 @@ TEST(DDP, NoSyncAccumulatesLocally) {
   const Tensor want = dist::all_reduce(ref->parameters()[0].grad(), dist::ReduceOp::Mean);
   const auto g = ddp.parameters()[0].grad().to_vector<double>(), gw = want.to_vector<double>();
   for (size_t k = 0; k < g.size(); ++k) EXPECT_NEAR(g[k], gw[k], 1e-14);
-  if (w > 1) EXPECT_NE(local.to_vector<double>(), dist::all_reduce(local, dist::ReduceOp::Max).to_vector<double>());
+  if (w > 1) {
+    EXPECT_NE(local.to_vector<double>(), dist::all_reduce(local, dist::ReduceOp::Max).to_vector<double>());
+  }
 }
 
 TEST(DDP, BuffersStayPerRankUntilSyncBuffers) {
@@ -460,7 +465,9 @@ TEST(DDP, BuffersStayPerRankUntilSyncBuffers) {
   const Tensor mean = m->buffers()[0];
   ASSERT_EQ(m->named_buffers()[0].first, "1.running_mean");
   const Tensor before = dist::all_gather(mean);
-  if (w > 1) EXPECT_NE(before.slice(0, 1, 2).to_vector<float>(), before.slice(0, 0, 1).to_vector<float>());
+  if (w > 1) {
+    EXPECT_NE(before.slice(0, 1, 2).to_vector<float>(), before.slice(0, 0, 1).to_vector<float>());
+  }
   ddp.sync_buffers();
   const Tensor after = dist::all_gather(mean);
   for (int k = 0; k < w; ++k)

@@ -154,45 +154,53 @@ std::shared_ptr<graph::Storage> host_buffer(size_t bytes, const char* op, const 
   return detail::memory_guard(op, loc, [&] { return runtime::allocate_host(bytes); });
 }
 
-// First element of block c of n elements cut into `parts` blocks of `unit` elements each
-// (unit: a row for reduce_scatter, 1 for all_reduce).
-size_t block_begin(size_t n, size_t unit, int parts, int c) {
-  const size_t units = n / unit;
-  return units * static_cast<size_t>(c) / static_cast<size_t>(parts) * unit;
-}
+// n elements cut into one block per rank, on multiples of `unit` elements (a row for
+// reduce_scatter, 1 for all_reduce).
+struct Blocks {
+  size_t n, unit;
+  int parts;
+  size_t begin(int c) const { return n / unit * static_cast<size_t>(c) / static_cast<size_t>(parts) * unit; }
+  size_t size(int c) const { return begin(c + 1) - begin(c); }
+};
 
-// The all-reduce of `n` elements of `dt` at `in` (see the file comment); with `scatter_only`,
-// only this rank's block (reduce_scatter).
-std::shared_ptr<graph::Storage> reduce(const char* op, const void* in, size_t n, size_t unit, DType dt, ReduceOp rop,
-                                       bool scatter_only, const Loc& loc) {
+// The first half of an all-reduce: rank c receives block c of every rank's `in` and combines
+// them in rank order. Returns a buffer whose first block is this rank's reduced block.
+std::shared_ptr<graph::Storage> reduce_own_block(const Blocks& b, const void* in, DType dt, ReduceOp rop,
+                                                 const char* op, const Loc& loc) {
   const auto& w = group(op, loc);
-  const size_t es = dtype_size(dt);
-  const auto begin = [&](int c) { return block_begin(n, unit, w.size, c); };
-  const size_t mine = begin(w.rank), mine_n = begin(w.rank + 1) - mine;
-  auto parts = host_buffer(std::max<size_t>(1, mine_n * es * static_cast<size_t>(w.size)), op, loc);
+  const size_t es = dtype_size(dt), mine = b.size(w.rank) * es;
+  auto parts = host_buffer(std::max<size_t>(1, mine * static_cast<size_t>(w.size)), op, loc);
   char* part = static_cast<char*>(parts->data()); // block `rank` of every rank, in rank order
+  char* data = const_cast<char*>(static_cast<const char*>(in)); // only read (sent)
   std::vector<Transfer> sends, recvs;
   for (int r = 0; r < w.size; ++r) {
-    char* at = part + mine_n * es * static_cast<size_t>(r);
+    char* at = part + mine * static_cast<size_t>(r);
     if (r == w.rank) {
-      if (mine_n) std::memcpy(at, static_cast<const char*>(in) + mine * es, mine_n * es);
+      if (mine) std::memcpy(at, data + b.begin(r) * es, mine);
       continue;
     }
-    sends.push_back({r, const_cast<char*>(static_cast<const char*>(in)) + begin(r) * es, (begin(r + 1) - begin(r)) * es});
-    recvs.push_back({r, at, mine_n * es});
+    sends.push_back({r, data + b.begin(r) * es, b.size(r) * es});
+    recvs.push_back({r, at, mine});
   }
   exchange(sends, recvs, kScatterTag, op, loc);
-  for (int r = 1; r < w.size; ++r) combine(dt, part, part + mine_n * es * static_cast<size_t>(r), mine_n, rop);
-  if (rop == ReduceOp::Mean) divide(dt, part, mine_n, w.size);
-  if (scatter_only) return parts; // block 0 of `parts` holds the result
-  auto out = host_buffer(std::max<size_t>(1, n * es), op, loc);
+  for (int r = 1; r < w.size; ++r) combine(dt, part, part + mine * static_cast<size_t>(r), mine / es, rop);
+  if (rop == ReduceOp::Mean) divide(dt, part, mine / es, w.size);
+  return parts;
+}
+
+// The second half: every rank sends its reduced block (`own`) to every other; returns all n elements.
+std::shared_ptr<graph::Storage> gather_blocks(const Blocks& b, const char* own, DType dt, const char* op,
+                                              const Loc& loc) {
+  const auto& w = group(op, loc);
+  const size_t es = dtype_size(dt);
+  auto out = host_buffer(std::max<size_t>(1, b.n * es), op, loc);
   char* o = static_cast<char*>(out->data());
-  if (mine_n) std::memcpy(o + mine * es, part, mine_n * es);
-  sends.clear(), recvs.clear();
+  if (b.size(w.rank)) std::memcpy(o + b.begin(w.rank) * es, own, b.size(w.rank) * es);
+  std::vector<Transfer> sends, recvs;
   for (int r = 0; r < w.size; ++r) {
     if (r == w.rank) continue;
-    sends.push_back({r, part, mine_n * es});
-    recvs.push_back({r, o + begin(r) * es, (begin(r + 1) - begin(r)) * es});
+    sends.push_back({r, const_cast<char*>(own), b.size(w.rank) * es});
+    recvs.push_back({r, o + b.begin(r) * es, b.size(r) * es});
   }
   exchange(sends, recvs, kGatherTag, op, loc);
   return out;
@@ -251,7 +259,9 @@ std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp
     if (bytes) std::memcpy(static_cast<char*>(flat->data()) + at, detail::host_storage(t, name, loc)->data(), bytes);
     at += bytes;
   }
-  auto out = reduce(name, flat->data(), n, 1, dt, op, false, loc);
+  const Blocks blocks{n, 1, group(name, loc).size};
+  const auto own = reduce_own_block(blocks, flat->data(), dt, op, name, loc);
+  const auto out = gather_blocks(blocks, static_cast<const char*>(own->data()), dt, name, loc);
   std::vector<Tensor> results;
   at = 0;
   for (const Tensor& t : ts) {
@@ -275,11 +285,12 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
   check_reducible(name, t.dtype(), op, what, loc);
   agree(name, what, loc);
   const size_t n = static_cast<size_t>(t.numel());
-  const size_t row = t.size(0) == 0 ? 1 : n / static_cast<size_t>(t.size(0));
-  auto out = reduce(name, detail::host_storage(t, name, loc)->data(), n, std::max<size_t>(row, 1), t.dtype(), op, true, loc);
+  const size_t row = t.size(0) == 0 || n == 0 ? 1 : n / static_cast<size_t>(t.size(0)); // elements a row
+  const Blocks blocks{n, row, world};
+  auto own = reduce_own_block(blocks, detail::host_storage(t, name, loc)->data(), t.dtype(), op, name, loc);
   IntList shape = t.shape();
   shape[0] /= world;
-  return wrap(std::move(out), t.dtype(), shape, t.device(), loc);
+  return wrap(std::move(own), t.dtype(), shape, t.device(), loc); // its first block is the result
 }
 
 Tensor broadcast(const Tensor& t, int root, Loc loc) {
