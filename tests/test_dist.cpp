@@ -15,6 +15,7 @@
 #include <iterator>
 #include <set>
 #include <thread>
+#include <unistd.h>
 
 #include "kiln/kiln.h"
 #include "tests/error_of.h"
@@ -55,6 +56,32 @@ TEST(Dist, GroupFromTheEnvironment) {
   }
   EXPECT_EQ(dist::backend(), w > 1 ? "mpi (libmpi.so.40)" : "single process");
   dist::barrier();
+}
+
+// What a child process of this test binary prints when the environment names a group it cannot join.
+std::string child_output(const std::string& env) {
+  const std::string cmd = "env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u RANK -u WORLD_SIZE " + env +
+                          " /proc/" + std::to_string(getpid()) + "/exe --gtest_filter=Dist.GroupFromTheEnvironment 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t got; (got = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, got);
+    pclose(p);
+  }
+  return out;
+}
+
+TEST(Dist, EnvironmentErrorsNameTheVariables) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "runs children without a launcher: once, on one process";
+  const std::string no_launcher = child_output("WORLD_SIZE=2");
+  EXPECT_TRUE(contains(no_launcher, "world_size: cannot join the process group: WORLD_SIZE=2 but this process was not "
+                                    "started by Open MPI's mpirun, kiln's launcher: run `mpirun -np 2 <program>`"))
+      << no_launcher;
+  const std::string disagree = child_output("RANK=1");
+  EXPECT_TRUE(contains(disagree, "RANK/WORLD_SIZE (1/1) disagree with the launcher's rank 0 of 1")) << disagree;
+  const std::string bad = child_output("WORLD_SIZE=two");
+  EXPECT_TRUE(contains(bad, "not non-negative integers: WORLD_SIZE='two'")) << bad;
+  EXPECT_TRUE(contains(child_output("RANK=0 WORLD_SIZE=1"), "[  PASSED  ] 1 test")); // consistent: one process
 }
 
 TEST(Dist, AllReduceSumMeanMax) {
