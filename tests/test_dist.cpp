@@ -82,6 +82,11 @@ TEST(Dist, EnvironmentErrorsNameTheVariables) {
   const std::string bad = child_output("WORLD_SIZE=two");
   EXPECT_TRUE(contains(bad, "not non-negative integers: WORLD_SIZE='two'")) << bad;
   EXPECT_TRUE(contains(child_output("RANK=0 WORLD_SIZE=1"), "[  PASSED  ] 1 test")); // consistent: one process
+  // a launcher whose MPI library cannot be loaded, or is not Open MPI's
+  const std::string missing = child_output("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 KILN_MPI_LIBRARY=/nonexistent/libmpi.so.40");
+  EXPECT_TRUE(contains(missing, "started by mpirun, but Open MPI's /nonexistent/libmpi.so.40 cannot be loaded")) << missing;
+  const std::string other = child_output("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 KILN_MPI_LIBRARY=libz.so.1");
+  EXPECT_TRUE(contains(other, "libz.so.1 lacks MPI_Initialized MPI_Init_thread")) << other;
 }
 
 TEST(Dist, AllReduceSumMeanMax) {

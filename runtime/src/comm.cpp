@@ -28,7 +28,7 @@ namespace {
 
 using Handle = void*; // MPI_Comm, MPI_Datatype, MPI_Request, MPI_Errhandler: pointers in Open MPI
 
-constexpr const char* kLibrary = "libmpi.so.40";
+constexpr const char* kLibrary = "libmpi.so.40"; // KILN_MPI_LIBRARY overrides it (a full path)
 constexpr int kThreadSerialized = 2; // MPI_THREAD_SERIALIZED in Open MPI's enum
 constexpr size_t kMaxMessage = size_t{1} << 30; // MPI counts are ints: larger transfers go in pieces
 
@@ -121,12 +121,14 @@ void finalize_at_exit() {
 
 // Loads libmpi.so.40 and joins MPI_COMM_WORLD; returns why that failed ("" on success).
 std::string init_mpi(State& s) {
-  void* h = dlopen(kLibrary, RTLD_NOW | RTLD_GLOBAL); // global: Open MPI's plugins resolve against it
+  const char* env = std::getenv("KILN_MPI_LIBRARY");
+  const std::string library = env && *env ? env : kLibrary;
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL); // global: Open MPI's plugins resolve against it
   if (!h)
-    return std::string("started by mpirun, but Open MPI's ") + kLibrary + " cannot be loaded (" + dlerror() +
-           "); install Open MPI (Debian: libopenmpi3 / openmpi-bin)";
+    return "started by mpirun, but Open MPI's " + library + " cannot be loaded (" + dlerror() +
+           "); install Open MPI (Debian: libopenmpi3 / openmpi-bin) or set KILN_MPI_LIBRARY";
   if (std::string missing = bind_all(h, s.mpi); !missing.empty())
-    return std::string(kLibrary) + " lacks" + missing + ": kiln needs Open MPI's library (3.0 or later)";
+    return library + " lacks" + missing + ": kiln needs Open MPI's libmpi.so.40 (Open MPI 3.0 or later)";
   int ready = 0, provided = 0;
   s.mpi.Initialized(&ready);
   if (!ready) {
@@ -138,7 +140,7 @@ std::string init_mpi(State& s) {
   s.mpi.Comm_set_errhandler(s.mpi.comm_world, s.mpi.errors_return); // errors come back as codes
   s.mpi.Comm_rank(s.mpi.comm_world, &s.world.rank);
   s.mpi.Comm_size(s.mpi.comm_world, &s.world.size);
-  s.world.backend = std::string("mpi (") + kLibrary + ")";
+  s.world.backend = "mpi (" + library + ")";
   return "";
 }
 
