@@ -289,6 +289,7 @@ TEST(DistributedSampler, ReproducibleShufflePerEpoch) {
 TEST(DistributedSampler, Errors) {
   EXPECT_TRUE(contains(error_of([] { data::DistributedSampler(10, 3, 3); }), "rank 3 is not in a world of 3"));
   EXPECT_TRUE(contains(error_of([] { data::DistributedSampler(-1, 0, 1); }), "must not be negative"));
+  EXPECT_TRUE(data::DistributedSampler(0, 1, 2).indices().empty()); // an empty data set: empty shards
   data::Dataset ds(std::vector<float>(8, 1.f), {2}, {0, 1, 0, 1});
   data::DistributedSampler s(4, 1, 2, 0, false);
   const data::Loader l = ds.batches(s, 1);

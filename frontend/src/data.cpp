@@ -267,7 +267,6 @@ DistributedSampler::DistributedSampler(int64_t size, int rank, int world_size, u
   if (size < 0) throw Error(op, "the data set size must not be negative, got " + std::to_string(size), loc);
   if (world_size <= 0 || rank < 0 || rank >= world_size)
     throw Error(op, "rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size), loc);
-  if (!drop_last && size == 0) throw Error(op, "an empty data set has nothing to pad the shards with", loc);
 }
 
 int64_t DistributedSampler::num_samples() const {
