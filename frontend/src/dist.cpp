@@ -212,6 +212,40 @@ Tensor wrap(std::shared_ptr<graph::Storage> storage, DType dt, IntList shape, De
   return device == kCPU ? t : t.to(device, loc);
 }
 
+// The realized values of `ts` (of one dtype) one after another in host memory: the tensor's
+// own storage when there is one tensor (read only), else a copy.
+std::shared_ptr<graph::Storage> flatten(const std::vector<Tensor>& ts, const char* op, const Loc& loc) {
+  if (ts.size() == 1) return detail::host_storage(ts[0], op, loc);
+  const size_t es = dtype_size(ts[0].dtype());
+  size_t n = 0;
+  for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
+  auto flat = host_buffer(std::max<size_t>(1, n * es), op, loc);
+  size_t at = 0;
+  for (const Tensor& t : ts) {
+    const size_t bytes = static_cast<size_t>(t.numel()) * es;
+    if (bytes) std::memcpy(static_cast<char*>(flat->data()) + at, detail::host_storage(t, op, loc)->data(), bytes);
+    at += bytes;
+  }
+  return flat;
+}
+
+// `flat` cut back into tensors shaped and placed like `like` (one tensor: `flat` itself).
+std::vector<Tensor> unflatten(std::shared_ptr<graph::Storage> flat, const std::vector<Tensor>& like, const char* op,
+                              const Loc& loc) {
+  const DType dt = like[0].dtype();
+  if (like.size() == 1) return {wrap(std::move(flat), dt, like[0].shape(), like[0].device(), loc)};
+  std::vector<Tensor> out;
+  size_t at = 0;
+  for (const Tensor& t : like) {
+    const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(dt);
+    auto piece = host_buffer(std::max<size_t>(1, bytes), op, loc);
+    if (bytes) std::memcpy(piece->data(), static_cast<char*>(flat->data()) + at, bytes);
+    at += bytes;
+    out.push_back(wrap(std::move(piece), dt, t.shape(), t.device(), loc));
+  }
+  return out;
+}
+
 std::string describe(const std::string& call, const Tensor& t) { return call + " of " + t.type_str(); }
 
 void check_defined(const char* op, const Tensor& t, const Loc& loc) {
@@ -251,27 +285,9 @@ std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp
   realize(ts, loc);
   size_t n = 0;
   for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
-  const size_t es = dtype_size(dt);
-  auto flat = host_buffer(std::max<size_t>(1, n * es), name, loc);
-  size_t at = 0;
-  for (const Tensor& t : ts) {
-    const size_t bytes = static_cast<size_t>(t.numel()) * es;
-    if (bytes) std::memcpy(static_cast<char*>(flat->data()) + at, detail::host_storage(t, name, loc)->data(), bytes);
-    at += bytes;
-  }
   const Blocks blocks{n, 1, group(name, loc).size};
-  const auto own = reduce_own_block(blocks, flat->data(), dt, op, name, loc);
-  const auto out = gather_blocks(blocks, static_cast<const char*>(own->data()), dt, name, loc);
-  std::vector<Tensor> results;
-  at = 0;
-  for (const Tensor& t : ts) {
-    const size_t bytes = static_cast<size_t>(t.numel()) * es;
-    auto piece = host_buffer(std::max<size_t>(1, bytes), name, loc);
-    if (bytes) std::memcpy(piece->data(), static_cast<char*>(out->data()) + at, bytes);
-    at += bytes;
-    results.push_back(wrap(std::move(piece), dt, t.shape(), t.device(), loc));
-  }
-  return results;
+  const auto own = reduce_own_block(blocks, flatten(ts, name, loc)->data(), dt, op, name, loc);
+  return unflatten(gather_blocks(blocks, static_cast<const char*>(own->data()), dt, name, loc), ts, name, loc);
 }
 
 Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
