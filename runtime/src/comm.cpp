@@ -189,6 +189,24 @@ void abandon(State& s, std::vector<Posted>& posted) {
   }
 }
 
+// Breaks the group after a failed exchange: cancels what is still posted, remembers `why` for
+// later calls, and throws kiln::Error of `op` at `loc` saying `message`.
+[[noreturn]] void break_group(State& s, std::vector<Posted>& posted, std::string why, const std::string& message,
+                              const char* op, const std::source_location& loc) {
+  s.broken = true;
+  s.broken_by = std::move(why);
+  abandon(s, posted);
+  throw Error(op, message, loc);
+}
+
+// The ranks whose transfers are still posted after the timeout, and what that means.
+std::string who_is_missing(const std::vector<Posted>& posted) {
+  std::vector<int> silent, stuck;
+  for (const Posted& p : posted)
+    if (p.request) (p.receive ? silent : stuck).push_back(p.peer);
+  return !silent.empty() ? "no data from " + ranks_str(silent) : ranks_str(stuck) + " did not take this rank's data";
+}
+
 // Posts each transfer in pieces of at most kMaxMessage bytes.
 void post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std::vector<Posted>& out,
           const char* op, const std::source_location& loc) {
@@ -200,11 +218,9 @@ void post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std:
       const int r = receive ? s.mpi.Irecv(data, n, s.mpi.byte, t.peer, tag, s.mpi.comm_world, &p.request)
                             : s.mpi.Isend(data, n, s.mpi.byte, t.peer, tag, s.mpi.comm_world, &p.request);
       if (r != 0) {
-        s.broken = true;
-        s.broken_by = mpi_error(s.mpi, r);
-        abandon(s, out);
-        throw Error(op, std::string(receive ? "MPI_Irecv from" : "MPI_Isend to") + " rank " + std::to_string(t.peer) +
-                            " failed: " + s.broken_by, loc);
+        const std::string why = std::string(receive ? "MPI_Irecv from" : "MPI_Isend to") + " rank " +
+                                std::to_string(t.peer) + " failed: " + mpi_error(s.mpi, r);
+        break_group(s, out, why, why, op, loc);
       }
       out.push_back(p);
       if (t.bytes == 0) break;
@@ -248,28 +264,21 @@ void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& r
       if (!p.request) continue;
       int done = 0;
       if (int r = s.mpi.Test(&p.request, &done, nullptr); r != 0) {
-        s.broken = true;
-        s.broken_by = "MPI_Test with rank " + std::to_string(p.peer) + ": " + mpi_error(s.mpi, r);
-        abandon(s, posted);
-        throw Error(op, s.broken_by, loc);
+        const std::string why = "MPI_Test with rank " + std::to_string(p.peer) + ": " + mpi_error(s.mpi, r);
+        break_group(s, posted, why, why, op, loc);
       }
       if (done) p.request = nullptr, --pending;
     }
     if (pending == 0) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      std::vector<int> silent, stuck;
-      for (const Posted& p : posted)
-        if (p.request) (p.receive ? silent : stuck).push_back(p.peer);
-      const std::string who = !silent.empty() ? "no data from " + ranks_str(silent)
-                                              : ranks_str(stuck) + " did not take this rank's data";
-      s.broken = true;
-      s.broken_by = who + " in " + op;
-      abandon(s, posted);
+      const std::string who = who_is_missing(posted);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", timeout_s);
-      throw Error(op, "rank " + std::to_string(s.world.rank) + " of " + std::to_string(s.world.size) + ": " + who +
-                          " within the timeout of " + secs +
-                          " s (KILN_DIST_TIMEOUT): that rank died, hangs, or left this collective", loc);
+      break_group(s, posted, who + " in " + op,
+                  "rank " + std::to_string(s.world.rank) + " of " + std::to_string(s.world.size) + ": " + who +
+                      " within the timeout of " + secs +
+                      " s (KILN_DIST_TIMEOUT): a rank died, hangs, or left this collective",
+                  op, loc);
     }
     back_off(start);
   }
