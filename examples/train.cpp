@@ -197,34 +197,15 @@ Tensor build_step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, con
 // One training step of (x, y), returning the loss.
 using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
 
-// The step as --eager, or a compiled function: one for the whole step, or under --ddp two
-// (forward + backward, the update) with the averaging of the gradients between them, since a
-// collective cannot be part of a compiled plan.
+// The step as --eager, or as one compiled function (under --ddp the all-reduce of the gradients
+// is part of every replay, between the plan of the backward pass and the update's).
 Step make_step(nn::Module& model, optim::Optimizer& opt, const Parallel& par, bool eager) {
   nn::DistributedDataParallel* ddp = par.ddp;
   if (eager) return [&model, &opt, ddp](const Tensor& x, const Tensor& y) { return build_step(model, opt, x, y, ddp); };
-  if (!ddp) {
-    auto step = std::make_shared<CompiledFunction>(compile([&model, &opt](const std::vector<Tensor>& xy) {
-      return std::vector<Tensor>{build_step(model, opt, xy[0], xy[1])};
-    }));
-    return [step](const Tensor& x, const Tensor& y) { return (*step)({x, y})[0]; };
-  }
-  auto forward_backward = std::make_shared<CompiledFunction>(compile([&model, &opt](const std::vector<Tensor>& xy) {
-    opt.zero_grad();
-    const Tensor loss = F::cross_entropy(model(xy[0]), xy[1]);
-    loss.backward();
-    return std::vector<Tensor>{loss.detach()};
+  auto step = std::make_shared<CompiledFunction>(compile([&model, &opt, ddp](const std::vector<Tensor>& xy) {
+    return std::vector<Tensor>{build_step(model, opt, xy[0], xy[1], ddp)};
   }));
-  auto update = std::make_shared<CompiledFunction>(compile([&opt](const std::vector<Tensor>&) {
-    opt.step();
-    return std::vector<Tensor>{};
-  }));
-  return [=](const Tensor& x, const Tensor& y) {
-    const Tensor loss = (*forward_backward)({x, y})[0];
-    ddp->sync_gradients();
-    (*update)({});
-    return loss;
-  };
+  return [step](const Tensor& x, const Tensor& y) { return (*step)({x, y})[0]; };
 }
 
 // One epoch of training; returns the mean training loss (of all ranks under --ddp).

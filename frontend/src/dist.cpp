@@ -407,19 +407,38 @@ void DistributedDataParallel::sync_buffers(Loc loc) {
 Tensor DistributedDataParallel::forward_impl(const Tensor& x) { return module_->forward(x); }
 
 void DistributedDataParallel::sync_gradients(Loc loc) {
-  if (no_sync_depth_ > 0) return;
-  const detail::UserCall call("DistributedDataParallel::sync_gradients", loc);
+  const bool suspended = no_sync_depth_ > 0;
+  detail::trace_guard([this, suspended] { return (no_sync_depth_ > 0) == suspended; }); // traced again on a change
+  if (suspended) return;
+  const char* op = "DistributedDataParallel::sync_gradients";
+  const detail::UserCall call(op, loc);
   const std::vector<Tensor> params = parameters();
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
+  std::vector<Tensor> grads; // one per parameter, zeros where it has none
+  for (const Tensor& p : params) grads.push_back(p.grad().defined() ? p.grad() : zeros_like(p, loc));
+  // Now, or inside compile() on every replay, between the plan of the backward pass and the rest.
+  const std::vector<Tensor> mean = detail::host_stage(
+      grads,
+      [this, op, loc](const std::vector<Tensor>& g) {
+        const detail::UserCall replayed(op, loc);
+        return average(g, loc);
+      },
+      op, loc);
+  for (size_t k = 0; k < params.size(); ++k) {
+    detail::note_state_change(params[k].impl());
+    params[k].impl()->grad = mean[k];
+  }
+}
+
+std::vector<Tensor> DistributedDataParallel::average(const std::vector<Tensor>& grads, Loc loc) const {
   realize(grads, loc); // one realize for the whole backward pass
+  std::vector<Tensor> out(grads.size());
   for (const std::vector<size_t>& bucket : buckets_) {
     std::vector<Tensor> ts;
-    for (size_t k : bucket) ts.push_back(params[k].grad().defined() ? params[k].grad() : zeros_like(params[k], loc));
+    for (size_t k : bucket) ts.push_back(grads[k]);
     const std::vector<Tensor> mean = dist::all_reduce_coalesced(ts, dist::ReduceOp::Mean, loc);
-    for (size_t i = 0; i < bucket.size(); ++i) params[bucket[i]].impl()->grad = mean[i];
+    for (size_t i = 0; i < bucket.size(); ++i) out[bucket[i]] = mean[i];
   }
+  return out;
 }
 
 } // namespace kiln::nn

@@ -104,9 +104,10 @@ struct DDPOptions {
 /// averaging is an explicit call: `loss.backward(); ddp.sync_gradients(); opt.step();`.
 /// It realizes the gradients, averages them bucket by bucket (in reverse registration order,
 /// roughly the order backward produces them) in rank order, and replaces each parameter's grad
-/// by the average. A parameter without a gradient on this rank contributes zeros. With
-/// compile(), trace forward+backward and the optimizer step as two compiled functions and
-/// call sync_gradients() between them (the all-reduce is not part of a replayed plan).
+/// by the average. A parameter without a gradient on this rank contributes zeros. Inside a
+/// compile()d step (forward, backward, sync_gradients(), the optimizer's step) the averaging is
+/// part of every replay: the replay runs the plan of the backward pass, the all-reduce on the
+/// host, then the plan of the update (one all-reduce per compiled function).
 ///
 /// The wrapped module is registered as the child "module" (state_dict names start with
 /// "module.", as in PyTorch); module() gives it back for checkpoints that a single process
@@ -148,6 +149,9 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 
 private:
+  /// The mean over ranks of `grads` (one per parameter), bucket by bucket.
+  std::vector<Tensor> average(const std::vector<Tensor>& grads, Loc loc) const;
+
   std::shared_ptr<Module> module_;
   DDPOptions options_;
   std::vector<std::vector<size_t>> buckets_;
