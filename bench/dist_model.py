@@ -11,7 +11,7 @@ arrays (the reduction). kiln's DDP does not overlap the all-reduce with the back
 (backward is lazy), so a step of local time T_c takes T_c + T_comm(p) and the weak-scaling
 efficiency (fixed per-rank batch) is T_c / (T_c + T_comm(p)).
 
-    python3 bench/dist_model.py [--alpha-us 5] [--mlp-ms 5.3] [--cnn-ms 520]
+    python3 bench/dist_model.py [--alpha-us 5] [--mlp-ms 3.8] [--cnn-ms 286]
 """
 import argparse
 
@@ -26,8 +26,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--alpha-us", type=float, default=5.0, help="per-message latency (us)")
     ap.add_argument("--reduce-gbs", type=float, default=11.7, help="reduction rate (GB/s): STREAM triad, 1 core")
-    ap.add_argument("--mlp-ms", type=float, default=5.3, help="measured local step time of the MLP (ms)")
-    ap.add_argument("--cnn-ms", type=float, default=520.0, help="measured local step time of the CNN (ms)")
+    ap.add_argument("--mlp-ms", type=float, default=3.8, help="measured local step time of the MLP (ms)")
+    ap.add_argument("--cnn-ms", type=float, default=286.0, help="measured local step time of the CNN (ms)")
     a = ap.parse_args()
     local = {"mlp": a.mlp_ms * 1e-3, "cnn": a.cnn_ms * 1e-3}
     print("| model | bytes/step | link | p=8 | p=64 | p=512 |")
