@@ -488,6 +488,43 @@ TEST(DDP, AllReduceInsideACompiledStep) {
   EXPECT_EQ(dist::all_reduce(from_vector<double>(state), dist::ReduceOp::Max).to_vector<double>(), state);
 }
 
+// The same compiled DDP step on a (here emulated) GPU: gradients staged through host memory for
+// the all-reduce, the same bits as on the CPU.
+TEST(DDP, CompiledStepOnTheGpuMatchesTheCpu) {
+  setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);
+  if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  const Device gpu{Device::Kind::CUDA, 0};
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t B = 4, steps = 3;
+  const auto [x, y] = samples(w * B * steps);
+  auto run = [&](Device device) {
+    auto m = small_mlp(31);
+    m->to(device);
+    nn::DistributedDataParallel ddp(m);
+    optim::Adam opt(ddp.parameters(), {.lr = 1e-2});
+    CompiledFunction step([&](const std::vector<Tensor>& a) {
+      opt.zero_grad();
+      const Tensor loss = F::cross_entropy(ddp(a[0]), a[1]);
+      loss.backward();
+      ddp.sync_gradients();
+      opt.step();
+      return std::vector<Tensor>{loss.detach()};
+    });
+    std::vector<double> out;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t at = (s * w + r) * B;
+      out.push_back(step({x_rows(x, range(at, at + B)).to(device), y_rows(y, range(at, at + B)).to(device)})[0]
+                        .to(kCPU).item<double>());
+    }
+    for (const Tensor& p : ddp.parameters()) {
+      EXPECT_EQ(p.device(), device);
+      for (double v : p.to(kCPU).to_vector<double>()) out.push_back(v);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(gpu), run(kCPU));
+}
+
 TEST(DDP, OneAllReducePerCompiledFunction) {
   auto m = small_mlp(6);
   nn::DistributedDataParallel ddp(m);
