@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build ccache lld-19 clang-19 libclang-rt-19-dev
   llvm-19-dev zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev
   libtbb-dev librange-v3-dev libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
-  nlohmann-json3-dev graphviz
+  nlohmann-json3-dev graphviz libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes pkg-config file
 )
 missing=()

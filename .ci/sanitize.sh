@@ -39,7 +39,9 @@ status=0
 # So does Tiers.AForkedChildExitsWhileCompilesRunInTheBackground: its fork()ed child exits
 # while the parent's background thread is compiling, and what that compile holds (LLVM
 # modules, reachable only from a thread the child does not have) is a leak to the child.
-no_leak_check='^(GpuRuntime\.|Tiers\.AForkedChildExits)'
+# dist_*: the ranks under mpirun load Open MPI, whose own allocations LeakSanitizer reports at
+# exit (about 120 KB in 3,350 allocations a rank, in its plugins), and the failure cases leave MPI on purpose.
+no_leak_check='^(GpuRuntime\.|Tiers\.AForkedChildExits|dist_)'
 ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -E "$no_leak_check" "$@" || status=$?
 ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --test-dir build-asan --output-on-failure -j "$jobs" \
   --timeout 900 -R "$no_leak_check" "$@" || status=$?

@@ -3,13 +3,20 @@
 //   ./build/examples/train --model mlp --epochs 10
 //   ./build/examples/train --model cnn --epochs 3 --checkpoint cnn.safetensors
 //   ./build/examples/train --model cnn --epochs 5 --checkpoint cnn.safetensors --resume
+//   mpirun -np 2 ./build/examples/train --ddp     (as root: mpirun --allow-run-as-root ...)
 //
 // A training step (forward, loss, backward and the optimizer's update) is one
 // compiled function: traced and scheduled (and fused) as a whole once, then replayed
 // for every batch with no graph building. --eager builds each step's
 // graph instead, with the same results.
+//
+// --ddp trains data-parallel on the ranks of mpirun (kiln/dist.h): each rank reads its
+// shard of every epoch (data::DistributedSampler over the single process's shuffle) with
+// --batch samples per rank, gradients are averaged across ranks before each update, rank 0
+// prints and writes the checkpoints (atomically), and every rank can resume from them.
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +25,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <sched.h>
 #include <sys/stat.h>
 #include <vector>
 
@@ -48,12 +56,14 @@ struct Args {
   int64_t limit = 0; // 0: all training samples
   uint64_t seed = 0;
   std::string data = data::kFashionMnistRoot;
+  bool ddp = false; // data-parallel over the ranks of mpirun
+  int64_t stop_after = 0; // 0: run every epoch; else stop after this one (an interruption, for --resume)
 };
 
 void usage() {
   std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device D]\n"
                "             [--list-devices] [--no-fusion] [--eager] [--checkpoint PATH] [--resume] [--limit N] [--seed N]\n"
-               "             [--data DIR]\n"
+               "             [--data DIR] [--ddp] [--stop-after N]\n"
                "  --model       mlp (784-256-128-10) or cnn (2 x conv3x3+BN+ReLU+maxpool, 2 FC); default mlp\n"
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
@@ -68,7 +78,10 @@ void usage() {
                "  --resume      continue from --checkpoint (same losses as an uninterrupted run)\n"
                "  --limit       train on the first N samples only (quick runs)\n"
                "  --seed        initialization and shuffling seed (default 0)\n"
-               "  --data        directory of the Fashion-MNIST IDX files (default " << data::kFashionMnistRoot << ")\n";
+               "  --data        directory of the Fashion-MNIST IDX files (default " << data::kFashionMnistRoot << ")\n"
+               "  --ddp         data-parallel over the ranks of mpirun (`mpirun -np 2 train --ddp`); --batch is\n"
+               "                per rank; rank 0 prints and writes the checkpoint\n"
+               "  --stop-after  end after epoch N of --epochs, as if interrupted (then --resume continues)\n";
 }
 
 // Parses an integer or floating-point flag value, or exits with a message.
@@ -106,6 +119,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--limit") a.limit = number<int64_t>(f, value());
     else if (f == "--seed") a.seed = number<uint64_t>(f, value());
     else if (f == "--data") a.data = value();
+    else if (f == "--ddp") a.ddp = true;
+    else if (f == "--stop-after") a.stop_after = number<int64_t>(f, value());
     else if (f == "--help" || f == "-h") usage(), std::exit(0);
     else {
       std::cerr << "train: unknown flag '" << f << "'\n";
@@ -114,8 +129,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.model != "mlp" && a.model != "cnn") throw Error("train", "--model must be mlp or cnn, not '" + a.model + "'");
-  if (a.epochs <= 0 || a.batch <= 0 || a.limit < 0 || !(a.lr > 0))
-    throw Error("train", "--epochs, --batch and --lr must be positive, --limit non-negative");
+  if (a.epochs <= 0 || a.batch <= 0 || a.limit < 0 || a.stop_after < 0 || !(a.lr > 0))
+    throw Error("train", "--epochs, --batch and --lr must be positive, --limit and --stop-after non-negative");
   if (a.resume && a.checkpoint.empty()) throw Error("train", "--resume needs --checkpoint PATH");
   return a;
 }
@@ -143,55 +158,91 @@ void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double
   std::fflush(stderr);
 }
 
-// Fraction of `ds` classified correctly, in eval mode without gradients.
-double accuracy(nn::Module& model, const data::Dataset& ds, Device device) {
+// This process's place in a --ddp run (rank 0 of 1 otherwise).
+struct Parallel {
+  int rank = 0;
+  int world = 1;
+  nn::DistributedDataParallel* ddp = nullptr; // the wrapper of a --ddp run
+  bool leader() const { return rank == 0; }   // prints and writes checkpoints
+};
+
+// Fraction of `ds` classified correctly, in eval mode without gradients. Under --ddp each rank
+// counts its slice of `ds` (with rank 0's BatchNorm statistics) and the counts are summed.
+double accuracy(nn::Module& model, const data::Dataset& ds, Device device, const Parallel& par) {
   if (ds.size() == 0) throw Error("train", "the test set is empty: no accuracy to report");
+  if (par.ddp) par.ddp->sync_buffers();
   NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0;
-  for (const data::Batch& b : ds.batches(1000))
+  const data::Dataset mine = ds.slice(ds.size() * par.rank / par.world, ds.size() * (par.rank + 1) / par.world);
+  for (const data::Batch& b : mine.batches(1000))
     correct += (model(b.x.to(device)).argmax(1) == b.y.to(device)).sum().item<int64_t>();
   model.train();
+  if (par.ddp) correct = dist::all_reduce(from_vector<int64_t>({correct})).item<int64_t>();
   return static_cast<double>(correct) / static_cast<double>(ds.size());
 }
 
-// The graph of one training step: forward, loss, backward and the optimizer's update;
-// returns the loss.
-Tensor build_step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+// The graph of one training step: forward, loss, backward (and under --ddp the averaging of
+// the gradients across ranks) and the optimizer's update; returns the loss.
+Tensor build_step(nn::Module& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y,
+                  nn::DistributedDataParallel* ddp = nullptr) {
   opt.zero_grad();
   Tensor loss = F::cross_entropy(model(x), y);
   loss.backward();
+  if (ddp) ddp->sync_gradients();
   opt.step();
   return loss.detach();
 }
 
-// The same step as a compiled function of (x, y).
-CompiledFunction compiled_step(nn::Module& model, optim::Optimizer& opt) {
-  return compile([&model, &opt](const std::vector<Tensor>& xy) {
-    return std::vector<Tensor>{build_step(model, opt, xy[0], xy[1])};
-  });
+// One training step of (x, y), returning the loss.
+using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+// The step as --eager, or as one compiled function (under --ddp the all-reduce of the gradients
+// is part of every replay, between the plan of the backward pass and the update's).
+Step make_step(nn::Module& model, optim::Optimizer& opt, const Parallel& par, bool eager) {
+  nn::DistributedDataParallel* ddp = par.ddp;
+  if (eager) return [&model, &opt, ddp](const Tensor& x, const Tensor& y) { return build_step(model, opt, x, y, ddp); };
+  auto step = std::make_shared<CompiledFunction>(compile([&model, &opt, ddp](const std::vector<Tensor>& xy) {
+    return std::vector<Tensor>{build_step(model, opt, xy[0], xy[1], ddp)};
+  }));
+  return [step](const Tensor& x, const Tensor& y) { return (*step)({x, y})[0]; };
 }
 
-// One epoch of training; returns the mean training loss.
-double train_epoch(nn::Module& model, optim::Optimizer& opt, CompiledFunction& step, const data::Dataset& train,
-                   const Args& a, int64_t epoch) {
+// One epoch of training; returns the mean training loss (of all ranks under --ddp).
+double train_epoch(const Step& step, const data::Dataset& train, const Args& a, int64_t epoch, const Parallel& par) {
   double sum = 0;
   int64_t done = 0, steps = 0;
   const auto start = Clock::now();
   auto last_print = start;
-  for (const data::Batch& b : train.batches(a.batch, a.seed * 1000003 + static_cast<uint64_t>(epoch))) {
-    const data::Batch on_device{b.x.to(a.resolved), b.y.to(a.resolved)};
-    const Tensor loss = a.eager ? build_step(model, opt, on_device.x, on_device.y) : step({on_device.x, on_device.y})[0];
+  const uint64_t seed = a.seed * 1000003;
+  data::Loader batches = train.batches(a.batch, seed + static_cast<uint64_t>(epoch));
+  int64_t total = train.size();
+  if (a.ddp) { // rank r reads positions r, r + world, ... of the single process's shuffle
+    data::DistributedSampler sampler(train.size(), par.rank, par.world, seed);
+    sampler.set_epoch(epoch);
+    batches = train.batches(sampler, a.batch);
+    total = sampler.num_samples() * par.world;
+  }
+  for (const data::Batch& b : batches) {
+    const Tensor loss = step(b.x.to(a.resolved), b.y.to(a.resolved));
     sum += loss.item<float>();
-    done += b.y.size(0);
+    done += b.y.size(0) * par.world;
     ++steps;
-    if (seconds_since(last_print) > 0.2 || done == train.size()) {
-      progress(epoch + 1, a.epochs, done, train.size(), seconds_since(start), sum / static_cast<double>(steps));
+    if (par.leader() && (seconds_since(last_print) > 0.2 || done == total)) {
+      progress(epoch + 1, a.epochs, done, total, seconds_since(start), sum / static_cast<double>(steps));
       last_print = Clock::now();
     }
   }
-  std::fprintf(stderr, "\n");
-  return sum / static_cast<double>(std::max<int64_t>(steps, 1));
+  if (par.leader()) std::fprintf(stderr, "\n");
+  const double mean = sum / static_cast<double>(std::max<int64_t>(steps, 1));
+  return a.ddp ? dist::all_reduce(from_vector<double>({mean}), dist::ReduceOp::Mean).item<double>() : mean;
+}
+
+// CPUs this process may run on (mpirun binds each rank to one core by default): its threads.
+int cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
 }
 
 bool file_exists(const std::string& p) {
@@ -217,14 +268,22 @@ int run(Args a) {
   const data::Dataset test = data::FashionMNIST("test", a.data);
   if (a.limit > 0) train = train.slice(0, a.limit);
 
+  Parallel par;
+  if (a.ddp) par.rank = dist::rank(), par.world = dist::world_size();
   nn::manual_seed(a.seed);
-  nn::Sequential model = make_model(a.model);
+  auto model_ptr = std::make_shared<nn::Sequential>(make_model(a.model));
+  nn::Sequential& model = *model_ptr;
   model.to(a.resolved);
   optim::Adam opt(model.parameters(), {.lr = a.lr});
   optim::CosineAnnealingLR schedule(opt, a.epochs);
-  std::cout << model.str() << "\nparameters: " << model.num_parameters() << ", training samples: " << train.size()
-            << ", batch " << a.batch << ", device " << a.resolved.str() << ", fusion " << (a.fusion ? "on" : "off")
-            << (a.eager ? ", eager steps" : ", compiled steps") << "\n";
+  if (par.leader()) {
+    std::cout << model.str() << "\nparameters: " << model.num_parameters() << ", training samples: " << train.size()
+              << ", batch " << a.batch << ", device " << a.resolved.str() << ", fusion " << (a.fusion ? "on" : "off")
+              << (a.eager ? ", eager steps" : ", compiled steps") << "\n";
+    if (a.ddp)
+      std::cout << "data-parallel: " << par.world << " ranks (" << dist::backend() << "), global batch "
+                << a.batch * par.world << ", " << cpus() << " cpu(s) on rank 0\n";
+  }
 
   int64_t first_epoch = 0;
   if (a.resume) {
@@ -237,42 +296,70 @@ int run(Args a) {
     if (meta["epoch"].empty() || *end != '\0' || first_epoch < 0)
       throw Error("train", "'" + a.checkpoint + "' has no valid \"epoch\" in its metadata");
     schedule.set_epoch(first_epoch);
-    std::cout << "resumed from " << a.checkpoint << " after epoch " << first_epoch << "\n";
+    if (par.leader()) std::cout << "resumed from " << a.checkpoint << " after epoch " << first_epoch << "\n";
   }
+  // Made after a resume: its broadcast of rank 0's state then changes nothing.
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (a.ddp) ddp = std::make_unique<nn::DistributedDataParallel>(model_ptr), par.ddp = ddp.get();
 
-  CompiledFunction step = compiled_step(model, opt);
+  const Step step = make_step(model, opt, par, a.eager);
   double acc = 0;
-  for (int64_t epoch = first_epoch; epoch < a.epochs; ++epoch) {
+  const int64_t last_epoch = a.stop_after > 0 ? std::min(a.stop_after, a.epochs) : a.epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
+    dist::reset_stats();
     const auto start = Clock::now();
-    const double loss = train_epoch(model, opt, step, train, a, epoch);
+    const double loss = train_epoch(step, train, a, epoch, par);
     const double train_secs = seconds_since(start);
-    acc = accuracy(model, test, a.resolved);
+    const dist::Stats comm = dist::stats();
+    acc = accuracy(model, test, a.resolved, par);
     schedule.step();
-    std::printf("epoch %lld/%lld: train_loss %.4f  test_accuracy %.4f  epoch_time %.1f s (%.0f samples/s)\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), loss, acc, train_secs,
-                static_cast<double>(train.size()) / train_secs);
-    std::fflush(stdout);
-    if (!a.checkpoint.empty())
+    if (par.leader()) {
+      std::printf("epoch %lld/%lld: train_loss %.4f  test_accuracy %.4f  epoch_time %.1f s (%.0f samples/s)\n",
+                  static_cast<long long>(epoch + 1), static_cast<long long>(a.epochs), loss, acc, train_secs,
+                  static_cast<double>(train.size()) / train_secs);
+      if (a.ddp)
+        std::printf("  rank 0: %lld collectives, %.1f MB sent, %.2f s in them (%.1f%% of the epoch, waiting included)\n",
+                    static_cast<long long>(comm.collectives), static_cast<double>(comm.bytes_sent) / 1e6, comm.seconds,
+                    100 * comm.seconds / train_secs);
+      std::fflush(stdout);
+    }
+    if (!a.checkpoint.empty() && par.leader()) // atomic: a temporary file renamed over the old one
       checkpoint::save(a.checkpoint, model, &opt, {{"model", a.model}, {"epoch", std::to_string(epoch + 1)}});
   }
-  if (first_epoch >= a.epochs) acc = accuracy(model, test, a.resolved);
-  std::printf("test_accuracy: %.4f\n", acc);
+  if (first_epoch >= a.epochs) acc = accuracy(model, test, a.resolved, par);
+  if (par.leader()) std::printf("test_accuracy: %.4f\n", acc);
+  if (a.ddp) dist::barrier(); // the checkpoint is written before any rank ends
   return 0;
+}
+
+// Set by a --ddp run: a failing rank then ends the job (dist::abort_job) instead of waiting in
+// MPI's finalization for ranks that wait for it.
+bool g_distributed = false;
+
+int fail(const std::string& what) {
+  std::cerr << "error: " << what << "\n";
+  if (g_distributed) {
+    try {
+      std::cerr << "(rank " << dist::rank() << " ends the job)\n";
+    } catch (const Error&) { // the group itself could not be joined
+    }
+    dist::abort_job(1);
+  }
+  return 1;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   try {
-    return run(parse(argc, argv));
+    Args a = parse(argc, argv);
+    g_distributed = a.ddp;
+    return run(std::move(a));
   } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return fail(e.what());
   } catch (const std::bad_alloc&) {
-    std::cerr << "error: out of memory\n";
-    return 1;
+    return fail("out of memory");
   } catch (const std::exception& e) { // anything else still ends as one line and a failure, never terminate()
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return fail(e.what());
   }
 }

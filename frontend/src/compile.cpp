@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "frontend/src/tensor_impl.h"
@@ -92,6 +93,26 @@ uint64_t host_seed(std::function<uint64_t()> next) {
   return token;
 }
 
+std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
+                               std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run, const char* op,
+                               const Loc& loc) {
+  CaptureState* cap = active_capture();
+  if (!cap) return run(inputs);
+  if (!cap->stages.empty())
+    throw Error(op, "a compiled function can run one host computation (collective) between its kernels; this is "
+                    "the second: split the function in two",
+                loc);
+  CaptureState::HostStage stage{{}, {}, std::move(run)};
+  std::vector<Tensor> out;
+  for (const Tensor& t : inputs) {
+    stage.inputs.push_back(t.node());
+    stage.placeholders.push_back(graph::make_input(t.dtype(), t.shape(), nullptr, t.device()));
+    out.emplace_back(stage.placeholders.back());
+  }
+  cap->stages.push_back(std::move(stage));
+  return out;
+}
+
 void trace_guard(std::function<bool()> still_valid) {
   if (CaptureState* cap = active_capture()) cap->guards.push_back(std::move(still_valid));
 }
@@ -108,7 +129,14 @@ struct Destination {
   size_t slot = 0;
 };
 
-// One trace: the plan, the placeholders standing for the arguments, and the slots.
+// Where an output of the traced function is computed: by the plan before the host stage, by
+// the plan after it (`plan`, the only one without a stage), or it is a result of the stage.
+struct Source {
+  enum From { Pre, Post, Stage } from;
+  size_t index; // into that plan's outputs, or the stage's results
+};
+
+// One trace: the plan(s), the placeholders standing for the arguments, and the slots.
 struct Trace {
   std::vector<graph::NodeRef> placeholders;
   std::vector<Slot> slots;
@@ -116,8 +144,12 @@ struct Trace {
   std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
   std::vector<std::function<bool()>> guards;
   std::vector<bool> grad_defined; // per slot, at trace start
-  runtime::Plan plan;
-  std::vector<Destination> destinations; // one per plan output, then ClearGrad entries
+  std::vector<detail::CaptureState::HostStage> stages; // at most one
+  runtime::Plan pre;  // with a stage: its inputs (first), then the outputs that do not need it
+  runtime::Plan plan; // without a stage: every output; with one: the outputs that need it
+  std::vector<graph::NodeRef> outputs;   // the traced function's outputs (results, then state)
+  std::vector<Source> sources;           // one per output
+  std::vector<Destination> destinations; // one per output, then ClearGrad entries
 };
 
 std::string signature(const std::vector<Tensor>& args) {
@@ -131,6 +163,44 @@ public:
   explicit TraceGuard(detail::CaptureState* s) { detail::set_active_capture(s); }
   ~TraceGuard() { detail::set_active_capture(nullptr); }
 };
+
+// True when `n` is computed from one of `stage` (a placeholder of the host stage's results).
+bool needs_stage(const graph::NodeRef& n, const std::unordered_set<const graph::Node*>& stage,
+                 std::unordered_map<const graph::Node*, bool>& memo) {
+  if (stage.count(n.get())) return true;
+  if (const auto it = memo.find(n.get()); it != memo.end()) return it->second;
+  bool needs = false;
+  for (const graph::NodeRef& in : n->inputs)
+    if (!in->realized() && needs_stage(in, stage, memo)) needs = true;
+  return memo[n.get()] = needs;
+}
+
+// The plans of a trace: one for every output, or with a host stage, one for the stage's inputs
+// and the outputs that do not need its results, and one for those that do (which recomputes
+// what it needs of the first part rather than keeping it: none of it for an optimizer step).
+void make_plans(Trace& tr) {
+  if (tr.stages.empty()) {
+    for (size_t i = 0; i < tr.outputs.size(); ++i) tr.sources.push_back({Source::Post, i});
+    tr.plan = runtime::make_plan(tr.outputs);
+    return;
+  }
+  const auto& stage = tr.stages[0];
+  std::unordered_set<const graph::Node*> placeholders;
+  for (const graph::NodeRef& p : stage.placeholders) placeholders.insert(p.get());
+  std::unordered_map<const graph::Node*, bool> memo;
+  std::vector<graph::NodeRef> pre = stage.inputs, post;
+  for (const graph::NodeRef& o : tr.outputs) {
+    const auto direct = std::find(stage.placeholders.begin(), stage.placeholders.end(), o);
+    if (direct != stage.placeholders.end())
+      tr.sources.push_back({Source::Stage, static_cast<size_t>(direct - stage.placeholders.begin())});
+    else if (needs_stage(o, placeholders, memo))
+      tr.sources.push_back({Source::Post, post.size()}), post.push_back(o);
+    else
+      tr.sources.push_back({Source::Pre, pre.size()}), pre.push_back(o);
+  }
+  tr.pre = runtime::make_plan(pre);
+  if (!post.empty()) tr.plan = runtime::make_plan(post);
+}
 
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   runtime::observe::Span span("trace", "trace step");
@@ -173,11 +243,13 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   tr.host_values = std::move(state.host_values);
   tr.seeds = std::move(state.seeds);
   tr.guards = std::move(state.guards);
+  tr.stages = std::move(state.stages);
   for (const graph::NodeRef& o : outputs)
     if (o->device != outputs[0]->device)
       throw Error("compile", "a compiled function computes on one device, but its results and updated state are on " +
                                  outputs[0]->device.str() + " and " + o->device.str());
-  tr.plan = runtime::make_plan(outputs);
+  tr.outputs = outputs;
+  make_plans(tr);
   return tr;
 }
 
@@ -209,10 +281,34 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   return b;
 }
 
+// The values of the traced function's outputs: its plan's, or the plan before the host stage,
+// the stage on its results, then the plan after it.
+std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime::Bindings b,
+                                                       const runtime::SeedOverrides& seeds) {
+  if (tr.stages.empty()) return runtime::execute(tr.plan, b, seeds);
+  const auto& stage = tr.stages[0];
+  const auto pre = runtime::execute(tr.pre, b, seeds);
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < stage.inputs.size(); ++i) {
+    const graph::NodeRef& n = stage.inputs[i];
+    in.emplace_back(graph::make_input(n->dtype, n->shape, pre[i], n->device));
+  }
+  std::vector<Tensor> out = stage.run(in);
+  KILN_ASSERT(out.size() == stage.placeholders.size(), "a host stage returned the wrong number of tensors");
+  kiln::realize(out);
+  for (size_t i = 0; i < out.size(); ++i) b[stage.placeholders[i].get()] = out[i].node()->realized();
+  const auto post = tr.plan.outputs.empty() ? decltype(pre){} : runtime::execute(tr.plan, b, seeds);
+  std::vector<std::shared_ptr<graph::Storage>> values;
+  for (const Source& s : tr.sources)
+    values.push_back(s.from == Source::Pre ? pre[s.index] : s.from == Source::Post ? post[s.index]
+                                                                                    : out[s.index].node()->realized());
+  return values;
+}
+
 std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::SeedOverrides seeds;
   for (const auto& [token, next] : tr.seeds) seeds[static_cast<int64_t>(token)] = static_cast<int64_t>(next());
-  const auto values = runtime::execute(tr.plan, bind(tr, args), seeds);
+  const auto values = run_plans(tr, bind(tr, args), seeds);
   std::vector<Tensor> results;
   size_t out = 0;
   for (const Destination& d : tr.destinations) {
@@ -220,7 +316,7 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
       tr.slots[d.slot].impl->grad = Tensor();
       continue;
     }
-    const graph::NodeRef& node = tr.plan.outputs[out];
+    const graph::NodeRef& node = tr.outputs[out];
     Tensor value(graph::make_input(node->dtype, node->shape, values[out++]));
     if (d.kind == Destination::Result) {
       results.push_back(value);
@@ -266,11 +362,13 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
   std::vector<Tensor> results = detail::memory_guard("compile", loc, [&] { return replay(it->second, args); });
   if (observed)
     runtime::observe::step(graph::source_line_str({loc.file_name(), loc.line()}), t0, runtime::observe::Clock::now(),
-                           runtime::observe::thread_kernel_ms() - kernel_ms0, it->second.plan.schedule.launches.size());
+                           runtime::observe::thread_kernel_ms() - kernel_ms0, num_kernels());
   return results;
 }
 
-size_t CompiledFunction::num_kernels() const { return impl_->last ? impl_->last->plan.schedule.launches.size() : 0; }
+size_t CompiledFunction::num_kernels() const {
+  return impl_->last ? impl_->last->pre.schedule.launches.size() + impl_->last->plan.schedule.launches.size() : 0;
+}
 size_t CompiledFunction::peak_intermediate_bytes() const { return impl_->last ? impl_->last->plan.arena_bytes : 0; }
 size_t CompiledFunction::num_traces() const { return impl_->num_traces; }
 

@@ -244,6 +244,10 @@ Loader Dataset::batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed
   return Loader(*this, batch_size, shuffle_seed, drop_last, loc);
 }
 
+Loader Dataset::batches(const DistributedSampler& sampler, int64_t batch_size, bool drop_last, Loc loc) const {
+  return Loader(*this, sampler.indices(), batch_size, drop_last, loc);
+}
+
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, Loc loc) {
   if (n < 0) throw Error("shuffled_indices", "n must not be negative, got " + std::to_string(n), loc);
   std::vector<int64_t> order = detail::host_vector<int64_t>(
@@ -252,6 +256,35 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, Loc loc) {
   std::mt19937_64 rng(seed);
   for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[bounded(rng, static_cast<uint64_t>(i) + 1)]);
   return order;
+}
+
+// ---------------------------------------------------------------- DistributedSampler
+
+DistributedSampler::DistributedSampler(int64_t size, int rank, int world_size, uint64_t seed, bool shuffle,
+                                       bool drop_last, Loc loc)
+    : size_(size), rank_(rank), world_(world_size), seed_(seed), shuffle_(shuffle), drop_last_(drop_last), loc_(loc) {
+  const char* op = "DistributedSampler";
+  if (size < 0) throw Error(op, "the data set size must not be negative, got " + std::to_string(size), loc);
+  if (world_size <= 0 || rank < 0 || rank >= world_size)
+    throw Error(op, "rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size), loc);
+}
+
+int64_t DistributedSampler::num_samples() const {
+  return drop_last_ ? size_ / world_ : size_ / world_ + (size_ % world_ != 0);
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> order;
+  if (shuffle_) {
+    order = shuffled_indices(size_, seed_ + static_cast<uint64_t>(epoch_), loc_);
+  } else {
+    order.resize(static_cast<size_t>(size_));
+    for (int64_t i = 0; i < size_; ++i) order[static_cast<size_t>(i)] = i;
+  }
+  const int64_t n = num_samples();
+  std::vector<int64_t> mine(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) mine[static_cast<size_t>(k)] = order[static_cast<size_t>((rank_ + k * world_) % size_)];
+  return mine;
 }
 
 // ---------------------------------------------------------------- Loader
@@ -268,14 +301,23 @@ Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuf
   }
 }
 
+Loader::Loader(Dataset dataset, std::vector<int64_t> order, int64_t batch_size, bool drop_last, Loc loc)
+    : dataset_(std::move(dataset)), batch_size_(batch_size), drop_last_(drop_last), order_(std::move(order)), loc_(loc) {
+  if (batch_size <= 0) throw Error("batches", "batch_size must be positive, got " + std::to_string(batch_size), loc);
+  for (int64_t i : order_)
+    if (i < 0 || i >= dataset_.size())
+      throw Error("batches", "index " + std::to_string(i) + " out of range for a dataset of " +
+                                 std::to_string(dataset_.size()) + " samples", loc);
+}
+
 int64_t Loader::size() const {
-  const int64_t n = dataset_.size();
+  const int64_t n = static_cast<int64_t>(order_.size());
   return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0); // no n + batch_size - 1 to overflow
 }
 
 Batch Loader::operator[](int64_t i) const {
   if (i < 0 || i >= size()) throw Error("batches", "batch " + std::to_string(i) + " out of range for " + std::to_string(size()));
-  const int64_t begin = i * batch_size_, end = std::min<int64_t>(begin + batch_size_, dataset_.size());
+  const int64_t begin = i * batch_size_, end = std::min<int64_t>(begin + batch_size_, static_cast<int64_t>(order_.size()));
   return dataset_.batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end), loc_);
 }
 

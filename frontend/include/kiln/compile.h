@@ -33,6 +33,11 @@ namespace kiln {
 /// host state the trace branched on (which parameters have gradients, which optimizer
 /// slots exist and whether they were replaced by load_state_dict()) and traces again
 /// when it changed.
+///
+/// nn::DistributedDataParallel::sync_gradients() (kiln/dist.h) works inside too: its
+/// all-reduce cannot be a kernel, so the function is planned in two parts, the kernels up to
+/// the gradients and those after, and each replay runs the all-reduce on the host between them
+/// (one such call per compiled function).
 class CompiledFunction {
 public:
   /// The traced function's type.

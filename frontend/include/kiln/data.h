@@ -35,6 +35,7 @@ struct Batch {
 };
 
 class Loader;
+class DistributedSampler;
 
 /// Labelled samples held in host memory: f32 samples of one shape and i64 labels.
 /// Copies share the (immutable) data.
@@ -60,6 +61,9 @@ public:
   /// Errors of making the batches name `loc`, the line that asked for them.
   Loader batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed = std::nullopt, bool drop_last = false,
                  Loc loc = Loc::current()) const;
+  /// Batches of `batch_size` of this rank's shard (sampler.indices(), in that order).
+  Loader batches(const DistributedSampler& sampler, int64_t batch_size, bool drop_last = false,
+                 Loc loc = Loc::current()) const;
 
 private:
   std::shared_ptr<const std::vector<float>> samples_;
@@ -72,12 +76,44 @@ private:
 /// with kiln's own unbiased bounded draw: the same order on every platform.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, Loc loc = Loc::current());
 
+/// One rank's share of a data set for data-parallel training, as PyTorch's DistributedSampler:
+/// each epoch, the indices 0..size-1 are shuffled by shuffled_indices(size, seed + epoch) (the
+/// same order on every rank), padded by repeating its first indices to a multiple of
+/// world_size (or cut to one, with drop_last), and rank r takes positions r, r + world_size,
+/// r + 2 world_size, ... So the shards of one epoch are disjoint and cover the data, and a
+/// batch i of B samples on each of N ranks holds the samples of batch i of N*B samples of a
+/// single process that reads the same order (Dataset::batches with the same seed).
+class DistributedSampler {
+public:
+  /// The sampler of `rank` among `world_size` ranks for a data set of `size` samples.
+  DistributedSampler(int64_t size, int rank, int world_size, uint64_t seed = 0, bool shuffle = true,
+                     bool drop_last = false, Loc loc = Loc::current());
+  /// Sets the epoch: each epoch shuffles differently (call it before each epoch, as in PyTorch).
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// The epoch set last (0 at first).
+  int64_t epoch() const { return epoch_; }
+  /// This rank's indices for the current epoch.
+  std::vector<int64_t> indices() const;
+  /// How many indices each rank gets per epoch.
+  int64_t num_samples() const;
+
+private:
+  int64_t size_;
+  int rank_, world_;
+  uint64_t seed_;
+  bool shuffle_, drop_last_;
+  int64_t epoch_ = 0;
+  Loc loc_;
+};
+
 /// The batches of one pass over a dataset; iterate with a range-for.
 class Loader {
 public:
   /// See Dataset::batches.
   Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last,
          Loc loc = Loc::current());
+  /// The batches of the samples at `order` (indices into `dataset`), in that order.
+  Loader(Dataset dataset, std::vector<int64_t> order, int64_t batch_size, bool drop_last, Loc loc = Loc::current());
   /// Number of batches.
   int64_t size() const;
   /// The i-th batch.

@@ -1,7 +1,8 @@
 #pragma once
 /// \file kiln.h
 /// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
-/// attention and transformer layers, options, devices, version. Pulls in no LLVM, TBB or CUDA header.
+/// attention and transformer layers, distributed training, options, devices, version. Pulls in no LLVM,
+/// TBB or CUDA header.
 
 #include "kiln/version.h" // first: it stops a compile that is not C++20 with a clear message
 
@@ -12,6 +13,7 @@
 #include "kiln/data.h"
 #include "kiln/device.h"
 #include "kiln/devices.h"
+#include "kiln/dist.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"

@@ -47,6 +47,9 @@ struct Options {
   /// before its first launch, instead of a quick compile first with the optimized one in
   /// the background, swapped in when ready (codegen/llvm_jit.h). Same results either way.
   bool jit_tier = true;
+  /// KILN_DIST_TIMEOUT=seconds (default 300): how long a collective of kiln::dist waits for the
+  /// other ranks before it throws kiln::Error naming the ranks not heard from (kiln/dist.h).
+  double dist_timeout = 300;
 };
 
 /// The options in force (a process-wide singleton).
