@@ -25,24 +25,16 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "bench/split.h"
+#include "bench/common.h"
 
 namespace {
 
 using namespace kiln;
+using kiln::bench::gflops;
+using kiln::bench::report_bytes;
 
 constexpr int64_t kElems = int64_t{1} << 24;
 constexpr int64_t kRows = 8192, kCols = 1024;
-
-void report_bytes(benchmark::State& state, double bytes_per_iter) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-}
-
-void gflops(benchmark::State& state, double flops_per_iter) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-}
 
 // ---------------------------------------------------------------- memory-bound loops
 

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "bench/mlp.h"
-#include "bench/split.h"
+#include "bench/common.h"
 #include "codegen/llvm_jit.h"
 #include "kiln/kiln.h"
 #include "runtime/anomaly.h"
@@ -42,14 +42,10 @@
 namespace {
 
 using namespace kiln;
+using kiln::bench::report_bytes;
 
 constexpr int64_t kElems = int64_t{1} << 24;
 constexpr int64_t kRows = 8192, kCols = 1024;
-
-void report_bytes(benchmark::State& state, double bytes_per_iter) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-}
 
 // Runs `body` with fusion switched by the benchmark's second argument and TBB
 // limited to the first.

@@ -13,6 +13,7 @@
 #include <tbb/global_control.h>
 #include <tbb/parallel_invoke.h>
 
+#include "bench/common.h"
 #include "kiln/kiln.h"
 
 #ifdef KILN_BENCH_EIGEN
@@ -22,11 +23,7 @@
 namespace {
 
 using namespace kiln;
-
-void gflops(benchmark::State& state, double flops_per_iter) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-}
+using kiln::bench::gflops;
 
 void KilnGemm(benchmark::State& state, int64_t n) {
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "examples/gpt.h"
+#include "cli.h"
 #include "kiln/checkpoint.h"
 #include "kiln/kiln.h"
 
@@ -86,28 +87,13 @@ void usage() {
                "  --data          directory of the fortune files (default " << gpt::kFortunesDir << ")\n";
 }
 
-// Parses a number flag value, or exits with a message.
-template <class T> T number(const std::string& flag, const char* text) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (end == text || *end != '\0') {
-    std::cerr << "gpt: " << flag << " needs a number, got '" << text << "'\n";
-    std::exit(2);
-  }
-  return static_cast<T>(v);
-}
+template <class T> T number(const std::string& flag, const char* text) { return cli::number<T>("gpt", flag, text); }
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::cerr << "gpt: " << f << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return cli::value("gpt", argc, argv, i); };
     if (f == "--steps") a.steps = number<int64_t>(f, value());
     else if (f == "--batch") a.batch = number<int64_t>(f, value());
     else if (f == "--context") a.model.context = number<int64_t>(f, value());

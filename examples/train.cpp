@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <vector>
 
+#include "cli.h"
 #include "kiln/checkpoint.h"
 #include "kiln/data.h"
 #include "kiln/kiln.h"
@@ -84,28 +85,13 @@ void usage() {
                "  --stop-after  end after epoch N of --epochs, as if interrupted (then --resume continues)\n";
 }
 
-// Parses an integer or floating-point flag value, or exits with a message.
-template <class T> T number(const std::string& flag, const char* text) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (end == text || *end != '\0') {
-    std::cerr << "train: " << flag << " needs a number, got '" << text << "'\n";
-    std::exit(2);
-  }
-  return static_cast<T>(v);
-}
+template <class T> T number(const std::string& flag, const char* text) { return cli::number<T>("train", flag, text); }
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::cerr << "train: " << f << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return cli::value("train", argc, argv, i); };
     if (f == "--model") a.model = value();
     else if (f == "--epochs") a.epochs = number<int64_t>(f, value());
     else if (f == "--batch") a.batch = number<int64_t>(f, value());

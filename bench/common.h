@@ -1,0 +1,34 @@
+// Helpers shared by the benchmark files: throughput counters, and the hand-written
+// ceilings' threading (a range split evenly over N std::threads).
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace kiln::bench {
+
+/// Reports bytes_per_iter per iteration as a "GB/s" rate (1e9 bytes).
+inline void report_bytes(benchmark::State& state, double bytes_per_iter) {
+  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+/// Reports flops_per_iter per iteration as a "GFLOP/s" rate (1e9 flops).
+inline void gflops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+/// Runs f(lo, hi) on `threads` threads over equal parts of [0, n) (the caller's thread
+/// takes the first part) and waits for all.
+template <class F> void split(int threads, int64_t n, F f) {
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(f, n * t / threads, n * (t + 1) / threads);
+  f(0, n / threads);
+  for (auto& th : pool) th.join();
+}
+
+} // namespace kiln::bench
