@@ -8,7 +8,12 @@
 #
 # Usage: bench/gpu_bundle.sh [BUILD_DIR]     (default: build)
 # Writes gpu-bundle/kiln-gpu.tar.xz (git-ignored; about 45 MB), e.g. to carry to the device
-# machine; there, bench/gpu_check.sh finds it and runs from it when it cannot build.
+# machine; there, bench/gpu_check.sh finds it and runs from it when it cannot build. Beside it,
+# gpu-bundle/fashion-mnist/ gets the first $GPU_TRAIN_SAMPLES (default 12800) Fashion-MNIST
+# training images and the test set (about 10 MB), which gpu_check.sh's train step uses when
+# the machine has no data set: bundle and data together fit the 64 MiB a device call carries
+# (the whole data set does not). On this workplace's device tool, one call does the check:
+#   run(command="bash bench/gpu_check.sh", carry=["gpu-bundle"])
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$(cd "$ROOT/${1:-build}" && pwd)"
@@ -36,4 +41,20 @@ git -C "$ROOT" rev-parse HEAD >"$stage/kiln-gpu/COMMIT" 2>/dev/null || echo unkn
 mkdir -p "$ROOT/gpu-bundle"
 tar -C "$stage" -cf - kiln-gpu | xz -T0 -6 >"$ROOT/gpu-bundle/kiln-gpu.tar.xz.tmp"
 mv "$ROOT/gpu-bundle/kiln-gpu.tar.xz.tmp" "$ROOT/gpu-bundle/kiln-gpu.tar.xz"
+
+# A slice of Fashion-MNIST for train on the GPU machine (IDX files, the count in the header cut).
+python3 - "${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}" "$ROOT/gpu-bundle/fashion-mnist" \
+  "${GPU_TRAIN_SAMPLES:-12800}" <<'PY' || echo "gpu_bundle: no Fashion-MNIST slice (data set not found)"
+import gzip, os, shutil, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst, exist_ok=True)
+for name, header, item in [("train-images-idx3-ubyte", 16, 784), ("train-labels-idx1-ubyte", 8, 1)]:
+    data = gzip.open(os.path.join(src, name + ".gz")).read()
+    head = bytearray(data[:header])
+    struct.pack_into(">I", head, 4, n)
+    with gzip.open(os.path.join(dst, name + ".gz"), "wb") as f:
+        f.write(bytes(head) + data[header:header + n * item])
+for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+    shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+PY
 echo "gpu_bundle: $(du -h "$ROOT/gpu-bundle/kiln-gpu.tar.xz" | cut -f1) in gpu-bundle/kiln-gpu.tar.xz ($(ls "$stage/kiln-gpu/lib" | wc -l) libraries, commit $(cut -c1-12 "$stage/kiln-gpu/COMMIT"))"

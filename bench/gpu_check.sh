@@ -13,7 +13,9 @@
 #   CTEST_ARGS="..."   extra ctest arguments (e.g. "-R Gpu" or "-E Tsan")
 #   BENCH_MIN_TIME=S   --benchmark_min_time (default 0.5)
 #   TRAIN_ARGS="..."   arguments of examples/train after --device cuda (default "--epochs 1")
-#   KILN_FASHION_MNIST=DIR  the Fashion-MNIST IDX files for train (default /usr/share/datasets/fashion-mnist)
+#   KILN_FASHION_MNIST=DIR  the Fashion-MNIST IDX files for train (default /usr/share/datasets/fashion-mnist,
+#                      else the slice gpu_bundle.sh packs in gpu-bundle/fashion-mnist)
+#   KILN_CUDA_DRIVER=PATH   the driver library (default: libcuda.so.1 where `ldconfig -p` lists it)
 #   KILN_CUDA_HOME=DIR the CUDA toolkit (default /usr/local/cuda); CMAKE_PREFIX_PATH to find LLVM/TBB/...
 #
 # Build requirements: kiln needs LLVM 19.1 and oneTBB 2021 (its CPU backend is compiled in;
@@ -43,7 +45,14 @@ BUILD_DIR="${BUILD_DIR:-build-gpu}"
 BENCH_MIN_TIME="${BENCH_MIN_TIME:-0.5}"
 TRAIN_ARGS="${TRAIN_ARGS:---epochs 1}"
 DATA="${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
+# no data set on the machine: the slice gpu_bundle.sh packs beside the bundle
+[[ -z "${KILN_FASHION_MNIST:-}" && ! -d "$DATA" && -d "$ROOT/gpu-bundle/fashion-mnist" ]] && DATA="$ROOT/gpu-bundle/fashion-mnist"
 export KILN_CUDA_HOME="${KILN_CUDA_HOME:-/usr/local/cuda}"
+# the driver where the loader's cache has it (the bundle's own loader may not look there)
+if [[ -z "${KILN_CUDA_DRIVER:-}" ]]; then
+  driver="$( (ldconfig -p 2>/dev/null || true) | awk '/libcuda\.so\.1 /{print $NF; exit}')"
+  [[ -n "$driver" ]] && export KILN_CUDA_DRIVER="$driver"
+fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 failed=()
@@ -61,10 +70,13 @@ TRAIN="$BUILD_DIR/examples/train"
 GPU_TEST="$BUILD_DIR/tests/test_gpu_runtime"
 use_bundle() { # runs the bundled programs instead of building
   step "unpacking $BUNDLE (built from commit $(tar -xJOf "$BUNDLE" kiln-gpu/COMMIT | cut -c1-12))"
-  rm -rf "$OUT/bundle" && mkdir -p "$OUT/bundle" && tar -C "$OUT/bundle" -xJf "$BUNDLE"
-  BENCH="$OUT/bundle/kiln-gpu/bin/kiln_bench"
-  TRAIN="$OUT/bundle/kiln-gpu/bin/train"
-  GPU_TEST="$OUT/bundle/kiln-gpu/bin/test_gpu_runtime"
+  # unpacked outside OUT, which keeps only the results (a device tool may fetch all of OUT)
+  local dir
+  dir="$(mktemp -d)"
+  tar -C "$dir" -xJf "$BUNDLE"
+  BENCH="$dir/kiln-gpu/bin/kiln_bench"
+  TRAIN="$dir/kiln-gpu/bin/train"
+  GPU_TEST="$dir/kiln-gpu/bin/test_gpu_runtime"
   SKIP_BUILD=1
   SKIP_TESTS=1 # ctest needs the build tree; the GPU runtime's tests run below
 }
