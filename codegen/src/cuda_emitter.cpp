@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "codegen/form.h"
+#include "codegen/src/reduction_kind.h"
 #include "codegen/src/cuda_math.h"
 #include "kiln/error.h"
 
@@ -94,31 +95,6 @@ std::string int_literal(DType t, int64_t v) {
 }
 
 std::string zero(DType t) { return is_floating(t) ? float_literal(t, 0) : int_literal(t, 0); }
-
-/// The reduction combines, classified once from the op.
-enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
-
-RedKind reduction_kind(OpKind op) {
-  switch (op) {
-  case OpKind::Sum: return RedKind::Sum;
-  case OpKind::Max: return RedKind::Max;
-  case OpKind::Min: return RedKind::Min;
-  case OpKind::Argmax: return RedKind::Argmax;
-  case OpKind::Argmin: return RedKind::Argmin;
-  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
-  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
-  case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
-  case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
-  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    break;
-  }
-  KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
-  return RedKind::Sum;
-}
 
 /// A float Sum of a product that may contract (matmul): acc = fma(a, b, acc).
 bool is_fma_reduction(const Reduction& r) {

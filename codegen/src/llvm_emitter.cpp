@@ -16,6 +16,7 @@
 
 #include <llvm/IR/Intrinsics.h>
 
+#include "codegen/src/reduction_kind.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_math.h"
 #include "kiln/error.h"
@@ -41,31 +42,6 @@ Type* reg_type(LLVMContext& c, DType t) {
 
 /// The type of an element of dtype t in memory (bool is i8).
 Type* mem_type(LLVMContext& c, DType t) { return t == DType::Bool ? Type::getInt8Ty(c) : reg_type(c, t); }
-
-/// The reduction combines, classified once from the op.
-enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
-
-RedKind reduction_kind(OpKind op) {
-  switch (op) {
-  case OpKind::Sum: return RedKind::Sum;
-  case OpKind::Max: return RedKind::Max;
-  case OpKind::Min: return RedKind::Min;
-  case OpKind::Argmax: return RedKind::Argmax;
-  case OpKind::Argmin: return RedKind::Argmin;
-  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
-  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Relu: case OpKind::Reciprocal: case OpKind::LogicalNot: case OpKind::Cast: case OpKind::Detach:
-  case OpKind::CheckIndex: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
-  case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Where: case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand:
-  case OpKind::Slice: case OpKind::Pad: case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    break;
-  }
-  KILN_ASSERT(false, "not a reduction: " + std::string(graph::op_name(op)));
-  return RedKind::Sum;
-}
 
 class Emitter {
 public:
