@@ -282,8 +282,9 @@ void drain_at_exit() { background().drain(/*all=*/false); }
 /// that are constructed by the first compile, after the JIT itself, and destroyed
 /// before it: compiling in the JIT's destructor read freed tables. A later compile of
 /// either tier may construct more of them (a quick compile's fast instruction selection
-/// falls back to SelectionDAG for some blocks), so every compile registers the drain
-/// again; the drains after the first find nothing to do.
+/// falls back to SelectionDAG for some blocks; a background optimized compile builds
+/// others), so every compile registers the drain again; the drains after the first find
+/// nothing to do.
 void register_exit_drain() { std::atexit(drain_at_exit); }
 
 } // namespace
@@ -583,6 +584,9 @@ struct LlvmJit::Impl {
     try {
       const std::string object = object_code(k, Tier::Optimized);
       if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
+      // The optimized tier's code generator may have made statics of its own (SelectionDAG's
+      // tables): a drain at exit must run before they are destroyed, as after a quick compile.
+      register_exit_drain();
       std::lock_guard lock(mu);
       if (!key.empty()) disk.write(key, object);
       slot.fn.store(link(k.name, object, jit->getMainJITDylib().getDefaultResourceTracker()), std::memory_order_release);
@@ -630,8 +634,8 @@ struct LlvmJit::Impl {
       if (supports.count(name)) return true;
       key = disk.enabled() && !quick ? "gemm support " + s.name() + "\n" + target_key() : std::string();
       if (auto object = key.empty() ? std::nullopt : disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); })) {
-        add_support(name, *object);
-        return true;
+        if (add_cached_support(name, *object, s.defined_symbol())) return true;
+        disk.reject_hit(); // compiled below
       }
     }
     if (!compile) return false;
@@ -652,6 +656,27 @@ struct LlvmJit::Impl {
     // Counted once per set of routines, whichever tier compiled it first.
     if (quick || !supports.count(s.name() + kQuickSuffix)) ++compiled;
     add_support(name, object);
+    return true;
+  }
+
+  /// Links a disk-cached support object now, by looking up `symbol`, under a tracker of its
+  /// own: one that LLVM will not link (a damaged relocation) is undone here and compiled
+  /// afresh, rather than failing every kernel that calls it. False when undone (the lock is held).
+  bool add_cached_support(const std::string& name, const std::string& object, const std::string& symbol) {
+    auto rt = jit->getMainJITDylib().createResourceTracker();
+    bool linked = true;
+    if (llvm::Error err = jit->addObjectFile(rt, llvm::MemoryBuffer::getMemBufferCopy(object, name))) {
+      llvm::consumeError(std::move(err));
+      linked = false;
+    } else if (auto found = jit->lookup(symbol); !found) {
+      llvm::consumeError(found.takeError());
+      linked = false;
+    }
+    if (!linked) {
+      check(rt->remove(), "removing the cached object of " + name);
+      return false;
+    }
+    supports.insert(name);
     return true;
   }
 
