@@ -148,18 +148,7 @@ void OpenBlasGemm(benchmark::State& state, Shape s) {
   gflops(state, 2.0 * m * k * n);
 }
 
-void KilnGemmShape(benchmark::State& state, Shape s) {
-  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
-  Tensor a = randn({s.m, s.k}, 31), b = randn({s.k, s.n}, 32);
-  realize({a, b});
-  matmul(a, b).realize(); // compiles
-  for (auto _ : state) {
-    Tensor c = matmul(a, b);
-    c.realize();
-    benchmark::DoNotOptimize(c.node().get());
-  }
-  gflops(state, 2.0 * s.m * s.k * s.n);
-}
+void KilnGemmShape(benchmark::State& state, Shape s) { kiln::bench::kiln_gemm(state, s.m, s.k, s.n); }
 
 #define KILN_GEMM_PAIR(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N})                                                      \

@@ -25,18 +25,7 @@ namespace {
 using namespace kiln;
 using kiln::bench::gflops;
 
-void KilnGemm(benchmark::State& state, int64_t n) {
-  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
-  Tensor a = randn({n, n}, 31), b = randn({n, n}, 32);
-  realize({a, b});
-  matmul(a, b).realize(); // compiles
-  for (auto _ : state) {
-    Tensor c = matmul(a, b);
-    c.realize();
-    benchmark::DoNotOptimize(c.node().get());
-  }
-  gflops(state, 2.0 * n * n * n);
-}
+void KilnGemm(benchmark::State& state, int64_t n) { bench::kiln_gemm(state, n, n, n); }
 
 #ifdef KILN_BENCH_EIGEN
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

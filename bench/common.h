@@ -3,10 +3,13 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
 
 #include <cstdint>
 #include <thread>
 #include <vector>
+
+#include "kiln/kiln.h"
 
 namespace kiln::bench {
 
@@ -20,6 +23,21 @@ inline void report_bytes(benchmark::State& state, double bytes_per_iter) {
 inline void gflops(benchmark::State& state, double flops_per_iter) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+/// Times kiln's C = A @ B (f32, row-major, M x K times K x N) realized per iteration, on
+/// state.range(0) threads, compiled before the timing; reports GFLOP/s.
+inline void kiln_gemm(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  Tensor a = randn({m, k}, 31), b = randn({k, n}, 32);
+  realize({a, b});
+  matmul(a, b).realize(); // compiles
+  for (auto _ : state) {
+    Tensor c = matmul(a, b);
+    c.realize();
+    benchmark::DoNotOptimize(c.node().get());
+  }
+  gflops(state, 2.0 * m * k * n);
 }
 
 /// Runs f(lo, hi) on `threads` threads over equal parts of [0, n) (the caller's thread
