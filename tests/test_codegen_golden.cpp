@@ -207,6 +207,8 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {head + "    v0: f32 = load b0(i0)\n    store b1[i0] = v0\n  reduce red0 = sum over [p0]:\n",
        "reduction without a 'yield'"},
       {head + "  wibble\n", "line 3: unexpected 'wibble'"},
+      {head + "  reduce red0 = sum over [p0]:\n    v0: f32 = neg(red0)\n    yield v0\n    store b1[i0] = red0\n",
+       "line 4: red0 is used before it is computed"},
   };
   for (const auto& [text, want] : cases) {
     const std::string msg = parse_error(text);

@@ -133,6 +133,7 @@ private:
   std::vector<std::optional<Reduction>> built_reductions_;
   std::vector<DType> buffer_dtypes_;
   std::vector<int64_t> building_; // lets being built (a cycle is an error)
+  int visible_reductions_ = 1 << 30; // reductions whose results may be read here
 
   void read_lines(std::string_view text) {
     int line = 0;
@@ -297,6 +298,7 @@ private:
     if (const int64_t v = numbered(s, "v"); v >= 0) return built_let(v, line);
     if (const int64_t v = numbered(s, "red"); v >= 0) {
       if (v >= static_cast<int64_t>(reductions_.size())) fail(line, "red" + std::to_string(v) + " is not a reduction");
+      if (v >= visible_reductions_) fail(line, "red" + std::to_string(v) + " is used before it is computed");
       const Reduction& r = reduction(static_cast<int>(v));
       const bool index = r.op == OpKind::Argmax || r.op == OpKind::Argmin;
       return make_expr(ExprKind::ReduceResult, index ? DType::Int64 : r.dtype, {}, static_cast<int>(v));
@@ -338,8 +340,12 @@ private:
       red.op = t.op;
       red.fma = t.fma;
       red.block_inner = t.block_inner;
+      // reduction r sees the results of the reductions before it only
+      const int outer = visible_reductions_;
+      visible_reductions_ = r;
       red.extents = extents(t.extents, t.line);
       red.value = ref(t.value, t.line);
+      visible_reductions_ = outer;
       red.dtype = red.value->dtype;
       slot = std::move(red);
     }
