@@ -18,6 +18,7 @@
 
 #include "codegen/src/reduction_kind.h"
 #include "codegen/src/llvm_gemm.h"
+#include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
 #include "kiln/error.h"
 

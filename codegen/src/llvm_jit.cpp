@@ -44,7 +44,7 @@
 
 #include "codegen/disk_cache.h"
 #include "codegen/src/llvm_gemm.h"
-#include "codegen/src/llvm_math.h"
+#include "codegen/src/llvm_emitter.h"
 #include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
 #include "kiln/error.h"
 

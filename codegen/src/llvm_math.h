@@ -32,9 +32,4 @@ llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, 
 void emit_for(llvm::IRBuilder<>& b, llvm::AllocaInst* iv, llvm::Value* start, llvm::Value* end, int64_t step,
               const std::function<void(llvm::Value*)>& body);
 
-/// Builds the module holding kernel `k` (finalize()d) as the external function
-/// `void k.name(i64 begin, i64 end, ptr buffers, ptr params)`; defined in llvm_emitter.cpp.
-/// Does not verify or optimize; the caller sets the data layout and target.
-std::unique_ptr<llvm::Module> emit_kernel_module(const Kernel& k, llvm::LLVMContext& ctx);
-
 } // namespace kiln::codegen
