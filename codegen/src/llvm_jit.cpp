@@ -321,6 +321,28 @@ struct LlvmJit::Impl {
                          jit->getDataLayout().getGlobalPrefix()),
                      "process symbols");
     jit->getMainJITDylib().addGenerator(std::move(gen));
+    warm_up_code_generator();
+  }
+
+  /// Compiles a function on an extended value type (13 x i7) once, here, before any kernel.
+  /// SelectionDAG keeps its extended value types in function-local statics (SDNode's value
+  /// type list), constructed by the first compile that meets one, which was often a background
+  /// optimized compile (vectorized code): running when main returned, it registered their
+  /// destructor after the exit drain, so exit destroyed them before draining, under the
+  /// compiles still using them (SIGSEGV in EVT::isExtendedFixedLengthVector at exit, in about
+  /// 1 of 18 fresh-cache runs of SGD.MomentumByHand). Constructed now, they outlive every drain.
+  void warm_up_code_generator() {
+    llvm::LLVMContext ctx;
+    llvm::Module m("kiln_warm_up", ctx);
+    m.setDataLayout(tm->createDataLayout());
+    m.setTargetTriple(tm->getTargetTriple().str());
+    auto* vt = llvm::FixedVectorType::get(llvm::IntegerType::get(ctx, 7), 13);
+    auto* f = llvm::Function::Create(llvm::FunctionType::get(vt, {vt, vt}, false), llvm::Function::ExternalLinkage,
+                                     "kiln_warm_up", m);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", f));
+    b.CreateRet(b.CreateMul(f->getArg(0), f->getArg(1)));
+    (void)emit_object(m, *tm);
+    register_exit_drain();
   }
 
   // The background compiles finish first (their code goes to the disk cache); normally the
