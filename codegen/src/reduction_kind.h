@@ -21,6 +21,7 @@ enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
 #define KILN_NOT_REDUCTION_Ternary(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Movement(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Contraction(e) case graph::OpKind::e:
+#define KILN_NOT_REDUCTION_Scan(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Reduce(e)
 
 /// The combine of a reduction op; a kiln bug (assertion) for any other op.
@@ -43,6 +44,7 @@ inline RedKind reduction_kind(graph::OpKind op) {
 #undef KILN_NOT_REDUCTION_Leaf
 #undef KILN_NOT_REDUCTION_Unary
 #undef KILN_NOT_REDUCTION_Binary
+#undef KILN_NOT_REDUCTION_Scan
 #undef KILN_NOT_REDUCTION_Ternary
 #undef KILN_NOT_REDUCTION_Movement
 #undef KILN_NOT_REDUCTION_Contraction
