@@ -399,6 +399,21 @@ void add_movement_and_leaves(std::vector<Case>& cases) {
                    }});
 }
 
+/// Scan-form kernels (kernel_ir.h, ScanLoop): cumprod both ways, a one-column scan, integer
+/// scans, scatters of a 1-d and a 2-d computed index with an inf row (it must reach only its row).
+void add_scans(std::vector<Case>& cases) {
+  for (DType dt : kFloats)
+    cases.push_back({"scans_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {40, 37}, 310);
+                       const Tensor i = make(kInt64, {40, 37}, 311, false, true) - 1 + 1; // [0, 9], computed
+                       const Tensor inf_row = where(arange(40).reshape({40, 1}) == 7, full({40, 37}, INFINITY, dt), x);
+                       return std::vector<Tensor>{cumprod(x * 0.01 + 1.0, 0), cumprod(x * 0.01 + 1.0, 1),
+                                                  cumsum(x.reshape({1480}), 0), cumsum(i, 0), cumprod(i.slice(1, 0, 5), 1),
+                                                  index_add(zeros({10, 37}, dt), 0, i.slice(1, 0, 1).reshape({40}), inf_row),
+                                                  scatter_add(zeros({10, 37}, dt), 0, i, inf_row)};
+                     }});
+}
+
 /// Kernels storing several values (codegen/lower.h): a GEMM with its update, sibling
 /// reductions, small independent values.
 void add_multi_output(std::vector<Case>& cases) {
@@ -436,6 +451,7 @@ const std::vector<Case>& all_cases() {
     add_rows(c);
     add_movement_and_leaves(c);
     add_vector_forms(c);
+    add_scans(c);
     return c;
   }();
   return cases;
