@@ -10,7 +10,9 @@
 //                                replaced (O(rows x tokens x dim), built explicitly), and a
 //                                sequential scatter loop
 //   Scan/Cumsum/{kiln,cxx_loop}/dim:{0,1}  cumsum of 16M f32 over a long axis (dim 1 of [16, 1M])
-//                                or across rows (dim 0 of [1M, 16]) against a sequential loop
+//                                or across rows (dim 0 of [1M, 16]) against a sequential loop, and
+//   Scan/Copy/kiln_add           x + 1 over the same bytes: a kiln elementwise kernel, the ceiling
+//                                of any kiln kernel that writes a fresh output of that size
 // All on 1 and 2 threads.
 
 #include <benchmark/benchmark.h>
@@ -182,6 +184,21 @@ void KilnCumsum(benchmark::State& state) {
   set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
 }
 BENCHMARK(KilnCumsum)->Name("Scan/Cumsum/kiln")->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"dim", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same bytes through a kiln elementwise kernel (x + 1): what any kiln kernel writing a fresh
+// 64 MB output costs here, the scan's own ceiling.
+void KilnScanCopy(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::rand(scan_shape(0), 5);
+  kiln::realize({x});
+  for (auto _ : state) {
+    kiln::Tensor y = x + 1.0;
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
+}
+BENCHMARK(KilnScanCopy)->Name("Scan/Copy/kiln_add")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void CxxCumsum(benchmark::State& state) {
   const int64_t dim = state.range(0);

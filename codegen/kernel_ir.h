@@ -159,6 +159,10 @@ struct GemmTiling {
   int64_t kc = 0;      ///< k block
 };
 
+/// Consecutive columns a CPU Scan-form kernel runs together, steps outermost (a cache line of
+/// f32 columns: a step's loads and stores are contiguous), unless ScanLoop::inner_axis.
+constexpr int64_t kScanColumns = 16;
+
 /// The sequential loop of a Scan-form kernel: work that is ordered along one axis and
 /// independent across the other points (cumsum, cumprod, scatter_add). Such a kernel has no
 /// reductions and no map; its domain is the columns (the output's points off the axis), and
@@ -183,6 +187,9 @@ struct ScanLoop {
   ExprRef value;                         ///< combined at step ReduceVar(0)
   ExprRef target;                        ///< a scatter's output position at step ReduceVar(0) (i64); null: a running scan
   ExprRef positions;                     ///< a scatter's extent of output positions (i64); null for a running scan
+  /// The axis is the output's innermost (unit stride): the CPU then runs one column at a time,
+  /// streaming along it, since a block of columns would touch kScanColumns far-apart rows per step.
+  bool inner_axis = false;
 };
 
 /// A kernel: see the file comment for its semantics.

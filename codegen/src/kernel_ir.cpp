@@ -338,7 +338,7 @@ std::string print_kernel(const Kernel& k) {
     p.out += "  scan red0 = " + std::string(graph::op_name(sc->op)) + " " + std::string(dtype_name(sc->dtype)) +
              " over r0 < " + steps;
     if (sc->target) p.out += " into m0 < " + p.ref(sc->positions);
-    p.out += ":\n";
+    p.out += std::string(sc->inner_axis ? " inner_axis" : "") + ":\n";
     const std::string v = p.ref(sc->value);
     p.out += "    yield " + v + "\n";
     if (sc->target) {

@@ -371,18 +371,27 @@ private:
 
   // --- scan form (kernel_ir.h, ScanLoop) -------------------------------------------
 
-  /// Columns per block of a Scan-form kernel: a cache line of f32 columns. The steps run
-  /// outermost over the block, so a step's loads and stores are consecutive in memory when the
-  /// scanned axis is not the innermost one (Embedding's gradient rows, cumsum over dim 0).
-  static constexpr int64_t kScanBlock = 16;
-
-  /// The columns [j, j + n) of one row of the domain: full blocks, then one shorter block.
-  /// A column's result never depends on its block: its steps run in order either way.
+  /// The columns [j, j + n) of one row of the domain (one at a time where the axis is the
+  /// innermost, ScanLoop::inner_axis), else in blocks of constant width (so that the
+  /// block's accumulators stay in registers and its column loop vectorizes): kScanColumns
+  /// while they fit, then at most one block of each smaller power of two. A column's result
+  /// never depends on its block: its steps run in order either way.
   void emit_scan_row(Value* j, Value* n) {
-    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(kScanBlock)), c64(kScanBlock));
-    for_range(c64(0), full, [&](Value* t0) { emit_scan_block(b_.CreateAdd(j, t0, "", true, true), c64(kScanBlock)); },
-              kScanBlock);
-    if_then(b_.CreateICmpSLT(full, n), [&] { emit_scan_block(b_.CreateAdd(j, full, "", true, true), b_.CreateSub(n, full)); });
+    if (k_.scan->inner_axis) { // one column at a time, streaming along the contiguous axis
+      for_range(c64(0), n, [&](Value* t) { emit_scan_block(b_.CreateAdd(j, t, "", true, true), c64(1)); });
+      return;
+    }
+    AllocaInst* done = local(i64(), "done");
+    b_.CreateStore(c64(0), done);
+    auto block = [&](int64_t width) {
+      Value* t0 = b_.CreateLoad(i64(), done);
+      emit_scan_block(b_.CreateAdd(j, t0, "", true, true), c64(width));
+      b_.CreateStore(b_.CreateAdd(t0, c64(width), "", true, true), done);
+    };
+    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(kScanColumns)), c64(kScanColumns));
+    for_range(c64(0), full, [&](Value*) { block(kScanColumns); }, kScanColumns);
+    for (int64_t part = kScanColumns / 2; part >= 1; part /= 2)
+      if_then(b_.CreateICmpSGE(b_.CreateSub(n, b_.CreateLoad(i64(), done)), c64(part)), [&] { block(part); });
   }
 
   /// acc op v for the scan's combine (no contraction, no reassociation).
@@ -421,7 +430,7 @@ private:
     scopes_.emplace_back();
     Value* steps = expr(sc.steps);
     if (!sc.target) { // a running scan: the block's accumulators, in order along the steps
-      auto* arr = ArrayType::get(t, static_cast<uint64_t>(kScanBlock));
+      auto* arr = ArrayType::get(t, static_cast<uint64_t>(kScanColumns));
       AllocaInst* acc = local(arr, "acc.scan");
       auto slot = [&](Value* p) { return b_.CreateInBoundsGEP(arr, acc, {c64(0), p}); };
       for_range(c64(0), width, [&](Value* p) { b_.CreateStore(scan_identity(sc), slot(p)); });

@@ -91,6 +91,10 @@ private:
       scan.target = cast(compute(n->inputs[0].get(), at, nullptr), DType::Int64);
       scan.positions = P(n->shape[dim]);
     }
+    size_t innermost = n->shape.size() - 1; // the last dim with extent > 1
+    while (innermost > 0 && n->shape[innermost] == 1) --innermost;
+    scan.inner_axis = innermost == dim;
+    const bool inner_axis = scan.inner_axis;
     kernel_.scan = std::move(scan);
     // the store's position: the target for a scatter; the step (from the end when reversed) for a running scan
     Index out = idx;
@@ -106,6 +110,9 @@ private:
     launch_.kernel = std::move(kernel_);
     launch_.domain_size = n->numel() == 0 ? 0 : graph::numel(cols);
     launch_.work_per_point = std::max<int64_t>(1, steps + (scatter ? n->shape[dim] : 0));
+    // chunks of whole CPU column blocks (kScanColumns): two half blocks read every cache line twice
+    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans go column by column
+    launch_.min_chunk = inner_axis ? 1 : kScanColumns;
     return std::move(launch_);
   }
 
