@@ -827,12 +827,23 @@ TEST(CudaShimChecks, AFailedIndexCheckRecordsItsSiteAndValue) {
   EXPECT_EQ(site.op, "cross_entropy");
   EXPECT_EQ(site.bound, 37);
   EXPECT_NE(std::string(site.where.file_name()).find("test_cuda.cpp"), std::string::npos) << site.where.file_name();
+  // a scatter's index, checked in its scan kernel: the bad value recorded, its step adding nothing
+  const Tensor rows = from_vector<int64_t>({0, 5, 2}, {3, 1}).expand({3, 4}) + 1 - 1; // computed: checked in the kernel
+  err.assign(2, 0);
+  const auto out = run_shim({scatter_add(zeros({3, 4}, kFloat32), 0, rows, full({3, 4}, 1.0, kFloat32))}, 32, &err);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_NE(err[0], 0) << "index 5 of 3 rows";
+  EXPECT_EQ(err[1], 5);
+  EXPECT_EQ(graph::index_site_of(err[0] - 1).op, "scatter_add");
+  std::vector<float> got(12);
+  std::memcpy(got.data(), out[0].data(), sizeof(float) * 12);
+  EXPECT_EQ(got, (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1}));
 }
 
 // Not in all_cases() either (CudaNvrtc's time, see above): the indexing ops and floor, ceil and
 // round, on the shim and the LLVM path, bitwise equal: a gather fused into elementwise work and
 // alone (an index computed in the kernel, so checked there), scatter_add, index_add and cumsum
-// (masked sums in sum_lanes order), and the rounding functions on specials and ties.
+// (scan-form kernels), and the rounding functions on specials and ties.
 TEST(CudaShimIndexOps, MatchLlvmBitwise) {
   for (DType dt : kFloats) {
     check_case({"gather_" + dn(dt), [dt] {
