@@ -5,8 +5,14 @@
 //   Gather/Copy/cxx_loop         a contiguous copy of the same bytes: the ceiling
 //   Gather/Chain/{fused,unfused} exp(gather(x, 1, i)) * 2: the gather as an indexed load inside the
 //                                elementwise kernel, against one kernel per op (KILN_FUSION=0)
-//   Gather/EmbeddingBackward/{kiln,cxx_loop}  the weight gradient (scatter_add, as a reduction over
-//                                the tokens per table element) against a sequential scatter loop
+//   Gather/EmbeddingBackward/{kiln,one_hot,cxx_loop}  the weight gradient: index_add (a scan-form
+//                                scatter kernel, O(tokens x dim)), the one-hot matrix product it
+//                                replaced (O(rows x tokens x dim), built explicitly), and a
+//                                sequential scatter loop
+//   Scan/Cumsum/{kiln,cxx_loop}/dim:{0,1}  cumsum of 16M f32 over a long axis (dim 1 of [16, 1M])
+//                                or across rows (dim 0 of [1M, 16]) against a sequential loop, and
+//   Scan/Copy/kiln_add           x + 1 over the same bytes: a kiln elementwise kernel, the ceiling
+//                                of any kiln kernel that writes a fresh output of that size
 // All on 1 and 2 threads.
 
 #include <benchmark/benchmark.h>
@@ -129,6 +135,22 @@ void KilnEmbeddingBackward(benchmark::State& state) {
 }
 BENCHMARK(KilnEmbeddingBackward)->Name("Gather/EmbeddingBackward/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The one-hot product scatter_add was before the scan form: one_hot(ids)^T [rows, tokens] x g.
+void OneHotEmbeddingBackward(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
+  const kiln::Tensor ids = kiln::from_vector<int64_t>(token_ids(kBTokens, kBRows, 4));
+  kiln::realize({g});
+  for (auto _ : state) {
+    const kiln::Tensor hot = kiln::nn::functional::one_hot(ids, kBRows).to(kiln::kFloat32);
+    kiln::Tensor dw = kiln::zeros({kBRows, kBDim}) + kiln::matmul(hot.t(), g);
+    dw.realize();
+    benchmark::DoNotOptimize(dw.node().get());
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(OneHotEmbeddingBackward)->Name("Gather/EmbeddingBackward/one_hot")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 void CxxEmbeddingBackward(benchmark::State& state) {
   std::vector<float> g(kBTokens * kBDim, 1.0f), dw(kBRows * kBDim);
   const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
@@ -142,5 +164,61 @@ void CxxEmbeddingBackward(benchmark::State& state) {
   set_bytes(state, kBackwardBytes);
 }
 BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// cumsum of 16M f32: dim 1 of [16, 1M] (16 long scans) or dim 0 of [1M, 16] (16 columns, each scanning
+// across rows); range(0) = dim, range(1) = threads.
+constexpr int64_t kScanLong = int64_t{1} << 20, kScanCols = 16;
+
+kiln::IntList scan_shape(int64_t dim) { return dim == 1 ? kiln::IntList{kScanCols, kScanLong} : kiln::IntList{kScanLong, kScanCols}; }
+
+void KilnCumsum(benchmark::State& state) {
+  const int64_t dim = state.range(0);
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(1));
+  const kiln::Tensor x = kiln::rand(scan_shape(dim), 5);
+  kiln::realize({x});
+  for (auto _ : state) {
+    kiln::Tensor y = kiln::cumsum(x, dim);
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
+}
+BENCHMARK(KilnCumsum)->Name("Scan/Cumsum/kiln")->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"dim", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same bytes through a kiln elementwise kernel (x + 1): what any kiln kernel writing a fresh
+// 64 MB output costs here, the scan's own ceiling.
+void KilnScanCopy(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::rand(scan_shape(0), 5);
+  kiln::realize({x});
+  for (auto _ : state) {
+    kiln::Tensor y = x + 1.0;
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
+}
+BENCHMARK(KilnScanCopy)->Name("Scan/Copy/kiln_add")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxCumsum(benchmark::State& state) {
+  const int64_t dim = state.range(0);
+  std::vector<float> x(kScanLong * kScanCols, 0.5f), y(x.size());
+  for (auto _ : state) {
+    if (dim == 1) {
+      for (int64_t r = 0; r < kScanCols; ++r) {
+        float acc = 0;
+        for (int64_t i = 0; i < kScanLong; ++i) y[r * kScanLong + i] = acc += x[r * kScanLong + i];
+      }
+    } else {
+      float acc[kScanCols] = {};
+      for (int64_t i = 0; i < kScanLong; ++i)
+        for (int64_t c = 0; c < kScanCols; ++c) y[i * kScanCols + c] = acc[c] += x[i * kScanCols + c];
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
+}
+BENCHMARK(CxxCumsum)->Name("Scan/Cumsum/cxx_loop")->ArgsProduct({{0, 1}, {1}})->ArgNames({"dim", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 } // namespace

@@ -28,6 +28,7 @@ struct FormPlan {
 /// The form of the lowered kernel `k` on target `t`; `params` are the values of k's
 /// parameters (only a CPU target's GEMM reads them: it sizes its blocks from them).
 /// Per form:
+///   * Scan: a kernel with a ScanLoop (Kernel::scan), on every target;
 ///   * Gemm: a matmul kernel lowering marked (Kernel::matmul). On the CPU always, with the
 ///     tiling of cpu_gemm_tiling() and smaller blocks for small products (so that they
 ///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of

@@ -116,9 +116,11 @@ enum class KernelForm : uint8_t {
   Row,         ///< reductions with a map over each row (softmax, layernorm); on CUDA also reductions with a float
                ///< sum in sum_lanes order: a group of threads per row splits the sums' lanes and the map's points
   Gemm,        ///< the GEMM form of a matmul kernel (Kernel::gemm): packed panels (CPU) or a shared-memory tiled GEMM (CUDA)
+  Scan,        ///< a kernel with a ScanLoop (Kernel::scan): sequential along one axis per domain point (a "column");
+               ///< CPU: blocks of consecutive columns, steps outermost; CUDA: a thread per column
 };
 
-/// The form's name ("elementwise", "reduction", "row", "gemm").
+/// The form's name ("elementwise", "reduction", "row", "gemm", "scan").
 const char* form_name(KernelForm f);
 
 /// What lowering records of a matmul kernel that may take the GEMM form (its shape makes the
@@ -158,6 +160,39 @@ struct GemmTiling {
   int64_t kc = 0;      ///< k block
 };
 
+/// Consecutive columns a CPU Scan-form kernel runs together, steps outermost (a cache line of
+/// f32 columns: a step's loads and stores are contiguous), unless ScanLoop::inner_axis.
+constexpr int64_t kScanColumns = 16;
+
+/// The sequential loop of a Scan-form kernel: work that is ordered along one axis and
+/// independent across the other points (cumsum, cumprod, scatter_add). Such a kernel has no
+/// reductions and no map; its domain is the columns (the output's points off the axis), and
+/// it has exactly one Store, of value ReduceResult(0) (of `dtype`, the output's dtype), whose
+/// offset names the output element at position MapVar(0) along the axis. Per column:
+///   * a running scan (`target` null): acc = the identity of `op` (0, or 1 for Mul); for
+///     s = 0, 1, ..., steps - 1 in order (ReduceVar(0) = s): acc = acc op value; then the
+///     store runs with MapVar(0) = s and ReduceResult(0) = acc;
+///   * a scatter (`target` set): first the store runs for MapVar(0) = p in [0, positions) with
+///     ReduceResult(0) = the identity; then for s = 0, 1, ..., steps - 1 in order, with
+///     p = target (at ReduceVar(0) = s): where 0 <= p < positions, the store runs with
+///     MapVar(0) = p and ReduceResult(0) = (the output element there) op value. Other p
+///     (reported by a Check in `target` where the index is checked) touch nothing.
+/// So the scatter's output is read back by the kernel: the one exception to "outputs are never
+/// read". `op` applies without contraction or reassociation (a float Add is one rounded add per
+/// step), so every backend and every column split gives the same bits. Work: steps (+
+/// positions) per column.
+struct ScanLoop {
+  graph::OpKind op = graph::OpKind::Add; ///< Add or Mul (wrapping for integers)
+  DType dtype = DType::Float32;          ///< of value, the accumulator and the output
+  ExprRef steps;                         ///< the sequential extent (i64)
+  ExprRef value;                         ///< combined at step ReduceVar(0)
+  ExprRef target;                        ///< a scatter's output position at step ReduceVar(0) (i64); null: a running scan
+  ExprRef positions;                     ///< a scatter's extent of output positions (i64); null for a running scan
+  /// The axis is the output's innermost (unit stride): the CPU then runs one column at a time,
+  /// streaming along it, since a block of columns would touch kScanColumns far-apart rows per step.
+  bool inner_axis = false;
+};
+
 /// A kernel: see the file comment for its semantics.
 struct Kernel {
   std::string name;                   ///< "k_<description>_<hash>" (see finalize())
@@ -170,6 +205,7 @@ struct Kernel {
   std::optional<MatmulDims> matmul;   ///< set by lowering on a matmul kernel that may take the GEMM form
   KernelForm form = KernelForm::Elementwise; ///< how it is emitted (plan_form(); set before finalize())
   std::optional<GemmTiling> gemm;     ///< the GEMM form's layout, set exactly when form is Gemm (see GemmTiling)
+  std::optional<ScanLoop> scan;       ///< the sequential loop, set exactly when form is Scan (see ScanLoop)
 };
 
 /// Bytes of scratch a CPU GEMM-form kernel needs per call (packed panels and the tile accumulators); 0 for others.

@@ -55,16 +55,28 @@ NodeRef concat(const std::vector<NodeRef>& xs, int64_t dim);
 /// range; the frontend reports such indices (check_index).
 NodeRef gather(const NodeRef& x, int64_t dim, const NodeRef& index);
 /// torch.scatter_add: self plus src[i] added at index[i] along `dim` (index no larger than src, and
-/// than self off the dim), in a fixed order, so results are bitwise reproducible on every
-/// backend; indices outside [0, size) hit nothing. An index that is the same along every other
-/// dim (index_select's and index_add's 1-d index, broadcast) is a matmul one_hot(index)^T x src
-/// (each element sums its hits in order; Embedding's weight gradient). Any other index is a
-/// reduction: each result element sums, over the index's extent along `dim`, the src values
-/// whose index hits it (sum_lanes() order). Work: (elements of the result) x (index extent).
+/// than self off the dim): a ScatterAdd node (ops.def), then + self. Each result element sums its
+/// hits sequentially in index order, starting from 0, and self is added last, so results are
+/// bitwise reproducible on every backend; indices outside [0, size) hit nothing. Work: the
+/// index's elements + self's. (Before the scan form this was a one-hot matmul for a 1-d index,
+/// whose sums had the same order - finite results keep their bits - but whose 0 * inf spread NaN
+/// to every row; and a masked sum in sum_lanes() order otherwise.)
 NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src);
-/// Inclusive prefix sum along `dim`: element i sums x[0..i] (as a masked reduction over the dim,
-/// in sum_lanes() order: work extent^2 per row).
-NodeRef cumsum(const NodeRef& x, int64_t dim);
+/// The ScatterAdd node alone: zeros of the index's shape but `extent` along `dim`, with src (the
+/// index's shape) added at the index's positions, in index order (`reverse`: from the end).
+NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse = false);
+/// Inclusive prefix sums along `dim` (a Cumsum node): element i is ((0 + x0) + x1) + ... + xi,
+/// sequentially; `reverse` sums from the end (element i sums x[i..n-1], last first). Work: O(n).
+NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse = false);
+/// Inclusive prefix products along `dim` (a Cumprod node): ((1 * x0) * x1) * ... * xi.
+NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse = false);
+/// The VJP of cumprod(x, dim, reverse) for the adjoint g: dx[k] = sum over i >= k (reverse: i <= k)
+/// of g[i] times the product of x[j] over j <= i (reverse: j >= i), j != k. Exact where x has zeros
+/// (no division); O(n^2) work and memory per column along `dim` (an [.., n, n] intermediate).
+NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& g);
+/// The JVP of cumprod(x, dim, reverse) for the tangent t: the same products as cumprod_vjp's,
+/// summed over k <= i (reverse: k >= i).
+NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& t);
 /// Batched matrix product of same-rank operands whose batch dims agree.
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
 /// Swaps the last two dims.

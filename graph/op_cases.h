@@ -17,6 +17,7 @@
 #define KILN_IF_ELEMENTWISE_Ternary(x) x
 #define KILN_IF_ELEMENTWISE_Reduce(x)
 #define KILN_IF_ELEMENTWISE_Movement(x)
+#define KILN_IF_ELEMENTWISE_Scan(x)
 #define KILN_IF_ELEMENTWISE_Contraction(x)
 
 // KILN_IF_NOT_ELEMENTWISE_<category>(x): the complement.
@@ -26,6 +27,7 @@
 #define KILN_IF_NOT_ELEMENTWISE_Ternary(x)
 #define KILN_IF_NOT_ELEMENTWISE_Reduce(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Movement(x) x
+#define KILN_IF_NOT_ELEMENTWISE_Scan(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Contraction(x) x
 
 // KILN_IF_NOT_REDUCE_<category>(x): x for every op but reductions.
@@ -35,4 +37,5 @@
 #define KILN_IF_NOT_REDUCE_Ternary(x) x
 #define KILN_IF_NOT_REDUCE_Reduce(x)
 #define KILN_IF_NOT_REDUCE_Movement(x) x
+#define KILN_IF_NOT_REDUCE_Scan(x) x
 #define KILN_IF_NOT_REDUCE_Contraction(x) x

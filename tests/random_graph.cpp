@@ -786,6 +786,28 @@ struct ErrorBound {
       a.i0 = a.i1 = 0;
       return graph::make_node(OpKind::Pad, kFloat64, s, {E(0)}, a);
     }
+    case OpKind::Cumsum:
+    case OpKind::ScatterAdd: { // sequential sums: each partial sum rounds once
+      const int64_t d = n->attrs.ints[0];
+      const bool rev = n->attrs.ints[1] != 0;
+      const NodeRef& x = X(n->inputs.size() - 1);
+      auto sum = [&](const NodeRef& v) {
+        return n->op == OpKind::Cumsum ? b::cumsum(v, d, rev) : b::scatter_sum(X(0), v, d, s[static_cast<size_t>(d)], rev);
+      };
+      const NodeRef e = sum(E(n->inputs.size() - 1));
+      if (!fl) return e;
+      const double eps = n->dtype == kFloat32 ? 0x1.0p-23 : 0x1.0p-52;
+      const double count = static_cast<double>(x->shape[static_cast<size_t>(d)]);
+      return b::add(b::add(e, b::mul(sum(absv(x)), c(count * eps, s))), ulp(n));
+    }
+    case OpKind::Cumprod: { // relative errors add up along the products; none near a zero factor
+      const int64_t d = n->attrs.ints[0];
+      const bool rev = n->attrs.ints[1] != 0;
+      const double eps = n->dtype == kFloat32 ? 0x1.0p-23 : 0x1.0p-52;
+      const NodeRef rel = b::cumsum(b::add(b::div(E(0), absv(X(0))), c(2 * eps, s)), d, rev);
+      const NodeRef zeros_before = b::cumsum(f64(near_zero(X(0), E(0))), d, rev);
+      return inf_if(bin(OpKind::Gt, zeros_before, c(0, s)), b::add(b::mul(absv(n), b::mul(rel, c(2, s))), ulp(n)));
+    }
     case OpKind::Matmul: {
       const graph::Shape& as = X(0)->shape;
       const graph::Shape& bs = X(1)->shape;

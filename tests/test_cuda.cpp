@@ -399,6 +399,21 @@ void add_movement_and_leaves(std::vector<Case>& cases) {
                    }});
 }
 
+/// Scan-form kernels (kernel_ir.h, ScanLoop): cumprod both ways, a one-column scan, integer
+/// scans, scatters of a 1-d and a 2-d computed index with an inf row (it must reach only its row).
+void add_scans(std::vector<Case>& cases) {
+  for (DType dt : kFloats)
+    cases.push_back({"scans_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {40, 37}, 310);
+                       const Tensor i = make(kInt64, {40, 37}, 311, false, true) - 1 + 1; // [0, 9], computed
+                       const Tensor inf_row = where(arange(40).reshape({40, 1}) == 7, full({40, 37}, INFINITY, dt), x);
+                       return std::vector<Tensor>{cumprod(x * 0.01 + 1.0, 0), cumprod(x * 0.01 + 1.0, 1),
+                                                  cumsum(x.reshape({1480}), 0), cumsum(i, 0), cumprod(i.slice(1, 0, 5), 1),
+                                                  index_add(zeros({10, 37}, dt), 0, i.slice(1, 0, 1).reshape({40}), inf_row),
+                                                  scatter_add(zeros({10, 37}, dt), 0, i, inf_row)};
+                     }});
+}
+
 /// Kernels storing several values (codegen/lower.h): a GEMM with its update, sibling
 /// reductions, small independent values.
 void add_multi_output(std::vector<Case>& cases) {
@@ -436,6 +451,7 @@ const std::vector<Case>& all_cases() {
     add_rows(c);
     add_movement_and_leaves(c);
     add_vector_forms(c);
+    add_scans(c);
     return c;
   }();
   return cases;
@@ -811,12 +827,23 @@ TEST(CudaShimChecks, AFailedIndexCheckRecordsItsSiteAndValue) {
   EXPECT_EQ(site.op, "cross_entropy");
   EXPECT_EQ(site.bound, 37);
   EXPECT_NE(std::string(site.where.file_name()).find("test_cuda.cpp"), std::string::npos) << site.where.file_name();
+  // a scatter's index, checked in its scan kernel: the bad value recorded, its step adding nothing
+  const Tensor rows = from_vector<int64_t>({0, 5, 2}, {3, 1}).expand({3, 4}) + 1 - 1; // computed: checked in the kernel
+  err.assign(2, 0);
+  const auto out = run_shim({scatter_add(zeros({3, 4}, kFloat32), 0, rows, full({3, 4}, 1.0, kFloat32))}, 32, &err);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_NE(err[0], 0) << "index 5 of 3 rows";
+  EXPECT_EQ(err[1], 5);
+  EXPECT_EQ(graph::index_site_of(err[0] - 1).op, "scatter_add");
+  std::vector<float> got(12);
+  std::memcpy(got.data(), out[0].data(), sizeof(float) * 12);
+  EXPECT_EQ(got, (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1}));
 }
 
 // Not in all_cases() either (CudaNvrtc's time, see above): the indexing ops and floor, ceil and
 // round, on the shim and the LLVM path, bitwise equal: a gather fused into elementwise work and
 // alone (an index computed in the kernel, so checked there), scatter_add, index_add and cumsum
-// (masked sums in sum_lanes order), and the rounding functions on specials and ties.
+// (scan-form kernels), and the rounding functions on specials and ties.
 TEST(CudaShimIndexOps, MatchLlvmBitwise) {
   for (DType dt : kFloats) {
     check_case({"gather_" + dn(dt), [dt] {

@@ -1,5 +1,5 @@
-// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum and
-// Embedding by index_select: forward against hand-written PyTorch-semantics loops and the
+// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum, cumprod and
+// Embedding by index_select (scatter_add, cumsum and cumprod run as scan-form kernels): forward against hand-written PyTorch-semantics loops and the
 // reference interpreter (fused and unfused bitwise equal), gradients by gradcheck in f64,
 // forward mode against reverse mode, bitwise equality across thread counts, errors for
 // bad indices, dims, dtypes and shapes, and Embedding's padding_idx.
@@ -309,6 +309,129 @@ TEST(Cumsum, MatchesRunningSums) {
   EXPECT_EQ(cumsum(from_vector<bool>({true, false, true}), 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 2}));
 }
 
+// ---------------------------------------------------------------- scan kernels
+
+/// Running sums (products) along `d` in T's own arithmetic, sequentially from 0 (1): the
+/// order the scan form documents (kernel_ir.h, ScanLoop).
+template <class T> std::vector<T> running(const std::vector<T>& x, const IntList& shape, int64_t d, bool product) {
+  std::vector<T> out(x.size());
+  const auto st = strides_of(shape);
+  for_each(shape, [&](const IntList& at, int64_t k) {
+    IntList from = at;
+    T acc = product ? T(1) : T(0);
+    for (from[d] = 0; from[d] <= at[d]; ++from[d]) {
+      const T v = x[static_cast<size_t>(offset(from, st))];
+      acc = product ? acc * v : acc + v;
+    }
+    out[static_cast<size_t>(k)] = acc;
+  });
+  return out;
+}
+
+TEST(Scan, CumsumAndCumprodAreSequentialInTheirDtypeBitwise) {
+  // odd, zero-size, one-element and long axes; every dim
+  for (const IntList& shape : {IntList{7}, IntList{3, 33}, IntList{4, 0}, IntList{0, 3}, IntList{1, 1},
+                               IntList{2, 5, 3}, IntList{3, 1, 19}, IntList{2, 2049}})
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      const Tensor x = values_of(shape, 200 + static_cast<uint64_t>(d), kFloat32);
+      const Tensor near_one = x * 0.01 + 1.0; // products that neither vanish nor overflow
+      const auto xv = x.to_vector<float>(), nv = near_one.to_vector<float>();
+      EXPECT_EQ(cumsum(x, d).to_vector<float>(), running(xv, shape, d, false)) << "cumsum dim " << d;
+      EXPECT_EQ(cumprod(near_one, d).to_vector<float>(), running(nv, shape, d, true)) << "cumprod dim " << d;
+      const Tensor x64 = values_of(shape, 300 + static_cast<uint64_t>(d));
+      EXPECT_EQ(cumsum(x64, d - static_cast<int64_t>(shape.size())).to_vector<double>(),
+                running(x64.to_vector<double>(), shape, d, false));
+      expect_matches_interpreter(cumprod(x64 * 0.5 + 1.0, d), 1e-12, "cumprod");
+      expect_matches_interpreter(cumsum(x * 2.0, d), 1e-3, "cumsum f32");
+    }
+  EXPECT_EQ(cumprod(from_vector<int32_t>({2, -3, 4}), 0).dtype(), kInt64); // as PyTorch
+  EXPECT_EQ(cumprod(from_vector<int32_t>({2, -3, 4}), 0).to_vector<int64_t>(), (std::vector<int64_t>{2, -6, -24}));
+  EXPECT_EQ(cumprod(from_vector<bool>({true, true, false, true}), 0).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(cumprod(full({}, 3.0, kFloat64), 0).to_vector<double>(), std::vector<double>{3.0}); // 0-d: itself
+}
+
+/// scatter_add in f32 as the scan form documents it: per element, the hits summed in index
+/// order starting from 0, then self added.
+std::vector<float> sequential_scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  const auto sv = src.to_vector<float>(), base = self.to_vector<float>();
+  const auto iv = index.to_vector<int64_t>();
+  std::vector<float> hits(base.size(), 0.0f);
+  const auto st = strides_of(self.shape()), sst = strides_of(src.shape());
+  for_each(index.shape(), [&](const IntList& at, int64_t k) {
+    IntList dst = at;
+    dst[static_cast<size_t>(dim)] = iv[static_cast<size_t>(k)];
+    hits[static_cast<size_t>(offset(dst, st))] += sv[static_cast<size_t>(offset(at, sst))];
+  });
+  for (size_t k = 0; k < hits.size(); ++k) hits[k] = base[k] + hits[k];
+  return hits;
+}
+
+TEST(Scan, ScatterAddSumsInIndexOrderFromZeroThenAddsSelfBitwise) {
+  // index_for_each order (row-major) is index order along the dim for each column
+  uint64_t seed = 400;
+  for (const ScatterCase& c : kScatterCases) {
+    const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.self.size()) : c.dim;
+    const Tensor self = values_of(c.self, ++seed, kFloat32), src = values_of(c.src, ++seed, kFloat32) * 100.0;
+    const Tensor index = indices_of(c.index, c.self[static_cast<size_t>(dim)], ++seed);
+    EXPECT_EQ(scatter_add(self, c.dim, lazy(index), src).to_vector<float>(), sequential_scatter_add(self, dim, index, src));
+  }
+  // many repeats of few rows, through index_add's 1-d index (Embedding's gradient)
+  const Tensor self = values_of({6, 33}, 410, kFloat32), src = values_of({3000, 33}, 411, kFloat32) * 1000.0;
+  const Tensor rows = indices_of({3000}, 6, 412);
+  EXPECT_EQ(index_add(self, 0, rows, src).to_vector<float>(),
+            sequential_scatter_add(self, 0, rows.reshape({3000, 1}).expand({3000, 33}), src));
+}
+
+TEST(Scan, AnInfOrNaNInSrcReachesOnlyTheElementItIsAddedTo) {
+  // as PyTorch; the one-hot product of before computed 0 * inf = NaN for every other row
+  std::vector<double> v(9, 1.0);
+  v[1] = INFINITY;     // src[0][1] -> row 1
+  v[8] = NAN;          // src[2][2] -> row 3
+  v[3] = -INFINITY;    // src[1][0] -> row 2
+  const Tensor src = from_vector<double>(v, {3, 3}).to(kFloat32);
+  const Tensor y = index_add(zeros({5, 3}, kFloat32), 0, from_vector<int64_t>({1, 2, 3}), src);
+  const auto out = y.to_vector<float>();
+  for (int64_t k = 0; k < 15; ++k) {
+    const bool special = k == 4 || k == 6 || k == 11;
+    EXPECT_EQ(std::isfinite(out[static_cast<size_t>(k)]), !special) << "element " << k << " = " << out[static_cast<size_t>(k)];
+  }
+  EXPECT_EQ(out[4], INFINITY);
+  EXPECT_EQ(out[6], -INFINITY);
+  EXPECT_TRUE(std::isnan(out[11]));
+  // a general (2-d) index and Embedding's gradient too
+  const Tensor z = scatter_add(zeros({4, 3}, kFloat32), 0, lazy(from_vector<int64_t>({3, 0, 1, 1, 2, 3}, {2, 3})),
+                               src.slice(0, 0, 2));
+  const auto zo = z.to_vector<float>();
+  for (int64_t k = 0; k < 12; ++k) EXPECT_EQ(std::isfinite(zo[static_cast<size_t>(k)]), k != 1 && k != 3) << k;
+  nn::manual_seed(9);
+  nn::Embedding e(6, 3);
+  (e(from_vector<int64_t>({4, 1, 4})) * src).sum().backward();
+  const auto g = e.weight.grad().to_vector<float>();
+  // row 1 gets src row 1 (-inf first), row 4 gets rows 0 and 2 (inf, then NaN); rows 0, 2, 3, 5 stay 0
+  for (int64_t k = 0; k < 18; ++k) EXPECT_EQ(std::isfinite(g[static_cast<size_t>(k)]), k != 3 && k != 13 && k != 14) << k;
+  for (int64_t row : {0, 2, 3, 5}) EXPECT_EQ(g[static_cast<size_t>(row * 3)], 0.0f);
+}
+
+TEST(Scan, BitwiseTheSameOnOneAndTwoThreadsAndFusedOrNot) {
+  const Tensor x = values_of({4096, 24}, 420, kFloat32) * 1000.0;
+  auto run = [&] {
+    return std::vector<std::vector<unsigned char>>{bytes_of(cumsum(x * 1.0, 0)), bytes_of(cumsum(x.t() * 1.0, 1)),
+                                                   bytes_of(cumprod(x * 0.0001 + 1.0, 0))};
+  };
+  std::vector<std::vector<unsigned char>> one, two;
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+    one = run();
+  }
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+    two = run();
+  }
+  EXPECT_EQ(one, two);
+  expect_matches_interpreter(cumsum(x * 1.0 + 1.0, 0), 1, "cumsum of a fused chain");
+}
+
 // ---------------------------------------------------------------- gradients
 
 #define EXPECT_GRADCHECK(...)                                                                                   \
@@ -329,6 +452,18 @@ TEST(IndexGradients, GradcheckInF64) {
   EXPECT_GRADCHECK([&](const Vec& v) { return (index_add(v[0], 0, from_vector<int64_t>({1, 1, 0}), v[1], 2.0) * v[2]).sum(); },
                    {values_of({2, 3}, 69), values_of({3, 3}, 70), values_of({2, 3}, 71)});
   EXPECT_GRADCHECK([&](const Vec& v) { return (cumsum(v[0], 1) * v[1]).sum(); }, {values_of({3, 5}, 72), values_of({3, 5}, 73)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumsum(v[0], 0) * v[1]).sum(); }, {values_of({4, 3}, 82), values_of({4, 3}, 83)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumprod(v[0], 1) * v[1]).sum(); }, {values_of({3, 5}, 84), values_of({3, 5}, 85)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumprod(v[0], 0) * v[1]).sum(); }, {values_of({4, 3}, 86), values_of({4, 3}, 87)});
+  // zeros in cumprod's input (one, and two in a row): the gradient divides by nothing
+  const Tensor zeros_in = from_vector<double>({0.5, 0, 1.5, -2, 0.75, 1.25, 0, 0, -1, 2}, {2, 5});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumprod(v[0], 1) * v[1]).sum(); }, {zeros_in, values_of({2, 5}, 88)});
+  EXPECT_GRADCHECK([&](const Vec& v) { return (cumprod(v[0], 0) * v[1]).sum(); }, {zeros_in.t(), values_of({5, 2}, 89)});
+  // second order through cumprod's gradient (itself a cumprod) and cumsum's (a reversed cumsum)
+  EXPECT_GRADCHECK([&](const Vec& v) {
+    const Tensor g = grad({(cumprod(v[0], 1) * v[1]).sum()}, {v[0]}, {}, false, true)[0];
+    return (g * g + cumsum(g, 1)).sum();
+  }, {zeros_in, values_of({2, 5}, 95)});
   // an index broadcast along the dim too (one value everywhere), and one broadcast off it
   const Tensor one = from_vector<int64_t>({2}).reshape({1, 1});
   EXPECT_GRADCHECK([&](const Vec& v) { return (gather(v[0], 1, one.expand({2, 3})) * v[1]).sum(); },
@@ -354,7 +489,8 @@ TEST(IndexGradients, ForwardModeAgreesWithReverseMode) {
   const Tensor i = from_vector<int64_t>({2, 0, 2, 1, 2, 0}, {2, 3});
   const TensorFn fn = [&](const Vec& v) -> Vec {
     return {gather(v[0], 1, i), scatter_add(v[1], 1, i, v[0].slice(1, 0, 3)), cumsum(v[0], 0),
-            index_select(v[0], 1, from_vector<int64_t>({3, 3}))};
+            index_select(v[0], 1, from_vector<int64_t>({3, 3})), cumprod(v[0], 1), cumprod(v[1], 0),
+            index_add(v[1], 0, from_vector<int64_t>({1, 1}), v[0].slice(1, 1, 4))};
   };
   const Vec xs = {values_of({2, 4}, 90), values_of({2, 3}, 91)}, vs = {values_of({2, 4}, 92), values_of({2, 3}, 93)};
   auto [ys, ts] = jvp(fn, xs, vs);

@@ -247,6 +247,7 @@ NodeRef matmul_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
 bool is_differentiable(const graph::Node& y) { return is_floating(y.dtype) && y.op != OpKind::Detach; }
 
 std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
+  const auto& a = y->attrs.ints;
   switch (y->op) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     return {}; // leaves have no operands
@@ -266,6 +267,9 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::Concat: return unconcat(y, g);
   case OpKind::Gather: // scattered back (summed where indices repeat); the index gets none
     return {b::scatter_add(zeros_like(y->inputs[0]), y->attrs.ints[0], y->inputs[1], g), nullptr};
+  case OpKind::Cumsum: return {b::cumsum(g, a[0], a[1] == 0)}; // the sums of the adjoint the other way
+  case OpKind::Cumprod: return {b::cumprod_vjp(y->inputs[0], a[0], a[1] != 0, g)};
+  case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
   }
   missing_rule(y, "VJP");
@@ -294,6 +298,9 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Pad: return b::pad(t[0], slice_part(a, 0), slice_part(a, 1), 0); // constant fill: zero tangent
   case OpKind::Concat: return concat_jvp(y, t);
   case OpKind::Gather: return t[0] ? b::gather(t[0], a[0], y->inputs[1]) : nullptr; // linear in x
+  case OpKind::Cumsum: return b::cumsum(t[0], a[0], a[1] != 0); // linear
+  case OpKind::Cumprod: return b::cumprod_jvp(y->inputs[0], a[0], a[1] != 0, t[0]);
+  case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   }
   missing_rule(y, "JVP");

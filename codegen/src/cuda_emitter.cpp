@@ -265,6 +265,7 @@ bool form_fits(const Kernel& k) {
   case KernelForm::Reduction: return !k.reductions.empty() && !k.gemm;
   case KernelForm::Row: return !k.reductions.empty() && !k.gemm;
   case KernelForm::Gemm: return k.gemm && k.reductions.size() == 1 && is_fma_reduction(k.reductions[0]) && k.map.empty();
+  case KernelForm::Scan: return k.scan && k.reductions.empty() && k.map.empty() && !k.gemm && k.stores.size() == 1;
   }
   return false;
 }
@@ -731,6 +732,7 @@ private:
 
   /// Everything the kernel does at one domain point.
   void emit_point() {
+    if (k_.form == KernelForm::Scan) return emit_scan_column();
     results_ = 0;
     for (size_t r = 0; r < k_.reductions.size(); ++r) {
       emit_reduction(k_.reductions[r], static_cast<int>(r));
@@ -751,6 +753,67 @@ private:
 
   void emit_stores() {
     for (const Store& s : k_.stores) emit_store(s);
+  }
+
+  // --- scan form (kernel_ir.h, ScanLoop): one thread per column ------------------------
+
+  /// The scan's identity literal: 0 for add, 1 for mul.
+  static std::string scan_identity(const ScanLoop& sc) {
+    const int one = sc.op == OpKind::Mul ? 1 : 0;
+    return is_floating(sc.dtype) ? float_literal(sc.dtype, one) : int_literal(sc.dtype, one);
+  }
+
+  /// acc op v (no contraction: NVRTC runs with --fmad=false).
+  std::string scan_combine(const ScanLoop& sc, const std::string& acc, const std::string& v) {
+    if (sc.op == OpKind::Mul) return arith("*", "kiln_mul", "&", acc, v, sc.dtype);
+    KILN_ASSERT(sc.op == OpKind::Add, "a scan combines by add or mul in " + k_.name);
+    return arith("+", "kiln_add", "|", acc, v, sc.dtype);
+  }
+
+  /// The column of the current domain point, its steps in order (as the LLVM path).
+  void emit_scan_column() {
+    const ScanLoop& sc = *k_.scan;
+    const Store& st = k_.stores.at(0);
+    const std::string T = reg_type(sc.dtype), steps = ref(sc.steps);
+    if (!sc.target) { // a running scan
+      line(T + " scan_acc = " + scan_identity(sc) + ";");
+      open("for (long long r0 = 0; r0 < " + steps + "; ++r0)");
+      reduce_rank_ = 1;
+      line("scan_acc = " + scan_combine(sc, "scan_acc", ref(sc.value)) + ";");
+      line("const long long m0 = r0;");
+      line("const " + T + " red0 = scan_acc;");
+      scan_store(st);
+      close();
+      reduce_rank_ = -1;
+      return;
+    }
+    const std::string positions = ref(sc.positions); // a scatter: the identity everywhere, then the steps
+    open("for (long long m0 = 0; m0 < " + positions + "; ++m0)");
+    line("const " + T + " red0 = " + scan_identity(sc) + ";");
+    scan_store(st);
+    close();
+    open("for (long long r0 = 0; r0 < " + steps + "; ++r0)");
+    reduce_rank_ = 1;
+    const std::string target = ref(sc.target), v = ref(sc.value);
+    open("if ((unsigned long long)" + target + " < (unsigned long long)" + positions + ")");
+    line("const long long m0 = " + target + ";");
+    map_rank_ = 1;
+    const std::string off = ref(st.offset);
+    map_rank_ = -1;
+    line("const " + T + " red0 = " + scan_combine(sc, numbered("b", st.buffer) + "[" + off + "]", v) + ";");
+    scan_store(st);
+    close();
+    close();
+    reduce_rank_ = -1;
+  }
+
+  /// The scan's store, with m0 and red0 declared by the caller.
+  void scan_store(const Store& st) {
+    map_rank_ = 1;
+    results_ = 1;
+    emit_store(st);
+    map_rank_ = -1;
+    results_ = 0;
   }
 
   void emit_store(const Store& s) {
@@ -1028,6 +1091,7 @@ private:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
     case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
+    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));

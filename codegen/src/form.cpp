@@ -74,6 +74,7 @@ bool cuda_row_form(const Kernel& k) {
 
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   const bool cpu = t.kind == Target::Kind::CPU;
+  if (k.scan) return {KernelForm::Scan, std::nullopt, 0};
   if (k.matmul) {
     if (cpu) return plan_cpu_gemm(k, params, t);
     if (cuda_tiled_gemm_applies(k)) return {KernelForm::Gemm, GemmTiling{k.matmul->m_var, k.matmul->n_var}, 0};
@@ -86,6 +87,7 @@ FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Ta
 
 void set_form(Kernel& k, const FormPlan& plan) {
   KILN_ASSERT((plan.form == KernelForm::Gemm) == plan.gemm.has_value(), "a GEMM layout without the GEMM form or back");
+  KILN_ASSERT((plan.form == KernelForm::Scan) == k.scan.has_value(), "a scan loop without the scan form or back");
   k.form = plan.form;
   k.gemm = plan.gemm;
 }

@@ -268,6 +268,8 @@ private:
     switch (graph::op_category(n->op)) {
     case OpCategory::Reduce: return decide_reduce(n);
     case OpCategory::Contraction: return decide_matmul(n);
+    case OpCategory::Scan: // its elementwise producers fuse into its loop as its loads (decide_elementwise)
+      return materialize(n, "a scan: sequential along its dim, a kernel of its own (scan form)");
     case OpCategory::Leaf:
     case OpCategory::Movement: owner_[n] = users_owner(n); return; // index arithmetic inside consumers
     case OpCategory::Unary:
@@ -407,6 +409,7 @@ private:
     const graph::Shape& x = r->inputs[0]->shape;
     const bool owner_is_reduce = graph::op_category(owner->op) == OpCategory::Reduce;
     if (graph::op_category(owner->op) == OpCategory::Contraction) return "its user is a matmul";
+    if (graph::op_category(owner->op) == OpCategory::Scan) return "its user is a scan";
     if ((owner_is_reduce ? owner->inputs[0]->shape : owner->shape) != x) return "its user iterates over another shape";
     if (!broadcast_back(r, x)) return "its result is not only broadcast back over its rows";
     if (!expanded_at_root_index(r, owner)) return "the row kernel reads it through a movement op, at other rows";
@@ -463,7 +466,7 @@ private:
   enum class Kind : uint8_t {
     Plain,     // elementwise and movement ops only: one value per domain point
     Reduction, // one reduction (nothing fused into it but its operand's elementwise ops)
-    Other,     // row kernels, matmuls: they lead kernels but join none
+    Other,     // row kernels, matmuls, scans: they lead kernels but join none
   };
   // What a root's own kernel reads: buffers, those read at other points than the root's own,
   // and the expression depth each buffer read at its own points is read at; the depth of the
@@ -496,7 +499,7 @@ private:
 
   Kind kind(const Node* root) const {
     if (part_.has_map(root) || part_.has_matmul(root) || !part_.row_dims(root).empty() || part_.cut(root) ||
-        graph::numel(root->shape) == 0)
+        graph::numel(root->shape) == 0 || graph::op_category(root->op) == OpCategory::Scan)
       return Kind::Other;
     return graph::op_category(root->op) == OpCategory::Reduce ? Kind::Reduction : Kind::Plain;
   }
@@ -519,7 +522,7 @@ private:
   Reads reads_of(const Node* root, bool& simple) const {
     Reads r;
     std::unordered_set<const Node*> seen_own, seen_shifted;
-    const bool own_root = graph::op_category(root->op) != OpCategory::Reduce;
+    const bool own_root = graph::op_category(root->op) != OpCategory::Reduce && graph::op_category(root->op) != OpCategory::Scan;
     struct Edge {
       const Node* node;
       bool own;  // read at the root's own points
@@ -621,7 +624,7 @@ private:
   bool fits(const Kernel& g, const Node* root, Kind k, const Reads& r, size_t index) const {
     const Node* leader = g.roots[0];
     const Kind lk = kind(leader);
-    if (g.sealed) return false;
+    if (g.sealed || graph::op_category(leader->op) == OpCategory::Scan) return false; // a scan kernel stores one value
     if (loop_extents(leader->shape) != loop_extents(root->shape)) return false;
     // reductions join reduction kernels only (a matmul's loops have one reduction; an
     // elementwise kernel keeps its vectorized loop over points), and only sums along rows:

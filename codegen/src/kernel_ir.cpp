@@ -151,6 +151,7 @@ const char* form_name(KernelForm f) {
   case KernelForm::Reduction: return "reduction";
   case KernelForm::Row: return "row";
   case KernelForm::Gemm: return "gemm";
+  case KernelForm::Scan: return "scan";
   }
   return "?";
 }
@@ -335,6 +336,19 @@ std::string print_kernel(const Kernel& k) {
     const std::string v = p.ref(red.value);
     p.out += "    yield " + v + "\n";
   }
+  if (const auto& sc = k.scan) {
+    const std::string steps = p.ref(sc->steps);
+    p.out += "  scan red0 = " + std::string(graph::op_name(sc->op)) + " " + std::string(dtype_name(sc->dtype)) +
+             " over r0 < " + steps;
+    if (sc->target) p.out += " into m0 < " + p.ref(sc->positions);
+    p.out += std::string(sc->inner_axis ? " inner_axis" : "") + ":\n";
+    const std::string v = p.ref(sc->value);
+    p.out += "    yield " + v + "\n";
+    if (sc->target) {
+      const std::string t = p.ref(sc->target);
+      p.out += "    at m0 = " + t + "\n";
+    }
+  }
   if (!k.map.empty()) p.out += "  map " + extents_str(p, k.map) + ":\n";
   for (const Store& s : k.stores) {
     const std::string off = p.ref(s.offset), val = p.ref(s.value);
@@ -386,6 +400,7 @@ std::vector<std::string> form_words(const Kernel& k, const std::vector<std::stri
   std::vector<std::string> w;
   const auto& r = k.reductions;
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
+  if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == graph::OpKind::Mul ? "cumprod" : "cumsum"};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
   if (row && r[0].op == graph::OpKind::Max && r[1].op == graph::OpKind::Sum && has(ops, "exp"))
     return {has(ops, "log") ? "log_softmax" : "softmax"};
@@ -408,6 +423,7 @@ std::string describe_kernel(const Kernel& k) {
       for (const ExprRef& a : red.value->args) collect_ops(a, ops, draws, seen);
     else collect_ops(red.value, ops, draws, seen);
   }
+  if (k.scan) collect_ops(k.scan->value, ops, draws, seen);
   for (const Store& st : k.stores) collect_ops(st.value, ops, draws, seen);
   std::vector<std::string> words = form_words(k, ops);
   const bool named_row = !words.empty() && (words[0] == "softmax" || words[0] == "log_softmax" || words[0] == "layernorm");

@@ -92,6 +92,10 @@ public:
       k.form = KernelForm::Gemm;
     }
     for (size_t r = 0; r < reductions_.size(); ++r) k.reductions.push_back(reduction(static_cast<int>(r)));
+    if (scan_) {
+      k.scan = scan_loop();
+      k.form = KernelForm::Scan;
+    }
     k.map = extents(map_, map_line_);
     for (const StoreText& s : stores_) {
       if (s.buffer < 0 || s.buffer >= static_cast<int>(k.buffers.size()) || !k.buffers[static_cast<size_t>(s.buffer)].output)
@@ -116,6 +120,14 @@ private:
     std::string_view extents, value;
     int line;
   };
+  // "scan red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]:", its yield and "at m0 = TARGET"
+  struct ScanText {
+    OpKind op;
+    DType dtype;
+    bool inner_axis = false;
+    std::string_view steps, positions, value, target;
+    int line;
+  };
   struct StoreText {
     int buffer;
     std::string_view offset, value;
@@ -128,6 +140,7 @@ private:
   std::optional<GemmTiling> gemm_;
   std::map<int64_t, Let> lets_;
   std::vector<ReductionText> reductions_;
+  std::optional<ScanText> scan_;
   std::vector<StoreText> stores_;
   std::unordered_map<int64_t, ExprRef> built_;
   std::vector<std::optional<Reduction>> built_reductions_;
@@ -148,6 +161,8 @@ private:
     if (domain_line_ == 0) fail(line, "no 'domain [...]' line");
     for (const ReductionText& r : reductions_)
       if (r.value.empty()) fail(r.line, "reduction without a 'yield'");
+    if (scan_ && (scan_->value.empty() || scan_->positions.empty() != scan_->target.empty()))
+      fail(scan_->line, "a scan needs a 'yield', and a scatter's also an 'at m0 = ...'");
   }
 
   void read_line(std::string_view s, int line) {
@@ -162,9 +177,16 @@ private:
       gemm_ = gemm(s.substr(5), line);
     } else if (starts_with(s, "reduce ")) {
       reductions_.push_back(reduction_text(s.substr(7), line));
+    } else if (starts_with(s, "scan ")) {
+      if (scan_ || !reductions_.empty()) fail(line, "a scan kernel has one scan and no reductions");
+      scan_ = scan_text(s.substr(5), line);
     } else if (starts_with(s, "yield ")) {
-      if (reductions_.empty() || !reductions_.back().value.empty()) fail(line, "'yield' outside a reduction");
-      reductions_.back().value = trim(s.substr(6));
+      std::string_view& value = scan_ ? scan_->value : reductions_.empty() ? s : reductions_.back().value;
+      if ((!scan_ && reductions_.empty()) || !value.empty()) fail(line, "'yield' outside a reduction or scan");
+      value = trim(s.substr(6));
+    } else if (starts_with(s, "at m0 = ")) {
+      if (!scan_ || scan_->positions.empty() || !scan_->target.empty()) fail(line, "'at' outside a scatter");
+      scan_->target = trim(s.substr(8));
     } else if (starts_with(s, "map ")) {
       if (!s.ends_with(":")) fail(line, "expected ':' after the map's extents");
       map_ = bracketed(s.substr(4, s.size() - 5), line);
@@ -233,6 +255,29 @@ private:
     return r;
   }
 
+  static ScanText scan_text(std::string_view s, int line) {
+    if (!s.ends_with(":")) fail(line, "expected ':' after the scan");
+    const std::vector<std::string_view> w = words(s.substr(0, s.size() - 1));
+    // red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]
+    if (w.size() < 8 || w[0] != "red0" || w[1] != "=" || w[4] != "over" || w[5] != "r0" || w[6] != "<")
+      fail(line, "expected 'scan red0 = OP DTYPE over r0 < STEPS ...:'");
+    ScanText t{};
+    t.line = line;
+    if (!graph::op_from_name(w[2], t.op) || (t.op != OpKind::Add && t.op != OpKind::Mul))
+      fail(line, "a scan combines by add or mul, not '" + std::string(w[2]) + "'");
+    t.dtype = parse_dtype(w[3], line);
+    t.steps = w[7];
+    size_t i = 8;
+    if (i < w.size() && w[i] == "into") {
+      if (i + 3 >= w.size() || w[i + 1] != "m0" || w[i + 2] != "<") fail(line, "expected 'into m0 < POSITIONS'");
+      t.positions = w[i + 3];
+      i += 4;
+    }
+    if (i < w.size() && w[i] == "inner_axis") t.inner_axis = true, ++i;
+    if (i != w.size()) fail(line, "unexpected '" + std::string(w[i]) + "' in the scan");
+    return t;
+  }
+
   // "bB[offset] = value"
   static StoreText store_text(std::string_view s, int line) {
     const size_t open = s.find('['), close = s.find("] = ");
@@ -296,6 +341,10 @@ private:
   // An operand: vN, iN, rN, mN, pN[:dtype], redN, or a constant VALUE:dtype.
   ExprRef ref(std::string_view s, int line) {
     if (const int64_t v = numbered(s, "v"); v >= 0) return built_let(v, line);
+    if (scan_ && s == "red0") {
+      if (visible_reductions_ == 0) fail(line, "red0 is used before it is computed");
+      return make_expr(ExprKind::ReduceResult, scan_->dtype, {}, 0);
+    }
     if (const int64_t v = numbered(s, "red"); v >= 0) {
       if (v >= static_cast<int64_t>(reductions_.size())) fail(line, "red" + std::to_string(v) + " is not a reduction");
       if (v >= visible_reductions_) fail(line, "red" + std::to_string(v) + " is used before it is computed");
@@ -350,6 +399,26 @@ private:
       slot = std::move(red);
     }
     return *slot;
+  }
+
+  ScanLoop scan_loop() {
+    const ScanText& t = *scan_;
+    ScanLoop sc;
+    sc.op = t.op;
+    sc.dtype = t.dtype;
+    sc.inner_axis = t.inner_axis;
+    const int outer = visible_reductions_;
+    visible_reductions_ = 0; // the scan's own value and target do not read its result
+    sc.steps = extents(t.steps, t.line).at(0);
+    sc.value = ref(t.value, t.line);
+    if (!t.positions.empty()) {
+      sc.positions = extents(t.positions, t.line).at(0);
+      sc.target = ref(t.target, t.line);
+    }
+    visible_reductions_ = outer;
+    if (sc.value->dtype != sc.dtype || (sc.target && sc.target->dtype != DType::Int64))
+      fail(t.line, "the scan's value has its dtype and a scatter's target is i64");
+    return sc;
   }
 
   ExprRef built_let(int64_t id, int line) {

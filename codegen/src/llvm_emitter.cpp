@@ -88,7 +88,8 @@ private:
       a->addAttr(Attribute::NoCapture);
       const bool output = i < k_.buffers.size() && k_.buffers[i].output;
       const bool error = i < k_.buffers.size() && k_.buffers[i].error; // read and written by checks
-      if (!error) a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
+      const bool read_back = output && k_.form == KernelForm::Scan; // a scatter adds into its output
+      if (!error && !read_back) a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
     params_ = fn_->getArg(2 + k_.buffers.size());
@@ -199,6 +200,10 @@ private:
   /// the innermost loop over the row is the vectorized one.
   void emit_domain(Value* begin, Value* end) {
     if (k_.form == KernelForm::Gemm) return emit_gemm_domain(begin, end);
+    if (k_.form == KernelForm::Scan && k_.domain.empty()) { // one column
+      for_range(begin, end, [&](Value*) { emit_scan_block(nullptr, c64(1)); });
+      return;
+    }
     if (k_.domain.empty()) {
       for_range(begin, end, [&](Value*) { emit_point(); });
       return;
@@ -230,7 +235,10 @@ private:
     const std::vector<Value*> row_index = loop_vars_;
     Value* j = loop_vars_[rank - 1];
     Value* n = b_.CreateBinaryIntrinsic(Intrinsic::smin, b_.CreateSub(ext[rank - 1], j), b_.CreateSub(end, i));
-    if (blocked()) {
+    if (k_.form == KernelForm::Scan) {
+      loop_vars_[rank - 1] = nullptr; // set per column inside the blocks
+      emit_scan_row(j, n);
+    } else if (blocked()) {
       loop_vars_[rank - 1] = nullptr; // set per point inside the blocks
       emit_row_blocked(j, n);
     } else {
@@ -360,6 +368,108 @@ private:
       if (dt == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
       b_.CreateStore(v, b_.CreateInBoundsGEP(mem_type(ctx_, dt), bufs_[s.buffer], off));
     }
+  }
+
+  // --- scan form (kernel_ir.h, ScanLoop) -------------------------------------------
+
+  /// The columns [j, j + n) of one row of the domain (one at a time where the axis is the
+  /// innermost, ScanLoop::inner_axis), else in blocks of constant width (so that the
+  /// block's accumulators stay in registers and its column loop vectorizes): kScanColumns
+  /// while they fit, then at most one block of each smaller power of two. A column's result
+  /// never depends on its block: its steps run in order either way.
+  void emit_scan_row(Value* j, Value* n) {
+    if (k_.scan->inner_axis) { // one column at a time, streaming along the contiguous axis
+      for_range(c64(0), n, [&](Value* t) { emit_scan_block(b_.CreateAdd(j, t, "", true, true), c64(1)); });
+      return;
+    }
+    AllocaInst* done = local(i64(), "done");
+    b_.CreateStore(c64(0), done);
+    auto block = [&](int64_t width) {
+      Value* t0 = b_.CreateLoad(i64(), done);
+      emit_scan_block(b_.CreateAdd(j, t0, "", true, true), c64(width));
+      b_.CreateStore(b_.CreateAdd(t0, c64(width), "", true, true), done);
+    };
+    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(kScanColumns)), c64(kScanColumns));
+    for_range(c64(0), full, [&](Value*) { block(kScanColumns); }, kScanColumns);
+    for (int64_t part = kScanColumns / 2; part >= 1; part /= 2)
+      if_then(b_.CreateICmpSGE(b_.CreateSub(n, b_.CreateLoad(i64(), done)), c64(part)), [&] { block(part); });
+  }
+
+  /// acc op v for the scan's combine (no contraction, no reassociation).
+  Value* scan_combine(const ScanLoop& sc, Value* acc, Value* v) {
+    if (sc.op == OpKind::Mul) return arith(Instruction::FMul, Instruction::Mul, Instruction::And, acc, v, sc.dtype);
+    KILN_ASSERT(sc.op == OpKind::Add, "a scan combines by add or mul in " + k_.name);
+    return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, acc, v, sc.dtype);
+  }
+
+  /// The scan's identity: 0 for add, 1 for mul.
+  Value* scan_identity(const ScanLoop& sc) {
+    Type* t = reg(sc.dtype);
+    const int one = sc.op == OpKind::Mul ? 1 : 0;
+    return is_floating(sc.dtype) ? ConstantFP::get(t, one) : ConstantInt::get(t, one);
+  }
+
+  /// The columns j0 + [0, width) (j0 null: the one column of an empty domain), steps outermost.
+  void emit_scan_block(Value* j0, Value* width) {
+    const ScanLoop& sc = *k_.scan;
+    KILN_ASSERT(k_.stores.size() == 1 && k_.reductions.empty() && k_.map.empty() && sc.value->dtype == sc.dtype,
+                "a scan kernel has one store and no reductions or map: " + k_.name);
+    const Store& st = k_.stores[0];
+    const size_t last = k_.domain.size() - 1;
+    Type* t = reg(sc.dtype);
+    auto at = [&](Value* p, const std::function<void()>& body) { // in a scope of its own: the column's values
+      scopes_.emplace_back();
+      if (j0) loop_vars_[last] = b_.CreateAdd(j0, p, "", true, true);
+      body();
+      scopes_.pop_back();
+    };
+    auto store = [&](Value* position, Value* result) {
+      map_vars_ = {position};
+      results_ = {result};
+      emit_stores();
+    };
+    scopes_.emplace_back();
+    Value* steps = expr(sc.steps);
+    if (!sc.target) { // a running scan: the block's accumulators, in order along the steps
+      auto* arr = ArrayType::get(t, static_cast<uint64_t>(kScanColumns));
+      AllocaInst* acc = local(arr, "acc.scan");
+      auto slot = [&](Value* p) { return b_.CreateInBoundsGEP(arr, acc, {c64(0), p}); };
+      for_range(c64(0), width, [&](Value* p) { b_.CreateStore(scan_identity(sc), slot(p)); });
+      for_range(c64(0), steps, [&](Value* s) {
+        for_range(c64(0), width, [&](Value* p) {
+          at(p, [&] {
+            reduce_vars_ = {s};
+            Value* a = scan_combine(sc, b_.CreateLoad(t, slot(p)), expr(sc.value));
+            b_.CreateStore(a, slot(p));
+            store(s, a);
+          });
+        });
+      });
+    } else { // a scatter: the identity everywhere, then each step into its target
+      Value* positions = expr(sc.positions);
+      for_range(c64(0), positions, [&](Value* q) {
+        for_range(c64(0), width, [&](Value* p) { at(p, [&] { store(q, scan_identity(sc)); }); });
+      });
+      Type* mt = mem_type(ctx_, sc.dtype);
+      for_range(c64(0), steps, [&](Value* s) {
+        for_range(c64(0), width, [&](Value* p) {
+          at(p, [&] {
+            reduce_vars_ = {s};
+            Value* target = expr(sc.target);
+            Value* v = expr(sc.value);
+            // branch-free: a target outside [0, positions) rewrites position 0 of its own column unchanged
+            Value* inside = b_.CreateICmpULT(target, positions);
+            map_vars_ = {b_.CreateSelect(inside, target, c64(0))};
+            Value* ptr = b_.CreateInBoundsGEP(mt, bufs_.at(st.buffer), expr(st.offset));
+            Value* old = b_.CreateLoad(mt, ptr);
+            store(map_vars_[0], b_.CreateSelect(inside, scan_combine(sc, old, v), old));
+          });
+        });
+      });
+    }
+    reduce_vars_.clear();
+    map_vars_.clear();
+    scopes_.pop_back();
   }
 
   // --- reductions --------------------------------------------------------------
@@ -587,6 +697,9 @@ private:
       add(st.offset);
       add(st.value);
     }
+    if (const auto& sc = k_.scan)
+      for (const ExprRef& x : {sc->steps, sc->value, sc->target, sc->positions})
+        if (x) add(x);
     std::unordered_map<const Expr*, bool> seen;
     while (!todo.empty()) {
       const Expr* x = todo.back();
@@ -695,6 +808,7 @@ private:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
     case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
+    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));

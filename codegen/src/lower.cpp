@@ -32,6 +32,7 @@ public:
       : part_(part), roots_(std::move(roots)), store_(std::move(stored)), root_(roots_[0]), target_(target) {}
 
   KernelLaunch build() {
+    if (graph::op_category(root_->op) == OpCategory::Scan) return build_scan();
     const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
     Index idx = make_domain(root_->shape, row_map ? part_.row_dims(root_) : std::vector<int64_t>{});
     root_idx_ = idx;
@@ -63,6 +64,58 @@ public:
   }
 
 private:
+  // A Scan-form kernel (kernel_ir.h, ScanLoop) for a Cumsum, Cumprod or ScatterAdd root: the
+  // domain is the output's points off the dim; its input (and a scatter's index) is computed
+  // at step ReduceVar(0) along the dim, counted from the end when reversed.
+  KernelLaunch build_scan() {
+    const Node* n = root_;
+    current_ = n;
+    note_computed(n);
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const bool reverse = n->attrs.ints.at(1) != 0, scatter = n->op == OpKind::ScatterAdd;
+    const Node* x = n->inputs.back().get();
+    graph::Shape cols = n->shape;
+    cols[dim] = 1;
+    const Index idx = make_domain(cols, {});
+    root_idx_ = idx;
+    const int64_t steps = x->shape[dim];
+    ScanLoop scan;
+    scan.op = n->op == OpKind::Cumprod ? OpKind::Mul : OpKind::Add;
+    scan.dtype = n->dtype;
+    scan.steps = P(steps);
+    Index at = idx;
+    const ExprRef step = steps == 1 ? index_const(0) : reduce_var(0);
+    at[dim] = reverse ? isub(P(steps - 1), step) : step;
+    scan.value = compute(x, at, nullptr);
+    if (scatter) {
+      scan.target = cast(compute(n->inputs[0].get(), at, nullptr), DType::Int64);
+      scan.positions = P(n->shape[dim]);
+    }
+    size_t innermost = n->shape.size() - 1; // the last dim with extent > 1
+    while (innermost > 0 && n->shape[innermost] == 1) --innermost;
+    scan.inner_axis = innermost == dim;
+    const bool inner_axis = scan.inner_axis;
+    kernel_.scan = std::move(scan);
+    // the store's position: the target for a scatter; the step (from the end when reversed) for a running scan
+    Index out = idx;
+    const ExprRef position = n->shape[dim] == 1 ? index_const(0) : map_var(0);
+    out[dim] = reverse && !scatter ? isub(P(n->shape[dim] - 1), position) : position;
+    const int buffer = static_cast<int>(kernel_.buffers.size());
+    kernel_.buffers.push_back({n->dtype, true});
+    kernel_.stores.push_back({buffer, contiguous_offset(n->shape, out), reduce_result(0, n->dtype)});
+    launch_.outputs.push_back(n);
+    kernel_.num_params = static_cast<int>(launch_.params.size());
+    set_form(kernel_, plan_form(kernel_, launch_.params, target_));
+    finalize(kernel_);
+    launch_.kernel = std::move(kernel_);
+    launch_.domain_size = n->numel() == 0 ? 0 : graph::numel(cols);
+    launch_.work_per_point = std::max<int64_t>(1, steps + (scatter ? n->shape[dim] : 0));
+    // chunks of whole CPU column blocks (kScanColumns): two half blocks read every cache line twice
+    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans go column by column
+    launch_.min_chunk = inner_axis ? 1 : kScanColumns;
+    return std::move(launch_);
+  }
+
   // A value this kernel stores, and the index it is computed at.
   struct Stored {
     Index idx;
@@ -100,6 +153,7 @@ private:
       return v;
     }
     case OpCategory::Contraction: return lower_matmul(r, idx);
+    case OpCategory::Scan: break; // build_scan()
     case OpCategory::Leaf:
     case OpCategory::Unary:
     case OpCategory::Binary:
@@ -238,9 +292,10 @@ private:
     case OpCategory::Ternary: return lower_elementwise(n, idx, guard);
     case OpCategory::Movement: return lower_movement(n, idx, guard);
     case OpCategory::Reduce:
+    case OpCategory::Scan:
     case OpCategory::Contraction: break;
     }
-    KILN_ASSERT(false, "reductions and matmuls always have buffers: " + describe(n));
+    KILN_ASSERT(false, "reductions, scans and matmuls always have buffers: " + describe(n));
     return nullptr;
   }
 

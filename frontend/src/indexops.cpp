@@ -1,5 +1,5 @@
-// Indexing along a dim (gather, index_select, scatter_add, index_add) and cumsum: the
-// user-facing checks, then graph::build's Gather node and its scatter_add / cumsum reductions.
+// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum and cumprod: the
+// user-facing checks, then graph::build's Gather node and its scans (ScatterAdd, Cumsum, Cumprod).
 
 #include "kiln/indexops.h"
 
@@ -166,13 +166,22 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
                 {&self, &scaled});
 }
 
-Tensor cumsum(const Tensor& input, int64_t dim, Loc loc) {
+namespace {
+
+// cumsum and cumprod: the checks, then the scan along the dim (a 0-d input is a copy of itself).
+Tensor scan(const char* op, bool product, const Tensor& input, int64_t dim, const Loc& loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  if (!input.defined()) throw Error("cumsum", "the input is undefined", loc);
-  const int64_t d = wrap_dim_or_fail("cumsum", dim, input, loc);
-  const Tensor x = is_floating(input.dtype()) ? input : input.to(kInt64, loc); // as PyTorch: integers sum in i64
+  if (!input.defined()) throw Error(op, "the input is undefined", loc);
+  const int64_t d = wrap_dim_or_fail(op, dim, input, loc);
+  const Tensor x = is_floating(input.dtype()) ? input : input.to(kInt64, loc); // as PyTorch: integers in i64
   if (x.dim() == 0) return x + zeros_like(x);
-  return result(b::cumsum(x.node(), d), {&x});
+  return result(product ? b::cumprod(x.node(), d) : b::cumsum(x.node(), d), {&x});
 }
+
+} // namespace
+
+Tensor cumsum(const Tensor& input, int64_t dim, Loc loc) { return scan("cumsum", false, input, dim, loc); }
+
+Tensor cumprod(const Tensor& input, int64_t dim, Loc loc) { return scan("cumprod", true, input, dim, loc); }
 
 } // namespace kiln

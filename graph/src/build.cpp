@@ -216,70 +216,82 @@ NodeRef dim_back(const NodeRef& y, int64_t dim) {
   return permute(y, std::move(perm));
 }
 
-// The 1-d index of an index that is the same along every dim but `dim` (index_select's and
-// index_add's: a 1-d index reshaped and broadcast), or null.
-NodeRef one_dim_index(const NodeRef& index, int64_t dim) {
-  auto only_along_dim = [&](const Shape& s) {
-    for (size_t d = 0; d < s.size(); ++d)
-      if (static_cast<int64_t>(d) != dim && s[d] != 1) return false;
-    return true;
-  };
-  if (only_along_dim(index->shape)) return reshape(index, {index->shape[dim]});
-  const NodeRef& under = index->op == OpKind::Expand ? index->inputs[0] : index;
-  if (index->op == OpKind::Expand && only_along_dim(under->shape) && under->shape[dim] == index->shape[dim])
-    return reshape(index->inputs[0], {index->shape[dim]});
-  return nullptr;
-}
-
-// scatter_add with a 1-d index i of extent j: one_hot(i)^T [v, j] x src [j, rest], a matmul
-// (the GEMM's order: each element sums its j products in order from 0), moved back into place.
-NodeRef scatter_rows(int64_t v, int64_t dim, const NodeRef& i, const NodeRef& s) {
-  const size_t rank = s->shape.size();
-  const int64_t j = i->shape[0];
-  NodeRef hit = binary(OpKind::Eq, broadcast_to(positions(v, 0, 2, s->device), {v, j}),
-                       broadcast_to(reshape(cast(i, DType::Int64), {1, j}), {v, j}));
-  std::vector<int64_t> order{dim};
-  for (size_t d = 0; d < rank; ++d)
-    if (static_cast<int64_t>(d) != dim) order.push_back(static_cast<int64_t>(d));
-  NodeRef front = permute(s, order); // [j, others...]
-  const int64_t rest = numel(Shape(front->shape.begin() + 1, front->shape.end()));
-  NodeRef prod = matmul(cast(hit, s->dtype), reshape(front, {j, rest}));
-  Shape back = front->shape;
-  back[0] = v;
-  std::vector<int64_t> inverse(rank);
-  for (size_t k = 0; k < rank; ++k) inverse[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
-  return permute(reshape(prod, back), inverse);
-}
-
 } // namespace
 
 NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, const NodeRef& src) {
   const Shape& is = index->shape;
   const size_t rank = is.size();
-  const int64_t v = self->shape[dim];
   NodeRef s = src->shape == is ? src : slice(src, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), is);
-  if (NodeRef i = one_dim_index(index, dim)) return add(self, pad_to(scatter_rows(v, dim, i, s), self->shape));
-  // [others..., v, j]: src[.., j, ..] where index[.., j, ..] == the output position along dim
-  NodeRef idx = dim_last_spread(cast(index, DType::Int64), dim, v);
-  NodeRef val = dim_last_spread(s, dim, v);
-  NodeRef hit = binary(OpKind::Eq, idx, broadcast_to(positions(v, rank - 1, rank + 1, self->device), idx->shape));
-  NodeRef sum = reduce(OpKind::Sum, where(hit, val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
-  Shape cut = sum->shape;
-  cut.pop_back();
-  return add(self, pad_to(dim_back(reshape(sum, cut), dim), self->shape)); // the index's shape, v along dim
+  // the sums start from 0 and self is added last, as the one-hot product before the scan did:
+  // finite results keep those bits (see build.h)
+  return add(self, pad_to(scatter_sum(index, s, dim, self->shape[dim]), self->shape));
 }
 
-NodeRef cumsum(const NodeRef& x, int64_t dim) {
+NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse) {
+  Shape out = index->shape;
+  out[dim] = extent;
+  Attrs a;
+  a.ints = {dim, reverse ? 1 : 0};
+  return make_node(OpKind::ScatterAdd, src->dtype, std::move(out), {index, src}, std::move(a));
+}
+
+namespace {
+
+NodeRef scan(OpKind op, const NodeRef& x, int64_t dim, bool reverse) {
+  Attrs a;
+  a.ints = {dim, reverse ? 1 : 0};
+  return make_node(op, x->dtype, x->shape, {x}, std::move(a));
+}
+
+// T[others..., k, i] = the product of x[.., j, ..] over j <= i (reverse: j >= i) but j != k (x's dim moved last, a
+// new axis k before it): the partial derivative of cumprod's element i by x's element k, for
+// k <= i, without a division (so zeros in x are exact). O(n^2) per column.
+NodeRef cumprod_partials(const NodeRef& x, int64_t dim, bool reverse) {
   const size_t rank = x->shape.size();
   const int64_t n = x->shape[dim];
-  // [others..., i, j]: x[.., j, ..] where j <= i, summed over j
-  NodeRef val = dim_last_spread(x, dim, n);
-  NodeRef i = broadcast_to(positions(n, rank - 1, rank + 1, x->device), val->shape);
-  NodeRef j = broadcast_to(positions(n, rank, rank + 1, x->device), val->shape);
-  NodeRef sum = reduce(OpKind::Sum, where(binary(OpKind::Le, j, i), val, constant_like(val, 0)), {static_cast<int64_t>(rank)});
+  NodeRef spread = dim_last_spread(x, dim, n);
+  NodeRef k = broadcast_to(positions(n, rank - 1, rank + 1, x->device), spread->shape);
+  NodeRef i = broadcast_to(positions(n, rank, rank + 1, x->device), spread->shape);
+  NodeRef skip_k = where(binary(OpKind::Eq, i, k), constant_like(spread, 1), spread);
+  return scan(OpKind::Cumprod, skip_k, static_cast<int64_t>(rank), reverse);
+}
+
+// where(cond(k, i), v, 0) summed over axis `over` (rank - 1: k, rank: i) of [others..., k, i],
+// moved back to x's layout with the remaining axis at `dim`.
+NodeRef masked_sum_back(const NodeRef& v, OpKind cmp, int64_t over, int64_t dim, size_t rank, int64_t n,
+                        Device device) {
+  NodeRef k = broadcast_to(positions(n, rank - 1, rank + 1, device), v->shape);
+  NodeRef i = broadcast_to(positions(n, rank, rank + 1, device), v->shape);
+  NodeRef sum = reduce(OpKind::Sum, where(binary(cmp, k, i), v, constant_like(v, 0)), {over});
   Shape cut = sum->shape;
-  cut.pop_back();
+  cut.erase(cut.begin() + over);
   return dim_back(reshape(sum, cut), dim);
+}
+
+} // namespace
+
+NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cumsum, x, dim, reverse); }
+
+NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cumprod, x, dim, reverse); }
+
+NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& g) {
+  if (x->numel() == 0) return constant_like(x, 0);
+  const size_t rank = x->shape.size();
+  const int64_t n = x->shape[dim];
+  NodeRef t = cumprod_partials(x, dim, reverse);
+  // dx[k] = sum over i >= k (reverse: i <= k) of g[i] T[k, i]
+  return masked_sum_back(mul(dim_last_spread(g, dim, n), t), reverse ? OpKind::Ge : OpKind::Le,
+                         static_cast<int64_t>(rank), dim, rank, n, x->device);
+}
+
+NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& tangent) {
+  if (x->numel() == 0) return constant_like(x, 0);
+  const size_t rank = x->shape.size();
+  const int64_t n = x->shape[dim];
+  NodeRef t = cumprod_partials(x, dim, reverse);
+  // dy[i] = sum over k <= i (reverse: k >= i) of tangent[k] T[k, i]
+  return masked_sum_back(mul(transpose_last(dim_last_spread(tangent, dim, n)), t), reverse ? OpKind::Ge : OpKind::Le,
+                         static_cast<int64_t>(rank) - 1, dim, rank, n, x->device);
 }
 
 NodeRef matmul(const NodeRef& a, const NodeRef& b) {

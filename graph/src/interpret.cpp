@@ -166,6 +166,7 @@ private:
     case OpCategory::Ternary: return where(n);
     case OpCategory::Reduce: return reduce(n);
     case OpCategory::Movement: return movement(n);
+    case OpCategory::Scan: return scan(n);
     case OpCategory::Contraction: return matmul(n);
     }
     KILN_ASSERT(false, "unknown op category");
@@ -547,6 +548,46 @@ private:
       int64_t src = 0;
       for (size_t d = 0; d < idx.size(); ++d) src += (d == dim ? j : idx[d]) * st[d];
       copy_element(in(n, piece), src, b, lin);
+    });
+    return b;
+  }
+
+  // ------------------------------------------------------------ scans
+
+  /// cumsum, cumprod, scatter_add: each column (a point off the dim) in step order, as kernels do.
+  Buf scan(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const bool reverse = n->attrs.ints.at(1) != 0, mul = n->op == OpKind::Cumprod;
+    const Node* x = n->inputs.back().get();
+    const Buf& v = in(n, n->inputs.size() - 1);
+    const Strides xst = contiguous_strides(x->shape), ost = contiguous_strides(n->shape);
+    const int64_t steps = x->shape[dim], bound = n->shape[dim];
+    Buf b = make_buf(n->dtype, n->numel()); // zeros: scatter_add's start
+    auto combine = [&](int64_t at, int64_t from, double acc_f, int64_t acc_i) {
+      if (b.is_float) b.f[at] = rf(n->dtype, mul ? acc_f * v.f[from] : acc_f + v.f[from]);
+      else b.i[at] = wrap(n->dtype, mul ? wmul(acc_i, v.i[from]) : wadd(acc_i, v.i[from]));
+    };
+    Shape cols = x->shape;
+    cols[dim] = 1;
+    for_each_index(cols, [&](const std::vector<int64_t>& idx, int64_t) {
+      int64_t xbase = 0, obase = 0;
+      for (size_t d = 0; d < idx.size(); ++d) xbase += idx[d] * xst[d], obase += idx[d] * ost[d];
+      double acc_f = mul ? 1 : 0;
+      int64_t acc_i = mul ? 1 : 0;
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t j = reverse ? steps - 1 - s : s, from = xbase + j * xst[dim];
+        int64_t at = obase + j * ost[dim];
+        if (n->op == OpKind::ScatterAdd) { // adds into the element the index names
+          const int64_t t = in(n, 0).i[from];
+          if (t < 0 || t >= bound) continue;
+          at = obase + t * ost[dim];
+          acc_f = b.is_float ? b.f[at] : 0;
+          acc_i = b.is_float ? 0 : b.i[at];
+        }
+        combine(at, from, acc_f, acc_i);
+        acc_f = b.is_float ? b.f[at] : 0;
+        acc_i = b.is_float ? 0 : b.i[at];
+      }
     });
     return b;
   }

@@ -124,6 +124,21 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
   }
 }
 
+// Scans: a dim and a direction; cumsum and cumprod keep x's shape and dtype; scatter_add has src's dtype and
+// the index's shape but along the dim.
+std::string check_scan(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
+  if (a.ints.size() != 2 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "needs (dim, reverse)";
+  const NodeRef& x = in.back();
+  if (x->dtype != dtype || dtype == DType::Bool) return "the result has the (non-bool) input's dtype";
+  if (op != OpKind::ScatterAdd) return x->shape == shape ? "" : "a scan keeps the shape";
+  const NodeRef& index = in[0];
+  if (!is_integral(index->dtype)) return "the index must be an integer tensor";
+  if (index->shape != x->shape || shape.size() != x->shape.size()) return "src must have the index's shape";
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (static_cast<int64_t>(d) != a.ints[0] && shape[d] != x->shape[d]) return "the result has the index's shape off the dim";
+  return "";
+}
+
 std::string check_matmul(DType dtype, const Shape& shape, const NodeRef& a, const NodeRef& b) {
   const size_t r = shape.size();
   if (r < 2 || a->shape.size() != r || b->shape.size() != r) return "operands must have the result's rank >= 2";
@@ -158,6 +173,7 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
     for (const NodeRef& x : inputs)
       if (x->dtype != dtype && !(op == OpKind::Gather && x == inputs[1])) return "movement keeps the dtype";
     return check_movement(op, shape, inputs, attrs);
+  case OpCategory::Scan: return check_scan(op, dtype, shape, inputs, attrs);
   case OpCategory::Contraction: return check_matmul(dtype, shape, inputs[0], inputs[1]);
   }
   return "unknown category";
