@@ -22,7 +22,7 @@ constexpr int kCudaRowThreads = 16;
 struct FormPlan {
   KernelForm form = KernelForm::Elementwise; ///< the form
   std::optional<GemmTiling> gemm;            ///< the GEMM form's layout (form Gemm only; CPU tiling on a CPU target)
-  int64_t gemm_tasks = 0;                    ///< CPU GEMM form: output blocks run as tasks (KernelLaunch::gemm_tasks)
+  int64_t gemm_tasks = 0;                    ///< CPU GEMM or attention form: its tasks (KernelLaunch::gemm_tasks)
 };
 
 /// The form of the lowered kernel `k` on target `t`; `params` are the values of k's
@@ -33,6 +33,9 @@ struct FormPlan {
 ///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of
 ///     a float product over one k extent, no map, `a` reading no column var and `b` no row
 ///     var), without a CPU tiling; otherwise Reduction;
+///   * Attention: an attention kernel (Kernel::attention), on the CPU only (an internal error
+///     on CUDA: the frontend builds attention nodes for the CPU only), with one task per batch
+///     point and block of kAttentionQueryBlock query rows;
 ///   * Row: reductions and a map; on CUDA also reductions with a float sum in sum_lanes
 ///     order (see Reduction), when every sum's lanes fit a row's kCudaRowThreads threads;
 ///   * Reduction: other kernels with reductions;

@@ -26,7 +26,7 @@ enum class OpKind : uint8_t {
 };
 
 /// The families of ops, which decide how they are lowered and differentiated.
-enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Contraction };
+enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Contraction, Attention };
 
 /// The op's text name ("add").
 std::string_view op_name(OpKind op);

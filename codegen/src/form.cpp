@@ -74,6 +74,11 @@ bool cuda_row_form(const Kernel& k) {
 
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   const bool cpu = t.kind == Target::Kind::CPU;
+  if (const auto& a = k.attention) {
+    KILN_ASSERT(cpu, "the attention form has no CUDA emitter: attention nodes are built for the CPU only (" + k.name + ")");
+    const int64_t rows = eval_index(a->l, params);
+    return {KernelForm::Attention, std::nullopt, eval_index(a->bh, params) * ((rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock)};
+  }
   if (k.matmul) {
     if (cpu) return plan_cpu_gemm(k, params, t);
     if (cuda_tiled_gemm_applies(k)) return {KernelForm::Gemm, GemmTiling{k.matmul->m_var, k.matmul->n_var}, 0};

@@ -21,6 +21,7 @@ enum class RedKind : uint8_t { Sum, Max, Min, Argmax, Argmin };
 #define KILN_NOT_REDUCTION_Ternary(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Movement(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Contraction(e) case graph::OpKind::e:
+#define KILN_NOT_REDUCTION_Attention(e) case graph::OpKind::e:
 #define KILN_NOT_REDUCTION_Reduce(e)
 
 /// The combine of a reduction op; a kiln bug (assertion) for any other op.
@@ -46,6 +47,7 @@ inline RedKind reduction_kind(graph::OpKind op) {
 #undef KILN_NOT_REDUCTION_Ternary
 #undef KILN_NOT_REDUCTION_Movement
 #undef KILN_NOT_REDUCTION_Contraction
+#undef KILN_NOT_REDUCTION_Attention
 #undef KILN_NOT_REDUCTION_Reduce
 
 } // namespace kiln::codegen

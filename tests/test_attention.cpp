@@ -1,0 +1,252 @@
+// The fused attention kernel (graph op Attention, the attention kernel form; issue 15):
+// what scaled_dot_product_attention runs on the CPU with fusion on, against the composite of
+// primitives (what KILN_FUSION=0 runs) within the bound the README states, against the f64
+// interpreter, bitwise across thread counts and between eager and compile(), gradients by
+// gradcheck in f64, and the user's errors.
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "graph/interpret.h"
+#include "graph/node.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sets options().fusion for a scope.
+struct FusionSetting {
+  bool saved = options().fusion;
+  explicit FusionSetting(bool on) { options().fusion = on; }
+  ~FusionSetting() { options().fusion = saved; }
+};
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// One attention problem: q [..., L, E], k [..., S, E], v [..., S, Ev] (equal batch dims), a mask
+// (none, bool keep-mask or additive float) of `mask_shape`, causal or not.
+struct Case {
+  IntList batch;
+  int64_t L, S, E, Ev;
+  int mask = 0; // 0 none, 1 bool, 2 float
+  IntList mask_shape;
+  bool causal = false;
+  std::string what;
+};
+
+IntList with(IntList batch, int64_t a, int64_t b) {
+  batch.push_back(a);
+  batch.push_back(b);
+  return batch;
+}
+
+struct Operands {
+  Tensor q, k, v, mask;
+};
+
+// Random operands of case c in `dtype`. Masks hide about a third of the keys, and every
+// third query row entirely where the mask has that dim (a fully masked row).
+Operands operands(const Case& c, DType dtype, uint64_t seed) {
+  Operands o{randn(with(c.batch, c.L, c.E), seed, dtype), randn(with(c.batch, c.S, c.E), seed + 1, dtype),
+             randn(with(c.batch, c.S, c.Ev), seed + 2, dtype), Tensor()};
+  if (c.mask == 0) return o;
+  Tensor keep = rand(c.mask_shape, seed + 3) > 0.33;
+  const int64_t rank = static_cast<int64_t>(c.mask_shape.size());
+  if (c.mask_shape[static_cast<size_t>(rank - 2)] == c.L) { // rows 0, 3, 6, ... see no key
+    std::vector<double> r(static_cast<size_t>(c.L));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = i % 3 == 0 ? 0 : 1;
+    Tensor row = from_vector(r, {c.L}) != 0.0;
+    IntList s(c.mask_shape.size(), 1);
+    s[static_cast<size_t>(rank - 2)] = c.L;
+    keep = logical_and(keep, row.reshape(s));
+  }
+  o.mask = c.mask == 1 ? keep : where(keep, full({}, 0.0, dtype), full({}, -kInf, dtype)) + rand(c.mask_shape, seed + 4, dtype);
+  return o;
+}
+
+Tensor attention(const Operands& o, bool causal, double scale) {
+  return F::scaled_dot_product_attention(o.q, o.k, o.v, o.mask, 0, causal, scale);
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {{2, 3}, 70, 130, 7, 5, 0, {}, false, "T not divisible by the blocks, Tq != Tk, d odd, batch and heads"},
+      {{2}, 97, 97, 16, 16, 0, {}, true, "causal, one key block and a half"},
+      {{3}, 40, 150, 8, 3, 0, {}, true, "causal with more keys than queries"},
+      {{2, 2}, 33, 65, 5, 6, 1, {2, 2, 33, 65}, false, "bool mask of the scores' shape with fully masked rows"},
+      {{2, 2}, 33, 65, 5, 6, 2, {33, 65}, false, "float mask broadcast over batch and heads, -inf rows"},
+      {{2, 2}, 20, 70, 4, 4, 1, {2, 1, 1, 70}, false, "key-padding bool mask"},
+      {{}, 1, 1, 1, 1, 0, {}, false, "one query, one key, no batch dims"},
+  };
+  return c;
+}
+
+// The bound of the README (fusion section) on |fused - composite| for each output element of
+// query row i: (2S + 8 ceil(S / 64) + 16 + 4 E scale max_j sum_d |q_id k_jd|) eps max_j |v_j|.
+void expect_within_bound(const Case& c, const Operands& o, double scale, const Tensor& fused, const Tensor& composite,
+                         double eps, double& worst) {
+  const std::vector<double> q = values(o.q), k = values(o.k), v = values(o.v), f = values(fused), u = values(composite);
+  int64_t batch = 1;
+  for (int64_t b : c.batch) batch *= b;
+  for (int64_t b = 0; b < batch; ++b) {
+    double vmax = 0;
+    for (int64_t j = 0; j < c.S * c.Ev; ++j) vmax = std::max(vmax, std::fabs(v[static_cast<size_t>(b * c.S * c.Ev + j)]));
+    for (int64_t i = 0; i < c.L; ++i) {
+      double dot = 0;
+      for (int64_t j = 0; j < c.S; ++j) {
+        double d = 0;
+        for (int64_t x = 0; x < c.E; ++x)
+          d += std::fabs(q[static_cast<size_t>((b * c.L + i) * c.E + x)] * k[static_cast<size_t>((b * c.S + j) * c.E + x)]);
+        dot = std::max(dot, d);
+      }
+      const double blocks = static_cast<double>((c.S + 63) / 64);
+      const double bound =
+          (2.0 * static_cast<double>(c.S) + 8 * blocks + 16 + 4 * static_cast<double>(c.E) * scale * dot) * eps * vmax;
+      for (int64_t col = 0; col < c.Ev; ++col) {
+        const size_t at = static_cast<size_t>((b * c.L + i) * c.Ev + col);
+        ASSERT_FALSE(std::isnan(f[at])) << c.what << " [" << at << "]";
+        EXPECT_LE(std::fabs(f[at] - u[at]), bound) << c.what << " [" << at << "]: " << f[at] << " vs " << u[at];
+        if (vmax > 0) worst = std::max(worst, std::fabs(f[at] - u[at]) / (eps * vmax));
+      }
+    }
+  }
+}
+
+} // namespace
+
+TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
+  const Operands o = operands(cases()[0], kFloat32, 1);
+  {
+    FusionSetting on(true);
+    EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
+    // dropout keeps the composite (the kernel draws no random numbers)
+    EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
+  }
+  FusionSetting off(false);
+  EXPECT_NE(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
+}
+
+TEST(Attention, FusedMatchesTheCompositeWithinTheBound) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    double worst = 0;
+    uint64_t seed = 10;
+    for (const Case& c : cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      Tensor fused, composite;
+      {
+        FusionSetting on(true);
+        fused = attention(o, c.causal, scale);
+        ASSERT_EQ(fused.node()->op, graph::OpKind::Attention) << c.what;
+        fused.realize();
+      }
+      {
+        FusionSetting off(false);
+        composite = attention(o, c.causal, scale);
+        composite.realize();
+      }
+      expect_within_bound(c, o, scale, fused, composite, eps, worst);
+      // fully masked rows are 0 in both
+      if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) {
+        const std::vector<double> f = values(fused);
+        for (int64_t col = 0; col < c.Ev; ++col) EXPECT_EQ(f[static_cast<size_t>(col)], 0.0) << c.what;
+      }
+    }
+    std::printf("fused vs composite (%s): largest difference %.2f eps max|v|\n", dtype_name(dtype).data(), worst);
+  }
+}
+
+TEST(Attention, FusedMatchesTheF64Interpreter) {
+  uint64_t seed = 300;
+  for (const Case& c : cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    FusionSetting on(true);
+    const Tensor out = attention(o, c.causal, 0.7);
+    const graph::InterpretResult want = graph::interpret_one(out.node());
+    const std::vector<double> got = values(out);
+    ASSERT_EQ(got.size(), want.values.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want.values[i], 1e-12 * std::max(1.0, std::fabs(want.values[i]))) << c.what << " [" << i << "]";
+  }
+}
+
+TEST(Attention, FusedIsBitwiseTheSameOnOneAndTwoThreadsAndCompiled) {
+  FusionSetting on(true);
+  for (const Case& c : {cases()[0], cases()[1], cases()[4]}) {
+    const Operands o = operands(c, kFloat32, 500);
+    std::vector<double> one, two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      one = values(attention(o, c.causal, 0.5));
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      two = values(attention(o, c.causal, 0.5));
+    }
+    EXPECT_EQ(one, two) << c.what;
+    CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{F::scaled_dot_product_attention(x[0], x[1], x[2], o.mask, 0, c.causal, 0.5)};
+    });
+    EXPECT_EQ(values(step({o.q, o.k, o.v})[0]), one) << c.what;
+    EXPECT_EQ(values(step({o.q, o.k, o.v})[0]), one) << c.what << " (replayed)";
+  }
+}
+
+TEST(Attention, GradcheckInF64OfTheFusedPath) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 5, 3}, 41, kFloat64), k = randn({2, 7, 3}, 42, kFloat64), v = randn({2, 7, 2}, 43, kFloat64);
+  const Tensor keep = logical_or(rand({5, 7}, 44) > 0.5, arange(7) == 0);
+  const Tensor add_mask = randn({1, 5, 7}, 45, kFloat64);
+  auto check = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in, const char* what) {
+    EXPECT_EQ(f(in).node()->op, graph::OpKind::Attention) << what;
+    const GradcheckResult r = gradcheck([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x)}; }, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([](const std::vector<Tensor>& x) { return F::scaled_dot_product_attention(x[0], x[1], x[2]); }, {q, k, v}, "plain");
+  check([](const std::vector<Tensor>& x) { return F::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, true); },
+        {q, k, v}, "causal");
+  check([&](const std::vector<Tensor>& x) { return F::scaled_dot_product_attention(x[0], x[1], x[2], keep); }, {q, k, v},
+        "bool mask");
+  check([](const std::vector<Tensor>& x) { return F::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); },
+        {q, k, v, add_mask}, "float mask (differentiated too)");
+}
+
+TEST(Attention, GradientsOfGradientsGoThroughTheComposite) {
+  FusionSetting on(true);
+  const Tensor q = randn({4, 3}, 51, kFloat64), k = randn({6, 3}, 52, kFloat64), v = randn({6, 2}, 53, kFloat64);
+  const GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        const Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, true);
+        const Tensor g = grad({(out * out).sum()}, {x[0]}, {}, false, true)[0];
+        return std::vector<Tensor>{g};
+      },
+      {q, k, v});
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+TEST(Attention, BadMasksAreTheUsersErrors) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 4, 3}, 61), k = randn({2, 5, 3}, 62), v = randn({2, 5, 2}, 63);
+  const int line = __LINE__ + 2;
+  try {
+    F::scaled_dot_product_attention(q, k, v, ones({4, 4}) > 0.0);
+    ADD_FAILURE() << "nothing was thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.op(), "scaled_dot_product_attention") << msg;
+    EXPECT_NE(msg.find("[2, 4, 5]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_attention.cpp:" + std::to_string(line)), std::string::npos) << msg;
+  }
+  EXPECT_THROW(F::scaled_dot_product_attention(q, k, v, ones({4, 5}, kInt64)), Error);
+}
