@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CodegenGolden, ::testing::ValuesIn(case_names())
 TEST(CodegenGoldenSuite, CoversEveryForm) {
   std::string all;
   for (const std::string& n : case_names()) all += read(kDir / (n + ".expected"));
-  for (const char* form : {"elementwise", "row", "reduction", "gemm"})
+  for (const char* form : {"elementwise", "row", "reduction", "gemm", "attention"})
     EXPECT_NE(all.find(std::string("(") + form + ","), std::string::npos) << "no case of the " << form << " form";
 }
 
