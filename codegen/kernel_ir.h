@@ -178,6 +178,9 @@ constexpr int64_t kAttentionQueryBlock = 32;
 /// On the CPU the kernel's [begin, end) counts tasks: task t is batch point t / qb, query rows
 /// [kAttentionQueryBlock * (t % qb), +kAttentionQueryBlock) with qb = ceil(l / kAttentionQueryBlock);
 /// buffers[buffers.size()] points at attention_scratch_bytes() of 64-byte aligned scratch memory.
+/// Inside a task, per key block: the block of k packed transposed; then per group of `rows` query
+/// rows, their scores as vectors of kAttentionKeyBlock lanes (one fmuladd per d and row), the rows'
+/// online-softmax steps, and o += p v by 64-byte vectors of columns for the group together.
 struct AttentionSpec {
   DType dtype = DType::Float32;    ///< of q, k, v, out and the arithmetic
   int q = -1, k = -1, v = -1;      ///< input buffers
@@ -186,6 +189,8 @@ struct AttentionSpec {
   ExprRef scale;                   ///< the scores' factor (of dtype)
   bool causal = false;             ///< mask key j > query row i
   ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
+  int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
+                                   ///< (1, 2 or 4; plan_form() from the target; never changes a result)
 };
 
 /// A kernel: see the file comment for its semantics.

@@ -77,7 +77,10 @@ FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Ta
   if (const auto& a = k.attention) {
     KILN_ASSERT(cpu, "the attention form has no CUDA emitter: attention nodes are built for the CPU only (" + k.name + ")");
     const int64_t rows = eval_index(a->l, params);
-    return {KernelForm::Attention, std::nullopt, eval_index(a->bh, params) * ((rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock)};
+    const int64_t tasks = eval_index(a->bh, params) * ((rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
+    const int64_t row_bits = kAttentionKeyBlock * (a->dtype == DType::Float64 ? 64 : 32);
+    const int64_t in_registers = std::clamp<int64_t>(int64_t{t.vector_registers} * t.vector_bits / (2 * row_bits), 1, 4);
+    return {KernelForm::Attention, std::nullopt, tasks, in_registers == 3 ? 2 : in_registers};
   }
   if (k.matmul) {
     if (cpu) return plan_cpu_gemm(k, params, t);
@@ -93,6 +96,8 @@ void set_form(Kernel& k, const FormPlan& plan) {
   KILN_ASSERT((plan.form == KernelForm::Gemm) == plan.gemm.has_value(), "a GEMM layout without the GEMM form or back");
   k.form = plan.form;
   k.gemm = plan.gemm;
+  KILN_ASSERT((plan.form == KernelForm::Attention) == k.attention.has_value(), "the attention form without an attention kernel or back");
+  if (k.attention) k.attention->rows = plan.attention_rows;
 }
 
 GemmTiling cpu_gemm_tiling(const Target& t, DType dtype) {

@@ -327,7 +327,7 @@ std::string print_kernel(const Kernel& k) {
   }
   if (const auto& a = k.attention) {
     body += "  attention q b" + std::to_string(a->q) + " k b" + std::to_string(a->k) + " v b" + std::to_string(a->v) +
-            " out b" + std::to_string(a->out) + (a->causal ? " causal" : "") + "\n";
+            " out b" + std::to_string(a->out) + (a->causal ? " causal" : "") + " rows " + std::to_string(a->rows) + "\n";
     const std::string sizes = extents_str(p, {a->bh, a->l, a->s, a->e, a->ev}), scale = p.ref(a->scale);
     p.out += "  sizes [bh, l, s, e, ev] = " + sizes + " scale " + scale + "\n";
     if (a->mask) {
@@ -364,9 +364,11 @@ int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& par
   const AttentionSpec& a = *k.attention;
   const int64_t elem = a.dtype == DType::Float64 ? 8 : 4;
   const int64_t e = eval_index(a.e, params), ev = eval_index(a.ev, params);
-  // each region rounded up to 64 bytes: k^T block (e x key block), scores, output rows, maxima, sums
+  // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
+  // (each ev rounded up to 64 bytes), maxima, sums
   auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
-  return region(e * kAttentionKeyBlock) + region(kAttentionKeyBlock) + region(kAttentionQueryBlock * ev) +
+  const int64_t ev_padded = region(ev) / elem;
+  return region(e * kAttentionKeyBlock) + region(4 * kAttentionKeyBlock) + region(kAttentionQueryBlock * ev_padded) +
          2 * region(kAttentionQueryBlock) + 64;
 }
 

@@ -4,8 +4,10 @@
 // the running maxima m and sums z of its rows and their output rows o (never the [L, S] scores):
 //   for each block of kAttentionKeyBlock keys (with causal, only keys some row of the block sees):
 //     pack the key block transposed, kt[d][jj] (so a row's scores vectorize across keys);
-//     for each query row: the block's scores sc[jj] (d outer, fmuladd in order of d), scaled
-//       and masked; the block max; p = exp(sc - c); z = z * a + sum(p); o = o * a + p V_blk.
+//     for each group of AttentionSpec::rows query rows: their scores as one vector of the
+//       block's keys per row, accumulated in registers over d (fmuladd in order of d); per
+//       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p); then
+//       o = o * a + p V_blk by 64-byte vectors of columns, V's vectors shared by the group.
 //   out = o / z (0 where z is 0: every key masked).
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
 #include "codegen/src/llvm_attention.h"
@@ -41,11 +43,12 @@ public:
     e_ = h_.eval(a_.e);
     ev_ = h_.eval(a_.ev);
     scale_ = h_.eval(a_.scale);
-    // scratch: kt (e x key block), sc (key block), o (query block x ev), m, z (query block)
+    // scratch (attention_scratch_bytes): kt (e x key block), sc (4 rows of a key block), o (query
+    // block x ev rounded up to width()), m, z (query block)
     kt_ = scratch;
     sc_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
-    o_ = gep(sc_, region(c64(kAttentionKeyBlock)));
-    m_ = gep(o_, region(mul(ev_, kAttentionQueryBlock)));
+    o_ = gep(sc_, region(c64(4 * kAttentionKeyBlock)));
+    m_ = gep(o_, region(mul(o_stride(), kAttentionQueryBlock)));
     z_ = gep(m_, region(c64(kAttentionQueryBlock)));
     Value* qblocks = ceil_div(l_, kAttentionQueryBlock);
     for_range(begin, end, [&](Value* t) {
@@ -94,13 +97,23 @@ private:
     });
   }
 
+  /// The vector of kAttentionKeyBlock scores of one row.
+  FixedVectorType* score_type() { return FixedVectorType::get(t_, static_cast<unsigned>(kAttentionKeyBlock)); }
+  /// Elements of a 64-byte vector: the width of o's column vectors (rows of o are padded to it).
+  int64_t width() const { return 64 / elem_; }
+  FixedVectorType* column_type() { return FixedVectorType::get(t_, static_cast<unsigned>(width())); }
+  /// Scratch vectors start at multiples of 64 bytes (the regions, rows and offsets are).
+  static Align vector_align(FixedVectorType*) { return Align(64); }
+  /// Elements of a row of o in scratch: ev rounded up to width().
+  Value* o_stride() { return mul(ceil_div(ev_, width()), width()); }
+
   void emit_task(Value* bh, Value* i0, Value* rows) {
     const double inf = std::numeric_limits<double>::infinity();
     for_range(c64(0), rows, [&](Value* r) {
       store(fc(-inf), gep(m_, r));
       store(fc(0), gep(z_, r));
-      Value* orow = gep(o_, mul(r, ev_));
-      for_range(c64(0), ev_, [&](Value* c) { store(fc(0), gep(orow, c)); });
+      Value* orow = gep(o_, mul(r, o_stride()));
+      for_range(c64(0), o_stride(), [&](Value* c) { store(fc(0), gep(orow, c)); });
     });
     // with causal, the keys after the block's last row are masked in every row: skipped (exactly:
     // a block of masked keys leaves m, z and o as they are)
@@ -109,16 +122,26 @@ private:
     for_range(c64(0), ceil_div(keys, kAttentionKeyBlock), [&](Value* kb) {
       Value* j0 = mul(kb, kAttentionKeyBlock);
       Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(keys, j0));
-      for_range(c64(0), jn, [&](Value* jj) { // kt[d][jj] = k[j0 + jj][d]
-        Value* krow = at(a_.k, mul(add(kbase, add(j0, jj)), e_));
-        for_range(c64(0), e_, [&](Value* d) { store(load(gep(krow, d)), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+      pack_keys(kbase, j0, jn);
+      // groups of a_.rows query rows; a short last group repeats the last row (its results unused)
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.group"), c64(0), rows, a_.rows, [&](Value* g) {
+        h_.push_scope();
+        std::vector<Value*> slot, row;
+        for (int64_t r = 0; r < a_.rows; ++r) {
+          slot.push_back(add(g, c64(r)));
+          row.push_back(add(i0, smin(add(g, c64(r)), b_.CreateSub(rows, c64(1)))));
+        }
+        scores(bh, row);
+        std::vector<Value*> alpha;
+        for (int64_t r = 0; r < a_.rows; ++r) alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn));
+        accumulate(slot, alpha, kbase, j0, jn);
+        h_.pop_scope();
       });
-      for_range(c64(0), rows, [&](Value* r) { emit_row(bh, add(i0, r), r, j0, jn, kbase); });
     });
     for_range(c64(0), rows, [&](Value* r) {
       Value* z = load(gep(z_, r));
       Value* empty = b_.CreateFCmpOEQ(z, fc(0));
-      Value* orow = gep(o_, mul(r, ev_));
+      Value* orow = gep(o_, mul(r, o_stride()));
       Value* out = at(a_.out, mul(add(mul(bh, l_), add(i0, r)), ev_));
       for_range(c64(0), ev_, [&](Value* c) {
         store(b_.CreateSelect(empty, fc(0), b_.CreateFDiv(load(gep(orow, c)), z)), gep(out, c));
@@ -126,25 +149,50 @@ private:
     });
   }
 
-  /// Query row i (row r of the task) against the keys [j0, j0 + jn).
-  void emit_row(Value* bh, Value* i, Value* r, Value* j0, Value* jn, Value* kbase) {
-    const double inf = std::numeric_limits<double>::infinity();
-    h_.set_loop_var(1, i);
-    for_range(c64(0), jn, [&](Value* jj) { store(fc(0), gep(sc_, jj)); });
-    Value* qrow = at(a_.q, mul(add(mul(bh, l_), i), e_));
-    for_range(c64(0), e_, [&](Value* d) {
-      Value* qd = load(gep(qrow, d));
-      Value* ktrow = gep(kt_, mul(d, kAttentionKeyBlock));
-      for_range(c64(0), jn, [&](Value* jj) {
-        Value* p = gep(sc_, jj);
-        store(emit_fmuladd(b_, qd, load(gep(ktrow, jj)), load(p)), p);
-      });
+  /// kt[d][jj] = k[j0 + jj][d] for jj < jn, 0 for jn <= jj < kAttentionKeyBlock.
+  void pack_keys(Value* kbase, Value* j0, Value* jn) {
+    for_range(c64(0), jn, [&](Value* jj) {
+      Value* krow = at(a_.k, mul(add(kbase, add(j0, jj)), e_));
+      for_range(c64(0), e_, [&](Value* d) { store(load(gep(krow, d)), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
     });
+    for_range(jn, c64(kAttentionKeyBlock), [&](Value* jj) {
+      for_range(c64(0), e_, [&](Value* d) { store(fc(0), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+    });
+  }
+
+  /// The block's raw scores of query rows `row` (q . k_j, fmuladd in order of d) into sc, row r
+  /// at sc + r * kAttentionKeyBlock: one vector accumulator per row, in registers over d.
+  void scores(Value* bh, const std::vector<Value*>& row) {
+    FixedVectorType* vt = score_type();
+    std::vector<AllocaInst*> acc;
+    std::vector<Value*> qrow;
+    for (size_t r = 0; r < row.size(); ++r) {
+      acc.push_back(h_.entry_alloca(vt, "a.acc"));
+      store(Constant::getNullValue(vt), acc.back());
+      qrow.push_back(at(a_.q, mul(add(mul(bh, l_), row[r]), e_)));
+    }
+    for_range(c64(0), e_, [&](Value* d) {
+      Value* kv = b_.CreateAlignedLoad(vt, gep(kt_, mul(d, kAttentionKeyBlock)), vector_align(vt));
+      for (size_t r = 0; r < row.size(); ++r) {
+        Value* qd = b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), load(gep(qrow[r], d)));
+        store(emit_fmuladd(b_, qd, kv, b_.CreateLoad(vt, acc[r])), acc[r]);
+      }
+    });
+    for (size_t r = 0; r < row.size(); ++r)
+      b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), vector_align(vt));
+  }
+
+  /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
+  /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o.
+  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn) {
+    const double inf = std::numeric_limits<double>::infinity();
+    h_.push_scope();
+    h_.set_loop_var(1, i);
     AllocaInst* mx = h_.entry_alloca(t_, "a.max");
-    Value* m_old = load(gep(m_, r));
+    Value* m_old = load(gep(m_, slot));
     store(m_old, mx);
     for_range(c64(0), jn, [&](Value* jj) {
-      Value* p = gep(sc_, jj);
+      Value* p = gep(sc, jj);
       Value* x = b_.CreateFMul(load(p), scale_);
       Value* j = add(j0, jj);
       if (a_.causal) x = b_.CreateSelect(b_.CreateICmpSGT(j, i), fc(-inf), x);
@@ -161,29 +209,51 @@ private:
     Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
     Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
     for_range(c64(0), jn, [&](Value* jj) {
-      Value* p = gep(sc_, jj);
+      Value* p = gep(sc, jj);
       store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
     });
     AllocaInst* sum = h_.entry_alloca(t_, "a.sum");
     store(fc(0), sum);
-    for_range(c64(0), jn, [&](Value* jj) { store(b_.CreateFAdd(b_.CreateLoad(t_, sum), load(gep(sc_, jj))), sum); });
-    Value* zp = gep(z_, r);
+    for_range(c64(0), jn, [&](Value* jj) { store(b_.CreateFAdd(b_.CreateLoad(t_, sum), load(gep(sc, jj))), sum); });
+    Value* zp = gep(z_, slot);
     store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), b_.CreateLoad(t_, sum)), zp);
-    store(m_new, gep(m_, r));
-    Value* orow = gep(o_, mul(r, ev_));
-    for_range(c64(0), ev_, [&](Value* col) {
-      Value* p = gep(orow, col);
-      store(b_.CreateFMul(load(p), alpha), p);
-    });
-    for_range(c64(0), jn, [&](Value* jj) {
-      Value* pj = load(gep(sc_, jj));
-      Value* vrow = at(a_.v, mul(add(kbase, add(j0, jj)), ev_));
-      for_range(c64(0), ev_, [&](Value* col) {
-        Value* p = gep(orow, col);
-        store(emit_fmuladd(b_, pj, load(gep(vrow, col)), load(p)), p);
-      });
-    });
+    store(m_new, gep(m_, slot));
     h_.set_loop_var(1, nullptr);
+    h_.pop_scope();
+    return alpha;
+  }
+
+  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by vectors of
+  /// width() columns (v's last vector of a row read with a mask), the group's rows together.
+  void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& alpha, Value* kbase, Value* j0, Value* jn) {
+    FixedVectorType* vt = column_type();
+    const auto w = static_cast<unsigned>(width());
+    std::vector<Constant*> lanes;
+    for (unsigned l = 0; l < w; ++l) lanes.push_back(b_.getInt64(l));
+    Value* lane = ConstantVector::get(lanes);
+    Value* stride = o_stride();
+    std::vector<AllocaInst*> acc;
+    for (size_t r = 0; r < slot.size(); ++r) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), ev_, width(), [&](Value* c0) {
+      h_.push_scope();
+      Value* inside = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(w, c0), lane), b_.CreateVectorSplat(w, ev_));
+      std::vector<Value*> op;
+      for (size_t r = 0; r < slot.size(); ++r) {
+        op.push_back(gep(o_, add(mul(slot[r], stride), c0)));
+        Value* o = b_.CreateAlignedLoad(vt, op[r], vector_align(vt));
+        store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r]);
+      }
+      for_range(c64(0), jn, [&](Value* jj) {
+        Value* vrow = at(a_.v, add(mul(add(kbase, add(j0, jj)), ev_), c0));
+        Value* vv = b_.CreateMaskedLoad(vt, vrow, Align(static_cast<uint64_t>(elem_)), inside, Constant::getNullValue(vt));
+        for (size_t r = 0; r < slot.size(); ++r) {
+          Value* p = b_.CreateVectorSplat(w, load(gep(sc_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
+          store(emit_fmuladd(b_, p, vv, b_.CreateLoad(vt, acc[r])), acc[r]);
+        }
+      });
+      for (size_t r = 0; r < slot.size(); ++r) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), op[r], vector_align(vt));
+      h_.pop_scope();
+    });
   }
 };
 
