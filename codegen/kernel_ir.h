@@ -171,7 +171,8 @@ constexpr int64_t kAttentionQueryBlock = 32;
 ///   (a float one), the mask evaluated at LoopVar(0) = b, LoopVar(1) = i, ReduceVar(0) = j;
 /// the keys in blocks of kAttentionKeyBlock, in order, with a running max m (from -inf), sum z
 /// (from 0) and output row o (from 0): per block, m' = max(m, the block's s_j in order), c = m'
-/// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (sum of p_j in order),
+/// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (the sum of the block's
+/// p_j in sum_lanes() order over kAttentionKeyBlock terms, 0 for the keys past s),
 /// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j); m = m'. Finally
 /// out[b, i, :] = o / z, or 0 where z is 0 (every key masked). Buffers q, k, v and out are
 /// contiguous [bh, l, e], [bh, s, e], [bh, s, ev] and [bh, l, ev].

@@ -191,10 +191,12 @@ private:
     AllocaInst* mx = h_.entry_alloca(t_, "a.max");
     Value* m_old = load(gep(m_, slot));
     store(m_old, mx);
-    for_range(c64(0), jn, [&](Value* jj) {
+    // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
+    Value* block = c64(kAttentionKeyBlock);
+    for_range(c64(0), block, [&](Value* jj) {
       Value* p = gep(sc, jj);
       Value* x = b_.CreateFMul(load(p), scale_);
-      Value* j = add(j0, jj);
+      Value* j = add(j0, smin(jj, b_.CreateSub(jn, c64(1)))); // a key inside k (the mask is read there)
       if (a_.causal) x = b_.CreateSelect(b_.CreateICmpSGT(j, i), fc(-inf), x);
       if (a_.mask) {
         h_.set_reduce_var(j);
@@ -202,25 +204,43 @@ private:
         h_.set_reduce_var(nullptr);
         x = a_.mask->dtype == DType::Bool ? b_.CreateSelect(mv, x, fc(-inf)) : b_.CreateFAdd(x, mv);
       }
+      x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
       store(x, p);
       store(b_.CreateBinaryIntrinsic(Intrinsic::maximum, b_.CreateLoad(t_, mx), x), mx);
     });
     Value* m_new = b_.CreateLoad(t_, mx);
     Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
     Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
-    for_range(c64(0), jn, [&](Value* jj) {
+    for_range(c64(0), block, [&](Value* jj) {
       Value* p = gep(sc, jj);
       store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
     });
-    AllocaInst* sum = h_.entry_alloca(t_, "a.sum");
-    store(fc(0), sum);
-    for_range(c64(0), jn, [&](Value* jj) { store(b_.CreateFAdd(b_.CreateLoad(t_, sum), load(gep(sc, jj))), sum); });
+    Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
     Value* zp = gep(z_, slot);
-    store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), b_.CreateLoad(t_, sum)), zp);
+    store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
     store(m_new, gep(m_, slot));
     h_.set_loop_var(1, nullptr);
     h_.pop_scope();
     return alpha;
+  }
+
+  /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
+  /// adds the keys jj = l (mod lanes) in order from 0, then lane l += lane l + h for h = lanes / 2, ..., 1.
+  Value* lane_sum(Value* p) {
+    const int64_t lanes = sum_lanes(a_.dtype);
+    auto* vt = FixedVectorType::get(t_, static_cast<unsigned>(lanes));
+    Value* acc = Constant::getNullValue(vt);
+    for (int64_t c = 0; c < kAttentionKeyBlock; c += lanes) {
+      std::vector<int> part;
+      for (int64_t l = 0; l < lanes; ++l) part.push_back(static_cast<int>(c + l));
+      acc = b_.CreateFAdd(acc, b_.CreateShuffleVector(p, part));
+    }
+    for (int64_t h = lanes / 2; h >= 1; h /= 2) {
+      std::vector<int> upper;
+      for (int64_t l = 0; l < lanes; ++l) upper.push_back(static_cast<int>(l < h ? l + h : l));
+      acc = b_.CreateFAdd(acc, b_.CreateShuffleVector(acc, upper));
+    }
+    return b_.CreateExtractElement(acc, uint64_t{0});
   }
 
   /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by vectors of
