@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the text IR parser, the safetensors loader and the IDX reader with libFuzzer
+# Fuzzes the graph text IR parser, the kernel IR text parser, the safetensors loader and the IDX reader with libFuzzer
 # (clang-19, ASan + UBSan, the libraries instrumented with -fsanitize=fuzzer-no-link),
 # in its own build directory build-fuzz. Malformed input must always be a kiln::Error:
 # any crash, sanitizer report, abort, leak, timeout (> 10 s per input) or out-of-memory
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"text safetensors idx"}
+targets=${FUZZ_TARGETS:-"text safetensors idx kernel"}
 jobs=${FUZZ_JOBS:-1}
 if ! command -v clang++-19 >/dev/null; then
   echo "fuzz.sh: clang++-19 is missing (apt-get install clang-19 libclang-rt-19-dev)" >&2

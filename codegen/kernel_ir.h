@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "graph/node.h"
@@ -263,6 +264,11 @@ bool is_const(const ExprRef& e, int64_t v);
 
 /// The kernel's text form (stable: it is hashed into the kernel's name).
 std::string print_kernel(const Kernel& k);
+/// The kernel that print_kernel printed as `text` (its name, buffers, domain, GEMM form, reductions,
+/// map and stores; print_kernel of the result gives `text` back). A kernel without a `gemm` line
+/// comes back unplanned (KernelForm::Elementwise): plan it for a target with set_form(plan_form())
+/// before emitting it. Malformed or ill-typed text is a kiln::Error naming the line.
+Kernel parse_kernel(std::string_view text);
 /// What the kernel computes, from its form and ops, for its name: "gemm_add_relu_f32",
 /// "softmax_f32", "sum_mul_f64", "copy_i64"; at most 5 words then "_etc", and its output's dtype.
 std::string describe_kernel(const Kernel& k);

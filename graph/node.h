@@ -20,7 +20,7 @@ namespace kiln::graph {
 
 /// Every primitive op, from ops.def.
 enum class OpKind : uint8_t {
-#define KILN_OP(e, name, arity, cat) e,
+#define KILN_OP(e, name, arity, cat, types) e,
 #include "graph/ops.def"
 #undef KILN_OP
 };
@@ -28,17 +28,26 @@ enum class OpKind : uint8_t {
 /// The families of ops, which decide how they are lowered and differentiated.
 enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Contraction, Attention };
 
+/// An op's dtype rule (the Types column of ops.def).
+enum class OpTypes : uint8_t {
+  Any,   ///< any dtype its category allows
+  Float, ///< float-only: operands and result are floating
+  Bool,  ///< a predicate: the result is bool
+};
+
 /// The op's text name ("add").
 std::string_view op_name(OpKind op);
 /// The op's arity (-1: variadic).
 int op_arity(OpKind op);
 /// The op's category.
 OpCategory op_category(OpKind op);
+/// The op's dtype rule.
+OpTypes op_types(OpKind op);
 /// Looks an op up by its text name; false when unknown.
 bool op_from_name(std::string_view name, OpKind& out);
 /// Number of ops in the table.
 constexpr int kNumOps = 0
-#define KILN_OP(e, name, arity, cat) +1
+#define KILN_OP(e, name, arity, cat, types) +1
 #include "graph/ops.def"
 #undef KILN_OP
     ;

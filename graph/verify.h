@@ -15,9 +15,9 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
 /// Checks every node reachable from `roots`; returns "" or the first problem, naming the node.
 std::string verify(const std::vector<NodeRef>& roots);
 
-/// True for the unary ops defined on floating point only (exp, log, ...).
+/// True for the ops defined on floating point only (exp, log, div, ...): ops.def's Types column is Float.
 bool is_float_only(OpKind op);
-/// True for comparisons and logical ops, whose result is bool.
+/// True for comparisons and logical ops, whose result is bool: ops.def's Types column is Bool.
 bool returns_bool(OpKind op);
 
 } // namespace kiln::graph

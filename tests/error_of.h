@@ -1,9 +1,13 @@
 #pragma once
 /// \file error_of.h
-/// A test helper: the message of the kiln::Error a call throws.
+/// Test helpers: the message of the kiln::Error a call throws, and the check that a call fails
+/// with an error naming the op, the user's line and what went wrong.
 
 #include <functional>
 #include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kiln/error.h"
 
@@ -17,6 +21,27 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+/// Runs f, which must throw kiln::Error for `op`: the message starts with "op: ", holds each of
+/// `parts`, and names `file`:`line` (the user's line of the failing call).
+inline void expect_error_at(const std::function<void()>& f, const std::string& file, int line, const std::string& op,
+                            const std::vector<std::string>& parts = {}) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.op(), op) << msg;
+    EXPECT_EQ(msg.rfind(op + ": ", 0), 0u) << "the message starts with the op: " << msg;
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    const std::string where = file + ":" + std::to_string(line);
+    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << op << ": nothing was thrown";
 }
 
 } // namespace kiln::test

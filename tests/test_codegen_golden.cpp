@@ -8,6 +8,10 @@
 //
 // A line "# options: fusion=off fuel=N target=cuda" sets the ScheduleOptions; the
 // default target is an AVX-512 CPU (the golden files do not depend on the host).
+//
+// The kernel IR's text also reads back (parse_kernel): every kernel of every case prints,
+// parses and prints the same text, plans the same form and emits the same CUDA; and a
+// kernel written as text by hand compiles and runs (IR in, results out).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cuda_emitter.h"
+#include "codegen/form.h"
 #include "codegen/kernel_ir.h"
+#include "codegen/llvm_jit.h"
 #include "codegen/lower.h"
 #include "graph/text.h"
 #include "kiln/error.h"
@@ -54,12 +61,25 @@ codegen::ScheduleOptions options_of(const std::string& text) {
   return o;
 }
 
+/// A graph (its roots keep its nodes, which the decisions name, alive) and its schedule.
+struct Scheduled {
+  std::vector<graph::NodeRef> roots;
+  codegen::Schedule schedule;
+};
+
+/// The schedule of the graph text.
+Scheduled schedule_of(const std::string& graph_text) {
+  Scheduled s{graph::parse_graph(graph_text), {}};
+  std::vector<const graph::Node*> outputs;
+  for (const graph::NodeRef& r : s.roots) outputs.push_back(r.get());
+  s.schedule = codegen::schedule(outputs, options_of(graph_text));
+  return s;
+}
+
 /// The schedule of the graph text, as the golden files hold it.
 std::string schedule_text(const std::string& graph_text) {
-  const std::vector<graph::NodeRef> roots = graph::parse_graph(graph_text);
-  std::vector<const graph::Node*> outputs;
-  for (const graph::NodeRef& r : roots) outputs.push_back(r.get());
-  const codegen::Schedule s = codegen::schedule(outputs, options_of(graph_text));
+  const Scheduled scheduled = schedule_of(graph_text);
+  const codegen::Schedule& s = scheduled.schedule;
   std::string out = "decisions:\n";
   for (const codegen::FusionDecision& d : s.decisions) out += "  " + d.text() + "\n";
   for (size_t k = 0; k < s.launches.size(); ++k) {
@@ -96,6 +116,24 @@ TEST_P(CodegenGolden, ScheduleMatches) {
   EXPECT_EQ(read(expected), text) << expected << " differs; if the change is intended, run with KILN_UPDATE_GOLDEN=1";
 }
 
+// Each kernel's text parses back to a kernel that prints the same text, plans the same form
+// for the case's target, gets the same name, and emits the same CUDA source.
+TEST_P(CodegenGolden, KernelTextParsesBack) {
+  const std::string graph_text = read(kDir / (GetParam() + ".graph"));
+  const codegen::ScheduleOptions options = options_of(graph_text);
+  const Scheduled s = schedule_of(graph_text);
+  for (const codegen::KernelLaunch& l : s.schedule.launches) {
+    const std::string text = codegen::print_kernel(l.kernel);
+    codegen::Kernel k = codegen::parse_kernel(text);
+    EXPECT_EQ(codegen::print_kernel(k), text);
+    if (!k.gemm) codegen::set_form(k, codegen::plan_form(k, l.params, options.target));
+    EXPECT_EQ(k.form, l.kernel.form) << text;
+    codegen::finalize(k);
+    EXPECT_EQ(k.name, l.kernel.name) << text;
+    if (options.target.kind == codegen::Target::Kind::CUDA) EXPECT_EQ(codegen::emit_cuda(k), codegen::emit_cuda(l.kernel));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CodegenGolden, ::testing::ValuesIn(case_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
@@ -110,6 +148,82 @@ TEST(CodegenGoldenSuite, CoversEveryForm) {
 // A malformed case is a parse error naming the line, not a crash.
 TEST(CodegenGoldenSuite, MalformedGraphTextIsAnError) {
   EXPECT_THROW(schedule_text("%0 = input f32[4] i0=1\n%1 = exp f32[4] (%7)\nreturn %1\n"), kiln::Error);
+}
+
+// IR in, results out: a row kernel written as text (each row minus its maximum) is parsed,
+// planned for this host, compiled and run.
+TEST(KernelText, AHandWrittenKernelRuns) {
+  codegen::Kernel k = codegen::parse_kernel(R"(kernel k_row_minus_max(b0: f32, out b1: f32; params 2)
+  domain [p0]
+  reduce red0 = max over [p1]:
+    v0: i64 = mul(i0, p1)
+    v1: i64 = add(v0, r0)
+    v2: f32 = load b0(v1)
+    yield v2
+  map [p1]:
+    v3: i64 = add(v0, m0)
+    v4: f32 = load b0(v3)
+    v5: f32 = sub(v4, red0)
+    store b1[v3] = v5
+)");
+  const int64_t rows = 3, cols = 37;
+  const std::vector<int64_t> params{rows, cols};
+  codegen::set_form(k, codegen::plan_form(k, params, codegen::host_cpu_target()));
+  EXPECT_EQ(k.form, codegen::KernelForm::Row);
+  codegen::finalize(k);
+  std::vector<float> x(rows * cols), y(rows * cols, -1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 101) - 50.0f;
+  const std::vector<void*> bufs{x.data(), y.data()};
+  codegen::LlvmJit::instance().compile(k)(0, rows, bufs.data(), params.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float m = *std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(y[r * cols + c], x[r * cols + c] - m) << r << "," << c;
+  }
+}
+
+/// The message of the parse error of `text`.
+std::string parse_error(const std::string& text) {
+  try {
+    (void)codegen::parse_kernel(text);
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Malformed and ill-typed kernel text is an error naming the line and the problem.
+TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
+  const std::string head = "kernel k(b0: f32, out b1: f32; params 1)\n  domain [p0]\n";
+  std::vector<std::pair<std::string, std::string>> cases{
+      {"", "no 'kernel NAME(...)' line"},
+      {"kernel k(b0: f32; params 1)\n", "no 'domain [...]' line"},
+      {head + "    store b1[i0] = v9\n", "line 3: v9 is not defined"},
+      {head + "    store b0[i0] = 1:f32\n", "line 3: store to b0, which is not an output buffer"},
+      {head + "    v0: f32 = load b0(i0)\n    store b1[i0] = v0\n    v0: f32 = neg(v0)\n", "line 5: v0 is defined twice"},
+      {head + "    v0: f32 = neg(v0)\n    store b1[i0] = v0\n", "line 3: v0 depends on itself"},
+      {head + "    v0: f32 = load b0(i0)\n    v1: f32 = add(v0, 1:i64)\n    store b1[i0] = v1\n",
+       "line 4: add: operands of its result's dtype"},
+      {head + "    v0: f32 = frobnicate(i0)\n    store b1[i0] = v0\n", "line 3: unknown op 'frobnicate'"},
+      {head + "    v0: f32 = load b0(i0)\n    store b1[i0] = v0\n  reduce red0 = sum over [p0]:\n",
+       "reduction without a 'yield'"},
+      {head + "  wibble\n", "line 3: unexpected 'wibble'"},
+      {head + "  reduce red0 = sum over [p0]:\n    v0: f32 = neg(red0)\n    yield v0\n    store b1[i0] = red0\n",
+       "line 4: red0 is used before it is computed"},
+  };
+  const std::string att = "kernel k(b0: f32, b1: f32, b2: f32, out b3: f32; params 4)\n  domain []\n";
+  const std::string sizes = "  sizes [bh, l, s, e, ev] = [1:i64, p0, p1, p2, p3] scale 0.5:f32\n";
+  cases.insert(cases.end(), {
+      {att + "  attention q b0 k b1 v b2 rows 1\n" + sizes, "line 3: attention: needs q, k, v and out buffers"},
+      {att + "  attention q b0 k b1 v b2 out b0 rows 1\n" + sizes, "line 3: attention: 'out' is not an output buffer"},
+      {att + "  attention q b0 k b1 v b2 out b3 rows 1\n", "line 3: attention without a 'sizes' line"},
+      {att + "  attention q b0 k b1 v b2 out b3 rows 1\n" + sizes + "  mask 1:i64\n",
+       "line 5: attention: the mask is bool or of the output's dtype"},
+  });
+  for (const auto& [text, want] : cases) {
+    const std::string msg = parse_error(text);
+    EXPECT_EQ(msg.rfind("parse_kernel: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(want), std::string::npos) << "want '" << want << "' in: " << msg;
+  }
 }
 
 } // namespace

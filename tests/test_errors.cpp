@@ -10,29 +10,15 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "error_of.h"
 
 namespace kiln {
 namespace {
 
-/// Runs `f`, which must throw kiln::Error for `op`; the message must contain each
-/// of `parts` and this file's name with `line` (the line of the failing call).
+/// Runs `f`, which must throw kiln::Error for `op` holding each of `parts` and naming `line` of this file.
 void expect_error(const std::function<void()>& f, int line, const std::string& op,
                   const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.op(), op) << msg;
-    EXPECT_EQ(msg.rfind(op + ": ", 0), 0u) << "the message starts with the op: " << msg;
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-    const std::string where = "test_errors.cpp:" + std::to_string(line);
-    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-kiln exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << op << ": nothing was thrown";
+  test::expect_error_at(f, "test_errors.cpp", line, op, parts);
 }
 
 Tensor f32(IntList s) { return zeros(std::move(s), kFloat32); }

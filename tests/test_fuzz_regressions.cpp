@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "codegen/kernel_ir.h"
 #include "graph/interpret.h"
 #include "graph/text.h"
 #include "graph/verify.h"
@@ -37,6 +38,11 @@ namespace fuzz_safetensors {
 #define LLVMFuzzerTestOneInput fuzz_idx_one
 namespace fuzz_idx {
 #include "fuzz/fuzz_idx.cpp"
+}
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_kernel_one
+namespace fuzz_kernel {
+#include "fuzz/fuzz_kernel.cpp"
 }
 #undef LLVMFuzzerTestOneInput
 
@@ -62,6 +68,7 @@ int replay(const std::string& name, Target target) {
 TEST(FuzzCorpus, Text) { EXPECT_GE(replay("text", fuzz_text::fuzz_text_one), 2); }
 TEST(FuzzCorpus, Safetensors) { EXPECT_GE(replay("safetensors", fuzz_safetensors::fuzz_safetensors_one), 2); }
 TEST(FuzzCorpus, Idx) { EXPECT_GE(replay("idx", fuzz_idx::fuzz_idx_one), 2); }
+TEST(FuzzCorpus, KernelText) { EXPECT_GE(replay("kernel", fuzz_kernel::fuzz_kernel_one), 5); }
 
 TEST(FuzzCorpus, SeedsAreValid) {
   // The checked-in seeds parse and load, so the fuzzers start from the interesting side.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "error_of.h"
 
 namespace kiln {
 namespace {
@@ -27,16 +28,7 @@ constexpr i128 kCap = i128{1} << 48;
 
 /// Runs `f`, which must throw kiln::Error for `op` naming this file's `line`.
 void expect_error(const std::function<void()>& f, int line, const std::string& op) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.op(), op) << msg;
-    const std::string where = "test_shape_limits.cpp:" + std::to_string(line);
-    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << op << ": nothing was thrown";
+  test::expect_error_at(f, "test_shape_limits.cpp", line, op);
 }
 
 // ---------------------------------------------------------------- the cases of the issue

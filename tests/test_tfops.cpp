@@ -23,6 +23,7 @@
 #include "kiln/options.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "error_of.h"
 
 namespace kiln {
 namespace {
@@ -59,17 +60,7 @@ void expect_same(const std::vector<double>& got, const std::vector<double>& want
 
 // Runs f, which must throw kiln::Error for `op` whose message holds each of `parts` and this file's `line`.
 void expect_error(const std::function<void()>& f, int line, const std::string& op, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.op(), op) << msg;
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-    const std::string where = "test_tfops.cpp:" + std::to_string(line);
-    EXPECT_NE(msg.find(where), std::string::npos) << "missing '" << where << "' in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << op << ": nothing was thrown";
+  test::expect_error_at(f, "test_tfops.cpp", line, op, parts);
 }
 
 // ---------------------------------------------------------------- pieces and joins

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "graph/build.h"
+#include "graph/op_cases.h"
 #include "kiln/error.h"
 
 namespace kiln::autograd {
@@ -98,10 +99,9 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
   case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr: case OpKind::CheckIndex:
     missing_rule(y, "derivative"); // bool and integer results: the walks never ask
-  case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
-  case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
-  case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-  case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul: case OpKind::Attention:
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_ELEMENTWISE_##cat(case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
     break;
   }
   KILN_ASSERT(false, "times_partial of a non-elementwise op");
@@ -289,17 +289,13 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   switch (y->op) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     return {}; // leaves have no operands
-  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
-  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
-  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
+  // every elementwise op (graph/op_cases.h); times_partial refuses bool and integer results
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_ELEMENTWISE_##cat(case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
     return elementwise_vjp(y, g);
-  case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
-  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Argmax: case OpKind::Argmin: case OpKind::CheckIndex:
-    break; // bool and i64 results carry no gradient: the walk never sends an adjoint here
+  case OpKind::Argmax: case OpKind::Argmin:
+    break; // i64 results carry no gradient: the walk never sends an adjoint here
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_vjp(y, g);
   case OpKind::Reshape: return {b::reshape(g, y->inputs[0]->shape)};
   case OpKind::Permute: return {b::permute(g, inverse_permutation(y->attrs.ints))};
@@ -323,17 +319,13 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   switch (y->op) {
   case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
     return nullptr; // leaves have no operands
-  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-  case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf:
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
-  case OpKind::Relu: case OpKind::Reciprocal: case OpKind::Cast: case OpKind::Detach:
-  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-  case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where:
+  // every elementwise op (graph/op_cases.h); times_partial refuses bool and integer results
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_ELEMENTWISE_##cat(case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
     return elementwise_jvp(y, t);
-  case OpKind::LogicalNot: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le:
-  case OpKind::Gt: case OpKind::Ge: case OpKind::LogicalAnd: case OpKind::LogicalOr:
-  case OpKind::Argmax: case OpKind::Argmin: case OpKind::CheckIndex:
-    break; // bool and i64 results carry no tangent: the walk never asks
+  case OpKind::Argmax: case OpKind::Argmin:
+    break; // i64 results carry no tangent: the walk never asks
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_jvp(y, t[0]);
   case OpKind::Reshape: return b::reshape(t[0], y->shape);
   case OpKind::Permute: return b::permute(t[0], a);

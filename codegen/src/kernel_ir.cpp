@@ -257,7 +257,9 @@ public:
       s = head(*e) + "(";
       for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];
       s += ")";
-      const std::string id = "v" + std::to_string(ids_.size());
+      // lets are numbered densely, whether or not the atoms they use are shared objects: the
+      // text says nothing of the atoms' identity, so parse_kernel gives the same numbers back
+      const std::string id = "v" + std::to_string(lets_++);
       out += "    " + id + ": " + std::string(dtype_name(e->dtype)) + " = " + s + "\n";
       s = id;
     }
@@ -267,6 +269,7 @@ public:
 
 private:
   std::unordered_map<const Expr*, std::string> ids_;
+  int lets_ = 0;
 
   static std::string inline_form(const ExprRef& e) {
     switch (e->kind) {

@@ -18,10 +18,11 @@ struct OpInfo {
   std::string_view name;
   int arity;
   OpCategory category;
+  OpTypes types;
 };
 
 constexpr OpInfo kOpTable[] = {
-#define KILN_OP(e, name, arity, cat) {name, arity, OpCategory::cat},
+#define KILN_OP(e, name, arity, cat, types) {name, arity, OpCategory::cat, OpTypes::types},
 #include "graph/ops.def"
 #undef KILN_OP
 };
@@ -110,6 +111,8 @@ SourceLine current_source_line() { return current_line; }
 std::string_view op_name(OpKind op) { return kOpTable[static_cast<int>(op)].name; }
 int op_arity(OpKind op) { return kOpTable[static_cast<int>(op)].arity; }
 OpCategory op_category(OpKind op) { return kOpTable[static_cast<int>(op)].category; }
+
+OpTypes op_types(OpKind op) { return kOpTable[static_cast<int>(op)].types; }
 
 bool op_from_name(std::string_view name, OpKind& out) {
   for (int i = 0; i < kNumOps; ++i)

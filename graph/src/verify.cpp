@@ -5,25 +5,9 @@
 
 namespace kiln::graph {
 
-bool is_float_only(OpKind op) {
-  switch (op) {
-  case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Sin:
-  case OpKind::Cos: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Reciprocal: case OpKind::Div:
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
-  case OpKind::Rand: case OpKind::Randn:
-    return true;
-  default: return false; // the remaining ops accept integers too
-  }
-}
+bool is_float_only(OpKind op) { return op_types(op) == OpTypes::Float; }
 
-bool returns_bool(OpKind op) {
-  switch (op) {
-  case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge:
-  case OpKind::LogicalAnd: case OpKind::LogicalOr: case OpKind::LogicalNot:
-    return true;
-  default: return false; // arithmetic keeps its operands' dtype
-  }
-}
+bool returns_bool(OpKind op) { return op_types(op) == OpTypes::Bool; }
 
 namespace {
 
