@@ -3,10 +3,26 @@
 // dropout) with AdamW, at batch 16 x 64 tokens, d_model 128, 4 heads; the loss is the mean square
 // of the output. Fused against unfused (KILN_FUSION=0's one kernel per op), on 1 and 2 threads:
 // the ratio of the fused and unfused times of one run is the figure.
+//
+// Attention/<T>/{fused,unfused,hand_loop}/{forward,backward}: scaled_dot_product_attention at batch
+// 4, 8 heads, head dim 64, T queries and keys, f32: the fused attention kernel (fusion on), the
+// composite of primitives (KILN_FUSION=0's kernels, writing the [T, T] scores), and a plain C++
+// loop of the fused kernel's math built with this file's flags (per row: scores, online softmax
+// in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
+// "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
+// gradient flowing, scaled_dot_product_attention keeps the composite (there is no fused backward
+// kernel yet), so .../fused/backward is the composite with fusion on, not the attention kernel.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bench/common.h"
 #include "codegen/llvm_jit.h"
 #include "kiln/kiln.h"
 
@@ -53,5 +69,127 @@ BENCHMARK(TransformerBlockStep)
     ->Args({2, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kAttnBatch = 4, kAttnHeads = 8, kAttnDim = 64;
+
+// What an Attention/... case runs.
+enum AttnMode : int64_t { kFused = 0, kUnfused = 1, kHandLoop = 2 };
+
+// The hand loop's forward of one [T, d] head: out = softmax(q k^T * scale) v, per row with an
+// online softmax over blocks of 64 keys; lse (per row) for the backward.
+void hand_attention_head(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T, int64_t d,
+                         float scale) {
+  std::vector<float> s(64), o(static_cast<size_t>(d));
+  for (int64_t i = 0; i < T; ++i) {
+    float m = -std::numeric_limits<float>::infinity(), z = 0;
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (int64_t j0 = 0; j0 < T; j0 += 64) {
+      const int64_t jn = std::min<int64_t>(64, T - j0);
+      float mb = m;
+      for (int64_t jj = 0; jj < jn; ++jj) {
+        float acc = 0;
+        for (int64_t x = 0; x < d; ++x) acc += q[i * d + x] * k[(j0 + jj) * d + x];
+        s[jj] = acc * scale;
+        mb = std::max(mb, s[jj]);
+      }
+      const float a = std::exp(m - mb);
+      float sum = 0;
+      for (int64_t jj = 0; jj < jn; ++jj) sum += s[jj] = std::exp(s[jj] - mb);
+      z = z * a + sum;
+      m = mb;
+      for (int64_t c = 0; c < d; ++c) o[c] *= a;
+      for (int64_t jj = 0; jj < jn; ++jj)
+        for (int64_t c = 0; c < d; ++c) o[c] += s[jj] * v[(j0 + jj) * d + c];
+    }
+    for (int64_t c = 0; c < d; ++c) out[i * d + c] = o[c] / z;
+    lse[i] = m + std::log(z);
+  }
+}
+
+// The hand loop's backward of one head (FlashAttention's, one row at a time): P recomputed from
+// lse; dv += P^T g, dS = P (g v^T - rowsum(g * out)), dq = dS k scale, dk += dS^T q scale.
+void hand_attention_head_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                                  const float* g, float* dq, float* dk, float* dv, int64_t T, int64_t d, float scale) {
+  std::fill(dk, dk + T * d, 0.0f);
+  std::fill(dv, dv + T * d, 0.0f);
+  for (int64_t i = 0; i < T; ++i) {
+    float D = 0;
+    for (int64_t c = 0; c < d; ++c) D += g[i * d + c] * out[i * d + c];
+    for (int64_t c = 0; c < d; ++c) dq[i * d + c] = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      float acc = 0, dp = 0;
+      for (int64_t x = 0; x < d; ++x) acc += q[i * d + x] * k[j * d + x];
+      const float p = std::exp(acc * scale - lse[i]);
+      for (int64_t c = 0; c < d; ++c) dp += g[i * d + c] * v[j * d + c];
+      for (int64_t c = 0; c < d; ++c) dv[j * d + c] += p * g[i * d + c];
+      const float ds = p * (dp - D) * scale;
+      for (int64_t x = 0; x < d; ++x) dq[i * d + x] += ds * k[j * d + x];
+      for (int64_t x = 0; x < d; ++x) dk[j * d + x] += ds * q[i * d + x];
+    }
+  }
+}
+
+void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool backward) {
+  const int threads = static_cast<int>(state.range(0));
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+  const IntList shape{kAttnBatch, kAttnHeads, T, kAttnDim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kAttnDim));
+  if (mode == kHandLoop) {
+    const int64_t heads = kAttnBatch * kAttnHeads, n = T * kAttnDim;
+    std::vector<float> q = randn(shape, 1).to_vector<float>(), k = randn(shape, 2).to_vector<float>(),
+                       v = randn(shape, 3).to_vector<float>(), g = randn(shape, 4).to_vector<float>();
+    std::vector<float> out(q.size()), lse(static_cast<size_t>(heads * T)), dq(q.size()), dk(q.size()), dv(q.size());
+    for (auto _ : state) {
+      bench::split(threads, heads, [&](int64_t lo, int64_t hi) {
+        for (int64_t h = lo; h < hi; ++h) {
+          hand_attention_head(&q[h * n], &k[h * n], &v[h * n], &out[h * n], &lse[h * T], T, kAttnDim, scale);
+          if (backward)
+            hand_attention_head_backward(&q[h * n], &k[h * n], &v[h * n], &out[h * n], &lse[h * T], &g[h * n], &dq[h * n],
+                                         &dk[h * n], &dv[h * n], T, kAttnDim, scale);
+        }
+      });
+      benchmark::DoNotOptimize(out.data());
+      benchmark::DoNotOptimize(dq.data());
+    }
+  } else {
+    const bool saved = options().fusion;
+    options().fusion = mode == kFused;
+    {
+      Tensor q = randn(shape, 1).realize(), k = randn(shape, 2).realize(), v = randn(shape, 3).realize(),
+             g = randn(shape, 4).realize();
+      CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+        if (!backward) return std::vector<Tensor>{nn::functional::scaled_dot_product_attention(x[0], x[1], x[2])};
+        const Tensor out = nn::functional::scaled_dot_product_attention(x[0], x[1], x[2]);
+        return grad({(out * x[3]).sum()}, {x[0], x[1], x[2]});
+      });
+      const std::vector<Tensor> in{q.requires_grad_(backward), k.requires_grad_(backward), v.requires_grad_(backward), g};
+      step(in);
+      codegen::LlvmJit::instance().wait_background(); // the optimized tier's code is in
+      for (auto _ : state) realize(step(in));
+      state.counters["kernels"] = static_cast<double>(step.num_kernels());
+    }
+    options().fusion = saved;
+  }
+  // the forward's two products; the backward's four more (and the recomputed scores: 5 in all)
+  const double flops = 4.0 * kAttnBatch * kAttnHeads * static_cast<double>(T * T) * kAttnDim;
+  bench::gflops(state, backward ? 3.5 * flops : flops);
+}
+
+// Attention/<T>/<fused|unfused|hand_loop>/<forward|backward>/threads:<1|2>
+const bool kAttentionRegistered = [] {
+  const char* modes[] = {"fused", "unfused", "hand_loop"};
+  for (int64_t T : {256, 1024})
+    for (bool backward : {false, true})
+      for (AttnMode mode : {kFused, kUnfused, kHandLoop}) {
+        const std::string name = "Attention/" + std::to_string(T) + "/" + modes[mode] + (backward ? "/backward" : "/forward");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { attention_case(s, T, mode, backward); })
+            ->ArgNames({"threads"})
+            ->Arg(1)
+            ->Arg(2)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+  return true;
+}();
 
 } // namespace

@@ -22,7 +22,8 @@ constexpr int kCudaRowThreads = 16;
 struct FormPlan {
   KernelForm form = KernelForm::Elementwise; ///< the form
   std::optional<GemmTiling> gemm;            ///< the GEMM form's layout (form Gemm only; CPU tiling on a CPU target)
-  int64_t gemm_tasks = 0;                    ///< CPU GEMM form: output blocks run as tasks (KernelLaunch::gemm_tasks)
+  int64_t gemm_tasks = 0;                    ///< CPU GEMM or attention form: its tasks (KernelLaunch::gemm_tasks)
+  int64_t attention_rows = 0;                ///< attention form: AttentionSpec::rows
 };
 
 /// The form of the lowered kernel `k` on target `t`; `params` are the values of k's
@@ -34,6 +35,10 @@ struct FormPlan {
 ///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of
 ///     a float product over one k extent, no map, `a` reading no column var and `b` no row
 ///     var), without a CPU tiling; otherwise Reduction;
+///   * Attention: an attention kernel (Kernel::attention), on the CPU only (an internal error
+///     on CUDA: the frontend builds attention nodes for the CPU only), with one task per batch
+///     point and block of kAttentionQueryBlock query rows, and as many query rows in registers
+///     (AttentionSpec::rows) as half the target's vector registers hold scores of a key block;
 ///   * Row: reductions and a map; on CUDA also reductions with a float sum in sum_lanes
 ///     order (see Reduction), when every sum's lanes fit a row's kCudaRowThreads threads;
 ///   * Reduction: other kernels with reductions;
@@ -41,7 +46,7 @@ struct FormPlan {
 /// The form never changes a result (see KernelForm).
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t);
 
-/// Records `plan` in `k` (its form and GEMM layout); call before finalize(), since the GEMM
+/// Records `plan` in `k` (its form, GEMM layout and attention rows); call before finalize(), since the GEMM
 /// layout is part of the kernel's text.
 void set_form(Kernel& k, const FormPlan& plan);
 

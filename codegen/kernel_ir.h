@@ -118,9 +118,10 @@ enum class KernelForm : uint8_t {
   Gemm,        ///< the GEMM form of a matmul kernel (Kernel::gemm): packed panels (CPU) or a shared-memory tiled GEMM (CUDA)
   Scan,        ///< a kernel with a ScanLoop (Kernel::scan): sequential along one axis per domain point (a "column");
                ///< CPU: blocks of consecutive columns, steps outermost; CUDA: a thread per column
+  Attention,   ///< an attention kernel (Kernel::attention): per query block, key blocks with an online softmax (CPU only)
 };
 
-/// The form's name ("elementwise", "reduction", "row", "gemm", "scan").
+/// The form's name ("elementwise", "reduction", "row", "gemm", "scan", "attention").
 const char* form_name(KernelForm f);
 
 /// What lowering records of a matmul kernel that may take the GEMM form (its shape makes the
@@ -193,6 +194,42 @@ struct ScanLoop {
   bool inner_axis = false;
 };
 
+/// Keys per block of an attention kernel's online softmax. It is part of the arithmetic (where the
+/// running max and sum are rescaled), so it is fixed rather than tuned per target.
+constexpr int64_t kAttentionKeyBlock = 64;
+/// Query rows per task of a CPU attention kernel (a row's result does not depend on it).
+constexpr int64_t kAttentionQueryBlock = 32;
+
+/// An attention kernel (graph op Attention; the form Attention), which replaces the domain,
+/// reductions and stores: for every batch point b < bh and query row i < l (rows are independent),
+///   s_j = (sum over d < e of q[b, i, d] * k[b, j, d], fmuladd steps in order from d = 0) * scale,
+///   then -inf where causal and j > i, then where(mask, s_j, -inf) (a bool mask) or s_j + mask
+///   (a float one), the mask evaluated at LoopVar(0) = b, LoopVar(1) = i, ReduceVar(0) = j;
+/// the keys in blocks of kAttentionKeyBlock, in order, with a running max m (from -inf), sum z
+/// (from 0) and output row o (from 0): per block, m' = max(m, the block's s_j in order), c = m'
+/// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (the sum of the block's
+/// p_j in sum_lanes() order over kAttentionKeyBlock terms, 0 for the keys past s),
+/// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j); m = m'. Finally
+/// out[b, i, :] = o / z, or 0 where z is 0 (every key masked). Buffers q, k, v and out are
+/// contiguous [bh, l, e], [bh, s, e], [bh, s, ev] and [bh, l, ev].
+/// On the CPU the kernel's [begin, end) counts tasks: task t is batch point t / qb, query rows
+/// [kAttentionQueryBlock * (t % qb), +kAttentionQueryBlock) with qb = ceil(l / kAttentionQueryBlock);
+/// buffers[buffers.size()] points at attention_scratch_bytes() of 64-byte aligned scratch memory.
+/// Inside a task, per key block: the block of k packed transposed; then per group of `rows` query
+/// rows, their scores as vectors of kAttentionKeyBlock lanes (one fmuladd per d and row), the rows'
+/// online-softmax steps, and o += p v by 64-byte vectors of columns for the group together.
+struct AttentionSpec {
+  DType dtype = DType::Float32;    ///< of q, k, v, out and the arithmetic
+  int q = -1, k = -1, v = -1;      ///< input buffers
+  int out = -1;                    ///< the output buffer
+  ExprRef bh, l, s, e, ev;         ///< sizes: batch points, query rows, keys, q/k width, v width (i64)
+  ExprRef scale;                   ///< the scores' factor (of dtype)
+  bool causal = false;             ///< mask key j > query row i
+  ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
+  int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
+                                   ///< (1, 2 or 4; plan_form() from the target; never changes a result)
+};
+
 /// A kernel: see the file comment for its semantics.
 struct Kernel {
   std::string name;                   ///< "k_<description>_<hash>" (see finalize())
@@ -206,10 +243,14 @@ struct Kernel {
   KernelForm form = KernelForm::Elementwise; ///< how it is emitted (plan_form(); set before finalize())
   std::optional<GemmTiling> gemm;     ///< the GEMM form's layout, set exactly when form is Gemm (see GemmTiling)
   std::optional<ScanLoop> scan;       ///< the sequential loop, set exactly when form is Scan (see ScanLoop)
+  std::optional<AttentionSpec> attention; ///< an attention kernel (then domain, reductions and stores are empty)
 };
 
 /// Bytes of scratch a CPU GEMM-form kernel needs per call (packed panels and the tile accumulators); 0 for others.
 int64_t gemm_scratch_bytes(const Kernel& k);
+/// Bytes of scratch a CPU attention kernel needs per call at launch parameters `params` (a packed key
+/// block, the block's scores, the query block's output rows, running maxima and sums); 0 for others.
+int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params);
 
 // Builders. They assert dtype invariants (internal errors).
 ExprRef constant(DType dtype, double value);      ///< floating (or any) constant from a double

@@ -61,7 +61,7 @@ struct KernelLaunch {
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
-  int64_t gemm_tasks = 0;                 ///< CPU GEMM-form kernel (kernel.gemm): tasks (output blocks) to run
+  int64_t gemm_tasks = 0;                 ///< CPU GEMM-form kernel (kernel.gemm) or attention kernel: tasks to run
   std::vector<graph::SourceLine> lines;   ///< the user's lines of the ops computed in it (graph::Node::origin), first seen first
   std::vector<const graph::Node*> nodes;  ///< the nodes it computes (not those it loads), outputs included, first seen first
   /// True when `n` is one of the outputs.

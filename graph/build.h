@@ -79,6 +79,15 @@ NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& t);
 /// Batched matrix product of same-rank operands whose batch dims agree.
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
+/// softmax(q k^T * scale, masked) v over the last two dims, as one Attention node (ops.def):
+/// q [..., L, E], k [..., S, E], v [..., S, Ev] with equal batch dims; `mask` null, or of their
+/// rank with dims those of [..., L, S] or 1 (a bool keep-mask, or an additive float mask of q's
+/// dtype); `causal`: key j > query i is masked. A row with every key masked is 0 (PyTorch's safe softmax).
+NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal);
+/// The attention weights of attention(q, k, v, mask, scale, causal) as a composite of primitive
+/// ops, [..., L, S]: the masked scores' softmax over the last dim, 0 in a row with every key masked
+/// (its max detached, as in a softmax). Autograd's attention rules differentiate it.
+NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
 /// Swaps the last two dims.
 NodeRef transpose_last(const NodeRef& x);
 

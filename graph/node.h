@@ -26,7 +26,7 @@ enum class OpKind : uint8_t {
 };
 
 /// The families of ops, which decide how they are lowered and differentiated.
-enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Scan, Contraction };
+enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Scan, Contraction, Attention };
 
 /// An op's dtype rule (the Types column of ops.def).
 enum class OpTypes : uint8_t {

@@ -19,6 +19,7 @@
 #define KILN_IF_ELEMENTWISE_Movement(x)
 #define KILN_IF_ELEMENTWISE_Scan(x)
 #define KILN_IF_ELEMENTWISE_Contraction(x)
+#define KILN_IF_ELEMENTWISE_Attention(x)
 
 // KILN_IF_NOT_ELEMENTWISE_<category>(x): the complement.
 #define KILN_IF_NOT_ELEMENTWISE_Leaf(x) x
@@ -29,6 +30,7 @@
 #define KILN_IF_NOT_ELEMENTWISE_Movement(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Scan(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Contraction(x) x
+#define KILN_IF_NOT_ELEMENTWISE_Attention(x) x
 
 // KILN_IF_NOT_REDUCE_<category>(x): x for every op but reductions.
 #define KILN_IF_NOT_REDUCE_Leaf(x) x
@@ -39,3 +41,4 @@
 #define KILN_IF_NOT_REDUCE_Movement(x) x
 #define KILN_IF_NOT_REDUCE_Scan(x) x
 #define KILN_IF_NOT_REDUCE_Contraction(x) x
+#define KILN_IF_NOT_REDUCE_Attention(x) x

@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CodegenGolden, ::testing::ValuesIn(case_names())
 TEST(CodegenGoldenSuite, CoversEveryForm) {
   std::string all;
   for (const std::string& n : case_names()) all += read(kDir / (n + ".expected"));
-  for (const char* form : {"elementwise", "row", "reduction", "gemm"})
+  for (const char* form : {"elementwise", "row", "reduction", "gemm", "attention"})
     EXPECT_NE(all.find(std::string("(") + form + ","), std::string::npos) << "no case of the " << form << " form";
 }
 
@@ -194,7 +194,7 @@ std::string parse_error(const std::string& text) {
 // Malformed and ill-typed kernel text is an error naming the line and the problem.
 TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
   const std::string head = "kernel k(b0: f32, out b1: f32; params 1)\n  domain [p0]\n";
-  const std::vector<std::pair<std::string, std::string>> cases{
+  std::vector<std::pair<std::string, std::string>> cases{
       {"", "no 'kernel NAME(...)' line"},
       {"kernel k(b0: f32; params 1)\n", "no 'domain [...]' line"},
       {head + "    store b1[i0] = v9\n", "line 3: v9 is not defined"},
@@ -210,6 +210,15 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {head + "  reduce red0 = sum over [p0]:\n    v0: f32 = neg(red0)\n    yield v0\n    store b1[i0] = red0\n",
        "line 4: red0 is used before it is computed"},
   };
+  const std::string att = "kernel k(b0: f32, b1: f32, b2: f32, out b3: f32; params 4)\n  domain []\n";
+  const std::string sizes = "  sizes [bh, l, s, e, ev] = [1:i64, p0, p1, p2, p3] scale 0.5:f32\n";
+  cases.insert(cases.end(), {
+      {att + "  attention q b0 k b1 v b2 rows 1\n" + sizes, "line 3: attention: needs q, k, v and out buffers"},
+      {att + "  attention q b0 k b1 v b2 out b0 rows 1\n" + sizes, "line 3: attention: 'out' is not an output buffer"},
+      {att + "  attention q b0 k b1 v b2 out b3 rows 1\n", "line 3: attention without a 'sizes' line"},
+      {att + "  attention q b0 k b1 v b2 out b3 rows 1\n" + sizes + "  mask 1:i64\n",
+       "line 5: attention: the mask is bool or of the output's dtype"},
+  });
   for (const auto& [text, want] : cases) {
     const std::string msg = parse_error(text);
     EXPECT_EQ(msg.rfind("parse_kernel: ", 0), 0u) << msg;

@@ -163,7 +163,10 @@ TEST(Sdpa, MatchesPyTorchReference) {
   }
 }
 
+// The composite (what KILN_FUSION=0 runs; tests/test_attention.cpp checks the fused kernel against it).
 TEST(Sdpa, EqualsTheCompositionFromPrimitivesBitwise) {
+  const bool fusion = options().fusion;
+  options().fusion = false;
   const Tensor q = randn({2, 3, 7, 8}, 1), k = randn({2, 3, 9, 8}, 2), v = randn({2, 3, 9, 5}, 3);
   const Tensor s = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(8.0));
   expect_same(F::scaled_dot_product_attention(q, k, v), matmul(F::softmax(s, -1), v), "plain");
@@ -175,6 +178,7 @@ TEST(Sdpa, EqualsTheCompositionFromPrimitivesBitwise) {
   const Tensor keep = logical_or(rand({2, 7, 7}, 7) > 0.5, causal_keep(7, 7));
   const Tensor sm = masked_fill(matmul(qs, ks.transpose(-2, -1)) * 0.25, logical_not(keep), -kInf);
   expect_same(F::scaled_dot_product_attention(qs, ks, vs, keep, 0, false, 0.25), matmul(F::softmax(sm, -1), vs), "mask");
+  options().fusion = fusion;
 }
 
 TEST(Sdpa, FullyMaskedRowsGiveZerosAndZeroGradients) {

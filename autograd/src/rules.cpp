@@ -242,6 +242,45 @@ NodeRef matmul_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
   return add_opt(t[0] ? b::matmul(t[0], c) : nullptr, t[1] ? b::matmul(a, t[1]) : nullptr);
 }
 
+// ---------------------------------------------------------------- attention
+
+// O = P v with P = softmax(S), S = q k^T * scale (masked): the weights P recomputed as a
+// composite of primitives (build::attention_weights), so gradients of gradients need nothing more.
+NodeRef attention_weights_of(const NodeRef& y) {
+  const NodeRef mask = y->inputs.size() > 3 ? y->inputs[3] : nullptr;
+  return b::attention_weights(y->inputs[0], y->inputs[1], mask, y->attrs.f0, y->attrs.i0 != 0);
+}
+
+// dv = P^T g; dS = P * (g v^T - rowsum(g v^T * P)); dq = dS k * scale; dk = dS^T q * scale; a float
+// mask gets dS summed back to its shape, a bool one nothing.
+std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
+  const NodeRef &q = y->inputs[0], &k = y->inputs[1], &v = y->inputs[2];
+  const NodeRef p = attention_weights_of(y);
+  const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
+  const NodeRef dp = b::matmul(g, b::transpose_last(v));
+  const NodeRef dot = b::broadcast_to(b::reduce(OpKind::Sum, b::mul(dp, p), {last}), p->shape);
+  const NodeRef ds = b::mul(p, b::sub(dp, dot));
+  std::vector<NodeRef> out{b::scale(b::matmul(ds, k), y->attrs.f0), b::scale(b::matmul(b::transpose_last(ds), q), y->attrs.f0),
+                           b::matmul(b::transpose_last(p), g)};
+  if (y->inputs.size() > 3) out.push_back(y->inputs[3]->dtype == DType::Bool ? nullptr : b::sum_to(ds, y->inputs[3]->shape));
+  return out;
+}
+
+// tO = tP v + P tv with tS = (tq k^T + q tk^T) * scale + tmask and tP = P * (tS - rowsum(P * tS)).
+NodeRef attention_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  const NodeRef &q = y->inputs[0], &k = y->inputs[1], &v = y->inputs[2];
+  const NodeRef p = attention_weights_of(y);
+  NodeRef ts;
+  if (t[0]) ts = b::scale(b::matmul(t[0], b::transpose_last(k)), y->attrs.f0);
+  if (t[1]) ts = add_opt(ts, b::scale(b::matmul(q, b::transpose_last(t[1])), y->attrs.f0));
+  if (t.size() > 3 && t[3]) ts = add_opt(ts, b::broadcast_to(t[3], p->shape));
+  NodeRef out = t[2] ? b::matmul(p, t[2]) : nullptr;
+  if (!ts) return out;
+  const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
+  const NodeRef dot = b::broadcast_to(b::reduce(OpKind::Sum, b::mul(p, ts), {last}), p->shape);
+  return add_opt(out, b::matmul(b::mul(p, b::sub(ts, dot)), v));
+}
+
 } // namespace
 
 bool is_differentiable(const graph::Node& y) { return is_floating(y.dtype) && y.op != OpKind::Detach; }
@@ -271,6 +310,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::Cumprod: return {b::cumprod_vjp(y->inputs[0], a[0], a[1] != 0, g)};
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
+  case OpKind::Attention: return attention_vjp(y, g);
   }
   missing_rule(y, "VJP");
 }
@@ -302,6 +342,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Cumprod: return b::cumprod_jvp(y->inputs[0], a[0], a[1] != 0, t[0]);
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
+  case OpKind::Attention: return attention_jvp(y, t);
   }
   missing_rule(y, "JVP");
 }

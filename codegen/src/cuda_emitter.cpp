@@ -266,6 +266,7 @@ bool form_fits(const Kernel& k) {
   case KernelForm::Row: return !k.reductions.empty() && !k.gemm;
   case KernelForm::Gemm: return k.gemm && k.reductions.size() == 1 && is_fma_reduction(k.reductions[0]) && k.map.empty();
   case KernelForm::Scan: return k.scan && k.reductions.empty() && k.map.empty() && !k.gemm && k.stores.size() == 1;
+  case KernelForm::Attention: return false; // no CUDA attention yet: attention nodes are built for the CPU only
   }
   return false;
 }
@@ -1091,7 +1092,7 @@ private:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
     case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd:
+    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd: case OpKind::Attention:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));

@@ -75,6 +75,14 @@ bool cuda_row_form(const Kernel& k) {
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   const bool cpu = t.kind == Target::Kind::CPU;
   if (k.scan) return {KernelForm::Scan, std::nullopt, 0};
+  if (const auto& a = k.attention) {
+    KILN_ASSERT(cpu, "the attention form has no CUDA emitter: attention nodes are built for the CPU only (" + k.name + ")");
+    const int64_t rows = eval_index(a->l, params);
+    const int64_t tasks = eval_index(a->bh, params) * ((rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
+    const int64_t row_bits = kAttentionKeyBlock * (a->dtype == DType::Float64 ? 64 : 32);
+    const int64_t in_registers = std::clamp<int64_t>(int64_t{t.vector_registers} * t.vector_bits / (2 * row_bits), 1, 4);
+    return {KernelForm::Attention, std::nullopt, tasks, in_registers == 3 ? 2 : in_registers};
+  }
   if (k.matmul) {
     if (cpu) return plan_cpu_gemm(k, params, t);
     if (cuda_tiled_gemm_applies(k)) return {KernelForm::Gemm, GemmTiling{k.matmul->m_var, k.matmul->n_var}, 0};
@@ -90,6 +98,8 @@ void set_form(Kernel& k, const FormPlan& plan) {
   KILN_ASSERT((plan.form == KernelForm::Scan) == k.scan.has_value(), "a scan loop without the scan form or back");
   k.form = plan.form;
   k.gemm = plan.gemm;
+  KILN_ASSERT((plan.form == KernelForm::Attention) == k.attention.has_value(), "the attention form without an attention kernel or back");
+  if (k.attention) k.attention->rows = plan.attention_rows;
 }
 
 GemmTiling cpu_gemm_tiling(const Target& t, DType dtype) {

@@ -112,6 +112,7 @@ private:
   std::unordered_map<const Node*, std::vector<int64_t>> row_dims_;
   std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
+  std::unordered_set<const Node*> attention_operands_; // operands of attention (see buffer_attention_operands)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   std::unordered_set<const Node*> cut_;          // roots cut by the depth or buffer bound
   mutable std::unordered_map<const Node*, bool> at_root_index_; // read_at_root_index(), once per node
@@ -251,6 +252,7 @@ private:
   // depth: fused_depth(n).
   void decide_placement(const Node* n, int depth) {
     if (graph::op_category(n->op) == OpCategory::Contraction) buffer_matmul_operands(n);
+    if (graph::op_category(n->op) == OpCategory::Attention) buffer_attention_operands(n);
     if (outputs_.count(n)) return materialize(n, "requested output");
     // The code generators walk a kernel's expressions recursively: a long chain of
     // ops (an unrolled loop) is cut into kernels of bounded depth.
@@ -265,11 +267,13 @@ private:
                                 " buffers");
     if (needs_buffer_.count(n))
       return materialize(n, "a matmul operand: computed once rather than once per output row or column");
+    if (attention_operands_.count(n)) return materialize(n, "an attention operand: read from a buffer of its own");
     switch (graph::op_category(n->op)) {
     case OpCategory::Reduce: return decide_reduce(n);
     case OpCategory::Contraction: return decide_matmul(n);
     case OpCategory::Scan: // its elementwise producers fuse into its loop as its loads (decide_elementwise)
       return materialize(n, "a scan: sequential along its dim, a kernel of its own (scan form)");
+    case OpCategory::Attention: return materialize(n, "attention: a kernel of its own (the attention form)");
     case OpCategory::Leaf:
     case OpCategory::Movement: owner_[n] = users_owner(n); return; // index arithmetic inside consumers
     case OpCategory::Unary:
@@ -318,6 +322,13 @@ private:
       for (const auto& piece : n->inputs)
         if (const Node* p = below_views(piece.get()); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
     }
+  }
+
+  // The attention kernel reads its operands as contiguous buffers of their own shapes
+  // (AttentionSpec), each element many times: every operand not in memory gets a buffer.
+  void buffer_attention_operands(const Node* a) {
+    for (const auto& in : a->inputs)
+      if (!is_source(in.get())) attention_operands_.insert(in.get());
   }
 
   static const Node* below_views(const Node* n) {
@@ -410,6 +421,7 @@ private:
     const bool owner_is_reduce = graph::op_category(owner->op) == OpCategory::Reduce;
     if (graph::op_category(owner->op) == OpCategory::Contraction) return "its user is a matmul";
     if (graph::op_category(owner->op) == OpCategory::Scan) return "its user is a scan";
+    if (graph::op_category(owner->op) == OpCategory::Attention) return "its user is attention";
     if ((owner_is_reduce ? owner->inputs[0]->shape : owner->shape) != x) return "its user iterates over another shape";
     if (!broadcast_back(r, x)) return "its result is not only broadcast back over its rows";
     if (!expanded_at_root_index(r, owner)) return "the row kernel reads it through a movement op, at other rows";
@@ -499,7 +511,8 @@ private:
 
   Kind kind(const Node* root) const {
     if (part_.has_map(root) || part_.has_matmul(root) || !part_.row_dims(root).empty() || part_.cut(root) ||
-        graph::numel(root->shape) == 0 || graph::op_category(root->op) == OpCategory::Scan)
+        graph::numel(root->shape) == 0 || graph::op_category(root->op) == OpCategory::Scan ||
+        graph::op_category(root->op) == OpCategory::Attention)
       return Kind::Other;
     return graph::op_category(root->op) == OpCategory::Reduce ? Kind::Reduction : Kind::Plain;
   }
@@ -558,7 +571,8 @@ private:
       if (join(root, k, r)) return;
     group_of_[root] = groups_.size();
     value_depth_[root] = r.depth;
-    groups_.push_back({{root}, r.buffers, r.empty});
+    // an attention kernel stores its output only (its form has no other stores)
+    groups_.push_back({{root}, r.buffers, r.empty || graph::op_category(root->op) == OpCategory::Attention});
     kernels.push_back({root});
   }
 

@@ -152,6 +152,7 @@ const char* form_name(KernelForm f) {
   case KernelForm::Row: return "row";
   case KernelForm::Gemm: return "gemm";
   case KernelForm::Scan: return "scan";
+  case KernelForm::Attention: return "attention";
   }
   return "?";
 }
@@ -328,6 +329,16 @@ std::string print_kernel(const Kernel& k) {
               " nc " + std::to_string(g->nc) + " kc " + std::to_string(g->kc);
     body += "\n";
   }
+  if (const auto& a = k.attention) {
+    body += "  attention q b" + std::to_string(a->q) + " k b" + std::to_string(a->k) + " v b" + std::to_string(a->v) +
+            " out b" + std::to_string(a->out) + (a->causal ? " causal" : "") + " rows " + std::to_string(a->rows) + "\n";
+    const std::string sizes = extents_str(p, {a->bh, a->l, a->s, a->e, a->ev}), scale = p.ref(a->scale);
+    p.out += "  sizes [bh, l, s, e, ev] = " + sizes + " scale " + scale + "\n";
+    if (a->mask) {
+      const std::string m = p.ref(a->mask);
+      p.out += "  mask " + m + "\n";
+    }
+  }
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     std::string ext = extents_str(p, red.extents);
@@ -365,6 +376,19 @@ int64_t gemm_scratch_bytes(const Kernel& k) {
   return elem * (g.mc * g.kc + g.kc * g.nr + g.mc * g.nc + g.mr * g.nr) + 256;
 }
 
+int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params) {
+  if (!k.attention) return 0;
+  const AttentionSpec& a = *k.attention;
+  const int64_t elem = a.dtype == DType::Float64 ? 8 : 4;
+  const int64_t e = eval_index(a.e, params), ev = eval_index(a.ev, params);
+  // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
+  // (each ev rounded up to 64 bytes), maxima, sums
+  auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
+  const int64_t ev_padded = region(ev) / elem;
+  return region(e * kAttentionKeyBlock) + region(4 * kAttentionKeyBlock) + region(kAttentionQueryBlock * ev_padded) +
+         2 * region(kAttentionQueryBlock) + 64;
+}
+
 uint64_t hash_text(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : s) {
@@ -399,6 +423,7 @@ bool has(const std::vector<std::string>& ops, std::string_view op) {
 std::vector<std::string> form_words(const Kernel& k, const std::vector<std::string>& ops) {
   std::vector<std::string> w;
   const auto& r = k.reductions;
+  if (k.attention) return {"attention"};
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
   if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == graph::OpKind::Mul ? "cumprod" : "cumsum"};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
@@ -425,6 +450,7 @@ std::string describe_kernel(const Kernel& k) {
   }
   if (k.scan) collect_ops(k.scan->value, ops, draws, seen);
   for (const Store& st : k.stores) collect_ops(st.value, ops, draws, seen);
+  if (k.attention && k.attention->mask) collect_ops(k.attention->mask, ops, draws, seen);
   std::vector<std::string> words = form_words(k, ops);
   const bool named_row = !words.empty() && (words[0] == "softmax" || words[0] == "log_softmax" || words[0] == "layernorm");
   for (const std::string& op : ops)

@@ -91,6 +91,7 @@ public:
       k.gemm = gemm_;
       k.form = KernelForm::Gemm;
     }
+    if (attention_) k.attention = attention(k), k.form = KernelForm::Attention;
     for (size_t r = 0; r < reductions_.size(); ++r) k.reductions.push_back(reduction(static_cast<int>(r)));
     if (scan_) {
       k.scan = scan_loop();
@@ -138,6 +139,9 @@ private:
   std::string_view domain_, map_;
   int domain_line_ = 0, map_line_ = 0;
   std::optional<GemmTiling> gemm_;
+  std::optional<AttentionSpec> attention_; // its buffers, causal and rows (from the "attention" line)
+  std::string_view attention_sizes_, attention_scale_, attention_mask_; // the "sizes" and "mask" lines
+  int attention_line_ = 0, sizes_line_ = 0, mask_line_ = 0;
   std::map<int64_t, Let> lets_;
   std::vector<ReductionText> reductions_;
   std::optional<ScanText> scan_;
@@ -175,6 +179,19 @@ private:
       domain_line_ = line;
     } else if (starts_with(s, "gemm ")) {
       gemm_ = gemm(s.substr(5), line);
+    } else if (starts_with(s, "attention ")) {
+      attention_ = attention_line(s.substr(10), line);
+      attention_line_ = line;
+    } else if (starts_with(s, "sizes [bh, l, s, e, ev] = ")) {
+      const std::string_view rest = s.substr(26);
+      const size_t at = rest.rfind(" scale ");
+      if (at == std::string_view::npos) fail(line, "expected 'sizes [bh, l, s, e, ev] = [...] scale X'");
+      attention_sizes_ = bracketed(rest.substr(0, at), line);
+      attention_scale_ = trim(rest.substr(at + 7));
+      sizes_line_ = line;
+    } else if (starts_with(s, "mask ")) {
+      attention_mask_ = trim(s.substr(5));
+      mask_line_ = line;
     } else if (starts_with(s, "reduce ")) {
       reductions_.push_back(reduction_text(s.substr(7), line));
     } else if (starts_with(s, "scan ")) {
@@ -222,6 +239,54 @@ private:
       else fail(line, "gemm: unknown field '" + std::string(w[i]) + "'");
     }
     return g;
+  }
+
+  /// "q bQ k bK v bV out bO [causal] rows R" (print_kernel's attention line).
+  static AttentionSpec attention_line(std::string_view s, int line) {
+    AttentionSpec a;
+    const std::vector<std::string_view> w = words(s);
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (w[i] == "causal") {
+        a.causal = true;
+        continue;
+      }
+      if (i + 1 == w.size()) fail(line, "attention: '" + std::string(w[i]) + "' without a value");
+      const std::string_view v = w[++i];
+      const int64_t b = numbered(v, "b");
+      if (w[i - 1] == "rows") a.rows = parse_int(v, line, "attention rows");
+      else if (b < 0) fail(line, "attention: expected a buffer bN after '" + std::string(w[i - 1]) + "'");
+      else if (w[i - 1] == "q") a.q = static_cast<int>(b);
+      else if (w[i - 1] == "k") a.k = static_cast<int>(b);
+      else if (w[i - 1] == "v") a.v = static_cast<int>(b);
+      else if (w[i - 1] == "out") a.out = static_cast<int>(b);
+      else fail(line, "attention: unknown field '" + std::string(w[i - 1]) + "'");
+    }
+    if (a.q < 0 || a.k < 0 || a.v < 0 || a.out < 0) fail(line, "attention: needs q, k, v and out buffers");
+    return a;
+  }
+
+  /// The attention kernel's spec, its buffers checked and its sizes, scale and mask built.
+  AttentionSpec attention(const Kernel& k) {
+    AttentionSpec a = *attention_;
+    const int n = static_cast<int>(k.buffers.size());
+    for (int b : {a.q, a.k, a.v, a.out})
+      if (b >= n) fail(attention_line_, "attention: no buffer b" + std::to_string(b));
+    if (!k.buffers[static_cast<size_t>(a.out)].output) fail(attention_line_, "attention: 'out' is not an output buffer");
+    a.dtype = k.buffers[static_cast<size_t>(a.out)].dtype;
+    if (!is_floating(a.dtype)) fail(attention_line_, "attention: needs a floating output");
+    for (int b : {a.q, a.k, a.v})
+      if (k.buffers[static_cast<size_t>(b)].dtype != a.dtype) fail(attention_line_, "attention: q, k, v and out differ in dtype");
+    if (sizes_line_ == 0) fail(attention_line_, "attention without a 'sizes' line");
+    const std::vector<ExprRef> sizes = extents(attention_sizes_, sizes_line_);
+    if (sizes.size() != 5) fail(sizes_line_, "attention: expected 5 sizes");
+    a.bh = sizes[0], a.l = sizes[1], a.s = sizes[2], a.e = sizes[3], a.ev = sizes[4];
+    a.scale = ref(attention_scale_, sizes_line_);
+    if (a.scale->dtype != a.dtype) fail(sizes_line_, "attention: the scale has the output's dtype");
+    if (mask_line_ != 0) {
+      a.mask = ref(attention_mask_, mask_line_);
+      if (a.mask->dtype != DType::Bool && a.mask->dtype != a.dtype) fail(mask_line_, "attention: the mask is bool or of the output's dtype");
+    }
+    return a;
   }
 
   static std::vector<std::string_view> words(std::string_view s) {

@@ -17,6 +17,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include "codegen/src/reduction_kind.h"
+#include "codegen/src/llvm_attention.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
@@ -62,7 +63,7 @@ private:
   Function* fn_ = nullptr;           // the body function being emitted
   std::vector<Value*> bufs_;         // buffer pointers (body arguments)
   Value* params_ = nullptr;          // i64 parameter array
-  Argument* scratch_ = nullptr;      // GEMM scratch memory (GEMM-form kernels only)
+  Argument* scratch_ = nullptr;      // scratch memory (GEMM-form and attention kernels only)
   std::vector<Value*> loop_vars_, reduce_vars_, map_vars_, results_;
   std::vector<Scope> scopes_;        // expression values, innermost last (outer ones dominate)
   std::unordered_map<const Expr*, AllocaInst*> checks_; // accumulators of the Check expressions (start_checks)
@@ -77,7 +78,7 @@ private:
   Function* emit_body_function() {
     std::vector<Type*> args{i64(), i64()};
     for (size_t i = 0; i <= k_.buffers.size(); ++i) args.push_back(b_.getPtrTy());
-    if (k_.form == KernelForm::Gemm) args.push_back(b_.getPtrTy()); // GEMM scratch (after the params)
+    if (has_scratch()) args.push_back(b_.getPtrTy()); // GEMM or attention scratch (after the params)
     auto* fty = FunctionType::get(b_.getVoidTy(), args, false);
     fn_ = Function::Create(fty, GlobalValue::InternalLinkage, k_.name + ".body", mod_);
     fn_->addFnAttr(Attribute::AlwaysInline);
@@ -93,7 +94,7 @@ private:
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
     params_ = fn_->getArg(2 + k_.buffers.size());
-    if (k_.form == KernelForm::Gemm) {
+    if (has_scratch()) {
       scratch_ = fn_->getArg(3 + k_.buffers.size());
       scratch_->addAttr(Attribute::NoAlias);
       scratch_->addAttr(Attribute::NoCapture);
@@ -118,13 +119,16 @@ private:
     for (size_t i = 0; i < k_.buffers.size(); ++i)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), i)));
     args.push_back(f->getArg(3));
-    if (k_.form == KernelForm::Gemm) // the scratch pointer follows the buffers (kernel_ir.h, GemmTiling)
+    if (has_scratch()) // the scratch pointer follows the buffers (kernel_ir.h, GemmTiling and AttentionSpec)
       args.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, f->getArg(2), k_.buffers.size())));
     b_.CreateCall(body, args);
     b_.CreateRetVoid();
   }
 
-  // --- GEMM form (llvm_gemm.cpp) ------------------------------------------------
+  /// True for the forms whose kernels get scratch memory after their buffers.
+  bool has_scratch() const { return k_.form == KernelForm::Gemm || k_.form == KernelForm::Attention; }
+
+  // --- GEMM form (llvm_gemm.cpp) and attention (llvm_attention.cpp) ---------------
 
   /// The emitter's expression evaluation and stores, lent to the GEMM generator.
   struct GemmAdapter final : GemmHost {
@@ -149,6 +153,14 @@ private:
     loop_vars_.assign(k_.domain.size(), nullptr);
     GemmAdapter host(*this);
     emit_gemm(k_, host, begin, end, scratch_);
+  }
+
+  /// The tasks [begin, end) of an attention kernel (see kernel_ir.h, AttentionSpec): loop vars
+  /// 0 and 1 are its batch point and query row, reduction var 0 its key.
+  void emit_attention_domain(Value* begin, Value* end) {
+    loop_vars_.assign(2, nullptr);
+    GemmAdapter host(*this);
+    emit_attention(k_, host, begin, end, scratch_);
   }
 
   /// An alloca in the entry block (so SROA promotes it).
@@ -204,6 +216,7 @@ private:
       for_range(begin, end, [&](Value*) { emit_scan_block(nullptr, c64(1)); });
       return;
     }
+    if (k_.form == KernelForm::Attention) return emit_attention_domain(begin, end);
     if (k_.domain.empty()) {
       for_range(begin, end, [&](Value*) { emit_point(); });
       return;
@@ -808,7 +821,7 @@ private:
     case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
     case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd:
+    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd: case OpKind::Attention:
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));

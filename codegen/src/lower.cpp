@@ -33,6 +33,7 @@ public:
 
   KernelLaunch build() {
     if (graph::op_category(root_->op) == OpCategory::Scan) return build_scan();
+    if (graph::op_category(root_->op) == OpCategory::Attention) return build_attention();
     const bool row_map = graph::op_category(root_->op) != OpCategory::Reduce && !part_.row_dims(root_).empty();
     Index idx = make_domain(root_->shape, row_map ? part_.row_dims(root_) : std::vector<int64_t>{});
     root_idx_ = idx;
@@ -116,6 +117,53 @@ private:
     return std::move(launch_);
   }
 
+  // The attention kernel of root_ (Kernel::attention): its operands are buffers (fusion.h), the
+  // batch dims flattened; the mask is read at (batch point, query row, key) = (LoopVar(0),
+  // LoopVar(1), ReduceVar(0)), its size-1 dims broadcast.
+  KernelLaunch build_attention() {
+    const Node* n = root_;
+    current_ = n;
+    note_computed(n);
+    const size_t r = n->shape.size();
+    AttentionSpec a;
+    a.dtype = n->dtype;
+    a.q = buffer_for(n->inputs[0].get());
+    a.k = buffer_for(n->inputs[1].get());
+    a.v = buffer_for(n->inputs[2].get());
+    int64_t batch = 1;
+    for (size_t d = 0; d + 2 < r; ++d) batch *= n->shape[d];
+    a.bh = P(batch);
+    a.l = P(n->shape[r - 2]);
+    a.s = P(n->inputs[1]->shape[r - 2]);
+    a.e = P(n->inputs[0]->shape[r - 1]);
+    a.ev = P(n->shape[r - 1]);
+    a.scale = constant(n->dtype, n->attrs.f0);
+    a.causal = n->attrs.i0 != 0;
+    if (n->inputs.size() > 3) {
+      Index idx(r, index_const(0));
+      int64_t inner = 1; // batch points per step of dim d
+      for (size_t d = r - 2; d-- > 0;) {
+        if (n->shape[d] != 1) idx[d] = d == 0 ? idiv(loop_var(0), P(inner)) : imod(idiv(loop_var(0), P(inner)), P(n->shape[d]));
+        inner *= n->shape[d];
+      }
+      idx[r - 2] = loop_var(1);
+      idx[r - 1] = reduce_var(0);
+      a.mask = compute(n->inputs[3].get(), idx, nullptr);
+    }
+    a.out = static_cast<int>(kernel_.buffers.size());
+    kernel_.buffers.push_back({n->dtype, true});
+    launch_.outputs.push_back(n);
+    kernel_.attention = std::move(a);
+    kernel_.num_params = static_cast<int>(launch_.params.size());
+    const FormPlan form = plan_form(kernel_, launch_.params, target_);
+    set_form(kernel_, form);
+    launch_.gemm_tasks = form.gemm_tasks;
+    finalize(kernel_);
+    launch_.kernel = std::move(kernel_);
+    launch_.domain_size = n->numel();
+    return std::move(launch_);
+  }
+
   // A value this kernel stores, and the index it is computed at.
   struct Stored {
     Index idx;
@@ -154,6 +202,7 @@ private:
     }
     case OpCategory::Contraction: return lower_matmul(r, idx);
     case OpCategory::Scan: break; // build_scan()
+    case OpCategory::Attention: break; // build_attention()
     case OpCategory::Leaf:
     case OpCategory::Unary:
     case OpCategory::Binary:
@@ -293,9 +342,10 @@ private:
     case OpCategory::Movement: return lower_movement(n, idx, guard);
     case OpCategory::Reduce:
     case OpCategory::Scan:
-    case OpCategory::Contraction: break;
+    case OpCategory::Contraction:
+    case OpCategory::Attention: break;
     }
-    KILN_ASSERT(false, "reductions, scans and matmuls always have buffers: " + describe(n));
+    KILN_ASSERT(false, "reductions, scans, matmuls and attention always have buffers: " + describe(n));
     return nullptr;
   }
 

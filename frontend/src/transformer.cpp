@@ -8,6 +8,9 @@
 #include <sstream>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "kiln/autograd.h"
+#include "kiln/options.h"
 
 namespace kiln::nn {
 
@@ -75,6 +78,50 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return {matmul(p, v), p};
 }
 
+// Whether attend()'s output may come from one Attention node, the fused attention kernel: no
+// dropout, the CPU (the kernel's one backend for now), fusion on (KILN_FUSION=0 runs the
+// composite) and no gradient to flow through it: its backward is the composite's, recomputing
+// the weights, so a training step would do the forward's work twice (the README's fusion
+// section). Its result differs from the composite's within the bound the README states.
+bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p) {
+  if (dropout_p > 0 || !options().fusion) return false;
+  for (const Tensor* t : {&q, &k, &v, &mask}) {
+    if (t->defined() && t->device() != kCPU) return false;
+    if (t->defined() && t->requires_grad() && grad_mode_enabled()) return false;
+  }
+  return q.dtype() == kFloat32 || q.dtype() == kFloat64;
+}
+
+// attend()'s output as one Attention node: q, k and v broadcast to their common batch dims, the
+// mask given their rank (checked by the callers).
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal,
+                       double scale) {
+  namespace b = graph::build;
+  const IntList batch = *broadcast_batch({&q, &k, &v});
+  auto full = [&](const Tensor& t) {
+    graph::Shape s(batch.begin(), batch.end());
+    s.push_back(t.size(-2));
+    s.push_back(t.size(-1));
+    return b::broadcast_to(t.node(), s);
+  };
+  std::vector<Tensor> inputs{q, k, v};
+  graph::NodeRef m;
+  if (mask.defined()) {
+    graph::Shape s(batch.size() + 2 - static_cast<size_t>(mask.dim()), 1);
+    s.insert(s.end(), mask.shape().begin(), mask.shape().end());
+    m = b::reshape(mask.node(), s);
+    inputs.push_back(mask);
+  }
+  return detail::result_of(b::attention(full(q), full(k), full(v), m, scale, is_causal), inputs);
+}
+
+// attend()'s output: the fused attention kernel where it applies, else the composite.
+Tensor attention_output(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
+                        bool is_causal, double scale) {
+  if (fused_attention_applies(q, k, v, mask, dropout_p)) return fused_attention(q, k, v, mask, is_causal, scale);
+  return attend(q, k, v, mask, dropout_p, is_causal, scale).out;
+}
+
 void check_attention_operands(const std::string& op, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& mask, const Loc& loc) {
   if (!q.defined() || !k.defined() || !v.defined()) throw Error(op, "query, key and value must be defined", loc);
@@ -112,7 +159,7 @@ Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k
   if (!(dropout_p >= 0 && dropout_p < 1)) fail(op, "dropout_p must be in [0, 1), got " + std::to_string(dropout_p), {&q}, loc);
   if (scale && !std::isfinite(*scale)) fail(op, "scale must be finite", {&q}, loc);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  return attend(q, k, v, attn_mask, dropout_p, is_causal, s).out;
+  return attention_output(q, k, v, attn_mask, dropout_p, is_causal, s);
 }
 
 // ---------------------------------------------------------------- MultiheadAttention
@@ -209,8 +256,11 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
   }
   auto heads = [&](const Tensor& x) { return x.reshape({N, x.size(1), H, D}).permute({0, 2, 1, 3}); };
   const double p = is_training() ? dropout_ : 0.0;
-  const Attention a = attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), mask, p, is_causal && !attn_mask.defined(),
-                             1.0 / std::sqrt(static_cast<double>(D)));
+  const bool causal = is_causal && !attn_mask.defined();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  // the weights only when asked for: the fused kernel never forms them
+  const Attention a = need_weights ? attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), mask, p, causal, scale)
+                                   : Attention{attention_output(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), mask, p, causal, scale), {}};
   Tensor out = (*out_proj)(a.out.permute({0, 2, 1, 3}).reshape({N, L, E}));
   out = !batched ? out.squeeze(0) : batch_first_ ? out : out.transpose(0, 1);
   if (!need_weights) return {out, Tensor()};

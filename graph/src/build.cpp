@@ -1,6 +1,7 @@
 #include "graph/build.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "graph/verify.h"
@@ -298,6 +299,40 @@ NodeRef matmul(const NodeRef& a, const NodeRef& b) {
   Shape shape = a->shape;
   shape.back() = b->shape.back();
   return make_node(OpKind::Matmul, a->dtype, std::move(shape), {a, b});
+}
+
+NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal) {
+  Shape shape = q->shape;
+  shape.back() = v->shape.back();
+  Attrs a;
+  a.f0 = scale;
+  a.i0 = causal ? 1 : 0;
+  std::vector<NodeRef> in{q, k, v};
+  if (mask) in.push_back(mask);
+  return make_node(OpKind::Attention, q->dtype, std::move(shape), std::move(in), a);
+}
+
+NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal) {
+  const double inf = std::numeric_limits<double>::infinity();
+  NodeRef s = build::scale(matmul(q, transpose_last(k)), scale);
+  const size_t r = s->shape.size();
+  const NodeRef minus_inf = constant_like(s, -inf);
+  if (causal) {
+    const int64_t L = s->shape[r - 2], S = s->shape[r - 1];
+    NodeRef later = binary(OpKind::Gt, broadcast_to(positions(S, r - 1, r, s->device), s->shape),
+                           broadcast_to(positions(L, r - 2, r, s->device), s->shape));
+    s = where(later, minus_inf, s);
+  }
+  if (mask) {
+    NodeRef m = broadcast_to(mask, s->shape);
+    s = mask->dtype == DType::Bool ? where(m, s, minus_inf) : add(s, m);
+  }
+  NodeRef mx = detach(reduce(OpKind::Max, s, {static_cast<int64_t>(r - 1)}));
+  mx = where(binary(OpKind::Eq, mx, constant_like(mx, -inf)), constant_like(mx, 0), mx);
+  NodeRef e = unary(OpKind::Exp, sub(s, broadcast_to(mx, s->shape)));
+  NodeRef z = reduce(OpKind::Sum, e, {static_cast<int64_t>(r - 1)});
+  z = where(binary(OpKind::Eq, z, constant_like(z, 0)), constant_like(z, 1), z);
+  return div(e, broadcast_to(z, s->shape));
 }
 
 NodeRef transpose_last(const NodeRef& x) {

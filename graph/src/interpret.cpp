@@ -168,6 +168,7 @@ private:
     case OpCategory::Movement: return movement(n);
     case OpCategory::Scan: return scan(n);
     case OpCategory::Contraction: return matmul(n);
+    case OpCategory::Attention: return attention(n);
     }
     KILN_ASSERT(false, "unknown op category");
     return {};
@@ -615,6 +616,64 @@ private:
             b.i[o] = wrap(n->dtype, acc);
           }
         }
+    return b;
+  }
+
+  // ------------------------------------------------------------ attention
+
+  // The composite, rounded where its ops round: per query row, scores s_j = (q . k_j) * scale,
+  // masked; p = exp(s - m) / sum (m the row's max, 0 where the row is all -inf: a fully masked
+  // row gives 0); the output p v.
+  Buf attention(const Node* n) const {
+    const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2);
+    const Node* mask = n->inputs.size() > 3 ? n->inputs[3].get() : nullptr;
+    const size_t r = n->shape.size();
+    const int64_t L = n->shape[r - 2], Ev = n->shape[r - 1], E = n->inputs[0]->shape[r - 1];
+    const int64_t S = n->inputs[1]->shape[r - 2];
+    const int64_t batch = L * Ev == 0 ? 0 : n->numel() / (L * Ev);
+    const DType dt = n->dtype;
+    const double inf = std::numeric_limits<double>::infinity();
+    Buf b = make_buf(dt, n->numel());
+    std::vector<double> s(static_cast<size_t>(S));
+    // the mask's element at (batch point bi, i, j): strides 0 along its size-1 dims
+    Strides mst;
+    if (mask) {
+      mst = contiguous_strides(mask->shape);
+      for (size_t d = 0; d < r; ++d)
+        if (mask->shape[d] == 1) mst[d] = 0;
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      int64_t moff = 0; // the mask's offset of the batch point
+      for (size_t d = r - 2, rest = static_cast<size_t>(bi); d-- > 0;) {
+        moff += mask ? static_cast<int64_t>(rest % static_cast<size_t>(n->shape[d])) * mst[d] : 0;
+        rest /= static_cast<size_t>(n->shape[d]);
+      }
+      for (int64_t i = 0; i < L; ++i) {
+        double m = -inf;
+        for (int64_t j = 0; j < S; ++j) {
+          double acc = 0;
+          for (int64_t d = 0; d < E; ++d) acc += q.f[(bi * L + i) * E + d] * k.f[(bi * S + j) * E + d];
+          double x = rf(dt, rf(dt, acc) * n->attrs.f0);
+          if (n->attrs.i0 && j > i) x = -inf;
+          if (mask) {
+            const int64_t mo = moff + i * mst[r - 2] + j * mst[r - 1];
+            x = mask->dtype == DType::Bool ? (in(n, 3).truthy(mo) ? x : -inf) : rf(dt, x + in(n, 3).f[mo]);
+          }
+          s[j] = x;
+          m = std::max(m, x);
+        }
+        if (m == -inf) m = 0;
+        double z = 0;
+        for (int64_t j = 0; j < S; ++j) z += s[j] = rf(dt, std::exp(rf(dt, s[j] - m)));
+        z = rf(dt, z);
+        for (int64_t j = 0; j < S; ++j) s[j] = z == 0 ? 0 : rf(dt, s[j] / z);
+        for (int64_t c = 0; c < Ev; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; ++j) acc += s[j] * v.f[(bi * S + j) * Ev + c];
+          b.f[(bi * L + i) * Ev + c] = rf(dt, acc);
+        }
+      }
+    }
     return b;
   }
 };

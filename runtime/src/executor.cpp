@@ -144,11 +144,12 @@ void plan_memory(Plan& p) {
   }
 }
 
-// A GEMM-form kernel's tasks (output blocks), one or more per chunk, each chunk
-// with this thread's scratch memory appended to the buffers (see GemmTiling).
-void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
-              void* const* bufs) {
-  const auto bytes = static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel));
+// A GEMM-form or attention kernel's tasks (output blocks), one or more per chunk, each chunk
+// with this thread's scratch memory appended to the buffers (see GemmTiling, AttentionSpec).
+void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
+               void* const* bufs) {
+  const auto bytes =
+      static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel) + codegen::attention_scratch_bytes(l.kernel, params));
   const size_t nbufs = l.inputs.size() + l.outputs.size();
   auto chunk = [&](int64_t begin, int64_t end) {
     thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
@@ -158,7 +159,7 @@ void run_gemm(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std
       scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
       capacity = scratch ? want : 0;
       if (!scratch)
-        detail::out_of_memory("realize", "host", want, "the scratch memory of a matrix product",
+        detail::out_of_memory("realize", "host", want, l.kernel.attention ? "the scratch memory of attention" : "the scratch memory of a matrix product",
                               std::source_location::current());
     }
     std::vector<void*> args(bufs, bufs + nbufs);
@@ -176,7 +177,7 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
          void* const* bufs) {
   const int64_t n = l.domain_size;
   if (n == 0) return;
-  if (l.kernel.gemm) return run_gemm(fn, l, params, bufs);
+  if (l.kernel.gemm || l.kernel.attention) return run_tasks(fn, l, params, bufs);
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* p = params.data();

@@ -1,0 +1,287 @@
+// The CPU attention kernel (KernelForm::Attention; the arithmetic is AttentionSpec's, kernel_ir.h).
+//
+// A task is one batch point and a block of kAttentionQueryBlock query rows. Its scratch holds
+// the running maxima m and sums z of its rows and their output rows o (never the [L, S] scores):
+//   for each block of kAttentionKeyBlock keys (with causal, only keys some row of the block sees):
+//     pack the key block transposed, kt[d][jj] (so a row's scores vectorize across keys);
+//     for each group of AttentionSpec::rows query rows: their scores as one vector of the
+//       block's keys per row, accumulated in registers over d (fmuladd in order of d); per
+//       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p); then
+//       o = o * a + p V_blk by 64-byte vectors of columns, V's vectors shared by the group.
+//   out = o / z (0 where z is 0: every key masked).
+// Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
+#include "codegen/src/llvm_attention.h"
+
+#include <functional>
+#include <limits>
+
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/src/llvm_math.h"
+#include "kiln/error.h"
+
+namespace kiln::codegen {
+
+using namespace llvm;
+
+namespace {
+
+class AttentionEmitter {
+public:
+  AttentionEmitter(const Kernel& k, GemmHost& host)
+      : a_(*k.attention), h_(host), b_(host.builder()), ctx_(b_.getContext()) {
+    KILN_ASSERT(k.form == KernelForm::Attention && (a_.dtype == DType::Float32 || a_.dtype == DType::Float64),
+                "not an attention kernel: " + k.name);
+    t_ = a_.dtype == DType::Float64 ? Type::getDoubleTy(ctx_) : Type::getFloatTy(ctx_);
+    elem_ = a_.dtype == DType::Float64 ? 8 : 4;
+  }
+
+  void emit(Value* begin, Value* end, Value* scratch) {
+    bh_ = h_.eval(a_.bh);
+    l_ = h_.eval(a_.l);
+    s_ = h_.eval(a_.s);
+    e_ = h_.eval(a_.e);
+    ev_ = h_.eval(a_.ev);
+    scale_ = h_.eval(a_.scale);
+    // scratch (attention_scratch_bytes): kt (e x key block), sc (4 rows of a key block), o (query
+    // block x ev rounded up to width()), m, z (query block)
+    kt_ = scratch;
+    sc_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
+    o_ = gep(sc_, region(c64(4 * kAttentionKeyBlock)));
+    m_ = gep(o_, region(mul(o_stride(), kAttentionQueryBlock)));
+    z_ = gep(m_, region(c64(kAttentionQueryBlock)));
+    Value* qblocks = ceil_div(l_, kAttentionQueryBlock);
+    for_range(begin, end, [&](Value* t) {
+      Value* bh = b_.CreateUDiv(t, qblocks);
+      Value* i0 = mul(b_.CreateURem(t, qblocks), kAttentionQueryBlock);
+      h_.set_loop_var(0, bh);
+      emit_task(bh, i0, smin(c64(kAttentionQueryBlock), b_.CreateSub(l_, i0)));
+      h_.set_loop_var(0, nullptr);
+    });
+  }
+
+private:
+  const AttentionSpec& a_;
+  GemmHost& h_;
+  IRBuilder<>& b_;
+  LLVMContext& ctx_;
+  Type* t_ = nullptr;
+  int64_t elem_ = 4;
+  Value *bh_ = nullptr, *l_ = nullptr, *s_ = nullptr, *e_ = nullptr, *ev_ = nullptr, *scale_ = nullptr;
+  Value *kt_ = nullptr, *sc_ = nullptr, *o_ = nullptr, *m_ = nullptr, *z_ = nullptr;
+
+  Value* c64(int64_t v) { return b_.getInt64(v); }
+  Value* fc(double v) { return ConstantFP::get(t_, v); }
+  Value* gep(Value* p, Value* i) { return b_.CreateInBoundsGEP(t_, p, i); }
+  Value* add(Value* a, Value* b) { return b_.CreateAdd(a, b, "", true, true); }
+  Value* mul(Value* a, Value* b) { return b_.CreateMul(a, b, "", true, true); }
+  Value* mul(Value* a, int64_t c) { return mul(a, c64(c)); }
+  Value* smin(Value* a, Value* b) { return b_.CreateBinaryIntrinsic(Intrinsic::smin, a, b); }
+  Value* ceil_div(Value* a, int64_t c) { return b_.CreateUDiv(b_.CreateAdd(a, c64(c - 1)), c64(c)); }
+  Value* load(Value* p) { return b_.CreateLoad(t_, p); }
+  void store(Value* v, Value* p) { b_.CreateStore(v, p); }
+  /// Elements of a scratch region of `elems` elements, rounded up to 64 bytes.
+  Value* region(Value* elems) {
+    const int64_t per = 64 / elem_;
+    return mul(b_.CreateUDiv(b_.CreateAdd(elems, c64(per - 1)), c64(per)), per);
+  }
+  /// Element `i` of buffer `b`.
+  Value* at(int b, Value* i) { return gep(h_.buffer(b), i); }
+
+  /// for (v = start; v < end; ++v) body(v), in a scope of cached expressions of its own.
+  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body) {
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.iv"), start, end, 1, [&](Value* v) {
+      h_.push_scope();
+      body(v);
+      h_.pop_scope();
+    });
+  }
+
+  /// The vector of kAttentionKeyBlock scores of one row.
+  FixedVectorType* score_type() { return FixedVectorType::get(t_, static_cast<unsigned>(kAttentionKeyBlock)); }
+  /// Elements of a 64-byte vector: the width of o's column vectors (rows of o are padded to it).
+  int64_t width() const { return 64 / elem_; }
+  FixedVectorType* column_type() { return FixedVectorType::get(t_, static_cast<unsigned>(width())); }
+  /// Scratch vectors start at multiples of 64 bytes (the regions, rows and offsets are).
+  static Align vector_align(FixedVectorType*) { return Align(64); }
+  /// Elements of a row of o in scratch: ev rounded up to width().
+  Value* o_stride() { return mul(ceil_div(ev_, width()), width()); }
+
+  void emit_task(Value* bh, Value* i0, Value* rows) {
+    const double inf = std::numeric_limits<double>::infinity();
+    for_range(c64(0), rows, [&](Value* r) {
+      store(fc(-inf), gep(m_, r));
+      store(fc(0), gep(z_, r));
+      Value* orow = gep(o_, mul(r, o_stride()));
+      for_range(c64(0), o_stride(), [&](Value* c) { store(fc(0), gep(orow, c)); });
+    });
+    // with causal, the keys after the block's last row are masked in every row: skipped (exactly:
+    // a block of masked keys leaves m, z and o as they are)
+    Value* keys = a_.causal ? smin(s_, add(i0, rows)) : s_;
+    Value* kbase = mul(bh, s_); // row of key 0 of this batch point in k and v
+    for_range(c64(0), ceil_div(keys, kAttentionKeyBlock), [&](Value* kb) {
+      Value* j0 = mul(kb, kAttentionKeyBlock);
+      Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(keys, j0));
+      pack_keys(kbase, j0, jn);
+      // groups of a_.rows query rows; a short last group repeats the last row (its results unused)
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.group"), c64(0), rows, a_.rows, [&](Value* g) {
+        h_.push_scope();
+        std::vector<Value*> slot, row;
+        for (int64_t r = 0; r < a_.rows; ++r) {
+          slot.push_back(add(g, c64(r)));
+          row.push_back(add(i0, smin(add(g, c64(r)), b_.CreateSub(rows, c64(1)))));
+        }
+        scores(bh, row);
+        std::vector<Value*> alpha;
+        for (int64_t r = 0; r < a_.rows; ++r) alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn));
+        accumulate(slot, alpha, kbase, j0, jn);
+        h_.pop_scope();
+      });
+    });
+    for_range(c64(0), rows, [&](Value* r) {
+      Value* z = load(gep(z_, r));
+      Value* empty = b_.CreateFCmpOEQ(z, fc(0));
+      Value* orow = gep(o_, mul(r, o_stride()));
+      Value* out = at(a_.out, mul(add(mul(bh, l_), add(i0, r)), ev_));
+      for_range(c64(0), ev_, [&](Value* c) {
+        store(b_.CreateSelect(empty, fc(0), b_.CreateFDiv(load(gep(orow, c)), z)), gep(out, c));
+      });
+    });
+  }
+
+  /// kt[d][jj] = k[j0 + jj][d] for jj < jn, 0 for jn <= jj < kAttentionKeyBlock.
+  void pack_keys(Value* kbase, Value* j0, Value* jn) {
+    for_range(c64(0), jn, [&](Value* jj) {
+      Value* krow = at(a_.k, mul(add(kbase, add(j0, jj)), e_));
+      for_range(c64(0), e_, [&](Value* d) { store(load(gep(krow, d)), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+    });
+    for_range(jn, c64(kAttentionKeyBlock), [&](Value* jj) {
+      for_range(c64(0), e_, [&](Value* d) { store(fc(0), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+    });
+  }
+
+  /// The block's raw scores of query rows `row` (q . k_j, fmuladd in order of d) into sc, row r
+  /// at sc + r * kAttentionKeyBlock: one vector accumulator per row, in registers over d.
+  void scores(Value* bh, const std::vector<Value*>& row) {
+    FixedVectorType* vt = score_type();
+    std::vector<AllocaInst*> acc;
+    std::vector<Value*> qrow;
+    for (size_t r = 0; r < row.size(); ++r) {
+      acc.push_back(h_.entry_alloca(vt, "a.acc"));
+      store(Constant::getNullValue(vt), acc.back());
+      qrow.push_back(at(a_.q, mul(add(mul(bh, l_), row[r]), e_)));
+    }
+    for_range(c64(0), e_, [&](Value* d) {
+      Value* kv = b_.CreateAlignedLoad(vt, gep(kt_, mul(d, kAttentionKeyBlock)), vector_align(vt));
+      for (size_t r = 0; r < row.size(); ++r) {
+        Value* qd = b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), load(gep(qrow[r], d)));
+        store(emit_fmuladd(b_, qd, kv, b_.CreateLoad(vt, acc[r])), acc[r]);
+      }
+    });
+    for (size_t r = 0; r < row.size(); ++r)
+      b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), vector_align(vt));
+  }
+
+  /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
+  /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o.
+  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn) {
+    const double inf = std::numeric_limits<double>::infinity();
+    h_.push_scope();
+    h_.set_loop_var(1, i);
+    AllocaInst* mx = h_.entry_alloca(t_, "a.max");
+    Value* m_old = load(gep(m_, slot));
+    store(m_old, mx);
+    // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
+    Value* block = c64(kAttentionKeyBlock);
+    for_range(c64(0), block, [&](Value* jj) {
+      Value* p = gep(sc, jj);
+      Value* x = b_.CreateFMul(load(p), scale_);
+      Value* j = add(j0, smin(jj, b_.CreateSub(jn, c64(1)))); // a key inside k (the mask is read there)
+      if (a_.causal) x = b_.CreateSelect(b_.CreateICmpSGT(j, i), fc(-inf), x);
+      if (a_.mask) {
+        h_.set_reduce_var(j);
+        Value* mv = h_.eval(a_.mask);
+        h_.set_reduce_var(nullptr);
+        x = a_.mask->dtype == DType::Bool ? b_.CreateSelect(mv, x, fc(-inf)) : b_.CreateFAdd(x, mv);
+      }
+      x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
+      store(x, p);
+      store(b_.CreateBinaryIntrinsic(Intrinsic::maximum, b_.CreateLoad(t_, mx), x), mx);
+    });
+    Value* m_new = b_.CreateLoad(t_, mx);
+    Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
+    Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
+    for_range(c64(0), block, [&](Value* jj) {
+      Value* p = gep(sc, jj);
+      store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
+    });
+    Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
+    Value* zp = gep(z_, slot);
+    store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
+    store(m_new, gep(m_, slot));
+    h_.set_loop_var(1, nullptr);
+    h_.pop_scope();
+    return alpha;
+  }
+
+  /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
+  /// adds the keys jj = l (mod lanes) in order from 0, then lane l += lane l + h for h = lanes / 2, ..., 1.
+  Value* lane_sum(Value* p) {
+    const int64_t lanes = sum_lanes(a_.dtype);
+    auto* vt = FixedVectorType::get(t_, static_cast<unsigned>(lanes));
+    Value* acc = Constant::getNullValue(vt);
+    for (int64_t c = 0; c < kAttentionKeyBlock; c += lanes) {
+      std::vector<int> part;
+      for (int64_t l = 0; l < lanes; ++l) part.push_back(static_cast<int>(c + l));
+      acc = b_.CreateFAdd(acc, b_.CreateShuffleVector(p, part));
+    }
+    for (int64_t h = lanes / 2; h >= 1; h /= 2) {
+      std::vector<int> upper;
+      for (int64_t l = 0; l < lanes; ++l) upper.push_back(static_cast<int>(l < h ? l + h : l));
+      acc = b_.CreateFAdd(acc, b_.CreateShuffleVector(acc, upper));
+    }
+    return b_.CreateExtractElement(acc, uint64_t{0});
+  }
+
+  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by vectors of
+  /// width() columns (v's last vector of a row read with a mask), the group's rows together.
+  void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& alpha, Value* kbase, Value* j0, Value* jn) {
+    FixedVectorType* vt = column_type();
+    const auto w = static_cast<unsigned>(width());
+    std::vector<Constant*> lanes;
+    for (unsigned l = 0; l < w; ++l) lanes.push_back(b_.getInt64(l));
+    Value* lane = ConstantVector::get(lanes);
+    Value* stride = o_stride();
+    std::vector<AllocaInst*> acc;
+    for (size_t r = 0; r < slot.size(); ++r) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), ev_, width(), [&](Value* c0) {
+      h_.push_scope();
+      Value* inside = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(w, c0), lane), b_.CreateVectorSplat(w, ev_));
+      std::vector<Value*> op;
+      for (size_t r = 0; r < slot.size(); ++r) {
+        op.push_back(gep(o_, add(mul(slot[r], stride), c0)));
+        Value* o = b_.CreateAlignedLoad(vt, op[r], vector_align(vt));
+        store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r]);
+      }
+      for_range(c64(0), jn, [&](Value* jj) {
+        Value* vrow = at(a_.v, add(mul(add(kbase, add(j0, jj)), ev_), c0));
+        Value* vv = b_.CreateMaskedLoad(vt, vrow, Align(static_cast<uint64_t>(elem_)), inside, Constant::getNullValue(vt));
+        for (size_t r = 0; r < slot.size(); ++r) {
+          Value* p = b_.CreateVectorSplat(w, load(gep(sc_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
+          store(emit_fmuladd(b_, p, vv, b_.CreateLoad(vt, acc[r])), acc[r]);
+        }
+      });
+      for (size_t r = 0; r < slot.size(); ++r) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), op[r], vector_align(vt));
+      h_.pop_scope();
+    });
+  }
+};
+
+} // namespace
+
+void emit_attention(const Kernel& k, GemmHost& host, Value* begin, Value* end, Value* scratch) {
+  KILN_ASSERT(k.attention.has_value(), "emit_attention without an attention kernel: " + k.name);
+  AttentionEmitter(k, host).emit(begin, end, scratch);
+}
+
+} // namespace kiln::codegen

@@ -1,0 +1,326 @@
+// The fused attention kernel (graph op Attention, the attention kernel form; issue 15):
+// what scaled_dot_product_attention runs on the CPU with fusion on, against the composite of
+// primitives (what KILN_FUSION=0 runs) within the bound the README states, against the f64
+// interpreter, bitwise across thread counts and between eager and compile(), gradients by
+// gradcheck in f64, and the user's errors.
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/llvm_jit.h"
+#include "codegen/lower.h"
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/interpret.h"
+#include "graph/node.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sets options().fusion for a scope.
+struct FusionSetting {
+  bool saved = options().fusion;
+  explicit FusionSetting(bool on) { options().fusion = on; }
+  ~FusionSetting() { options().fusion = saved; }
+};
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// One attention problem: q [..., L, E], k [..., S, E], v [..., S, Ev] (equal batch dims), a mask
+// (none, bool keep-mask or additive float) of `mask_shape`, causal or not.
+struct Case {
+  IntList batch;
+  int64_t L, S, E, Ev;
+  int mask = 0; // 0 none, 1 bool, 2 float
+  IntList mask_shape;
+  bool causal = false;
+  std::string what;
+};
+
+IntList with(IntList batch, int64_t a, int64_t b) {
+  batch.push_back(a);
+  batch.push_back(b);
+  return batch;
+}
+
+struct Operands {
+  Tensor q, k, v, mask;
+};
+
+// Random operands of case c in `dtype`. Masks hide about a third of the keys, and every
+// third query row entirely where the mask has that dim (a fully masked row).
+Operands operands(const Case& c, DType dtype, uint64_t seed) {
+  Operands o{randn(with(c.batch, c.L, c.E), seed, dtype), randn(with(c.batch, c.S, c.E), seed + 1, dtype),
+             randn(with(c.batch, c.S, c.Ev), seed + 2, dtype), Tensor()};
+  if (c.mask == 0) return o;
+  Tensor keep = rand(c.mask_shape, seed + 3) > 0.33;
+  const int64_t rank = static_cast<int64_t>(c.mask_shape.size());
+  if (c.mask_shape[static_cast<size_t>(rank - 2)] == c.L) { // rows 0, 3, 6, ... see no key
+    std::vector<double> r(static_cast<size_t>(c.L));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = i % 3 == 0 ? 0 : 1;
+    Tensor row = from_vector(r, {c.L}) != 0.0;
+    IntList s(c.mask_shape.size(), 1);
+    s[static_cast<size_t>(rank - 2)] = c.L;
+    keep = logical_and(keep, row.reshape(s));
+  }
+  o.mask = c.mask == 1 ? keep : where(keep, full({}, 0.0, dtype), full({}, -kInf, dtype)) + rand(c.mask_shape, seed + 4, dtype);
+  return o;
+}
+
+Tensor attention(const Operands& o, bool causal, double scale) {
+  return F::scaled_dot_product_attention(o.q, o.k, o.v, o.mask, 0, causal, scale);
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {{2, 3}, 70, 130, 7, 5, 0, {}, false, "T not divisible by the blocks, Tq != Tk, d odd, batch and heads"},
+      {{2}, 97, 97, 16, 16, 0, {}, true, "causal, one key block and a half"},
+      {{3}, 40, 150, 8, 3, 0, {}, true, "causal with more keys than queries"},
+      {{2, 2}, 33, 65, 5, 6, 1, {2, 2, 33, 65}, false, "bool mask of the scores' shape with fully masked rows"},
+      {{2, 2}, 33, 65, 5, 6, 2, {33, 65}, false, "float mask broadcast over batch and heads, -inf rows"},
+      {{2, 2}, 20, 70, 4, 4, 1, {2, 1, 1, 70}, false, "key-padding bool mask"},
+      {{}, 1, 1, 1, 1, 0, {}, false, "one query, one key, no batch dims"},
+  };
+  return c;
+}
+
+// The Attention node of q, k, v (equal batch dims) and a mask of their rank, as a tensor that
+// requires grad where they do: what scaled_dot_product_attention builds when no gradient flows
+// (with gradients it keeps the composite, whose backward is as fast), for differentiating the node.
+Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
+  std::vector<Tensor> in{q, k, v};
+  if (mask.defined()) in.push_back(mask);
+  return detail::result_of(graph::build::attention(q.node(), k.node(), v.node(), mask.defined() ? mask.node() : nullptr,
+                                                   scale, causal),
+                           in);
+}
+
+// The bound of the README (fusion section) on |fused - composite| for each output element of
+// query row i: (2S + 8 ceil(S / 64) + 16 + 4 E scale max_j sum_d |q_id k_jd|) eps max_j |v_j|.
+void expect_within_bound(const Case& c, const Operands& o, double scale, const Tensor& fused, const Tensor& composite,
+                         double eps, double& worst) {
+  const std::vector<double> q = values(o.q), k = values(o.k), v = values(o.v), f = values(fused), u = values(composite);
+  int64_t batch = 1;
+  for (int64_t b : c.batch) batch *= b;
+  for (int64_t b = 0; b < batch; ++b) {
+    double vmax = 0;
+    for (int64_t j = 0; j < c.S * c.Ev; ++j) vmax = std::max(vmax, std::fabs(v[static_cast<size_t>(b * c.S * c.Ev + j)]));
+    for (int64_t i = 0; i < c.L; ++i) {
+      double dot = 0;
+      for (int64_t j = 0; j < c.S; ++j) {
+        double d = 0;
+        for (int64_t x = 0; x < c.E; ++x)
+          d += std::fabs(q[static_cast<size_t>((b * c.L + i) * c.E + x)] * k[static_cast<size_t>((b * c.S + j) * c.E + x)]);
+        dot = std::max(dot, d);
+      }
+      const double blocks = static_cast<double>((c.S + 63) / 64);
+      const double bound =
+          (2.0 * static_cast<double>(c.S) + 8 * blocks + 16 + 4 * static_cast<double>(c.E) * scale * dot) * eps * vmax;
+      for (int64_t col = 0; col < c.Ev; ++col) {
+        const size_t at = static_cast<size_t>((b * c.L + i) * c.Ev + col);
+        ASSERT_FALSE(std::isnan(f[at])) << c.what << " [" << at << "]";
+        EXPECT_LE(std::fabs(f[at] - u[at]), bound) << c.what << " [" << at << "]: " << f[at] << " vs " << u[at];
+        if (vmax > 0) worst = std::max(worst, std::fabs(f[at] - u[at]) / (eps * vmax));
+      }
+    }
+  }
+}
+
+} // namespace
+
+TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
+  const Operands o = operands(cases()[0], kFloat32, 1);
+  {
+    FusionSetting on(true);
+    EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
+    // dropout keeps the composite (the kernel draws no random numbers)
+    EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
+    // so do operands that require grad (the node's backward is the composite's: see the README)
+    Tensor q = o.q.detach().requires_grad_();
+    EXPECT_NE(F::scaled_dot_product_attention(q, o.k, o.v).node()->op, graph::OpKind::Attention);
+    NoGradGuard no_grad; // under which a result of grad-requiring operands is detached
+    const Tensor out = F::scaled_dot_product_attention(q, o.k, o.v);
+    const graph::Node* n = out.node().get();
+    ASSERT_EQ(n->op, graph::OpKind::Detach);
+    EXPECT_EQ(n->inputs[0]->op, graph::OpKind::Attention);
+  }
+  FusionSetting off(false);
+  EXPECT_NE(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
+}
+
+TEST(Attention, FusedMatchesTheCompositeWithinTheBound) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    double worst = 0;
+    uint64_t seed = 10;
+    for (const Case& c : cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      Tensor fused, composite;
+      {
+        FusionSetting on(true);
+        fused = attention(o, c.causal, scale);
+        ASSERT_EQ(fused.node()->op, graph::OpKind::Attention) << c.what;
+        fused.realize();
+      }
+      {
+        FusionSetting off(false);
+        composite = attention(o, c.causal, scale);
+        composite.realize();
+      }
+      expect_within_bound(c, o, scale, fused, composite, eps, worst);
+      // fully masked rows are 0 in both
+      if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) {
+        const std::vector<double> f = values(fused);
+        for (int64_t col = 0; col < c.Ev; ++col) EXPECT_EQ(f[static_cast<size_t>(col)], 0.0) << c.what;
+      }
+    }
+    std::printf("fused vs composite (%s): largest difference %.2f eps max|v|\n", dtype_name(dtype).data(), worst);
+  }
+}
+
+TEST(Attention, FusedMatchesTheF64Interpreter) {
+  uint64_t seed = 300;
+  for (const Case& c : cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    FusionSetting on(true);
+    const Tensor out = attention(o, c.causal, 0.7);
+    const graph::InterpretResult want = graph::interpret_one(out.node());
+    const std::vector<double> got = values(out);
+    ASSERT_EQ(got.size(), want.values.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want.values[i], 1e-12 * std::max(1.0, std::fabs(want.values[i]))) << c.what << " [" << i << "]";
+  }
+}
+
+TEST(Attention, FusedIsBitwiseTheSameOnOneAndTwoThreadsAndCompiled) {
+  FusionSetting on(true);
+  for (const Case& c : {cases()[0], cases()[1], cases()[4]}) {
+    const Operands o = operands(c, kFloat32, 500);
+    std::vector<double> one, two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      one = values(attention(o, c.causal, 0.5));
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      two = values(attention(o, c.causal, 0.5));
+    }
+    EXPECT_EQ(one, two) << c.what;
+    CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+      return std::vector<Tensor>{F::scaled_dot_product_attention(x[0], x[1], x[2], o.mask, 0, c.causal, 0.5)};
+    });
+    EXPECT_EQ(values(step({o.q, o.k, o.v})[0]), one) << c.what;
+    EXPECT_EQ(values(step({o.q, o.k, o.v})[0]), one) << c.what << " (replayed)";
+  }
+}
+
+// The rows whose scores accumulate together (AttentionSpec::rows, planned from the target's
+// registers) never change a result: the kernel planned for AVX2 (1 row), AVX-512 f64 (2) and
+// AVX-512 f32 (4), run by hand on this host, gives the same bits, in f32 and f64.
+TEST(Attention, RegisterRowsNeverChangeAResult) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Case c{{2}, 45, 100, 9, 6, 1, {2, 45, 100}, false, "rows"};
+    const Operands o = operands(c, dtype, 700);
+    const graph::NodeRef out = graph::build::attention(o.q.node(), o.k.node(), o.v.node(), o.mask.node(), 0.4, false);
+    const std::vector<double> q = values(o.q), k = values(o.k), v = values(o.v), m = values(o.mask);
+    std::vector<std::vector<double>> results;
+    for (const codegen::Target& t : {codegen::Target::cpu(256, true, 16), codegen::Target::cpu(512, true, 32)}) {
+      codegen::ScheduleOptions opts;
+      opts.target = t;
+      const codegen::Schedule s = codegen::schedule({out.get()}, opts);
+      ASSERT_EQ(s.launches.size(), 1u);
+      const codegen::KernelLaunch& l = s.launches[0];
+      ASSERT_TRUE(l.kernel.attention.has_value());
+      const int64_t want_rows = t.vector_bits == 256 ? 1 : dtype == kFloat64 ? 2 : 4;
+      EXPECT_EQ(l.kernel.attention->rows, want_rows);
+      // the operands in the kernel's element types (the mask bool as bytes)
+      auto as = [&](const std::vector<double>& x) {
+        std::vector<char> bytes(x.size() * (dtype == kFloat64 ? 8 : 4));
+        for (size_t i = 0; i < x.size(); ++i)
+          if (dtype == kFloat64) reinterpret_cast<double*>(bytes.data())[i] = x[i];
+          else reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(x[i]);
+        return bytes;
+      };
+      std::vector<char> qb = as(q), kb = as(k), vb = as(v), ob(static_cast<size_t>(out->numel()) * (dtype == kFloat64 ? 8 : 4));
+      std::vector<char> mb(m.begin(), m.end());
+      const auto bytes = static_cast<size_t>(codegen::attention_scratch_bytes(l.kernel, l.params) + 63) / 64 * 64;
+      std::unique_ptr<void, void (*)(void*)> scratch(std::aligned_alloc(64, bytes), std::free);
+      const std::vector<void*> bufs{qb.data(), kb.data(), vb.data(), mb.data(), ob.data(), scratch.get()};
+      codegen::LlvmJit::instance().compile(l.kernel)(0, l.gemm_tasks, bufs.data(), l.params.data());
+      std::vector<double> r(static_cast<size_t>(out->numel()));
+      for (size_t i = 0; i < r.size(); ++i)
+        r[i] = dtype == kFloat64 ? reinterpret_cast<double*>(ob.data())[i] : reinterpret_cast<float*>(ob.data())[i];
+      results.push_back(std::move(r));
+    }
+    EXPECT_EQ(results[0], results[1]) << dtype_name(dtype);
+    FusionSetting on(true);
+    EXPECT_EQ(values(attention(o, false, 0.4)), results[0]) << dtype_name(dtype) << ": the host's plan";
+  }
+}
+
+TEST(Attention, GradcheckInF64OfTheAttentionNode) {
+  const Tensor q = randn({2, 5, 3}, 41, kFloat64), k = randn({2, 7, 3}, 42, kFloat64), v = randn({2, 7, 2}, 43, kFloat64);
+  const Tensor keep = logical_or(rand({1, 5, 7}, 44) > 0.5, arange(7) == 0);
+  const Tensor add_mask = randn({1, 5, 7}, 45, kFloat64);
+  auto check = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in, const char* what) {
+    const GradcheckResult r = gradcheck([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x)}; }, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([](const std::vector<Tensor>& x) { return attention_node(x[0], x[1], x[2], {}, 0.6, false); }, {q, k, v}, "plain");
+  check([](const std::vector<Tensor>& x) { return attention_node(x[0], x[1], x[2], {}, 0.6, true); }, {q, k, v}, "causal");
+  check([&](const std::vector<Tensor>& x) { return attention_node(x[0], x[1], x[2], keep, 0.6, false); }, {q, k, v},
+        "bool mask");
+  check([](const std::vector<Tensor>& x) { return attention_node(x[0], x[1], x[2], x[3], 0.6, false); }, {q, k, v, add_mask},
+        "float mask (differentiated too)");
+}
+
+TEST(Attention, ForwardModeAndGradientsOfGradientsOfTheNodeGoThroughTheComposite) {
+  const Tensor q = randn({4, 3}, 51, kFloat64), k = randn({6, 3}, 52, kFloat64), v = randn({6, 2}, 53, kFloat64);
+  const GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        const Tensor out = attention_node(x[0], x[1], x[2], {}, 0.5, true);
+        return std::vector<Tensor>{grad({(out * out).sum()}, {x[0]}, {}, false, true)[0]};
+      },
+      {q, k, v});
+  EXPECT_TRUE(r.ok) << r.report;
+  // jvp against the composite's (functional::softmax's arithmetic; equal up to rounding)
+  const Tensor tq = randn({4, 3}, 54, kFloat64), tk = randn({6, 3}, 55, kFloat64), tv = randn({6, 2}, 56, kFloat64);
+  auto node = [](const std::vector<Tensor>& x) { return std::vector<Tensor>{attention_node(x[0], x[1], x[2], {}, 0.5, false)}; };
+  auto composite = [](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{matmul(F::softmax(matmul(x[0], x[1].transpose(0, 1)) * 0.5, -1), x[2])};
+  };
+  const std::vector<double> a = values(jvp(node, {q, k, v}, {tq, tk, tv}).second[0]);
+  const std::vector<double> b = values(jvp(composite, {q, k, v}, {tq, tk, tv}).second[0]);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << i;
+}
+
+TEST(Attention, BadMasksAreTheUsersErrors) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 4, 3}, 61), k = randn({2, 5, 3}, 62), v = randn({2, 5, 2}, 63);
+  const int line = __LINE__ + 2;
+  try {
+    F::scaled_dot_product_attention(q, k, v, ones({4, 4}) > 0.0);
+    ADD_FAILURE() << "nothing was thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.op(), "scaled_dot_product_attention") << msg;
+    EXPECT_NE(msg.find("[2, 4, 5]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_attention.cpp:" + std::to_string(line)), std::string::npos) << msg;
+  }
+  EXPECT_THROW(F::scaled_dot_product_attention(q, k, v, ones({4, 5}, kInt64)), Error);
+}
