@@ -254,9 +254,10 @@ void check_defined(const char* op, const Tensor& t, const Loc& loc) {
 
 } // namespace
 
-int rank(Loc loc) { return group("rank", loc).rank; }
-int world_size(Loc loc) { return group("world_size", loc).size; }
-std::string backend(Loc loc) { return group("backend", loc).backend; }
+// Queries exchange nothing: they are fine inside a compile() trace (the group does not change).
+int rank(Loc loc) { return runtime::comm::world("rank", loc).rank; }
+int world_size(Loc loc) { return runtime::comm::world("world_size", loc).size; }
+std::string backend(Loc loc) { return runtime::comm::world("backend", loc).backend; }
 
 void barrier(Loc loc) {
   Timed timed("barrier");
