@@ -58,13 +58,14 @@ struct Args {
   uint64_t seed = 0;
   std::string data = data::kFashionMnistRoot;
   bool ddp = false; // data-parallel over the ranks of mpirun
+  bool sync_bn = false; // --ddp with BatchNorm statistics of the global batch
   int64_t stop_after = 0; // 0: run every epoch; else stop after this one (an interruption, for --resume)
 };
 
 void usage() {
   std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device D]\n"
                "             [--list-devices] [--no-fusion] [--eager] [--checkpoint PATH] [--resume] [--limit N] [--seed N]\n"
-               "             [--data DIR] [--ddp] [--stop-after N]\n"
+               "             [--data DIR] [--ddp] [--sync-bn] [--stop-after N]\n"
                "  --model       mlp (784-256-128-10) or cnn (2 x conv3x3+BN+ReLU+maxpool, 2 FC); default mlp\n"
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
@@ -82,6 +83,8 @@ void usage() {
                "  --data        directory of the Fashion-MNIST IDX files (default " << data::kFashionMnistRoot << ")\n"
                "  --ddp         data-parallel over the ranks of mpirun (`mpirun -np 2 train --ddp`); --batch is\n"
                "                per rank; rank 0 prints and writes the checkpoint\n"
+               "  --sync-bn     with --ddp: the CNN's BatchNorm layers become SyncBatchNorm (statistics of the\n"
+               "                global batch, as one process with batch ranks x --batch)\n"
                "  --stop-after  end after epoch N of --epochs, as if interrupted (then --resume continues)\n";
 }
 
@@ -106,6 +109,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--seed") a.seed = number<uint64_t>(f, value());
     else if (f == "--data") a.data = value();
     else if (f == "--ddp") a.ddp = true;
+    else if (f == "--sync-bn") a.sync_bn = true;
     else if (f == "--stop-after") a.stop_after = number<int64_t>(f, value());
     else if (f == "--help" || f == "-h") usage(), std::exit(0);
     else {
@@ -118,6 +122,7 @@ Args parse(int argc, char** argv) {
   if (a.epochs <= 0 || a.batch <= 0 || a.limit < 0 || a.stop_after < 0 || !(a.lr > 0))
     throw Error("train", "--epochs, --batch and --lr must be positive, --limit and --stop-after non-negative");
   if (a.resume && a.checkpoint.empty()) throw Error("train", "--resume needs --checkpoint PATH");
+  if (a.sync_bn && !a.ddp) throw Error("train", "--sync-bn needs --ddp");
   return a;
 }
 
@@ -259,6 +264,7 @@ int run(Args a) {
   nn::manual_seed(a.seed);
   auto model_ptr = std::make_shared<nn::Sequential>(make_model(a.model));
   nn::Sequential& model = *model_ptr;
+  if (a.sync_bn) nn::SyncBatchNorm::convert_sync_batchnorm(model_ptr); // the same parameters and names
   model.to(a.resolved);
   optim::Adam opt(model.parameters(), {.lr = a.lr});
   optim::CosineAnnealingLR schedule(opt, a.epochs);
