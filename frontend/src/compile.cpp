@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -140,6 +143,7 @@ struct Trace {
   std::vector<detail::CaptureState::HostStage> stages; // in trace order
   // One plan per stage and one after the last: plan j runs before stage j (see host_stage).
   std::vector<runtime::Plan> plans;
+  std::vector<size_t> first_use; // per stage, the first plan reading its results (see Cut)
   // Per plan, where each of its outputs goes: a placeholder of later plans (a value they read),
   // or nowhere (null: a traced output or a stage input, found through `where`).
   std::vector<std::vector<graph::NodeRef>> carried;
@@ -163,59 +167,40 @@ public:
 
 // The cut of a traced function with host stages into plans (see detail::host_stage).
 // A node's level is the number of stages it waits for: 0 for the arguments and state, s + 1
-// for the results of stage s, the largest of its inputs' otherwise; plan j computes the nodes
-// of level j that are needed: traced outputs, stage inputs, and inputs of nodes of higher
-// levels, which later plans read from a placeholder bound to plan j's value (so nothing is
-// computed twice). Two kinds of nodes are not carried but computed again where used, so that
-// every kernel reads what it would read in an eager step: constant expressions (constants,
-// random draws, what is computed from them alone), and views (reshape, permute, expand,
-// slice: strides, not copies; a plan reads the carried value below them through the view).
+// for the results of stage s, the largest of its inputs' otherwise. Each needed node is
+// computed by one plan, as late as its uses allow (never before its level): the inputs of
+// stage s by plan s at the latest, the traced outputs by the last plan, any other node by the
+// first plan that uses it. So a DDP bucket's gradients are computed just before its all-reduce
+// starts, and the rest of the backward pass runs while it travels. A value a later plan reads
+// is carried: an output of its plan, bound to a placeholder of the later ones (nothing is
+// computed twice), except views (reshape, permute, expand, slice: strides, not copies) and
+// constant expressions (constants, random draws, what is computed from them alone), which
+// are computed again where used, so that every kernel reads what it reads in an eager step.
 // Without stages it is one plan of the outputs, the graph as traced.
 class Cut {
 public:
-  explicit Cut(const std::vector<detail::CaptureState::HostStage>& stages) {
+  // The cut of the graph of `roots`, each with the last plan that may compute it.
+  Cut(const std::vector<detail::CaptureState::HostStage>& stages, const std::vector<std::pair<graph::NodeRef, size_t>>& roots)
+      : first_use_(stages.size(), stages.size()) {
     for (size_t s = 0; s < stages.size(); ++s)
-      for (const graph::NodeRef& p : stages[s].placeholders) level_[p.get()] = s + 1, pure_[p.get()] = false;
+      for (const graph::NodeRef& p : stages[s].placeholders) level_[p.get()] = s + 1, pure_[p.get()] = false, stage_[p.get()] = s;
+    assign(roots);
+    for (const auto& [r, plan] : roots) need(r);
   }
 
-  // The level of `n`.
-  size_t level(const graph::NodeRef& n) {
-    visit(n.get());
-    return level_.at(n.get());
-  }
-
-  // Marks what plan level(root) needs to compute `root`: the values of lower plans it reads are carried.
-  void need(const graph::NodeRef& root) {
-    std::vector<std::pair<graph::NodeRef, size_t>> todo{{root, level(root)}}; // (node, the plan computing it)
-    std::set<std::pair<const graph::Node*, size_t>> seen;
-    while (!todo.empty()) {
-      const auto [n, plan] = todo.back();
-      todo.pop_back();
-      if (shared(n) || !seen.emplace(n.get(), plan).second) continue;
-      for (const graph::NodeRef& in : n->inputs) {
-        if (shared(in)) continue;
-        if (level(in) == plan || view(in)) {
-          todo.emplace_back(in, plan);
-          continue;
-        }
-        if (!carry_.count(in.get())) {
-          carry_[in.get()] = graph::make_input(in->dtype, in->shape, nullptr, in->device);
-          carried_.push_back(in);
-        }
-        todo.emplace_back(in, level(in));
-      }
-    }
-  }
-
+  // The plan that computes `n` (a needed node).
+  size_t plan(const graph::NodeRef& n) const { return at_.at(n.get()); }
   // The nodes carried from a plan to later ones, in the order they were found.
   const std::vector<graph::NodeRef>& carried() const { return carried_; }
   // The placeholder that later plans read a carried node from.
   const graph::NodeRef& placeholder(const graph::Node* n) const { return carry_.at(n); }
+  // Per stage, the first plan that reads its results (the last one where only traced outputs do).
+  const std::vector<size_t>& first_use() const { return first_use_; }
 
-  // `root` as plan level(root) computes it: what lower plans computed is read from placeholders.
+  // `root` as plan(root) computes it: what lower plans computed is read from placeholders.
   graph::NodeRef rewrite(const graph::NodeRef& root) {
-    const size_t plan = level(root);
-    auto& done = rewritten_[plan];
+    const size_t p = plan(root);
+    auto& done = rewritten_[p];
     std::vector<const graph::Node*> todo{root.get()};
     while (!todo.empty()) {
       const graph::Node* n = todo.back();
@@ -232,7 +217,7 @@ public:
       bool ready = true;
       std::vector<graph::NodeRef> ins;
       for (const graph::NodeRef& in : n->inputs) {
-        if (!shared(in) && level(in) < plan && !view(in)) {
+        if (carried_to(in, p)) {
           ins.push_back(carry_.at(in.get()));
           continue;
         }
@@ -257,6 +242,63 @@ private:
   static bool view(const graph::NodeRef& n) {
     using graph::OpKind;
     return n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice;
+  }
+
+  // True when plan `p` reads `in` from a placeholder rather than computing it.
+  bool carried_to(const graph::NodeRef& in, size_t p) { return !shared(in) && !view(in) && plan(in) < p; }
+
+  // Each needed node's plan: the roots' last plans, then (users first) the first plan using it.
+  void assign(const std::vector<std::pair<graph::NodeRef, size_t>>& roots) {
+    std::vector<const graph::Node*> starts;
+    for (const auto& [r, last] : roots) {
+      starts.push_back(r.get());
+      const auto it = at_.find(r.get());
+      at_[r.get()] = it == at_.end() ? last : std::min(it->second, last);
+    }
+    const std::vector<const graph::Node*> order =
+        graph::topo_order(starts, [this](const graph::Node* n) { return shared(n->shared_from_this()); });
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const graph::Node* n = *it;
+      if (shared(n->shared_from_this())) continue;
+      const size_t p = std::max(at_.at(n), level(n->shared_from_this()));
+      at_[n] = p;
+      for (const graph::NodeRef& in : n->inputs) {
+        if (const auto st = stage_.find(in.get()); st != stage_.end())
+          first_use_[st->second] = std::min(first_use_[st->second], p);
+        if (shared(in)) continue;
+        const auto found = at_.find(in.get());
+        at_[in.get()] = found == at_.end() ? p : std::min(found->second, p);
+      }
+    }
+  }
+
+  // Marks the carried values: inputs of a node computed by a later plan than theirs.
+  void need(const graph::NodeRef& root) {
+    std::vector<std::pair<graph::NodeRef, size_t>> todo{{root, plan(root)}}; // (node, the plan computing it)
+    std::set<std::pair<const graph::Node*, size_t>> seen;
+    while (!todo.empty()) {
+      const auto [n, p] = todo.back();
+      todo.pop_back();
+      if (shared(n) || !seen.emplace(n.get(), p).second) continue;
+      for (const graph::NodeRef& in : n->inputs) {
+        if (shared(in)) continue;
+        if (!carried_to(in, p)) {
+          todo.emplace_back(in, p); // computed by plan p too (a view of a lower plan's value is computed again)
+          continue;
+        }
+        if (!carry_.count(in.get())) {
+          carry_[in.get()] = graph::make_input(in->dtype, in->shape, nullptr, in->device);
+          carried_.push_back(in);
+        }
+        todo.emplace_back(in, plan(in));
+      }
+    }
+  }
+
+  // The level of `n`.
+  size_t level(const graph::NodeRef& n) {
+    visit(n.get());
+    return level_.at(n.get());
   }
 
   // Computes level_ and pure_ of `root` and the nodes below it, inputs first (iterative: a
@@ -293,7 +335,10 @@ private:
   }
 
   std::unordered_map<const graph::Node*, size_t> level_;
-  std::unordered_map<const graph::Node*, bool> pure_; // a constant expression (no leaf below it)
+  std::unordered_map<const graph::Node*, bool> pure_;    // a constant expression (no leaf below it)
+  std::unordered_map<const graph::Node*, size_t> stage_; // a stage's result: its stage
+  std::unordered_map<const graph::Node*, size_t> at_;    // the plan computing a needed node
+  std::vector<size_t> first_use_;
   std::unordered_map<const graph::Node*, graph::NodeRef> carry_;
   std::vector<graph::NodeRef> carried_;
   std::unordered_map<size_t, std::unordered_map<const graph::Node*, graph::NodeRef>> rewritten_; // per plan
@@ -301,23 +346,26 @@ private:
 
 // The plans of a trace (see Cut).
 void make_plans(Trace& tr) {
-  Cut cut(tr.stages);
-  std::vector<graph::NodeRef> roots = tr.outputs;
-  for (const auto& stage : tr.stages) roots.insert(roots.end(), stage.inputs.begin(), stage.inputs.end());
-  for (const graph::NodeRef& r : roots) cut.need(r);
-  std::vector<std::vector<graph::NodeRef>> outputs(tr.stages.size() + 1);
+  const size_t last = tr.stages.size();
+  std::vector<std::pair<graph::NodeRef, size_t>> roots;
+  for (const graph::NodeRef& o : tr.outputs) roots.emplace_back(o, last);
+  for (size_t s = 0; s < tr.stages.size(); ++s)
+    for (const graph::NodeRef& in : tr.stages[s].inputs) roots.emplace_back(in, s);
+  Cut cut(tr.stages, roots);
+  std::vector<std::vector<graph::NodeRef>> outputs(last + 1);
   tr.carried.assign(outputs.size(), {});
-  for (const graph::NodeRef& r : roots) {
-    const size_t l = cut.level(r);
-    tr.where.emplace_back(l, outputs[l].size());
-    outputs[l].push_back(cut.rewrite(r));
-    tr.carried[l].push_back(nullptr);
+  for (const auto& [r, _] : roots) {
+    const size_t p = cut.plan(r);
+    tr.where.emplace_back(p, outputs[p].size());
+    outputs[p].push_back(cut.rewrite(r));
+    tr.carried[p].push_back(nullptr);
   }
-  for (const graph::NodeRef& c : cut.carried()) { // found by need() above
-    const size_t l = cut.level(c);
-    outputs[l].push_back(cut.rewrite(c));
-    tr.carried[l].push_back(cut.placeholder(c.get()));
+  for (const graph::NodeRef& c : cut.carried()) {
+    const size_t p = cut.plan(c);
+    outputs[p].push_back(cut.rewrite(c));
+    tr.carried[p].push_back(cut.placeholder(c.get()));
   }
+  tr.first_use = cut.first_use();
   for (const auto& o : outputs) tr.plans.push_back(runtime::make_plan(o));
 }
 
@@ -400,28 +448,86 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   return b;
 }
 
-// The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut).
+// A host stage started on another thread, so that the plans after it compute while it runs
+// (a DDP bucket's all-reduce during the rest of the backward pass). Started stages run one at a
+// time, in order (each waits for the one before: collectives are called in the same order on
+// every rank, by one thread at a time); a stage on GPU tensors runs at once on this thread.
+class Started {
+public:
+  Started(const detail::CaptureState::HostStage& stage, std::vector<Tensor> in, const Started* before) {
+    const bool host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return t.device() == kCPU; });
+    std::shared_future<std::vector<Tensor>> prev = before ? before->result_ : decltype(prev)();
+    auto task = [run = stage.run, in = std::move(in), prev] {
+      if (prev.valid()) prev.wait();
+      std::vector<Tensor> out = run(in);
+      kiln::realize(out);
+      return out;
+    };
+    if (host) result_ = std::async(std::launch::async, std::move(task)).share();
+    else {
+      std::promise<std::vector<Tensor>> now;
+      try {
+        if (prev.valid()) prev.wait();
+        now.set_value(task());
+      } catch (...) {
+        now.set_exception(std::current_exception());
+      }
+      result_ = now.get_future().share();
+    }
+  }
+  // Its results (rethrowing its error); the time this thread waits for them is a span "wait"
+  // of category "dist" in a KILN_TRACE timeline (communication the plans did not hide).
+  const std::vector<Tensor>& get() const {
+    if (result_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      runtime::observe::Span span("dist", "wait");
+      result_.wait();
+    }
+    return result_.get();
+  }
+  // Waits for it without throwing (the caller is already failing).
+  void wait() const { result_.wait(); }
+
+private:
+  std::shared_future<std::vector<Tensor>> result_;
+};
+
+// The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut), each
+// stage waited for before the first plan that reads its results.
 std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime::Bindings b,
                                                        const runtime::SeedOverrides& seeds) {
   std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
   auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
+  std::deque<Started> started;
   size_t stage_input = tr.outputs.size(); // into `where`
-  for (size_t j = 0; j < tr.plans.size(); ++j) {
-    values[j] = runtime::execute(tr.plans[j], b, seeds);
-    for (size_t i = 0; i < values[j].size(); ++i)
-      if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
-    if (j == tr.stages.size()) break;
-    const auto& stage = tr.stages[j];
-    std::vector<Tensor> in;
-    for (const graph::NodeRef& n : stage.inputs)
-      in.emplace_back(graph::make_input(n->dtype, n->shape, value(stage_input++), n->device));
-    std::vector<Tensor> out = stage.run(in);
-    KILN_ASSERT(out.size() == stage.placeholders.size(), "a host stage returned the wrong number of tensors");
-    kiln::realize(out);
-    for (size_t i = 0; i < out.size(); ++i) b[stage.placeholders[i].get()] = out[i].node()->realized();
+  auto wait_for = [&](size_t plan) { // the results of the stages plan `plan` reads
+    for (size_t s = 0; s < started.size(); ++s) {
+      if (tr.first_use[s] != plan) continue;
+      const std::vector<Tensor>& out = started[s].get();
+      KILN_ASSERT(out.size() == tr.stages[s].placeholders.size(), "a host stage returned the wrong number of tensors");
+      for (size_t i = 0; i < out.size(); ++i) b[tr.stages[s].placeholders[i].get()] = out[i].node()->realized();
+    }
+  };
+  try {
+    for (size_t j = 0; j < tr.plans.size(); ++j) {
+      wait_for(j);
+      values[j] = runtime::execute(tr.plans[j], b, seeds);
+      for (size_t i = 0; i < values[j].size(); ++i)
+        if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
+      if (j == tr.stages.size()) break;
+      std::vector<Tensor> in;
+      for (const graph::NodeRef& n : tr.stages[j].inputs)
+        in.emplace_back(graph::make_input(n->dtype, n->shape, value(stage_input++), n->device));
+      started.emplace_back(tr.stages[j], std::move(in), started.empty() ? nullptr : &started.back());
+    }
+  } catch (...) {
+    for (const Started& s : started) s.wait(); // no collective outlives the step
+    throw;
   }
   std::vector<std::shared_ptr<graph::Storage>> result;
-  for (size_t i = 0; i < tr.outputs.size(); ++i) result.push_back(value(i));
+  for (size_t i = 0; i < tr.outputs.size(); ++i) {
+    const auto bound = b.find(tr.outputs[i].get()); // a stage's result returned as it is
+    result.push_back(bound != b.end() ? bound->second : value(i));
+  }
   return result;
 }
 

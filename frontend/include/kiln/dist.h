@@ -149,9 +149,6 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 
 private:
-  /// The mean over ranks of `grads` (one per parameter), bucket by bucket.
-  std::vector<Tensor> average(const std::vector<Tensor>& grads, Loc loc) const;
-
   std::shared_ptr<Module> module_;
   DDPOptions options_;
   std::vector<std::vector<size_t>> buckets_;
