@@ -102,12 +102,13 @@ struct DDPOptions {
 ///
 /// kiln's backward() is lazy (gradients are graph until the step realizes them), so the
 /// averaging is an explicit call: `loss.backward(); ddp.sync_gradients(); opt.step();`.
-/// It realizes the gradients, averages them bucket by bucket (in reverse registration order,
-/// roughly the order backward produces them) in rank order, and replaces each parameter's grad
-/// by the average. A parameter without a gradient on this rank contributes zeros. Inside a
-/// compile()d step (forward, backward, sync_gradients(), the optimizer's step) the averaging is
-/// part of every replay: the replay runs the plan of the backward pass, the all-reduce on the
-/// host, then the plan of the update (one all-reduce per compiled function).
+/// It averages the gradients bucket by bucket (in reverse registration order, roughly the
+/// order backward produces them) in rank order, and replaces each parameter's grad by the
+/// average. A parameter without a gradient on this rank contributes zeros. Eagerly, it realizes
+/// all gradients first. Inside a compile()d step (forward, backward, sync_gradients(), the
+/// optimizer's step) each bucket's all-reduce is part of every replay, started as soon as the
+/// plan computing that bucket's gradients has run and overlapping the plans that compute the
+/// rest of the backward pass (see detail::host_stage); the bits are those of eager steps.
 ///
 /// The wrapped module is registered as the child "module" (state_dict names start with
 /// "module.", as in PyTorch); module() gives it back for checkpoints that a single process
