@@ -563,6 +563,51 @@ TEST(DDP, SeveralAllReducesInOneCompiledFunction) {
   EXPECT_EQ(run(true), run(false));
 }
 
+// The structure of the overlap: in a compiled DDP step with three buckets, each bucket's
+// gradients are computed by the plan just before its all-reduce (later buckets' gradients by
+// later plans, which run while the earlier all-reduces travel), and the all-reduces run on
+// another thread than the step's kernels.
+TEST(DDP, BucketAllReducesStartDuringTheBackwardPass) {
+  const int w = dist::world_size(), r = dist::rank();
+  auto m = small_mlp(13);
+  nn::DistributedDataParallel ddp(m, {.bucket_bytes = 160}); // buckets {3, 2}, {1}, {0}
+  optim::SGD opt(ddp.parameters(), {.lr = 0.1});
+  CompiledFunction step([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    const Tensor loss = F::cross_entropy(ddp(a[0]), a[1]);
+    loss.backward();
+    ddp.sync_gradients();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  const auto [x, y] = samples(4 * w);
+  const Tensor xb = x_rows(x, range(4 * r, 4 * r + 4)), yb = y_rows(y, range(4 * r, 4 * r + 4));
+  step({xb, yb});
+  const std::string path = ::testing::TempDir() + "kiln_ddp_overlap_" + std::to_string(r) + ".json";
+  profile::start_trace(path);
+  step({xb, yb});
+  profile::stop_trace();
+  const std::vector<size_t> plans = step.kernels_per_plan();
+  ASSERT_EQ(plans.size(), 4u); // one before each bucket's all-reduce, one for the update
+  for (size_t k = 0; k < plans.size(); ++k) EXPECT_GT(plans[k], 0u) << "plan " << k;
+  std::ifstream f(path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  // "tid" of the spans named `name`
+  auto tids = [&](const std::string& name) {
+    std::set<std::string> out;
+    for (size_t at = text.find("\"name\":\"" + name); at != std::string::npos; at = text.find("\"name\":\"" + name, at + 1)) {
+      const size_t t = text.find("\"tid\":", at);
+      out.insert(text.substr(t, text.find_first_of(",}", t) - t));
+    }
+    return out;
+  };
+  const std::set<std::string> reduce = tids("all_reduce"), step_thread = tids("step ");
+  ASSERT_FALSE(reduce.empty()) << text.substr(0, 2000);
+  ASSERT_EQ(step_thread.size(), 1u);
+  EXPECT_EQ(reduce.count(*step_thread.begin()), 0u); // one thread per started stage, never the step's
+}
+
 TEST(DDP, NoSyncAccumulatesLocally) {
   const int w = dist::world_size(), r = dist::rank();
   auto m = small_mlp(5);

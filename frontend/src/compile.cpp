@@ -605,6 +605,12 @@ size_t CompiledFunction::peak_intermediate_bytes() const {
   return peak;
 }
 size_t CompiledFunction::num_traces() const { return impl_->num_traces; }
+std::vector<size_t> CompiledFunction::kernels_per_plan() const {
+  std::vector<size_t> n;
+  if (impl_->last)
+    for (const runtime::Plan& p : impl_->last->plans) n.push_back(p.schedule.launches.size());
+  return n;
+}
 
 CompiledFunction compile(CompiledFunction::Fn fn) { return CompiledFunction(std::move(fn)); }
 
