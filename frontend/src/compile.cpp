@@ -458,7 +458,7 @@ public:
     const bool host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return t.device() == kCPU; });
     std::shared_future<std::vector<Tensor>> prev = before ? before->result_ : decltype(prev)();
     auto task = [run = stage.run, in = std::move(in), prev] {
-      if (prev.valid()) prev.wait();
+      if (prev.valid()) prev.get(); // after the stage before; its error, if any, is this one's too
       std::vector<Tensor> out = run(in);
       kiln::realize(out);
       return out;
@@ -467,7 +467,6 @@ public:
     else {
       std::promise<std::vector<Tensor>> now;
       try {
-        if (prev.valid()) prev.wait();
         now.set_value(task());
       } catch (...) {
         now.set_exception(std::current_exception());

@@ -166,10 +166,13 @@ uint64_t host_seed(std::function<uint64_t()> next);
 /// run(inputs), a host computation (a collective) whose results are typed and placed like its
 /// inputs and shaped like them, or as `result_shapes` says where it is not empty (one per input).
 /// Called now outside a trace. Inside a compile() trace, it is recorded as a stage of every
-/// replay: a traced function with k stages is cut into k + 1 plans, and a replay runs plan 0,
-/// stage 0 on the values of its inputs, plan 1, stage 1, ...; plan j computes what needs the
-/// results of stage j - 1 and no later stage, and values a later plan reads are kept, not
-/// recomputed. So the host computations are part of the compiled step.
+/// replay: a traced function with k stages is cut into k + 1 plans; a replay runs plan 0,
+/// starts stage 0 on the values of its inputs, runs plan 1, starts stage 1, ..., and waits for
+/// a stage before the first plan that reads its results. Each value is computed by the last
+/// plan its uses allow (a stage's inputs just before it), and values a later plan reads are
+/// kept, not recomputed. A started stage on CPU tensors runs on another thread, one stage at a
+/// time in trace order, while the plans after it compute: run() must only read its inputs and
+/// call collectives (the replaying thread calls none meanwhile).
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
                                std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run, const char* op,
                                const Loc& loc, const std::vector<IntList>& result_shapes = {});
