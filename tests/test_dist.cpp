@@ -855,9 +855,12 @@ TEST(SyncBatchNorm, Errors) {
 
 // Run by dist_mpi_2_leave and dist_mpi_2_hang only: rank 1 leaves (or hangs) instead of taking
 // part; rank 0 must get a kiln::Error naming rank 1 and the collective within the timeout.
-void expect_failure_detected(bool hang) {
+// With `compiled`, rank 0's all-reduce is a DDP bucket's, started on another thread by the
+// replay of a compiled step: the error comes back through the step.
+void expect_failure_detected(bool hang, bool compiled = false) {
   if (dist::world_size() != 2 || !std::getenv("KILN_DIST_FAILURE_TEST"))
-    GTEST_SKIP() << "a failure case: ctest runs it alone under mpirun -np 2 (dist_mpi_2_leave, dist_mpi_2_hang)";
+    GTEST_SKIP() << "a failure case: ctest runs it alone under mpirun -np 2 (dist_mpi_2_leave, dist_mpi_2_hang, "
+                    "dist_mpi_2_compiled)";
   EXPECT_EQ(options().dist_timeout, 1.0); // KILN_DIST_TIMEOUT=1, from ctest
   options().dist_timeout = 300;           // both ranks in the test first, however slowly they start
   dist::barrier();
@@ -866,10 +869,22 @@ void expect_failure_detected(bool hang) {
     if (hang) std::this_thread::sleep_for(std::chrono::seconds(60)); // mpirun ends it when rank 0 leaves
     return; // leaves early: goes on to exit without calling all_reduce
   }
+  auto m = small_mlp(2);
+  nn::DistributedDataParallel ddp(m, {.bucket_bytes = 160, .broadcast_at_construction = false});
+  CompiledFunction step([&](const std::vector<Tensor>& a) {
+    F::cross_entropy(ddp(a[0]), a[1]).backward();
+    ddp.sync_gradients();
+    return std::vector<Tensor>{};
+  });
+  const auto [x, y] = samples(4);
   const auto start = std::chrono::steady_clock::now();
-  const std::string e = error_of([] { dist::all_reduce(ones({1000})); });
+  const std::string e =
+      compiled ? error_of([&] { step({x, y}); }) : error_of([] { dist::all_reduce(ones({1000})); });
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(contains(e, "all_reduce: rank 0 of 2: no data from rank 1 within the timeout of 1 s")) << e;
+  // a DDP bucket's all-reduce is named as the user's call of sync_gradients, at its line
+  const std::string op = compiled ? "DistributedDataParallel::sync_gradients" : "all_reduce";
+  EXPECT_TRUE(contains(e, op + ": rank 0 of 2: no data from rank 1 within the timeout of 1 s")) << e;
+  EXPECT_TRUE(contains(e, "test_dist.cpp")) << e;
   EXPECT_GE(secs, 1.0); // it waited for the timeout,
   EXPECT_LT(secs, 30.0); // and not much longer
   // the group is now unusable, and says why
@@ -881,5 +896,6 @@ void expect_failure_detected(bool hang) {
 
 TEST(DistFailure, RankLeavesEarly) { expect_failure_detected(false); }
 TEST(DistFailure, RankHangs) { expect_failure_detected(true); }
+TEST(DistFailure, RankLeavesDuringACompiledStep) { expect_failure_detected(false, true); }
 
 } // namespace
