@@ -180,10 +180,15 @@ public:
 class Cut {
 public:
   // The cut of the graph of `roots`, each with the last plan that may compute it.
-  Cut(const std::vector<detail::CaptureState::HostStage>& stages, const std::vector<std::pair<graph::NodeRef, size_t>>& roots)
+  Cut(const std::vector<detail::CaptureState::HostStage>& stages,
+      const std::vector<std::pair<graph::NodeRef, size_t>>& roots)
       : first_use_(stages.size(), stages.size()) {
     for (size_t s = 0; s < stages.size(); ++s)
-      for (const graph::NodeRef& p : stages[s].placeholders) level_[p.get()] = s + 1, pure_[p.get()] = false, stage_[p.get()] = s;
+      for (const graph::NodeRef& p : stages[s].placeholders) {
+        level_[p.get()] = s + 1;
+        pure_[p.get()] = false;
+        stage_[p.get()] = s;
+      }
     assign(roots);
     for (const auto& [r, plan] : roots) need(r);
   }

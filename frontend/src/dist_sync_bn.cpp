@@ -85,7 +85,8 @@ Tensor normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, cons
     const Tensor sum_dy = gy.sum(l.dims), sum_dy_xhat = (gy * xhat).sum(l.dims); // this rank's, [C]
     const Tensor sums = concat({sum_dy, sum_dy_xhat});
     if (!detail::active_capture()) realize({gy, sums}); // eagerly: gy is kept, not recomputed
-    const Tensor global = collective(sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); }, loc);
+    const Tensor global = collective(
+        sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); }, loc);
     const Tensor mean_dy = (global.slice(0, 0, l.c) / s.count).reshape(l.bshape);
     const Tensor mean_dy_xhat = (global.slice(0, l.c, 2 * l.c) / s.count).reshape(l.bshape);
     const Tensor scale = affine ? invstd * in[1].reshape(l.bshape) : invstd;
