@@ -58,13 +58,15 @@ struct Args {
   uint64_t seed = 0;
   std::string data = data::kFashionMnistRoot;
   bool ddp = false; // data-parallel over the ranks of mpirun
+  bool sync_bn = false; // --ddp with BatchNorm statistics of the global batch
+  double bucket_mb = 25; // --ddp: gradients are all-reduced in buckets of this size (DDPOptions::bucket_bytes)
   int64_t stop_after = 0; // 0: run every epoch; else stop after this one (an interruption, for --resume)
 };
 
 void usage() {
   std::cerr << "usage: train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--device D]\n"
                "             [--list-devices] [--no-fusion] [--eager] [--checkpoint PATH] [--resume] [--limit N] [--seed N]\n"
-               "             [--data DIR] [--ddp] [--stop-after N]\n"
+               "             [--data DIR] [--ddp] [--sync-bn] [--bucket-mb X] [--stop-after N]\n"
                "  --model       mlp (784-256-128-10) or cnn (2 x conv3x3+BN+ReLU+maxpool, 2 FC); default mlp\n"
                "  --epochs      passes over the training set (default 10)\n"
                "  --batch       batch size (default 128)\n"
@@ -82,6 +84,10 @@ void usage() {
                "  --data        directory of the Fashion-MNIST IDX files (default " << data::kFashionMnistRoot << ")\n"
                "  --ddp         data-parallel over the ranks of mpirun (`mpirun -np 2 train --ddp`); --batch is\n"
                "                per rank; rank 0 prints and writes the checkpoint\n"
+               "  --sync-bn     with --ddp: the CNN's BatchNorm layers become SyncBatchNorm (statistics of the\n"
+               "                global batch, as one process with batch ranks x --batch)\n"
+               "  --bucket-mb   with --ddp: all-reduce the gradients in buckets of about X MB (default 25, as\n"
+               "                PyTorch); a bucket's all-reduce runs while the backward pass computes the next\n"
                "  --stop-after  end after epoch N of --epochs, as if interrupted (then --resume continues)\n";
 }
 
@@ -106,6 +112,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--seed") a.seed = number<uint64_t>(f, value());
     else if (f == "--data") a.data = value();
     else if (f == "--ddp") a.ddp = true;
+    else if (f == "--sync-bn") a.sync_bn = true;
+    else if (f == "--bucket-mb") a.bucket_mb = number<double>(f, value());
     else if (f == "--stop-after") a.stop_after = number<int64_t>(f, value());
     else if (f == "--help" || f == "-h") usage(), std::exit(0);
     else {
@@ -118,6 +126,8 @@ Args parse(int argc, char** argv) {
   if (a.epochs <= 0 || a.batch <= 0 || a.limit < 0 || a.stop_after < 0 || !(a.lr > 0))
     throw Error("train", "--epochs, --batch and --lr must be positive, --limit and --stop-after non-negative");
   if (a.resume && a.checkpoint.empty()) throw Error("train", "--resume needs --checkpoint PATH");
+  if (a.sync_bn && !a.ddp) throw Error("train", "--sync-bn needs --ddp");
+  if (!(a.bucket_mb * 1024 * 1024 >= 1)) throw Error("train", "--bucket-mb must be positive");
   return a;
 }
 
@@ -259,6 +269,7 @@ int run(Args a) {
   nn::manual_seed(a.seed);
   auto model_ptr = std::make_shared<nn::Sequential>(make_model(a.model));
   nn::Sequential& model = *model_ptr;
+  if (a.sync_bn) nn::SyncBatchNorm::convert_sync_batchnorm(model_ptr); // the same parameters and names
   model.to(a.resolved);
   optim::Adam opt(model.parameters(), {.lr = a.lr});
   optim::CosineAnnealingLR schedule(opt, a.epochs);
@@ -286,7 +297,10 @@ int run(Args a) {
   }
   // Made after a resume: its broadcast of rank 0's state then changes nothing.
   std::unique_ptr<nn::DistributedDataParallel> ddp;
-  if (a.ddp) ddp = std::make_unique<nn::DistributedDataParallel>(model_ptr), par.ddp = ddp.get();
+  if (a.ddp) {
+    const nn::DDPOptions options{.bucket_bytes = static_cast<int64_t>(a.bucket_mb * 1024 * 1024)};
+    ddp = std::make_unique<nn::DistributedDataParallel>(model_ptr, options), par.ddp = ddp.get();
+  }
 
   const Step step = make_step(model, opt, par, a.eager);
   double acc = 0;

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,19 +98,18 @@ uint64_t host_seed(std::function<uint64_t()> next) {
 }
 
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
-                               std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run, const char* op,
-                               const Loc& loc) {
+                               std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run,
+                               const char* /*op*/, const Loc& /*loc*/, const std::vector<IntList>& result_shapes) {
+  KILN_ASSERT(result_shapes.empty() || result_shapes.size() == inputs.size(), "host_stage: one shape per input");
   CaptureState* cap = active_capture();
   if (!cap) return run(inputs);
-  if (!cap->stages.empty())
-    throw Error(op, "a compiled function can run one host computation (collective) between its kernels; this is "
-                    "the second: split the function in two",
-                loc);
   CaptureState::HostStage stage{{}, {}, std::move(run)};
   std::vector<Tensor> out;
-  for (const Tensor& t : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
     stage.inputs.push_back(t.node());
-    stage.placeholders.push_back(graph::make_input(t.dtype(), t.shape(), nullptr, t.device()));
+    const IntList shape = result_shapes.empty() ? t.shape() : result_shapes[i];
+    stage.placeholders.push_back(graph::make_input(t.dtype(), shape, nullptr, t.device()));
     out.emplace_back(stage.placeholders.back());
   }
   cap->stages.push_back(std::move(stage));
@@ -129,13 +132,6 @@ struct Destination {
   size_t slot = 0;
 };
 
-// Where an output of the traced function is computed: by the plan before the host stage, by
-// the plan after it (`plan`, the only one without a stage), or it is a result of the stage.
-struct Source {
-  enum From { Pre, Post, Stage } from;
-  size_t index; // into that plan's outputs, or the stage's results
-};
-
 // One trace: the plan(s), the placeholders standing for the arguments, and the slots.
 struct Trace {
   std::vector<graph::NodeRef> placeholders;
@@ -144,11 +140,16 @@ struct Trace {
   std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
   std::vector<std::function<bool()>> guards;
   std::vector<bool> grad_defined; // per slot, at trace start
-  std::vector<detail::CaptureState::HostStage> stages; // at most one
-  runtime::Plan pre;  // with a stage: its inputs (first), then the outputs that do not need it
-  runtime::Plan plan; // without a stage: every output; with one: the outputs that need it
+  std::vector<detail::CaptureState::HostStage> stages; // in trace order
+  // One plan per stage and one after the last: plan j runs before stage j (see host_stage).
+  std::vector<runtime::Plan> plans;
+  std::vector<size_t> first_use; // per stage, the first plan reading its results (see Cut)
+  // Per plan, where each of its outputs goes: a placeholder of later plans (a value they read),
+  // or nowhere (null: a traced output or a stage input, found through `where`).
+  std::vector<std::vector<graph::NodeRef>> carried;
+  // For each traced output, then each stage's inputs: (plan, index into its outputs).
+  std::vector<std::pair<size_t, size_t>> where;
   std::vector<graph::NodeRef> outputs;   // the traced function's outputs (results, then state)
-  std::vector<Source> sources;           // one per output
   std::vector<Destination> destinations; // one per output, then ClearGrad entries
 };
 
@@ -164,42 +165,213 @@ public:
   ~TraceGuard() { detail::set_active_capture(nullptr); }
 };
 
-// True when `n` is computed from one of `stage` (a placeholder of the host stage's results).
-bool needs_stage(const graph::NodeRef& n, const std::unordered_set<const graph::Node*>& stage,
-                 std::unordered_map<const graph::Node*, bool>& memo) {
-  if (stage.count(n.get())) return true;
-  if (const auto it = memo.find(n.get()); it != memo.end()) return it->second;
-  bool needs = false;
-  for (const graph::NodeRef& in : n->inputs)
-    if (!in->realized() && needs_stage(in, stage, memo)) needs = true;
-  return memo[n.get()] = needs;
-}
+// The cut of a traced function with host stages into plans (see detail::host_stage).
+// A node's level is the number of stages it waits for: 0 for the arguments and state, s + 1
+// for the results of stage s, the largest of its inputs' otherwise. Each needed node is
+// computed by one plan, as late as its uses allow (never before its level): the inputs of
+// stage s by plan s at the latest, the traced outputs by the last plan, any other node by the
+// first plan that uses it. So a DDP bucket's gradients are computed just before its all-reduce
+// starts, and the rest of the backward pass runs while it travels. A value a later plan reads
+// is carried: an output of its plan, bound to a placeholder of the later ones (nothing is
+// computed twice), except views (reshape, permute, expand, slice: strides, not copies) and
+// constant expressions (constants, random draws, what is computed from them alone), which
+// are computed again where used, so that every kernel reads what it reads in an eager step.
+// Without stages it is one plan of the outputs, the graph as traced.
+class Cut {
+public:
+  // The cut of the graph of `roots`, each with the last plan that may compute it.
+  Cut(const std::vector<detail::CaptureState::HostStage>& stages,
+      const std::vector<std::pair<graph::NodeRef, size_t>>& roots)
+      : first_use_(stages.size(), stages.size()) {
+    for (size_t s = 0; s < stages.size(); ++s)
+      for (const graph::NodeRef& p : stages[s].placeholders) {
+        level_[p.get()] = s + 1;
+        pure_[p.get()] = false;
+        stage_[p.get()] = s;
+      }
+    assign(roots);
+    for (const auto& [r, plan] : roots) need(r);
+  }
 
-// The plans of a trace: one for every output, or with a host stage, one for the stage's inputs
-// and the outputs that do not need its results, and one for those that do (which recomputes
-// what it needs of the first part rather than keeping it: none of it for an optimizer step).
+  // The plan that computes `n` (a needed node).
+  size_t plan(const graph::NodeRef& n) const { return at_.at(n.get()); }
+  // The nodes carried from a plan to later ones, in the order they were found.
+  const std::vector<graph::NodeRef>& carried() const { return carried_; }
+  // The placeholder that later plans read a carried node from.
+  const graph::NodeRef& placeholder(const graph::Node* n) const { return carry_.at(n); }
+  // Per stage, the first plan that reads its results (the last one where only traced outputs do).
+  const std::vector<size_t>& first_use() const { return first_use_; }
+
+  // `root` as plan(root) computes it: what lower plans computed is read from placeholders.
+  graph::NodeRef rewrite(const graph::NodeRef& root) {
+    const size_t p = plan(root);
+    auto& done = rewritten_[p];
+    std::vector<const graph::Node*> todo{root.get()};
+    while (!todo.empty()) {
+      const graph::Node* n = todo.back();
+      if (done.count(n)) {
+        todo.pop_back();
+        continue;
+      }
+      const graph::NodeRef self = n->shared_from_this();
+      if (shared(self)) {
+        done[n] = self;
+        todo.pop_back();
+        continue;
+      }
+      bool ready = true;
+      std::vector<graph::NodeRef> ins;
+      for (const graph::NodeRef& in : n->inputs) {
+        if (carried_to(in, p)) {
+          ins.push_back(carry_.at(in.get()));
+          continue;
+        }
+        const auto it = done.find(in.get());
+        if (it == done.end()) ready = false, todo.push_back(in.get());
+        else ins.push_back(it->second);
+      }
+      if (!ready) continue;
+      todo.pop_back();
+      if (ins == n->inputs) {
+        done[n] = self;
+        continue;
+      }
+      const graph::SourceScope at(n->origin, true); // the rebuilt node keeps the user's line
+      done[n] = graph::make_node(n->op, n->dtype, n->shape, std::move(ins), n->attrs, n->device);
+    }
+    return done.at(root.get());
+  }
+
+private:
+  static bool leaf(const graph::Node* n) { return n->op == graph::OpKind::Input || n->realized(); }
+  static bool view(const graph::NodeRef& n) {
+    using graph::OpKind;
+    return n->op == OpKind::Reshape || n->op == OpKind::Permute || n->op == OpKind::Expand || n->op == OpKind::Slice;
+  }
+
+  // True when plan `p` reads `in` from a placeholder rather than computing it.
+  bool carried_to(const graph::NodeRef& in, size_t p) { return !shared(in) && !view(in) && plan(in) < p; }
+
+  // Each needed node's plan: the roots' last plans, then (users first) the first plan using it.
+  void assign(const std::vector<std::pair<graph::NodeRef, size_t>>& roots) {
+    std::vector<const graph::Node*> starts;
+    for (const auto& [r, last] : roots) {
+      starts.push_back(r.get());
+      const auto it = at_.find(r.get());
+      at_[r.get()] = it == at_.end() ? last : std::min(it->second, last);
+    }
+    const std::vector<const graph::Node*> order =
+        graph::topo_order(starts, [this](const graph::Node* n) { return shared(n->shared_from_this()); });
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const graph::Node* n = *it;
+      if (shared(n->shared_from_this())) continue;
+      const size_t p = std::max(at_.at(n), level(n->shared_from_this()));
+      at_[n] = p;
+      for (const graph::NodeRef& in : n->inputs) {
+        if (const auto st = stage_.find(in.get()); st != stage_.end())
+          first_use_[st->second] = std::min(first_use_[st->second], p);
+        if (shared(in)) continue;
+        const auto found = at_.find(in.get());
+        at_[in.get()] = found == at_.end() ? p : std::min(found->second, p);
+      }
+    }
+  }
+
+  // Marks the carried values: inputs of a node computed by a later plan than theirs.
+  void need(const graph::NodeRef& root) {
+    std::vector<std::pair<graph::NodeRef, size_t>> todo{{root, plan(root)}}; // (node, the plan computing it)
+    std::set<std::pair<const graph::Node*, size_t>> seen;
+    while (!todo.empty()) {
+      const auto [n, p] = todo.back();
+      todo.pop_back();
+      if (shared(n) || !seen.emplace(n.get(), p).second) continue;
+      for (const graph::NodeRef& in : n->inputs) {
+        if (shared(in)) continue;
+        if (!carried_to(in, p)) {
+          todo.emplace_back(in, p); // computed by plan p too (a view of a lower plan's value is computed again)
+          continue;
+        }
+        if (!carry_.count(in.get())) {
+          carry_[in.get()] = graph::make_input(in->dtype, in->shape, nullptr, in->device);
+          carried_.push_back(in);
+        }
+        todo.emplace_back(in, plan(in));
+      }
+    }
+  }
+
+  // The level of `n`.
+  size_t level(const graph::NodeRef& n) {
+    visit(n.get());
+    return level_.at(n.get());
+  }
+
+  // Computes level_ and pure_ of `root` and the nodes below it, inputs first (iterative: a
+  // training step's graph is deep).
+  void visit(const graph::Node* root) {
+    std::vector<const graph::Node*> todo{root};
+    while (!todo.empty()) {
+      const graph::Node* n = todo.back();
+      if (level_.count(n)) {
+        todo.pop_back();
+        continue;
+      }
+      if (leaf(n)) {
+        level_[n] = 0, pure_[n] = false;
+        todo.pop_back();
+        continue;
+      }
+      bool ready = true, pure = true;
+      size_t l = 0;
+      for (const graph::NodeRef& in : n->inputs) {
+        const auto it = level_.find(in.get());
+        if (it == level_.end()) ready = false, todo.push_back(in.get());
+        else l = std::max(l, it->second), pure = pure && pure_.at(in.get());
+      }
+      if (ready) level_[n] = l, pure_[n] = pure, todo.pop_back();
+    }
+  }
+
+  // What every plan reads or computes as the trace made it: leaves (arguments, state, stage
+  // results) and constant expressions.
+  bool shared(const graph::NodeRef& n) {
+    visit(n.get());
+    return leaf(n.get()) || pure_.at(n.get());
+  }
+
+  std::unordered_map<const graph::Node*, size_t> level_;
+  std::unordered_map<const graph::Node*, bool> pure_;    // a constant expression (no leaf below it)
+  std::unordered_map<const graph::Node*, size_t> stage_; // a stage's result: its stage
+  std::unordered_map<const graph::Node*, size_t> at_;    // the plan computing a needed node
+  std::vector<size_t> first_use_;
+  std::unordered_map<const graph::Node*, graph::NodeRef> carry_;
+  std::vector<graph::NodeRef> carried_;
+  std::unordered_map<size_t, std::unordered_map<const graph::Node*, graph::NodeRef>> rewritten_; // per plan
+};
+
+// The plans of a trace (see Cut).
 void make_plans(Trace& tr) {
-  if (tr.stages.empty()) {
-    for (size_t i = 0; i < tr.outputs.size(); ++i) tr.sources.push_back({Source::Post, i});
-    tr.plan = runtime::make_plan(tr.outputs);
-    return;
+  const size_t last = tr.stages.size();
+  std::vector<std::pair<graph::NodeRef, size_t>> roots;
+  for (const graph::NodeRef& o : tr.outputs) roots.emplace_back(o, last);
+  for (size_t s = 0; s < tr.stages.size(); ++s)
+    for (const graph::NodeRef& in : tr.stages[s].inputs) roots.emplace_back(in, s);
+  Cut cut(tr.stages, roots);
+  std::vector<std::vector<graph::NodeRef>> outputs(last + 1);
+  tr.carried.assign(outputs.size(), {});
+  for (const auto& [r, _] : roots) {
+    const size_t p = cut.plan(r);
+    tr.where.emplace_back(p, outputs[p].size());
+    outputs[p].push_back(cut.rewrite(r));
+    tr.carried[p].push_back(nullptr);
   }
-  const auto& stage = tr.stages[0];
-  std::unordered_set<const graph::Node*> placeholders;
-  for (const graph::NodeRef& p : stage.placeholders) placeholders.insert(p.get());
-  std::unordered_map<const graph::Node*, bool> memo;
-  std::vector<graph::NodeRef> pre = stage.inputs, post;
-  for (const graph::NodeRef& o : tr.outputs) {
-    const auto direct = std::find(stage.placeholders.begin(), stage.placeholders.end(), o);
-    if (direct != stage.placeholders.end())
-      tr.sources.push_back({Source::Stage, static_cast<size_t>(direct - stage.placeholders.begin())});
-    else if (needs_stage(o, placeholders, memo))
-      tr.sources.push_back({Source::Post, post.size()}), post.push_back(o);
-    else
-      tr.sources.push_back({Source::Pre, pre.size()}), pre.push_back(o);
+  for (const graph::NodeRef& c : cut.carried()) {
+    const size_t p = cut.plan(c);
+    outputs[p].push_back(cut.rewrite(c));
+    tr.carried[p].push_back(cut.placeholder(c.get()));
   }
-  tr.pre = runtime::make_plan(pre);
-  if (!post.empty()) tr.plan = runtime::make_plan(post);
+  tr.first_use = cut.first_use();
+  for (const auto& o : outputs) tr.plans.push_back(runtime::make_plan(o));
 }
 
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
@@ -281,28 +453,86 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   return b;
 }
 
-// The values of the traced function's outputs: its plan's, or the plan before the host stage,
-// the stage on its results, then the plan after it.
+// A host stage started on another thread, so that the plans after it compute while it runs
+// (a DDP bucket's all-reduce during the rest of the backward pass). Started stages run one at a
+// time, in order (each waits for the one before: collectives are called in the same order on
+// every rank, by one thread at a time); a stage on GPU tensors runs at once on this thread.
+class Started {
+public:
+  Started(const detail::CaptureState::HostStage& stage, std::vector<Tensor> in, const Started* before) {
+    const bool host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return t.device() == kCPU; });
+    std::shared_future<std::vector<Tensor>> prev = before ? before->result_ : decltype(prev)();
+    auto task = [run = stage.run, in = std::move(in), prev] {
+      if (prev.valid()) prev.get(); // after the stage before; its error, if any, is this one's too
+      std::vector<Tensor> out = run(in);
+      kiln::realize(out);
+      return out;
+    };
+    if (host) result_ = std::async(std::launch::async, std::move(task)).share();
+    else {
+      std::promise<std::vector<Tensor>> now;
+      try {
+        now.set_value(task());
+      } catch (...) {
+        now.set_exception(std::current_exception());
+      }
+      result_ = now.get_future().share();
+    }
+  }
+  // Its results (rethrowing its error); the time this thread waits for them is a span "wait"
+  // of category "dist" in a KILN_TRACE timeline (communication the plans did not hide).
+  const std::vector<Tensor>& get() const {
+    if (result_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      runtime::observe::Span span("dist", "wait");
+      result_.wait();
+    }
+    return result_.get();
+  }
+  // Waits for it without throwing (the caller is already failing).
+  void wait() const { result_.wait(); }
+
+private:
+  std::shared_future<std::vector<Tensor>> result_;
+};
+
+// The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut), each
+// stage waited for before the first plan that reads its results.
 std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime::Bindings b,
                                                        const runtime::SeedOverrides& seeds) {
-  if (tr.stages.empty()) return runtime::execute(tr.plan, b, seeds);
-  const auto& stage = tr.stages[0];
-  const auto pre = runtime::execute(tr.pre, b, seeds);
-  std::vector<Tensor> in;
-  for (size_t i = 0; i < stage.inputs.size(); ++i) {
-    const graph::NodeRef& n = stage.inputs[i];
-    in.emplace_back(graph::make_input(n->dtype, n->shape, pre[i], n->device));
+  std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
+  auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
+  std::deque<Started> started;
+  size_t stage_input = tr.outputs.size(); // into `where`
+  auto wait_for = [&](size_t plan) { // the results of the stages plan `plan` reads
+    for (size_t s = 0; s < started.size(); ++s) {
+      if (tr.first_use[s] != plan) continue;
+      const std::vector<Tensor>& out = started[s].get();
+      KILN_ASSERT(out.size() == tr.stages[s].placeholders.size(), "a host stage returned the wrong number of tensors");
+      for (size_t i = 0; i < out.size(); ++i) b[tr.stages[s].placeholders[i].get()] = out[i].node()->realized();
+    }
+  };
+  try {
+    for (size_t j = 0; j < tr.plans.size(); ++j) {
+      wait_for(j);
+      values[j] = runtime::execute(tr.plans[j], b, seeds);
+      for (size_t i = 0; i < values[j].size(); ++i)
+        if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
+      if (j == tr.stages.size()) break;
+      std::vector<Tensor> in;
+      for (const graph::NodeRef& n : tr.stages[j].inputs)
+        in.emplace_back(graph::make_input(n->dtype, n->shape, value(stage_input++), n->device));
+      started.emplace_back(tr.stages[j], std::move(in), started.empty() ? nullptr : &started.back());
+    }
+  } catch (...) {
+    for (const Started& s : started) s.wait(); // no collective outlives the step
+    throw;
   }
-  std::vector<Tensor> out = stage.run(in);
-  KILN_ASSERT(out.size() == stage.placeholders.size(), "a host stage returned the wrong number of tensors");
-  kiln::realize(out);
-  for (size_t i = 0; i < out.size(); ++i) b[stage.placeholders[i].get()] = out[i].node()->realized();
-  const auto post = tr.plan.outputs.empty() ? decltype(pre){} : runtime::execute(tr.plan, b, seeds);
-  std::vector<std::shared_ptr<graph::Storage>> values;
-  for (const Source& s : tr.sources)
-    values.push_back(s.from == Source::Pre ? pre[s.index] : s.from == Source::Post ? post[s.index]
-                                                                                    : out[s.index].node()->realized());
-  return values;
+  std::vector<std::shared_ptr<graph::Storage>> result;
+  for (size_t i = 0; i < tr.outputs.size(); ++i) {
+    const auto bound = b.find(tr.outputs[i].get()); // a stage's result returned as it is
+    result.push_back(bound != b.end() ? bound->second : value(i));
+  }
+  return result;
 }
 
 std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
@@ -367,10 +597,24 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
 }
 
 size_t CompiledFunction::num_kernels() const {
-  return impl_->last ? impl_->last->pre.schedule.launches.size() + impl_->last->plan.schedule.launches.size() : 0;
+  size_t n = 0;
+  if (impl_->last)
+    for (const runtime::Plan& p : impl_->last->plans) n += p.schedule.launches.size();
+  return n;
 }
-size_t CompiledFunction::peak_intermediate_bytes() const { return impl_->last ? impl_->last->plan.arena_bytes : 0; }
+size_t CompiledFunction::peak_intermediate_bytes() const {
+  size_t peak = 0;
+  if (impl_->last)
+    for (const runtime::Plan& p : impl_->last->plans) peak = std::max(peak, p.arena_bytes);
+  return peak;
+}
 size_t CompiledFunction::num_traces() const { return impl_->num_traces; }
+std::vector<size_t> CompiledFunction::kernels_per_plan() const {
+  std::vector<size_t> n;
+  if (impl_->last)
+    for (const runtime::Plan& p : impl_->last->plans) n.push_back(p.schedule.launches.size());
+  return n;
+}
 
 CompiledFunction compile(CompiledFunction::Fn fn) { return CompiledFunction(std::move(fn)); }
 

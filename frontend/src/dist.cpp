@@ -254,9 +254,10 @@ void check_defined(const char* op, const Tensor& t, const Loc& loc) {
 
 } // namespace
 
-int rank(Loc loc) { return group("rank", loc).rank; }
-int world_size(Loc loc) { return group("world_size", loc).size; }
-std::string backend(Loc loc) { return group("backend", loc).backend; }
+// Queries exchange nothing: they are fine inside a compile() trace (the group does not change).
+int rank(Loc loc) { return runtime::comm::world("rank", loc).rank; }
+int world_size(Loc loc) { return runtime::comm::world("world_size", loc).size; }
+std::string backend(Loc loc) { return runtime::comm::world("backend", loc).backend; }
 
 void barrier(Loc loc) {
   Timed timed("barrier");
@@ -415,30 +416,24 @@ void DistributedDataParallel::sync_gradients(Loc loc) {
   const std::vector<Tensor> params = parameters();
   std::vector<Tensor> grads; // one per parameter, zeros where it has none
   for (const Tensor& p : params) grads.push_back(p.grad().defined() ? p.grad() : zeros_like(p, loc));
-  // Now, or inside compile() on every replay, between the plan of the backward pass and the rest.
-  const std::vector<Tensor> mean = detail::host_stage(
-      grads,
-      [this, op, loc](const std::vector<Tensor>& g) {
-        const detail::UserCall replayed(op, loc);
-        return average(g, loc);
-      },
-      op, loc);
-  for (size_t k = 0; k < params.size(); ++k) {
-    detail::note_state_change(params[k].impl());
-    params[k].impl()->grad = mean[k];
-  }
-}
-
-std::vector<Tensor> DistributedDataParallel::average(const std::vector<Tensor>& grads, Loc loc) const {
-  realize(grads, loc); // one realize for the whole backward pass
-  std::vector<Tensor> out(grads.size());
+  if (!detail::active_capture()) realize(grads, loc); // eagerly: the whole backward pass in one realize
+  // One host stage per bucket: now, or inside compile() on every replay, started as soon as the
+  // plan computing the bucket's gradients has run, while the next plans compute the rest.
   for (const std::vector<size_t>& bucket : buckets_) {
     std::vector<Tensor> ts;
     for (size_t k : bucket) ts.push_back(grads[k]);
-    const std::vector<Tensor> mean = dist::all_reduce_coalesced(ts, dist::ReduceOp::Mean, loc);
-    for (size_t i = 0; i < bucket.size(); ++i) out[bucket[i]] = mean[i];
+    const std::vector<Tensor> mean = detail::host_stage(
+        ts,
+        [op, loc](const std::vector<Tensor>& g) {
+          const detail::UserCall replayed(op, loc);
+          return dist::all_reduce_coalesced(g, dist::ReduceOp::Mean, loc);
+        },
+        op, loc);
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      detail::note_state_change(params[bucket[i]].impl());
+      params[bucket[i]].impl()->grad = mean[i];
+    }
   }
-  return out;
 }
 
 } // namespace kiln::nn

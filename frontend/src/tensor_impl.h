@@ -134,14 +134,14 @@ struct CaptureState {
   std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
   std::vector<std::function<bool()>> guards; ///< the trace is replayed only while all hold
   /// A host computation in the middle of the traced function (host_stage): a replay runs the
-  /// plan that computes `inputs`, calls `run` on their values, binds its results to
-  /// `placeholders` and runs the plan of the rest.
+  /// plan that computes `inputs` (and whatever else it can without this stage's results),
+  /// calls `run` on their values, binds its results to `placeholders` and goes on.
   struct HostStage {
     std::vector<graph::NodeRef> inputs;       ///< what the host computation reads
     std::vector<graph::NodeRef> placeholders; ///< its results in the trace (inputs without data)
     std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run; ///< the computation
   };
-  std::vector<HostStage> stages; ///< at most one (host_stage)
+  std::vector<HostStage> stages; ///< in trace order (host_stage)
 };
 
 /// The capture in progress on this thread, or null.
@@ -163,15 +163,19 @@ std::vector<Tensor> host_values(size_t n, DType dtype, Device device, std::funct
 /// next() (so a compiled step's dropout draws a new mask each step, the same masks as
 /// eager steps). next() may advance host state: once per step either way.
 uint64_t host_seed(std::function<uint64_t()> next);
-/// run(inputs), a host computation (a collective) whose results are shaped, typed and placed
-/// like its inputs. Called now outside a trace. Inside a compile() trace, it is recorded as a
-/// stage of every replay: the replay computes `inputs` (one plan), calls run() on their values,
-/// and computes the rest of the function from its results (a second plan), so that the host
-/// computation is part of the compiled step. One per traced function: a second one is a
-/// kiln::Error of `op` at `loc`.
+/// run(inputs), a host computation (a collective) whose results are typed and placed like its
+/// inputs and shaped like them, or as `result_shapes` says where it is not empty (one per input).
+/// Called now outside a trace. Inside a compile() trace, it is recorded as a stage of every
+/// replay: a traced function with k stages is cut into k + 1 plans; a replay runs plan 0,
+/// starts stage 0 on the values of its inputs, runs plan 1, starts stage 1, ..., and waits for
+/// a stage before the first plan that reads its results. Each value is computed by the last
+/// plan its uses allow (a stage's inputs just before it), and values a later plan reads are
+/// kept, not recomputed. A started stage on CPU tensors runs on another thread, one stage at a
+/// time in trace order, while the plans after it compute: run() must only read its inputs and
+/// call collectives (the replaying thread calls none meanwhile).
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
                                std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run, const char* op,
-                               const Loc& loc);
+                               const Loc& loc, const std::vector<IntList>& result_shapes = {});
 /// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
 /// traced again otherwise (host state the traced code branched on). No-op outside.
 void trace_guard(std::function<bool()> still_valid);

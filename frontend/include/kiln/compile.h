@@ -55,6 +55,10 @@ public:
   size_t peak_intermediate_bytes() const;
   /// Number of traces so far (one per distinct signature).
   size_t num_traces() const;
+  /// The kernels of each plan of the last call, in the order they run: one plan, or with host
+  /// stages (collectives: DistributedDataParallel's buckets, SyncBatchNorm) one before each
+  /// stage and one after the last.
+  std::vector<size_t> kernels_per_plan() const;
 
 private:
   struct Impl;

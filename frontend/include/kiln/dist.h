@@ -102,12 +102,13 @@ struct DDPOptions {
 ///
 /// kiln's backward() is lazy (gradients are graph until the step realizes them), so the
 /// averaging is an explicit call: `loss.backward(); ddp.sync_gradients(); opt.step();`.
-/// It realizes the gradients, averages them bucket by bucket (in reverse registration order,
-/// roughly the order backward produces them) in rank order, and replaces each parameter's grad
-/// by the average. A parameter without a gradient on this rank contributes zeros. Inside a
-/// compile()d step (forward, backward, sync_gradients(), the optimizer's step) the averaging is
-/// part of every replay: the replay runs the plan of the backward pass, the all-reduce on the
-/// host, then the plan of the update (one all-reduce per compiled function).
+/// It averages the gradients bucket by bucket (in reverse registration order, roughly the
+/// order backward produces them) in rank order, and replaces each parameter's grad by the
+/// average. A parameter without a gradient on this rank contributes zeros. Eagerly, it realizes
+/// all gradients first. Inside a compile()d step (forward, backward, sync_gradients(), the
+/// optimizer's step) each bucket's all-reduce is part of every replay, started as soon as the
+/// plan computing that bucket's gradients has run and overlapping the plans that compute the
+/// rest of the backward pass (see detail::host_stage); the bits are those of eager steps.
 ///
 /// The wrapped module is registered as the child "module" (state_dict names start with
 /// "module.", as in PyTorch); module() gives it back for checkpoints that a single process
@@ -149,13 +150,46 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 
 private:
-  /// The mean over ranks of `grads` (one per parameter), bucket by bucket.
-  std::vector<Tensor> average(const std::vector<Tensor>& grads, Loc loc) const;
-
   std::shared_ptr<Module> module_;
   DDPOptions options_;
   std::vector<std::vector<size_t>> buckets_;
   int no_sync_depth_ = 0;
+};
+
+/// Batch normalization whose training-mode statistics are those of the whole global batch, as
+/// torch.nn.SyncBatchNorm: each rank's per-channel count, mean and sum of squared deviations are
+/// gathered from every rank and combined (in rank order; Chan et al.'s pairwise formula, stable
+/// where sum-of-squares is not), and the backward pass all-reduces the per-channel sums of the
+/// output gradient and of its product with the normalized input. So N ranks with batch B
+/// compute the outputs, input gradients and running statistics of one process with batch N*B
+/// (to rounding); the weight and bias gradients are each rank's part of it, summed (averaged)
+/// by DistributedDataParallel like every other gradient. In evaluation mode, and in a group
+/// of one process, it is BatchNorm, bit for bit. Inputs are [N, C, ...] (any rank >= 2).
+///
+/// Its collectives run as host stages: eagerly, one when forward() is called and one when
+/// backward() reaches it; inside compile() as stages of every replay (see compile()). Every
+/// rank must run the same layers in the same order. Gradients of its gradients are not taken
+/// across ranks (the all-reduced sums are constants to a second backward pass).
+class SyncBatchNorm : public BatchNorm {
+public:
+  /// For `features` channels.
+  explicit SyncBatchNorm(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current());
+  /// A SyncBatchNorm sharing `bn`'s parameters, buffers, options and training mode.
+  explicit SyncBatchNorm(const BatchNorm& bn);
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "SyncBatchNorm"; } ///< "SyncBatchNorm"
+
+  /// Replaces every BatchNorm1d/2d among the submodules of `module`, recursively, by a
+  /// SyncBatchNorm sharing its parameters and buffers, as PyTorch's
+  /// SyncBatchNorm.convert_sync_batchnorm; returns `module` (or the new SyncBatchNorm where
+  /// `module` itself is a BatchNorm). The parameters stay the same tensors, so an optimizer
+  /// made before still trains them. A module that calls a BatchNorm through its own member
+  /// (rather than as a registered child, as Sequential does) keeps calling that BatchNorm.
+  static std::shared_ptr<Module> convert_sync_batchnorm(std::shared_ptr<Module> module);
+
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 };
 
 } // namespace kiln::nn

@@ -116,6 +116,7 @@ public:
     return module;
   }
 protected:
+  friend class SyncBatchNorm; // convert_sync_batchnorm replaces submodules
   /// The direct submodules, for containers that insert, replace or rename them (ModuleList, ModuleDict).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_slots() { return children_; }
   /// A module value or shared pointer as a shared pointer to a module (what the containers hold).
@@ -242,6 +243,7 @@ public:
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
   std::string extra_repr() const override;  ///< configuration
+  int64_t num_features() const { return features_; } ///< C
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
   Tensor bias;                ///< [C] shift (zeros), undefined unless affine
   Tensor running_mean;        ///< [C] buffer

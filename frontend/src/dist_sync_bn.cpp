@@ -1,0 +1,146 @@
+// nn::SyncBatchNorm (see kiln/dist.h).
+//
+// Forward, in training mode on several ranks: each rank computes per channel its count n_r,
+// mean m_r and sum of squared deviations M_r; one all-gather gives every rank all of them,
+// and every rank combines them alike (so the statistics are bitwise equal on all ranks):
+//   N = sum n_r,  mean = sum n_r m_r / N,  M = sum (M_r + n_r (m_r - mean)^2),  var = M / N
+// (Chan, Golub and LeVeque's pairwise update, summed over ranks at once). Backward: with
+// xhat = (x - mean) / sqrt(var + eps) and g the output gradient, the input gradient is
+//   w / sqrt(var + eps) * (g - sum(g) / N - xhat * sum(g xhat) / N)
+// with both sums over the global batch: one all-reduce of the 2C local sums.
+#include <limits>
+
+#include "frontend/src/tensor_impl.h"
+#include "kiln/autograd.h"
+#include "kiln/dist.h"
+
+namespace kiln::nn {
+
+namespace {
+
+const char* const kOp = "SyncBatchNorm";
+
+// The dims reduced over ({0, 2, 3, ...}) and the shape a [C] tensor broadcasts as ([1, C, 1, ...]).
+struct Layout {
+  IntList dims{0}, bshape;
+  int64_t c = 0;
+  explicit Layout(const Tensor& x) : bshape(static_cast<size_t>(x.dim()), 1), c(x.size(1)) {
+    for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+    bshape[1] = c;
+  }
+};
+
+// One host stage: a collective on one tensor whose result has the shape `shape`.
+Tensor collective(const Tensor& t, IntList shape, std::function<Tensor(const Tensor&)> run, const Loc& loc) {
+  return detail::host_stage(
+      {t}, [run = std::move(run)](const std::vector<Tensor>& in) { return std::vector<Tensor>{run(in[0])}; }, kOp,
+      loc, {std::move(shape)})[0];
+}
+
+// The global batch's statistics of `x` per channel ([C] each; `count` is [1]), equal on every rank.
+struct Stats {
+  Tensor mean, var, count;
+};
+
+Stats global_stats(const Tensor& x, const Layout& l, const Loc& loc) {
+  const Tensor xd = x.detach();
+  const int64_t n = x.numel() / l.c;
+  const Tensor mean = xd.mean(l.dims, true);
+  const Tensor dev = xd - mean;
+  const Tensor row = concat({full({1}, static_cast<double>(n), x.dtype(), x.device()), mean.reshape({l.c}),
+                             (dev * dev).sum(l.dims)});
+  if (!detail::active_capture()) realize({x, row}); // eagerly: x is kept for the normalization, not recomputed
+  const int world = dist::world_size(loc);
+  const Tensor all = collective(row, {world, 2 * l.c + 1}, [loc](const Tensor& r) { return dist::all_gather(r, loc); },
+                                loc); // [world, 1 + C + C], in rank order
+  const Tensor counts = all.slice(1, 0, 1), means = all.slice(1, 1, 1 + l.c), m2 = all.slice(1, 1 + l.c, 1 + 2 * l.c);
+  Stats s;
+  s.count = counts.sum({0});
+  s.mean = (counts * means).sum({0}) / s.count;
+  const Tensor shift = means - s.mean;
+  s.var = (m2 + counts * shift * shift).sum({0}) / s.count; // biased, for normalizing
+  return s;
+}
+
+// running = (1 - m) running + m batch, without gradient history (as batch_norm updates it).
+void update_running(Tensor running, const Tensor& batch, double m) {
+  NoGradGuard no_grad;
+  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
+}
+
+// The normalization with the global statistics, as a custom op whose backward all-reduces.
+Tensor normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, const Stats& s, double eps,
+                 const Layout& l, const Loc& loc) {
+  const Tensor mean = s.mean.reshape(l.bshape), invstd = rsqrt(s.var + eps).reshape(l.bshape);
+  const bool affine = weight.defined();
+  std::vector<Tensor> inputs{x};
+  if (affine) inputs.push_back(weight), inputs.push_back(bias);
+  auto forward = [=](const std::vector<Tensor>& in) {
+    const Tensor xhat = (in[0] - mean) * invstd;
+    return std::vector<Tensor>{affine ? xhat * in[1].reshape(l.bshape) + in[2].reshape(l.bshape) : xhat};
+  };
+  auto backward = [=](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+    const Tensor& gy = g[0];
+    const Tensor xhat = (in[0] - mean) * invstd;
+    const Tensor sum_dy = gy.sum(l.dims), sum_dy_xhat = (gy * xhat).sum(l.dims); // this rank's, [C]
+    const Tensor sums = concat({sum_dy, sum_dy_xhat});
+    if (!detail::active_capture()) realize({gy, sums}); // eagerly: gy is kept, not recomputed
+    const Tensor global = collective(
+        sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); }, loc);
+    const Tensor mean_dy = (global.slice(0, 0, l.c) / s.count).reshape(l.bshape);
+    const Tensor mean_dy_xhat = (global.slice(0, l.c, 2 * l.c) / s.count).reshape(l.bshape);
+    const Tensor scale = affine ? invstd * in[1].reshape(l.bshape) : invstd;
+    std::vector<Tensor> grads{scale * (gy - mean_dy - xhat * mean_dy_xhat)};
+    if (affine) grads.push_back(sum_dy_xhat), grads.push_back(sum_dy); // this rank's part: DDP averages them
+    return grads;
+  };
+  return CustomFunction{kOp, forward, backward}(inputs, loc)[0];
+}
+
+} // namespace
+
+SyncBatchNorm::SyncBatchNorm(int64_t features, BatchNormOptions options, Loc loc)
+    : BatchNorm(features, options, 2, std::numeric_limits<int>::max(), kOp, loc) {}
+
+SyncBatchNorm::SyncBatchNorm(const BatchNorm& bn) : BatchNorm(bn) {}
+
+Tensor SyncBatchNorm::forward_impl(const Tensor& x) {
+  const Loc loc = Loc::current();
+  if (x.dim() < 2 || x.size(1) != num_features())
+    detail::fail(kOp, "expects [N, " + std::to_string(num_features()) + ", ...] inputs", {&x}, loc);
+  // PyTorch's rule: statistics are synchronized in training mode on more than one rank; otherwise
+  // it is BatchNorm (the same graph, so the same bits).
+  if (!is_training() || dist::world_size(loc) == 1) return BatchNorm::forward_impl(x);
+  if (!is_floating(x.dtype())) detail::fail(kOp, "expects a floating-point input", {&x}, loc);
+  if (x.numel() == 0) detail::fail(kOp, "needs at least one value per channel on every rank", {&x}, loc);
+  const Layout l(x);
+  const Stats s = global_stats(x, l, loc);
+  if (options.track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.assign(num_batches_tracked + 1);
+    update_running(running_mean, s.mean, options.momentum);
+    update_running(running_var, s.var * (s.count / (s.count - 1.0)), options.momentum); // unbiased, as BatchNorm
+  }
+  return normalize(x, weight, bias, s, options.eps, l, loc);
+}
+
+std::shared_ptr<Module> SyncBatchNorm::convert_sync_batchnorm(std::shared_ptr<Module> module) {
+  auto convert = [](const std::shared_ptr<Module>& m) -> std::shared_ptr<Module> {
+    const auto bn = std::dynamic_pointer_cast<BatchNorm>(m);
+    if (!bn || std::dynamic_pointer_cast<SyncBatchNorm>(m)) return nullptr;
+    return std::make_shared<SyncBatchNorm>(*bn);
+  };
+  if (auto replaced = convert(module)) return replaced;
+  std::vector<Module*> todo{module.get()};
+  while (!todo.empty()) {
+    Module* m = todo.back();
+    todo.pop_back();
+    for (auto& [name, child] : m->child_slots()) {
+      if (auto replaced = convert(child)) child = std::move(replaced);
+      else todo.push_back(child.get());
+    }
+  }
+  return module;
+}
+
+} // namespace kiln::nn
