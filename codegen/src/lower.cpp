@@ -53,18 +53,23 @@ public:
       kernel_.stores.push_back(std::move(stores[i]));
       launch_.outputs.push_back(roots_[i]);
     }
-    kernel_.num_params = static_cast<int>(launch_.params.size());
-    const FormPlan form = plan_form(kernel_, launch_.params, target_);
-    set_form(kernel_, form);
-    launch_.gemm_tasks = form.gemm_tasks;
-    finalize(kernel_);
-    launch_.kernel = std::move(kernel_);
+    finish_kernel();
     launch_.domain_size = root_->numel() / std::max<int64_t>(1, map_size_);
     if (map_size_ > 1) launch_.work_per_point = map_size_ * static_cast<int64_t>(1 + launch_.kernel.reductions.size());
     return std::move(launch_);
   }
 
 private:
+  // Plans the kernel's form for the target, names it, and moves it into the launch.
+  void finish_kernel() {
+    kernel_.num_params = static_cast<int>(launch_.params.size());
+    const FormPlan form = plan_form(kernel_, launch_.params, target_);
+    set_form(kernel_, form);
+    launch_.gemm_tasks = form.gemm_tasks;
+    finalize(kernel_);
+    launch_.kernel = std::move(kernel_);
+  }
+
   // A Scan-form kernel (kernel_ir.h, ScanLoop) for a Cumsum, Cumprod or ScatterAdd root: the
   // domain is the output's points off the dim; its input (and a scatter's index) is computed
   // at step ReduceVar(0) along the dim, counted from the end when reversed.
@@ -105,10 +110,7 @@ private:
     kernel_.buffers.push_back({n->dtype, true});
     kernel_.stores.push_back({buffer, contiguous_offset(n->shape, out), reduce_result(0, n->dtype)});
     launch_.outputs.push_back(n);
-    kernel_.num_params = static_cast<int>(launch_.params.size());
-    set_form(kernel_, plan_form(kernel_, launch_.params, target_));
-    finalize(kernel_);
-    launch_.kernel = std::move(kernel_);
+    finish_kernel();
     launch_.domain_size = n->numel() == 0 ? 0 : graph::numel(cols);
     launch_.work_per_point = std::max<int64_t>(1, steps + (scatter ? n->shape[dim] : 0));
     // chunks of whole CPU column blocks (kScanColumns): two half blocks read every cache line twice
@@ -154,12 +156,7 @@ private:
     kernel_.buffers.push_back({n->dtype, true});
     launch_.outputs.push_back(n);
     kernel_.attention = std::move(a);
-    kernel_.num_params = static_cast<int>(launch_.params.size());
-    const FormPlan form = plan_form(kernel_, launch_.params, target_);
-    set_form(kernel_, form);
-    launch_.gemm_tasks = form.gemm_tasks;
-    finalize(kernel_);
-    launch_.kernel = std::move(kernel_);
+    finish_kernel();
     launch_.domain_size = n->numel();
     return std::move(launch_);
   }
