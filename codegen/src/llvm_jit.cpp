@@ -301,6 +301,7 @@ struct LlvmJit::Impl {
   size_t compiled = 0;
   JitStats counts;
   bool tiered = true;
+  bool warmed_up = false; // warm_up_code_generator() ran
   std::atomic<bool> log{false};
   DiskCache disk{".o"};
   // Half the cores at most: the foreground (quick compiles and kernels) keeps the rest.
@@ -321,17 +322,20 @@ struct LlvmJit::Impl {
                          jit->getDataLayout().getGlobalPrefix()),
                      "process symbols");
     jit->getMainJITDylib().addGenerator(std::move(gen));
-    warm_up_code_generator();
   }
 
-  /// Compiles a function on an extended value type (13 x i7) once, here, before any kernel.
-  /// SelectionDAG keeps its extended value types in function-local statics (SDNode's value
+  /// Compiles a function on an extended value type (13 x i7), before the first background
+  /// compile is queued (queue_optimized; the lock is held). SelectionDAG keeps its extended value types in function-local statics (SDNode's value
   /// type list), constructed by the first compile that meets one, which was often a background
   /// optimized compile (vectorized code): running when main returned, it registered their
   /// destructor after the exit drain, so exit destroyed them before draining, under the
   /// compiles still using them (SIGSEGV in EVT::isExtendedFixedLengthVector at exit, in about
   /// 1 of 18 fresh-cache runs of SGD.MomentumByHand). Constructed now, they outlive every drain.
+  /// It costs about 6 ms, so only a process that compiles in the background pays it: one that
+  /// finds its kernels in the disk cache starts without it.
   void warm_up_code_generator() {
+    if (warmed_up) return;
+    warmed_up = true;
     llvm::LLVMContext ctx;
     llvm::Module m("kiln_warm_up", ctx);
     m.setDataLayout(tm->createDataLayout());
@@ -583,6 +587,7 @@ struct LlvmJit::Impl {
   /// Queues the optimized compile of `k` (which the quick tier compiled into `slot`) on
   /// the background arena (the lock is held).
   void queue_optimized(const Kernel& k, const std::string& key, CpuKernelSlot& slot) {
+    warm_up_code_generator();
     ++counts.pending;
     Background& bg = background();
     {
