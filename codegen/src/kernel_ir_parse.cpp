@@ -55,9 +55,9 @@ int64_t parse_int(std::string_view s, int line, const char* what) {
 }
 
 DType parse_dtype(std::string_view s, int line) {
-  for (DType t : {DType::Bool, DType::Int32, DType::Int64, DType::Float32, DType::Float64})
-    if (dtype_name(t) == s) return t;
-  fail(line, "unknown dtype '" + std::string(s) + "'");
+  DType t;
+  if (!dtype_from_name(s, t)) fail(line, "unknown dtype '" + std::string(s) + "'");
+  return t;
 }
 
 /// The number after a one- or more-letter prefix ("v12" -> 12), or -1 when `s` is not prefix + digits.
@@ -198,8 +198,9 @@ private:
       if (scan_ || !reductions_.empty()) fail(line, "a scan kernel has one scan and no reductions");
       scan_ = scan_text(s.substr(5), line);
     } else if (starts_with(s, "yield ")) {
-      std::string_view& value = scan_ ? scan_->value : reductions_.empty() ? s : reductions_.back().value;
-      if ((!scan_ && reductions_.empty()) || !value.empty()) fail(line, "'yield' outside a reduction or scan");
+      if (!scan_ && reductions_.empty()) fail(line, "'yield' outside a reduction or scan");
+      std::string_view& value = scan_ ? scan_->value : reductions_.back().value;
+      if (!value.empty()) fail(line, "'yield' outside a reduction or scan");
       value = trim(s.substr(6));
     } else if (starts_with(s, "at m0 = ")) {
       if (!scan_ || scan_->positions.empty() || !scan_->target.empty()) fail(line, "'at' outside a scatter");

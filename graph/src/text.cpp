@@ -101,9 +101,9 @@ private:
 
 DType parse_dtype(Cursor& c) {
   const std::string_view w = c.word();
-  for (DType t : {DType::Bool, DType::Int32, DType::Int64, DType::Float32, DType::Float64})
-    if (dtype_name(t) == w) return t;
-  c.fail("unknown dtype '" + std::string(w) + "'");
+  DType t;
+  if (!dtype_from_name(w, t)) c.fail("unknown dtype '" + std::string(w) + "'");
+  return t;
 }
 
 NodeRef parse_ref(Cursor& c, const std::unordered_map<int64_t, NodeRef>& defs) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 namespace kiln {
@@ -39,6 +40,16 @@ constexpr std::string_view dtype_name(DType t) {
   case DType::Float64: return "f64";
   }
   return "?";
+}
+
+/// The dtype whose dtype_name() is `name`; false when there is none.
+constexpr bool dtype_from_name(std::string_view name, DType& out) {
+  for (DType t : {DType::Bool, DType::Int32, DType::Int64, DType::Float32, DType::Float64})
+    if (dtype_name(t) == name) {
+      out = t;
+      return true;
+    }
+  return false;
 }
 
 /// True for f32 and f64.
