@@ -99,7 +99,7 @@ uint64_t host_seed(std::function<uint64_t()> next) {
 
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
                                std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run,
-                               const char* /*op*/, const Loc& /*loc*/, const std::vector<IntList>& result_shapes) {
+                               const std::vector<IntList>& result_shapes) {
   KILN_ASSERT(result_shapes.empty() || result_shapes.size() == inputs.size(), "host_stage: one shape per input");
   CaptureState* cap = active_capture();
   if (!cap) return run(inputs);

@@ -427,8 +427,7 @@ void DistributedDataParallel::sync_gradients(Loc loc) {
         [op, loc](const std::vector<Tensor>& g) {
           const detail::UserCall replayed(op, loc);
           return dist::all_reduce_coalesced(g, dist::ReduceOp::Mean, loc);
-        },
-        op, loc);
+        });
     for (size_t i = 0; i < bucket.size(); ++i) {
       detail::note_state_change(params[bucket[i]].impl());
       params[bucket[i]].impl()->grad = mean[i];

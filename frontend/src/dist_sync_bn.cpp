@@ -31,10 +31,10 @@ struct Layout {
 };
 
 // One host stage: a collective on one tensor whose result has the shape `shape`.
-Tensor collective(const Tensor& t, IntList shape, std::function<Tensor(const Tensor&)> run, const Loc& loc) {
+Tensor collective(const Tensor& t, IntList shape, std::function<Tensor(const Tensor&)> run) {
   return detail::host_stage(
-      {t}, [run = std::move(run)](const std::vector<Tensor>& in) { return std::vector<Tensor>{run(in[0])}; }, kOp,
-      loc, {std::move(shape)})[0];
+      {t}, [run = std::move(run)](const std::vector<Tensor>& in) { return std::vector<Tensor>{run(in[0])}; },
+      {std::move(shape)})[0];
 }
 
 // The global batch's statistics of `x` per channel ([C] each; `count` is [1]), equal on every rank.
@@ -51,8 +51,8 @@ Stats global_stats(const Tensor& x, const Layout& l, const Loc& loc) {
                              (dev * dev).sum(l.dims)});
   if (!detail::active_capture()) realize({x, row}); // eagerly: x is kept for the normalization, not recomputed
   const int world = dist::world_size(loc);
-  const Tensor all = collective(row, {world, 2 * l.c + 1}, [loc](const Tensor& r) { return dist::all_gather(r, loc); },
-                                loc); // [world, 1 + C + C], in rank order
+  // [world, 1 + C + C], in rank order
+  const Tensor all = collective(row, {world, 2 * l.c + 1}, [loc](const Tensor& r) { return dist::all_gather(r, loc); });
   const Tensor counts = all.slice(1, 0, 1), means = all.slice(1, 1, 1 + l.c), m2 = all.slice(1, 1 + l.c, 1 + 2 * l.c);
   Stats s;
   s.count = counts.sum({0});
@@ -85,8 +85,8 @@ Tensor normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, cons
     const Tensor sum_dy = gy.sum(l.dims), sum_dy_xhat = (gy * xhat).sum(l.dims); // this rank's, [C]
     const Tensor sums = concat({sum_dy, sum_dy_xhat});
     if (!detail::active_capture()) realize({gy, sums}); // eagerly: gy is kept, not recomputed
-    const Tensor global = collective(
-        sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); }, loc);
+    const Tensor global =
+        collective(sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); });
     const Tensor mean_dy = (global.slice(0, 0, l.c) / s.count).reshape(l.bshape);
     const Tensor mean_dy_xhat = (global.slice(0, l.c, 2 * l.c) / s.count).reshape(l.bshape);
     const Tensor scale = affine ? invstd * in[1].reshape(l.bshape) : invstd;

@@ -174,8 +174,8 @@ uint64_t host_seed(std::function<uint64_t()> next);
 /// time in trace order, while the plans after it compute: run() must only read its inputs and
 /// call collectives (the replaying thread calls none meanwhile).
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
-                               std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run, const char* op,
-                               const Loc& loc, const std::vector<IntList>& result_shapes = {});
+                               std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run,
+                               const std::vector<IntList>& result_shapes = {});
 /// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
 /// traced again otherwise (host state the traced code branched on). No-op outside.
 void trace_guard(std::function<bool()> still_valid);
