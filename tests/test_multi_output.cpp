@@ -71,9 +71,9 @@ TEST(MultiOutput, AMatmulStoresTheValuesComputedFromItAloneInItsEpilogue) {
   }
 }
 
-TEST(MultiOutput, AnUpdateStreamingAParameterKeepsItsOwnKernelAfterAGemm) {
-  // SGD's w - lr * g reads all of w: the GEMM's per-tile epilogue does that slower than an
-  // elementwise kernel, even vectorized (see Grouping::fits), so the update is a kernel of its own.
+TEST(MultiOutput, AnUpdateStreamingAParameterJoinsTheGemmsEpilogue) {
+  // SGD's w - lr * g reads all of w: the GEMM's epilogue stores g and the update, the rows of w
+  // fetched ahead while the microkernel runs (llvm_gemm.cpp), so g is not read back.
   auto make = [] {
     const Tensor x = randn({64, 96}, 1), dy = randn({64, 80}, 2);
     Tensor w = randn({96, 80}, 3);
@@ -81,7 +81,7 @@ TEST(MultiOutput, AnUpdateStreamingAParameterKeepsItsOwnKernelAfterAGemm) {
     const Tensor g = matmul(x.transpose(0, 1), dy);
     return std::vector<Tensor>{g, w - g * 0.01};
   };
-  EXPECT_EQ(outputs_per_launch(make()), (std::vector<size_t>{1, 1}));
+  EXPECT_EQ(outputs_per_launch(make()), (std::vector<size_t>{2}));
   expect_same_bits(make);
 }
 
@@ -241,10 +241,11 @@ std::vector<Tensor> mlp_step(int64_t batch) {
 }
 
 TEST(MultiOutput, TheMlpTrainingStepStoresSeveralValuesPerKernel) {
-  // 30 kernels with one output each before multi-output kernels; 19 now (the weight updates
-  // and the strided bias-gradient sums stay apart where joining them measured slower).
+  // 30 kernels with one output each before multi-output kernels; 16 now (the weight updates in
+  // their gradients' GEMM epilogues; the strided bias-gradient sums stay apart: joined, they
+  // measured slower).
   const runtime::Plan plan = plan_of(mlp_step(128));
-  EXPECT_LE(plan.schedule.launches.size(), 19u);
+  EXPECT_LE(plan.schedule.launches.size(), 16u);
   size_t stored = 0;
   for (const auto& l : plan.schedule.launches) stored += l.outputs.size();
   EXPECT_GT(stored, plan.schedule.launches.size()); // several kernels store more than one value

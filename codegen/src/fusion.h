@@ -20,6 +20,7 @@
 
 namespace kiln::codegen::fusion {
 
+
 using graph::Node;
 using graph::OpCategory;
 using graph::OpKind;
@@ -644,13 +645,6 @@ private:
     // elementwise kernel keeps its vectorized loop over points), and only sums along rows:
     // two strided column reductions in one loop measured slower than apart (bias gradients)
     if (k == Kind::Reduction && (lk != Kind::Reduction || !along_rows(root) || !along_rows(leader))) return false;
-    // A value that streams another full-size operand (SGD's w - lr * g) is faster as its own
-    // elementwise kernel than in a GEMM's per-tile epilogue, even vectorized as it is now:
-    // measured on an idle machine, MLPStep/128 takes 6.05-6.26 ms with the updates in the
-    // epilogues (16 kernels) against 5.67-5.90 ms apart (19 kernels); MLPStep/1024 the same.
-    if (part_.has_matmul(leader))
-      for (const Node* b : r.buffers)
-        if (!r.shifted.count(b) && !(group_of_.count(b) && group_of_.at(b) == index)) return false;
     size_t extra = 0;
     for (const Node* b : r.buffers) {
       auto it = group_of_.find(b);

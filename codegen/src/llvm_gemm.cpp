@@ -232,6 +232,7 @@ public:
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
     affine_b_ = b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && affine(b_expr_->args[0]);
+    epilogue_streams_ = find_epilogue_streams();
   }
 
   void emit(Value* begin, Value* end, Value* scratch) {
@@ -500,9 +501,68 @@ private:
       }
       b_.CreateCall(micro_rows_, {rows, bp_, kcur, first, cs, out});
     };
+    // On the last k block, the epilogue's rows are fetched while the microkernel runs.
+    if (!epilogue_streams_.empty()) if_else(last, [&] { prefetch_epilogue(r0, c0); }, [] {});
     if (affine_a_) if_else(direct_, in_place, packed);
     else packed();
     if_else(last, [&] { epilogue(r0, mvalid, c0, nvalid); }, [] {});
+  }
+
+  /// A buffer the epilogue reads or writes row by row at the output's points: a store's target,
+  /// or a load in a stored value whose offset moves with the output's row.
+  struct Stream {
+    int buffer;
+    ExprRef offset;
+    DType dtype;
+    bool write;
+  };
+
+  /// The epilogue's streams (see Stream). Only they are worth fetching ahead: a load that does
+  /// not move with the row (a bias) stays in L1 across the tiles.
+  std::vector<Stream> find_epilogue_streams() const {
+    std::vector<Stream> streams;
+    if (g_.m_var < 0) return streams;
+    std::vector<const Expr*> seen;
+    std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
+      if (std::find(seen.begin(), seen.end(), e.get()) != seen.end()) return;
+      seen.push_back(e.get());
+      if (e->kind == ExprKind::Load && mentions(e->args[0], ExprKind::LoopVar, g_.m_var))
+        streams.push_back({e->index, e->args[0], e->dtype, false});
+      for (const ExprRef& a : e->args) visit(a);
+    };
+    for (const Store& s : k_.stores) {
+      streams.push_back({s.buffer, s.offset, k_.buffers.at(static_cast<size_t>(s.buffer)).dtype, true});
+      visit(s.value);
+    }
+    return streams;
+  }
+  std::vector<Stream> epilogue_streams_; // find_epilogue_streams(), once per kernel
+
+  /// Prefetches the cache lines of the epilogue's streams over the tile at rows r0, columns c0
+  /// (clamped into the output): the epilogue runs once per tile, right after the microkernel, and
+  /// its loads and write-allocates would otherwise each wait for memory, row by row.
+  void prefetch_epilogue(Value* r0, Value* c0) {
+    Function* prefetch = Intrinsic::getDeclaration(fn()->getParent(), Intrinsic::prefetch, {b_.getPtrTy()});
+    for (int64_t p = 0; p < g_.mr; ++p) {
+      h_.push_scope();
+      h_.set_loop_var(g_.m_var, smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1))));
+      for (const Stream& s : epilogue_streams_) {
+        const int64_t line = 64 / static_cast<int64_t>(dtype_size(s.dtype));
+        for (int64_t q = 0; q < g_.nr; q += line)
+          for (int64_t qq : {q, std::min(q + line - 1, g_.nr - 1)}) {
+            if (qq != q && qq % line == 0) continue;
+            h_.push_scope(); // the offset at another column: not the cached one
+            if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, smin(add(c0, c64(qq)), b_.CreateSub(n_, c64(1))));
+            Value* bytes = mul(h_.eval(s.offset), static_cast<int64_t>(dtype_size(s.dtype)));
+            Value* at = b_.CreateInBoundsGEP(b_.getInt8Ty(), h_.buffer(s.buffer), bytes);
+            b_.CreateCall(prefetch, {at, b_.getInt32(s.write ? 1 : 0), b_.getInt32(3), b_.getInt32(1)});
+            if (g_.n_var >= 0) h_.set_loop_var(g_.n_var, nullptr);
+            h_.pop_scope();
+          }
+      }
+      h_.set_loop_var(g_.m_var, nullptr);
+      h_.pop_scope();
+    }
   }
 
   /// The kernel's stores for the tile's elements [0, rows) x [0, cols).
