@@ -287,6 +287,10 @@ ExprRef imul(ExprRef a, ExprRef b); ///< a * b
 ExprRef isub(ExprRef a, ExprRef b); ///< a - b
 ExprRef idiv(ExprRef a, ExprRef b); ///< a / b (non-negative)
 ExprRef imod(ExprRef a, ExprRef b); ///< a % b (non-negative)
+/// where(cond, a, b) on i64 with the additive terms both arms share taken out of it: where(c, x + t,
+/// y + t) = where(c, x, y) + t. im2col's taps select among offsets that all add the innermost loop
+/// var; outside the select, the select is invariant along the row and the load is contiguous.
+ExprRef iselect(ExprRef cond, ExprRef a, ExprRef b);
 
 /// The value of an i64 expression of parameters and constants (a size at launch); an internal
 /// error for anything else (a loop var, a load).

@@ -236,6 +236,55 @@ ExprRef idiv(ExprRef a, ExprRef b) {
   return make(ExprKind::IntDiv, DType::Int64, {std::move(a), std::move(b)});
 }
 
+namespace {
+
+/// The terms of an i64 sum (the leaves of its tree of Adds), in order.
+void add_terms(const ExprRef& e, std::vector<ExprRef>& out) {
+  if (e->kind == ExprKind::Op && e->op == graph::OpKind::Add && e->dtype == DType::Int64) {
+    add_terms(e->args[0], out);
+    add_terms(e->args[1], out);
+  } else {
+    out.push_back(e);
+  }
+}
+
+/// Structural equality of expressions (shared subtrees compare by pointer first).
+bool same_expr(const ExprRef& a, const ExprRef& b) {
+  if (a == b) return true;
+  if (a->kind != b->kind || a->dtype != b->dtype || a->op != b->op || a->index != b->index || a->i != b->i ||
+      !(a->f == b->f || (a->f != a->f && b->f != b->f)) || a->args.size() != b->args.size())
+    return false;
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!same_expr(a->args[i], b->args[i])) return false;
+  return true;
+}
+
+ExprRef sum_of(const std::vector<ExprRef>& terms) {
+  ExprRef s = index_const(0);
+  for (const ExprRef& t : terms) s = iadd(s, t);
+  return s;
+}
+
+} // namespace
+
+ExprRef iselect(ExprRef cond, ExprRef a, ExprRef b) {
+  std::vector<ExprRef> ta, tb, common;
+  add_terms(a, ta);
+  add_terms(b, tb);
+  for (auto it = ta.begin(); it != ta.end();) {
+    auto match = std::find_if(tb.begin(), tb.end(), [&](const ExprRef& t) { return same_expr(*it, t); });
+    if (match == tb.end() || (*it)->kind == ExprKind::Const) {
+      ++it;
+      continue;
+    }
+    common.push_back(*it);
+    tb.erase(match);
+    it = ta.erase(it);
+  }
+  if (common.empty()) return op(graph::OpKind::Where, DType::Int64, {std::move(cond), std::move(a), std::move(b)});
+  return iadd(iselect(std::move(cond), sum_of(ta), sum_of(tb)), sum_of(common));
+}
+
 ExprRef imod(ExprRef a, ExprRef b) {
   int64_t x, y;
   if (const_value(a, x) && const_value(b, y) && y != 0) return index_const(x % y);

@@ -485,7 +485,7 @@ private:
       if (starts[k] > 0) mine = both(mine, op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])}));
       ExprRef value = compute(piece, in, both(guard, mine));
       if (offset && value->kind == ExprKind::Load && value->index == buffer)
-        offset = op(OpKind::Where, DType::Int64, {mine, value->args[0], offset});
+        offset = iselect(mine, value->args[0], offset);
       else
         offset = nullptr;
       result = op(OpKind::Where, n->dtype, {mine, value, result});
