@@ -119,9 +119,12 @@ enum class KernelForm : uint8_t {
   Scan,        ///< a kernel with a ScanLoop (Kernel::scan): sequential along one axis per domain point (a "column");
                ///< CPU: blocks of consecutive columns, steps outermost; CUDA: a thread per column
   Attention,   ///< an attention kernel (Kernel::attention): per query block, key blocks with an online softmax (CPU only)
+  Columns,     ///< CPU only: one float sum in sum_lanes() order whose loads are contiguous along the innermost domain
+               ///< var (a column sum: a bias gradient); a block of consecutive innermost points accumulates at
+               ///< once, each point's lanes its own, reduction loops outside the block (each point's order unchanged)
 };
 
-/// The form's name ("elementwise", "reduction", "row", "gemm", "scan", "attention").
+/// The form's name ("elementwise", "reduction", "row", "gemm", "scan", "attention", "columns").
 const char* form_name(KernelForm f);
 
 /// What lowering records of a matmul kernel that may take the GEMM form (its shape makes the
@@ -287,6 +290,9 @@ ExprRef imul(ExprRef a, ExprRef b); ///< a * b
 ExprRef isub(ExprRef a, ExprRef b); ///< a - b
 ExprRef idiv(ExprRef a, ExprRef b); ///< a / b (non-negative)
 ExprRef imod(ExprRef a, ExprRef b); ///< a % b (non-negative)
+/// True when the i64 expression e has LoopVar(var) itself as one of its additive terms (the
+/// terms of its tree of Adds): e moves by 1 per step of var, if no other term mentions var.
+bool unit_term(const ExprRef& e, int var);
 /// where(cond, a, b) on i64 with the additive terms both arms share taken out of it: where(c, x + t,
 /// y + t) = where(c, x, y) + t. im2col's taps select among offsets that all add the innermost loop
 /// var; outside the select, the select is invariant along the row and the load is contiguous.

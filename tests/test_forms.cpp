@@ -107,6 +107,38 @@ TEST(Forms, ReductionKernels) {
   }
 }
 
+/// The float bits of t, as i64 (f32 widened exactly), to compare sums bit for bit.
+std::vector<double> bits_of(const Tensor& t) { return t.to(kFloat64).realize().to_vector<double>(); }
+
+TEST(Forms, ColumnSumsTakeTheColumnsFormWithTheBitsOfTheSameSumByRows) {
+  // A sum down the columns (a bias gradient) reads each row contiguously: the CPU sums a block
+  // of columns at once (KernelForm::Columns). Each column keeps its own sum_lanes() order, so the
+  // result is bitwise that of the same sums read through a transpose (the Reduction form).
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const IntList& shape : {IntList{37, 45}, IntList{5, 45}, IntList{40, 3}, IntList{3, 20, 33}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(shape.size()) + "-d, " + std::to_string(shape[0]) + " rows");
+      // values over many binades, so that any change of order shows in the bits
+      const Tensor x = (randn(shape, 5, dt) * exp(randn(shape, 6, dt) * 4.0)).realize();
+      const bool two = shape.size() == 2;
+      const Tensor down = two ? x.sum({0}) : x.sum({0, 1});
+      // the columns as rows of a buffer of their own: a sum along rows, the same values in the same order
+      const Tensor xt = two ? x.t() : x.permute({2, 0, 1});
+      const Tensor rows = from_vector(xt.to(kFloat64).to_vector<double>(), xt.shape()).to(dt).realize();
+      const Tensor across = two ? rows.sum({1}) : rows.sum({1, 2});
+      EXPECT_EQ(form_of(down, kAvx512), KernelForm::Columns);
+      EXPECT_EQ(form_of(down, kAvx2), KernelForm::Columns);
+      EXPECT_NE(form_of(down, kSm90), KernelForm::Columns); // a CPU loop structure
+      EXPECT_EQ(form_of(across, kAvx512), KernelForm::Reduction);
+      EXPECT_EQ(bits_of(down), bits_of(across));
+    }
+  }
+  // Not a column sum: along rows, a max, or a read that does not move with the columns.
+  const Tensor x = filled({6, 40});
+  EXPECT_NE(form_of(x.sum({1}), kAvx512), KernelForm::Columns);
+  EXPECT_NE(form_of(x.max({0}), kAvx512), KernelForm::Columns);
+  EXPECT_NE(form_of(filled({40, 6}).t().sum({0}), kAvx512), KernelForm::Columns);
+}
+
 TEST(Forms, GemmKernelsOnTheCpuCarryTheTargetsTiling) {
   const Tensor a = filled({64, 48}), b = filled({48, 40});
   for (const Target& t : {kAvx512, kAvx2}) {

@@ -267,6 +267,7 @@ bool form_fits(const Kernel& k) {
   case KernelForm::Gemm: return k.gemm && k.reductions.size() == 1 && is_fma_reduction(k.reductions[0]) && k.map.empty();
   case KernelForm::Scan: return k.scan && k.reductions.empty() && k.map.empty() && !k.gemm && k.stores.size() == 1;
   case KernelForm::Attention: return false; // no CUDA attention yet: attention nodes are built for the CPU only
+  case KernelForm::Columns: return false;   // a CPU loop structure: plan_form gives CUDA targets the Reduction form
   }
   return false;
 }

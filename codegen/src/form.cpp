@@ -2,6 +2,7 @@
 #include "codegen/form.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include "kiln/error.h"
@@ -70,6 +71,33 @@ bool cuda_row_form(const Kernel& k) {
   return !k.map.empty() || std::any_of(k.reductions.begin(), k.reductions.end(), sums_in_lanes);
 }
 
+/// True when every load of `value` that moves with the innermost domain var `var` has it as a
+/// term of its offset (unit stride), and at least one does.
+bool contiguous_along(const ExprRef& value, int var) {
+  bool any = false, all = true;
+  std::vector<const Expr*> seen;
+  std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
+    if (std::find(seen.begin(), seen.end(), e.get()) != seen.end()) return;
+    seen.push_back(e.get());
+    if (e->kind == ExprKind::Load && mentions(e->args[0], ExprKind::LoopVar, var)) {
+      const bool unit = unit_term(e->args[0], var);
+      any = any || unit;
+      all = all && unit;
+    }
+    for (const ExprRef& a : e->args) visit(a);
+  };
+  visit(value);
+  return any && all;
+}
+
+/// The CPU's Columns form (kernel_ir.h): one lane-order float sum (not a matmul's) read
+/// contiguously along the innermost domain var, and no map.
+bool columns_form(const Kernel& k) {
+  if (k.reductions.size() != 1 || !k.map.empty() || k.domain.empty() || k.matmul) return false;
+  const Reduction& r = k.reductions[0];
+  return sums_in_lanes(r) && !r.fma && contiguous_along(r.value, static_cast<int>(k.domain.size()) - 1);
+}
+
 } // namespace
 
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
@@ -89,6 +117,7 @@ FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Ta
   }
   if (k.reductions.empty()) return {KernelForm::Elementwise, std::nullopt, 0};
   if (k.matmul) return {KernelForm::Reduction, std::nullopt, 0}; // a matmul CUDA's tiled GEMM does not take
+  if (cpu && columns_form(k)) return {KernelForm::Columns, std::nullopt, 0};
   const bool row = cpu ? !k.map.empty() : cuda_row_form(k);
   return {row ? KernelForm::Row : KernelForm::Reduction, std::nullopt, 0};
 }

@@ -153,6 +153,7 @@ const char* form_name(KernelForm f) {
   case KernelForm::Gemm: return "gemm";
   case KernelForm::Scan: return "scan";
   case KernelForm::Attention: return "attention";
+  case KernelForm::Columns: return "columns";
   }
   return "?";
 }
@@ -266,6 +267,15 @@ ExprRef sum_of(const std::vector<ExprRef>& terms) {
 }
 
 } // namespace
+
+bool unit_term(const ExprRef& e, int var) {
+  std::vector<ExprRef> terms;
+  add_terms(e, terms);
+  int unit = 0, other = 0;
+  for (const ExprRef& t : terms)
+    (t->kind == ExprKind::LoopVar && t->index == var ? unit : other) += mentions(t, ExprKind::LoopVar, var) ? 1 : 0;
+  return unit == 1 && other == 0;
+}
 
 ExprRef iselect(ExprRef cond, ExprRef a, ExprRef b) {
   std::vector<ExprRef> ta, tb, common;

@@ -254,6 +254,9 @@ private:
     } else if (blocked()) {
       loop_vars_[rank - 1] = nullptr; // set per point inside the blocks
       emit_row_blocked(j, n);
+    } else if (k_.form == KernelForm::Columns) {
+      loop_vars_[rank - 1] = nullptr; // set per point inside the blocks
+      emit_row_columns(j, n);
     } else {
       for_range(c64(0), n, [&](Value* t) {
         loop_vars_[rank - 1] = b_.CreateAdd(j, t, "", true, true);
@@ -354,6 +357,99 @@ private:
       scopes_.emplace_back();
       at_point(p);
       results_ = {b_.CreateLoad(t, slot(p))};
+      emit_stores();
+      scopes_.pop_back();
+    });
+    loop_vars_[last] = nullptr;
+    scopes_.pop_back();
+  }
+
+  // --- columns form (kernel_ir.h, KernelForm::Columns) ----------------------------
+
+  /// Points per column block: one vector register of them, so that the block's lanes
+  /// (sum_lanes() accumulators per point) fill 16 (f32) or 8 (f64) vector registers.
+  int64_t column_width() const { return k_.reductions[0].dtype == DType::Float64 ? 8 : 16; }
+
+  /// The points [j, j + n) of one row, in blocks of column_width() and one shorter block.
+  void emit_row_columns(Value* j, Value* n) {
+    const int64_t w = column_width();
+    Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(w)), c64(w));
+    for_range(c64(0), full, [&](Value* t) { emit_column_block(b_.CreateAdd(j, t, "", true, true), c64(w)); }, w);
+    if_then(b_.CreateICmpSGT(n, full), [&] { emit_column_block(b_.CreateAdd(j, full, "", true, true), b_.CreateSub(n, full)); });
+  }
+
+  /// The block of points j0 + [0, width) of a Columns-form kernel: every point's sum in the
+  /// order of emit_lane_sum() (the same operations on the same values: the same bits), the
+  /// reduction loops outermost and the points innermost, the loop LLVM vectorizes.
+  void emit_column_block(Value* j0, Value* width) {
+    const Reduction& r = k_.reductions[0];
+    const size_t last = k_.domain.size() - 1;
+    const int64_t w = column_width(), lanes = sum_lanes(r.dtype);
+    Type* t = reg(r.dtype);
+    auto* row = ArrayType::get(t, static_cast<uint64_t>(w));
+    auto* grid = ArrayType::get(row, static_cast<uint64_t>(lanes));
+    AllocaInst* total = local(row, "col.total");
+    AllocaInst* part = local(row, "col.part");
+    AllocaInst* acc = local(grid, "col.lanes");
+    auto at = [&](AllocaInst* a, Value* p) { return b_.CreateInBoundsGEP(row, a, {c64(0), p}); };
+    auto lane = [&](Value* l, Value* p) { return b_.CreateInBoundsGEP(grid, acc, {c64(0), l, p}); };
+    auto points = [&](const std::function<void(Value*)>& body) { for_range(c64(0), width, body); };
+    auto zero = [&](AllocaInst* a) { points([&](Value* p) { b_.CreateStore(Constant::getNullValue(t), at(a, p)); }); };
+    // slot += value at reduction point k, point p
+    auto step = [&](Value* k, const std::function<Value*(Value*)>& slot) {
+      points([&](Value* p) {
+        scopes_.emplace_back();
+        reduce_vars_.back() = k;
+        loop_vars_[last] = b_.CreateAdd(j0, p, "", true, true);
+        Value* s = slot(p);
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(t, s), expr(r.value)), s);
+        scopes_.pop_back();
+      });
+    };
+    scopes_.emplace_back(); // values of this block's code only
+    std::vector<Value*> ext = exprs(r.extents);
+    zero(total);
+    reduce_vars_.assign(ext.size(), nullptr);
+    std::vector<Value*> outer(ext.begin(), ext.end() - 1);
+    for_nest(outer, reduce_vars_, 0, [&] {
+      Value* n = ext.back();
+      zero(part);
+      BasicBlock* join = BasicBlock::Create(ctx_, "col.join", fn_);
+      BasicBlock* seq = BasicBlock::Create(ctx_, "col.seq", fn_);
+      BasicBlock* wide = BasicBlock::Create(ctx_, "col.wide", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(n, c64(lanes)), seq, wide);
+      // Short runs: one sequential chain per point.
+      b_.SetInsertPoint(seq);
+      for_range(c64(0), n, [&](Value* k) { step(k, [&](Value* p) { return at(part, p); }); });
+      b_.CreateBr(join);
+      // Long runs: lanes per point, the tail into the first lanes, the pairwise combine.
+      b_.SetInsertPoint(wide);
+      for (int64_t l = 0; l < lanes; ++l)
+        points([&](Value* p) { b_.CreateStore(Constant::getNullValue(t), lane(c64(l), p)); });
+      Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(lanes)), c64(lanes));
+      for_range(c64(0), full, [&](Value* k0) {
+        for (int64_t l = 0; l < lanes; ++l)
+          step(b_.CreateAdd(k0, c64(l), "", true, true), [&](Value* p) { return lane(c64(l), p); });
+      }, lanes);
+      for_range(full, n, [&](Value* k) {
+        Value* l = b_.CreateSub(k, full, "", true, true);
+        step(k, [&](Value* p) { return lane(l, p); });
+      });
+      for (int64_t h = lanes / 2; h >= 1; h /= 2)
+        for (int64_t l = 0; l < h; ++l)
+          points([&](Value* p) {
+            b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(t, lane(c64(l), p)), b_.CreateLoad(t, lane(c64(l + h), p))), lane(c64(l), p));
+          });
+      points([&](Value* p) { b_.CreateStore(b_.CreateLoad(t, lane(c64(0), p)), at(part, p)); });
+      b_.CreateBr(join);
+      b_.SetInsertPoint(join);
+      points([&](Value* p) { b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(t, at(total, p)), b_.CreateLoad(t, at(part, p))), at(total, p)); });
+    });
+    reduce_vars_.clear();
+    points([&](Value* p) {
+      scopes_.emplace_back();
+      loop_vars_[last] = b_.CreateAdd(j0, p, "", true, true);
+      results_ = {b_.CreateLoad(t, at(total, p))};
       emit_stores();
       scopes_.pop_back();
     });
