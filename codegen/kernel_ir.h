@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codegen/kernel_ops.h"
 #include "graph/node.h"
 
 namespace kiln::codegen {
@@ -38,11 +39,11 @@ enum class ExprKind : uint8_t {
   Param,        ///< kernel parameter `index` (an i64 slot): a size, stride, seed or site (i64), or a scalar
                 ///< constant of the user's of any dtype but bool (see scalar_param()), its bits in the slot
   Load,         ///< element args[0] (i64) of buffer `index`; with args[1] (bool guard): 0 where the guard is false
-  Op,           ///< the elementwise graph op `op` applied to args (Cast converts to `dtype`)
+  Op,           ///< the elementwise op `op` (kernel_ops.h) applied to args (Cast converts to `dtype`)
   IntDiv,       ///< args[0] / args[1] on i64 (operands are never negative)
   IntMod,       ///< args[0] % args[1] on i64 (operands are never negative)
   ReduceResult, ///< result of reduction `index` (for Argmax/Argmin the i64 index)
-  Random,       ///< counter-based random number (see graph/random.h): `op` Rand or Randn, counter args[0], seed args[1]
+  Random,       ///< counter-based random number (see graph/random.h) of distribution `dist`, counter args[0], seed args[1]
   Check,        ///< the integer index args[0], unchanged; where it is outside [0, args[1]) (i64), the kernel
                 ///< records {args[2] + 1 (the site, i64), a failing index} in error buffer `index` unless a failure
                 ///< is recorded there already (graph/index_check.h); the LLVM emitter does it once per call, branch-free
@@ -56,7 +57,8 @@ using ExprRef = std::shared_ptr<const Expr>;
 struct Expr {
   ExprKind kind;                             ///< what it is
   DType dtype;                               ///< type of the value (i64 for indices, bool for predicates)
-  graph::OpKind op = graph::OpKind::Add;     ///< for Op and Random
+  ScalarOp op = ScalarOp::Add;               ///< for Op
+  RandomDist dist = RandomDist::Uniform;     ///< for Random
   int index = 0;                             ///< var, param, buffer or reduction number
   int64_t i = 0;                             ///< integer constant
   double f = 0;                              ///< floating constant
@@ -72,7 +74,7 @@ struct BufferParam {
 
 /// One reduction per domain point.
 struct Reduction {
-  graph::OpKind op;              ///< Sum, Max, Min, Argmax or Argmin
+  ReduceOp op;                   ///< the combine
   DType dtype;                   ///< dtype of `value` (the accumulator's type)
   std::vector<ExprRef> extents;  ///< loop extents (i64); ReduceVar(k) ranges over [0, extents[k])
   ExprRef value;                 ///< the value combined at each point
@@ -186,7 +188,7 @@ constexpr int64_t kScanColumns = 16;
 /// step), so every backend and every column split gives the same bits. Work: steps (+
 /// positions) per column.
 struct ScanLoop {
-  graph::OpKind op = graph::OpKind::Add; ///< Add or Mul (wrapping for integers)
+  ScalarOp op = ScalarOp::Add;           ///< Add or Mul (wrapping for integers)
   DType dtype = DType::Float32;          ///< of value, the accumulator and the output
   ExprRef steps;                         ///< the sequential extent (i64)
   ExprRef value;                         ///< combined at step ReduceVar(0)
@@ -275,12 +277,12 @@ int64_t scalar_param_bits(DType dtype, double value);
 /// The parameter slot of Const node `n`'s value (its f0 for floats, its i0 for integers).
 int64_t scalar_param_bits(const graph::Node& n);
 ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard = nullptr); ///< buffer element
-ExprRef op(graph::OpKind op, DType dtype, std::vector<ExprRef> args); ///< elementwise op, result `dtype`
+ExprRef op(ScalarOp op, DType dtype, std::vector<ExprRef> args); ///< elementwise op, result `dtype`
 ExprRef cast(ExprRef x, DType to);                ///< conversion (identity when already `to`)
 ExprRef reduce_result(int k, DType dtype);        ///< result of reduction k
-/// Rand / Randn of (seed, counter), both i64 expressions. The lowering makes the seed a
-/// kernel parameter, so that a new seed (dropout's mask each step) reuses the kernel.
-ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter);
+/// A random number of distribution `dist` at (seed, counter), both i64 expressions. The lowering makes the
+/// seed a kernel parameter, so that a new seed (dropout's mask each step) reuses the kernel.
+ExprRef random(RandomDist dist, DType dtype, ExprRef seed, ExprRef counter);
 /// `index` checked against [0, bound) for `site` (both i64), failures recorded in `error_buffer`.
 ExprRef check(ExprRef index, ExprRef bound, ExprRef site, int error_buffer);
 

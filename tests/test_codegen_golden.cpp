@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -191,6 +192,49 @@ std::string parse_error(const std::string& text) {
   return "(no error)";
 }
 
+// The kernel IR's ops (kernel_ops.h): ScalarOp is every elementwise row of ops.def but those lowering
+// removes, ReduceOp every reduction; each maps back to its graph op and prints with its name (so the
+// kernel text, and every kernel name, reads as when the kernel IR held graph ops).
+TEST(KernelOps, GeneratedFromTheOpTable) {
+  int scalars = 0, reductions = 0;
+  for (int i = 0; i < graph::kNumOps; ++i) {
+    const auto k = static_cast<graph::OpKind>(i);
+    SCOPED_TRACE(std::string(graph::op_name(k)));
+    if (const std::optional<codegen::ScalarOp> s = codegen::scalar_op(k)) {
+      ++scalars;
+      EXPECT_TRUE(graph::is_elementwise(k));
+      EXPECT_EQ(codegen::graph_op(*s), k);
+      EXPECT_EQ(codegen::op_name(*s), graph::op_name(k));
+      EXPECT_EQ(codegen::op_arity(*s), graph::op_arity(k));
+    }
+    if (const std::optional<codegen::ReduceOp> r = codegen::reduce_op(k)) {
+      ++reductions;
+      EXPECT_EQ(graph::op_category(k), graph::OpCategory::Reduce);
+      EXPECT_EQ(codegen::graph_op(*r), k);
+      EXPECT_EQ(codegen::op_name(*r), graph::op_name(k));
+    } else {
+      EXPECT_NE(graph::op_category(k), graph::OpCategory::Reduce);
+    }
+  }
+  // what lowering removes (detach) or lowers to a Check expression (check_index) is no ScalarOp
+  EXPECT_FALSE(codegen::scalar_op(graph::OpKind::Detach));
+  EXPECT_FALSE(codegen::scalar_op(graph::OpKind::CheckIndex));
+  EXPECT_EQ(codegen::scalar_op(graph::OpKind::Cast), codegen::ScalarOp::Cast);
+  EXPECT_EQ(codegen::scalar_op(graph::OpKind::Where), codegen::ScalarOp::Where);
+  for (int v = 0; v < scalars; ++v) { // the enums are dense: each value names its graph op's row
+    const auto s = static_cast<codegen::ScalarOp>(v);
+    EXPECT_EQ(codegen::scalar_op(codegen::graph_op(s)), s);
+  }
+  for (int v = 0; v < reductions; ++v) {
+    const auto r = static_cast<codegen::ReduceOp>(v);
+    EXPECT_EQ(codegen::reduce_op(codegen::graph_op(r)), r);
+  }
+  EXPECT_TRUE(codegen::returns_bool(codegen::ScalarOp::Lt));
+  EXPECT_FALSE(codegen::returns_bool(codegen::ScalarOp::Add));
+  EXPECT_EQ(codegen::op_name(codegen::RandomDist::Uniform), "rand");
+  EXPECT_EQ(codegen::op_name(codegen::RandomDist::Normal), "randn");
+}
+
 // Malformed and ill-typed kernel text is an error naming the line and the problem.
 TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
   const std::string head = "kernel k(b0: f32, out b1: f32; params 1)\n  domain [p0]\n";
@@ -204,6 +248,15 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {head + "    v0: f32 = load b0(i0)\n    v1: f32 = add(v0, 1:i64)\n    store b1[i0] = v1\n",
        "line 4: add: operands of its result's dtype"},
       {head + "    v0: f32 = frobnicate(i0)\n    store b1[i0] = v0\n", "line 3: unknown op 'frobnicate'"},
+      // graph ops that are no kernel op (kernel_ops.h)
+      {head + "    v0: f32 = load b0(i0)\n    v1: f32 = detach(v0)\n    store b1[i0] = v1\n",
+       "line 4: 'detach' is not a kernel's elementwise op"},
+      {head + "    v0: f32 = load b0(i0)\n    v1: f32 = matmul(v0, v0)\n    store b1[i0] = v1\n",
+       "line 4: 'matmul' is not a kernel's elementwise op"},
+      {head + "  reduce red0 = add over [p0]:\n    yield 1:f32\n    store b1[i0] = red0\n", "line 3: unknown reduction 'add'"},
+      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = max f32 over r0 < p0:\n    yield 1:f32\n"
+       "    store b0[m0] = red0\n",
+       "line 3: a scan combines by add or mul, not 'max'"},
       {head + "    v0: f32 = load b0(i0)\n    store b1[i0] = v0\n  reduce red0 = sum over [p0]:\n",
        "reduction without a 'yield'"},
       {head + "  wibble\n", "line 3: unexpected 'wibble'"},

@@ -18,7 +18,6 @@
 
 using namespace kiln;
 using namespace kiln::codegen;
-using graph::OpKind;
 using graph::random_normal;
 using graph::random_uniform;
 
@@ -51,7 +50,7 @@ struct Col {
 };
 
 /// out[i] = o(ins[0][i], ...) for i < n (Cast when o is Cast), run in chunks.
-template <class Out> std::vector<Out> elementwise(OpKind o, DType out, const std::vector<Col>& ins, int64_t n) {
+template <class Out> std::vector<Out> elementwise(ScalarOp o, DType out, const std::vector<Col>& ins, int64_t n) {
   Kernel k;
   std::vector<ExprRef> args;
   std::vector<void*> bufs;
@@ -63,7 +62,7 @@ template <class Out> std::vector<Out> elementwise(OpKind o, DType out, const std
   k.buffers.push_back({out, true});
   k.num_params = 1;
   k.domain = {param(0)};
-  ExprRef v = o == OpKind::Cast ? cast(args[0], out) : op(o, out, args);
+  ExprRef v = o == ScalarOp::Cast ? cast(args[0], out) : op(o, out, args);
   k.stores.push_back({static_cast<int>(ins.size()), loop_var(0), v});
   std::vector<Out> res(std::max<int64_t>(n, 64));
   bufs.push_back(res.data());
@@ -149,7 +148,7 @@ template <class T> constexpr DType fdt() { return sizeof(T) == 4 ? DType::Float3
 
 /// Max ulp error of the kernel op o over xs against ref; prints the worst point.
 /// (Points with finite |x| > max_abs are outside the documented range and skipped.)
-template <class T> double max_ulp(OpKind o, const std::vector<T>& xs, long double (*ref)(long double),
+template <class T> double max_ulp(ScalarOp o, const std::vector<T>& xs, long double (*ref)(long double),
                                   const char* name, double max_abs = kInf) {
   const std::vector<T> got = elementwise<T>(o, fdt<T>(), {{fdt<T>(), xs.data()}}, xs.size());
   double worst = 0;
@@ -182,7 +181,7 @@ TEST(LLVM, AddF32SizesAndChunks) {
   for (int64_t n : {0, 1, 7, 16, 1000, 1027}) {
     std::vector<float> a(std::max<int64_t>(n, 16)), b(a.size());
     for (int64_t i = 0; i < n; ++i) a[i] = 0.5f * i - 3, b[i] = 1.0f / (i + 1);
-    const std::vector<float> got = elementwise<float>(OpKind::Add, kFloat32, {{kFloat32, a.data()}, {kFloat32, b.data()}}, n);
+    const std::vector<float> got = elementwise<float>(ScalarOp::Add, kFloat32, {{kFloat32, a.data()}, {kFloat32, b.data()}}, n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "n=" << n << " i=" << i;
   }
 }
@@ -195,7 +194,7 @@ TEST(LLVM, Broadcast2DWithStrideParams) {
   k.domain = {param(0), param(1)};
   auto off = [](int s0, int s1) { return iadd(imul(loop_var(0), param(s0)), imul(loop_var(1), param(s1))); };
   ExprRef a = load(0, kFloat32, off(2, 3)), b = load(1, kFloat32, off(4, 5));
-  ExprRef v = op(OpKind::Sub, kFloat32, {op(OpKind::Mul, kFloat32, {a, b}), a});
+  ExprRef v = op(ScalarOp::Sub, kFloat32, {op(ScalarOp::Mul, kFloat32, {a, b}), a});
   k.stores = {{2, iadd(imul(loop_var(0), param(1)), loop_var(1)), v}};
   CpuKernelFn f = compile(k);
   const int64_t R = 13, C = 37, N = R * C;
@@ -235,7 +234,7 @@ TEST(LLVM, Rank3DomainDecomposition) {
 TEST(LLVM, RankZeroDomain) {
   Kernel k;
   k.buffers = {{kFloat64}, {kFloat64, true}};
-  k.reductions = {{OpKind::Sum, kFloat64, {index_const(5)}, load(0, kFloat64, reduce_var(0))}};
+  k.reductions = {{ReduceOp::Sum, kFloat64, {index_const(5)}, load(0, kFloat64, reduce_var(0))}};
   k.stores = {{1, index_const(0), reduce_result(0, kFloat64)}};
   CpuKernelFn f = compile(k);
   std::vector<double> x{1, 2, 3, 4, 5, 0, 0, 0}, out(8);
@@ -251,43 +250,42 @@ template <class T> void check_float_unary() {
   const DType t = fdt<T>();
   const std::vector<T> xs = specials<T>();
   const int64_t n = xs.size();
-  auto run = [&](OpKind o) { return elementwise<T>(o, t, {{t, xs.data()}}, n); };
+  auto run = [&](ScalarOp o) { return elementwise<T>(o, t, {{t, xs.data()}}, n); };
   struct Exact {
-    OpKind op;
+    ScalarOp op;
     T (*ref)(T);
   };
   const Exact exact[] = {
-      {OpKind::Neg, [](T x) { return -x; }},
-      {OpKind::Abs, [](T x) { return std::fabs(x); }},
-      {OpKind::Sqrt, [](T x) { return std::sqrt(x); }},
-      {OpKind::Rsqrt, [](T x) { return T(1) / std::sqrt(x); }},
-      {OpKind::Reciprocal, [](T x) { return T(1) / x; }},
-      {OpKind::Relu, [](T x) { return x < 0 ? T(0) : x; }},
-      {OpKind::Detach, [](T x) { return x; }},
+      {ScalarOp::Neg, [](T x) { return -x; }},
+      {ScalarOp::Abs, [](T x) { return std::fabs(x); }},
+      {ScalarOp::Sqrt, [](T x) { return std::sqrt(x); }},
+      {ScalarOp::Rsqrt, [](T x) { return T(1) / std::sqrt(x); }},
+      {ScalarOp::Reciprocal, [](T x) { return T(1) / x; }},
+      {ScalarOp::Relu, [](T x) { return x < 0 ? T(0) : x; }},
   };
   for (const Exact& e : exact) {
     const std::vector<T> got = run(e.op);
     for (int64_t i = 0; i < n; ++i)
-      EXPECT_TRUE(same(got[i], e.ref(xs[i]))) << graph::op_name(e.op) << "(" << xs[i] << ") = " << got[i];
+      EXPECT_TRUE(same(got[i], e.ref(xs[i]))) << op_name(e.op) << "(" << xs[i] << ") = " << got[i];
   }
   struct Approx {
-    OpKind op;
+    ScalarOp op;
     long double (*ref)(long double);
   };
-  const Approx approx[] = {{OpKind::Exp, ref_exp}, {OpKind::Log, ref_log},   {OpKind::Sin, ref_sin},
-                           {OpKind::Cos, ref_cos}, {OpKind::Tanh, ref_tanh}, {OpKind::Sigmoid, ref_sigmoid},
-                           {OpKind::Erf, ref_erf}};
+  const Approx approx[] = {{ScalarOp::Exp, ref_exp}, {ScalarOp::Log, ref_log},   {ScalarOp::Sin, ref_sin},
+                           {ScalarOp::Cos, ref_cos}, {ScalarOp::Tanh, ref_tanh}, {ScalarOp::Sigmoid, ref_sigmoid},
+                           {ScalarOp::Erf, ref_erf}};
   for (const Approx& a : approx) {
     const std::vector<T> got = run(a.op);
     for (int64_t i = 0; i < n; ++i) {
       // sin/cos of the huge specials are outside the documented range: only check the class.
-      const bool trig = a.op == OpKind::Sin || a.op == OpKind::Cos;
+      const bool trig = a.op == ScalarOp::Sin || a.op == ScalarOp::Cos;
       if (trig && std::isfinite(xs[i]) && std::fabs(xs[i]) > 1e5) {
-        EXPECT_TRUE(std::isfinite(got[i])) << graph::op_name(a.op) << "(" << xs[i] << ")";
+        EXPECT_TRUE(std::isfinite(got[i])) << op_name(a.op) << "(" << xs[i] << ")";
         continue;
       }
       EXPECT_LE(ulp_error<T>(got[i], a.ref(xs[i])), 4)
-          << graph::op_name(a.op) << "(" << xs[i] << ") = " << got[i] << " want " << (double)a.ref(xs[i]);
+          << op_name(a.op) << "(" << xs[i] << ") = " << got[i] << " want " << (double)a.ref(xs[i]);
     }
   }
 }
@@ -296,47 +294,47 @@ TEST(LLVM, FloatUnaryF32) { check_float_unary<float>(); }
 TEST(LLVM, FloatUnaryF64) { check_float_unary<double>(); }
 
 TEST(LLVM, MathSpecialValues) {
-  auto one = [](OpKind o, double x) {
+  auto one = [](ScalarOp o, double x) {
     double xs[1] = {x};
     return elementwise<double>(o, kFloat64, {{kFloat64, xs}}, 1)[0];
   };
-  auto onef = [](OpKind o, float x) {
+  auto onef = [](ScalarOp o, float x) {
     float xs[1] = {x};
     return elementwise<float>(o, kFloat32, {{kFloat32, xs}}, 1)[0];
   };
-  EXPECT_EQ(one(OpKind::Log, 0.0), -kInf);
-  EXPECT_EQ(one(OpKind::Log, -0.0), -kInf);
-  EXPECT_TRUE(std::isnan(one(OpKind::Log, -1e-300)));
-  EXPECT_TRUE(std::isnan(one(OpKind::Log, -kInf)));
-  EXPECT_EQ(one(OpKind::Log, kInf), kInf);
-  EXPECT_EQ(one(OpKind::Exp, 709.78), std::exp(709.78));
-  EXPECT_EQ(one(OpKind::Exp, 709.8), kInf);
-  EXPECT_EQ(one(OpKind::Exp, -746.0), 0.0);
-  EXPECT_EQ(one(OpKind::Exp, -744.0), std::exp(-744.0)); // deep subnormal
-  EXPECT_EQ(one(OpKind::Exp, -kInf), 0.0);
-  EXPECT_EQ(onef(OpKind::Exp, 89.0f), std::numeric_limits<float>::infinity());
-  EXPECT_EQ(onef(OpKind::Exp, -104.0f), 0.0f);
-  EXPECT_EQ(onef(OpKind::Exp, -103.0f), std::exp(-103.0f));
-  EXPECT_EQ(onef(OpKind::Log, std::numeric_limits<float>::denorm_min()), std::log(std::numeric_limits<float>::denorm_min()));
-  EXPECT_EQ(one(OpKind::Tanh, 1e300), 1.0);
-  EXPECT_EQ(one(OpKind::Tanh, -kInf), -1.0);
-  EXPECT_TRUE(std::signbit(one(OpKind::Tanh, -0.0)));
-  EXPECT_TRUE(std::signbit(one(OpKind::Sin, -0.0)));
-  EXPECT_TRUE(std::isnan(one(OpKind::Sin, kInf)));
-  EXPECT_TRUE(std::isnan(one(OpKind::Cos, -kInf)));
-  EXPECT_EQ(one(OpKind::Sigmoid, -kInf), 0.0);
-  EXPECT_EQ(one(OpKind::Sigmoid, kInf), 1.0);
-  EXPECT_EQ(onef(OpKind::Sigmoid, -200.0f), 0.0f);
-  EXPECT_EQ(one(OpKind::Erf, kInf), 1.0);
-  EXPECT_EQ(one(OpKind::Erf, -kInf), -1.0);
-  EXPECT_EQ(one(OpKind::Erf, 6.5), 1.0);
-  EXPECT_EQ(onef(OpKind::Erf, -4.0f), -1.0f);
-  EXPECT_TRUE(std::signbit(one(OpKind::Erf, -0.0)));
-  EXPECT_EQ(one(OpKind::Erf, 1e-310), std::erf(1e-310)); // subnormal: erf(x) = 2x/sqrt(pi), rounded once
-  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Erf,
-                   OpKind::Relu}) {
-    EXPECT_TRUE(std::isnan(one(o, kNaN))) << graph::op_name(o);
-    EXPECT_TRUE(std::isnan(onef(o, NAN))) << graph::op_name(o);
+  EXPECT_EQ(one(ScalarOp::Log, 0.0), -kInf);
+  EXPECT_EQ(one(ScalarOp::Log, -0.0), -kInf);
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Log, -1e-300)));
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Log, -kInf)));
+  EXPECT_EQ(one(ScalarOp::Log, kInf), kInf);
+  EXPECT_EQ(one(ScalarOp::Exp, 709.78), std::exp(709.78));
+  EXPECT_EQ(one(ScalarOp::Exp, 709.8), kInf);
+  EXPECT_EQ(one(ScalarOp::Exp, -746.0), 0.0);
+  EXPECT_EQ(one(ScalarOp::Exp, -744.0), std::exp(-744.0)); // deep subnormal
+  EXPECT_EQ(one(ScalarOp::Exp, -kInf), 0.0);
+  EXPECT_EQ(onef(ScalarOp::Exp, 89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(onef(ScalarOp::Exp, -104.0f), 0.0f);
+  EXPECT_EQ(onef(ScalarOp::Exp, -103.0f), std::exp(-103.0f));
+  EXPECT_EQ(onef(ScalarOp::Log, std::numeric_limits<float>::denorm_min()), std::log(std::numeric_limits<float>::denorm_min()));
+  EXPECT_EQ(one(ScalarOp::Tanh, 1e300), 1.0);
+  EXPECT_EQ(one(ScalarOp::Tanh, -kInf), -1.0);
+  EXPECT_TRUE(std::signbit(one(ScalarOp::Tanh, -0.0)));
+  EXPECT_TRUE(std::signbit(one(ScalarOp::Sin, -0.0)));
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Sin, kInf)));
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Cos, -kInf)));
+  EXPECT_EQ(one(ScalarOp::Sigmoid, -kInf), 0.0);
+  EXPECT_EQ(one(ScalarOp::Sigmoid, kInf), 1.0);
+  EXPECT_EQ(onef(ScalarOp::Sigmoid, -200.0f), 0.0f);
+  EXPECT_EQ(one(ScalarOp::Erf, kInf), 1.0);
+  EXPECT_EQ(one(ScalarOp::Erf, -kInf), -1.0);
+  EXPECT_EQ(one(ScalarOp::Erf, 6.5), 1.0);
+  EXPECT_EQ(onef(ScalarOp::Erf, -4.0f), -1.0f);
+  EXPECT_TRUE(std::signbit(one(ScalarOp::Erf, -0.0)));
+  EXPECT_EQ(one(ScalarOp::Erf, 1e-310), std::erf(1e-310)); // subnormal: erf(x) = 2x/sqrt(pi), rounded once
+  for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf,
+                   ScalarOp::Relu}) {
+    EXPECT_TRUE(std::isnan(one(o, kNaN))) << op_name(o);
+    EXPECT_TRUE(std::isnan(onef(o, NAN))) << op_name(o);
   }
 }
 
@@ -349,38 +347,38 @@ template <class T> void check_float_binary() {
   const int64_t n = xs.size();
   const std::vector<Col> in{{t, xs.data()}, {t, ys.data()}};
   struct Arith {
-    OpKind op;
+    ScalarOp op;
     T (*ref)(T, T);
   };
   const Arith arith[] = {
-      {OpKind::Add, [](T x, T y) { return x + y; }},
-      {OpKind::Sub, [](T x, T y) { return x - y; }},
-      {OpKind::Mul, [](T x, T y) { return x * y; }},
-      {OpKind::Div, [](T x, T y) { return x / y; }},
-      {OpKind::Maximum, [](T x, T y) { return x != x || y != y ? T(NAN) : x > y ? x : y == x && !std::signbit(x) ? x : y; }},
-      {OpKind::Minimum, [](T x, T y) { return x != x || y != y ? T(NAN) : x < y ? x : y == x && std::signbit(x) ? x : y; }},
+      {ScalarOp::Add, [](T x, T y) { return x + y; }},
+      {ScalarOp::Sub, [](T x, T y) { return x - y; }},
+      {ScalarOp::Mul, [](T x, T y) { return x * y; }},
+      {ScalarOp::Div, [](T x, T y) { return x / y; }},
+      {ScalarOp::Maximum, [](T x, T y) { return x != x || y != y ? T(NAN) : x > y ? x : y == x && !std::signbit(x) ? x : y; }},
+      {ScalarOp::Minimum, [](T x, T y) { return x != x || y != y ? T(NAN) : x < y ? x : y == x && std::signbit(x) ? x : y; }},
   };
   for (const Arith& a : arith) {
     const std::vector<T> got = elementwise<T>(a.op, t, in, n);
     for (int64_t i = 0; i < n; ++i)
       EXPECT_TRUE(same(got[i], a.ref(xs[i], ys[i])))
-          << graph::op_name(a.op) << "(" << xs[i] << ", " << ys[i] << ") = " << got[i];
+          << op_name(a.op) << "(" << xs[i] << ", " << ys[i] << ") = " << got[i];
   }
   struct Cmp {
-    OpKind op;
+    ScalarOp op;
     bool (*ref)(T, T);
   };
   const Cmp cmps[] = {
-      {OpKind::Eq, [](T x, T y) { return x == y; }}, {OpKind::Ne, [](T x, T y) { return x != y; }},
-      {OpKind::Lt, [](T x, T y) { return x < y; }},  {OpKind::Le, [](T x, T y) { return x <= y; }},
-      {OpKind::Gt, [](T x, T y) { return x > y; }},  {OpKind::Ge, [](T x, T y) { return x >= y; }},
-      {OpKind::LogicalAnd, [](T x, T y) { return x != 0 && y != 0; }},
-      {OpKind::LogicalOr, [](T x, T y) { return x != 0 || y != 0; }},
+      {ScalarOp::Eq, [](T x, T y) { return x == y; }}, {ScalarOp::Ne, [](T x, T y) { return x != y; }},
+      {ScalarOp::Lt, [](T x, T y) { return x < y; }},  {ScalarOp::Le, [](T x, T y) { return x <= y; }},
+      {ScalarOp::Gt, [](T x, T y) { return x > y; }},  {ScalarOp::Ge, [](T x, T y) { return x >= y; }},
+      {ScalarOp::LogicalAnd, [](T x, T y) { return x != 0 && y != 0; }},
+      {ScalarOp::LogicalOr, [](T x, T y) { return x != 0 || y != 0; }},
   };
   for (const Cmp& c : cmps) {
     const std::vector<uint8_t> got = elementwise<uint8_t>(c.op, kBool, in, n);
     for (int64_t i = 0; i < n; ++i)
-      EXPECT_EQ(got[i], c.ref(xs[i], ys[i])) << graph::op_name(c.op) << "(" << xs[i] << ", " << ys[i] << ")";
+      EXPECT_EQ(got[i], c.ref(xs[i], ys[i])) << op_name(c.op) << "(" << xs[i] << ", " << ys[i] << ")";
   }
 }
 
@@ -393,7 +391,7 @@ template <class T> void check_pow() {
   std::vector<T> xs, ys;
   for (T x : vals)
     for (T y : vals) xs.push_back(x), ys.push_back(y);
-  const std::vector<T> got = elementwise<T>(OpKind::Pow, t, {{t, xs.data()}, {t, ys.data()}}, xs.size());
+  const std::vector<T> got = elementwise<T>(ScalarOp::Pow, t, {{t, xs.data()}, {t, ys.data()}}, xs.size());
   for (size_t i = 0; i < xs.size(); ++i) {
     const T want = std::pow(xs[i], ys[i]);
     if (std::isfinite(want) && want != 0)
@@ -431,34 +429,34 @@ template <class T> void check_int_ops() {
     return static_cast<T>(r);
   };
   struct Bin {
-    OpKind op;
+    ScalarOp op;
     std::function<T(T, T)> ref;
   };
   const Bin bins[] = {
-      {OpKind::Add, [](T x, T y) { return T(U(x) + U(y)); }},
-      {OpKind::Sub, [](T x, T y) { return T(U(x) - U(y)); }},
-      {OpKind::Mul, [](T x, T y) { return T(U(x) * U(y)); }},
-      {OpKind::Maximum, [](T x, T y) { return std::max(x, y); }},
-      {OpKind::Minimum, [](T x, T y) { return std::min(x, y); }},
-      {OpKind::Pow, ipow},
+      {ScalarOp::Add, [](T x, T y) { return T(U(x) + U(y)); }},
+      {ScalarOp::Sub, [](T x, T y) { return T(U(x) - U(y)); }},
+      {ScalarOp::Mul, [](T x, T y) { return T(U(x) * U(y)); }},
+      {ScalarOp::Maximum, [](T x, T y) { return std::max(x, y); }},
+      {ScalarOp::Minimum, [](T x, T y) { return std::min(x, y); }},
+      {ScalarOp::Pow, ipow},
   };
   for (const Bin& b : bins) {
     const std::vector<T> got = elementwise<T>(b.op, t, in, n);
     for (int64_t i = 0; i < n; ++i)
-      EXPECT_EQ(got[i], b.ref(xs[i], ys[i])) << graph::op_name(b.op) << "(" << xs[i] << ", " << ys[i] << ")";
+      EXPECT_EQ(got[i], b.ref(xs[i], ys[i])) << op_name(b.op) << "(" << xs[i] << ", " << ys[i] << ")";
   }
-  const std::vector<uint8_t> lt = elementwise<uint8_t>(OpKind::Lt, kBool, in, n);
-  const std::vector<uint8_t> ne = elementwise<uint8_t>(OpKind::Ne, kBool, in, n);
-  const std::vector<uint8_t> land = elementwise<uint8_t>(OpKind::LogicalAnd, kBool, in, n);
+  const std::vector<uint8_t> lt = elementwise<uint8_t>(ScalarOp::Lt, kBool, in, n);
+  const std::vector<uint8_t> ne = elementwise<uint8_t>(ScalarOp::Ne, kBool, in, n);
+  const std::vector<uint8_t> land = elementwise<uint8_t>(ScalarOp::LogicalAnd, kBool, in, n);
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_EQ(lt[i], xs[i] < ys[i]);
     EXPECT_EQ(ne[i], xs[i] != ys[i]);
     EXPECT_EQ(land[i], xs[i] != 0 && ys[i] != 0);
   }
-  const std::vector<T> neg = elementwise<T>(OpKind::Neg, t, {in[0]}, n);
-  const std::vector<T> abs = elementwise<T>(OpKind::Abs, t, {in[0]}, n);
-  const std::vector<T> relu = elementwise<T>(OpKind::Relu, t, {in[0]}, n);
-  const std::vector<uint8_t> lnot = elementwise<uint8_t>(OpKind::LogicalNot, kBool, {in[0]}, n);
+  const std::vector<T> neg = elementwise<T>(ScalarOp::Neg, t, {in[0]}, n);
+  const std::vector<T> abs = elementwise<T>(ScalarOp::Abs, t, {in[0]}, n);
+  const std::vector<T> relu = elementwise<T>(ScalarOp::Relu, t, {in[0]}, n);
+  const std::vector<uint8_t> lnot = elementwise<uint8_t>(ScalarOp::LogicalNot, kBool, {in[0]}, n);
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_EQ(neg[i], T(U(0) - U(xs[i])));
     EXPECT_EQ(abs[i], xs[i] < 0 ? T(U(0) - U(xs[i])) : xs[i]); // abs(INT_MIN) == INT_MIN
@@ -473,23 +471,23 @@ TEST(LLVM, IntOpsI64) { check_int_ops<int64_t>(); }
 TEST(LLVM, BoolOpsAndWhere) {
   std::vector<uint8_t> a{0, 0, 1, 1}, b{0, 1, 0, 1};
   const std::vector<Col> in{{kBool, a.data()}, {kBool, b.data()}};
-  auto run = [&](OpKind o) { return elementwise<uint8_t>(o, kBool, in, 4); };
-  EXPECT_EQ(run(OpKind::LogicalAnd), (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(run(OpKind::LogicalOr), (std::vector<uint8_t>{0, 1, 1, 1}));
-  EXPECT_EQ(run(OpKind::Add), (std::vector<uint8_t>{0, 1, 1, 1}));
-  EXPECT_EQ(run(OpKind::Mul), (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(run(OpKind::Maximum), (std::vector<uint8_t>{0, 1, 1, 1}));
-  EXPECT_EQ(run(OpKind::Minimum), (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(run(OpKind::Lt), (std::vector<uint8_t>{0, 1, 0, 0}));
-  EXPECT_EQ(run(OpKind::Ge), (std::vector<uint8_t>{1, 0, 1, 1}));
-  EXPECT_EQ(run(OpKind::Eq), (std::vector<uint8_t>{1, 0, 0, 1}));
-  EXPECT_EQ(elementwise<uint8_t>(OpKind::LogicalNot, kBool, {in[0]}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
+  auto run = [&](ScalarOp o) { return elementwise<uint8_t>(o, kBool, in, 4); };
+  EXPECT_EQ(run(ScalarOp::LogicalAnd), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(ScalarOp::LogicalOr), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(ScalarOp::Add), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(ScalarOp::Mul), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(ScalarOp::Maximum), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(run(ScalarOp::Minimum), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(run(ScalarOp::Lt), (std::vector<uint8_t>{0, 1, 0, 0}));
+  EXPECT_EQ(run(ScalarOp::Ge), (std::vector<uint8_t>{1, 0, 1, 1}));
+  EXPECT_EQ(run(ScalarOp::Eq), (std::vector<uint8_t>{1, 0, 0, 1}));
+  EXPECT_EQ(elementwise<uint8_t>(ScalarOp::LogicalNot, kBool, {in[0]}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
   // where(cond, x, y) with f32 branches, and logical_not of floats (NaN is true)
   std::vector<float> x{1, 2, 3, 4}, y{-1, -2, -3, -4};
-  EXPECT_EQ(elementwise<float>(OpKind::Where, kFloat32, {in[1], {kFloat32, x.data()}, {kFloat32, y.data()}}, 4),
+  EXPECT_EQ(elementwise<float>(ScalarOp::Where, kFloat32, {in[1], {kFloat32, x.data()}, {kFloat32, y.data()}}, 4),
             (std::vector<float>{-1, 2, -3, 4}));
   std::vector<float> f{0.f, -0.f, NAN, 2.f};
-  EXPECT_EQ(elementwise<uint8_t>(OpKind::LogicalNot, kBool, {{kFloat32, f.data()}}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
+  EXPECT_EQ(elementwise<uint8_t>(ScalarOp::LogicalNot, kBool, {{kFloat32, f.data()}}, 4), (std::vector<uint8_t>{1, 1, 0, 0}));
 }
 
 // ---------------------------------------------------------------------------------
@@ -499,32 +497,32 @@ TEST(LLVM, Casts) {
   const float big = 1e10f;
   std::vector<float> f{2.9f, -2.9f, big, -big, NAN, INFINITY, -INFINITY, -0.0f, 0.5f, 2147483520.0f};
   const int64_t nf = f.size();
-  EXPECT_EQ(elementwise<int32_t>(OpKind::Cast, kInt32, {{kFloat32, f.data()}}, nf),
+  EXPECT_EQ(elementwise<int32_t>(ScalarOp::Cast, kInt32, {{kFloat32, f.data()}}, nf),
             (std::vector<int32_t>{2, -2, INT32_MAX, INT32_MIN, 0, INT32_MAX, INT32_MIN, 0, 0, 2147483520}));
-  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kFloat32, f.data()}}, nf),
+  EXPECT_EQ(elementwise<int64_t>(ScalarOp::Cast, kInt64, {{kFloat32, f.data()}}, nf),
             (std::vector<int64_t>{2, -2, 10000000000LL, -10000000000LL, 0, INT64_MAX, INT64_MIN, 0, 0, 2147483520}));
-  EXPECT_EQ(elementwise<uint8_t>(OpKind::Cast, kBool, {{kFloat32, f.data()}}, nf),
+  EXPECT_EQ(elementwise<uint8_t>(ScalarOp::Cast, kBool, {{kFloat32, f.data()}}, nf),
             (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 1, 0, 1, 1}));
   std::vector<double> d{1e300, -1e300, 0.1, 3.4028235677973366e38, 1e-50, -7.5};
-  const std::vector<float> df = elementwise<float>(OpKind::Cast, kFloat32, {{kFloat64, d.data()}}, d.size());
+  const std::vector<float> df = elementwise<float>(ScalarOp::Cast, kFloat32, {{kFloat64, d.data()}}, d.size());
   for (size_t i = 0; i < d.size(); ++i) EXPECT_TRUE(same(df[i], static_cast<float>(d[i]))) << d[i];
-  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kFloat64, d.data()}}, d.size()),
+  EXPECT_EQ(elementwise<int64_t>(ScalarOp::Cast, kInt64, {{kFloat64, d.data()}}, d.size()),
             (std::vector<int64_t>{INT64_MAX, INT64_MIN, 0, INT64_MAX, 0, -7}));
   std::vector<int64_t> i64{(1LL << 24) + 1, -((1LL << 24) + 1), INT64_MAX, (1LL << 32) + 5, -1, 0};
-  const std::vector<float> i64f = elementwise<float>(OpKind::Cast, kFloat32, {{kInt64, i64.data()}}, i64.size());
+  const std::vector<float> i64f = elementwise<float>(ScalarOp::Cast, kFloat32, {{kInt64, i64.data()}}, i64.size());
   for (size_t i = 0; i < i64.size(); ++i) EXPECT_EQ(i64f[i], static_cast<float>(i64[i])) << i64[i];
-  EXPECT_EQ(elementwise<int32_t>(OpKind::Cast, kInt32, {{kInt64, i64.data()}}, i64.size()),
+  EXPECT_EQ(elementwise<int32_t>(ScalarOp::Cast, kInt32, {{kInt64, i64.data()}}, i64.size()),
             (std::vector<int32_t>{(1 << 24) + 1, -((1 << 24) + 1), -1, 5, -1, 0}));
-  EXPECT_EQ(elementwise<uint8_t>(OpKind::Cast, kBool, {{kInt64, i64.data()}}, i64.size()),
+  EXPECT_EQ(elementwise<uint8_t>(ScalarOp::Cast, kBool, {{kInt64, i64.data()}}, i64.size()),
             (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
   std::vector<int32_t> i32{-5, INT32_MIN, 7};
-  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kInt32, i32.data()}}, 3), (std::vector<int64_t>{-5, INT32_MIN, 7}));
-  EXPECT_EQ(elementwise<double>(OpKind::Cast, kFloat64, {{kInt32, i32.data()}}, 3), (std::vector<double>{-5, INT32_MIN, 7}));
+  EXPECT_EQ(elementwise<int64_t>(ScalarOp::Cast, kInt64, {{kInt32, i32.data()}}, 3), (std::vector<int64_t>{-5, INT32_MIN, 7}));
+  EXPECT_EQ(elementwise<double>(ScalarOp::Cast, kFloat64, {{kInt32, i32.data()}}, 3), (std::vector<double>{-5, INT32_MIN, 7}));
   std::vector<uint8_t> bools{0, 1, 1};
-  EXPECT_EQ(elementwise<float>(OpKind::Cast, kFloat32, {{kBool, bools.data()}}, 3), (std::vector<float>{0, 1, 1}));
-  EXPECT_EQ(elementwise<int64_t>(OpKind::Cast, kInt64, {{kBool, bools.data()}}, 3), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(elementwise<float>(ScalarOp::Cast, kFloat32, {{kBool, bools.data()}}, 3), (std::vector<float>{0, 1, 1}));
+  EXPECT_EQ(elementwise<int64_t>(ScalarOp::Cast, kInt64, {{kBool, bools.data()}}, 3), (std::vector<int64_t>{0, 1, 1}));
   std::vector<float> small{1.5f, -0.f};
-  const std::vector<double> fd = elementwise<double>(OpKind::Cast, kFloat64, {{kFloat32, small.data()}}, 2);
+  const std::vector<double> fd = elementwise<double>(ScalarOp::Cast, kFloat64, {{kFloat32, small.data()}}, 2);
   EXPECT_TRUE(same(fd[0], 1.5) && same(fd[1], -0.0));
 }
 
@@ -535,9 +533,9 @@ namespace {
 
 /// out[i] = op over r < C of x[i*C + r] (domain [R], extent param 1), run in chunks.
 template <class T, class Out = T>
-std::vector<Out> reduce_rows(OpKind o, DType t, const std::vector<T>& x, int64_t R, int64_t C) {
+std::vector<Out> reduce_rows(ReduceOp o, DType t, const std::vector<T>& x, int64_t R, int64_t C) {
   Kernel k;
-  const bool arg = o == OpKind::Argmax || o == OpKind::Argmin;
+  const bool arg = o == ReduceOp::Argmax || o == ReduceOp::Argmin;
   const DType out = arg ? kInt64 : t;
   k.buffers = {{t}, {out, true}};
   k.num_params = 2;
@@ -569,11 +567,11 @@ TEST(LLVM, ReductionsF32WithNaNAndTies) {
   std::vector<float> x;
   for (auto& r : rows) x.insert(x.end(), r.begin(), r.end());
   const int64_t R = rows.size();
-  auto sum = reduce_rows<float>(OpKind::Sum, kFloat32, x, R, C);
-  auto mx = reduce_rows<float>(OpKind::Max, kFloat32, x, R, C);
-  auto mn = reduce_rows<float>(OpKind::Min, kFloat32, x, R, C);
-  auto amx = reduce_rows<float, int64_t>(OpKind::Argmax, kFloat32, x, R, C);
-  auto amn = reduce_rows<float, int64_t>(OpKind::Argmin, kFloat32, x, R, C);
+  auto sum = reduce_rows<float>(ReduceOp::Sum, kFloat32, x, R, C);
+  auto mx = reduce_rows<float>(ReduceOp::Max, kFloat32, x, R, C);
+  auto mn = reduce_rows<float>(ReduceOp::Min, kFloat32, x, R, C);
+  auto amx = reduce_rows<float, int64_t>(ReduceOp::Argmax, kFloat32, x, R, C);
+  auto amn = reduce_rows<float, int64_t>(ReduceOp::Argmin, kFloat32, x, R, C);
   const std::vector<int64_t> want_amx{5, 1, 2, 0, 0, 0}, want_amn{1, 2, 2, 0, 0, 0};
   for (int64_t i = 0; i < R; ++i) {
     double s = 0;
@@ -597,7 +595,7 @@ TEST(LLVM, ReductionLongSumVectorizedIsAccurate) {
   std::vector<float> x(R * C);
   std::mt19937 rng(7);
   for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
-  auto sum = reduce_rows<float>(OpKind::Sum, kFloat32, x, R, C);
+  auto sum = reduce_rows<float>(ReduceOp::Sum, kFloat32, x, R, C);
   for (int64_t i = 0; i < R; ++i) {
     double s = 0;
     for (int64_t j = 0; j < C; ++j) s += x[i * C + j];
@@ -607,20 +605,20 @@ TEST(LLVM, ReductionLongSumVectorizedIsAccurate) {
 
 TEST(LLVM, EmptyReductions) {
   std::vector<float> x(64, 1);
-  EXPECT_EQ(reduce_rows<float>(OpKind::Sum, kFloat32, x, 3, 0), (std::vector<float>{0, 0, 0}));
-  EXPECT_EQ(reduce_rows<float>(OpKind::Max, kFloat32, x, 3, 0)[0], -INFINITY);
-  EXPECT_EQ(reduce_rows<float>(OpKind::Min, kFloat32, x, 3, 0)[0], INFINITY);
-  EXPECT_EQ((reduce_rows<float, int64_t>(OpKind::Argmax, kFloat32, x, 3, 0)[0]), 0);
+  EXPECT_EQ(reduce_rows<float>(ReduceOp::Sum, kFloat32, x, 3, 0), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(reduce_rows<float>(ReduceOp::Max, kFloat32, x, 3, 0)[0], -INFINITY);
+  EXPECT_EQ(reduce_rows<float>(ReduceOp::Min, kFloat32, x, 3, 0)[0], INFINITY);
+  EXPECT_EQ((reduce_rows<float, int64_t>(ReduceOp::Argmax, kFloat32, x, 3, 0)[0]), 0);
 }
 
 TEST(LLVM, IntReductions) {
   const int64_t C = 5;
   std::vector<int32_t> x{INT32_MAX, 1, 0, 0, 0, /**/ -3, 7, 7, -9, -9, /**/ INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
-  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Sum, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MIN, -7, INT32_MIN}));
-  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Max, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MAX, 7, INT32_MIN}));
-  EXPECT_EQ(reduce_rows<int32_t>(OpKind::Min, kInt32, x, 3, C), (std::vector<int32_t>{0, -9, INT32_MIN}));
-  EXPECT_EQ((reduce_rows<int32_t, int64_t>(OpKind::Argmax, kInt32, x, 3, C)), (std::vector<int64_t>{0, 1, 0}));
-  EXPECT_EQ((reduce_rows<int32_t, int64_t>(OpKind::Argmin, kInt32, x, 3, C)), (std::vector<int64_t>{2, 3, 0}));
+  EXPECT_EQ(reduce_rows<int32_t>(ReduceOp::Sum, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MIN, -7, INT32_MIN}));
+  EXPECT_EQ(reduce_rows<int32_t>(ReduceOp::Max, kInt32, x, 3, C), (std::vector<int32_t>{INT32_MAX, 7, INT32_MIN}));
+  EXPECT_EQ(reduce_rows<int32_t>(ReduceOp::Min, kInt32, x, 3, C), (std::vector<int32_t>{0, -9, INT32_MIN}));
+  EXPECT_EQ((reduce_rows<int32_t, int64_t>(ReduceOp::Argmax, kInt32, x, 3, C)), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ((reduce_rows<int32_t, int64_t>(ReduceOp::Argmin, kInt32, x, 3, C)), (std::vector<int64_t>{2, 3, 0}));
 }
 
 TEST(LLVM, TwoExtentReductionArgmaxIsFlat) {
@@ -629,8 +627,8 @@ TEST(LLVM, TwoExtentReductionArgmaxIsFlat) {
   k.buffers = {{kFloat64}, {kInt64, true}, {kFloat64, true}};
   k.domain = {index_const(2)};
   ExprRef v = load(0, kFloat64, iadd(iadd(imul(loop_var(0), index_const(12)), imul(reduce_var(0), index_const(4))), reduce_var(1)));
-  k.reductions = {{OpKind::Argmax, kFloat64, {index_const(3), index_const(4)}, v},
-                  {OpKind::Sum, kFloat64, {index_const(3), index_const(4)}, v}};
+  k.reductions = {{ReduceOp::Argmax, kFloat64, {index_const(3), index_const(4)}, v},
+                  {ReduceOp::Sum, kFloat64, {index_const(3), index_const(4)}, v}};
   k.stores = {{1, loop_var(0), reduce_result(0, kInt64)}, {2, loop_var(0), reduce_result(1, kFloat64)}};
   std::vector<double> x(24, 0);
   x[7] = 5, x[9] = 5, x[12 + 11] = 1;
@@ -651,13 +649,13 @@ TEST(LLVM, SoftmaxRowMap) {
   k.domain = {param(0)};
   auto x_at = [](ExprRef col) { return load(0, kFloat32, iadd(imul(loop_var(0), param(1)), col)); };
   auto shifted_exp = [](ExprRef x) {
-    return op(OpKind::Exp, kFloat32, {op(OpKind::Sub, kFloat32, {x, reduce_result(0, kFloat32)})});
+    return op(ScalarOp::Exp, kFloat32, {op(ScalarOp::Sub, kFloat32, {x, reduce_result(0, kFloat32)})});
   };
-  k.reductions = {{OpKind::Max, kFloat32, {param(1)}, x_at(reduce_var(0))},
-                  {OpKind::Sum, kFloat32, {param(1)}, shifted_exp(x_at(reduce_var(0)))}};
+  k.reductions = {{ReduceOp::Max, kFloat32, {param(1)}, x_at(reduce_var(0))},
+                  {ReduceOp::Sum, kFloat32, {param(1)}, shifted_exp(x_at(reduce_var(0)))}};
   k.map = {param(1)};
   k.stores = {{1, iadd(imul(loop_var(0), param(1)), map_var(0)),
-               op(OpKind::Div, kFloat32, {shifted_exp(x_at(map_var(0))), reduce_result(1, kFloat32)})}};
+               op(ScalarOp::Div, kFloat32, {shifted_exp(x_at(map_var(0))), reduce_result(1, kFloat32)})}};
   const int64_t R = 7, C = 45;
   std::vector<float> x(R * C), out(R * C);
   std::mt19937 rng(3);
@@ -683,9 +681,9 @@ TEST(LLVM, GuardedLoadsPad) {
   k.num_params = 3; // n, p, out length
   k.domain = {param(2)};
   ExprRef j = loop_var(0);
-  ExprRef guard = op(OpKind::LogicalAnd, kBool,
-                     {op(OpKind::Ge, kBool, {j, param(1)}), op(OpKind::Lt, kBool, {j, iadd(param(0), param(1))})});
-  k.stores = {{1, j, op(OpKind::Add, kFloat64, {load(0, kFloat64, isub(j, param(1)), guard), constant(kFloat64, 0.5)})}};
+  ExprRef guard = op(ScalarOp::LogicalAnd, kBool,
+                     {op(ScalarOp::Ge, kBool, {j, param(1)}), op(ScalarOp::Lt, kBool, {j, iadd(param(0), param(1))})});
+  k.stores = {{1, j, op(ScalarOp::Add, kFloat64, {load(0, kFloat64, isub(j, param(1)), guard), constant(kFloat64, 0.5)})}};
   const int64_t n = 10, p = 1000000; // unguarded, j - p would be far outside x
   std::vector<double> x(std::max<int64_t>(n, 8));
   for (int64_t i = 0; i < n; ++i) x[i] = i + 1;
@@ -709,8 +707,8 @@ template <class T> void check_random() {
   k.num_params = 2; // the size, the seed (a parameter: one kernel serves every seed)
   k.domain = {param(0)};
   ExprRef c = iadd(loop_var(0), index_const(1000));
-  k.stores = {{0, loop_var(0), random(OpKind::Rand, t, param(1), c)},
-              {1, loop_var(0), random(OpKind::Randn, t, param(1), c)}};
+  k.stores = {{0, loop_var(0), random(RandomDist::Uniform, t, param(1), c)},
+              {1, loop_var(0), random(RandomDist::Normal, t, param(1), c)}};
   std::vector<T> u(n), z(n);
   run_chunked(compile(k), n, {u.data(), z.data()}, {n, seed});
   for (int64_t i = 0; i < n; ++i) {
@@ -734,22 +732,22 @@ template <class T> void check_accuracy() {
   const double limit = f64 ? 4 : 2;
   const double e_lo = f64 ? -746 : -104, e_hi = f64 ? 710 : 89;
   auto xs_exp = sample<T>({{e_lo, e_hi, 600000}, {-1, 1, 200000}, {1e-30, 1, 200000, true}}, 1);
-  EXPECT_LE(max_ulp<T>(OpKind::Exp, xs_exp, ref_exp, "exp"), limit);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Exp, xs_exp, ref_exp, "exp"), limit);
   auto xs_log = positive_bit_patterns<T>(600000, 2);
   for (T x : sample<T>({{0.5, 2, 400000}}, 3)) xs_log.push_back(x);
-  EXPECT_LE(max_ulp<T>(OpKind::Log, xs_log, ref_log, "log"), limit);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Log, xs_log, ref_log, "log"), limit);
   auto xs_trig = sample<T>({{-10, 10, 400000}, {-1e4, 1e4, 300000}, {-1e5, 1e5, 200000}, {1e-30, 1, 100000, true}}, 4);
-  EXPECT_LE(max_ulp<T>(OpKind::Sin, xs_trig, ref_sin, "sin", 1e5), limit);
-  EXPECT_LE(max_ulp<T>(OpKind::Cos, xs_trig, ref_cos, "cos", 1e5), limit);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Sin, xs_trig, ref_sin, "sin", 1e5), limit);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Cos, xs_trig, ref_cos, "cos", 1e5), limit);
   auto xs_tanh = sample<T>({{-10, 10, 400000}, {-1, 1, 300000}, {-40, 40, 100000}, {1e-30, 1, 200000, true}}, 5);
-  EXPECT_LE(max_ulp<T>(OpKind::Tanh, xs_tanh, ref_tanh, "tanh"), limit);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Tanh, xs_tanh, ref_tanh, "tanh"), limit);
   auto xs_sig = sample<T>({{f64 ? -750.0 : -110.0, 40, 600000}, {-5, 5, 300000}, {1e-30, 1, 100000, true}}, 6);
   // sigmoid: one exp and two roundings in the element type; in f32 that reaches ~2.5 ulp
-  EXPECT_LE(max_ulp<T>(OpKind::Sigmoid, xs_sig, ref_sigmoid, "sigmoid"), f64 ? limit : 3.0);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Sigmoid, xs_sig, ref_sigmoid, "sigmoid"), f64 ? limit : 3.0);
   // erf: within 1 ulp everywhere; dense where its pieces meet (0.75, 1, ..., 2) and into the tails
   auto xs_erf = sample<T>({{-7, 7, 300000}, {0.6, 2.2, 300000}, {-2.2, -0.6, 100000}, {2, 6.5, 100000},
                            {1e-300, 1, 200000, true}}, 7);
-  EXPECT_LE(max_ulp<T>(OpKind::Erf, xs_erf, ref_erf, "erf"), 1.0);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Erf, xs_erf, ref_erf, "erf"), 1.0);
 }
 
 TEST(LLVM, MathAccuracyF32) { check_accuracy<float>(); }
@@ -757,7 +755,7 @@ TEST(LLVM, MathAccuracyF64) { check_accuracy<double>(); }
 
 TEST(LLVM, MathVectorAndScalarLanesAgree) {
   // one call runs mostly vector code; chunks of 1, 2, 3, ... run mostly the scalar remainder
-  for (OpKind o : {OpKind::Exp, OpKind::Log, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Erf}) {
+  for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf}) {
     Kernel k;
     k.buffers = {{kFloat32}, {kFloat32, true}};
     k.num_params = 1;
@@ -772,7 +770,7 @@ TEST(LLVM, MathVectorAndScalarLanesAgree) {
     f(0, n, bufs.data(), params);
     bufs[1] = chunked.data();
     run_chunked(f, n, bufs, {n});
-    EXPECT_EQ(0, std::memcmp(whole.data(), chunked.data(), n * sizeof(float))) << graph::op_name(o);
+    EXPECT_EQ(0, std::memcmp(whole.data(), chunked.data(), n * sizeof(float))) << op_name(o);
   }
 }
 
@@ -788,13 +786,13 @@ TEST(LLVM, UlpMeasureCanFail) {
 
 namespace {
 
-Kernel unary_f32_kernel(OpKind o) {
+Kernel unary_f32_kernel(ScalarOp o) {
   Kernel k;
   k.buffers = {{kFloat32}, {kFloat32}, {kFloat32, true}};
   k.num_params = 1;
   k.domain = {param(0)};
   ExprRef a = load(0, kFloat32, loop_var(0)), b = load(1, kFloat32, loop_var(0));
-  k.stores = {{2, loop_var(0), o == OpKind::Add ? op(o, kFloat32, {a, b}) : op(o, kFloat32, {a})}};
+  k.stores = {{2, loop_var(0), o == ScalarOp::Add ? op(o, kFloat32, {a, b}) : op(o, kFloat32, {a})}};
   finalize(k);
   return k;
 }
@@ -806,16 +804,16 @@ bool has_wide_float_vectors(const std::string& ir) {
 } // namespace
 
 TEST(LLVM, InnerLoopIsVectorized) {
-  for (OpKind o : {OpKind::Add, OpKind::Exp, OpKind::Tanh, OpKind::Sin, OpKind::Log}) {
+  for (ScalarOp o : {ScalarOp::Add, ScalarOp::Exp, ScalarOp::Tanh, ScalarOp::Sin, ScalarOp::Log}) {
     const std::string ir = LlvmJit::instance().llvm_ir(unary_f32_kernel(o));
-    EXPECT_TRUE(has_wide_float_vectors(ir)) << graph::op_name(o) << ":\n" << ir.substr(0, 4000);
+    EXPECT_TRUE(has_wide_float_vectors(ir)) << op_name(o) << ":\n" << ir.substr(0, 4000);
   }
-  const std::string raw = LlvmJit::instance().llvm_ir(unary_f32_kernel(OpKind::Add), false);
+  const std::string raw = LlvmJit::instance().llvm_ir(unary_f32_kernel(ScalarOp::Add), false);
   EXPECT_FALSE(has_wide_float_vectors(raw)); // the vectors come from the pipeline, not the emitter
 }
 
 TEST(LLVM, CacheAndThreads) {
-  Kernel k = unary_f32_kernel(OpKind::Sqrt);
+  Kernel k = unary_f32_kernel(ScalarOp::Sqrt);
   LlvmJit& jit = LlvmJit::instance();
   const size_t before = jit.compiled_count();
   const CpuKernelSlot* slots[4] = {};
@@ -840,7 +838,7 @@ TEST(LLVM, CacheAndThreads) {
 }
 
 TEST(LLVM, AssemblyDump) {
-  Kernel k = unary_f32_kernel(OpKind::Add);
+  Kernel k = unary_f32_kernel(ScalarOp::Add);
   const std::string s = LlvmJit::instance().assembly(k);
   EXPECT_NE(s.find(k.name), std::string::npos);
   EXPECT_NE(s.find("vaddps"), std::string::npos);
@@ -864,11 +862,11 @@ Kernel blocked_matmul_kernel(DType dt, bool block_inner) {
   ExprRef row = iadd(imul(loop_var(0), param(1)), loop_var(1));
   ExprRef a = load(0, dt, iadd(imul(row, param(3)), reduce_var(0)));
   ExprRef b = load(1, dt, iadd(imul(reduce_var(0), param(2)), loop_var(2)));
-  Reduction red{OpKind::Sum, dt, {param(3)}, op(OpKind::Mul, dt, {a, b}), /*fma=*/true};
+  Reduction red{ReduceOp::Sum, dt, {param(3)}, op(ScalarOp::Mul, dt, {a, b}), /*fma=*/true};
   red.block_inner = block_inner;
   k.reductions.push_back(red);
-  ExprRef c = op(OpKind::Relu, dt, {reduce_result(0, dt)});
-  k.stores.push_back({2, iadd(imul(row, param(2)), loop_var(2)), op(OpKind::Add, dt, {c, cast(loop_var(2), dt)})});
+  ExprRef c = op(ScalarOp::Relu, dt, {reduce_result(0, dt)});
+  k.stores.push_back({2, iadd(imul(row, param(2)), loop_var(2)), op(ScalarOp::Add, dt, {c, cast(loop_var(2), dt)})});
   return k;
 }
 

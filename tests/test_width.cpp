@@ -107,7 +107,7 @@ TEST(Width, SharedSubtreesAreVisitedOnce) {
   k.domain = {param(0)};
   ExprRef off = loop_var(0);
   for (int i = 0; i < 40; ++i) off = iadd(off, isub(off, off)); // still i0
-  k.stores.push_back({1, off, op(graph::OpKind::Add, DType::Float32, {load(0, DType::Float32, off), constant(DType::Float32, 1)})});
+  k.stores.push_back({1, off, op(codegen::ScalarOp::Add, DType::Float32, {load(0, DType::Float32, off), constant(DType::Float32, 1)})});
   finalize(k);
   EXPECT_NE(print_kernel(k).find("store b1"), std::string::npos);
   EXPECT_NE(emit_cuda(k).find(k.name), std::string::npos);

@@ -23,13 +23,11 @@
 #include <unordered_set>
 
 #include "codegen/form.h"
-#include "codegen/src/reduction_kind.h"
 #include "codegen/src/cuda_math.h"
 #include "kiln/error.h"
 
 namespace kiln::codegen {
 
-using graph::OpKind;
 
 namespace {
 
@@ -98,8 +96,8 @@ std::string zero(DType t) { return is_floating(t) ? float_literal(t, 0) : int_li
 
 /// A float Sum of a product that may contract (matmul): acc = fma(a, b, acc).
 bool is_fma_reduction(const Reduction& r) {
-  return r.fma && r.op == OpKind::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
-         r.value->op == OpKind::Mul;
+  return r.fma && r.op == ReduceOp::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
+         r.value->op == ScalarOp::Mul;
 }
 
 /// The constant coefficient of the variable (kind, index) in affine i64 expressions;
@@ -134,9 +132,9 @@ private:
     if (e->kind != ExprKind::Op || e->args.size() != 2) return std::nullopt;
     const auto a = of(e->args[0]), b = of(e->args[1]);
     if (!a || !b) return std::nullopt;
-    if (e->op == OpKind::Add) return *a + *b;
-    if (e->op == OpKind::Sub) return *a - *b;
-    if (e->op != OpKind::Mul) return std::nullopt;
+    if (e->op == ScalarOp::Add) return *a + *b;
+    if (e->op == ScalarOp::Sub) return *a - *b;
+    if (e->op != ScalarOp::Mul) return std::nullopt;
     for (int s = 0; s < 2; ++s)
       if (e->args[s]->kind == ExprKind::Const && (s ? *a : *b) == 0) return e->args[s]->i * (s ? *b : *a);
     return std::nullopt;
@@ -705,8 +703,8 @@ private:
   /// is exact and free of order (kiln_max orders -0 < +0; a NaN gives a NaN), so the
   /// row's group can split it and still hold the sequential result's bits.
   static bool extreme_in_lanes(const Reduction& r) {
-    const RedKind kind = reduction_kind(r.op);
-    if (kind != RedKind::Max && kind != RedKind::Min) return false;
+    const ReduceOp kind = r.op;
+    if (kind != ReduceOp::Max && kind != ReduceOp::Min) return false;
     if (r.extents.size() != 1 || is_fma_reduction(r)) return false;
     return r.dtype == DType::Float32 || r.dtype == DType::Float64 || r.dtype == DType::Int32 ||
            r.dtype == DType::Int64;
@@ -716,7 +714,7 @@ private:
   /// elements g, g + group, ...; a butterfly of __shfl_xor_sync leaves the result in every
   /// thread. Defines red<index>.
   void emit_row_lane_extreme(const Reduction& r, int index) {
-    const RedKind kind = reduction_kind(r.op);
+    const ReduceOp kind = r.op;
     const std::string t = reg_type(r.dtype), id = std::to_string(index), acc = "acc" + id, G = std::to_string(kRowThreads);
     line(t + " " + acc + " = " + reduction_init(kind, r.dtype) + ";");
     const std::string n = ref(r.extents[0]);
@@ -761,14 +759,14 @@ private:
 
   /// The scan's identity literal: 0 for add, 1 for mul.
   static std::string scan_identity(const ScanLoop& sc) {
-    const int one = sc.op == OpKind::Mul ? 1 : 0;
+    const int one = sc.op == ScalarOp::Mul ? 1 : 0;
     return is_floating(sc.dtype) ? float_literal(sc.dtype, one) : int_literal(sc.dtype, one);
   }
 
   /// acc op v (no contraction: NVRTC runs with --fmad=false).
   std::string scan_combine(const ScanLoop& sc, const std::string& acc, const std::string& v) {
-    if (sc.op == OpKind::Mul) return arith("*", "kiln_mul", "&", acc, v, sc.dtype);
-    KILN_ASSERT(sc.op == OpKind::Add, "a scan combines by add or mul in " + k_.name);
+    if (sc.op == ScalarOp::Mul) return arith("*", "kiln_mul", "&", acc, v, sc.dtype);
+    KILN_ASSERT(sc.op == ScalarOp::Add, "a scan combines by add or mul in " + k_.name);
     return arith("+", "kiln_add", "|", acc, v, sc.dtype);
   }
 
@@ -831,9 +829,9 @@ private:
   // --- reductions --------------------------------------------------------------
 
   /// The accumulator's initial value: 0, or the identity of max/min.
-  static std::string reduction_init(RedKind kind, DType dt) {
-    const bool maxlike = kind == RedKind::Max || kind == RedKind::Argmax;
-    if (kind == RedKind::Sum) return zero(dt);
+  static std::string reduction_init(ReduceOp kind, DType dt) {
+    const bool maxlike = kind == ReduceOp::Max || kind == ReduceOp::Argmax;
+    if (kind == ReduceOp::Sum) return zero(dt);
     if (is_floating(dt)) return float_literal(dt, maxlike ? -INFINITY : INFINITY);
     if (dt == DType::Bool) return maxlike ? "false" : "true";
     if (dt == DType::Int32)
@@ -842,10 +840,10 @@ private:
   }
 
   /// acc (+) v for Sum, Max, Min.
-  static std::string combine(RedKind kind, DType dt, const std::string& acc, const std::string& v) {
-    if (dt == DType::Bool) return kind == RedKind::Min ? acc + " & " + v : acc + " | " + v;
-    if (kind == RedKind::Sum) return is_floating(dt) ? acc + " + " + v : "kiln_add(" + acc + ", " + v + ")";
-    return std::string(kind == RedKind::Max ? "kiln_max(" : "kiln_min(") + acc + ", " + v + ")";
+  static std::string combine(ReduceOp kind, DType dt, const std::string& acc, const std::string& v) {
+    if (dt == DType::Bool) return kind == ReduceOp::Min ? acc + " & " + v : acc + " | " + v;
+    if (kind == ReduceOp::Sum) return is_floating(dt) ? acc + " + " + v : "kiln_add(" + acc + ", " + v + ")";
+    return std::string(kind == ReduceOp::Max ? "kiln_max(" : "kiln_min(") + acc + ", " + v + ")";
   }
 
   /// Whether v replaces the best so far: strictly better, or the first NaN.
@@ -918,8 +916,8 @@ private:
   }
 
   void emit_reduction(const Reduction& r, int index) {
-    const RedKind kind = reduction_kind(r.op);
-    const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
+    const ReduceOp kind = r.op;
+    const bool arg = kind == ReduceOp::Argmax || kind == ReduceOp::Argmin;
     KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
     const std::string id = std::to_string(index), acc = "acc" + id, idx = "idx" + id, cnt = "cnt" + id;
     std::vector<std::string> ext;
@@ -927,7 +925,7 @@ private:
     line(reg_type(r.dtype) + " " + acc + " = " + reduction_init(kind, r.dtype) + ";");
     if (arg) line("long long " + idx + " = 0, " + cnt + " = 0;");
     reduce_rank_ = static_cast<int>(ext.size());
-    if (kind == RedKind::Sum && is_floating(r.dtype) && !r.block_inner && !ext.empty()) {
+    if (kind == ReduceOp::Sum && is_floating(r.dtype) && !r.block_inner && !ext.empty()) {
       emit_lane_sum(r, acc, id);
       reduce_rank_ = -1;
       line("const " + reg_type(r.dtype) + " red" + id + " = " + acc + ";");
@@ -942,7 +940,7 @@ private:
       line(acc + " = " + (r.dtype == DType::Float32 ? "fmaf(" : "fma(") + a + ", " + b + ", " + acc + ");");
     } else if (arg) {
       const std::string v = ref(r.value);
-      line("if (" + arg_better(kind == RedKind::Argmax, r.dtype, acc, v) + ") { " + acc + " = " + v + "; " + idx +
+      line("if (" + arg_better(kind == ReduceOp::Argmax, r.dtype, acc, v) + ") { " + acc + " = " + v + "; " + idx +
            " = " + cnt + "; }");
       line("++" + cnt + ";");
     } else {
@@ -1053,50 +1051,42 @@ private:
     const DType in = e.args.at(0)->dtype;
     auto a = [&](int i) { return ref(e.args.at(i)); };
     switch (e.op) {
-    case OpKind::Neg: return neg(a(0), in);
-    case OpKind::Abs: return abs(a(0), in);
-    case OpKind::Exp: return math("exp", a(0), in);
-    case OpKind::Log: return math("log", a(0), in);
-    case OpKind::Sin: return math("sin", a(0), in);
-    case OpKind::Cos: return math("cos", a(0), in);
-    case OpKind::Tanh: return math("tanh", a(0), in);
-    case OpKind::Sigmoid: return math("sigmoid", a(0), in);
-    case OpKind::Erf: return math("erf", a(0), in);
-    case OpKind::Floor: return rounding("floor", a(0), in);
-    case OpKind::Ceil: return rounding("ceil", a(0), in);
-    case OpKind::Round: return rounding("rint", a(0), in); // ties to even (the default rounding mode)
-    case OpKind::Sqrt: return sqrt(a(0), in);
-    case OpKind::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
-    case OpKind::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
-    case OpKind::Relu: return relu(a(0), in);
-    case OpKind::LogicalNot: return "!" + to_bool(a(0), in);
-    case OpKind::Cast: return cast(a(0), in, e.dtype);
-    case OpKind::Detach: return a(0);
-    case OpKind::CheckIndex: break; // lowered to ExprKind::Check
-    case OpKind::Add: return arith("+", "kiln_add", "|", a(0), a(1), in);
-    case OpKind::Sub: return arith("-", "kiln_sub", nullptr, a(0), a(1), in);
-    case OpKind::Mul: return arith("*", "kiln_mul", "&", a(0), a(1), in);
-    case OpKind::Div: require_float(in, "div"); return a(0) + " / " + a(1);
-    case OpKind::Pow: return pow(a(0), a(1), in);
-    case OpKind::Maximum: return max_min(true, a(0), a(1), in);
-    case OpKind::Minimum: return max_min(false, a(0), a(1), in);
-    case OpKind::Eq: return a(0) + " == " + a(1);
-    case OpKind::Ne: return a(0) + " != " + a(1);
-    case OpKind::Lt: return a(0) + " < " + a(1);
-    case OpKind::Le: return a(0) + " <= " + a(1);
-    case OpKind::Gt: return a(0) + " > " + a(1);
-    case OpKind::Ge: return a(0) + " >= " + a(1);
-    case OpKind::LogicalAnd: return to_bool(a(0), in) + " && " + to_bool(a(1), e.args[1]->dtype);
-    case OpKind::LogicalOr: return to_bool(a(0), in) + " || " + to_bool(a(1), e.args[1]->dtype);
-    case OpKind::Where: return to_bool(a(0), in) + " ? " + a(1) + " : " + a(2);
-    case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
-    case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
-    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-    case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd: case OpKind::Attention:
-      break;
+    case ScalarOp::Neg: return neg(a(0), in);
+    case ScalarOp::Abs: return abs(a(0), in);
+    case ScalarOp::Exp: return math("exp", a(0), in);
+    case ScalarOp::Log: return math("log", a(0), in);
+    case ScalarOp::Sin: return math("sin", a(0), in);
+    case ScalarOp::Cos: return math("cos", a(0), in);
+    case ScalarOp::Tanh: return math("tanh", a(0), in);
+    case ScalarOp::Sigmoid: return math("sigmoid", a(0), in);
+    case ScalarOp::Erf: return math("erf", a(0), in);
+    case ScalarOp::Floor: return rounding("floor", a(0), in);
+    case ScalarOp::Ceil: return rounding("ceil", a(0), in);
+    case ScalarOp::Round: return rounding("rint", a(0), in); // ties to even (the default rounding mode)
+    case ScalarOp::Sqrt: return sqrt(a(0), in);
+    case ScalarOp::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
+    case ScalarOp::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
+    case ScalarOp::Relu: return relu(a(0), in);
+    case ScalarOp::LogicalNot: return "!" + to_bool(a(0), in);
+    case ScalarOp::Cast: return cast(a(0), in, e.dtype);
+    case ScalarOp::Add: return arith("+", "kiln_add", "|", a(0), a(1), in);
+    case ScalarOp::Sub: return arith("-", "kiln_sub", nullptr, a(0), a(1), in);
+    case ScalarOp::Mul: return arith("*", "kiln_mul", "&", a(0), a(1), in);
+    case ScalarOp::Div: require_float(in, "div"); return a(0) + " / " + a(1);
+    case ScalarOp::Pow: return pow(a(0), a(1), in);
+    case ScalarOp::Maximum: return max_min(true, a(0), a(1), in);
+    case ScalarOp::Minimum: return max_min(false, a(0), a(1), in);
+    case ScalarOp::Eq: return a(0) + " == " + a(1);
+    case ScalarOp::Ne: return a(0) + " != " + a(1);
+    case ScalarOp::Lt: return a(0) + " < " + a(1);
+    case ScalarOp::Le: return a(0) + " <= " + a(1);
+    case ScalarOp::Gt: return a(0) + " > " + a(1);
+    case ScalarOp::Ge: return a(0) + " >= " + a(1);
+    case ScalarOp::LogicalAnd: return to_bool(a(0), in) + " && " + to_bool(a(1), e.args[1]->dtype);
+    case ScalarOp::LogicalOr: return to_bool(a(0), in) + " || " + to_bool(a(1), e.args[1]->dtype);
+    case ScalarOp::Where: return to_bool(a(0), in) + " ? " + a(1) + " : " + a(2);
     }
-    KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
+    KILN_ASSERT(false, "bad ScalarOp " + std::to_string(static_cast<int>(e.op)) + " in " + k_.name);
     return "";
   }
 
@@ -1149,8 +1139,7 @@ private:
 
   std::string random(const Expr& e) {
     require_float(e.dtype, "random");
-    KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
-    const std::string fn = e.op == OpKind::Rand ? "kiln_uniform" : "kiln_randn";
+    const std::string fn = e.dist == RandomDist::Uniform ? "kiln_uniform" : "kiln_randn";
     return fn + fsuffix(e.dtype) + "(" + ref(e.args.at(1)) + ", " + ref(e.args.at(0)) + ")";
   }
 };

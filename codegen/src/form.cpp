@@ -52,9 +52,9 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
 bool cuda_tiled_gemm_applies(const Kernel& k) {
   if (k.reductions.size() != 1 || !k.map.empty()) return false;
   const Reduction& r = k.reductions[0];
-  if (!r.fma || r.op != graph::OpKind::Sum || r.extents.size() != 1) return false;
+  if (!r.fma || r.op != ReduceOp::Sum || r.extents.size() != 1) return false;
   if (r.dtype != DType::Float32 && r.dtype != DType::Float64) return false;
-  if (r.value->kind != ExprKind::Op || r.value->op != graph::OpKind::Mul) return false;
+  if (r.value->kind != ExprKind::Op || r.value->op != ScalarOp::Mul) return false;
   const MatmulDims& mm = *k.matmul;
   const int rank = static_cast<int>(k.domain.size());
   if (mm.m_var >= rank || mm.n_var >= rank || (mm.m_var >= 0 && mm.m_var == mm.n_var)) return false;

@@ -8,9 +8,69 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/verify.h"
 #include "kiln/error.h"
 
 namespace kiln::codegen {
+
+std::optional<ScalarOp> scalar_op(graph::OpKind op) {
+  switch (op) {
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_SCALAR(e, cat, case graph::OpKind::e: return ScalarOp::e;)
+#include "graph/ops.def"
+#undef KILN_OP
+#define KILN_OP(e, name, arity, cat, types) \
+  KILN_IF_NOT_ELEMENTWISE_##cat(case graph::OpKind::e:) KILN_IF_NOT_SCALAR_ELEMENTWISE(e, cat, case graph::OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+    break;
+  }
+  return std::nullopt;
+}
+
+graph::OpKind graph_op(ScalarOp op) {
+  switch (op) {
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_SCALAR(e, cat, case ScalarOp::e: return graph::OpKind::e;)
+#include "graph/ops.def"
+#undef KILN_OP
+  }
+  KILN_ASSERT(false, "bad ScalarOp " + std::to_string(static_cast<int>(op)));
+  return graph::OpKind::Add;
+}
+
+std::optional<ReduceOp> reduce_op(graph::OpKind op) {
+  switch (op) {
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Reduce, case graph::OpKind::e: return ReduceOp::e;)
+#include "graph/ops.def"
+#undef KILN_OP
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_REDUCE_##cat(case graph::OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+    break;
+  }
+  return std::nullopt;
+}
+
+graph::OpKind graph_op(ReduceOp op) {
+  switch (op) {
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Reduce, case ReduceOp::e: return graph::OpKind::e;)
+#include "graph/ops.def"
+#undef KILN_OP
+  }
+  KILN_ASSERT(false, "bad ReduceOp " + std::to_string(static_cast<int>(op)));
+  return graph::OpKind::Sum;
+}
+
+std::string_view op_name(ScalarOp op) { return graph::op_name(graph_op(op)); }
+std::string_view op_name(ReduceOp op) { return graph::op_name(graph_op(op)); }
+std::string_view op_name(RandomDist dist) {
+  switch (dist) {
+  case RandomDist::Uniform: return "rand";
+  case RandomDist::Normal: return "randn";
+  }
+  return "?";
+}
+int op_arity(ScalarOp op) { return graph::op_arity(graph_op(op)); }
+bool returns_bool(ScalarOp op) { return graph::returns_bool(graph_op(op)); }
 
 namespace {
 
@@ -94,9 +154,8 @@ ExprRef load(int buffer, DType dtype, ExprRef offset, ExprRef guard) {
   return e;
 }
 
-ExprRef op(graph::OpKind o, DType dtype, std::vector<ExprRef> args) {
-  KILN_ASSERT(graph::is_elementwise(o), std::string(graph::op_name(o)));
-  KILN_ASSERT(static_cast<int>(args.size()) == graph::op_arity(o), std::string(graph::op_name(o)));
+ExprRef op(ScalarOp o, DType dtype, std::vector<ExprRef> args) {
+  KILN_ASSERT(static_cast<int>(args.size()) == op_arity(o), std::string(op_name(o)));
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::Op;
   e->dtype = dtype;
@@ -114,7 +173,7 @@ ExprRef cast(ExprRef x, DType to) {
       return int_constant(to, to == DType::Int32 ? static_cast<int32_t>(x->i) : x->i);
     }
   }
-  return op(graph::OpKind::Cast, to, {std::move(x)});
+  return op(ScalarOp::Cast, to, {std::move(x)});
 }
 
 ExprRef reduce_result(int k, DType dtype) {
@@ -124,12 +183,11 @@ ExprRef reduce_result(int k, DType dtype) {
   return m;
 }
 
-ExprRef random(graph::OpKind kind, DType dtype, ExprRef seed, ExprRef counter) {
-  KILN_ASSERT(kind == graph::OpKind::Rand || kind == graph::OpKind::Randn);
+ExprRef random(RandomDist dist, DType dtype, ExprRef seed, ExprRef counter) {
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::Random;
   e->dtype = dtype;
-  e->op = kind;
+  e->dist = dist;
   e->args = {std::move(counter), std::move(seed)};
   return e;
 }
@@ -168,11 +226,11 @@ int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
   case ExprKind::IntDiv: return arg(1) ? arg(0) / arg(1) : 0;
   case ExprKind::IntMod: return arg(1) ? arg(0) % arg(1) : 0;
   case ExprKind::Op:
-    if (e->op == graph::OpKind::Add) return arg(0) + arg(1);
-    if (e->op == graph::OpKind::Sub) return arg(0) - arg(1);
-    if (e->op == graph::OpKind::Mul) return arg(0) * arg(1);
-    if (e->op == graph::OpKind::Maximum) return std::max(arg(0), arg(1));
-    if (e->op == graph::OpKind::Minimum) return std::min(arg(0), arg(1));
+    if (e->op == ScalarOp::Add) return arg(0) + arg(1);
+    if (e->op == ScalarOp::Sub) return arg(0) - arg(1);
+    if (e->op == ScalarOp::Mul) return arg(0) * arg(1);
+    if (e->op == ScalarOp::Maximum) return std::max(arg(0), arg(1));
+    if (e->op == ScalarOp::Minimum) return std::min(arg(0), arg(1));
     break;
   case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Load:
   case ExprKind::ReduceResult: case ExprKind::Random: case ExprKind::Check:
@@ -183,7 +241,7 @@ int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params) {
 }
 
 bool sums_in_lanes(const Reduction& r) {
-  return r.op == graph::OpKind::Sum && is_floating(r.dtype) && !r.block_inner && !r.extents.empty();
+  return r.op == ReduceOp::Sum && is_floating(r.dtype) && !r.block_inner && !r.extents.empty();
 }
 
 namespace {
@@ -211,14 +269,14 @@ ExprRef iadd(ExprRef a, ExprRef b) {
   if (const_value(a, x) && const_value(b, y)) return index_const(x + y);
   if (is_const(a, 0)) return b;
   if (is_const(b, 0)) return a;
-  return op(graph::OpKind::Add, DType::Int64, {std::move(a), std::move(b)});
+  return op(ScalarOp::Add, DType::Int64, {std::move(a), std::move(b)});
 }
 
 ExprRef isub(ExprRef a, ExprRef b) {
   int64_t x, y;
   if (const_value(a, x) && const_value(b, y)) return index_const(x - y);
   if (is_const(b, 0)) return a;
-  return op(graph::OpKind::Sub, DType::Int64, {std::move(a), std::move(b)});
+  return op(ScalarOp::Sub, DType::Int64, {std::move(a), std::move(b)});
 }
 
 ExprRef imul(ExprRef a, ExprRef b) {
@@ -227,7 +285,7 @@ ExprRef imul(ExprRef a, ExprRef b) {
   if (is_const(a, 0) || is_const(b, 0)) return index_const(0);
   if (is_const(a, 1)) return b;
   if (is_const(b, 1)) return a;
-  return op(graph::OpKind::Mul, DType::Int64, {std::move(a), std::move(b)});
+  return op(ScalarOp::Mul, DType::Int64, {std::move(a), std::move(b)});
 }
 
 ExprRef idiv(ExprRef a, ExprRef b) {
@@ -241,7 +299,7 @@ namespace {
 
 /// The terms of an i64 sum (the leaves of its tree of Adds), in order.
 void add_terms(const ExprRef& e, std::vector<ExprRef>& out) {
-  if (e->kind == ExprKind::Op && e->op == graph::OpKind::Add && e->dtype == DType::Int64) {
+  if (e->kind == ExprKind::Op && e->op == ScalarOp::Add && e->dtype == DType::Int64) {
     add_terms(e->args[0], out);
     add_terms(e->args[1], out);
   } else {
@@ -291,7 +349,7 @@ ExprRef iselect(ExprRef cond, ExprRef a, ExprRef b) {
     tb.erase(match);
     it = ta.erase(it);
   }
-  if (common.empty()) return op(graph::OpKind::Where, DType::Int64, {std::move(cond), std::move(a), std::move(b)});
+  if (common.empty()) return op(ScalarOp::Where, DType::Int64, {std::move(cond), std::move(a), std::move(b)});
   return iadd(iselect(std::move(cond), sum_of(ta), sum_of(tb)), sum_of(common));
 }
 
@@ -345,19 +403,23 @@ private:
     case ExprKind::Param:
       return "p" + std::to_string(e->index) + (e->dtype == DType::Int64 ? "" : ":" + std::string(dtype_name(e->dtype)));
     case ExprKind::ReduceResult: return "red" + std::to_string(e->index);
-    default: return ""; // compound kinds print as numbered lets
+    case ExprKind::Load: case ExprKind::Op: case ExprKind::IntDiv: case ExprKind::IntMod: case ExprKind::Random:
+    case ExprKind::Check: break;
     }
+    return ""; // compound kinds print as numbered lets
   }
   static std::string head(const Expr& e) {
     switch (e.kind) {
     case ExprKind::Load: return "load b" + std::to_string(e.index);
-    case ExprKind::Op: return std::string(graph::op_name(e.op));
+    case ExprKind::Op: return std::string(op_name(e.op));
     case ExprKind::IntDiv: return "idiv";
     case ExprKind::IntMod: return "imod";
-    case ExprKind::Random: return std::string(graph::op_name(e.op)); // (counter, seed)
+    case ExprKind::Random: return std::string(op_name(e.dist)); // (counter, seed)
     case ExprKind::Check: return "check b" + std::to_string(e.index); // (index, bound, site)
-    default: return "?";
+    case ExprKind::Const: case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Param:
+    case ExprKind::ReduceResult: break; // inline forms (inline_form)
     }
+    return "?";
   }
 };
 
@@ -401,14 +463,14 @@ std::string print_kernel(const Kernel& k) {
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     std::string ext = extents_str(p, red.extents);
-    p.out += "  reduce red" + std::to_string(r) + " = " + std::string(graph::op_name(red.op)) + (red.fma ? " fma" : "") + (red.block_inner ? " block_inner" : "") +
+    p.out += "  reduce red" + std::to_string(r) + " = " + std::string(op_name(red.op)) + (red.fma ? " fma" : "") + (red.block_inner ? " block_inner" : "") +
              " over " + ext + ":\n";
     const std::string v = p.ref(red.value);
     p.out += "    yield " + v + "\n";
   }
   if (const auto& sc = k.scan) {
     const std::string steps = p.ref(sc->steps);
-    p.out += "  scan red0 = " + std::string(graph::op_name(sc->op)) + " " + std::string(dtype_name(sc->dtype)) +
+    p.out += "  scan red0 = " + std::string(op_name(sc->op)) + " " + std::string(dtype_name(sc->dtype)) +
              " over r0 < " + steps;
     if (sc->target) p.out += " into m0 < " + p.ref(sc->positions);
     p.out += std::string(sc->inner_axis ? " inner_axis" : "") + ":\n";
@@ -468,7 +530,7 @@ void collect_ops(const ExprRef& e, std::vector<std::string>& ops, std::vector<st
     if (e->kind != ExprKind::Random) collect_ops(a, ops, draws, seen);
   if (e->kind != ExprKind::Op && e->kind != ExprKind::Random) return;
   std::vector<std::string>& into = e->kind == ExprKind::Random ? draws : ops;
-  std::string name(graph::op_name(e->op));
+  std::string name(e->kind == ExprKind::Random ? op_name(e->dist) : op_name(e->op));
   if (std::find(into.begin(), into.end(), name) == into.end()) into.push_back(std::move(name));
 }
 
@@ -484,13 +546,13 @@ std::vector<std::string> form_words(const Kernel& k, const std::vector<std::stri
   const auto& r = k.reductions;
   if (k.attention) return {"attention"};
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
-  if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == graph::OpKind::Mul ? "cumprod" : "cumsum"};
+  if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == ScalarOp::Mul ? "cumprod" : "cumsum"};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
-  if (row && r[0].op == graph::OpKind::Max && r[1].op == graph::OpKind::Sum && has(ops, "exp"))
+  if (row && r[0].op == ReduceOp::Max && r[1].op == ReduceOp::Sum && has(ops, "exp"))
     return {has(ops, "log") ? "log_softmax" : "softmax"};
-  if (row && r[0].op == graph::OpKind::Sum && r[1].op == graph::OpKind::Sum && has(ops, "rsqrt")) return {"layernorm"};
+  if (row && r[0].op == ReduceOp::Sum && r[1].op == ReduceOp::Sum && has(ops, "rsqrt")) return {"layernorm"};
   for (const Reduction& red : r)
-    if (std::string n(graph::op_name(red.op)); !has(w, n)) w.push_back(std::move(n));
+    if (std::string n(op_name(red.op)); !has(w, n)) w.push_back(std::move(n));
   return w;
 }
 

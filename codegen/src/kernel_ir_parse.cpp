@@ -68,11 +68,10 @@ int64_t numbered(std::string_view s, std::string_view prefix) {
   return ec == std::errc() && end == s.data() + s.size() ? v : -1;
 }
 
-ExprRef make_expr(ExprKind kind, DType dtype, std::vector<ExprRef> args = {}, int index = 0, OpKind op = OpKind::Add) {
+std::shared_ptr<Expr> make_expr(ExprKind kind, DType dtype, std::vector<ExprRef> args = {}, int index = 0) {
   auto e = std::make_shared<Expr>();
   e->kind = kind;
   e->dtype = dtype;
-  e->op = op;
   e->index = index;
   e->args = std::move(args);
   return e;
@@ -116,14 +115,14 @@ private:
     int line;
   };
   struct ReductionText {
-    OpKind op;
+    ReduceOp op;
     bool fma = false, block_inner = false;
     std::string_view extents, value;
     int line;
   };
   // "scan red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]:", its yield and "at m0 = TARGET"
   struct ScanText {
-    OpKind op;
+    ScalarOp op;
     DType dtype;
     bool inner_axis = false;
     std::string_view steps, positions, value, target;
@@ -310,8 +309,10 @@ private:
     if (w.size() < 3 || w[1] != "=") fail(line, "expected 'reduce redK = OP ...'");
     ReductionText r{};
     r.line = line;
-    if (!graph::op_from_name(w[2], r.op) || graph::op_category(r.op) != graph::OpCategory::Reduce)
-      fail(line, "unknown reduction '" + std::string(w[2]) + "'");
+    OpKind op;
+    const std::optional<ReduceOp> red = graph::op_from_name(w[2], op) ? reduce_op(op) : std::nullopt;
+    if (!red) fail(line, "unknown reduction '" + std::string(w[2]) + "'");
+    r.op = *red;
     for (size_t i = 3; i < w.size(); ++i) {
       if (w[i] == "fma") r.fma = true;
       else if (w[i] == "block_inner") r.block_inner = true;
@@ -329,8 +330,11 @@ private:
       fail(line, "expected 'scan red0 = OP DTYPE over r0 < STEPS ...:'");
     ScanText t{};
     t.line = line;
-    if (!graph::op_from_name(w[2], t.op) || (t.op != OpKind::Add && t.op != OpKind::Mul))
+    OpKind op;
+    const std::optional<ScalarOp> combine = graph::op_from_name(w[2], op) ? scalar_op(op) : std::nullopt;
+    if (!combine || (*combine != ScalarOp::Add && *combine != ScalarOp::Mul))
       fail(line, "a scan combines by add or mul, not '" + std::string(w[2]) + "'");
+    t.op = *combine;
     t.dtype = parse_dtype(w[3], line);
     t.steps = w[7];
     size_t i = 8;
@@ -415,7 +419,7 @@ private:
       if (v >= static_cast<int64_t>(reductions_.size())) fail(line, "red" + std::to_string(v) + " is not a reduction");
       if (v >= visible_reductions_) fail(line, "red" + std::to_string(v) + " is used before it is computed");
       const Reduction& r = reduction(static_cast<int>(v));
-      const bool index = r.op == OpKind::Argmax || r.op == OpKind::Argmin;
+      const bool index = r.op == ReduceOp::Argmax || r.op == ReduceOp::Argmin;
       return make_expr(ExprKind::ReduceResult, index ? DType::Int64 : r.dtype, {}, static_cast<int>(v));
     }
     if (const int64_t v = numbered(s, "i"); v >= 0) return make_expr(ExprKind::LoopVar, DType::Int64, {}, static_cast<int>(v));
@@ -521,15 +525,16 @@ private:
       expect(e->kind != ExprKind::Random ? e->dtype == DType::Int64 : is_floating(e->dtype), "its result type");
       break;
     case ExprKind::Op:
-      if (e->op == OpKind::Cast) break;
-      if (e->op == OpKind::Where) {
+      if (e->op == ScalarOp::Cast) break;
+      if (e->op == ScalarOp::Where) {
         expect(a[0]->dtype == DType::Bool && a[1]->dtype == e->dtype && a[2]->dtype == e->dtype, "where(bool, T, T): T");
         break;
       }
-      expect(graph::returns_bool(e->op) ? e->dtype == DType::Bool && all(0, a[0]->dtype) : all(0, e->dtype),
+      expect(returns_bool(e->op) ? e->dtype == DType::Bool && all(0, a[0]->dtype) : all(0, e->dtype),
              "operands of its result's dtype (bool for a predicate)");
       break;
-    default: break;
+    case ExprKind::Const: case ExprKind::LoopVar: case ExprKind::ReduceVar: case ExprKind::MapVar: case ExprKind::Param:
+    case ExprKind::ReduceResult: break; // operands, typed where they are read (ref())
     }
     return e;
   }
@@ -550,16 +555,22 @@ private:
       need(2, 2);
       return make_expr(l.head == "idiv" ? ExprKind::IntDiv : ExprKind::IntMod, l.dtype, std::move(args));
     }
-    OpKind op;
-    if (!graph::op_from_name(l.head, op)) fail(l.line, "unknown op '" + std::string(l.head) + "'");
-    if (op == OpKind::Rand || op == OpKind::Randn) {
-      need(2, 2);
-      return make_expr(ExprKind::Random, l.dtype, std::move(args), 0, op);
-    }
-    if (!graph::is_elementwise(op)) fail(l.line, "'" + std::string(l.head) + "' is not an elementwise op");
-    const int arity = graph::op_arity(op);
+    for (RandomDist dist : {RandomDist::Uniform, RandomDist::Normal})
+      if (l.head == op_name(dist)) {
+        need(2, 2);
+        auto e = make_expr(ExprKind::Random, l.dtype, std::move(args));
+        e->dist = dist;
+        return e;
+      }
+    OpKind graph_op;
+    if (!graph::op_from_name(l.head, graph_op)) fail(l.line, "unknown op '" + std::string(l.head) + "'");
+    const std::optional<ScalarOp> op = scalar_op(graph_op);
+    if (!op) fail(l.line, "'" + std::string(l.head) + "' is not a kernel's elementwise op");
+    const int arity = op_arity(*op);
     need(static_cast<size_t>(arity), static_cast<size_t>(arity));
-    return make_expr(ExprKind::Op, l.dtype, std::move(args), 0, op);
+    auto e = make_expr(ExprKind::Op, l.dtype, std::move(args));
+    e->op = *op;
+    return e;
   }
 };
 

@@ -16,7 +16,6 @@
 
 #include <llvm/IR/Intrinsics.h>
 
-#include "codegen/src/reduction_kind.h"
 #include "codegen/src/llvm_attention.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
@@ -26,7 +25,6 @@
 namespace kiln::codegen {
 
 using namespace llvm;
-using graph::OpKind;
 
 namespace {
 
@@ -296,7 +294,7 @@ private:
   /// One Sum reduction whose loads are contiguous in the innermost domain var, and no
   /// map: the row is computed in blocks of points, reduction loops outside the block.
   bool blocked() const {
-    return k_.reductions.size() == 1 && k_.reductions[0].block_inner && k_.reductions[0].op == OpKind::Sum &&
+    return k_.reductions.size() == 1 && k_.reductions[0].block_inner && k_.reductions[0].op == ReduceOp::Sum &&
            k_.map.empty() && !k_.domain.empty();
   }
 
@@ -342,7 +340,7 @@ private:
     auto slot = [&](Value* p) { return b_.CreateInBoundsGEP(arr, acc, {c64(0), p}); };
     auto at_point = [&](Value* p) { loop_vars_[last] = b_.CreateAdd(j0, p, "", true, true); };
     scopes_.emplace_back();
-    for_range(c64(0), width, [&](Value* p) { b_.CreateStore(reduction_init(RedKind::Sum, r.dtype), slot(p)); });
+    for_range(c64(0), width, [&](Value* p) { b_.CreateStore(reduction_init(ReduceOp::Sum, r.dtype), slot(p)); });
     reduce_vars_.assign(r.extents.size(), nullptr);
     for_nest(exprs(r.extents), reduce_vars_, 0, [&] {
       for_range(c64(0), width, [&](Value* p) {
@@ -506,15 +504,15 @@ private:
 
   /// acc op v for the scan's combine (no contraction, no reassociation).
   Value* scan_combine(const ScanLoop& sc, Value* acc, Value* v) {
-    if (sc.op == OpKind::Mul) return arith(Instruction::FMul, Instruction::Mul, Instruction::And, acc, v, sc.dtype);
-    KILN_ASSERT(sc.op == OpKind::Add, "a scan combines by add or mul in " + k_.name);
+    if (sc.op == ScalarOp::Mul) return arith(Instruction::FMul, Instruction::Mul, Instruction::And, acc, v, sc.dtype);
+    KILN_ASSERT(sc.op == ScalarOp::Add, "a scan combines by add or mul in " + k_.name);
     return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, acc, v, sc.dtype);
   }
 
   /// The scan's identity: 0 for add, 1 for mul.
   Value* scan_identity(const ScanLoop& sc) {
     Type* t = reg(sc.dtype);
-    const int one = sc.op == OpKind::Mul ? 1 : 0;
+    const int one = sc.op == ScalarOp::Mul ? 1 : 0;
     return is_floating(sc.dtype) ? ConstantFP::get(t, one) : ConstantInt::get(t, one);
   }
 
@@ -584,10 +582,10 @@ private:
   // --- reductions --------------------------------------------------------------
 
   /// The accumulator's initial value: 0, or the identity of max/min (-inf/+inf, INT_MIN/MAX).
-  Value* reduction_init(RedKind kind, DType dt) {
+  Value* reduction_init(ReduceOp kind, DType dt) {
     Type* t = reg(dt);
-    const bool maxlike = kind == RedKind::Max || kind == RedKind::Argmax;
-    if (kind == RedKind::Sum) return Constant::getNullValue(t);
+    const bool maxlike = kind == ReduceOp::Max || kind == ReduceOp::Argmax;
+    if (kind == ReduceOp::Sum) return Constant::getNullValue(t);
     if (is_floating(dt)) return ConstantFP::getInfinity(t, maxlike);
     if (dt == DType::Bool) return b_.getInt1(!maxlike);
     const unsigned w = t->getIntegerBitWidth();
@@ -595,16 +593,16 @@ private:
   }
 
   /// acc (+) v for integer and bool Sum, Max, Min (float sums: emit_lane_sum).
-  Value* combine(RedKind kind, DType dt, Value* acc, Value* v) {
-    if (kind != RedKind::Sum) return max_min(kind == RedKind::Max, dt, acc, v);
+  Value* combine(ReduceOp kind, DType dt, Value* acc, Value* v) {
+    if (kind != ReduceOp::Sum) return max_min(kind == ReduceOp::Max, dt, acc, v);
     KILN_ASSERT(!is_floating(dt), "float sums are lane sums");
     return dt == DType::Bool ? b_.CreateOr(acc, v) : b_.CreateAdd(acc, v);
   }
 
   /// A float Sum of a product that the kernel allows to contract (matmul).
   static bool is_fma_reduction(const Reduction& r) {
-    return r.fma && r.op == OpKind::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
-           r.value->op == OpKind::Mul;
+    return r.fma && r.op == ReduceOp::Sum && is_floating(r.dtype) && r.value->kind == ExprKind::Op &&
+           r.value->op == ScalarOp::Mul;
   }
 
   /// acc + a*b as one fused multiply-add (never reassociated: see sum_lanes()).
@@ -710,9 +708,9 @@ private:
   }
 
   Value* emit_reduction(const Reduction& r) {
-    const RedKind kind = reduction_kind(r.op);
-    if (kind == RedKind::Sum && is_floating(r.dtype)) return r.block_inner ? emit_sequential_sum(r) : emit_lane_sum(r);
-    const bool arg = kind == RedKind::Argmax || kind == RedKind::Argmin;
+    const ReduceOp kind = r.op;
+    if (kind == ReduceOp::Sum && is_floating(r.dtype)) return r.block_inner ? emit_sequential_sum(r) : emit_lane_sum(r);
+    const bool arg = kind == ReduceOp::Argmax || kind == ReduceOp::Argmin;
     KILN_ASSERT(r.value->dtype == r.dtype, "reduction dtype mismatch in " + k_.name);
     std::vector<Value*> ext = exprs(r.extents);
     Type* t = reg(r.dtype);
@@ -731,7 +729,7 @@ private:
         return;
       }
       Value* c = b_.CreateLoad(i64(), count);
-      Value* take = arg_better(kind == RedKind::Argmax, r.dtype, a, v);
+      Value* take = arg_better(kind == ReduceOp::Argmax, r.dtype, a, v);
       b_.CreateStore(b_.CreateSelect(take, v, a), acc);
       b_.CreateStore(b_.CreateSelect(take, c, b_.CreateLoad(i64(), idx)), idx);
       b_.CreateStore(b_.CreateAdd(c, c64(1)), count);
@@ -875,52 +873,44 @@ private:
     const DType in = e.args.at(0)->dtype;
     auto a = [&](int i) { return expr(e.args.at(i)); };
     switch (e.op) {
-    case OpKind::Neg: return neg(a(0), in);
-    case OpKind::Abs: return abs(a(0), in);
-    case OpKind::Exp: return math(MathFn::Exp, a(0), in);
-    case OpKind::Log: return math(MathFn::Log, a(0), in);
-    case OpKind::Sin: return math(MathFn::Sin, a(0), in);
-    case OpKind::Cos: return math(MathFn::Cos, a(0), in);
-    case OpKind::Tanh: return math(MathFn::Tanh, a(0), in);
-    case OpKind::Sqrt: return sqrt(a(0), in);
-    case OpKind::Rsqrt: return recip(sqrt(a(0), in), in);
-    case OpKind::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
-    case OpKind::Erf: return math(MathFn::Erf, a(0), in);
-    case OpKind::Floor: return rounding(Intrinsic::floor, a(0), in, "floor");
-    case OpKind::Ceil: return rounding(Intrinsic::ceil, a(0), in, "ceil");
-    case OpKind::Round: return rounding(Intrinsic::roundeven, a(0), in, "round");
-    case OpKind::Reciprocal: return recip(a(0), in);
-    case OpKind::Relu: return relu(a(0), in);
-    case OpKind::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
-    case OpKind::Cast: return cast(a(0), in, e.dtype);
-    case OpKind::Detach: return a(0); // identity (gradients only)
-    case OpKind::CheckIndex: break;   // lowered to ExprKind::Check
-    case OpKind::Add: return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, a(0), a(1), in);
-    case OpKind::Sub: return arith(Instruction::FSub, Instruction::Sub, Instruction::BinaryOpsEnd, a(0), a(1), in);
-    case OpKind::Mul: return arith(Instruction::FMul, Instruction::Mul, Instruction::And, a(0), a(1), in);
-    case OpKind::Div:
+    case ScalarOp::Neg: return neg(a(0), in);
+    case ScalarOp::Abs: return abs(a(0), in);
+    case ScalarOp::Exp: return math(MathFn::Exp, a(0), in);
+    case ScalarOp::Log: return math(MathFn::Log, a(0), in);
+    case ScalarOp::Sin: return math(MathFn::Sin, a(0), in);
+    case ScalarOp::Cos: return math(MathFn::Cos, a(0), in);
+    case ScalarOp::Tanh: return math(MathFn::Tanh, a(0), in);
+    case ScalarOp::Sqrt: return sqrt(a(0), in);
+    case ScalarOp::Rsqrt: return recip(sqrt(a(0), in), in);
+    case ScalarOp::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
+    case ScalarOp::Erf: return math(MathFn::Erf, a(0), in);
+    case ScalarOp::Floor: return rounding(Intrinsic::floor, a(0), in, "floor");
+    case ScalarOp::Ceil: return rounding(Intrinsic::ceil, a(0), in, "ceil");
+    case ScalarOp::Round: return rounding(Intrinsic::roundeven, a(0), in, "round");
+    case ScalarOp::Reciprocal: return recip(a(0), in);
+    case ScalarOp::Relu: return relu(a(0), in);
+    case ScalarOp::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
+    case ScalarOp::Cast: return cast(a(0), in, e.dtype);
+    case ScalarOp::Add: return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, a(0), a(1), in);
+    case ScalarOp::Sub: return arith(Instruction::FSub, Instruction::Sub, Instruction::BinaryOpsEnd, a(0), a(1), in);
+    case ScalarOp::Mul: return arith(Instruction::FMul, Instruction::Mul, Instruction::And, a(0), a(1), in);
+    case ScalarOp::Div:
       require_float(in, "div");
       return b_.CreateFDiv(a(0), a(1));
-    case OpKind::Pow: return pow(a(0), a(1), in);
-    case OpKind::Maximum: return max_min(true, in, a(0), a(1));
-    case OpKind::Minimum: return max_min(false, in, a(0), a(1));
-    case OpKind::Eq: return compare(CmpInst::FCMP_OEQ, CmpInst::ICMP_EQ, CmpInst::ICMP_EQ, a(0), a(1), in);
-    case OpKind::Ne: return compare(CmpInst::FCMP_UNE, CmpInst::ICMP_NE, CmpInst::ICMP_NE, a(0), a(1), in);
-    case OpKind::Lt: return compare(CmpInst::FCMP_OLT, CmpInst::ICMP_SLT, CmpInst::ICMP_ULT, a(0), a(1), in);
-    case OpKind::Le: return compare(CmpInst::FCMP_OLE, CmpInst::ICMP_SLE, CmpInst::ICMP_ULE, a(0), a(1), in);
-    case OpKind::Gt: return compare(CmpInst::FCMP_OGT, CmpInst::ICMP_SGT, CmpInst::ICMP_UGT, a(0), a(1), in);
-    case OpKind::Ge: return compare(CmpInst::FCMP_OGE, CmpInst::ICMP_SGE, CmpInst::ICMP_UGE, a(0), a(1), in);
-    case OpKind::LogicalAnd: return b_.CreateAnd(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
-    case OpKind::LogicalOr: return b_.CreateOr(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
-    case OpKind::Where: return b_.CreateSelect(to_bool(a(0), in), a(1), a(2));
-    case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
-    case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
-    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
-    case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
-    case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd: case OpKind::Attention:
-      break;
+    case ScalarOp::Pow: return pow(a(0), a(1), in);
+    case ScalarOp::Maximum: return max_min(true, in, a(0), a(1));
+    case ScalarOp::Minimum: return max_min(false, in, a(0), a(1));
+    case ScalarOp::Eq: return compare(CmpInst::FCMP_OEQ, CmpInst::ICMP_EQ, CmpInst::ICMP_EQ, a(0), a(1), in);
+    case ScalarOp::Ne: return compare(CmpInst::FCMP_UNE, CmpInst::ICMP_NE, CmpInst::ICMP_NE, a(0), a(1), in);
+    case ScalarOp::Lt: return compare(CmpInst::FCMP_OLT, CmpInst::ICMP_SLT, CmpInst::ICMP_ULT, a(0), a(1), in);
+    case ScalarOp::Le: return compare(CmpInst::FCMP_OLE, CmpInst::ICMP_SLE, CmpInst::ICMP_ULE, a(0), a(1), in);
+    case ScalarOp::Gt: return compare(CmpInst::FCMP_OGT, CmpInst::ICMP_SGT, CmpInst::ICMP_UGT, a(0), a(1), in);
+    case ScalarOp::Ge: return compare(CmpInst::FCMP_OGE, CmpInst::ICMP_SGE, CmpInst::ICMP_UGE, a(0), a(1), in);
+    case ScalarOp::LogicalAnd: return b_.CreateAnd(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
+    case ScalarOp::LogicalOr: return b_.CreateOr(to_bool(a(0), in), to_bool(a(1), e.args[1]->dtype));
+    case ScalarOp::Where: return b_.CreateSelect(to_bool(a(0), in), a(1), a(2));
     }
-    KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
+    KILN_ASSERT(false, "bad ScalarOp " + std::to_string(static_cast<int>(e.op)) + " in " + k_.name);
     return nullptr;
   }
 
@@ -1048,10 +1038,9 @@ private:
   /// rand/randn (graph/random.h), built by math_body.h's generator.
   Value* random(const Expr& e) {
     require_float(e.dtype, "random");
-    KILN_ASSERT(e.op == OpKind::Rand || e.op == OpKind::Randn, "bad random op in " + k_.name);
     Value* seed = expr(e.args.at(1));
     Value* counter = expr(e.args.at(0));
-    return emit_random(b_, e.op == OpKind::Randn, reg(e.dtype), seed, counter);
+    return emit_random(b_, e.dist == RandomDist::Normal, reg(e.dtype), seed, counter);
   }
 };
 

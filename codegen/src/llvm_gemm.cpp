@@ -215,8 +215,8 @@ class GemmEmitter {
 public:
   GemmEmitter(const Kernel& k, GemmHost& host) : k_(k), g_(*k.gemm), h_(host), b_(host.builder()), ctx_(b_.getContext()) {
     const Reduction& r = k.reductions.at(0);
-    KILN_ASSERT(k.reductions.size() == 1 && k.map.empty() && r.op == graph::OpKind::Sum && is_floating(r.dtype) &&
-                    r.value->kind == ExprKind::Op && r.value->op == graph::OpKind::Mul && r.value->args.size() == 2 &&
+    KILN_ASSERT(k.reductions.size() == 1 && k.map.empty() && r.op == ReduceOp::Sum && is_floating(r.dtype) &&
+                    r.value->kind == ExprKind::Op && r.value->op == ScalarOp::Mul && r.value->args.size() == 2 &&
                     r.extents.size() == 1,
                 "not a GEMM-form kernel: " + k.name);
     KILN_ASSERT(g_.mr > 0 && g_.nr > 0 && g_.mc % g_.mr == 0 && g_.nc % g_.nr == 0 && g_.kc > 0,
@@ -364,12 +364,15 @@ private:
     case ExprKind::ReduceVar: return true;
     case ExprKind::Op:
       if (e->dtype != DType::Int64) return false;
-      if (e->op == graph::OpKind::Add || e->op == graph::OpKind::Sub) return affine(e->args[0]) && affine(e->args[1]);
-      if (e->op == graph::OpKind::Mul)
+      if (e->op == ScalarOp::Add || e->op == ScalarOp::Sub) return affine(e->args[0]) && affine(e->args[1]);
+      if (e->op == ScalarOp::Mul)
         return (var_free(e->args[0]) && affine(e->args[1])) || (affine(e->args[0]) && var_free(e->args[1]));
       return false;
-    default: return false;
+    case ExprKind::Const: case ExprKind::MapVar: case ExprKind::Param: case ExprKind::Load: case ExprKind::IntDiv:
+    case ExprKind::IntMod: case ExprKind::ReduceResult: case ExprKind::Random: case ExprKind::Check:
+      return false;
     }
+    return false;
   }
 
   /// a's offset at row m, k (at the current batch point).

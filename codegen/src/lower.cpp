@@ -86,7 +86,7 @@ private:
     root_idx_ = idx;
     const int64_t steps = x->shape[dim];
     ScanLoop scan;
-    scan.op = n->op == OpKind::Cumprod ? OpKind::Mul : OpKind::Add;
+    scan.op = n->op == OpKind::Cumprod ? ScalarOp::Mul : ScalarOp::Add;
     scan.dtype = n->dtype;
     scan.steps = P(steps);
     Index at = idx;
@@ -349,21 +349,38 @@ private:
   ExprRef lower_elementwise(const Node* n, const Index& idx, const ExprRef& guard) {
     std::vector<ExprRef> args;
     for (const auto& in : n->inputs) args.push_back(compute(in.get(), idx, guard));
-    if (n->op == OpKind::Detach) return args[0];
-    if (n->op == OpKind::Cast) return cast(args[0], n->dtype);
-    if (n->op == OpKind::CheckIndex) return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
+    switch (n->op) {
+    // the elementwise ops that are no ScalarOp (codegen/kernel_ops.h)
+    case OpKind::Detach: return args[0];
+    case OpKind::CheckIndex: return check(args[0], P(n->attrs.i0), site_param(n->attrs.i1), error_buffer());
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_SCALAR(e, cat, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      return scalar(*scalar_op(n->op), n->dtype, std::move(args));
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_ELEMENTWISE_##cat(case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
+    }
+    KILN_ASSERT(false, "not an elementwise op: " + describe(n));
+    return nullptr;
+  }
+
+  // The Op expression of a scalar op of the graph.
+  ExprRef scalar(ScalarOp o, DType dtype, std::vector<ExprRef> args) const {
+    if (o == ScalarOp::Cast) return cast(args[0], dtype);
     // What LLVM specialises on stays baked: pow's constant operands (x^2 is x*x) and a constant
     // divisor (x / 1024 is x * 2^-10; a mean divides by its count).
-    if (n->op == OpKind::Pow)
+    if (o == ScalarOp::Pow)
       for (ExprRef& a : args) a = baked(a);
-    if (n->op == OpKind::Div) args[1] = baked(args[1]);
-    return op(n->op, n->dtype, std::move(args));
+    if (o == ScalarOp::Div) args[1] = baked(args[1]);
+    return op(o, dtype, std::move(args));
   }
 
   // e with scalar parameters (and casts of them) replaced by the constants they stand for.
   ExprRef baked(const ExprRef& e) const {
     if (auto it = baked_.find(e.get()); it != baked_.end()) return it->second;
-    if (e->kind == ExprKind::Op && e->op == OpKind::Cast)
+    if (e->kind == ExprKind::Op && e->op == ScalarOp::Cast)
       if (ExprRef a = baked(e->args[0]); a != e->args[0]) return cast(a, e->dtype);
     return e;
   }
@@ -385,8 +402,8 @@ private:
     case OpKind::Const: return n->dtype != DType::Bool ? scalar_constant(n) : int_constant(n->dtype, n->attrs.i0);
     case OpKind::Arange:
       if (is_floating(n->dtype)) {
-        ExprRef x = op(OpKind::Mul, DType::Float64, {cast(idx[0], DType::Float64), constant(DType::Float64, n->attrs.f1)});
-        return cast(op(OpKind::Add, DType::Float64, {constant(DType::Float64, n->attrs.f0), x}), n->dtype);
+        ExprRef x = op(ScalarOp::Mul, DType::Float64, {cast(idx[0], DType::Float64), constant(DType::Float64, n->attrs.f1)});
+        return cast(op(ScalarOp::Add, DType::Float64, {constant(DType::Float64, n->attrs.f0), x}), n->dtype);
       }
       return cast(iadd(index_const(n->attrs.i0), imul(idx[0], index_const(n->attrs.i1))), n->dtype);
     case OpKind::Rand:
@@ -398,10 +415,14 @@ private:
       // The seed is always a parameter (P() would bake 0 and 1 into the kernel).
       launch_.params.push_back(n->attrs.i0);
       launch_.seed_params.push_back(static_cast<int>(launch_.params.size()) - 1);
-      return random(n->op, n->dtype, param(static_cast<int>(launch_.params.size()) - 1), counter);
+      const RandomDist dist = n->op == OpKind::Rand ? RandomDist::Uniform : RandomDist::Normal;
+      return random(dist, n->dtype, param(static_cast<int>(launch_.params.size()) - 1), counter);
     }
     case OpKind::Input: break;
-    default: break; // only leaves reach here
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Leaf, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "leaf without a buffer: " + describe(n));
     return nullptr;
@@ -430,7 +451,10 @@ private:
     case OpKind::Pad: return lower_pad(n, idx, guard);
     case OpKind::Concat: return lower_concat(n, idx, guard);
     case OpKind::Gather: return lower_gather(n, idx, guard);
-    default: break; // only movement ops reach here
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Movement, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, describe(n));
     return nullptr;
@@ -439,7 +463,7 @@ private:
   static ExprRef both(const ExprRef& a, const ExprRef& b) {
     if (!a) return b;
     if (!b) return a;
-    return op(OpKind::LogicalAnd, DType::Bool, {a, b});
+    return op(ScalarOp::LogicalAnd, DType::Bool, {a, b});
   }
 
   ExprRef lower_pad(const Node* n, const Index& idx, const ExprRef& guard) {
@@ -450,13 +474,13 @@ private:
       const int64_t before = n->attrs.ints[2 * d], after = n->attrs.ints[2 * d + 1];
       in[d] = x->shape[d] == 1 && before == 0 && after == 0 ? index_const(0) : isub(idx[d], P(before));
       if (before == 0 && after == 0) continue;
-      ExprRef lo = op(OpKind::Ge, DType::Bool, {idx[d], P(before)});
-      ExprRef hi = op(OpKind::Lt, DType::Bool, {idx[d], P(before + x->shape[d])});
+      ExprRef lo = op(ScalarOp::Ge, DType::Bool, {idx[d], P(before)});
+      ExprRef hi = op(ScalarOp::Lt, DType::Bool, {idx[d], P(before + x->shape[d])});
       inside = both(inside, both(lo, hi));
     }
     if (!inside) return compute(x, in, guard);
     const ExprRef fill = is_floating(n->dtype) ? constant(n->dtype, n->attrs.f0) : int_constant(n->dtype, n->attrs.i0);
-    return op(OpKind::Where, n->dtype, {inside, compute(x, in, both(guard, inside)), fill});
+    return op(ScalarOp::Where, n->dtype, {inside, compute(x, in, both(guard, inside)), fill});
   }
 
   ExprRef lower_concat(const Node* n, const Index& idx, const ExprRef& guard) {
@@ -476,19 +500,19 @@ private:
       Index in = idx;
       in[dim] = piece->shape[dim] == 1 ? index_const(0) : isub(idx[dim], P(starts[k]));
       if (!result) { // the last non-empty piece takes every index not claimed before it
-        ExprRef lo = starts[k] == 0 ? nullptr : op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])});
+        ExprRef lo = starts[k] == 0 ? nullptr : op(ScalarOp::Ge, DType::Bool, {idx[dim], P(starts[k])});
         result = compute(piece, in, both(guard, lo));
         if (result->kind == ExprKind::Load) buffer = result->index, offset = result->args[0];
         continue;
       }
-      ExprRef mine = op(OpKind::Lt, DType::Bool, {idx[dim], P(starts[k] + piece->shape[dim])});
-      if (starts[k] > 0) mine = both(mine, op(OpKind::Ge, DType::Bool, {idx[dim], P(starts[k])}));
+      ExprRef mine = op(ScalarOp::Lt, DType::Bool, {idx[dim], P(starts[k] + piece->shape[dim])});
+      if (starts[k] > 0) mine = both(mine, op(ScalarOp::Ge, DType::Bool, {idx[dim], P(starts[k])}));
       ExprRef value = compute(piece, in, both(guard, mine));
       if (offset && value->kind == ExprKind::Load && value->index == buffer)
         offset = iselect(mine, value->args[0], offset);
       else
         offset = nullptr;
-      result = op(OpKind::Where, n->dtype, {mine, value, result});
+      result = op(ScalarOp::Where, n->dtype, {mine, value, result});
     }
     // Pieces that all read one buffer (im2col's window taps of a padded input): one load
     // at the chosen piece's offset rather than a load of every piece. The same value.
@@ -509,12 +533,12 @@ private:
       return compute(x, in, guard);
     }
     const ExprRef j = cast(compute(n->inputs[1].get(), idx, guard), DType::Int64);
-    in[dim] = op(OpKind::Minimum, DType::Int64, {op(OpKind::Maximum, DType::Int64, {j, index_const(0)}), P(x->shape[dim] - 1)});
+    in[dim] = op(ScalarOp::Minimum, DType::Int64, {op(ScalarOp::Maximum, DType::Int64, {j, index_const(0)}), P(x->shape[dim] - 1)});
     ExprRef v = compute(x, in, guard);
     // The index's bounds check must run even where the address does not depend on it (x of
     // extent 1, or broadcast, along the dim): a select on it keeps it in the value.
     if (error_buffer_ >= 0 && mentions(j, ExprKind::Check, error_buffer_) && !mentions(v, ExprKind::Check, error_buffer_))
-      v = op(OpKind::Where, v->dtype, {op(OpKind::Ge, DType::Bool, {j, index_const(0)}), v, v});
+      v = op(ScalarOp::Where, v->dtype, {op(ScalarOp::Ge, DType::Bool, {j, index_const(0)}), v, v});
     return v;
   }
 
@@ -580,7 +604,7 @@ private:
 
   ExprRef lower_reduce(const Node* n, const Index& idx) {
     const Node* x = n->inputs[0].get();
-    Reduction red{n->op, x->dtype, {}, nullptr};
+    Reduction red{*reduce_op(n->op), x->dtype, {}, nullptr};
     Index in = idx;
     for (int64_t d : n->attrs.ints) {
       in[d] = x->shape[d] == 1 ? index_const(0) : reduce_var(static_cast<int>(red.extents.size()));
@@ -615,12 +639,12 @@ private:
     ai[r - 1] = kv;
     bi[r - 2] = kv;
     bi[r - 1] = idx[r - 1];
-    Reduction red{OpKind::Sum, n->dtype, {P(k)}, nullptr, /*fma=*/true};
+    Reduction red{ReduceOp::Sum, n->dtype, {P(k)}, nullptr, /*fma=*/true};
     // A transposed right operand is contiguous in k (dot products); otherwise its rows
     // are contiguous in j, and whole rows of the output accumulate together.
     red.block_inner = b->op != OpKind::Permute && n->shape[r - 1] > 1;
     if (red.block_inner) launch_.min_chunk = n->shape[r - 1]; // blocks of a row share the A loads
-    red.value = op(OpKind::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
+    red.value = op(ScalarOp::Mul, n->dtype, {compute(a, ai, nullptr), compute(b, bi, nullptr)});
     launch_.work_per_point = std::max<int64_t>(1, k);
     if (use_gemm(n, idx)) {
       // A GEMM-form candidate (plan_form decides). Its order is sequential, like a

@@ -10,6 +10,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "graph/op_cases.h"
 #include "graph/random.h"
 #include "kiln/error.h"
 
@@ -216,7 +217,12 @@ private:
       case OpKind::Randn:
         b.f[k] = rf(n->dtype, graph::random_normal(static_cast<uint64_t>(a.i0), static_cast<uint64_t>(k), f64));
         break;
-      default: KILN_ASSERT(false, "not a computed leaf: " + std::string(op_name(n->op)));
+      case OpKind::Input: // bound, never computed
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Leaf, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+        KILN_ASSERT(false, "not a computed leaf: " + std::string(op_name(n->op)));
+        break;
       }
     }
     return b;
@@ -253,7 +259,12 @@ private:
     case OpKind::Relu: return std::isnan(x) ? x : (x > 0 ? x : 0.0);
     case OpKind::Reciprocal: return 1.0 / x;
     case OpKind::Detach: return x;
-    default: break;
+    case OpKind::LogicalNot: case OpKind::Cast: break; // unary() computes them
+    case OpKind::CheckIndex: break;                     // integers only
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Unary, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not a float unary op: " + std::string(op_name(op)));
     return 0;
@@ -266,7 +277,14 @@ private:
     case OpKind::Relu: return x > 0 ? x : 0;
     case OpKind::Detach: return x;
     case OpKind::CheckIndex: return x; // the reference interpreter does not check
-    default: break;
+    case OpKind::LogicalNot: case OpKind::Cast: break; // unary() computes them
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Unary, KILN_IF_TYPES(types, Float, case OpKind::e:))
+#include "graph/ops.def"
+#undef KILN_OP
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Unary, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not an integer unary op: " + std::string(op_name(op)));
     return 0;
@@ -311,7 +329,14 @@ private:
     case OpKind::Pow: return static_cast<double>(std::pow(static_cast<long double>(a), static_cast<long double>(b)));
     case OpKind::Maximum: return nan_max(a, b);
     case OpKind::Minimum: return nan_min(a, b);
-    default: break;
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Binary, KILN_IF_TYPES(types, Bool, case OpKind::e:))
+#include "graph/ops.def"
+#undef KILN_OP
+      break; // predicate() computes them
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Binary, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not a float binary op: " + std::string(op_name(op)));
     return 0;
@@ -325,7 +350,14 @@ private:
     case OpKind::Pow: return ipow(a, b);
     case OpKind::Maximum: return a > b ? a : b;
     case OpKind::Minimum: return a < b ? a : b;
-    default: break;
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Binary, KILN_IF_NOT_TYPES(types, Any, case OpKind::e:))
+#include "graph/ops.def"
+#undef KILN_OP
+      break; // float-only ops, and predicate()'s
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Binary, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not an integer binary op: " + std::string(op_name(op)));
     return 0;
@@ -347,7 +379,14 @@ private:
     case OpKind::Le: return a <= b;
     case OpKind::Gt: return a > b;
     case OpKind::Ge: return a >= b;
-    default: break;
+    case OpKind::LogicalAnd: case OpKind::LogicalOr: break; // predicate() computes them
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Binary, KILN_IF_NOT_TYPES(types, Bool, case OpKind::e:))
+#include "graph/ops.def"
+#undef KILN_OP
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Binary, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not a comparison: " + std::string(op_name(op)));
     return false;
@@ -403,7 +442,10 @@ private:
     case OpKind::Min: return extreme(n);
     case OpKind::Argmax:
     case OpKind::Argmin: return arg_extreme(n);
-    default: break;
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_REDUCE_##cat(case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+      break;
     }
     KILN_ASSERT(false, "not a reduction: " + std::string(op_name(n->op)));
     return {};
@@ -494,7 +536,12 @@ private:
         off += j * xst[d];
         break;
       }
-      default: KILN_ASSERT(false, "not a strided movement op: " + std::string(op_name(n->op)));
+      case OpKind::Reshape: case OpKind::Concat: case OpKind::Gather: // computed by their own functions
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Movement, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+        KILN_ASSERT(false, "not a strided movement op: " + std::string(op_name(n->op)));
+        break;
       }
     }
     return off;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "graph/op_cases.h"
+
 namespace kiln::graph {
 
 bool is_float_only(OpKind op) { return op_types(op) == OpTypes::Float; }
@@ -120,8 +122,12 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
     return total == shape[a.ints[0]] ? "" : "concat extent mismatch";
   }
   case OpKind::Gather: return check_gather(shape, x, in[1], a);
-  default: return "not a movement op";
+#define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Movement, case OpKind::e:)
+#include "graph/ops.def"
+#undef KILN_OP
+    break;
   }
+  return "not a movement op";
 }
 
 // Scans: a dim and a direction; cumsum and cumprod keep x's shape and dtype; scatter_add has src's dtype and
