@@ -20,6 +20,7 @@
 #define KILN_IF_ELEMENTWISE_Scan(x)
 #define KILN_IF_ELEMENTWISE_Contraction(x)
 #define KILN_IF_ELEMENTWISE_Attention(x)
+#define KILN_IF_ELEMENTWISE_Custom(x)
 
 // KILN_IF_NOT_ELEMENTWISE_<category>(x): the complement.
 #define KILN_IF_NOT_ELEMENTWISE_Leaf(x) x
@@ -31,6 +32,7 @@
 #define KILN_IF_NOT_ELEMENTWISE_Scan(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Contraction(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Attention(x) x
+#define KILN_IF_NOT_ELEMENTWISE_Custom(x) x
 
 // KILN_IF_NOT_REDUCE_<category>(x): x for every op but reductions.
 #define KILN_IF_NOT_REDUCE_Leaf(x) x
@@ -42,3 +44,4 @@
 #define KILN_IF_NOT_REDUCE_Scan(x) x
 #define KILN_IF_NOT_REDUCE_Contraction(x) x
 #define KILN_IF_NOT_REDUCE_Attention(x) x
+#define KILN_IF_NOT_REDUCE_Custom(x) x

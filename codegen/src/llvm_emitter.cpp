@@ -822,6 +822,7 @@ private:
     case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
     case OpKind::Concat: case OpKind::Gather: case OpKind::Matmul:
     case OpKind::Cumsum: case OpKind::Cumprod: case OpKind::ScatterAdd: case OpKind::Attention:
+    case OpKind::CustomOutput: // lowering removed it
       break;
     }
     KILN_ASSERT(false, "not an elementwise op: " + std::string(graph::op_name(e.op)));
