@@ -710,6 +710,21 @@ TEST(Custom, RealizingAnOutputRunsOneKernelAsForAnyIdentity) {
   expect_near(values(y), {1, 1, 1});
 }
 
+TEST(Custom, StructurallyEqualCallsShareOnePlan) {
+  const CustomFunction ste = sign_ste_fn();
+  Tensor x = U({3}, 643);
+  x.realize();
+  auto run = [&](double k) {
+    Tensor y = ste({x * k})[0];
+    y.realize();
+    return values(y);
+  };
+  run(2);
+  const auto before = runtime::executor_stats().plan_reuses;
+  EXPECT_EQ(run(-3), values(where(x * -3 >= 0.0, ones_like(x), -ones_like(x))));
+  EXPECT_EQ(runtime::executor_stats().plan_reuses - before, 1u); // another call, the same plan
+}
+
 namespace {
 
 // A step through custom calls: a loss, a parameter's gradient by backward(), a gradient made

@@ -478,13 +478,16 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   const graph::Attrs& a = n->attrs;
   k.push_back(a.ints.size());
   for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
-  const uint64_t i0 = seed_word(w, n);
+  // Which custom call a node is an output of (attrs.i0, i1) does not change its value:
+  // structurally equal graphs through different calls share a plan.
+  const bool custom = n->op == graph::OpKind::CustomOutput;
+  const uint64_t i0 = custom ? 0 : seed_word(w, n);
   // A scalar constant's value is a kernel parameter (codegen::scalar_param): the key holds
   // that it is one, the plan takes the values of the graph it runs for.
   const bool scalar = scalar_constant(n);
   if (scalar) w.consts.push_back(n);
   k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
-                     static_cast<uint64_t>(a.i1), graph::value_inputs(*n).size()});
+                     custom ? 0 : static_cast<uint64_t>(a.i1), graph::value_inputs(*n).size()});
   for (const graph::NodeRef& in : graph::value_inputs(*n)) k.push_back(pos.at(in.get()));
   const bool pow = n->op == graph::OpKind::Pow, div = n->op == graph::OpKind::Div;
   for (size_t i = 0; (pow || div) && i < n->inputs.size(); ++i)
