@@ -24,7 +24,8 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g);
 NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& tangents);
 
 /// True when gradients may flow from a node of this op into its operands
-/// (false for Detach and for ops whose result is not floating-point).
+/// (false for Detach, for custom outputs, whose call the walks apply instead, and for ops whose
+/// result is not floating-point).
 bool is_differentiable(const graph::Node& y);
 
 } // namespace kiln::autograd

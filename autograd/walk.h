@@ -3,7 +3,8 @@
 /// The two walks over the graph: reverse mode (one reverse-topological walk that
 /// applies the VJP rules) and forward mode (one topological walk that applies
 /// the JVP rules). Both follow only differentiable edges: into floating-point
-/// operands, never through Detach, and from a custom output to its call's inputs.
+/// operands, never through Detach, and from a custom output to its call's inputs (its operands
+/// after the first), by the call's rules.
 
 #include <vector>
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <source_location>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +27,7 @@ enum class OpKind : uint8_t {
 };
 
 /// The families of ops, which decide how they are lowered and differentiated.
-enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Scan, Contraction, Attention };
+enum class OpCategory : uint8_t { Leaf, Unary, Binary, Ternary, Reduce, Movement, Scan, Contraction, Attention, Custom };
 
 /// An op's dtype rule (the Types column of ops.def).
 enum class OpTypes : uint8_t {
@@ -153,7 +154,7 @@ private:
 
 /// Returns the unique node with this structure, creating it if needed.
 /// Asserts the graph invariants (see verify.h); user-facing checks are the frontend's.
-/// `device` is a leaf's; any other node lives on its inputs' device (they must agree).
+/// `device` is a leaf's; any other node lives on its operand 0's device, which its value_inputs share.
 NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inputs, Attrs attrs = {},
                   Device device = kCPU);
 /// A new Input leaf holding `data` (or a placeholder when data is null), with a fresh id;
@@ -162,9 +163,20 @@ NodeRef make_input(DType dtype, Shape shape, std::shared_ptr<Storage> data, Devi
 /// Number of live nodes (for tests of hash-consing and graph size).
 size_t live_node_count();
 
+/// The operands `n`'s value is computed from: all of them, but for a custom output its operand 0 alone (its
+/// further operands are its call's inputs, which only gradients follow; ops.def). Walks that compute values
+/// (interpreter, scheduling, replay) follow these; walks over the graph's structure follow `inputs`.
+inline std::span<const NodeRef> value_inputs(const Node& n) {
+  return {n.inputs.data(), n.op == OpKind::CustomOutput ? 1 : n.inputs.size()};
+}
+
 /// All nodes reachable from `roots`, inputs before users (deterministic order).
 std::vector<const Node*> topo_order(const std::vector<const Node*>& roots);
 /// Same, not descending into the inputs of nodes for which `stop` is true (they are listed).
 std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop);
+/// The nodes that computing the roots' values reaches (through value_inputs), inputs before users, not
+/// descending into the operands of nodes for which `stop` is true (they are listed).
+std::vector<const Node*> value_order(const std::vector<const Node*>& roots,
+                                     const std::function<bool(const Node*)>& stop = nullptr);
 
 } // namespace kiln::graph

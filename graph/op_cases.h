@@ -20,6 +20,7 @@
 #define KILN_IF_ELEMENTWISE_Scan(x)
 #define KILN_IF_ELEMENTWISE_Contraction(x)
 #define KILN_IF_ELEMENTWISE_Attention(x)
+#define KILN_IF_ELEMENTWISE_Custom(x)
 
 // KILN_IF_NOT_ELEMENTWISE_<category>(x): the complement.
 #define KILN_IF_NOT_ELEMENTWISE_Leaf(x) x
@@ -31,6 +32,7 @@
 #define KILN_IF_NOT_ELEMENTWISE_Scan(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Contraction(x) x
 #define KILN_IF_NOT_ELEMENTWISE_Attention(x) x
+#define KILN_IF_NOT_ELEMENTWISE_Custom(x) x
 
 // KILN_IF_NOT_REDUCE_<category>(x): x for every op but reductions.
 #define KILN_IF_NOT_REDUCE_Leaf(x) x
@@ -42,6 +44,7 @@
 #define KILN_IF_NOT_REDUCE_Scan(x) x
 #define KILN_IF_NOT_REDUCE_Contraction(x) x
 #define KILN_IF_NOT_REDUCE_Attention(x) x
+#define KILN_IF_NOT_REDUCE_Custom(x) x
 
 // KILN_IF_CATEGORY(cat, C, x...): x when the row's category `cat` is C, else nothing, and
 // KILN_IF_NOT_CATEGORY(cat, C, x...), the complement: one selector for every category, e.g.
@@ -64,6 +67,7 @@
 #define KILN_PP_SAME_Scan_Scan KILN_PP_PROBE
 #define KILN_PP_SAME_Contraction_Contraction KILN_PP_PROBE
 #define KILN_PP_SAME_Attention_Attention KILN_PP_PROBE
+#define KILN_PP_SAME_Custom_Custom KILN_PP_PROBE
 #define KILN_PP_SAME_Any_Any KILN_PP_PROBE
 #define KILN_PP_SAME_Float_Float KILN_PP_PROBE
 #define KILN_PP_SAME_Bool_Bool KILN_PP_PROBE

@@ -8,9 +8,13 @@
 #include <cmath>
 #include <random>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd/custom.h"
+#include "graph/interpret.h"
 #include "graph/node.h"
+#include "graph/text.h"
+#include "runtime/executor.h"
 
 using namespace kiln;
 
@@ -619,6 +623,142 @@ TEST(Custom, CallsAreNeverMergedAndTheTableDoesNotLeak) {
     Tensor y = ste({x * static_cast<double>(i)})[0];
   }
   EXPECT_LE(autograd::custom_table_size(), before + 1);
+}
+
+TEST(Custom, AHeldOutputKeepsItsCallWhileOthersArePruned) {
+  const CustomFunction ste = sign_ste_fn();
+  Tensor x = from_vector<double>({-2, -0.5, 0.3});
+  x.requires_grad_();
+  Tensor held = ste({x})[0];
+  for (int i = 0; i < 300; ++i) Tensor dropped = ste({x * static_cast<double>(i)})[0]; // prunes the table
+  EXPECT_GE(autograd::custom_table_size(), 1u);
+  expect_near(values(grad({held.sum()}, {x})[0]), {0, 1, 1}); // still by the call's rule
+}
+
+namespace {
+
+// The line of `text` (graph text) that defines %id.
+std::string line_of(const std::string& text, const std::string& id) {
+  const size_t at = text.find(id + " = ");
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+// The operand names of a graph text line ("%3 = add f64[3] (%1, %2)" -> {"%1", "%2"}).
+std::vector<std::string> operands_of(const std::string& line) {
+  std::vector<std::string> out;
+  const size_t open = line.find('('), close = line.find(')');
+  if (open == std::string::npos || close == std::string::npos) return out;
+  std::string inside = line.substr(open + 1, close - open - 1) + ",";
+  for (size_t b = 0, e; (e = inside.find(',', b)) != std::string::npos; b = e + 1)
+    out.push_back(inside.substr(inside.find('%', b), e - inside.find('%', b)));
+  return out;
+}
+
+} // namespace
+
+TEST(Custom, TheGraphTextShowsTheCallWithItsInputs) {
+  const CustomFunction ste = sign_ste_fn();
+  Tensor x = U({3}, 640);
+  Tensor in = x * 2;
+  Tensor y = ste({in})[0];
+  ASSERT_EQ(y.node()->op, graph::OpKind::CustomOutput);
+  ASSERT_EQ(y.node()->inputs.size(), 2u);
+  EXPECT_EQ(y.node()->inputs[1], in.node()); // the dependency the gradient takes is in the graph
+  const std::string text = graph::print_graph({y.node()});
+  const std::string root = text.substr(text.rfind("return ") + 7, text.size() - text.rfind("return ") - 8);
+  const std::string line = line_of(text, root);
+  EXPECT_NE(line.find(" = custom f64[3] (%"), std::string::npos) << text;
+  EXPECT_NE(line.find(" i0=" + std::to_string(y.node()->attrs.i0)), std::string::npos) << text;
+  const std::vector<std::string> ops = operands_of(line);
+  ASSERT_EQ(ops.size(), 2u) << text;
+  EXPECT_NE(line_of(text, ops[0]).find(" = where f64[3]"), std::string::npos) << text; // the value
+  EXPECT_NE(line_of(text, ops[1]).find(" = mul f64[3]"), std::string::npos) << text;   // the call's input
+  // in this process the text reads back as the same node: its call's rules still apply
+  EXPECT_EQ(graph::parse_graph(text)[0], y.node());
+}
+
+TEST(Custom, ANodeReadFromTextWithoutItsRulesIsAnIdentityThatGradientsRefuse) {
+  // The call's input is a placeholder without data (realizing or interpreting it is an error):
+  // computing the custom output's value must not read it.
+  const std::vector<graph::NodeRef> roots = graph::parse_graph(
+      "%0 = const f64[3] f0=2\n"
+      "%1 = input f64[3] i0=900003\n"
+      "%2 = custom f64[3] (%0, %1) i0=987654321\n"
+      "%3 = mul f64[3] (%2, %2)\n"
+      "return %3\n");
+  EXPECT_EQ(values(Tensor(roots[0])), (std::vector<double>{4, 4, 4}));             // compiled kernels
+  EXPECT_EQ(graph::interpret_one(roots[0]).values, (std::vector<double>{4, 4, 4})); // the reference interpreter
+  // Differentiating through it needs rules that text does not carry.
+  Tensor x = U({3}, 641);
+  x.requires_grad_();
+  const std::string text = "%0 = input f64[3] i0=" + std::to_string(x.node()->attrs.i0) +
+                           "\n%1 = neg f64[3] (%0)\n%2 = custom f64[3] (%1, %0) i0=987654322\nreturn %2\n";
+  const graph::NodeRef parsed = graph::parse_graph(text)[0];
+  ASSERT_EQ(parsed->inputs[1], x.node()); // the same leaf (hash-consing)
+  const std::string msg = error_of([&] { grad({Tensor(parsed).sum()}, {x}); });
+  EXPECT_NE(msg.find("no gradient rules"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("call 987654322"), std::string::npos) << msg;
+}
+
+TEST(Custom, RealizingAnOutputRunsOneKernelAsForAnyIdentity) {
+  const CustomFunction ste = sign_ste_fn();
+  Tensor x = U({3}, 642);
+  x.realize();
+  Tensor y = ste({exp(x) * 3})[0];
+  const bool fusion = std::exchange(options().fusion, true); // as KILN_FUSION=0 may say otherwise
+  const auto before = runtime::executor_stats().launches;
+  y.realize();
+  EXPECT_EQ(runtime::executor_stats().launches - before, 1u); // the value, fused; the call's input is not stored
+  options().fusion = fusion;
+  expect_near(values(y), {1, 1, 1});
+}
+
+TEST(Custom, StructurallyEqualCallsShareOnePlan) {
+  const CustomFunction ste = sign_ste_fn();
+  Tensor x = U({3}, 643);
+  x.realize();
+  auto run = [&](double k) {
+    Tensor y = ste({x * k})[0];
+    y.realize();
+    return values(y);
+  };
+  run(2);
+  const auto before = runtime::executor_stats().plan_reuses;
+  EXPECT_EQ(run(-3), values(where(x * -3 >= 0.0, ones_like(x), -ones_like(x))));
+  EXPECT_EQ(runtime::executor_stats().plan_reuses - before, 1u); // another call, the same plan
+}
+
+namespace {
+
+// A step through custom calls: a loss, a parameter's gradient by backward(), a gradient made
+// differentiable and its gradient (second order), and a tangent (forward mode).
+Vec custom_step(const Tensor& arg, const Tensor& w) {
+  const CustomFunction lse = logsumexp_fn();
+  const Tensor loss = lse({arg * w})[0].sum();
+  loss.backward();
+  const Tensor g = grad({lse({arg * w})[0].sum()}, {w}, {}, false, true)[0];
+  const Tensor gg = grad({(g * g).sum()}, {w})[0];
+  const Tensor t = jvp([&](const Tensor& a) { return lse({a * w})[0]; }, arg, ones_like(arg)).second;
+  return {loss, w.grad(), g, gg, t};
+}
+
+} // namespace
+
+TEST(Custom, CompiledAndEagerGiveTheSameBits) {
+  auto make_w = [] {
+    Tensor w = from_vector<float>({0.5f, -1.5f, 2});
+    w.requires_grad_();
+    return w;
+  };
+  Tensor w_eager = make_w(), w_compiled = make_w();
+  auto step = compile([&](const Vec& a) { return custom_step(a[0], w_compiled); });
+  for (uint64_t seed : {1, 2, 3}) {
+    const Tensor x = U({2, 3}, 650 + seed).to(kFloat32);
+    const Vec want = custom_step(Tensor(x.node()), w_eager);
+    const Vec got = step({x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].to_vector<float>(), want[i].to_vector<float>()) << i;
+  }
 }
 
 TEST(Custom, BadBackwardIsAnError) {

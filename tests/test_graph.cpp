@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "graph/build.h"
@@ -62,6 +63,35 @@ TEST(Graph, TopoOrderPutsInputsFirst) {
   EXPECT_EQ(order[0], x.get());
   EXPECT_EQ(order[1], y.get());
   EXPECT_EQ(order[2], z.get());
+}
+
+// A custom output (as autograd/custom.h makes one): the value, then the call's inputs.
+NodeRef custom(const NodeRef& value, std::vector<NodeRef> inputs, int64_t call, int64_t index = 0) {
+  Attrs a;
+  a.i0 = call;
+  a.i1 = index;
+  inputs.insert(inputs.begin(), value);
+  return make_node(OpKind::CustomOutput, value->dtype, value->shape, std::move(inputs), a);
+}
+
+TEST(Graph, ACustomOutputsValueIsItsOperandZeroAlone) {
+  NodeRef x = input(kFloat32, {3});
+  NodeRef v = build::mul(x, x);
+  NodeRef cin = build::unary(OpKind::Exp, x); // the call's input: in the structure, not in the value
+  NodeRef c = custom(v, {cin, x}, 77);
+  NodeRef z = build::add(c, x);
+  ASSERT_EQ(value_inputs(*c).size(), 1u);
+  EXPECT_EQ(value_inputs(*c)[0].get(), v.get());
+  EXPECT_EQ(value_inputs(*z).size(), 2u);
+  const auto all = topo_order({z.get()});
+  const auto values = value_order({z.get()});
+  EXPECT_NE(std::find(all.begin(), all.end(), cin.get()), all.end());
+  EXPECT_EQ(std::find(values.begin(), values.end(), cin.get()), values.end());
+  EXPECT_EQ(values, (std::vector<const Node*>{x.get(), v.get(), c.get(), z.get()}));
+  // the call id and the inputs are structure: another call, or other inputs, is another node
+  EXPECT_EQ(custom(v, {cin, x}, 77).get(), c.get());
+  EXPECT_NE(custom(v, {cin, x}, 78).get(), c.get());
+  EXPECT_NE(custom(v, {x}, 77).get(), c.get());
 }
 
 TEST(Shape, Broadcasting) {
@@ -130,6 +160,19 @@ TEST(Text, ParsesHandWrittenText) {
   EXPECT_EQ(roots[0]->inputs[0]->inputs[1]->attrs.f0, 2.0);
 }
 
+TEST(Text, ACustomOutputPrintsItsCallsInputsAndParsesBack) {
+  NodeRef x = input(kFloat64, {2});
+  NodeRef c = custom(build::neg(x), {x}, 4242, 1);
+  const std::string text = print_graph({c});
+  EXPECT_NE(text.find("%2 = custom f64[2] (%1, %0) i0=4242 i1=1\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_graph(text)[0].get(), c.get());
+  // the parser needs no table of calls: a custom node is graph structure like any other
+  const auto roots = parse_graph("%0 = const f32[3] f0=2\n%1 = input f32[3] i0=900002\n"
+                                 "%2 = custom f32[3] (%0, %1) i0=31337\nreturn %2\n");
+  EXPECT_EQ(roots[0]->op, OpKind::CustomOutput);
+  EXPECT_EQ(roots[0]->inputs.size(), 2u);
+}
+
 void expect_parse_error(const std::string& text, const std::string& fragment) {
   try {
     parse_graph(text);
@@ -168,6 +211,14 @@ TEST(Verify, RejectsBrokenNodes) {
   slice.ints = {0, 1, 2, 1};
   EXPECT_NE(check_node(OpKind::Slice, kFloat32, {2, 2}, {x}, slice), "") << "slice past the end";
   EXPECT_NE(check_node(OpKind::Lt, kFloat32, {2, 3}, {x, x}, {}), "") << "comparisons give bool";
+  EXPECT_NE(check_node(OpKind::CustomOutput, kFloat32, {3, 2}, {x, y}, {}), "") << "a custom output keeps its value's shape";
+  EXPECT_NE(check_node(OpKind::CustomOutput, kFloat64, {2, 3}, {x}, {}), "") << "and its dtype";
+  EXPECT_NE(check_node(OpKind::CustomOutput, kFloat32, {2, 3}, {}, {}), "") << "it has a value";
+  // its value and its kernel live on one device; the call's inputs may live elsewhere (to(device))
+  const Device gpu{Device::Kind::CUDA, 0};
+  NodeRef on_gpu = make_input(kFloat32, {2, 3}, nullptr, gpu);
+  EXPECT_EQ(check_node(OpKind::CustomOutput, kFloat32, {2, 3}, {on_gpu, x}, {}), "");
+  EXPECT_NE(check_node(OpKind::Add, kFloat32, {2, 3}, {on_gpu, x}, {}), "");
 }
 
 } // namespace

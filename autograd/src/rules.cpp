@@ -283,7 +283,9 @@ NodeRef attention_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
 
 } // namespace
 
-bool is_differentiable(const graph::Node& y) { return is_floating(y.dtype) && y.op != OpKind::Detach; }
+bool is_differentiable(const graph::Node& y) {
+  return is_floating(y.dtype) && y.op != OpKind::Detach && y.op != OpKind::CustomOutput;
+}
 
 std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   const auto& a = y->attrs.ints;
@@ -311,6 +313,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
   case OpKind::Attention: return attention_vjp(y, g);
+  case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "VJP");
 }
@@ -343,6 +346,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);
+  case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "JVP");
 }

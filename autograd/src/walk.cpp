@@ -53,11 +53,24 @@ private:
   std::unordered_map<const Node*, Info> info_;
 
   static Info describe(const NodeRef& n) {
+    if (n->op == graph::OpKind::CustomOutput) return describe_custom(n);
+    Info info;
+    const bool flows = is_differentiable(*n);
+    for (const NodeRef& x : n->inputs) info.operands.push_back(flows && is_floating(x->dtype) ? x : nullptr);
+    return info;
+  }
+
+  // A custom output's operands, for the walks, are its call's inputs (operands 1...): never its value.
+  static Info describe_custom(const NodeRef& n) {
     Info info;
     info.custom = find_custom(*n);
-    const std::vector<NodeRef>& ins = info.custom.call ? info.custom.call->inputs : n->inputs;
-    const bool flows = info.custom.call || is_differentiable(*n);
-    for (const NodeRef& x : ins) info.operands.push_back(flows && is_floating(x->dtype) ? x : nullptr);
+    if (!info.custom.call && n->inputs.size() > 1)
+      throw Error("grad", "custom output " + std::to_string(n->attrs.i1) + " of call " + std::to_string(n->attrs.i0) + " (" +
+                              std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape) +
+                              ") has no gradient rules in this process (a graph read from text keeps a custom call's "
+                              "inputs, not its rules)");
+    for (size_t k = 1; k < n->inputs.size(); ++k)
+      info.operands.push_back(is_floating(n->inputs[k]->dtype) ? n->inputs[k] : nullptr);
     return info;
   }
 
@@ -221,6 +234,8 @@ std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<
       auto [it, fresh] = call_tangents.try_emplace(info.custom.call.get());
       if (fresh) it->second = custom_tangents(info.custom, ts);
       t = it->second.at(info.custom.index);
+    } else if (n->op == graph::OpKind::CustomOutput) {
+      continue; // without inputs (a fresh leaf): no tangent
     } else {
       const graph::SourceScope at(derived_line(*n, graph::SourceLine::Derived::Tangent), /*replace=*/true);
       t = jvp_rule(n, ts);

@@ -31,7 +31,7 @@ struct Layout {
 };
 
 void draw_edges(std::string& out, Layout& lay, const Schedule& s, const Node* n) {
-  for (const auto& in : n->inputs) {
+  for (const auto& in : graph::value_inputs(*n)) { // what the kernels read (not a custom call's inputs)
     const Node* x = in.get();
     std::string attrs;
     const auto from = lay.kernel_of.find(x), to = lay.kernel_of.find(n);

@@ -31,6 +31,10 @@ inline std::string describe(const Node* n) {
   return n->origin ? s + " (" + graph::source_line_str(n->origin) + ")" : s;
 }
 
+/// True for an op computed at its operands' own points: elementwise, or a custom output (the
+/// identity of its value, as detach is).
+inline bool pointwise(OpKind op) { return graph::is_elementwise(op) || op == OpKind::CustomOutput; }
+
 // ---------------------------------------------------------------- partitioning
 
 /// Which nodes get a buffer of their own, and why. Decided from the outputs back:
@@ -43,10 +47,10 @@ public:
   Partition(const std::vector<const Node*>& outputs, const ScheduleOptions& opt) : opt_(opt) {
     for (const Node* o : outputs) outputs_.insert(o);
     // a realized value's history is not needed
-    order_ = graph::topo_order(outputs, [this](const Node* n) { return is_source(n); });
+    order_ = graph::value_order(outputs, [this](const Node* n) { return is_source(n); });
     for (const Node* n : order_)
       if (!is_source(n))
-        for (const auto& in : n->inputs) users_[in.get()].push_back(n);
+        for (const auto& in : graph::value_inputs(*n)) users_[in.get()].push_back(n);
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) decide(*it);
   }
   /// Nodes in dependency order.
@@ -205,13 +209,13 @@ private:
   // True when computing n inside the kernels that read it keeps each of them within
   // kMaxKernelBuffers buffers: n stops being one of their buffers, its inputs become ones.
   bool within_buffer_budget(const Node* n) const {
-    if (!std::any_of(n->inputs.begin(), n->inputs.end(), [&](const auto& in) { return reads_buffer(in.get()); }))
-      return true;
+    const auto ins = graph::value_inputs(*n);
+    if (!std::any_of(ins.begin(), ins.end(), [&](const auto& in) { return reads_buffer(in.get()); })) return true;
     for (const Node* kernel : inlined_into(n)) {
       auto it = reads_.find(kernel);
       size_t count = it == reads_.end() ? 0 : it->second.size() - it->second.count(n);
       std::unordered_set<const Node*> added;
-      for (const auto& in : n->inputs)
+      for (const auto& in : ins)
         if (reads_buffer(in.get()) && (it == reads_.end() || !it->second.count(in.get())) && added.insert(in.get()).second)
           ++count;
       if (count > (n->op == OpKind::Concat ? graph::build::kMaxConcatPieces : kMaxKernelBuffers)) return false;
@@ -222,8 +226,9 @@ private:
   // Records what n's placement adds to the buffers each kernel reads (see reads_).
   void note_reads(const Node* n) {
     std::vector<const Node*> kernels{n};
+    const auto ins = graph::value_inputs(*n);
     if (!computed_.count(n)) {
-      if (!std::any_of(n->inputs.begin(), n->inputs.end(), [&](const auto& in) { return reads_buffer(in.get()); }))
+      if (!std::any_of(ins.begin(), ins.end(), [&](const auto& in) { return reads_buffer(in.get()); }))
         return; // nothing to charge (a leaf, or a view of one)
       kernels = inlined_into(n);
       if (owner_.at(n) == several()) kernels_of_[n] = kernels;
@@ -231,7 +236,7 @@ private:
     for (const Node* kernel : kernels) {
       auto& reads = reads_[kernel];
       if (kernel != n) reads.erase(n);
-      for (const auto& in : n->inputs)
+      for (const auto& in : ins)
         if (reads_buffer(in.get())) reads.insert(in.get());
     }
   }
@@ -275,6 +280,7 @@ private:
     case OpCategory::Scan: // its elementwise producers fuse into its loop as its loads (decide_elementwise)
       return materialize(n, "a scan: sequential along its dim, a kernel of its own (scan form)");
     case OpCategory::Attention: return materialize(n, "attention: a kernel of its own (the attention form)");
+    case OpCategory::Custom: owner_[n] = users_owner(n); return; // the identity of its value, as detach
     case OpCategory::Leaf:
     case OpCategory::Movement: owner_[n] = users_owner(n); return; // index arithmetic inside consumers
     case OpCategory::Unary:
@@ -352,10 +358,10 @@ private:
   std::string why_no_epilogue(const Node* m) const {
     const Node* owner = users_owner(m);
     if (owner == several()) return "its users are in more than one kernel";
-    if (!graph::is_elementwise(owner->op) || owner->shape != m->shape) return "its user is not elementwise over its shape";
+    if (!pointwise(owner->op) || owner->shape != m->shape) return "its user is not elementwise over its shape";
     if (row_dims_.count(owner) || matmul_of_.count(owner)) return "its user's kernel already has a reduction";
     for (const Node* u : users_.at(m))
-      if (!graph::is_elementwise(u->op)) return "it is used through a movement op";
+      if (!pointwise(u->op)) return "it is used through a movement op";
     if (!read_at_root_index(m, owner)) return "its kernel reads it through a movement op, at shifted indices";
     return "";
   }
@@ -383,7 +389,7 @@ private:
       const bool reduction_input =
           graph::op_category(u->op) == OpCategory::Reduce && (u == owner || absorbed_.count(u) > 0);
       ok = ok && inside &&
-           (reduction_input || (graph::is_elementwise(u->op) && u->shape == n->shape &&
+           (reduction_input || (pointwise(u->op) && u->shape == n->shape &&
                                 (u == owner || read_at_root_index(u, owner))));
     }
     return at_root_index_[n] = ok;
@@ -408,7 +414,7 @@ private:
   bool broadcast_back(const Node* n, const graph::Shape& shape) const {
     for (const Node* u : users_.at(n)) {
       if (u->op == OpKind::Expand && u->shape == shape) continue;
-      if (!graph::is_elementwise(u->op) || u->shape != n->shape || computed_.count(u) || !broadcast_back(u, shape))
+      if (!pointwise(u->op) || u->shape != n->shape || computed_.count(u) || !broadcast_back(u, shape))
         return false;
     }
     return true;
@@ -528,7 +534,7 @@ private:
   // True when the edge from n to its input `in` keeps the index: an elementwise op's operand
   // (same shape), or a reshape that only adds or drops size-1 dims.
   static bool keeps_points(const Node* n, const Node* in) {
-    if (graph::is_elementwise(n->op)) return in->shape == n->shape;
+    if (pointwise(n->op)) return in->shape == n->shape;
     return n->op == OpKind::Reshape && loop_extents(in->shape) == loop_extents(n->shape);
   }
 
@@ -543,7 +549,7 @@ private:
       int depth; // of the reader, +1
     };
     std::vector<Edge> todo;
-    for (const auto& in : root->inputs) todo.push_back({in.get(), own_root && keeps_points(root, in.get()), 1});
+    for (const auto& in : graph::value_inputs(*root)) todo.push_back({in.get(), own_root && keeps_points(root, in.get()), 1});
     r.empty = graph::numel(root->shape) == 0;
     while (!todo.empty()) {
       const Edge e = todo.back();
@@ -559,7 +565,7 @@ private:
       if (!(e.own ? seen_own : seen_shifted).insert(e.node).second) continue;
       if (part_.absorbed(e.node)) simple = false;
       const int d = part_.depth(e.node) + 1;
-      for (const auto& in : e.node->inputs) todo.push_back({in.get(), e.own && keeps_points(e.node, in.get()), d});
+      for (const auto& in : graph::value_inputs(*e.node)) todo.push_back({in.get(), e.own && keeps_points(e.node, in.get()), d});
     }
     return r;
   }

@@ -204,7 +204,8 @@ private:
     case OpCategory::Unary:
     case OpCategory::Binary:
     case OpCategory::Ternary:
-    case OpCategory::Movement: break;
+    case OpCategory::Movement:
+    case OpCategory::Custom: break;
     }
     return compute(r, idx, nullptr);
   }
@@ -337,6 +338,7 @@ private:
     case OpCategory::Binary:
     case OpCategory::Ternary: return lower_elementwise(n, idx, guard);
     case OpCategory::Movement: return lower_movement(n, idx, guard);
+    case OpCategory::Custom: return compute(n->inputs[0].get(), idx, guard); // its value; the call's inputs are not read
     case OpCategory::Reduce:
     case OpCategory::Scan:
     case OpCategory::Contraction:

@@ -277,10 +277,9 @@ std::vector<Tensor> CustomFunction::operator()(const std::vector<Tensor>& inputs
     }
   auto call = std::make_shared<ag::CustomCall>();
   call->name = name;
-  call->inputs = site->inputs;
   call->vjp = [site, bw = backward](const auto& outs, const auto& adj) { return run_backward(*site, bw, outs, adj); };
   if (jvp) call->jvp = [site, fw = jvp](const auto& outs, const auto& ts) { return run_jvp(*site, fw, outs, ts); };
-  const std::vector<NodeRef> wrapped = ag::make_custom_outputs(std::move(call), values);
+  const std::vector<NodeRef> wrapped = ag::make_custom_outputs(std::move(call), site->inputs, values);
   for (size_t k = 0; k < wrapped.size(); ++k) {
     Tensor t(wrapped[k], site->requires_grad);
     t.impl()->is_leaf = !site->requires_grad;

@@ -40,7 +40,7 @@ bool traced_value(const graph::NodeRef& n) {
     todo.pop_back();
     if (m->realized()) continue;
     if (m->op == graph::OpKind::Input) return true;
-    for (const graph::NodeRef& in : m->inputs)
+    for (const graph::NodeRef& in : graph::value_inputs(*m))
       if (seen.insert(in.get()).second) todo.push_back(in.get());
   }
   return false;
@@ -221,7 +221,8 @@ public:
       }
       bool ready = true;
       std::vector<graph::NodeRef> ins;
-      for (const graph::NodeRef& in : n->inputs) {
+      const auto values = graph::value_inputs(*n); // what plan p computes n from
+      for (const graph::NodeRef& in : values) {
         if (carried_to(in, p)) {
           ins.push_back(carry_.at(in.get()));
           continue;
@@ -232,10 +233,11 @@ public:
       }
       if (!ready) continue;
       todo.pop_back();
-      if (ins == n->inputs) {
+      if (std::equal(ins.begin(), ins.end(), values.begin(), values.end())) {
         done[n] = self;
         continue;
       }
+      ins.insert(ins.end(), n->inputs.begin() + static_cast<ptrdiff_t>(values.size()), n->inputs.end());
       const graph::SourceScope at(n->origin, true); // the rebuilt node keeps the user's line
       done[n] = graph::make_node(n->op, n->dtype, n->shape, std::move(ins), n->attrs, n->device);
     }
@@ -261,13 +263,13 @@ private:
       at_[r.get()] = it == at_.end() ? last : std::min(it->second, last);
     }
     const std::vector<const graph::Node*> order =
-        graph::topo_order(starts, [this](const graph::Node* n) { return shared(n->shared_from_this()); });
+        graph::value_order(starts, [this](const graph::Node* n) { return shared(n->shared_from_this()); });
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       const graph::Node* n = *it;
       if (shared(n->shared_from_this())) continue;
       const size_t p = std::max(at_.at(n), level(n->shared_from_this()));
       at_[n] = p;
-      for (const graph::NodeRef& in : n->inputs) {
+      for (const graph::NodeRef& in : graph::value_inputs(*n)) {
         if (const auto st = stage_.find(in.get()); st != stage_.end())
           first_use_[st->second] = std::min(first_use_[st->second], p);
         if (shared(in)) continue;
@@ -285,7 +287,7 @@ private:
       const auto [n, p] = todo.back();
       todo.pop_back();
       if (shared(n) || !seen.emplace(n.get(), p).second) continue;
-      for (const graph::NodeRef& in : n->inputs) {
+      for (const graph::NodeRef& in : graph::value_inputs(*n)) {
         if (shared(in)) continue;
         if (!carried_to(in, p)) {
           todo.emplace_back(in, p); // computed by plan p too (a view of a lower plan's value is computed again)
@@ -323,7 +325,7 @@ private:
       }
       bool ready = true, pure = true;
       size_t l = 0;
-      for (const graph::NodeRef& in : n->inputs) {
+      for (const graph::NodeRef& in : graph::value_inputs(*n)) {
         const auto it = level_.find(in.get());
         if (it == level_.end()) ready = false, todo.push_back(in.get());
         else l = std::max(l, it->second), pure = pure && pure_.at(in.get());

@@ -492,8 +492,7 @@ void Tensor::assign(const Tensor& new_value, Loc loc) {
     detail::fail("assign", "the new value must have the same shape and dtype", {this, &new_value}, loc);
   const Tensor value = new_value.to(current->device, loc); // a checkpoint's CPU value into a GPU tensor
   detail::note_state_change(impl_);
-  // A plain detach (i0 == 0) already blocks gradients; a tagged one is a custom-gradient output.
-  const bool detached = value.node()->op == graph::OpKind::Detach && value.node()->attrs.i0 == 0;
+  const bool detached = value.node()->op == graph::OpKind::Detach; // already blocks gradients
   graph::NodeRef stored = detached || !requires_grad() ? value.node() : graph::build::detach(value.node());
   // Leaves are found by node: two parameters assigned one value (hash-consed to one node) would
   // share their gradient. As requires_grad_() does, give this one a node of its own then.
@@ -505,21 +504,17 @@ void Tensor::assign(const Tensor& new_value, Loc loc) {
 }
 
 namespace {
-/// The nodes `root` depends on, through the graph and through custom calls' inputs
-/// (a custom output's value may be computed without them, as in to(device)).
-std::vector<const graph::Node*> reachable_with_custom_inputs(const graph::Node* root) {
+/// The nodes `root` depends on, a custom call's inputs included (they are its outputs'
+/// operands, though a custom output's value may be computed without them, as in to(device)).
+std::vector<const graph::Node*> reachable(const graph::Node* root) {
   std::vector<const graph::Node*> order, todo{root};
   std::unordered_set<const graph::Node*> seen{root};
   while (!todo.empty()) {
     const graph::Node* n = todo.back();
     todo.pop_back();
     order.push_back(n);
-    auto visit = [&](const graph::NodeRef& in) {
+    for (const graph::NodeRef& in : n->inputs)
       if (seen.insert(in.get()).second) todo.push_back(in.get());
-    };
-    for (const graph::NodeRef& in : n->inputs) visit(in);
-    if (const autograd::CustomInfo info = autograd::find_custom(*n); info.call)
-      for (const graph::NodeRef& in : info.call->inputs) visit(in);
   }
   return order;
 }
@@ -540,7 +535,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
   detail::check_graph_retained("backward", *this, loc);
   std::vector<Tensor> leaf_tensors;
   std::vector<std::shared_ptr<TensorImpl>> impls;
-  for (const graph::Node* n : reachable_with_custom_inputs(node().get()))
+  for (const graph::Node* n : reachable(node().get()))
     if (auto impl = detail::leaf_for(n)) {
       impls.push_back(impl);
       leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses

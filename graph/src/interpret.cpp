@@ -102,12 +102,12 @@ public:
   std::vector<InterpretResult> run(const std::vector<NodeRef>& roots) {
     std::vector<const Node*> raw;
     for (const NodeRef& r : roots) raw.push_back(r.get());
-    const std::vector<const Node*> order = topo_order(raw);
+    const std::vector<const Node*> order = value_order(raw);
     count_uses(order, raw);
     for (const Node* n : order) {
       bufs_[n] = evaluate(n);
       if (!leaf_like(n))
-        for (const NodeRef& in : n->inputs) release(in.get());
+        for (const NodeRef& in : value_inputs(*n)) release(in.get());
     }
     std::vector<InterpretResult> out;
     for (const Node* r : raw) out.push_back(result_of(r));
@@ -126,7 +126,7 @@ private:
   void count_uses(const std::vector<const Node*>& order, const std::vector<const Node*>& roots) {
     for (const Node* n : order)
       if (!leaf_like(n))
-        for (const NodeRef& in : n->inputs) ++uses_[in.get()];
+        for (const NodeRef& in : value_inputs(*n)) ++uses_[in.get()];
     for (const Node* r : roots) uses_[r] += 1 << 30; // roots are never released
   }
 
@@ -170,6 +170,7 @@ private:
     case OpCategory::Scan: return scan(n);
     case OpCategory::Contraction: return matmul(n);
     case OpCategory::Attention: return attention(n);
+    case OpCategory::Custom: return in(n, 0); // the identity of its value
     }
     KILN_ASSERT(false, "unknown op category");
     return {};

@@ -168,7 +168,7 @@ NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inpu
   if (const std::string err = check_node(op, dtype, shape, inputs, attrs); !err.empty())
     detail::internal_error("check_node", __FILE__, __LINE__,
                            std::string(op_name(op)) + ": " + err);
-  if (!inputs.empty()) device = inputs[0]->device; // check_node saw that they agree
+  if (!inputs.empty()) device = inputs[0]->device; // check_node saw that the value operands agree
   const size_t h = structural_hash(op, dtype, shape, inputs, attrs, device);
   Interner& in = interner();
   std::lock_guard lock(in.mu);
@@ -206,22 +206,24 @@ size_t live_node_count() {
   return in.table.size();
 }
 
-std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) {
-  return topo_order(roots, [](const Node*) { return false; });
-}
+namespace {
 
-std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop) {
+// Iterative post-order DFS (deep graphs must not overflow the stack) through the operands
+// `operands` gives, not below nodes for which `stop` is true.
+template <class Operands>
+std::vector<const Node*> post_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop,
+                                    Operands operands) {
   std::vector<const Node*> order;
   std::unordered_set<const Node*> seen;
-  // iterative post-order DFS, so that deep graphs do not overflow the stack
   std::vector<std::pair<const Node*, size_t>> stack;
   for (const Node* r : roots) {
     if (!seen.insert(r).second) continue;
     stack.emplace_back(r, 0);
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
-      if (next < n->inputs.size() && !stop(n)) {
-        const Node* child = n->inputs[next++].get();
+      const std::span<const NodeRef> ins = operands(*n);
+      if (next < ins.size() && !(stop && stop(n))) {
+        const Node* child = ins[next++].get();
         if (seen.insert(child).second) stack.emplace_back(child, 0);
         continue;
       }
@@ -230,6 +232,20 @@ std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const
     }
   }
   return order;
+}
+
+std::span<const NodeRef> all_inputs(const Node& n) { return n.inputs; }
+
+} // namespace
+
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots) { return post_order(roots, nullptr, all_inputs); }
+
+std::vector<const Node*> topo_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop) {
+  return post_order(roots, stop, all_inputs);
+}
+
+std::vector<const Node*> value_order(const std::vector<const Node*>& roots, const std::function<bool(const Node*)>& stop) {
+  return post_order(roots, stop, value_inputs);
 }
 
 } // namespace kiln::graph

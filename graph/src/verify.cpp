@@ -192,9 +192,11 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
   if (std::string err = shape_error(shape); !err.empty()) return err;
   for (const NodeRef& x : inputs)
     if (!x) return "null operand";
-  for (const NodeRef& x : inputs)
-    if (x->device != inputs[0]->device)
-      return "operands on different devices (" + inputs[0]->device.str() + " and " + x->device.str() + ")";
+  // A custom output's further operands are its call's inputs: they may live elsewhere (to(device)).
+  const size_t on_device = op == OpKind::CustomOutput ? 1 : inputs.size();
+  for (size_t k = 1; k < on_device; ++k)
+    if (inputs[k]->device != inputs[0]->device)
+      return "operands on different devices (" + inputs[0]->device.str() + " and " + inputs[k]->device.str() + ")";
   switch (op_category(op)) {
   case OpCategory::Leaf: return check_leaf(op, dtype, shape);
   case OpCategory::Unary:
@@ -208,6 +210,8 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
   case OpCategory::Scan: return check_scan(op, dtype, shape, inputs, attrs);
   case OpCategory::Contraction: return check_matmul(dtype, shape, inputs[0], inputs[1]);
   case OpCategory::Attention: return check_attention(dtype, shape, inputs, attrs);
+  case OpCategory::Custom: // the identity of operand 0
+    return inputs[0]->dtype == dtype && inputs[0]->shape == shape ? "" : "a custom output keeps its value's dtype and shape";
   }
   return "unknown category";
 }

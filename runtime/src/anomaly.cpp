@@ -155,8 +155,8 @@ std::vector<std::pair<const Node*, graph::NodeRef>> copy_kernel(KernelValues& v,
       copy[n] = graph::make_input(n->dtype, n->shape, to_storage(v.host[n], device));
       continue;
     }
-    std::vector<graph::NodeRef> inputs;
-    for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
+    std::vector<graph::NodeRef> inputs; // a custom output's copy keeps only its value (graph::value_inputs)
+    for (const graph::NodeRef& in : graph::value_inputs(*n)) inputs.push_back(copy.at(in.get()));
     graph::Attrs attrs = n->attrs;
     if (n->op == graph::OpKind::Rand || n->op == graph::OpKind::Randn)
       if (auto it = seeds.find(attrs.i0); it != seeds.end()) attrs.i0 = it->second; // this execution's seed
@@ -171,7 +171,7 @@ KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const Buffe
   KernelValues v;
   for (const Node* in : l.inputs)
     if (in) v.loads.insert(in);
-  v.order = graph::topo_order(l.outputs, [&](const Node* n) { return v.loads.count(n) > 0; });
+  v.order = graph::value_order(l.outputs, [&](const Node* n) { return v.loads.count(n) > 0; });
   const auto computed = copy_kernel(v, device, address, seeds);
   std::vector<graph::NodeRef> outputs;
   for (const auto& c : computed) outputs.push_back(c.second);
@@ -190,7 +190,7 @@ int64_t made_nonfinite(const Node* n, const KernelValues& v) {
   const int64_t first = first_nonfinite(out.data(), n->dtype, n->numel());
   if (first < 0 || v.loads.count(n)) return -1;
   if (!graph::is_elementwise(n->op)) {
-    for (const graph::NodeRef& in : n->inputs)
+    for (const graph::NodeRef& in : graph::value_inputs(*n))
       if (first_nonfinite(v.host.at(in.get()).data(), in->dtype, in->numel()) >= 0) return -1;
     return first;
   }
@@ -211,7 +211,7 @@ std::unordered_set<const Node*> reaching(const Node* root, const KernelValues& v
   for (auto it = v.order.rbegin(); it != v.order.rend(); ++it) {
     const Node* n = *it;
     if (!reach.count(n) || v.loads.count(n)) continue;
-    for (const graph::NodeRef& in : n->inputs)
+    for (const graph::NodeRef& in : graph::value_inputs(*n))
       if (first_nonfinite(v.host.at(in.get()).data(), in->dtype, in->numel()) >= 0) reach.insert(in.get());
   }
   return reach;
@@ -280,10 +280,11 @@ std::string footer(const codegen::KernelLaunch& l) {
   const Node* reader = out; // the output the value reached, unless an op on the way reads it
   for (const Node* n : v.order) {
     if (!path.count(n) || v.loads.count(n)) continue;
-    const bool reads = std::any_of(n->inputs.begin(), n->inputs.end(),
-                                   [&](const graph::NodeRef& in) { return views.count(in.get()) > 0; });
+    const auto ins = graph::value_inputs(*n);
+    const bool reads = std::any_of(ins.begin(), ins.end(), [&](const graph::NodeRef& in) { return views.count(in.get()) > 0; });
     if (!reads) continue;
-    if (graph::op_category(n->op) == graph::OpCategory::Movement || n->op == graph::OpKind::Detach) {
+    const graph::OpCategory c = graph::op_category(n->op);
+    if (c == graph::OpCategory::Movement || c == graph::OpCategory::Custom || n->op == graph::OpKind::Detach) {
       views.insert(n);
       continue;
     }

@@ -418,8 +418,8 @@ namespace {
 
 // ---------------------------------------------------------------- the schedule cache
 
-// A realize's graph as the schedule cache sees it: the nodes reachable from the roots,
-// not descending below sources (inputs and realized nodes), inputs before users; and its
+// A realize's graph as the schedule cache sees it: the nodes computing the roots' values
+// (graph::value_inputs), not descending below sources (inputs and realized nodes), inputs before users; and its
 // structure as words. Equal keys mean equal graphs up to the sources' values, so equal plans.
 struct GraphWalk {
   std::vector<const graph::Node*> order;
@@ -462,7 +462,7 @@ const graph::Node* baked_scalar(const graph::Node* n, const std::unordered_map<c
   using graph::OpKind;
   const auto passes = [](OpKind op) { // ops whose lowering is their operand's expression (a Pad or Concat selects)
     return op == OpKind::Reshape || op == OpKind::Permute || op == OpKind::Expand || op == OpKind::Slice ||
-           op == OpKind::Cast || op == OpKind::Detach;
+           op == OpKind::Cast || op == OpKind::Detach || op == OpKind::CustomOutput;
   };
   while (!w.source[pos.at(n)] && passes(n->op)) n = n->inputs[0].get();
   return !w.source[pos.at(n)] && scalar_constant(n) ? n : nullptr;
@@ -478,14 +478,17 @@ void append_node(GraphWalk& w, const graph::Node* n, bool source,
   const graph::Attrs& a = n->attrs;
   k.push_back(a.ints.size());
   for (int64_t v : a.ints) k.push_back(static_cast<uint64_t>(v));
-  const uint64_t i0 = seed_word(w, n);
+  // Which custom call a node is an output of (attrs.i0, i1) does not change its value:
+  // structurally equal graphs through different calls share a plan.
+  const bool custom = n->op == graph::OpKind::CustomOutput;
+  const uint64_t i0 = custom ? 0 : seed_word(w, n);
   // A scalar constant's value is a kernel parameter (codegen::scalar_param): the key holds
   // that it is one, the plan takes the values of the graph it runs for.
   const bool scalar = scalar_constant(n);
   if (scalar) w.consts.push_back(n);
   k.insert(k.end(), {scalar ? 0 : std::bit_cast<uint64_t>(a.f0), std::bit_cast<uint64_t>(a.f1), i0,
-                     static_cast<uint64_t>(a.i1), n->inputs.size()});
-  for (const graph::NodeRef& in : n->inputs) k.push_back(pos.at(in.get()));
+                     custom ? 0 : static_cast<uint64_t>(a.i1), graph::value_inputs(*n).size()});
+  for (const graph::NodeRef& in : graph::value_inputs(*n)) k.push_back(pos.at(in.get()));
   const bool pow = n->op == graph::OpKind::Pow, div = n->op == graph::OpKind::Div;
   for (size_t i = 0; (pow || div) && i < n->inputs.size(); ++i)
     if (const graph::Node* c = pow || i == 1 ? baked_scalar(n->inputs[i].get(), pos, w) : nullptr)
@@ -511,8 +514,8 @@ GraphWalk walk(const std::vector<graph::NodeRef>& roots) {
     stack.push_back({r.get(), 0, reads_buffer(r.get())});
     while (!stack.empty()) {
       Frame& f = stack.back();
-      if (!f.source && f.next < f.node->inputs.size()) {
-        const graph::Node* child = f.node->inputs[f.next++].get();
+      if (!f.source && f.next < graph::value_inputs(*f.node).size()) {
+        const graph::Node* child = graph::value_inputs(*f.node)[f.next++].get();
         if (pos.try_emplace(child, kOpen).second) stack.push_back({child, 0, reads_buffer(child)});
         continue;
       }
@@ -558,8 +561,8 @@ std::unique_ptr<CachedPlan> plan_copy(const GraphWalk& w, const std::vector<grap
       m = graph::make_input(n->dtype, n->shape, nullptr, n->device);
       c->sources.push_back(m);
     } else {
-      std::vector<graph::NodeRef> inputs;
-      for (const graph::NodeRef& in : n->inputs) inputs.push_back(copy.at(in.get()));
+      std::vector<graph::NodeRef> inputs; // a custom output's copy keeps only its value (graph::value_inputs)
+      for (const graph::NodeRef& in : graph::value_inputs(*n)) inputs.push_back(copy.at(in.get()));
       m = graph::make_node(n->op, n->dtype, n->shape, std::move(inputs), n->attrs, n->device);
     }
     if (scalar_constant(n) && !w.source[i]) c->consts.push_back(m);
