@@ -2,7 +2,7 @@
 // plans) run end to end against kiln's CPU emulator of the CUDA driver API
 // (tests/cuda_emu): device memory the host cannot dereference, a stream whose work
 // completes after the calls return, kernels compiled from the emitted CUDA source behind
-// codegen/cuda_shim.h. Results must equal the CPU path's bitwise (both emitters keep one
+// tests/cuda_emu/cuda_shim.h. Results must equal the CPU path's bitwise (both emitters keep one
 // arithmetic order, see codegen/cuda_emitter.h). No GPU is involved; what only a GPU can
 // show (speed) is bench/gpu_check.sh's job. On a machine with a GPU the same tests run
 // against the real driver with KILN_CUDA_DRIVER=libcuda.so.1 (the few that need the
