@@ -9,13 +9,12 @@
 #include <utility>
 
 #include "autograd/custom.h"
-#include "codegen/dot.h"
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/text.h"
 #include "kiln/autograd.h"
 #include "kiln/options.h"
-#include "runtime/executor.h"
+#include "runtime/api.h"
 #include "runtime/storage.h"
 
 namespace kiln {
@@ -320,7 +319,7 @@ std::string graph_dot(const std::vector<Tensor>& tensors) {
     if (!t.node()->realized() && std::find(todo.begin(), todo.end(), t.node().get()) == todo.end())
       todo.push_back(t.node().get());
   const Device device = todo.empty() ? kCPU : todo[0]->device;
-  return codegen::schedule_dot(codegen::schedule(todo, runtime::schedule_options(device, options().fusion)), todo);
+  return runtime::schedule_dot(todo, device, options().fusion);
 }
 
 namespace {
