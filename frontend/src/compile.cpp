@@ -578,6 +578,8 @@ CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = def
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args, Loc loc) {
   if (detail::active_capture()) throw Error("compile", "a compiled function cannot be called while tracing another", loc);
+  // The executor's and the GPU runtime's errors in a replay are the call's, at the user's line.
+  const detail::UserCall call("compile", loc, detail::UserCall::Claim::KilnLines);
   const bool observed = runtime::observe::on();
   const auto t0 = observed ? runtime::observe::Clock::now() : runtime::observe::Clock::time_point{};
   const double kernel_ms0 = observed ? runtime::observe::thread_kernel_ms() : 0;

@@ -16,6 +16,7 @@ namespace {
 struct Call {
   std::string op;
   std::source_location where;
+  detail::UserCall::Claim claim = detail::UserCall::Claim::KilnAndItsLine;
 };
 thread_local std::vector<Call> g_calls; // UserCall scopes, outermost first
 
@@ -24,7 +25,8 @@ Call reported(const std::string& op, const std::source_location& where) {
   if (g_calls.empty()) return {op, where};
   if (!detail::in_kiln_sources(where)) {
     for (const Call& c : g_calls)
-      if (c.where.line() == where.line() && std::string_view(c.where.file_name()) == where.file_name())
+      if (c.claim == detail::UserCall::Claim::KilnAndItsLine && c.where.line() == where.line() &&
+          std::string_view(c.where.file_name()) == where.file_name())
         return {c.op, where};
     return {op, where};
   }
@@ -58,8 +60,12 @@ OutOfMemoryError::OutOfMemoryError(const std::string& op, const std::string& rea
 
 namespace detail {
 
-UserCall::UserCall(const char* op, const std::source_location& where) { g_calls.push_back({op, where}); }
-UserCall::UserCall(std::string op, const std::source_location& where) { g_calls.push_back({std::move(op), where}); }
+UserCall::UserCall(const char* op, const std::source_location& where, Claim claim) {
+  g_calls.push_back({op, where, claim});
+}
+UserCall::UserCall(std::string op, const std::source_location& where, Claim claim) {
+  g_calls.push_back({std::move(op), where, claim});
+}
 UserCall::~UserCall() { g_calls.pop_back(); }
 
 std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where) {
