@@ -20,6 +20,15 @@ struct Call {
 };
 thread_local std::vector<Call> g_calls; // UserCall scopes, outermost first
 
+// The op of the innermost call that names an error raised in kiln's sources: a call claiming only
+// kiln's lines names it only when the user made it (a read kiln itself makes inside Linear's
+// constructor or an optimizer's step() leaves the error Linear's or the step's).
+const std::string& innermost_op() {
+  for (auto it = g_calls.rbegin(); it != g_calls.rend(); ++it)
+    if (it->claim == detail::UserCall::Claim::KilnAndItsLine || !detail::in_kiln_sources(it->where)) return it->op;
+  return g_calls.back().op;
+}
+
 // The op and line an error raised by `op` at `where` is reported with (see detail::UserCall).
 Call reported(const std::string& op, const std::source_location& where) {
   if (g_calls.empty()) return {op, where};
@@ -31,7 +40,7 @@ Call reported(const std::string& op, const std::source_location& where) {
     return {op, where};
   }
   for (auto it = g_calls.rbegin(); it != g_calls.rend(); ++it)
-    if (!detail::in_kiln_sources(it->where)) return {g_calls.back().op, it->where};
+    if (!detail::in_kiln_sources(it->where)) return {innermost_op(), it->where};
   return {op, where};
 }
 

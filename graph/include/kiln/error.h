@@ -62,9 +62,9 @@ public:
   /// Which errors raised inside the call it reports as its own.
   enum class Claim {
     KilnAndItsLine, ///< those raised in kiln's sources, and those raised at its own line (a loss made of other ops)
-    KilnLines,      ///< those raised in kiln's sources only: a read that realizes, below which the executor and
-                    ///< the GPU runtime fail without knowing the user's line, while the kernels' deferred checks
-                    ///< keep the op and line they recorded, even when that line is the read's own
+    KilnLines,      ///< those raised in kiln's sources only, and only when the user made the call: a read that
+                    ///< realizes (the executor and GPU runtime below it do not know the user's line), while the
+                    ///< kernels' deferred checks keep the op and line they recorded, even at the read's own line
   };
   /// Names `op`, called at `where`.
   UserCall(const char* op, const std::source_location& where, Claim claim = Claim::KilnAndItsLine);
