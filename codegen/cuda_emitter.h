@@ -56,7 +56,7 @@
 /// t = (batch * mtiles + mt) * ntiles + nt. Each output element accumulates
 /// fma(a, b, acc) over k = 0, 1, ..., K-1 in order, exactly the LLVM path's order, and
 /// the kernel's stores (the fused epilogue) then run for it.
-/// The CPU shim (codegen/cuda_shim.h) runs plain kernels as a loop over threads, the
+/// The CPU shim (tests/cuda_emu/cuda_shim.h) runs plain kernels as a loop over threads, the
 /// tiled GEMM and row kernels with one fiber per CUDA thread.
 ///
 /// Numerics: compile with NVRTC's --fmad=false (nvrtc_compile does), never with
@@ -112,7 +112,7 @@ void set_cuda_small_gemm_below(int tiles);
 CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>& params,
                                     const CudaDeviceLimits& limits = {});
 
-/// For the CPU shim only (codegen/cuda_shim.h): the text of a host function
+/// For the CPU shim only (tests/cuda_emu/cuda_shim.h): the text of a host function
 ///   extern "C" void NAME_shim(unsigned grid, unsigned block, void* const* buffers,
 ///                             const long long* params)
 /// that "launches" the kernel on the CPU (buffers and params as for the CPU ABI); block

@@ -4,7 +4,9 @@
 /// intermediates are packed into one arena by liveness; executing it runs the
 /// kernels on the plan's device: on the CPU with oneTBB, or queued on a GPU's stream
 /// (runtime/cuda_runtime.h). realize() plans and executes once; capture and replay
-/// keeps the Plan and executes it again with new inputs.
+/// keeps the Plan and executes it again with new inputs. The frontend sees only
+/// runtime/api.h (realize, execute, plans as handles); this header is for the runtime,
+/// tests and benchmarks.
 
 #include <memory>
 #include <unordered_map>
@@ -14,21 +16,12 @@
 #include "codegen/llvm_jit.h"
 #include "codegen/lower.h"
 #include "graph/node.h"
+#include "runtime/api.h"
 #include "runtime/cuda_api.h"
 
 namespace kiln::runtime {
 
-/// Storages bound to leaf nodes, overriding their realized() value.
-using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>>;
-/// Random seeds replaced in one execution: every rand/randn leaf whose seed is a key
-/// draws with the mapped seed instead (compile() gives dropout a fresh mask each step).
-using SeedOverrides = std::unordered_map<int64_t, int64_t>;
-/// Scalar constants replaced in one execution: every kernel parameter that holds the value of a
-/// Const node that is a key (codegen::KernelLaunch::const_params) takes the mapped slot instead
-/// (codegen::scalar_param_bits() of another constant: a cached plan run for a graph with other constants).
-using ConstOverrides = std::unordered_map<const graph::Node*, int64_t>;
-
-/// A compiled, memory-planned schedule.
+/// A compiled, memory-planned schedule (declared in runtime/api.h).
 struct Plan {
   Device device;                             ///< where its kernels run and its memory lives (its outputs' device)
   codegen::Schedule schedule;                ///< kernels in order
@@ -53,20 +46,6 @@ codegen::ScheduleOptions schedule_options(Device device, bool fusion);
 Plan make_plan(const std::vector<graph::NodeRef>& outputs);
 /// Same, fused or one kernel per op as `fusion` says rather than options().fusion.
 Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion);
-/// Runs a plan; returns one storage per output (an output already realized returns its value).
-/// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
-/// A binding on another device than the plan's throws kiln::Error.
-std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {},
-                                                     const SeedOverrides& seeds = {}, const ConstOverrides& consts = {});
-
-/// Computes every node in `nodes` that is not yet realized and attaches its value (one
-/// plan per device among them). A graph structurally equal to one realized before on this
-/// thread (same ops, dtypes, shapes, attributes, devices and sharing; other sources, where
-/// a source is an input or an already realized node; other scalar constants (not bools), which
-/// are kernel parameters) reuses that plan: its schedule, kernels and memory plan, bound to
-/// the new sources and constants (the schedule cache; off with KILN_SCHEDULE_CACHE=0).
-/// Results are bitwise those of a fresh plan.
-void realize(const std::vector<graph::NodeRef>& nodes);
 
 /// Counters of what the executor did (for tests and benchmarks).
 struct ExecutorStats {

@@ -8,8 +8,11 @@
 #include <chrono>
 #include <string>
 
-#include "codegen/lower.h"
 #include "kiln/device.h"
+
+namespace kiln::codegen {
+struct KernelLaunch; // codegen/lower.h; declared only, so the frontend, which includes this header, sees no codegen/
+} // namespace kiln::codegen
 
 namespace kiln::runtime::observe {
 

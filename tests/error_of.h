@@ -44,4 +44,11 @@ inline void expect_error_at(const std::function<void()>& f, const std::string& f
   ADD_FAILURE() << op << ": nothing was thrown";
 }
 
+/// Checks that `msg`, an error's message, names no line of kiln's own library sources: an error
+/// raised below the frontend names the user's line (detail::UserCall in kiln/error.h).
+inline void expect_no_kiln_line(const std::string& msg) {
+  for (const char* dir : {"frontend/src/", "graph/src/", "autograd/src/", "codegen/src/", "runtime/src/"})
+    EXPECT_EQ(msg.find(dir), std::string::npos) << "names a line of kiln's sources (" << dir << "): " << msg;
+}
+
 } // namespace kiln::test

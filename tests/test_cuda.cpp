@@ -4,7 +4,7 @@
 //      with NVRTC for sm_90 (CUBIN) and compute_90 (PTX, checked by ptxas where present);
 //      skipped with the reason only where NVRTC is absent;
 //  (c) the emitted CUDA source, compiled by the host C++ compiler behind
-//      codegen/cuda_shim.h, runs on the CPU and matches the LLVM path bitwise, float
+//      tests/cuda_emu/cuda_shim.h, runs on the CPU and matches the LLVM path bitwise, float
 //      sums included (both emitters follow the order of codegen::sum_lanes); float
 //      pow is CUDA's pow on a GPU, on the shim libm's, so bitwise here too;
 //  (d) the KILN_CUDA_CHECK hook in the executor.
@@ -646,7 +646,7 @@ TEST(CudaNvrtc, CompileErrorCarriesLogAndSource) {
 // ---------------------------------------------------------------- (c) the shim
 
 /// The generated sources of some kernels compiled with the host compiler into one
-/// shared library, behind codegen/cuda_shim.h.
+/// shared library, behind tests/cuda_emu/cuda_shim.h.
 class ShimLibrary {
 public:
   using Entry = void (*)(unsigned, unsigned, void* const*, const long long*);
@@ -654,7 +654,7 @@ public:
   explicit ShimLibrary(const std::vector<const Kernel*>& kernels) {
     char tmpl[] = "/tmp/kiln-shim-XXXXXX";
     dir_ = mkdtemp(tmpl);
-    std::string src = "#include \"codegen/cuda_shim.h\"\n";
+    std::string src = "#include \"tests/cuda_emu/cuda_shim.h\"\n";
     std::set<std::string> done;
     for (const Kernel* k : kernels)
       if (done.insert(k->name).second) src += codegen::emit_cuda(*k) + codegen::emit_cuda_shim_entry(*k);

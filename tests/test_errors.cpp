@@ -369,6 +369,46 @@ TEST(Errors, ClassIndicesOfACompiledStepAreChecked) {
   EXPECT_GT(step({x, from_vector<int64_t>({0, 3})})[0].item<float>(), 0.0f) << "good steps go on after a failed one";
 }
 
+// ---------------------------------------------------------------- errors raised below the frontend
+
+/// Runs `f`, which must fail as expect_error says, naming the user's line only: an error the runtime
+/// raises (the GPU runtime, the executor) must not name a line of kiln's own sources.
+void expect_error_below(const std::function<void()>& f, int line, const std::string& op,
+                        const std::vector<std::string>& parts) {
+  expect_error(f, line, op, parts);
+  test::expect_no_kiln_line(test::error_of(f));
+}
+
+TEST(Errors, AnUnusableDeviceNamesTheCallersLine) {
+  const Device missing{Device::Kind::CUDA, 7}; // no machine has it; without a driver the reason is the driver's
+  expect_error_below([&] { (void)f32({2}).to(missing); }, __LINE__, "to", {"cuda:7"});
+  expect_error_below([&] { (void)zeros({2}, kFloat32, missing); }, __LINE__, "zeros", {"cuda:7"});
+  expect_error_below([&] { (void)arange(0, 4, 1, kFloat32, missing); }, __LINE__, "arange", {"cuda:7"});
+}
+
+TEST(Errors, ATracedValueReadOutsideItsFunctionNamesTheCallersLine) {
+  Tensor leaked; // computed from the placeholder of a traced argument, which holds no data outside the trace
+  auto f = compile([&](const std::vector<Tensor>& a) {
+    leaked = a[0] * 2;
+    return std::vector<Tensor>{a[0] + 1};
+  });
+  (void)f({f32({2})});
+  expect_error_below([&] { (void)leaked.to_vector<float>(); }, __LINE__, "to_vector", {"f32[2]", "has no data"});
+  expect_error_below([&] { realize({leaked}); }, __LINE__, "realize", {"has no data"});
+  auto g = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] + leaked}; });
+  expect_error_below([&] { (void)g({f32({2})}); }, __LINE__, "compile", {"has no data"});
+}
+
+TEST(Errors, AReadOnTheLineOfALazyCheckKeepsTheCheckedOp) {
+  // The read realizes (its errors below the frontend are its own), but the kernel's index check
+  // recorded cross_entropy at this same line, and keeps it.
+  const Tensor logits = zeros({2, 5}, kFloat32);
+  expect_error([&] { (void)nn::functional::cross_entropy(logits, lazy_i64({1, 42})).item<float>(); }, __LINE__,
+               "cross_entropy", {"target 42", "[0, 5)"});
+  expect_error([&] { realize({nn::functional::nll_loss(logits, lazy_i64({-1, 0}))}); }, __LINE__, "nll_loss",
+               {"target -1"});
+}
+
 TEST(Errors, ErrorIsARuntimeError) {
   try {
     (void)(f32({2}) + f32({3}));

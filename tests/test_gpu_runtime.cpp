@@ -2,7 +2,7 @@
 // plans) run end to end against kiln's CPU emulator of the CUDA driver API
 // (tests/cuda_emu): device memory the host cannot dereference, a stream whose work
 // completes after the calls return, kernels compiled from the emitted CUDA source behind
-// codegen/cuda_shim.h. Results must equal the CPU path's bitwise (both emitters keep one
+// tests/cuda_emu/cuda_shim.h. Results must equal the CPU path's bitwise (both emitters keep one
 // arithmetic order, see codegen/cuda_emitter.h). No GPU is involved; what only a GPU can
 // show (speed) is bench/gpu_check.sh's job. On a machine with a GPU the same tests run
 // against the real driver with KILN_CUDA_DRIVER=libcuda.so.1 (the few that need the
@@ -23,6 +23,7 @@
 #include "codegen/cuda_emitter.h"
 #include "codegen/disk_cache.h"
 #include "codegen/nvrtc.h"
+#include "error_of.h"
 #include "kiln/checkpoint.h"
 #include "kiln/compile.h"
 #include "kiln/devices.h"
@@ -276,14 +277,12 @@ TEST(GpuRuntime, EveryLayerRejectsMixedDevicesWithAKilnError) {
 }
 
 TEST(GpuRuntime, NoDeviceSaysSo) {
-  try {
-    (void)randn({2}, 1).to(Device{Device::Kind::CUDA, 3});
-    FAIL() << "cuda:3 does not exist";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no CUDA device cuda:3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("test_gpu_runtime.cpp"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW((void)zeros({2}, kFloat32, Device{Device::Kind::CUDA, 1}), Error);
+  const auto to_missing = [] { (void)randn({2}, 1).to(Device{Device::Kind::CUDA, 3}); };
+  test::expect_error_at(to_missing, "test_gpu_runtime.cpp", __LINE__ - 1, "to", {"no CUDA device cuda:3"});
+  test::expect_no_kiln_line(test::error_of(to_missing));
+  const auto zeros_missing = [] { (void)zeros({2}, kFloat32, Device{Device::Kind::CUDA, 1}); };
+  test::expect_error_at(zeros_missing, "test_gpu_runtime.cpp", __LINE__ - 1, "zeros", {"no CUDA device cuda:1"});
+  test::expect_no_kiln_line(test::error_of(zeros_missing));
 }
 
 TEST(GpuRuntime, TheCachingAllocatorReusesFreedBlocks) {

@@ -13,7 +13,7 @@
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
-#include "runtime/executor.h"
+#include "runtime/api.h"
 #include "runtime/observe.h"
 
 namespace kiln {
@@ -142,7 +142,7 @@ struct Trace {
   std::vector<bool> grad_defined; // per slot, at trace start
   std::vector<detail::CaptureState::HostStage> stages; // in trace order
   // One plan per stage and one after the last: plan j runs before stage j (see host_stage).
-  std::vector<runtime::Plan> plans;
+  std::vector<runtime::PlanRef> plans;
   std::vector<size_t> first_use; // per stage, the first plan reading its results (see Cut)
   // Per plan, where each of its outputs goes: a placeholder of later plans (a value they read),
   // or nowhere (null: a traced output or a stage input, found through `where`).
@@ -373,7 +373,7 @@ void make_plans(Trace& tr) {
     tr.carried[p].push_back(cut.placeholder(c.get()));
   }
   tr.first_use = cut.first_use();
-  for (const auto& o : outputs) tr.plans.push_back(runtime::make_plan(o));
+  for (const auto& o : outputs) tr.plans.push_back(runtime::make_plan_ref(o));
 }
 
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
@@ -516,7 +516,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
   try {
     for (size_t j = 0; j < tr.plans.size(); ++j) {
       wait_for(j);
-      values[j] = runtime::execute(tr.plans[j], b, seeds);
+      values[j] = runtime::execute(*tr.plans[j], b, seeds);
       for (size_t i = 0; i < values[j].size(); ++i)
         if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
       if (j == tr.stages.size()) break;
@@ -580,6 +580,8 @@ CompiledFunction& CompiledFunction::operator=(CompiledFunction&&) noexcept = def
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args, Loc loc) {
   if (detail::active_capture()) throw Error("compile", "a compiled function cannot be called while tracing another", loc);
+  // The executor's and the GPU runtime's errors in a replay are the call's, at the user's line.
+  const detail::UserCall call("compile", loc, detail::UserCall::Claim::KilnLines);
   const bool observed = runtime::observe::on();
   const auto t0 = observed ? runtime::observe::Clock::now() : runtime::observe::Clock::time_point{};
   const double kernel_ms0 = observed ? runtime::observe::thread_kernel_ms() : 0;
@@ -601,20 +603,20 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
 size_t CompiledFunction::num_kernels() const {
   size_t n = 0;
   if (impl_->last)
-    for (const runtime::Plan& p : impl_->last->plans) n += p.schedule.launches.size();
+    for (const runtime::PlanRef& p : impl_->last->plans) n += runtime::plan_launches(*p);
   return n;
 }
 size_t CompiledFunction::peak_intermediate_bytes() const {
   size_t peak = 0;
   if (impl_->last)
-    for (const runtime::Plan& p : impl_->last->plans) peak = std::max(peak, p.arena_bytes);
+    for (const runtime::PlanRef& p : impl_->last->plans) peak = std::max(peak, runtime::plan_arena_bytes(*p));
   return peak;
 }
 size_t CompiledFunction::num_traces() const { return impl_->num_traces; }
 std::vector<size_t> CompiledFunction::kernels_per_plan() const {
   std::vector<size_t> n;
   if (impl_->last)
-    for (const runtime::Plan& p : impl_->last->plans) n.push_back(p.schedule.launches.size());
+    for (const runtime::PlanRef& p : impl_->last->plans) n.push_back(runtime::plan_launches(*p));
   return n;
 }
 

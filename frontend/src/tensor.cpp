@@ -9,13 +9,12 @@
 #include <utility>
 
 #include "autograd/custom.h"
-#include "codegen/dot.h"
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/text.h"
 #include "kiln/autograd.h"
 #include "kiln/options.h"
-#include "runtime/executor.h"
+#include "runtime/api.h"
 #include "runtime/storage.h"
 
 namespace kiln {
@@ -66,11 +65,9 @@ Device device_of_operands(const std::string& op, const std::vector<const Tensor*
 } // namespace
 
 void check_device(const std::string& op, Device device, const Loc& loc) {
-  try {
-    runtime::require_device(device);
-  } catch (const Error& e) {
-    throw Error(op, e.what(), loc);
-  }
+  if (device.kind != Device::Kind::CUDA) return; // nothing to check
+  const UserCall call(op, loc); // the GPU runtime's error (no driver, no such device) is op's at the user's line
+  runtime::require_device(device);
 }
 
 Device common_device(const std::string& op, std::initializer_list<const Tensor*> operands, const Loc& loc) {
@@ -280,7 +277,8 @@ std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl
 }
 
 // Realizes the tensors' current nodes and returns them (see kiln::realize); memory that cannot
-// be had is an OutOfMemoryError of `op` at `loc`.
+// be had is an OutOfMemoryError of `op` at `loc`; other errors raised in kiln's sources below (the
+// executor's, the GPU runtime's) are op's at `loc` too.
 std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors, const char* op, const Loc& loc) {
   std::vector<std::shared_ptr<TensorImpl>> impls;
   for (const Tensor& t : tensors) {
@@ -295,6 +293,7 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
   // After a backward() (a loop that assign()s by hand, or a value read before step()),
   // what is pending joins this realize; before one, it waits (BatchNorm's statistics
   // recorded by this step's forward pass wait for its step()).
+  const detail::UserCall call(op, loc, detail::UserCall::Claim::KilnLines);
   return detail::memory_guard(op, loc, [&] { return realize_impls(std::move(impls), !g_pending.roots.empty()); });
 }
 } // namespace
@@ -320,7 +319,7 @@ std::string graph_dot(const std::vector<Tensor>& tensors) {
     if (!t.node()->realized() && std::find(todo.begin(), todo.end(), t.node().get()) == todo.end())
       todo.push_back(t.node().get());
   const Device device = todo.empty() ? kCPU : todo[0]->device;
-  return codegen::schedule_dot(codegen::schedule(todo, runtime::schedule_options(device, options().fusion)), todo);
+  return runtime::schedule_dot(todo, device, options().fusion);
 }
 
 namespace {

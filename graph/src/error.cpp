@@ -16,20 +16,31 @@ namespace {
 struct Call {
   std::string op;
   std::source_location where;
+  detail::UserCall::Claim claim = detail::UserCall::Claim::KilnAndItsLine;
 };
 thread_local std::vector<Call> g_calls; // UserCall scopes, outermost first
+
+// The op of the innermost call that names an error raised in kiln's sources: a call claiming only
+// kiln's lines names it only when the user made it (a read kiln itself makes inside Linear's
+// constructor or an optimizer's step() leaves the error Linear's or the step's).
+const std::string& innermost_op() {
+  for (auto it = g_calls.rbegin(); it != g_calls.rend(); ++it)
+    if (it->claim == detail::UserCall::Claim::KilnAndItsLine || !detail::in_kiln_sources(it->where)) return it->op;
+  return g_calls.back().op;
+}
 
 // The op and line an error raised by `op` at `where` is reported with (see detail::UserCall).
 Call reported(const std::string& op, const std::source_location& where) {
   if (g_calls.empty()) return {op, where};
   if (!detail::in_kiln_sources(where)) {
     for (const Call& c : g_calls)
-      if (c.where.line() == where.line() && std::string_view(c.where.file_name()) == where.file_name())
+      if (c.claim == detail::UserCall::Claim::KilnAndItsLine && c.where.line() == where.line() &&
+          std::string_view(c.where.file_name()) == where.file_name())
         return {c.op, where};
     return {op, where};
   }
   for (auto it = g_calls.rbegin(); it != g_calls.rend(); ++it)
-    if (!detail::in_kiln_sources(it->where)) return {g_calls.back().op, it->where};
+    if (!detail::in_kiln_sources(it->where)) return {innermost_op(), it->where};
   return {op, where};
 }
 
@@ -58,8 +69,12 @@ OutOfMemoryError::OutOfMemoryError(const std::string& op, const std::string& rea
 
 namespace detail {
 
-UserCall::UserCall(const char* op, const std::source_location& where) { g_calls.push_back({op, where}); }
-UserCall::UserCall(std::string op, const std::source_location& where) { g_calls.push_back({std::move(op), where}); }
+UserCall::UserCall(const char* op, const std::source_location& where, Claim claim) {
+  g_calls.push_back({op, where, claim});
+}
+UserCall::UserCall(std::string op, const std::source_location& where, Claim claim) {
+  g_calls.push_back({std::move(op), where, claim});
+}
 UserCall::~UserCall() { g_calls.pop_back(); }
 
 std::pair<std::string, std::source_location> reported_call(const std::string& op, const std::source_location& where) {

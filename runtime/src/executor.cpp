@@ -667,6 +667,14 @@ void realize(const std::vector<graph::NodeRef>& nodes) {
   }
 }
 
+PlanRef make_plan_ref(const std::vector<graph::NodeRef>& outputs) { return std::make_shared<const Plan>(make_plan(outputs)); }
+size_t plan_launches(const Plan& plan) { return plan.schedule.launches.size(); }
+size_t plan_arena_bytes(const Plan& plan) { return plan.arena_bytes; }
+
+std::string schedule_dot(const std::vector<const graph::Node*>& outputs, Device device, bool fusion) {
+  return codegen::schedule_dot(codegen::schedule(outputs, schedule_options(device, fusion)), outputs);
+}
+
 ExecutorStats executor_stats() {
   ExecutorStats s{counters().launches.load(), counters().compiles.load(), counters().realizations.load()};
   s.cuda_checked = cuda_checked_count();

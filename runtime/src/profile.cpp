@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codegen/lower.h"
 #include "graph/node.h"
 #include "kiln/options.h"
 #include "runtime/observe.h"

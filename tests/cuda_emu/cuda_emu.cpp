@@ -59,7 +59,7 @@
 // `extern "C" void NAME_shim(unsigned grid, unsigned block, void* const* buffers,
 // const long long* params)` and `extern "C" const int NAME_shim_arity[2]` (buffers, i64
 // parameters) the emulator calls. Any other image (CUBIN, PTX) is CUDA_ERROR_INVALID_IMAGE
-// (200). The source, behind `#include "codegen/cuda_shim.h"`, is compiled with
+// (200). The source, behind `#include "tests/cuda_emu/cuda_shim.h"`, is compiled with
 //   KILN_CXX -std=c++17 -O1 -ffp-contract=off -fno-fast-math -fPIC -shared -w -I KILN_SOURCE_DIR
 // (as tests/test_cuda.cpp's ShimLibrary does) and dlopen'ed. The .so is cached on disk in
 // $KILN_EMU_CACHE (read at every load), else ${TMPDIR:-/tmp}/kiln-cuda-emu-$UID, named by
@@ -411,7 +411,7 @@ bool run_compiler(const std::string& src_path, const std::string& so_path, const
 /// dlopen's handle of the compiled source (from the disk cache or compiled now), or nullptr
 /// after printing why.
 void* load_source(const std::string& source) {
-  static const std::string shim = read_file(std::string(KILN_SOURCE_DIR) + "/codegen/cuda_shim.h");
+  static const std::string shim = read_file(std::string(KILN_SOURCE_DIR) + "/tests/cuda_emu/cuda_shim.h");
   std::string key_text = std::string(KILN_CXX) + '\n';
   for (const std::string& f : compile_flags()) key_text += f + '\n';
   const uint64_t key = fnv1a(source, fnv1a(shim, fnv1a(key_text)));
@@ -977,7 +977,7 @@ KILN_EMU_API CUresult cuModuleLoadData(CUmodule* out, const void* image) {
   const char* text = static_cast<const char*>(image);
   const size_t marker = sizeof kMarker - 1;
   if (std::strncmp(text, kMarker, marker) != 0) return kInvalidImage; // a CUBIN or PTX
-  void* h = load_source("#include \"codegen/cuda_shim.h\"\n" + std::string(text + marker));
+  void* h = load_source("#include \"tests/cuda_emu/cuda_shim.h\"\n" + std::string(text + marker));
   if (!h) return kInvalidSource;
   auto m = std::make_unique<CUmod_st>();
   m->handle = h;

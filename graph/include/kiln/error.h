@@ -56,13 +56,20 @@ namespace detail {
 /// sources is reported at the innermost such call made from the user's code, as an
 /// error of the innermost call; an error raised at the user's line of such a call is
 /// reported as an error of the outermost call made at that line (cross_entropy, not
-/// the one_hot it uses).
+/// the one_hot it uses), unless the call claims only kiln's lines (Claim::KilnLines).
 class UserCall {
 public:
+  /// Which errors raised inside the call it reports as its own.
+  enum class Claim {
+    KilnAndItsLine, ///< those raised in kiln's sources, and those raised at its own line (a loss made of other ops)
+    KilnLines,      ///< those raised in kiln's sources only, and only when the user made the call: a read that
+                    ///< realizes (the executor and GPU runtime below it do not know the user's line), while the
+                    ///< kernels' deferred checks keep the op and line they recorded, even at the read's own line
+  };
   /// Names `op`, called at `where`.
-  UserCall(const char* op, const std::source_location& where);
+  UserCall(const char* op, const std::source_location& where, Claim claim = Claim::KilnAndItsLine);
   /// Same, with a computed name (a module's name()).
-  UserCall(std::string op, const std::source_location& where);
+  UserCall(std::string op, const std::source_location& where, Claim claim = Claim::KilnAndItsLine);
   ~UserCall();
   UserCall(const UserCall&) = delete;
   UserCall& operator=(const UserCall&) = delete;
