@@ -297,8 +297,59 @@ private:
     if (!opt_.fusion) return materialize(n, "unfused mode (KILN_FUSION=0)");
     const Node* owner = users_owner(n);
     if (owner == several()) return materialize(n, "not fusing: its users are in more than one kernel");
+    // Read through a broadcast, a fused node is computed again at every point it is broadcast
+    // to: worth it for a few ops, not for a subexpression (col2im's taps under a pooling's
+    // gradient were computed 4 times a point: 70 ms of the CNN step's backward).
+    if (const int64_t times = recomputed(n); times >= 2)
+      if (const int cost = inline_cost(n); cost >= kRecomputeCost)
+        return materialize(n, "not fusing: its kernel reads it broadcast, " + std::to_string(times) +
+                                  " times a point, and it costs " + std::to_string(cost) + " ops or more a point");
     if (!fuse(n, owner, "its users are all in that kernel")) return;
     owner_[n] = owner;
+  }
+
+  // Ops a point (inline_cost) from which a node read through a broadcast gets a buffer.
+  static constexpr int kRecomputeCost = 8;
+
+  // How many times a kernel that fuses n computes each of its points: the most any user
+  // broadcasts it (an Expand to more points), through the views on the way.
+  int64_t recomputed(const Node* n) const {
+    int64_t most = 1;
+    const auto users = users_.find(n);
+    if (users == users_.end()) return most; // read by no kernel (an output view)
+    for (const Node* u : users->second) {
+      if (u->op == OpKind::Expand && n->numel() > 0) most = std::max(most, u->numel() / n->numel() * recomputed(u));
+      else if (u->op == OpKind::Reshape || u->op == OpKind::Permute || u->op == OpKind::Slice) most = std::max(most, recomputed(u));
+    }
+    return most;
+  }
+
+  // The arithmetic ops (and guarded loads: pads) a point of n costs when fused with what it reads,
+  // up to what has a buffer of its own anyway (sources, reductions, matmuls, scans); at most
+  // kRecomputeCost (enough to decide).
+  int inline_cost(const Node* n) const {
+    std::unordered_set<const Node*> seen;
+    std::vector<const Node*> todo{n};
+    int cost = 0;
+    while (!todo.empty() && cost < kRecomputeCost) {
+      const Node* x = todo.back();
+      todo.pop_back();
+      if (!seen.insert(x).second || is_source(x) || computed_.count(x)) continue;
+      switch (graph::op_category(x->op)) {
+      case OpCategory::Unary: case OpCategory::Binary: case OpCategory::Ternary:
+        cost += x->op == OpKind::Detach ? 0 : 1;
+        break;
+      case OpCategory::Movement:
+        cost += x->op == OpKind::Pad || x->op == OpKind::Concat || x->op == OpKind::Gather ? 1 : 0;
+        break;
+      case OpCategory::Custom: break;
+      case OpCategory::Leaf: case OpCategory::Reduce: case OpCategory::Contraction: case OpCategory::Scan:
+      case OpCategory::Attention:
+        continue; // computed by a kernel of its own (or a constant)
+      }
+      for (const auto& in : graph::value_inputs(*x)) todo.push_back(in.get());
+    }
+    return cost;
   }
 
   void decide_reduce(const Node* r) {
