@@ -387,6 +387,28 @@ TEST(Gradients, Pooling) {
                    {rnd({1, 2, 5, 5}, 15), rnd({1, 2, 3, 3}, 16)});
 }
 
+TEST(Gradients, MaxPoolSendsATiedWindowsGradientToItsFirstMaximum) {
+  // As PyTorch's max_pool2d (its saved indices): all of a window's gradient goes to the first
+  // maximal element in row-major window order, none to the others tied with it.
+  for (bool tiles : {true, false}) { // 2x2 stride 2 (a tile view) and 3x3 stride 1 pad 1 (window taps)
+    SCOPED_TRACE(tiles ? "tiles" : "taps");
+    const Tensor x = from_vector(std::vector<double>{1, 3, 0, 5, 3, 2, 5, 5, 7, 7, 1, 1, 7, 7, 1, 1}, {1, 1, 4, 4}).requires_grad_();
+    const Tensor y = tiles ? F::max_pool2d(x, 2, 2) : F::max_pool2d(x, 3, 1, 1);
+    const Tensor gx = grad({y.sum()}, {x})[0];
+    const std::vector<double> want = tiles ? std::vector<double>{0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0}
+                                           // the 16 3x3 windows' first maxima, counted where they fall
+                                           : std::vector<double>{0, 1, 0, 3, 0, 0, 2, 0, 6, 3, 1, 0, 0, 0, 0, 0};
+    EXPECT_EQ(gx.to_vector<double>(), want);
+    // Second order: d/dx sum(x * d/dx sum(y^2)) = 4 x times the windows routed to x.
+    const Tensor g1 = grad({(y * y).sum()}, {x}, {}, false, /*create_graph=*/true)[0];
+    const Tensor gg = grad({(g1 * x).sum()}, {x})[0];
+    const std::vector<double> xs = x.to_vector<double>();
+    std::vector<double> want_gg(16);
+    for (size_t i = 0; i < 16; ++i) want_gg[i] = 4 * want[i] * xs[i];
+    EXPECT_EQ(gg.to_vector<double>(), want_gg);
+  }
+}
+
 TEST(Gradients, Normalizations) {
   expect_gradcheck(
       [](const std::vector<Tensor>& v) { return (F::layer_norm(v[0], {4}, v[1], v[2]) * v[3]).sum(); },

@@ -4,6 +4,7 @@
 
 #include "kiln/functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -128,6 +129,37 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
   return t.reshape({x.size(0), x.size(1), ho, k.h, wo, k.w});
 }
 
+// gy (the max's gradient, the window dims dropped) routed to the first maximal element of each
+// window of taps (the window dims `window`, row-major order): where PyTorch's max_pool2d sends it
+// through the indices its forward saves, rather than split among ties.
+Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& gy) {
+  IntList perm, kept_shape, window_shape, back(static_cast<size_t>(taps.dim())), one_shape = taps.shape();
+  int64_t points = 1;
+  for (int64_t d = 0; d < taps.dim(); ++d)
+    if (std::find(window.begin(), window.end(), d) == window.end()) perm.push_back(d), kept_shape.push_back(taps.size(d));
+  for (int64_t d : window) perm.push_back(d), window_shape.push_back(taps.size(d)), points *= taps.size(d), one_shape[d] = 1;
+  for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  IntList flat = kept_shape, grid = kept_shape;
+  flat.push_back(points);
+  grid.insert(grid.end(), window_shape.begin(), window_shape.end());
+  const Tensor first = argmax(taps.permute(perm).reshape(flat), -1, true); // [kept..., 1]
+  IntList pos_shape(kept_shape.size(), 1);
+  pos_shape.push_back(points);
+  const Tensor pos = arange(0, static_cast<double>(points), 1, kInt64, taps.device()).reshape(pos_shape);
+  const Tensor mask = eq(first, pos).reshape(grid).permute(back); // taps' shape
+  return where(mask, gy.reshape(one_shape), 0.0);
+}
+
+// The max of taps over its window dims `window` (dropped), with max_pool2d's gradient (route_to_argmax).
+Tensor window_max(const Tensor& taps, const IntList& window, Loc loc) {
+  const CustomFunction max{"max_pool2d",
+                           [window](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].max(window, false)}; },
+                           [window](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+                             return std::vector<Tensor>{route_to_argmax(in[0], window, g[0])};
+                           }};
+  return max({taps}, loc)[0];
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- activations
@@ -242,9 +274,9 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
   const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, dilation.h, ho),
                     overhang(x.size(3), kernel.w, stride.w, padding.w, dilation.w, wo));
   if (tiles(kernel, stride, padding, dilation) && extra.h == 0 && extra.w == 0)
-    return tile_view(x, kernel, ho, wo).max({3, 5}, false, loc);
+    return window_max(tile_view(x, kernel, ho, wo), {3, 5}, loc);
   const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity(), extra); // ceil's overhang too
-  return window_taps(xp, kernel, stride, dilation, ho, wo).max({2}, false, loc);
+  return window_max(window_taps(xp, kernel, stride, dilation, ho, wo), {2}, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,

@@ -52,7 +52,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
               const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// Max over windows of x [N, C, H, W]; padding counts as -infinity. As torch.nn.functional.max_pool2d,
-/// ceil_mode keeps a partial last window when it starts inside the input or the left padding.
+/// ceil_mode keeps a partial last window when it starts inside the input or the left padding. Its
+/// gradient goes, as PyTorch's, to each window's first maximal element (row-major in the window),
+/// none to the others tied with it (a window of -infinity only: possibly to its padding, so lost).
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
                   const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
 /// max_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
