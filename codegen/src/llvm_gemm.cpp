@@ -551,6 +551,8 @@ private:
       h_.set_loop_var(g_.m_var, smin(add(r0, c64(p)), b_.CreateSub(m_, c64(1))));
       for (const Stream& s : epilogue_streams_) {
         const int64_t line = 64 / static_cast<int64_t>(dtype_size(s.dtype));
+        // Each line-sized chunk of the tile's row by its first and last element: the row need
+        // not start on a line, so a chunk can straddle two lines.
         for (int64_t q = 0; q < g_.nr; q += line)
           for (int64_t qq : {q, std::min(q + line - 1, g_.nr - 1)}) {
             if (qq != q && qq % line == 0) continue;
