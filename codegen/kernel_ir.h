@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/kernel_ops.h"
@@ -292,9 +293,6 @@ ExprRef imul(ExprRef a, ExprRef b); ///< a * b
 ExprRef isub(ExprRef a, ExprRef b); ///< a - b
 ExprRef idiv(ExprRef a, ExprRef b); ///< a / b (non-negative)
 ExprRef imod(ExprRef a, ExprRef b); ///< a % b (non-negative)
-/// True when the i64 expression e has LoopVar(var) itself as one of its additive terms (the
-/// terms of its tree of Adds): e moves by 1 per step of var, if no other term mentions var.
-bool unit_term(const ExprRef& e, int var);
 /// where(cond, a, b) on i64 with the additive terms both arms share taken out of it: where(c, x + t,
 /// y + t) = where(c, x, y) + t. im2col's taps select among offsets that all add the innermost loop
 /// var; outside the select, the select is invariant along the row and the load is contiguous.
@@ -306,6 +304,14 @@ int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params);
 
 /// True when `e` mentions the variable (kind, index) (each shared subtree looked at once).
 bool mentions(const ExprRef& e, ExprKind kind, int index);
+
+/// The constant coefficient of the variable (kind, index) in the affine i64 expression e (0 where e
+/// does not mention it); nullopt when it is not a known constant (a parameter stride, a division, ...).
+std::optional<int64_t> coefficient(const ExprRef& e, ExprKind kind, int index);
+
+/// Appends the distinct loads reachable from e to `out`, in first-visit order (each shared subtree
+/// once across calls with the same `seen`).
+void collect_loads(const ExprRef& e, std::vector<const Expr*>& out, std::unordered_set<const Expr*>& seen);
 
 /// True for a Const expression equal to v.
 bool is_const(const ExprRef& e, int64_t v);

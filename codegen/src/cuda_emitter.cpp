@@ -100,57 +100,6 @@ bool is_fma_reduction(const Reduction& r) {
          r.value->op == ScalarOp::Mul;
 }
 
-/// The constant coefficient of the variable (kind, index) in affine i64 expressions;
-/// nullopt when it is not a known constant (a parameter stride, a division, ...). Each
-/// shared subtree is looked at once, so a DAG costs its size, not its tree size.
-class Coefficient {
-public:
-  Coefficient(ExprKind kind, int index) : kind_(kind), index_(index) {}
-  /// The coefficient in e.
-  std::optional<int64_t> of(const ExprRef& e) {
-    if (auto it = coef_.find(e.get()); it != coef_.end()) return it->second;
-    return coef_[e.get()] = compute(e);
-  }
-
-private:
-  ExprKind kind_;
-  int index_;
-  std::unordered_map<const Expr*, bool> mentions_;
-  std::unordered_map<const Expr*, std::optional<int64_t>> coef_;
-
-  bool mentions(const ExprRef& e) {
-    if (e->kind == kind_ && e->index == index_) return true;
-    if (auto it = mentions_.find(e.get()); it != mentions_.end()) return it->second;
-    bool m = false;
-    for (const ExprRef& a : e->args) m = m || mentions(a);
-    return mentions_[e.get()] = m;
-  }
-
-  std::optional<int64_t> compute(const ExprRef& e) {
-    if (!mentions(e)) return 0;
-    if (e->kind == kind_) return 1;
-    if (e->kind != ExprKind::Op || e->args.size() != 2) return std::nullopt;
-    const auto a = of(e->args[0]), b = of(e->args[1]);
-    if (!a || !b) return std::nullopt;
-    if (e->op == ScalarOp::Add) return *a + *b;
-    if (e->op == ScalarOp::Sub) return *a - *b;
-    if (e->op != ScalarOp::Mul) return std::nullopt;
-    for (int s = 0; s < 2; ++s)
-      if (e->args[s]->kind == ExprKind::Const && (s ? *a : *b) == 0) return e->args[s]->i * (s ? *b : *a);
-    return std::nullopt;
-  }
-};
-
-/// The coefficient of (kind, index) in e (see Coefficient).
-std::optional<int64_t> coefficient(const ExprRef& e, ExprKind kind, int index) { return Coefficient(kind, index).of(e); }
-
-/// The distinct loads reachable from e, in first-visit order (each shared subtree once).
-void collect_loads(const ExprRef& e, std::vector<const Expr*>& out, std::unordered_set<const Expr*>& seen) {
-  if (!seen.insert(e.get()).second) return;
-  if (e->kind == ExprKind::Load) out.push_back(e.get());
-  for (const ExprRef& a : e->args) collect_loads(a, out, seen);
-}
-
 /// Lanes of the vector form of an elementwise kernel.
 constexpr int kVectorWidth = 4;
 

@@ -2,7 +2,6 @@
 #include "codegen/form.h"
 
 #include <algorithm>
-#include <functional>
 #include <mutex>
 
 #include "kiln/error.h"
@@ -71,23 +70,20 @@ bool cuda_row_form(const Kernel& k) {
   return !k.map.empty() || std::any_of(k.reductions.begin(), k.reductions.end(), sums_in_lanes);
 }
 
-/// True when every load of `value` that moves with the innermost domain var `var` has it as a
-/// term of its offset (unit stride), and at least one does.
+/// True when every load of `value` that moves with the domain var `var` moves by one element a
+/// step of it, and at least one does.
 bool contiguous_along(const ExprRef& value, int var) {
-  bool any = false, all = true;
-  std::vector<const Expr*> seen;
-  std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
-    if (std::find(seen.begin(), seen.end(), e.get()) != seen.end()) return;
-    seen.push_back(e.get());
-    if (e->kind == ExprKind::Load && mentions(e->args[0], ExprKind::LoopVar, var)) {
-      const bool unit = unit_term(e->args[0], var);
-      any = any || unit;
-      all = all && unit;
-    }
-    for (const ExprRef& a : e->args) visit(a);
-  };
-  visit(value);
-  return any && all;
+  std::vector<const Expr*> loads;
+  std::unordered_set<const Expr*> seen;
+  collect_loads(value, loads, seen);
+  bool any = false;
+  for (const Expr* l : loads) {
+    const std::optional<int64_t> step = coefficient(l->args[0], ExprKind::LoopVar, var);
+    if (step == 0) continue;
+    if (step != 1) return false;
+    any = true;
+  }
+  return any;
 }
 
 /// The CPU's Columns form (kernel_ir.h): one lane-order float sum (not a matmul's) read

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <unordered_set>
 
 #include <llvm/IR/Intrinsics.h>
 
@@ -525,17 +526,15 @@ private:
   std::vector<Stream> find_epilogue_streams() const {
     std::vector<Stream> streams;
     if (g_.m_var < 0) return streams;
-    std::vector<const Expr*> seen;
-    std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
-      if (std::find(seen.begin(), seen.end(), e.get()) != seen.end()) return;
-      seen.push_back(e.get());
-      if (e->kind == ExprKind::Load && mentions(e->args[0], ExprKind::LoopVar, g_.m_var))
-        streams.push_back({e->index, e->args[0], e->dtype, false});
-      for (const ExprRef& a : e->args) visit(a);
-    };
+    std::vector<const Expr*> loads;
+    std::unordered_set<const Expr*> seen;
     for (const Store& s : k_.stores) {
       streams.push_back({s.buffer, s.offset, k_.buffers.at(static_cast<size_t>(s.buffer)).dtype, true});
-      visit(s.value);
+      const size_t known = loads.size();
+      collect_loads(s.value, loads, seen);
+      for (size_t i = known; i < loads.size(); ++i)
+        if (mentions(loads[i]->args[0], ExprKind::LoopVar, g_.m_var))
+          streams.push_back({loads[i]->index, loads[i]->args[0], loads[i]->dtype, false});
     }
     return streams;
   }
