@@ -20,7 +20,6 @@
 
 namespace kiln::codegen::fusion {
 
-
 using graph::Node;
 using graph::OpCategory;
 using graph::OpKind;

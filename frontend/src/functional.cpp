@@ -135,9 +135,17 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
 Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& gy) {
   IntList perm, kept_shape, window_shape, back(static_cast<size_t>(taps.dim())), one_shape = taps.shape();
   int64_t points = 1;
-  for (int64_t d = 0; d < taps.dim(); ++d)
-    if (std::find(window.begin(), window.end(), d) == window.end()) perm.push_back(d), kept_shape.push_back(taps.size(d));
-  for (int64_t d : window) perm.push_back(d), window_shape.push_back(taps.size(d)), points *= taps.size(d), one_shape[d] = 1;
+  for (int64_t d = 0; d < taps.dim(); ++d) { // the kept dims first, then the window's
+    if (std::find(window.begin(), window.end(), d) != window.end()) continue;
+    perm.push_back(d);
+    kept_shape.push_back(taps.size(d));
+  }
+  for (int64_t d : window) {
+    perm.push_back(d);
+    window_shape.push_back(taps.size(d));
+    points *= taps.size(d);
+    one_shape[d] = 1;
+  }
   for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
   IntList flat = kept_shape, grid = kept_shape;
   flat.push_back(points);
@@ -152,12 +160,12 @@ Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& 
 
 // The max of taps over its window dims `window` (dropped), with max_pool2d's gradient (route_to_argmax).
 Tensor window_max(const Tensor& taps, const IntList& window, Loc loc) {
-  const CustomFunction max{"max_pool2d",
-                           [window](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].max(window, false)}; },
-                           [window](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
-                             return std::vector<Tensor>{route_to_argmax(in[0], window, g[0])};
-                           }};
-  return max({taps}, loc)[0];
+  const CustomFunction pool{"max_pool2d",
+                            [window](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].max(window, false)}; },
+                            [window](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+                              return std::vector<Tensor>{route_to_argmax(in[0], window, g[0])};
+                            }};
+  return pool({taps}, loc)[0];
 }
 
 } // namespace
