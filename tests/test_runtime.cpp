@@ -217,6 +217,51 @@ TEST(Compile, CapturesParameterUpdates) {
   EXPECT_FLOAT_EQ(out[0].item<float>(), 0.0f);
 }
 
+// A compiled function that only reads state (a parameter, a buffer, a gradient) reads it as it
+// is at each call: eager assigns, another compiled function's updates and backward() between
+// calls all show, without tracing again.
+TEST(Compile, ReadsTheStateItDoesNotChangeAsItIsAtEachCall) {
+  nn::Linear lin(2, 1);
+  auto predict = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{lin(a[0])}; });
+  const Tensor x = from_vector<float>({1, 2}, {1, 2});
+  EXPECT_FLOAT_EQ(predict({x})[0].item<float>(), lin(x).item<float>());
+  {
+    NoGradGuard no_grad;
+    lin.weight.assign(from_vector<float>({10, 20}, {1, 2})); // lazy until read
+    lin.bias.assign(from_vector<float>({0.5f}));
+  }
+  EXPECT_FLOAT_EQ(predict({x})[0].item<float>(), 50.5f);
+  auto step = compile([&](const std::vector<Tensor>& a) { // updates lin in each replay
+    NoGradGuard no_grad;
+    lin.weight.assign(lin.weight - a[0]);
+    return std::vector<Tensor>{};
+  });
+  step({from_vector<float>({1, 1}, {1, 2})});
+  step({from_vector<float>({1, 1}, {1, 2})});
+  EXPECT_FLOAT_EQ(predict({x})[0].item<float>(), 8 + 2 * 18 + 0.5f);
+  EXPECT_EQ(predict.num_traces(), 1u);
+
+  auto grad_sum = compile([&](const std::vector<Tensor>&) { return std::vector<Tensor>{lin.weight.grad().sum()}; });
+  lin(x).sum().backward();
+  EXPECT_FLOAT_EQ(grad_sum({})[0].item<float>(), 3.0f);
+  lin(x * 2).sum().backward(); // accumulates into a new gradient tensor
+  EXPECT_FLOAT_EQ(grad_sum({})[0].item<float>(), 9.0f);
+  EXPECT_EQ(grad_sum.num_traces(), 1u);
+}
+
+// State whose dtype changed since the trace (Module::to) makes the function trace again, with
+// the eager result, instead of binding f64 values where the trace read f32 ones.
+TEST(Compile, TracesAgainWhenTheStateItReadsChangesDtype) {
+  nn::Linear lin(3, 2);
+  auto f = compile([&](const std::vector<Tensor>&) { return std::vector<Tensor>{(lin.weight * 2).sum()}; });
+  EXPECT_EQ(f({})[0].dtype(), kFloat32);
+  lin.to(kFloat64);
+  const Tensor out = f({})[0]; // the same (empty) argument signature
+  EXPECT_EQ(out.dtype(), kFloat64);
+  EXPECT_DOUBLE_EQ(out.item<double>(), (lin.weight * 2).sum().item<double>());
+  EXPECT_EQ(f.num_traces(), 2u);
+}
+
 TEST(Compile, ReadingValuesWhileTracingIsAnError) {
   auto f = compile([](const std::vector<Tensor>& a) {
     (void)a[0].sum().item<float>();

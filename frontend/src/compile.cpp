@@ -47,18 +47,41 @@ bool traced_value(const graph::NodeRef& n) {
 }
 } // namespace
 
-void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
-  CaptureState* cap = active_capture();
-  if (!cap) return;
-  for (const auto& s : cap->slots)
-    if (s.impl == impl) return;
+namespace {
+// Makes `impl` a slot of the trace in progress (see CaptureState::Slot), or makes its slot track
+// the gradient too: its value (and gradient) become realized inputs that replays bind anew.
+void note_slot(CaptureState& cap, const std::shared_ptr<TensorImpl>& impl, bool with_grad) {
+  impl->noted_in_trace = cap.id;
+  for (auto& s : cap.slots) {
+    if (s.impl != impl) continue;
+    if (with_grad && !s.tracks_grad) { // a value read before, now its gradient too
+      set_active_capture(nullptr);
+      if (impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
+      set_active_capture(&cap);
+      s.tracks_grad = true;
+      s.start_grad = impl->grad.defined() ? impl->grad.node() : nullptr;
+    }
+    return;
+  }
   if (traced_value(impl->node)) return;
   set_active_capture(nullptr); // realizing a tensor's state is not part of the trace
   impl->node = realized_input(impl->node);
-  if (impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
+  if (with_grad && impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
   if (impl->requires_grad) register_leaf(impl);
-  set_active_capture(cap);
-  cap->slots.push_back({impl, impl->node, impl->grad.defined() ? impl->grad.node() : nullptr});
+  set_active_capture(&cap);
+  cap.slots.push_back({impl, impl->node, with_grad && impl->grad.defined() ? impl->grad.node() : nullptr, with_grad});
+}
+} // namespace
+
+void note_state_change(const std::shared_ptr<TensorImpl>& impl) {
+  if (CaptureState* cap = active_capture()) note_slot(*cap, impl, true);
+}
+
+void note_state_read(const std::shared_ptr<TensorImpl>& impl, bool with_grad) {
+  CaptureState* cap = active_capture();
+  if (!cap || impl->serial >= cap->first_serial) return; // no trace, or a tensor of the trace itself
+  if (impl->noted_in_trace == cap->id && !with_grad) return;
+  note_slot(*cap, impl, with_grad);
 }
 
 namespace {
@@ -379,12 +402,15 @@ void make_plans(Trace& tr) {
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   runtime::observe::Span span("trace", "trace step");
   Trace tr;
+  detail::CaptureState state;
+  static std::atomic<uint64_t> traces{0};
+  state.id = ++traces;
+  state.first_serial = next_tensor_serial(); // tensors made from here on are the trace's own
   std::vector<Tensor> inputs;
   for (const Tensor& a : args) {
     tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr, a.device()));
     inputs.emplace_back(tr.placeholders.back(), a.requires_grad());
   }
-  detail::CaptureState state;
   std::vector<Tensor> results;
   {
     TraceGuard guard(&state);
@@ -401,6 +427,10 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
     if (s.impl->node != s.start_node) {
       outputs.push_back(s.impl->node);
       tr.destinations.push_back({Destination::Value, i});
+    }
+    if (!s.tracks_grad) { // read only: its value is bound per replay
+      s.impl->node = s.start_node;
+      continue;
     }
     const graph::NodeRef grad = s.impl->grad.defined() ? s.impl->grad.node() : nullptr;
     if (grad && grad != s.start_grad) {
@@ -427,9 +457,19 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   return tr;
 }
 
+// Same dtype, shape and device: a replay can bind `now`'s storage where the trace had `then`.
+bool same_type(const graph::Node& now, const graph::Node& then) {
+  return now.dtype == then.dtype && now.shape == then.shape && now.device == then.device;
+}
+
 bool state_matches(const Trace& tr) {
-  for (size_t i = 0; i < tr.slots.size(); ++i)
-    if (tr.slots[i].impl->grad.defined() != tr.grad_defined[i]) return false;
+  for (size_t i = 0; i < tr.slots.size(); ++i) {
+    const Slot& s = tr.slots[i];
+    if (!same_type(*s.impl->node, *s.start_node)) return false; // changed since (Module::to a dtype or device)
+    if (!s.tracks_grad) continue;
+    if (s.impl->grad.defined() != tr.grad_defined[i]) return false;
+    if (s.start_grad && !same_type(*s.impl->grad.node(), *s.start_grad)) return false;
+  }
   return std::all_of(tr.guards.begin(), tr.guards.end(), [](const auto& still_valid) { return still_valid(); });
 }
 
@@ -442,10 +482,15 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   }
   kiln::realize(pending);
   for (size_t i = 0; i < args.size(); ++i) b[tr.placeholders[i].get()] = args[i].node()->realized();
-  for (const Slot& s : tr.slots) {
-    b[s.start_node.get()] = s.impl->node->realized();
-    if (s.start_grad) b[s.start_grad.get()] = s.impl->grad.node()->realized();
-  }
+  // Slots that only read a value first: a gradient read through its own tensor handle
+  // (g = p.grad() before p's slot took the gradient) shares its node with p's slot's
+  // start_grad, and p's binding, which follows p's current gradient, must win.
+  for (const bool tracking : {false, true})
+    for (const Slot& s : tr.slots) {
+      if (s.tracks_grad != tracking) continue;
+      b[s.start_node.get()] = s.impl->node->realized();
+      if (s.start_grad) b[s.start_grad.get()] = s.impl->grad.node()->realized();
+    }
   for (const auto& h : tr.host_values) { // this step's host values, in trace order
     std::vector<double> v(h.placeholders.size());
     h.fill(v.data());

@@ -235,6 +235,7 @@ Tensor::Tensor(std::shared_ptr<const graph::Node> node, bool requires_grad) : im
 
 const std::shared_ptr<const graph::Node>& Tensor::node() const {
   if (!impl_) throw Error("tensor", "use of an undefined tensor");
+  if (detail::active_capture()) detail::note_state_read(impl_, false); // state a compiled function reads
   return impl_->node;
 }
 
@@ -476,7 +477,11 @@ Tensor Tensor::to(Device device, Loc loc) const {
 }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
-Tensor Tensor::grad() const { return impl_ ? impl_->grad : Tensor(); }
+Tensor Tensor::grad() const {
+  if (!impl_) return Tensor();
+  if (detail::active_capture()) detail::note_state_read(impl_, true); // a gradient a compiled function reads
+  return impl_->grad;
+}
 void Tensor::zero_grad() {
   detail::note_state_change(impl_);
   impl_->grad = Tensor();

@@ -1,6 +1,8 @@
 #pragma once
 // Internal: the shared state behind a Tensor handle, and helpers for op implementations.
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <mutex>
@@ -14,8 +16,16 @@
 
 namespace kiln {
 
+/// The next TensorImpl::serial (tensors made later have larger ones).
+inline uint64_t next_tensor_serial() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 /// The state shared by all copies of a Tensor handle.
 struct TensorImpl {
+  const uint64_t serial = next_tensor_serial(); ///< creation order: a trace tells state made before it
+  uint64_t noted_in_trace = 0;                  ///< the CaptureState::id that last made it a slot (0: none)
   graph::NodeRef node;         ///< the value, as a graph node (see load_node)
   bool requires_grad = false;  ///< gradients flow to or through it
   bool is_leaf = true;         ///< not the result of an op on grad-requiring tensors
@@ -115,13 +125,17 @@ namespace kiln::detail {
 
 /// State a compiled function's trace records about tensors that outlive it.
 struct CaptureState {
-  /// One tensor whose value or gradient the traced function changes.
+  /// One tensor that outlives the traced function and that it reads or changes: every replay
+  /// reads its value (and gradient) as it is then, not as it was when traced.
   struct Slot {
     std::shared_ptr<TensorImpl> impl; ///< the tensor
     graph::NodeRef start_node;        ///< its (realized input) node when first touched
     graph::NodeRef start_grad;        ///< its gradient's node then, or null
+    bool tracks_grad = true;          ///< false: only its value is read (start_grad is null, whatever the gradient)
   };
   std::vector<Slot> slots; ///< in order of first touch
+  uint64_t id = 0;           ///< unique per trace (TensorImpl::noted_in_trace)
+  uint64_t first_serial = 0; ///< tensors with a smaller TensorImpl::serial existed before the trace
   /// Host-computed scalars (host_values): placeholders bound to fresh values before each replay.
   struct HostValues {
     std::vector<graph::NodeRef> placeholders; ///< 0-d inputs without data
@@ -151,6 +165,11 @@ void set_active_capture(CaptureState* s);
 /// Called before a tensor's value or gradient changes: during a trace, records its
 /// state at first touch (realizing it first).
 void note_state_change(const std::shared_ptr<TensorImpl>& impl);
+/// Called when a tensor's value (with_grad: also its gradient) is read: during a trace, a
+/// tensor made before the trace becomes a slot, so that replays read its value then (a
+/// parameter assigned between calls, a module moved to another dtype) rather than the
+/// value captured when traced.
+void note_state_read(const std::shared_ptr<TensorImpl>& impl, bool with_grad);
 /// n 0-d tensors of `dtype` (f32 or f64) whose values the host computes with fill():
 /// called now outside a trace; inside a compile() trace, called before every replay
 /// instead, so that per-step host values (a scheduled learning rate, Adam's bias

@@ -20,6 +20,10 @@ namespace kiln {
 /// What the function does to tensors that outlive it is captured too: parameters
 /// updated with Tensor::assign() and gradients accumulated by backward() or cleared
 /// by zero_grad() are updated after each replay, exactly as an eager call would.
+/// Tensors that outlive it and that it only reads (a model's parameters and buffers in
+/// an evaluation function, gradients) are read as they are at each call, so changes
+/// made between calls (eager assigns, another compiled step) show; a change of their
+/// dtype, shape or device (Module::to) makes the next call trace again.
 /// Reading a value inside the function (item(), to_vector()) is an error while
 /// tracing. Random numbers of rand()/randn() called with a fixed seed use that seed
 /// on every replay (as they would eagerly); nn::Dropout draws a fresh seed per call,
