@@ -77,7 +77,8 @@ NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 /// The JVP of cumprod(x, dim, reverse) for the tangent t: the same products as cumprod_vjp's,
 /// summed over k <= i (reverse: k >= i).
 NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& t);
-/// Batched matrix product of same-rank operands whose batch dims agree.
+/// Batched matrix product of same-rank operands whose batch dims agree (over one term, K = 1:
+/// the broadcast elementwise product, an outer product).
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
 /// softmax(q k^T * scale, masked) v over the last two dims, as one Attention node (ops.def):
 /// q [..., L, E], k [..., S, E], v [..., S, Ev] with equal batch dims; `mask` null, or of their

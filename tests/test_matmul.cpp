@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/node.h"
 #include "kiln/kiln.h"
 #include "kiln/options.h"
 
@@ -160,3 +161,26 @@ TEST(Matmul, ThreadsBitwiseF32) { check_threads_reproducible<float>(); }
 TEST(Matmul, ThreadsBitwiseF64) { check_threads_reproducible<double>(); }
 TEST(Matmul, FusionBitwiseF32) { check_fusion_reproducible<float>(); }
 TEST(Matmul, FusionBitwiseF64) { check_fusion_reproducible<double>(); }
+
+// A product over one term (K = 1) is the outer product: each element exactly a[i] * b[j] (no
+// sum, no GEMM), and as an elementwise product it fuses with what follows, so a batch-1
+// weight gradient and its SGD update (w - lr * x^T g) are one kernel.
+TEST(Matmul, AProductOverOneTermIsTheOuterProductAndFusesWithItsUpdate) {
+  const std::vector<float> xs = host_data<float>(5, 11), gs = host_data<float>(7, 12);
+  const Tensor x = from_vector(xs, {1, 5}), g = from_vector(gs, {1, 7});
+  const Tensor product = x.t().matmul(g);
+  EXPECT_EQ(product.node()->op, graph::OpKind::Mul); // the graph has no matmul to plan as a GEMM
+  const std::vector<float> outer = product.to_vector<float>();
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 7; ++j) EXPECT_EQ(outer[i * 7 + j], xs[i] * gs[j]) << i << "," << j;
+  Tensor w = from_vector(host_data<float>(35, 13), {5, 7});
+  const std::vector<float> w0 = w.to_vector<float>();
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    w.assign(w - 0.5 * a[0].t().matmul(a[1]));
+    return std::vector<Tensor>{};
+  });
+  step({x, g});
+  EXPECT_EQ(step.num_kernels(), 1u);
+  const std::vector<float> w1 = w.to_vector<float>();
+  for (int i = 0; i < 35; ++i) EXPECT_EQ(w1[i], w0[i] - 0.5f * outer[i]) << i;
+}

@@ -298,6 +298,10 @@ NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 NodeRef matmul(const NodeRef& a, const NodeRef& b) {
   Shape shape = a->shape;
   shape.back() = b->shape.back();
+  // A product over one term is the operands' broadcast product (an outer product). As that it
+  // fuses with its neighbours (a batch-1 weight gradient with its optimizer update), where the
+  // GEMM form would pack both operands to multiply each pair once.
+  if (a->shape.back() == 1) return mul(broadcast_to(a, shape), broadcast_to(b, shape));
   return make_node(OpKind::Matmul, a->dtype, std::move(shape), {a, b});
 }
 
