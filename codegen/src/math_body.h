@@ -37,7 +37,9 @@
 ///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|), |x| clamped where tanh rounds to 1.
 ///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
 ///   erf:   in f64 for f32 too (rounded once), on |x| clamped to 6 (beyond, erf rounds to
-///          +-1): |x| < 0.75: x + x P(x^2), P the Taylor series of erf(x)/x - 1;
+///          +-1). f32: |x| < 2: x + x P(x^2), P the Taylor series of erf(x)/x - 1 to 24
+///          terms (2^-35 relative, enough for f32); above, the tail below. f64:
+///          |x| < 0.75: x + x P(x^2), P the Taylor series of erf(x)/x - 1;
 ///          0.75 <= |x| < 2: erf(a) + s Q_a(s), s = |x| - a, Taylor series about the
 ///          centre a of one of five intervals of width 1/4, erf(a) as hi + lo;
 ///          2 <= |x|: 1 - e^(-x^2) g(x), g(x) = e^(x^2) erfc(x) a Chebyshev fit on [2, 6]
@@ -396,10 +398,38 @@ inline const std::vector<double> kErfcScaled = {
     7.984355503810327e-08, -2.8586397069465238e-08, 1.0824531561065031e-08, -3.764154007466546e-09,
     8.205403979036021e-10, -2.8716509123715205e-10, 2.7974119179024155e-10, -9.220011805148006e-11};
 
-/// The error function, branch-free: all three pieces are computed and one is selected.
+/// f32's erf below 2, computed in f64: the Taylor series of erf(x)/x - 1 in x^2 (kErfSmall's, more
+/// terms): the first one left out is below 2^-35 of erf(x) at |x| = 2, so rounded to f32 the
+/// result is within 0.5 + 2^-11 ulp. The coefficients (-1)^n 2 / (sqrt(pi) n! (2n + 1)), less 1
+/// for n = 0, in long double.
+inline const std::vector<double> kErfTaylorF32 = [] {
+  const long double two_over_sqrt_pi = 2 / std::sqrt(3.141592653589793238462643383279502884L);
+  std::vector<double> out;
+  long double factorial = 1;
+  for (int n = 0; n < 24; ++n) {
+    if (n > 0) factorial *= n;
+    const long double c = (n % 2 ? -1 : 1) * two_over_sqrt_pi / (factorial * (2 * n + 1));
+    out.push_back(static_cast<double>(n == 0 ? c - 1 : c));
+  }
+  return out;
+}();
+
+/// erf for 2 <= ax <= 6 (z = ax^2): 1 - e^(-z) g(ax), g = e^(x^2) erfc(x) by its Chebyshev fit.
+template <MathOps M> typename M::V erf_tail(M& m, typename M::V ax, typename M::V z) {
+  auto t = m.mul(m.sub(ax, m.c(4)), m.c(0.5));
+  return m.sub(m.c(1), m.mul(m.call(MathFn::Exp, m.neg(z)), horner(m, t, kErfcScaled)));
+}
+
+/// The error function, branch-free: all pieces are computed and one is selected.
 template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
-  if (!m.f64) // f32: the f64 function, rounded once (correctly rounded but for rare double roundings)
-    return m.from_f64(m.wide().call(MathFn::Erf, m.to_f64(x)));
+  if (!m.f64) { // f32: in f64, one series below 2 and the tail above, rounded once
+    M w = m.wide();
+    auto xd = m.to_f64(x);
+    auto ax = w.fmin(w.fabs(xd), w.c(6)); // NaN becomes 6 here; restored at the end
+    auto z = w.mul(ax, ax);
+    auto y = w.sel(w.lt(ax, w.c(2)), w.fma(ax, horner(w, z, kErfTaylorF32), ax), erf_tail(w, ax, z));
+    return m.from_f64(w.sel(w.is_nan(xd), xd, w.copysign(y, xd)));
+  }
   auto ax = m.fmin(m.fabs(x), m.c(6)); // NaN becomes 6 here; restored at the end
   auto z = m.mul(ax, ax);
   auto small = m.fma(ax, horner(m, z, kErfSmall), ax);
@@ -415,9 +445,7 @@ template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
   for (int n = 13; n >= 0; --n) q = m.fma(q, s, pick([n](const ErfInterval& e) { return e.coef[n]; }));
   auto mid = m.add(pick([](const ErfInterval& e) { return e.hi; }),
                    m.fma(s, q, pick([](const ErfInterval& e) { return e.lo; })));
-  auto t = m.mul(m.sub(ax, m.c(4)), m.c(0.5));
-  auto large = m.sub(m.c(1), m.mul(m.call(MathFn::Exp, m.neg(z)), horner(m, t, kErfcScaled)));
-  auto y = m.sel(m.lt(ax, m.c(0.75)), small, m.sel(m.lt(ax, m.c(2)), mid, large));
+  auto y = m.sel(m.lt(ax, m.c(0.75)), small, m.sel(m.lt(ax, m.c(2)), mid, erf_tail(m, ax, z)));
   return m.sel(m.is_nan(x), x, m.copysign(y, x));
 }
 
