@@ -36,7 +36,7 @@ NodeRef check_index(const NodeRef& x, int64_t bound, int64_t site);
 NodeRef reduce(OpKind op, const NodeRef& x, std::vector<int64_t> dims);
 /// Same elements, new shape (identity when equal).
 NodeRef reshape(const NodeRef& x, Shape shape);
-/// Reorders dims (identity for the identity permutation).
+/// Reorders dims (identity for the identity permutation; a permute of a permute is one permute).
 NodeRef permute(const NodeRef& x, std::vector<int64_t> perm);
 /// Broadcasts to `shape` by NumPy rules (adds leading dims, expands size-1 dims).
 NodeRef broadcast_to(const NodeRef& x, const Shape& shape);
@@ -91,6 +91,8 @@ NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const No
 NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
 /// Swaps the last two dims.
 NodeRef transpose_last(const NodeRef& x);
+/// Whether x is a permute that swaps its last two dims (transpose_last's).
+bool is_transpose_last(const Node& x);
 
 // Shorthands for arithmetic on same-shape operands.
 NodeRef add(const NodeRef& a, const NodeRef& b); ///< a + b

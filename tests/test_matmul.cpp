@@ -184,3 +184,18 @@ TEST(Matmul, AProductOverOneTermIsTheOuterProductAndFusesWithItsUpdate) {
   const std::vector<float> w1 = w.to_vector<float>();
   for (int i = 0; i < 35; ++i) EXPECT_EQ(w1[i], w0[i] - 0.5f * outer[i]) << i;
 }
+
+// The gradient of a transposed operand (Linear's x W^T) is computed in the layout of the tensor
+// underneath: one product, g^T x, no transposed view of x^T g for the optimizer to read with
+// strides; each element is the same fma chain over the batch, so the bits are those of (x^T g)^T.
+TEST(Matmul, ATransposedOperandsGradientIsOneProductInItsOwnLayout) {
+  const Tensor x = from_vector(host_data<float>(300 * 70, 21), {300, 70});
+  const Tensor w = from_vector(host_data<float>(40 * 70, 22), {40, 70}).requires_grad_();
+  const Tensor g = from_vector(host_data<float>(300 * 40, 23), {300, 40});
+  const Tensor gw = grad({x.matmul(w.t())}, {w}, {g})[0];
+  const graph::Node* n = gw.node().get();
+  if (n->op == graph::OpKind::Detach) n = n->inputs[0].get(); // grad() without create_graph
+  EXPECT_EQ(n->op, graph::OpKind::Matmul);
+  const std::vector<float> by_hand = x.t().matmul(g).t().to_vector<float>();
+  EXPECT_EQ(gw.to_vector<float>(), by_hand);
+}

@@ -87,6 +87,10 @@ NodeRef reshape(const NodeRef& x, Shape shape) {
 }
 
 NodeRef permute(const NodeRef& x, std::vector<int64_t> perm) {
+  if (x->op == OpKind::Permute) { // a permute of a permute is one permute (or none)
+    for (int64_t& p : perm) p = x->attrs.ints[static_cast<size_t>(p)];
+    return permute(x->inputs[0], std::move(perm));
+  }
   std::vector<int64_t> iota(perm.size());
   std::iota(iota.begin(), iota.end(), 0);
   if (perm == iota) return x;
@@ -337,6 +341,15 @@ NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mas
   NodeRef z = reduce(OpKind::Sum, e, {static_cast<int64_t>(r - 1)});
   z = where(binary(OpKind::Eq, z, constant_like(z, 0)), constant_like(z, 1), z);
   return div(e, broadcast_to(z, s->shape));
+}
+
+bool is_transpose_last(const Node& x) {
+  if (x.op != OpKind::Permute) return false;
+  const std::vector<int64_t>& p = x.attrs.ints;
+  const size_t r = p.size();
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (p[d] != static_cast<int64_t>(d)) return false;
+  return r >= 2 && p[r - 2] == static_cast<int64_t>(r - 1) && p[r - 1] == static_cast<int64_t>(r - 2);
 }
 
 NodeRef transpose_last(const NodeRef& x) {
