@@ -13,6 +13,7 @@
 #include <memory>
 #include <limits>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/llvm_jit.h"
@@ -36,6 +37,20 @@ struct FusionSetting {
   explicit FusionSetting(bool on) { options().fusion = on; }
   ~FusionSetting() { options().fusion = saved; }
 };
+
+// Whether the graph of x holds an op (the gradients come out of views and sums of broadcasts).
+bool holds(const graph::NodeRef& x, graph::OpKind op) {
+  std::vector<const graph::Node*> todo{x.get()};
+  std::unordered_set<const graph::Node*> seen;
+  while (!todo.empty()) {
+    const graph::Node* n = todo.back();
+    todo.pop_back();
+    if (n->op == op) return true;
+    if (!seen.insert(n).second) continue;
+    for (const graph::NodeRef& in : n->inputs) todo.push_back(in.get());
+  }
+  return false;
+}
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
@@ -98,8 +113,8 @@ const std::vector<Case>& cases() {
 }
 
 // The Attention node of q, k, v (equal batch dims) and a mask of their rank, as a tensor that
-// requires grad where they do: what scaled_dot_product_attention builds when no gradient flows
-// (with gradients it keeps the composite, whose backward is as fast), for differentiating the node.
+// requires grad where they do: what scaled_dot_product_attention builds on the CPU with fusion on,
+// whatever the fusion setting, for differentiating the node.
 Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
   std::vector<Tensor> in{q, k, v};
   if (mask.defined()) in.push_back(mask);
@@ -148,9 +163,11 @@ TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
     EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
     // dropout keeps the composite (the kernel draws no random numbers)
     EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
-    // so do operands that require grad (the node's backward is the composite's: see the README)
+    // operands that require grad too: the node's backward is fused (AttentionGrad nodes)
     Tensor q = o.q.detach().requires_grad_();
-    EXPECT_NE(F::scaled_dot_product_attention(q, o.k, o.v).node()->op, graph::OpKind::Attention);
+    const Tensor y = F::scaled_dot_product_attention(q, o.k, o.v);
+    EXPECT_EQ(y.node()->op, graph::OpKind::Attention);
+    EXPECT_TRUE(holds(grad({y.sum()}, {q})[0].node(), graph::OpKind::AttentionGrad));
     NoGradGuard no_grad; // under which a result of grad-requiring operands is detached
     const Tensor out = F::scaled_dot_product_attention(q, o.k, o.v);
     const graph::Node* n = out.node().get();
@@ -323,4 +340,220 @@ TEST(Attention, BadMasksAreTheUsersErrors) {
     EXPECT_NE(msg.find("test_attention.cpp:" + std::to_string(line)), std::string::npos) << msg;
   }
   EXPECT_THROW(F::scaled_dot_product_attention(q, k, v, ones({4, 5}, kInt64)), Error);
+}
+
+// ---------------------------------------------------------------- the fused backward (AttentionGrad)
+
+namespace {
+
+// The cases of the backward: those of the forward, and E != Ev with a float mask of the scores'
+// shape (its gradient too), a causal one with a key-padding mask and batch dims broadcast.
+std::vector<Case> backward_cases() {
+  std::vector<Case> c = cases();
+  c.push_back({{3, 2}, 50, 90, 12, 5, 2, {3, 2, 50, 90}, false, "float mask of the scores' shape, E != Ev"});
+  c.push_back({{2, 3}, 66, 130, 8, 8, 1, {2, 1, 1, 130}, false, "a key-padding mask, 66 queries and 130 keys"});
+  return c;
+}
+
+// The gradients of <attention(o), w> with respect to q, k, v (and a float mask) for a random adjoint w.
+std::vector<Tensor> attention_grads(const Case& c, const Operands& o, double scale, const Tensor& w) {
+  std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+  Tensor mask = o.mask;
+  if (c.mask == 2) in.push_back(mask = o.mask.detach().requires_grad_());
+  const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], mask, 0, c.causal, scale);
+  return grad({(out * w).sum()}, in);
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::isfinite(v) ? std::max(m, std::fabs(v)) : m;
+  return m;
+}
+
+} // namespace
+
+// The fused backward against the composite's (KILN_FUSION=0): each gradient G (dq, dk, dv, a float
+// mask's) within (2S + 64) eps max|G| elementwise, the bound the README states (f32 and f64); the
+// gradients of a fully masked row are 0. The fused gradients are AttentionGrad nodes, and dq, dk
+// and dv are one kernel.
+TEST(AttentionBackward, FusedMatchesTheCompositeWithinTheBound) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    double worst = 0;
+    uint64_t seed = 1000;
+    for (const Case& c : backward_cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 7, dtype);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      std::vector<Tensor> fused, composite;
+      {
+        FusionSetting on(true);
+        fused = attention_grads(c, o, scale, w);
+        for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(holds(fused[i].node(), graph::OpKind::AttentionGrad)) << c.what;
+        const codegen::Schedule s = codegen::schedule({fused[0].node().get(), fused[1].node().get(), fused[2].node().get()}, {});
+        int backward = 0;
+        for (const codegen::KernelLaunch& l : s.launches)
+          if (l.kernel.attention && l.kernel.attention->backward) {
+            ++backward;
+            EXPECT_EQ(l.outputs.size(), 3u) << c.what;
+          }
+        EXPECT_EQ(backward, 1) << c.what;
+      }
+      {
+        FusionSetting off(false);
+        composite = attention_grads(c, o, scale, w);
+        ASSERT_FALSE(holds(composite[0].node(), graph::OpKind::AttentionGrad)) << c.what;
+      }
+      ASSERT_EQ(fused.size(), composite.size());
+      for (size_t g = 0; g < fused.size(); ++g) {
+        const std::vector<double> f = values(fused[g]), u = values(composite[g]);
+        const double m = max_abs(u), bound = (2.0 * static_cast<double>(c.S) + 64) * eps * m;
+        for (size_t i = 0; i < f.size(); ++i) {
+          ASSERT_FALSE(std::isnan(f[i])) << c.what << " gradient " << g << " [" << i << "]";
+          EXPECT_LE(std::fabs(f[i] - u[i]), bound) << c.what << " gradient " << g << " [" << i << "]: " << f[i] << " vs " << u[i];
+          if (m > 0) worst = std::max(worst, std::fabs(f[i] - u[i]) / (eps * m));
+        }
+      }
+      // a fully masked row (row 0 where the mask has the query dim) gets dq = 0
+      if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) {
+        const std::vector<double> dq = values(fused[0]);
+        for (int64_t col = 0; col < c.E; ++col) EXPECT_EQ(dq[static_cast<size_t>(col)], 0.0) << c.what;
+      }
+    }
+    std::printf("fused vs composite backward (%s): largest difference %.2f eps max|G|\n", dtype_name(dtype).data(), worst);
+  }
+}
+
+// Only the gradients asked for are written: dk alone is a backward kernel with one output.
+TEST(AttentionBackward, OnlyTheGradientsAskedForAreComputed) {
+  FusionSetting on(true);
+  const Case& c = cases()[0];
+  const Operands o = operands(c, kFloat32, 1200);
+  const Tensor k = o.k.detach().requires_grad_();
+  const Tensor dk = grad({F::scaled_dot_product_attention(o.q, k, o.v).sum()}, {k})[0];
+  const codegen::Schedule s = codegen::schedule({dk.node().get()}, {});
+  const codegen::KernelLaunch* backward = nullptr;
+  for (const codegen::KernelLaunch& l : s.launches)
+    if (l.kernel.attention && l.kernel.attention->backward) backward = &l;
+  ASSERT_NE(backward, nullptr);
+  const codegen::KernelLaunch& l = *backward;
+  EXPECT_EQ(l.outputs.size(), 1u);
+  EXPECT_LT(l.kernel.attention->dq, 0);
+  EXPECT_GE(l.kernel.attention->dk, 0);
+  EXPECT_LT(l.kernel.attention->dv, 0);
+  FusionSetting off(false);
+  const Tensor want = grad({F::scaled_dot_product_attention(o.q, k, o.v).sum()}, {k})[0];
+  const std::vector<double> a = values(dk), b = values(want);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.0, max_abs(b))) << i;
+}
+
+// The kernel against the f64 interpreter's AttentionGrad (its exact math, rounded once).
+TEST(AttentionBackward, FusedMatchesTheF64Interpreter) {
+  uint64_t seed = 1300;
+  FusionSetting on(true);
+  for (const Case& c : backward_cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 5, kFloat64);
+    const std::vector<Tensor> g = attention_grads(c, o, 0.7, w);
+    for (size_t x = 0; x < 3; ++x) {
+      ASSERT_TRUE(holds(g[x].node(), graph::OpKind::AttentionGrad));
+      const graph::InterpretResult want = graph::interpret_one(g[x].node());
+      const std::vector<double> got = values(g[x]);
+      ASSERT_EQ(got.size(), want.values.size());
+      const double m = max_abs(want.values);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want.values[i], 1e-11 * std::max(1.0, m)) << c.what << " gradient " << x << " [" << i << "]";
+    }
+  }
+}
+
+// Bitwise the same on 1 and 2 threads, and compiled (replayed).
+TEST(AttentionBackward, FusedIsBitwiseTheSameOnOneAndTwoThreadsAndCompiled) {
+  FusionSetting on(true);
+  for (const Case& c : {backward_cases()[0], backward_cases()[1], backward_cases()[4], backward_cases()[8]}) {
+    const Operands o = operands(c, kFloat32, 1500);
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), 1501, kFloat32);
+    auto all = [&] {
+      std::vector<double> r;
+      for (const Tensor& g : attention_grads(c, o, 0.5, w))
+        for (double x : values(g)) r.push_back(x);
+      return r;
+    };
+    std::vector<double> one, two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      one = all();
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      two = all();
+    }
+    EXPECT_EQ(one, two) << c.what;
+    CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+      std::vector<Tensor> in{x[0].detach().requires_grad_(), x[1].detach().requires_grad_(), x[2].detach().requires_grad_()};
+      const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], c.mask == 2 ? Tensor() : o.mask, 0, c.causal, 0.5);
+      return grad({(out * w).sum()}, in);
+    });
+    if (c.mask == 2) continue; // (the float mask's gradient is not in this compiled step)
+    std::vector<double> compiled;
+    for (const Tensor& g : step({o.q, o.k, o.v}))
+      for (double x : values(g)) compiled.push_back(x);
+    EXPECT_EQ(compiled, one) << c.what;
+  }
+}
+
+// gradcheck in f64 of the backward (first order: the AttentionGrad kernel against finite differences
+// of the forward; second order: its rules, the composite's differentiated), with dout depending on the
+// output, a float mask, causal, and q, k, v one tensor (self-attention of x).
+TEST(AttentionBackward, GradcheckInF64FirstAndSecondOrder) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 5, 3}, 71, kFloat64), k = randn({2, 7, 3}, 72, kFloat64), v = randn({2, 7, 2}, 73, kFloat64);
+  const Tensor add_mask = randn({1, 5, 7}, 74, kFloat64);
+  auto check = [](const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                  const char* what) {
+    const GradcheckResult r = gradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([](const std::vector<Tensor>& x) {
+    const Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], x[3], 0, false, 0.6);
+    return grad({(out * out).sum()}, {x[0], x[1], x[2], x[3]}, {}, false, true);
+  }, {q, k, v, add_mask}, "second order, float mask");
+  check([](const std::vector<Tensor>& x) {
+    const Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, true, 0.6);
+    return grad({(out.sin()).sum()}, {x[0], x[1], x[2]}, {}, false, true);
+  }, {q, k, v}, "second order, causal");
+  const Tensor x = randn({6, 4}, 75, kFloat64);
+  check([](const std::vector<Tensor>& t) {
+    const Tensor out = F::scaled_dot_product_attention(t[0], t[0], t[0], {}, 0, true, 0.5);
+    return grad({(out * out).sum()}, {t[0]}, {}, false, true);
+  }, {x}, "second order, q = k = v");
+  // first order of the fused backward's own values: <grad, t> against jvp of the forward
+  const Tensor tq = randn({2, 5, 3}, 76, kFloat64), tk = randn({2, 7, 3}, 77, kFloat64), tv = randn({2, 7, 2}, 78, kFloat64);
+  const Tensor w = randn({2, 5, 2}, 79, kFloat64);
+  std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+  const std::vector<Tensor> g = grad({(F::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0, true, 0.6) * w).sum()}, in);
+  const auto f = [&](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{(F::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0, true, 0.6) * w).sum()};
+  };
+  const double lhs = ((g[0] * tq).sum() + (g[1] * tk).sum() + (g[2] * tv).sum()).item<double>();
+  const double rhs = jvp(f, {q, k, v}, {tq, tk, tv}).second[0].item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::fabs(rhs)));
+}
+
+// Forward mode through the backward node (its JVP rule) against the composite's.
+TEST(AttentionBackward, ForwardModeThroughTheBackwardMatchesTheComposite) {
+  const Tensor q = randn({4, 3}, 81, kFloat64), k = randn({6, 3}, 82, kFloat64), v = randn({6, 2}, 83, kFloat64);
+  const Tensor tq = randn({4, 3}, 84, kFloat64), tk = randn({6, 3}, 85, kFloat64), tv = randn({6, 2}, 86, kFloat64);
+  auto f = [](const std::vector<Tensor>& x) {
+    const Tensor out = F::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, false, 0.5);
+    return grad({(out * out).sum()}, {x[0], x[1], x[2]}, {}, false, true);
+  };
+  std::vector<std::vector<double>> r;
+  for (bool fusion : {true, false}) {
+    FusionSetting s(fusion);
+    for (const Tensor& t : jvp(f, {q, k, v}, {tq, tk, tv}).second) r.push_back(values(t));
+  }
+  ASSERT_EQ(r.size(), 6u);
+  for (size_t g = 0; g < 3; ++g)
+    for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], 1e-10) << g << " [" << i << "]";
 }

@@ -79,16 +79,14 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 }
 
 // Whether attend()'s output may come from one Attention node, the fused attention kernel: no
-// dropout, the CPU (the kernel's one backend for now), fusion on (KILN_FUSION=0 runs the
-// composite) and no gradient to flow through it: its backward is the composite's, recomputing
-// the weights, so a training step would do the forward's work twice (the README's fusion
-// section). Its result differs from the composite's within the bound the README states.
+// dropout, the CPU (the kernel's one backend for now) and fusion on (KILN_FUSION=0 runs the
+// composite, forward and backward). Gradients flow through it into the fused backward
+// (AttentionGrad nodes, autograd's attention rule). Its results differ from the composite's within
+// the bounds the README states.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p) {
   if (dropout_p > 0 || !options().fusion) return false;
-  for (const Tensor* t : {&q, &k, &v, &mask}) {
+  for (const Tensor* t : {&q, &k, &v, &mask})
     if (t->defined() && t->device() != kCPU) return false;
-    if (t->defined() && t->requires_grad() && grad_mode_enabled()) return false;
-  }
   return q.dtype() == kFloat32 || q.dtype() == kFloat64;
 }
 
