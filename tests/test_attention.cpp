@@ -13,6 +13,7 @@
 #include <memory>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -556,4 +557,65 @@ TEST(AttentionBackward, ForwardModeThroughTheBackwardMatchesTheComposite) {
   ASSERT_EQ(r.size(), 6u);
   for (size_t g = 0; g < 3; ++g)
     for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], 1e-10) << g << " [" << i << "]";
+}
+
+// The rows that go through a key block together (AttentionSpec::rows) never change the backward's
+// results: the backward kernel planned for AVX2 (1 row), AVX-512 f64 (2) and f32 (4), run by hand on
+// this host, gives the same bits as the host's plan, in f32 and f64 (45 rows: full groups and rows left).
+TEST(AttentionBackward, RegisterRowsNeverChangeAResult) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Case c{{2}, 45, 100, 9, 6, 1, {2, 45, 100}, false, "rows"};
+    const Operands o = operands(c, dtype, 1700);
+    const Tensor mask = o.mask.realize(), dout = randn({2, 45, 6}, 1701, dtype).realize();
+    const Tensor out = attention_node(o.q, o.k, o.v, mask, 0.4, true).realize();
+    std::unordered_map<const graph::Node*, std::vector<double>> data; // the operands' values, realized
+    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout}) data[t->node().get()] = values(*t);
+    namespace b = graph::build;
+    std::vector<graph::NodeRef> grads;
+    for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
+      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), mask.node(), 0.4, true, which));
+    const size_t elem = dtype == kFloat64 ? 8 : 4;
+    std::vector<std::vector<double>> results;
+    for (const codegen::Target& t : {codegen::Target::cpu(256, true, 16), codegen::Target::cpu(512, true, 32)}) {
+      codegen::ScheduleOptions opts;
+      opts.target = t;
+      const codegen::Schedule s = codegen::schedule({grads[0].get(), grads[1].get(), grads[2].get()}, opts);
+      ASSERT_EQ(s.launches.size(), 1u);
+      const codegen::KernelLaunch& l = s.launches[0];
+      ASSERT_TRUE(l.kernel.attention && l.kernel.attention->backward);
+      EXPECT_EQ(l.kernel.attention->rows, t.vector_bits == 256 ? 1 : dtype == kFloat64 ? 2 : 4);
+      std::vector<std::vector<char>> bytes;
+      for (const graph::Node* n : l.inputs) {
+        ASSERT_TRUE(data.count(n)) << graph::op_name(n->op) << " " << n->shape.size();
+        const std::vector<double>& x = data.at(n);
+        std::vector<char> bb(x.size() * (n->dtype == kBool ? 1 : elem));
+        for (size_t i = 0; i < x.size(); ++i)
+          if (n->dtype == kBool) bb[i] = x[i] != 0;
+          else if (dtype == kFloat64) reinterpret_cast<double*>(bb.data())[i] = x[i];
+          else reinterpret_cast<float*>(bb.data())[i] = static_cast<float>(x[i]);
+        bytes.push_back(std::move(bb));
+      }
+      for (const graph::Node* n : l.outputs) bytes.emplace_back(static_cast<size_t>(n->numel()) * elem);
+      const auto scratch_bytes = static_cast<size_t>(codegen::attention_scratch_bytes(l.kernel, l.params) + 63) / 64 * 64;
+      std::unique_ptr<void, void (*)(void*)> scratch(std::aligned_alloc(64, scratch_bytes), std::free);
+      std::vector<void*> bufs;
+      for (std::vector<char>& bb : bytes) bufs.push_back(bb.data());
+      bufs.push_back(scratch.get());
+      codegen::LlvmJit::instance().compile(l.kernel)(0, l.gemm_tasks, bufs.data(), l.params.data());
+      std::vector<double> r; // dq, dk, dv in that order
+      for (const graph::NodeRef& g : grads) {
+        const size_t at = static_cast<size_t>(std::find(l.outputs.begin(), l.outputs.end(), g.get()) - l.outputs.begin());
+        ASSERT_LT(at, l.outputs.size());
+        const std::vector<char>& bb = bytes[l.inputs.size() + at];
+        for (int64_t i = 0; i < g->numel(); ++i)
+          r.push_back(dtype == kFloat64 ? reinterpret_cast<const double*>(bb.data())[i] : reinterpret_cast<const float*>(bb.data())[i]);
+      }
+      results.push_back(std::move(r));
+    }
+    EXPECT_EQ(results[0], results[1]) << dtype_name(dtype);
+    std::vector<double> host;
+    for (const graph::NodeRef& g : grads)
+      for (double x : values(detail::result_of(g, {}))) host.push_back(x);
+    EXPECT_EQ(host, results[0]) << dtype_name(dtype) << ": the host's plan";
+  }
 }
