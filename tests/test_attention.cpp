@@ -619,3 +619,24 @@ TEST(AttentionBackward, RegisterRowsNeverChangeAResult) {
     EXPECT_EQ(host, results[0]) << dtype_name(dtype) << ": the host's plan";
   }
 }
+
+// Batch dims broadcast: k and v shared by the heads (q [2, 3, L, E], k and v [2, 1, S, E|Ev]) and a
+// key-padding mask; their gradients are the fused backward's summed over the heads, as the composite's.
+TEST(AttentionBackward, BroadcastBatchDimsMatchTheComposite) {
+  const Tensor q = randn({2, 3, 37, 8}, 91), k = randn({2, 1, 70, 8}, 92), v = randn({2, 1, 70, 5}, 93);
+  const Tensor keep = logical_or(rand({2, 1, 1, 70}, 94) > 0.3, arange(70) == 0), w = randn({2, 3, 37, 5}, 95);
+  std::vector<std::vector<double>> r;
+  for (bool fusion : {true, false}) {
+    FusionSetting s(fusion);
+    std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+    const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], keep, 0, false, 0.35);
+    const std::vector<Tensor> g = grad({(out * w).sum()}, in);
+    EXPECT_EQ(holds(g[1].node(), graph::OpKind::AttentionGrad), fusion);
+    for (const Tensor& x : g) r.push_back(values(x));
+  }
+  for (size_t g = 0; g < 3; ++g) {
+    ASSERT_EQ(r[g].size(), r[g + 3].size());
+    const double bound = (2.0 * 70 + 64) * 0x1p-23 * max_abs(r[g + 3]);
+    for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], bound) << g << " [" << i << "]";
+  }
+}

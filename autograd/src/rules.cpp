@@ -287,8 +287,8 @@ std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
 // them): the composite is built on stand-ins (autograd's fresh placeholders), differentiated with
 // respect to them, and the stand-ins then replaced by the operands.
 struct AttentionGradStandIns {
-  std::vector<NodeRef> operands; // y's floating operands but out (index 3): null where not stood in for
-  std::vector<NodeRef> stand_ins;
+  std::vector<NodeRef> operands;  // y's operands
+  std::vector<NodeRef> stand_ins; // for the floating operands but out (index 3); null for the others
   NodeRef composite;
 };
 
@@ -298,7 +298,7 @@ AttentionGradStandIns attention_grad_stand_ins(const NodeRef& y) {
   for (size_t i = 0; i < y->inputs.size(); ++i) {
     const NodeRef& x = y->inputs[i];
     const bool stand = i != 3 && is_floating(x->dtype);
-    s.operands.push_back(stand ? x : nullptr);
+    s.operands.push_back(x);
     s.stand_ins.push_back(stand ? fresh_zeros(x) : nullptr);
     in.push_back(stand ? s.stand_ins.back() : x);
   }
@@ -323,12 +323,13 @@ NodeRef substitute(const NodeRef& x, std::unordered_map<const graph::Node*, Node
   return r;
 }
 
-// Replaces the stand-ins of `s` in `results` by the operands; `keep` (the seed or the tangents)
-// stay as they are (and are not walked into).
+// Replaces the stand-ins of `s` in `results` by the operands; `keep` (the seed or the tangents) and
+// the operands not stood in for (a bool mask) stay as they are (and are not walked into).
 std::vector<NodeRef> from_stand_ins(const AttentionGradStandIns& s, std::vector<NodeRef> results, const std::vector<NodeRef>& keep) {
   std::unordered_map<const graph::Node*, NodeRef> memo;
   for (size_t i = 0; i < s.stand_ins.size(); ++i)
     if (s.stand_ins[i]) memo.emplace(s.stand_ins[i].get(), s.operands[i]);
+    else memo.emplace(s.operands[i].get(), s.operands[i]);
   for (const NodeRef& k : keep)
     if (k) memo.emplace(k.get(), k);
   for (NodeRef& r : results) r = substitute(r, memo);
