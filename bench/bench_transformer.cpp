@@ -10,8 +10,9 @@
 // loop of the fused kernel's math built with this file's flags (per row: scores, online softmax
 // in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
 // "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
-// gradient flowing, scaled_dot_product_attention keeps the composite (there is no fused backward
-// kernel yet), so .../fused/backward is the composite with fusion on, not the attention kernel.
+// gradient flowing, scaled_dot_product_attention keeps the composite (the fused backward kernel,
+// AttentionGrad, measured slower than the composite with fusion on: the README's fusion section), so
+// .../fused/backward is the composite with fusion on, not the attention kernels.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>

@@ -37,7 +37,8 @@ struct FormPlan {
 ///     var), without a CPU tiling; otherwise Reduction;
 ///   * Attention: an attention kernel (Kernel::attention), on the CPU only (an internal error
 ///     on CUDA: the frontend builds attention nodes for the CPU only), with one task per batch
-///     point and block of kAttentionQueryBlock query rows, and as many query rows in registers
+///     point and block of kAttentionQueryBlock query rows (the backward: per batch point, since
+///     its dk and dv sum over every query row), and as many query rows in registers
 ///     (AttentionSpec::rows) as half the target's vector registers hold scores of a key block;
 ///   * Row: reductions and a map; on CUDA also reductions with a float sum in sum_lanes
 ///     order (see Reduction), when every sum's lanes fit a row's kCudaRowThreads threads;

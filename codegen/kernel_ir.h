@@ -234,7 +234,31 @@ struct AttentionSpec {
   ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
   int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
                                    ///< (1, 2 or 4; plan_form() from the target; never changes a result)
+  /// The backward (graph op AttentionGrad; AttentionBackward below): `out` is then an input (the
+  /// forward's output), dout the adjoint of out, and dq, dk, dv the gradients written (-1: not written;
+  /// at least one is).
+  bool backward = false;
+  int dout = -1, dq = -1, dk = -1, dv = -1; ///< the backward's buffers (dout [bh, l, ev], dq [bh, l, e],
+                                            ///< dk [bh, s, e], dv [bh, s, ev], contiguous)
 };
+// AttentionBackward: the backward kernel (AttentionSpec::backward) of the same sizes, scale and mask.
+// For every batch point b < bh, in this order:
+//   pass 0, per key block (in order) and query row i (in order; with causal, rows i >= the block's
+//   first key only): the forward's running max m_i and sum z_i (its score and online-softmax
+//   arithmetic, without o); then per row c_i = m_i or 0 where m_i is -inf, r_i = 1 / z_i or 0 where
+//   z_i is 0 (every key masked: the row's p is then 0 and it adds nothing), and
+//   D_i = sum over c < ev of dout[b, i, c] * out[b, i, c] (fmuladd in order of c);
+//   dq, dk and dv of b are zeroed; then per key block (in order), the blocks of k and v packed
+//   transposed, per query row i (in order; causal: rows i >= the block's first key), for the block's
+//   keys j: s_j as in the forward (scaled, masked), p_j = exp(s_j - c_i) * r_i,
+//   dp_j = sum over c < ev of dout[b, i, c] * v[b, j, c] (fmuladd in order of c),
+//   g_j = (p_j * (dp_j - D_i)) * scale; then dv[b, j, :] += p_j * dout[b, i, :],
+//   dk[b, j, :] += g_j * q[b, i, :] (each fmuladd, j in order) and dq[b, i, :] += g_j * k[b, j, :]
+//   (fmuladd in order of j).
+// On the CPU a task is a batch point (AttentionSpec::rows query rows go through a key block together,
+// which never changes a result: each element's fmuladds keep their order); buffers[buffers.size()]
+// points at attention_scratch_bytes() of scratch (the packed blocks, the group's p and g, and
+// c, r and D of the batch point's rows).
 
 /// A kernel: see the file comment for its semantics.
 struct Kernel {

@@ -89,6 +89,19 @@ NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const No
 /// ops, [..., L, S]: the masked scores' softmax over the last dim, 0 in a row with every key masked
 /// (its max detached, as in a softmax). Autograd's attention rules differentiate it.
 NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
+/// Which gradient an AttentionGrad node is (its attrs.i1; ops.def).
+enum class AttentionGradOf : int64_t { Q = 0, K = 1, V = 2 };
+/// One gradient of `out` = attention(q, k, v, mask, scale, causal) for the adjoint `dout`, as one
+/// AttentionGrad node (ops.def): the fused backward kernel computes it (with its siblings of the
+/// same operands in one kernel).
+NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
+                       const NodeRef& mask, double scale, bool causal, AttentionGradOf which);
+/// The gradients of attention(q, k, v, mask, scale, causal) for the adjoint `dout` as a composite of
+/// primitives recomputing the weights P (attention_weights): {dq, dk, dv, dmask}, dmask null unless
+/// the mask is a float one. dv = P^T dout; dS = P * (dout v^T - rowsum(dout v^T * P));
+/// dq = dS k * scale; dk = dS^T q * scale; dmask = dS summed to the mask's shape.
+std::vector<NodeRef> attention_grads_composite(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& dout,
+                                               const NodeRef& mask, double scale, bool causal);
 /// Swaps the last two dims.
 NodeRef transpose_last(const NodeRef& x);
 /// Whether x is a permute that swaps its last two dims (transpose_last's).

@@ -821,7 +821,8 @@ struct ErrorBound {
       const NodeRef e = b::add(b::add(b::matmul(E(0), B), b::matmul(A, E(1))), b::mul(b::matmul(A, B), c(k * eps, s)));
       return b::add(e, ulp(n));
     }
-    case OpKind::Attention: break; // not generated here: no bound
+    case OpKind::Attention:
+    case OpKind::AttentionGrad: break; // not generated here: no bound
     }
     return c(kInf, s);
   }

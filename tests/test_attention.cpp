@@ -13,6 +13,8 @@
 #include <memory>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/llvm_jit.h"
@@ -36,6 +38,20 @@ struct FusionSetting {
   explicit FusionSetting(bool on) { options().fusion = on; }
   ~FusionSetting() { options().fusion = saved; }
 };
+
+// Whether the graph of x holds an op (the gradients come out of views and sums of broadcasts).
+bool holds(const graph::NodeRef& x, graph::OpKind op) {
+  std::vector<const graph::Node*> todo{x.get()};
+  std::unordered_set<const graph::Node*> seen;
+  while (!todo.empty()) {
+    const graph::Node* n = todo.back();
+    todo.pop_back();
+    if (n->op == op) return true;
+    if (!seen.insert(n).second) continue;
+    for (const graph::NodeRef& in : n->inputs) todo.push_back(in.get());
+  }
+  return false;
+}
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
@@ -99,7 +115,8 @@ const std::vector<Case>& cases() {
 
 // The Attention node of q, k, v (equal batch dims) and a mask of their rank, as a tensor that
 // requires grad where they do: what scaled_dot_product_attention builds when no gradient flows
-// (with gradients it keeps the composite, whose backward is as fast), for differentiating the node.
+// (with gradients it keeps the composite, measured faster), for differentiating the node (its
+// gradient is the fused backward, AttentionGrad).
 Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
   std::vector<Tensor> in{q, k, v};
   if (mask.defined()) in.push_back(mask);
@@ -148,7 +165,8 @@ TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
     EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
     // dropout keeps the composite (the kernel draws no random numbers)
     EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
-    // so do operands that require grad (the node's backward is the composite's: see the README)
+    // so do operands that require grad (the composite's backward measured faster than the fused
+    // one: see the README's fusion section)
     Tensor q = o.q.detach().requires_grad_();
     EXPECT_NE(F::scaled_dot_product_attention(q, o.k, o.v).node()->op, graph::OpKind::Attention);
     NoGradGuard no_grad; // under which a result of grad-requiring operands is detached
@@ -323,4 +341,330 @@ TEST(Attention, BadMasksAreTheUsersErrors) {
     EXPECT_NE(msg.find("test_attention.cpp:" + std::to_string(line)), std::string::npos) << msg;
   }
   EXPECT_THROW(F::scaled_dot_product_attention(q, k, v, ones({4, 5}, kInt64)), Error);
+}
+
+// ---------------------------------------------------------------- the fused backward (AttentionGrad)
+
+namespace {
+
+// scaled_dot_product_attention's result with fusion on as the Attention node, whose gradient is the
+// fused backward (AttentionGrad; scaled_dot_product_attention keeps the composite when a gradient
+// flows), k and v broadcast to q's batch dims; with fusion off, scaled_dot_product_attention (the
+// composite, forward and backward). Positional arguments as scaled_dot_product_attention's.
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {}, double dropout = 0,
+            bool causal = false, double scale = -1) {
+  if (scale < 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  if (!options().fusion) return F::scaled_dot_product_attention(q, k, v, mask, dropout, causal, scale);
+  auto full = [&](const Tensor& t) {
+    IntList s = q.shape();
+    s[s.size() - 2] = t.size(-2);
+    s[s.size() - 1] = t.size(-1);
+    return t.expand(s);
+  };
+  Tensor m = mask; // of q's rank (leading 1s)
+  if (m.defined() && m.dim() < q.dim()) {
+    IntList s(static_cast<size_t>(q.dim() - m.dim()), 1);
+    for (int64_t d : m.shape()) s.push_back(d);
+    m = m.reshape(s);
+  }
+  return attention_node(q, full(k), full(v), m, scale, causal);
+}
+
+} // namespace
+
+
+namespace {
+
+// The cases of the backward: those of the forward, and E != Ev with a float mask of the scores'
+// shape (its gradient too), a causal one with a key-padding mask and batch dims broadcast.
+std::vector<Case> backward_cases() {
+  std::vector<Case> c = cases();
+  c.push_back({{3, 2}, 50, 90, 12, 5, 2, {3, 2, 50, 90}, false, "float mask of the scores' shape, E != Ev"});
+  c.push_back({{2, 3}, 66, 130, 8, 8, 1, {2, 1, 1, 130}, false, "a key-padding mask, 66 queries and 130 keys"});
+  return c;
+}
+
+// The gradients of <attention(o), w> with respect to q, k, v (and a float mask) for a random adjoint w.
+std::vector<Tensor> attention_grads(const Case& c, const Operands& o, double scale, const Tensor& w) {
+  std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+  Tensor mask = o.mask;
+  if (c.mask == 2) in.push_back(mask = o.mask.detach().requires_grad_());
+  const Tensor out = sdpa(in[0], in[1], in[2], mask, 0, c.causal, scale);
+  return grad({(out * w).sum()}, in);
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::isfinite(v) ? std::max(m, std::fabs(v)) : m;
+  return m;
+}
+
+} // namespace
+
+// The fused backward against the composite's (KILN_FUSION=0): each gradient G (dq, dk, dv, a float
+// mask's) within (2S + 64) eps max|G| elementwise, the bound the README states (f32 and f64); the
+// gradients of a fully masked row are 0. The fused gradients are AttentionGrad nodes, and dq, dk
+// and dv are one kernel.
+TEST(AttentionBackward, FusedMatchesTheCompositeWithinTheBound) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    double worst = 0;
+    uint64_t seed = 1000;
+    for (const Case& c : backward_cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 7, dtype);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      std::vector<Tensor> fused, composite;
+      {
+        FusionSetting on(true);
+        fused = attention_grads(c, o, scale, w);
+        for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(holds(fused[i].node(), graph::OpKind::AttentionGrad)) << c.what;
+        const codegen::Schedule s = codegen::schedule({fused[0].node().get(), fused[1].node().get(), fused[2].node().get()}, {});
+        int backward = 0;
+        for (const codegen::KernelLaunch& l : s.launches)
+          if (l.kernel.attention && l.kernel.attention->backward) {
+            ++backward;
+            EXPECT_EQ(l.outputs.size(), 3u) << c.what;
+          }
+        EXPECT_EQ(backward, 1) << c.what;
+      }
+      {
+        FusionSetting off(false);
+        composite = attention_grads(c, o, scale, w);
+        ASSERT_FALSE(holds(composite[0].node(), graph::OpKind::AttentionGrad)) << c.what;
+      }
+      ASSERT_EQ(fused.size(), composite.size());
+      for (size_t g = 0; g < fused.size(); ++g) {
+        const std::vector<double> f = values(fused[g]), u = values(composite[g]);
+        const double m = max_abs(u), bound = (2.0 * static_cast<double>(c.S) + 64) * eps * m;
+        for (size_t i = 0; i < f.size(); ++i) {
+          ASSERT_FALSE(std::isnan(f[i])) << c.what << " gradient " << g << " [" << i << "]";
+          EXPECT_LE(std::fabs(f[i] - u[i]), bound) << c.what << " gradient " << g << " [" << i << "]: " << f[i] << " vs " << u[i];
+          if (m > 0) worst = std::max(worst, std::fabs(f[i] - u[i]) / (eps * m));
+        }
+      }
+      // a fully masked row (row 0 where the mask has the query dim) gets dq = 0
+      if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) {
+        const std::vector<double> dq = values(fused[0]);
+        for (int64_t col = 0; col < c.E; ++col) EXPECT_EQ(dq[static_cast<size_t>(col)], 0.0) << c.what;
+      }
+    }
+    std::printf("fused vs composite backward (%s): largest difference %.2f eps max|G|\n", dtype_name(dtype).data(), worst);
+  }
+}
+
+// Only the gradients asked for are written: dk alone is a backward kernel with one output.
+TEST(AttentionBackward, OnlyTheGradientsAskedForAreComputed) {
+  FusionSetting on(true);
+  const Case& c = cases()[0];
+  const Operands o = operands(c, kFloat32, 1200);
+  const Tensor k = o.k.detach().requires_grad_();
+  const Tensor dk = grad({sdpa(o.q, k, o.v).sum()}, {k})[0];
+  const codegen::Schedule s = codegen::schedule({dk.node().get()}, {});
+  const codegen::KernelLaunch* backward = nullptr;
+  for (const codegen::KernelLaunch& l : s.launches)
+    if (l.kernel.attention && l.kernel.attention->backward) backward = &l;
+  ASSERT_NE(backward, nullptr);
+  const codegen::KernelLaunch& l = *backward;
+  EXPECT_EQ(l.outputs.size(), 1u);
+  EXPECT_LT(l.kernel.attention->dq, 0);
+  EXPECT_GE(l.kernel.attention->dk, 0);
+  EXPECT_LT(l.kernel.attention->dv, 0);
+  FusionSetting off(false);
+  const Tensor want = grad({sdpa(o.q, k, o.v).sum()}, {k})[0];
+  const std::vector<double> a = values(dk), b = values(want);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::max(1.0, max_abs(b))) << i;
+}
+
+// The kernel against the f64 interpreter's AttentionGrad (its exact math, rounded once).
+TEST(AttentionBackward, FusedMatchesTheF64Interpreter) {
+  uint64_t seed = 1300;
+  FusionSetting on(true);
+  for (const Case& c : backward_cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 5, kFloat64);
+    const std::vector<Tensor> g = attention_grads(c, o, 0.7, w);
+    for (size_t x = 0; x < 3; ++x) {
+      ASSERT_TRUE(holds(g[x].node(), graph::OpKind::AttentionGrad));
+      const graph::InterpretResult want = graph::interpret_one(g[x].node());
+      const std::vector<double> got = values(g[x]);
+      ASSERT_EQ(got.size(), want.values.size());
+      const double m = max_abs(want.values);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want.values[i], 1e-11 * std::max(1.0, m)) << c.what << " gradient " << x << " [" << i << "]";
+    }
+  }
+}
+
+// Bitwise the same on 1 and 2 threads, and compiled (replayed).
+TEST(AttentionBackward, FusedIsBitwiseTheSameOnOneAndTwoThreadsAndCompiled) {
+  FusionSetting on(true);
+  for (const Case& c : {backward_cases()[0], backward_cases()[1], backward_cases()[4], backward_cases()[8]}) {
+    const Operands o = operands(c, kFloat32, 1500);
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), 1501, kFloat32);
+    auto all = [&] {
+      std::vector<double> r;
+      for (const Tensor& g : attention_grads(c, o, 0.5, w))
+        for (double x : values(g)) r.push_back(x);
+      return r;
+    };
+    std::vector<double> one, two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      one = all();
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      two = all();
+    }
+    EXPECT_EQ(one, two) << c.what;
+    CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+      std::vector<Tensor> in{x[0].detach().requires_grad_(), x[1].detach().requires_grad_(), x[2].detach().requires_grad_()};
+      const Tensor out = sdpa(in[0], in[1], in[2], c.mask == 2 ? Tensor() : o.mask, 0, c.causal, 0.5);
+      return grad({(out * w).sum()}, in);
+    });
+    if (c.mask == 2) continue; // (the float mask's gradient is not in this compiled step)
+    std::vector<double> compiled;
+    for (const Tensor& g : step({o.q, o.k, o.v}))
+      for (double x : values(g)) compiled.push_back(x);
+    EXPECT_EQ(compiled, one) << c.what;
+  }
+}
+
+// gradcheck in f64 of the backward (first order: the AttentionGrad kernel against finite differences
+// of the forward; second order: its rules, the composite's differentiated), with dout depending on the
+// output, a float mask, causal, and q, k, v one tensor (self-attention of x).
+TEST(AttentionBackward, GradcheckInF64FirstAndSecondOrder) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 5, 3}, 71, kFloat64), k = randn({2, 7, 3}, 72, kFloat64), v = randn({2, 7, 2}, 73, kFloat64);
+  const Tensor add_mask = randn({1, 5, 7}, 74, kFloat64);
+  auto check = [](const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                  const char* what) {
+    const GradcheckResult r = gradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([](const std::vector<Tensor>& x) {
+    const Tensor out = sdpa(x[0], x[1], x[2], x[3], 0, false, 0.6);
+    return grad({(out * out).sum()}, {x[0], x[1], x[2], x[3]}, {}, false, true);
+  }, {q, k, v, add_mask}, "second order, float mask");
+  check([](const std::vector<Tensor>& x) {
+    const Tensor out = sdpa(x[0], x[1], x[2], {}, 0, true, 0.6);
+    return grad({(out.sin()).sum()}, {x[0], x[1], x[2]}, {}, false, true);
+  }, {q, k, v}, "second order, causal");
+  const Tensor x = randn({6, 4}, 75, kFloat64);
+  check([](const std::vector<Tensor>& t) {
+    const Tensor out = sdpa(t[0], t[0], t[0], {}, 0, true, 0.5);
+    return grad({(out * out).sum()}, {t[0]}, {}, false, true);
+  }, {x}, "second order, q = k = v");
+  // first order of the fused backward's own values: <grad, t> against jvp of the forward
+  const Tensor tq = randn({2, 5, 3}, 76, kFloat64), tk = randn({2, 7, 3}, 77, kFloat64), tv = randn({2, 7, 2}, 78, kFloat64);
+  const Tensor w = randn({2, 5, 2}, 79, kFloat64);
+  std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+  const std::vector<Tensor> g = grad({(sdpa(in[0], in[1], in[2], {}, 0, true, 0.6) * w).sum()}, in);
+  const auto f = [&](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{(sdpa(t[0], t[1], t[2], {}, 0, true, 0.6) * w).sum()};
+  };
+  const double lhs = ((g[0] * tq).sum() + (g[1] * tk).sum() + (g[2] * tv).sum()).item<double>();
+  const double rhs = jvp(f, {q, k, v}, {tq, tk, tv}).second[0].item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::fabs(rhs)));
+}
+
+// Forward mode through the backward node (its JVP rule) against the composite's.
+TEST(AttentionBackward, ForwardModeThroughTheBackwardMatchesTheComposite) {
+  const Tensor q = randn({4, 3}, 81, kFloat64), k = randn({6, 3}, 82, kFloat64), v = randn({6, 2}, 83, kFloat64);
+  const Tensor tq = randn({4, 3}, 84, kFloat64), tk = randn({6, 3}, 85, kFloat64), tv = randn({6, 2}, 86, kFloat64);
+  auto f = [](const std::vector<Tensor>& x) {
+    const Tensor out = sdpa(x[0], x[1], x[2], {}, 0, false, 0.5);
+    return grad({(out * out).sum()}, {x[0], x[1], x[2]}, {}, false, true);
+  };
+  std::vector<std::vector<double>> r;
+  for (bool fusion : {true, false}) {
+    FusionSetting s(fusion);
+    for (const Tensor& t : jvp(f, {q, k, v}, {tq, tk, tv}).second) r.push_back(values(t));
+  }
+  ASSERT_EQ(r.size(), 6u);
+  for (size_t g = 0; g < 3; ++g)
+    for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], 1e-10) << g << " [" << i << "]";
+}
+
+// The rows that go through a key block together (AttentionSpec::rows) never change the backward's
+// results: the backward kernel planned for AVX2 (1 row), AVX-512 f64 (2) and f32 (4), run by hand on
+// this host, gives the same bits as the host's plan, in f32 and f64 (45 rows: full groups and rows left).
+TEST(AttentionBackward, RegisterRowsNeverChangeAResult) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Case c{{2}, 45, 100, 9, 6, 1, {2, 45, 100}, false, "rows"};
+    const Operands o = operands(c, dtype, 1700);
+    const Tensor mask = o.mask.realize(), dout = randn({2, 45, 6}, 1701, dtype).realize();
+    const Tensor out = attention_node(o.q, o.k, o.v, mask, 0.4, true).realize();
+    std::unordered_map<const graph::Node*, std::vector<double>> data; // the operands' values, realized
+    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout}) data[t->node().get()] = values(*t);
+    namespace b = graph::build;
+    std::vector<graph::NodeRef> grads;
+    for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
+      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), mask.node(), 0.4, true, which));
+    const size_t elem = dtype == kFloat64 ? 8 : 4;
+    std::vector<std::vector<double>> results;
+    for (const codegen::Target& t : {codegen::Target::cpu(256, true, 16), codegen::Target::cpu(512, true, 32)}) {
+      codegen::ScheduleOptions opts;
+      opts.target = t;
+      const codegen::Schedule s = codegen::schedule({grads[0].get(), grads[1].get(), grads[2].get()}, opts);
+      ASSERT_EQ(s.launches.size(), 1u);
+      const codegen::KernelLaunch& l = s.launches[0];
+      ASSERT_TRUE(l.kernel.attention && l.kernel.attention->backward);
+      EXPECT_EQ(l.kernel.attention->rows, t.vector_bits == 256 ? 1 : dtype == kFloat64 ? 2 : 4);
+      std::vector<std::vector<char>> bytes;
+      for (const graph::Node* n : l.inputs) {
+        ASSERT_TRUE(data.count(n)) << graph::op_name(n->op) << " " << n->shape.size();
+        const std::vector<double>& x = data.at(n);
+        std::vector<char> bb(x.size() * (n->dtype == kBool ? 1 : elem));
+        for (size_t i = 0; i < x.size(); ++i)
+          if (n->dtype == kBool) bb[i] = x[i] != 0;
+          else if (dtype == kFloat64) reinterpret_cast<double*>(bb.data())[i] = x[i];
+          else reinterpret_cast<float*>(bb.data())[i] = static_cast<float>(x[i]);
+        bytes.push_back(std::move(bb));
+      }
+      for (const graph::Node* n : l.outputs) bytes.emplace_back(static_cast<size_t>(n->numel()) * elem);
+      const auto scratch_bytes = static_cast<size_t>(codegen::attention_scratch_bytes(l.kernel, l.params) + 63) / 64 * 64;
+      std::unique_ptr<void, void (*)(void*)> scratch(std::aligned_alloc(64, scratch_bytes), std::free);
+      std::vector<void*> bufs;
+      for (std::vector<char>& bb : bytes) bufs.push_back(bb.data());
+      bufs.push_back(scratch.get());
+      codegen::LlvmJit::instance().compile(l.kernel)(0, l.gemm_tasks, bufs.data(), l.params.data());
+      std::vector<double> r; // dq, dk, dv in that order
+      for (const graph::NodeRef& g : grads) {
+        const size_t at = static_cast<size_t>(std::find(l.outputs.begin(), l.outputs.end(), g.get()) - l.outputs.begin());
+        ASSERT_LT(at, l.outputs.size());
+        const std::vector<char>& bb = bytes[l.inputs.size() + at];
+        for (int64_t i = 0; i < g->numel(); ++i)
+          r.push_back(dtype == kFloat64 ? reinterpret_cast<const double*>(bb.data())[i] : reinterpret_cast<const float*>(bb.data())[i]);
+      }
+      results.push_back(std::move(r));
+    }
+    EXPECT_EQ(results[0], results[1]) << dtype_name(dtype);
+    std::vector<double> host;
+    for (const graph::NodeRef& g : grads)
+      for (double x : values(detail::result_of(g, {}))) host.push_back(x);
+    EXPECT_EQ(host, results[0]) << dtype_name(dtype) << ": the host's plan";
+  }
+}
+
+// Batch dims broadcast: k and v shared by the heads (q [2, 3, L, E], k and v [2, 1, S, E|Ev]) and a
+// key-padding mask; their gradients are the fused backward's summed over the heads, as the composite's.
+TEST(AttentionBackward, BroadcastBatchDimsMatchTheComposite) {
+  const Tensor q = randn({2, 3, 37, 8}, 91), k = randn({2, 1, 70, 8}, 92), v = randn({2, 1, 70, 5}, 93);
+  const Tensor keep = logical_or(rand({2, 1, 1, 70}, 94) > 0.3, arange(70) == 0), w = randn({2, 3, 37, 5}, 95);
+  std::vector<std::vector<double>> r;
+  for (bool fusion : {true, false}) {
+    FusionSetting s(fusion);
+    std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+    const Tensor out = sdpa(in[0], in[1], in[2], keep, 0, false, 0.35);
+    const std::vector<Tensor> g = grad({(out * w).sum()}, in);
+    EXPECT_EQ(holds(g[1].node(), graph::OpKind::AttentionGrad), fusion);
+    for (const Tensor& x : g) r.push_back(values(x));
+  }
+  for (size_t g = 0; g < 3; ++g) {
+    ASSERT_EQ(r[g].size(), r[g + 3].size());
+    const double bound = (2.0 * 70 + 64) * 0x1p-23 * max_abs(r[g + 3]);
+    for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], bound) << g << " [" << i << "]";
+  }
 }

@@ -4,9 +4,12 @@
 // the products over the operands' tangents. Every switch lists all ops.
 
 #include "autograd/rules.h"
+#include "autograd/custom.h"
+#include "autograd/walk.h"
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "graph/build.h"
 #include "graph/op_cases.h"
@@ -260,19 +263,107 @@ NodeRef attention_weights_of(const NodeRef& y) {
   return b::attention_weights(y->inputs[0], y->inputs[1], mask, y->attrs.f0, y->attrs.i0 != 0);
 }
 
-// dv = P^T g; dS = P * (g v^T - rowsum(g v^T * P)); dq = dS k * scale; dk = dS^T q * scale; a float
-// mask gets dS summed back to its shape, a bool one nothing.
+// On the CPU, the fused backward: one AttentionGrad node per operand (build::attention_grad), which
+// fusion gives one kernel; a float mask's gradient is the composite's dS summed to its shape. Elsewhere
+// (no attention kernel form: the frontend builds Attention nodes for the CPU only) the composite.
 std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef &q = y->inputs[0], &k = y->inputs[1], &v = y->inputs[2];
-  const NodeRef p = attention_weights_of(y);
-  const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
-  const NodeRef dp = b::matmul(g, b::transpose_last(v));
-  const NodeRef dot = b::broadcast_to(b::reduce(OpKind::Sum, b::mul(dp, p), {last}), p->shape);
-  const NodeRef ds = b::mul(p, b::sub(dp, dot));
-  std::vector<NodeRef> out{b::scale(b::matmul(ds, k), y->attrs.f0), b::scale(b::matmul(b::transpose_last(ds), q), y->attrs.f0),
-                           b::matmul(b::transpose_last(p), g)};
-  if (y->inputs.size() > 3) out.push_back(y->inputs[3]->dtype == DType::Bool ? nullptr : b::sum_to(ds, y->inputs[3]->shape));
+  const NodeRef mask = y->inputs.size() > 3 ? y->inputs[3] : nullptr;
+  const double scale = y->attrs.f0;
+  const bool causal = y->attrs.i0 != 0;
+  if (y->device != kCPU) {
+    std::vector<NodeRef> out = b::attention_grads_composite(q, k, v, g, mask, scale, causal);
+    if (!mask) out.pop_back();
+    return out;
+  }
+  std::vector<NodeRef> out;
+  for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
+    out.push_back(b::attention_grad(q, k, v, y, g, mask, scale, causal, which));
+  if (mask) out.push_back(mask->dtype == DType::Bool ? nullptr : b::attention_grads_composite(q, k, v, g, mask, scale, causal)[3]);
   return out;
+}
+
+// An AttentionGrad node y (q, k, v, out, dout[, mask]) is, as a function of its operands, the
+// composite gradient of its kind (build::attention_grads_composite). Its rules differentiate that
+// composite, so gradients of gradients and tangents through attention need nothing more. The
+// composite does not read `out` (its D = rowsum(dP * P) equals the kernel's rowsum(dout * out) exactly
+// when out is the forward of the same q, k, v and mask, which is what attention_vjp builds): out
+// gets no gradient of its own, and what the kernel's D depends on reaches q, k, v and the mask
+// through the composite's P.
+//
+// The rules need partial derivatives (each operand moved alone), while a walk from the composite
+// to the operands themselves would also follow dout back into out and q (dout usually depends on
+// them): the composite is built on stand-ins (autograd's fresh placeholders), differentiated with
+// respect to them, and the stand-ins then replaced by the operands.
+struct AttentionGradStandIns {
+  std::vector<NodeRef> operands;  // y's operands
+  std::vector<NodeRef> stand_ins; // for the floating operands but out (index 3); null for the others
+  NodeRef composite;
+};
+
+AttentionGradStandIns attention_grad_stand_ins(const NodeRef& y) {
+  AttentionGradStandIns s;
+  std::vector<NodeRef> in;
+  for (size_t i = 0; i < y->inputs.size(); ++i) {
+    const NodeRef& x = y->inputs[i];
+    const bool stand = i != 3 && is_floating(x->dtype);
+    s.operands.push_back(x);
+    s.stand_ins.push_back(stand ? fresh_zeros(x) : nullptr);
+    in.push_back(stand ? s.stand_ins.back() : x);
+  }
+  const NodeRef mask = in.size() > 5 ? in[5] : nullptr;
+  s.composite = b::attention_grads_composite(in[0], in[1], in[2], in[4], mask, y->attrs.f0,
+                                             y->attrs.i0 != 0)[static_cast<size_t>(y->attrs.i1)];
+  return s;
+}
+
+// x with the nodes `memo` maps replaced (rebuilt up to them: nodes without operands stay).
+NodeRef substitute(const NodeRef& x, std::unordered_map<const graph::Node*, NodeRef>& memo) {
+  if (!x) return nullptr;
+  if (auto it = memo.find(x.get()); it != memo.end()) return it->second;
+  std::vector<NodeRef> in;
+  bool same = true;
+  for (const NodeRef& i : x->inputs) {
+    in.push_back(substitute(i, memo));
+    same = same && in.back() == i;
+  }
+  NodeRef r = same ? x : graph::make_node(x->op, x->dtype, x->shape, std::move(in), x->attrs, x->device);
+  memo.emplace(x.get(), r);
+  return r;
+}
+
+// Replaces the stand-ins of `s` in `results` by the operands; `keep` (the seed or the tangents) and
+// the operands not stood in for (a bool mask) stay as they are (and are not walked into).
+std::vector<NodeRef> from_stand_ins(const AttentionGradStandIns& s, std::vector<NodeRef> results, const std::vector<NodeRef>& keep) {
+  std::unordered_map<const graph::Node*, NodeRef> memo;
+  for (size_t i = 0; i < s.stand_ins.size(); ++i)
+    if (s.stand_ins[i]) memo.emplace(s.stand_ins[i].get(), s.operands[i]);
+    else memo.emplace(s.operands[i].get(), s.operands[i]);
+  for (const NodeRef& k : keep)
+    if (k) memo.emplace(k.get(), k);
+  for (NodeRef& r : results) r = substitute(r, memo);
+  return results;
+}
+
+std::vector<NodeRef> attention_grad_vjp(const NodeRef& y, const NodeRef& g) {
+  const AttentionGradStandIns s = attention_grad_stand_ins(y);
+  std::vector<NodeRef> targets;
+  for (const NodeRef& x : s.stand_ins)
+    if (x) targets.push_back(x);
+  const std::vector<NodeRef> got = from_stand_ins(s, vjp({s.composite}, {g}, targets), {g});
+  std::vector<NodeRef> out(y->inputs.size());
+  for (size_t i = 0, t = 0; i < out.size(); ++i)
+    if (s.stand_ins[i]) out[i] = got[t++];
+  return out;
+}
+
+NodeRef attention_grad_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  const AttentionGradStandIns s = attention_grad_stand_ins(y);
+  std::vector<NodeRef> primals, tangents;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (s.stand_ins[i] && t[i]) primals.push_back(s.stand_ins[i]), tangents.push_back(t[i]);
+  if (primals.empty()) return nullptr; // only out moves, of which y does not depend (see above)
+  return from_stand_ins(s, jvp({s.composite}, primals, tangents), tangents)[0];
 }
 
 // tO = tP v + P tv with tS = (tq k^T + q tk^T) * scale + tmask and tP = P * (tS - rowsum(P * tS)).
@@ -322,6 +413,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
   case OpKind::Attention: return attention_vjp(y, g);
+  case OpKind::AttentionGrad: return attention_grad_vjp(y, g);
   case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "VJP");
@@ -355,6 +447,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);
+  case OpKind::AttentionGrad: return attention_grad_jvp(y, t);
   case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "JVP");

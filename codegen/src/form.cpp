@@ -102,7 +102,8 @@ FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Ta
   if (const auto& a = k.attention) {
     KILN_ASSERT(cpu, "the attention form has no CUDA emitter: attention nodes are built for the CPU only (" + k.name + ")");
     const int64_t rows = eval_index(a->l, params);
-    const int64_t tasks = eval_index(a->bh, params) * ((rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
+    // the backward's task is a batch point (its dk and dv sum over every query row)
+    const int64_t tasks = eval_index(a->bh, params) * (a->backward ? 1 : (rows + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
     const int64_t row_bits = kAttentionKeyBlock * (a->dtype == DType::Float64 ? 64 : 32);
     const int64_t in_registers = std::clamp<int64_t>(int64_t{t.vector_registers} * t.vector_bits / (2 * row_bits), 1, 4);
     return {KernelForm::Attention, std::nullopt, tasks, in_registers == 3 ? 2 : in_registers};

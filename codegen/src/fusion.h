@@ -621,6 +621,7 @@ private:
   }
 
   void place(const Node* root) {
+    if (join_attention_sibling(root)) return;
     bool simple = true;
     const Kind k = kind(root);
     const Reads r = part_.unfused() ? Reads{} : reads_of(root, simple);
@@ -631,6 +632,26 @@ private:
     // an attention kernel stores its output only (its form has no other stores)
     groups_.push_back({{root}, r.buffers, r.empty || graph::op_category(root->op) == OpCategory::Attention});
     kernels.push_back({root});
+  }
+
+  // Joins an AttentionGrad root to the kernel of a sibling (the same operands and attrs but which
+  // gradient): one backward kernel computes the scores and weights once for dq, dk and dv. Not in
+  // unfused mode (one kernel per op); false when there is no sibling.
+  bool join_attention_sibling(const Node* root) {
+    if (root->op != OpKind::AttentionGrad || part_.unfused()) return false;
+    for (size_t g = groups_.size(); g-- > 0;) {
+      const Node* leader = groups_[g].roots[0];
+      if (leader->op != OpKind::AttentionGrad || leader->inputs != root->inputs || leader->attrs.f0 != root->attrs.f0 ||
+          leader->attrs.i0 != root->attrs.i0 || !part_.spend_fuel())
+        continue;
+      decisions.push_back({FusionDecision::Kind::Store, root, leader, "a sibling gradient of the same attention: one backward kernel", {}});
+      groups_[g].roots.push_back(root);
+      value_depth_[root] = 0;
+      group_of_[root] = g;
+      kernels[g].push_back(root);
+      return true;
+    }
+    return false;
   }
 
   // Joins root to the kernel it reads at its own points, or else (small and independent) to a

@@ -472,6 +472,15 @@ std::string extents_str(Printer& p, const std::vector<ExprRef>& ext) {
   return s + "]";
 }
 
+// The backward's fields of an attention line (" dout bD dq bN dk bN dv bN", the gradients written only).
+std::string attention_grad_fields(const AttentionSpec& a) {
+  if (!a.backward) return "";
+  std::string s = " dout b" + std::to_string(a.dout);
+  for (auto [name, b] : {std::pair{" dq b", a.dq}, std::pair{" dk b", a.dk}, std::pair{" dv b", a.dv}})
+    if (b >= 0) s += name + std::to_string(b);
+  return s;
+}
+
 } // namespace
 
 std::string print_kernel(const Kernel& k) {
@@ -495,7 +504,8 @@ std::string print_kernel(const Kernel& k) {
   }
   if (const auto& a = k.attention) {
     body += "  attention q b" + std::to_string(a->q) + " k b" + std::to_string(a->k) + " v b" + std::to_string(a->v) +
-            " out b" + std::to_string(a->out) + (a->causal ? " causal" : "") + " rows " + std::to_string(a->rows) + "\n";
+            " out b" + std::to_string(a->out) + attention_grad_fields(*a) + (a->causal ? " causal" : "") + " rows " +
+            std::to_string(a->rows) + "\n";
     const std::string sizes = extents_str(p, {a->bh, a->l, a->s, a->e, a->ev}), scale = p.ref(a->scale);
     p.out += "  sizes [bh, l, s, e, ev] = " + sizes + " scale " + scale + "\n";
     if (a->mask) {
@@ -545,9 +555,13 @@ int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& par
   const AttentionSpec& a = *k.attention;
   const int64_t elem = a.dtype == DType::Float64 ? 8 : 4;
   const int64_t e = eval_index(a.e, params), ev = eval_index(a.ev, params);
+  auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
+  // the backward: k^T and v^T blocks, p and g of 4 rows, c, r and D of the batch point's rows
+  if (a.backward)
+    return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(4 * kAttentionKeyBlock) +
+           3 * region(eval_index(a.l, params)) + 64;
   // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
   // (each ev rounded up to 64 bytes), maxima, sums
-  auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
   const int64_t ev_padded = region(ev) / elem;
   return region(e * kAttentionKeyBlock) + region(4 * kAttentionKeyBlock) + region(kAttentionQueryBlock * ev_padded) +
          2 * region(kAttentionQueryBlock) + 64;
@@ -587,7 +601,7 @@ bool has(const std::vector<std::string>& ops, std::string_view op) {
 std::vector<std::string> form_words(const Kernel& k, const std::vector<std::string>& ops) {
   std::vector<std::string> w;
   const auto& r = k.reductions;
-  if (k.attention) return {"attention"};
+  if (k.attention) return {k.attention->backward ? "attention_grad" : "attention"};
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
   if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == ScalarOp::Mul ? "cumprod" : "cumsum"};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;

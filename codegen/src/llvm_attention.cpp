@@ -10,6 +10,14 @@
 //       o = o * a + p V_blk by 64-byte vectors of columns, V's vectors shared by the group.
 //   out = o / z (0 where z is 0: every key masked).
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
+//
+// The backward (AttentionSpec::backward; kernel_ir.h's AttentionBackward), FlashAttention-2 style: a
+// task is one batch point. Pass 0 runs the forward's scores and online softmax over every key block
+// for the row maxima and sums (no o), then D = dout . out per row. Then per key block, k and v packed
+// transposed, per group of rows: the scores and dP = dout v^T as vectors of the block's keys (the
+// forward's register accumulation), p and g = p (dP - D) scale per key, and the updates
+// dv_j += p dout_i, dk_j += g q_i, dq_i += g k_j by 64-byte vectors of columns. The [L, S] weights
+// are never in memory.
 #include "codegen/src/llvm_attention.h"
 
 #include <functional>
@@ -43,6 +51,7 @@ public:
     e_ = h_.eval(a_.e);
     ev_ = h_.eval(a_.ev);
     scale_ = h_.eval(a_.scale);
+    if (a_.backward) return emit_backward(begin, end, scratch);
     // scratch (attention_scratch_bytes): kt (e x key block), sc (4 rows of a key block), o (query
     // block x ev rounded up to width()), m, z (query block)
     kt_ = scratch;
@@ -69,6 +78,7 @@ private:
   int64_t elem_ = 4;
   Value *bh_ = nullptr, *l_ = nullptr, *s_ = nullptr, *e_ = nullptr, *ev_ = nullptr, *scale_ = nullptr;
   Value *kt_ = nullptr, *sc_ = nullptr, *o_ = nullptr, *m_ = nullptr, *z_ = nullptr;
+  Value *vt_ = nullptr, *g_ = nullptr, *d_ = nullptr; // the backward's v^T block, g of the rows, D
 
   Value* c64(int64_t v) { return b_.getInt64(v); }
   Value* fc(double v) { return ConstantFP::get(t_, v); }
@@ -122,7 +132,7 @@ private:
     for_range(c64(0), ceil_div(keys, kAttentionKeyBlock), [&](Value* kb) {
       Value* j0 = mul(kb, kAttentionKeyBlock);
       Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(keys, j0));
-      pack_keys(kbase, j0, jn);
+      pack(a_.k, e_, kbase, j0, jn, kt_);
       // groups of a_.rows query rows; a short last group repeats the last row (its results unused)
       emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.group"), c64(0), rows, a_.rows, [&](Value* g) {
         h_.push_scope();
@@ -149,37 +159,43 @@ private:
     });
   }
 
-  /// kt[d][jj] = k[j0 + jj][d] for jj < jn, 0 for jn <= jj < kAttentionKeyBlock.
-  void pack_keys(Value* kbase, Value* j0, Value* jn) {
+  /// packed[d][jj] = buffer[base + j0 + jj][d] (rows of `width` elements) for jj < jn, 0 for
+  /// jn <= jj < kAttentionKeyBlock: a block of k (or v) transposed.
+  void pack(int buffer, Value* width, Value* base, Value* j0, Value* jn, Value* packed) {
     for_range(c64(0), jn, [&](Value* jj) {
-      Value* krow = at(a_.k, mul(add(kbase, add(j0, jj)), e_));
-      for_range(c64(0), e_, [&](Value* d) { store(load(gep(krow, d)), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+      Value* row = at(buffer, mul(add(base, add(j0, jj)), width));
+      for_range(c64(0), width, [&](Value* d) { store(load(gep(row, d)), gep(packed, add(mul(d, kAttentionKeyBlock), jj))); });
     });
     for_range(jn, c64(kAttentionKeyBlock), [&](Value* jj) {
-      for_range(c64(0), e_, [&](Value* d) { store(fc(0), gep(kt_, add(mul(d, kAttentionKeyBlock), jj))); });
+      for_range(c64(0), width, [&](Value* d) { store(fc(0), gep(packed, add(mul(d, kAttentionKeyBlock), jj))); });
     });
   }
 
   /// The block's raw scores of query rows `row` (q . k_j, fmuladd in order of d) into sc, row r
-  /// at sc + r * kAttentionKeyBlock: one vector accumulator per row, in registers over d.
-  void scores(Value* bh, const std::vector<Value*>& row) {
+  /// at sc + r * kAttentionKeyBlock.
+  void scores(Value* bh, const std::vector<Value*>& row) { dots(a_.q, e_, mul(bh, l_), row, kt_, sc_); }
+
+  /// For rows `row` of `buffer` (rows of `width` elements from row `base`), their dot products with
+  /// the packed block's keys (fmuladd in order of d) into dest + r * kAttentionKeyBlock: one vector
+  /// accumulator per row, in registers over d.
+  void dots(int buffer, Value* width, Value* base, const std::vector<Value*>& row, Value* packed, Value* dest) {
     FixedVectorType* vt = score_type();
     std::vector<AllocaInst*> acc;
-    std::vector<Value*> qrow;
+    std::vector<Value*> xrow;
     for (size_t r = 0; r < row.size(); ++r) {
       acc.push_back(h_.entry_alloca(vt, "a.acc"));
       store(Constant::getNullValue(vt), acc.back());
-      qrow.push_back(at(a_.q, mul(add(mul(bh, l_), row[r]), e_)));
+      xrow.push_back(at(buffer, mul(add(base, row[r]), width)));
     }
-    for_range(c64(0), e_, [&](Value* d) {
-      Value* kv = b_.CreateAlignedLoad(vt, gep(kt_, mul(d, kAttentionKeyBlock)), vector_align(vt));
+    for_range(c64(0), width, [&](Value* d) {
+      Value* kv = b_.CreateAlignedLoad(vt, gep(packed, mul(d, kAttentionKeyBlock)), vector_align(vt));
       for (size_t r = 0; r < row.size(); ++r) {
-        Value* qd = b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), load(gep(qrow[r], d)));
-        store(emit_fmuladd(b_, qd, kv, b_.CreateLoad(vt, acc[r])), acc[r]);
+        Value* xd = b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), load(gep(xrow[r], d)));
+        store(emit_fmuladd(b_, xd, kv, b_.CreateLoad(vt, acc[r])), acc[r]);
       }
     });
     for (size_t r = 0; r < row.size(); ++r)
-      b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), vector_align(vt));
+      b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), gep(dest, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), vector_align(vt));
   }
 
   /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
@@ -188,12 +204,32 @@ private:
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
-    AllocaInst* mx = h_.entry_alloca(t_, "a.max");
     Value* m_old = load(gep(m_, slot));
-    store(m_old, mx);
-    // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
+    Value* m_new = mask_scores(i, sc, j0, jn, m_old);
     Value* block = c64(kAttentionKeyBlock);
+    Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
+    Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
     for_range(c64(0), block, [&](Value* jj) {
+      Value* p = gep(sc, jj);
+      store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
+    });
+    Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
+    Value* zp = gep(z_, slot);
+    store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
+    store(m_new, gep(m_, slot));
+    h_.set_loop_var(1, nullptr);
+    h_.pop_scope();
+    return alpha;
+  }
+
+  /// Scales and masks query row i's raw scores in sc (keys [j0, j0 + jn); the lanes past jn -inf),
+  /// in place; returns the maximum of `start` and them, in order. Loop var 1 is i.
+  Value* mask_scores(Value* i, Value* sc, Value* j0, Value* jn, Value* start) {
+    const double inf = std::numeric_limits<double>::infinity();
+    AllocaInst* mx = h_.entry_alloca(t_, "a.max");
+    store(start, mx);
+    // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
+    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
       Value* p = gep(sc, jj);
       Value* x = b_.CreateFMul(load(p), scale_);
       Value* j = add(j0, smin(jj, b_.CreateSub(jn, c64(1)))); // a key inside k (the mask is read there)
@@ -208,20 +244,7 @@ private:
       store(x, p);
       store(b_.CreateBinaryIntrinsic(Intrinsic::maximum, b_.CreateLoad(t_, mx), x), mx);
     });
-    Value* m_new = b_.CreateLoad(t_, mx);
-    Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
-    Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
-    for_range(c64(0), block, [&](Value* jj) {
-      Value* p = gep(sc, jj);
-      store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
-    });
-    Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
-    Value* zp = gep(z_, slot);
-    store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
-    store(m_new, gep(m_, slot));
-    h_.set_loop_var(1, nullptr);
-    h_.pop_scope();
-    return alpha;
+    return b_.CreateLoad(t_, mx);
   }
 
   /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
@@ -273,6 +296,196 @@ private:
       });
       for (size_t r = 0; r < slot.size(); ++r) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), op[r], vector_align(vt));
       h_.pop_scope();
+    });
+  }
+
+  // --- the backward (kernel_ir.h, AttentionBackward) -------------------------------------------
+
+  /// Column vectors of width() lanes: lane l of the vector at column c0 is inside a row of `width`.
+  Value* inside(Value* c0, Value* width) {
+    const auto w = static_cast<unsigned>(this->width());
+    std::vector<Constant*> lanes;
+    for (unsigned l = 0; l < w; ++l) lanes.push_back(b_.getInt64(l));
+    return b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(w, c0), ConstantVector::get(lanes)), b_.CreateVectorSplat(w, width));
+  }
+  Value* load_cols(Value* p, Value* in) {
+    return b_.CreateMaskedLoad(column_type(), p, Align(static_cast<uint64_t>(elem_)), in, Constant::getNullValue(column_type()));
+  }
+  void store_cols(Value* v, Value* p, Value* in) { b_.CreateMaskedStore(v, p, Align(static_cast<uint64_t>(elem_)), in); }
+  /// for (c0 = 0; c0 < width; c0 += width()) body(c0, the lanes inside).
+  void for_columns(Value* width, const std::function<void(Value*, Value*)>& body) {
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), width, this->width(), [&](Value* c0) {
+      h_.push_scope();
+      body(c0, inside(c0, width));
+      h_.pop_scope();
+    });
+  }
+  /// Rows [first, end) by groups: body(rows) for groups of a_.rows rows, then for the rows left one by one.
+  void for_row_groups(Value* first, Value* end, const std::function<void(const std::vector<Value*>&)>& body) {
+    Value* full = add(first, mul(b_.CreateSDiv(b_.CreateSub(end, first), c64(a_.rows)), a_.rows));
+    auto groups = [&](Value* from, Value* to, int64_t n) {
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.group"), from, to, n, [&](Value* g) {
+        h_.push_scope();
+        std::vector<Value*> rows;
+        for (int64_t r = 0; r < n; ++r) rows.push_back(add(g, c64(r)));
+        body(rows);
+        h_.pop_scope();
+      });
+    };
+    groups(first, full, a_.rows);
+    if (a_.rows > 1) groups(full, end, 1);
+  }
+  /// The first query row that sees a key of the block starting at j0 (with causal, row j0).
+  Value* first_row(Value* j0) { return a_.causal ? smin(j0, l_) : c64(0); }
+
+  void emit_backward(Value* begin, Value* end, Value* scratch) {
+    // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (4 rows of
+    // a key block each), then per query row of the batch point c (in m), r (in z) and D
+    kt_ = scratch;
+    vt_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
+    sc_ = gep(vt_, region(mul(ev_, kAttentionKeyBlock)));
+    g_ = gep(sc_, region(c64(4 * kAttentionKeyBlock)));
+    m_ = gep(g_, region(c64(4 * kAttentionKeyBlock)));
+    z_ = gep(m_, region(l_));
+    d_ = gep(z_, region(l_));
+    for_range(begin, end, [&](Value* bh) {
+      h_.set_loop_var(0, bh);
+      row_statistics(bh);
+      zero_gradients(bh);
+      gradients(bh);
+      h_.set_loop_var(0, nullptr);
+    });
+  }
+
+  /// Pass 0: per query row of batch point bh, c = the row max (0 where -inf), r = 1 / the row sum
+  /// (0 where 0) and D = dout . out.
+  void row_statistics(Value* bh) {
+    const double inf = std::numeric_limits<double>::infinity();
+    for_range(c64(0), l_, [&](Value* i) {
+      store(fc(-inf), gep(m_, i));
+      store(fc(0), gep(z_, i));
+    });
+    Value* kbase = mul(bh, s_);
+    for_range(c64(0), ceil_div(s_, kAttentionKeyBlock), [&](Value* kb) {
+      Value* j0 = mul(kb, kAttentionKeyBlock);
+      Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
+      pack(a_.k, e_, kbase, j0, jn, kt_);
+      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
+        scores(bh, rows);
+        for (size_t r = 0; r < rows.size(); ++r)
+          softmax_step(rows[r], rows[r], gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), j0, jn);
+      });
+    });
+    for_range(c64(0), l_, [&](Value* i) {
+      Value* m = load(gep(m_, i));
+      store(b_.CreateSelect(b_.CreateFCmpOEQ(m, fc(-inf)), fc(0), m), gep(m_, i));
+      Value* z = load(gep(z_, i));
+      store(b_.CreateSelect(b_.CreateFCmpOEQ(z, fc(0)), fc(0), b_.CreateFDiv(fc(1), z)), gep(z_, i));
+      Value* row = mul(add(mul(bh, l_), i), ev_);
+      AllocaInst* acc = h_.entry_alloca(t_, "a.d");
+      store(fc(0), acc);
+      for_range(c64(0), ev_, [&](Value* c) {
+        store(emit_fmuladd(b_, load(at(a_.dout, add(row, c))), load(at(a_.out, add(row, c))), load(acc)), acc);
+      });
+      store(load(acc), gep(d_, i));
+    });
+  }
+
+  /// dq, dk and dv (those written) of batch point bh = 0.
+  void zero_gradients(Value* bh) {
+    auto zero = [&](int buffer, Value* rows, Value* width) {
+      if (buffer < 0) return;
+      Value* n = mul(rows, width);
+      Value* base = mul(bh, n);
+      for_range(c64(0), n, [&](Value* x) { store(fc(0), at(buffer, add(base, x))); });
+    };
+    zero(a_.dq, l_, e_);
+    zero(a_.dk, s_, e_);
+    zero(a_.dv, s_, ev_);
+  }
+
+  /// The main pass of batch point bh: per key block, per group of query rows, p and g, then the updates.
+  void gradients(Value* bh) {
+    Value* kbase = mul(bh, s_);
+    Value* qbase = mul(bh, l_);
+    const bool need_g = a_.dq >= 0 || a_.dk >= 0;
+    for_range(c64(0), ceil_div(s_, kAttentionKeyBlock), [&](Value* kb) {
+      Value* j0 = mul(kb, kAttentionKeyBlock);
+      Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
+      pack(a_.k, e_, kbase, j0, jn, kt_);
+      if (need_g) pack(a_.v, ev_, kbase, j0, jn, vt_);
+      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
+        scores(bh, rows);
+        if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, g_);
+        for (size_t r = 0; r < rows.size(); ++r) {
+          const int64_t lane0 = static_cast<int64_t>(r) * kAttentionKeyBlock;
+          weights(rows[r], gep(sc_, c64(lane0)), need_g ? gep(g_, c64(lane0)) : nullptr, j0, jn);
+        }
+        Value* keys = add(kbase, j0);
+        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, qbase, rows, sc_, keys, jn);
+        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, qbase, rows, g_, keys, jn);
+        if (a_.dq >= 0) update_rows(qbase, rows, keys, jn);
+      });
+    });
+  }
+
+  /// Query row i over the keys [j0, j0 + jn): its scores in sc (raw) become p = exp(s - c) * r, and
+  /// (where g is not null) its dP in g becomes (p * (dP - D)) * scale; 0 past jn.
+  void weights(Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+    h_.push_scope();
+    h_.set_loop_var(1, i);
+    mask_scores(i, sc, j0, jn, fc(0));
+    Value* c = load(gep(m_, i));
+    Value* rz = load(gep(z_, i));
+    Value* d = load(gep(d_, i));
+    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
+      Value* p = b_.CreateFMul(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), c)), rz);
+      store(p, gep(sc, jj));
+      if (g) store(b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_), gep(g, jj));
+    });
+    h_.set_loop_var(1, nullptr);
+    h_.pop_scope();
+  }
+
+  /// dst[key j] += sum over the group's rows r (in order) of coef[r][jj] * src[row r] for the block's
+  /// keys jj < jn (rows of `width`): dv (coef p, src dout) or dk (coef g, src q).
+  void update_keys(int dst, Value* width, int src, Value* qbase, const std::vector<Value*>& rows, Value* coef, Value* keys, Value* jn) {
+    const auto w = static_cast<unsigned>(this->width());
+    for_columns(width, [&](Value* c0, Value* in) {
+      std::vector<Value*> x;
+      for (Value* row : rows) x.push_back(load_cols(at(src, add(mul(add(qbase, row), width), c0)), in));
+      for_range(c64(0), jn, [&](Value* jj) {
+        Value* p = at(dst, add(mul(add(keys, jj), width), c0));
+        Value* acc = load_cols(p, in);
+        for (size_t r = 0; r < rows.size(); ++r) {
+          Value* f = b_.CreateVectorSplat(w, load(gep(coef, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
+          acc = emit_fmuladd(b_, f, x[r], acc);
+        }
+        store_cols(acc, p, in);
+      });
+    });
+  }
+
+  /// dq[row r] += sum over the block's keys jj < jn (in order) of g[r][jj] * k[key jj], for the
+  /// group's rows, k's vectors shared by the group.
+  void update_rows(Value* qbase, const std::vector<Value*>& rows, Value* keys, Value* jn) {
+    const auto w = static_cast<unsigned>(this->width());
+    std::vector<AllocaInst*> acc;
+    for (size_t r = 0; r < rows.size(); ++r) acc.push_back(h_.entry_alloca(column_type(), "a.dq"));
+    for_columns(e_, [&](Value* c0, Value* in) {
+      std::vector<Value*> p;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        p.push_back(at(a_.dq, add(mul(add(qbase, rows[r]), e_), c0)));
+        store(load_cols(p[r], in), acc[r]);
+      }
+      for_range(c64(0), jn, [&](Value* jj) {
+        Value* kv = load_cols(at(a_.k, add(mul(add(keys, jj), e_), c0)), in);
+        for (size_t r = 0; r < rows.size(); ++r) {
+          Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
+          store(emit_fmuladd(b_, f, kv, b_.CreateLoad(column_type(), acc[r])), acc[r]);
+        }
+      });
+      for (size_t r = 0; r < rows.size(); ++r) store_cols(b_.CreateLoad(column_type(), acc[r]), p[r], in);
     });
   }
 };

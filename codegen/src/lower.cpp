@@ -121,44 +121,59 @@ private:
 
   // The attention kernel of root_ (Kernel::attention): its operands are buffers (fusion.h), the
   // batch dims flattened; the mask is read at (batch point, query row, key) = (LoopVar(0),
-  // LoopVar(1), ReduceVar(0)), its size-1 dims broadcast.
+  // LoopVar(1), ReduceVar(0)), its size-1 dims broadcast. For AttentionGrad roots (the siblings
+  // of one forward and adjoint: fusion.h's grouping), the backward writing each root's gradient.
   KernelLaunch build_attention() {
     const Node* n = root_;
+    const bool backward = n->op == OpKind::AttentionGrad;
+    const size_t mask_at = backward ? 5 : 3;
+    const graph::Shape& out = backward ? n->inputs[3]->shape : n->shape; // the forward's [..., L, Ev]
     current_ = n;
-    note_computed(n);
-    const size_t r = n->shape.size();
+    for (const Node* root : roots_) note_computed(root);
+    const size_t r = out.size();
     AttentionSpec a;
     a.dtype = n->dtype;
     a.q = buffer_for(n->inputs[0].get());
     a.k = buffer_for(n->inputs[1].get());
     a.v = buffer_for(n->inputs[2].get());
     int64_t batch = 1;
-    for (size_t d = 0; d + 2 < r; ++d) batch *= n->shape[d];
+    for (size_t d = 0; d + 2 < r; ++d) batch *= out[d];
     a.bh = P(batch);
-    a.l = P(n->shape[r - 2]);
+    a.l = P(out[r - 2]);
     a.s = P(n->inputs[1]->shape[r - 2]);
     a.e = P(n->inputs[0]->shape[r - 1]);
-    a.ev = P(n->shape[r - 1]);
+    a.ev = P(out[r - 1]);
     a.scale = constant(n->dtype, n->attrs.f0);
     a.causal = n->attrs.i0 != 0;
-    if (n->inputs.size() > 3) {
+    if (backward) {
+      a.backward = true;
+      a.out = buffer_for(n->inputs[3].get());
+      a.dout = buffer_for(n->inputs[4].get());
+    }
+    if (n->inputs.size() > mask_at) {
       Index idx(r, index_const(0));
       int64_t inner = 1; // batch points per step of dim d
       for (size_t d = r - 2; d-- > 0;) {
-        if (n->shape[d] != 1)
-          idx[d] = d == 0 ? idiv(loop_var(0), divisor(inner)) : imod(idiv(loop_var(0), divisor(inner)), divisor(n->shape[d]));
-        inner *= n->shape[d];
+        if (out[d] != 1)
+          idx[d] = d == 0 ? idiv(loop_var(0), divisor(inner)) : imod(idiv(loop_var(0), divisor(inner)), divisor(out[d]));
+        inner *= out[d];
       }
       idx[r - 2] = loop_var(1);
       idx[r - 1] = reduce_var(0);
-      a.mask = compute(n->inputs[3].get(), idx, nullptr);
+      a.mask = compute(n->inputs[mask_at].get(), idx, nullptr);
     }
-    a.out = static_cast<int>(kernel_.buffers.size());
-    kernel_.buffers.push_back({n->dtype, true});
-    launch_.outputs.push_back(n);
+    // the outputs are the last buffers, after every input
+    for (const Node* root : roots_) {
+      const int b = static_cast<int>(kernel_.buffers.size());
+      kernel_.buffers.push_back({root->dtype, true});
+      launch_.outputs.push_back(root);
+      if (!backward) a.out = b;
+      else (root->attrs.i1 == 0 ? a.dq : root->attrs.i1 == 1 ? a.dk : a.dv) = b;
+    }
     kernel_.attention = std::move(a);
     finish_kernel();
-    launch_.domain_size = n->numel();
+    launch_.domain_size = 0;
+    for (const Node* root : roots_) launch_.domain_size += root->numel();
     return std::move(launch_);
   }
 

@@ -352,6 +352,29 @@ bool is_transpose_last(const Node& x) {
   return r >= 2 && p[r - 2] == static_cast<int64_t>(r - 1) && p[r - 1] == static_cast<int64_t>(r - 2);
 }
 
+NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
+                       const NodeRef& mask, double scale, bool causal, AttentionGradOf which) {
+  Attrs a;
+  a.f0 = scale;
+  a.i0 = causal ? 1 : 0;
+  a.i1 = static_cast<int64_t>(which);
+  const NodeRef& like = which == AttentionGradOf::Q ? q : which == AttentionGradOf::K ? k : v;
+  std::vector<NodeRef> in{q, k, v, out, dout};
+  if (mask) in.push_back(mask);
+  return make_node(OpKind::AttentionGrad, q->dtype, like->shape, std::move(in), a);
+}
+
+std::vector<NodeRef> attention_grads_composite(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& dout,
+                                               const NodeRef& mask, double scale, bool causal) {
+  const NodeRef p = attention_weights(q, k, mask, scale, causal);
+  const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
+  const NodeRef dp = matmul(dout, transpose_last(v));
+  const NodeRef dot = broadcast_to(reduce(OpKind::Sum, mul(dp, p), {last}), p->shape);
+  const NodeRef ds = mul(p, sub(dp, dot));
+  return {build::scale(matmul(ds, k), scale), build::scale(matmul(transpose_last(ds), q), scale),
+          matmul(transpose_last(p), dout), mask && mask->dtype != DType::Bool ? sum_to(ds, mask->shape) : nullptr};
+}
+
 NodeRef transpose_last(const NodeRef& x) {
   std::vector<int64_t> perm(x->shape.size());
   std::iota(perm.begin(), perm.end(), 0);

@@ -669,59 +669,117 @@ private:
 
   // ------------------------------------------------------------ attention
 
-  // The composite, rounded where its ops round: per query row, scores s_j = (q . k_j) * scale,
-  // masked; p = exp(s - m) / sum (m the row's max, 0 where the row is all -inf: a fully masked
-  // row gives 0); the output p v.
-  Buf attention(const Node* n) const {
-    const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2);
-    const Node* mask = n->inputs.size() > 3 ? n->inputs[3].get() : nullptr;
-    const size_t r = n->shape.size();
-    const int64_t L = n->shape[r - 2], Ev = n->shape[r - 1], E = n->inputs[0]->shape[r - 1];
-    const int64_t S = n->inputs[1]->shape[r - 2];
-    const int64_t batch = L * Ev == 0 ? 0 : n->numel() / (L * Ev);
+  // An attention node's sizes and operands (Attention or AttentionGrad: the forward's result
+  // shape is operand 3's for the latter).
+  struct AttentionProblem {
+    const Node* n;
+    const Node* mask;
+    size_t r;
+    int64_t L, S, E, Ev, batch;
+    Strides mst; // the mask's strides, 0 along its size-1 dims
+  };
+
+  AttentionProblem attention_problem(const Node* n) const {
+    const bool grad = n->op == OpKind::AttentionGrad;
+    const size_t mask_at = grad ? 5 : 3;
+    const graph::Shape& out = grad ? n->inputs[3]->shape : n->shape;
+    AttentionProblem a{n, n->inputs.size() > mask_at ? n->inputs[mask_at].get() : nullptr, out.size(), 0, 0, 0, 0, 0, {}};
+    const size_t r = a.r;
+    a.L = out[r - 2], a.Ev = out[r - 1], a.E = n->inputs[0]->shape[r - 1], a.S = n->inputs[1]->shape[r - 2];
+    a.batch = a.L * a.Ev == 0 ? 0 : graph::numel(out) / (a.L * a.Ev);
+    if (a.mask) {
+      a.mst = contiguous_strides(a.mask->shape);
+      for (size_t d = 0; d < r; ++d)
+        if (a.mask->shape[d] == 1) a.mst[d] = 0;
+    }
+    return a;
+  }
+
+  // The composite's weights of query row i of batch point bi, rounded where its ops round: scores
+  // s_j = (q . k_j) * scale, masked; p = exp(s - m) / sum (m the row's max, 0 where the row is all
+  // -inf: a fully masked row gives 0).
+  void attention_weights_row(const AttentionProblem& a, int64_t bi, int64_t i, std::vector<double>& s) const {
+    const Node* n = a.n;
+    const Buf &q = in(n, 0), &k = in(n, 1);
     const DType dt = n->dtype;
     const double inf = std::numeric_limits<double>::infinity();
-    Buf b = make_buf(dt, n->numel());
-    std::vector<double> s(static_cast<size_t>(S));
-    // the mask's element at (batch point bi, i, j): strides 0 along its size-1 dims
-    Strides mst;
-    if (mask) {
-      mst = contiguous_strides(mask->shape);
-      for (size_t d = 0; d < r; ++d)
-        if (mask->shape[d] == 1) mst[d] = 0;
+    const size_t r = a.r;
+    const graph::Shape& out = n->inputs[n->op == OpKind::AttentionGrad ? 3 : 0]->shape;
+    int64_t moff = 0; // the mask's offset of the batch point
+    for (size_t d = r - 2, rest = static_cast<size_t>(bi); d-- > 0;) {
+      moff += a.mask ? static_cast<int64_t>(rest % static_cast<size_t>(out[d])) * a.mst[d] : 0;
+      rest /= static_cast<size_t>(out[d]);
     }
-    for (int64_t bi = 0; bi < batch; ++bi) {
-      int64_t moff = 0; // the mask's offset of the batch point
-      for (size_t d = r - 2, rest = static_cast<size_t>(bi); d-- > 0;) {
-        moff += mask ? static_cast<int64_t>(rest % static_cast<size_t>(n->shape[d])) * mst[d] : 0;
-        rest /= static_cast<size_t>(n->shape[d]);
+    s.assign(static_cast<size_t>(a.S), 0);
+    double m = -inf;
+    for (int64_t j = 0; j < a.S; ++j) {
+      double acc = 0;
+      for (int64_t d = 0; d < a.E; ++d) acc += q.f[(bi * a.L + i) * a.E + d] * k.f[(bi * a.S + j) * a.E + d];
+      double x = rf(dt, rf(dt, acc) * n->attrs.f0);
+      if (n->attrs.i0 && j > i) x = -inf;
+      if (a.mask) {
+        const int64_t mo = moff + i * a.mst[r - 2] + j * a.mst[r - 1];
+        const Buf& mb = in(n, static_cast<size_t>(n->inputs.size() - 1));
+        x = a.mask->dtype == DType::Bool ? (mb.truthy(mo) ? x : -inf) : rf(dt, x + mb.f[mo]);
       }
-      for (int64_t i = 0; i < L; ++i) {
-        double m = -inf;
-        for (int64_t j = 0; j < S; ++j) {
+      s[j] = x;
+      m = std::max(m, x);
+    }
+    if (m == -inf) m = 0;
+    double z = 0;
+    for (int64_t j = 0; j < a.S; ++j) z += s[j] = rf(dt, std::exp(rf(dt, s[j] - m)));
+    z = rf(dt, z);
+    for (int64_t j = 0; j < a.S; ++j) s[j] = z == 0 ? 0 : rf(dt, s[j] / z);
+  }
+
+  // The output p v per query row (attention_weights_row's p).
+  Buf attention(const Node* n) const {
+    if (n->op == OpKind::AttentionGrad) return attention_grad(n);
+    const AttentionProblem a = attention_problem(n);
+    const Buf& v = in(n, 2);
+    Buf b = make_buf(n->dtype, n->numel());
+    std::vector<double> s;
+    for (int64_t bi = 0; bi < a.batch; ++bi)
+      for (int64_t i = 0; i < a.L; ++i) {
+        attention_weights_row(a, bi, i, s);
+        for (int64_t c = 0; c < a.Ev; ++c) {
           double acc = 0;
-          for (int64_t d = 0; d < E; ++d) acc += q.f[(bi * L + i) * E + d] * k.f[(bi * S + j) * E + d];
-          double x = rf(dt, rf(dt, acc) * n->attrs.f0);
-          if (n->attrs.i0 && j > i) x = -inf;
-          if (mask) {
-            const int64_t mo = moff + i * mst[r - 2] + j * mst[r - 1];
-            x = mask->dtype == DType::Bool ? (in(n, 3).truthy(mo) ? x : -inf) : rf(dt, x + in(n, 3).f[mo]);
+          for (int64_t j = 0; j < a.S; ++j) acc += s[j] * v.f[(bi * a.S + j) * a.Ev + c];
+          b.f[(bi * a.L + i) * a.Ev + c] = rf(n->dtype, acc);
+        }
+      }
+    return b;
+  }
+
+  // The fused backward's math in f64 (rounded once, at the end): per row, p (attention_weights_row),
+  // D = dout . out, dS_j = p_j (dout . v_j - D); dq_i = scale sum_j dS_j k_j,
+  // dk_j = scale sum_i dS_ij q_i, dv_j = sum_i p_ij dout_i.
+  Buf attention_grad(const Node* n) const {
+    const AttentionProblem a = attention_problem(n);
+    const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2), &out = in(n, 3), &dout = in(n, 4);
+    const int64_t which = n->attrs.i1;
+    const int64_t width = which == 2 ? a.Ev : a.E, rows = which == 0 ? a.L : a.S;
+    std::vector<double> g(static_cast<size_t>(a.batch * rows * width), 0.0), p;
+    for (int64_t bi = 0; bi < a.batch; ++bi)
+      for (int64_t i = 0; i < a.L; ++i) {
+        attention_weights_row(a, bi, i, p);
+        const double* dor = &dout.f[static_cast<size_t>((bi * a.L + i) * a.Ev)];
+        double dd = 0;
+        for (int64_t c = 0; c < a.Ev; ++c) dd += dor[c] * out.f[static_cast<size_t>((bi * a.L + i) * a.Ev + c)];
+        for (int64_t j = 0; j < a.S; ++j) {
+          if (p[j] == 0) continue;
+          double dp = 0;
+          for (int64_t c = 0; c < a.Ev; ++c) dp += dor[c] * v.f[static_cast<size_t>((bi * a.S + j) * a.Ev + c)];
+          const double ds = p[j] * (dp - dd) * n->attrs.f0;
+          for (int64_t c = 0; c < width; ++c) {
+            if (which == 0) g[(bi * a.L + i) * width + c] += ds * k.f[(bi * a.S + j) * a.E + c];
+            if (which == 1) g[(bi * a.S + j) * width + c] += ds * q.f[(bi * a.L + i) * a.E + c];
+            if (which == 2) g[(bi * a.S + j) * width + c] += p[j] * dor[c];
           }
-          s[j] = x;
-          m = std::max(m, x);
-        }
-        if (m == -inf) m = 0;
-        double z = 0;
-        for (int64_t j = 0; j < S; ++j) z += s[j] = rf(dt, std::exp(rf(dt, s[j] - m)));
-        z = rf(dt, z);
-        for (int64_t j = 0; j < S; ++j) s[j] = z == 0 ? 0 : rf(dt, s[j] / z);
-        for (int64_t c = 0; c < Ev; ++c) {
-          double acc = 0;
-          for (int64_t j = 0; j < S; ++j) acc += s[j] * v.f[(bi * S + j) * Ev + c];
-          b.f[(bi * L + i) * Ev + c] = rf(dt, acc);
         }
       }
-    }
+    Buf b = make_buf(n->dtype, n->numel());
+    for (size_t x = 0; x < g.size(); ++x) b.f[x] = rf(n->dtype, g[x]);
     return b;
   }
 };

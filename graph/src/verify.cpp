@@ -156,30 +156,45 @@ std::string check_matmul(DType dtype, const Shape& shape, const NodeRef& a, cons
   return "";
 }
 
-// (q [..., L, E], k [..., S, E], v [..., S, Ev][, mask]) -> [..., L, Ev] (ops.def, Attention).
-std::string check_attention(DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
-  if (in.size() != 3 && in.size() != 4) return "takes q, k, v and an optional mask";
+// The attention operands q [..., L, E], k [..., S, E], v [..., S, Ev] and the mask in[mask_at] if
+// present, for an attention of result [..., L, Ev] `out` (ops.def, Attention and AttentionGrad).
+std::string check_attention_operands(DType dtype, const Shape& out, const std::vector<NodeRef>& in, size_t mask_at) {
   const Shape &q = in[0]->shape, &k = in[1]->shape, &v = in[2]->shape;
-  const size_t r = shape.size();
+  const size_t r = out.size();
   if (r < 2 || q.size() != r || k.size() != r || v.size() != r) return "operands must have the result's rank >= 2";
   for (size_t d = 0; d + 2 < r; ++d)
-    if (q[d] != shape[d] || k[d] != shape[d] || v[d] != shape[d]) return "batch dims must match the result";
+    if (q[d] != out[d] || k[d] != out[d] || v[d] != out[d]) return "batch dims must match the result";
   if (q[r - 1] != k[r - 1]) return "q and k differ in their last dim";
   if (k[r - 2] != v[r - 2]) return "k and v differ in their number of rows";
-  if (q[r - 2] != shape[r - 2] || v[r - 1] != shape[r - 1]) return "result is not [..., L, Ev]";
+  if (q[r - 2] != out[r - 2] || v[r - 1] != out[r - 1]) return "result is not [..., L, Ev]";
   if (dtype != DType::Float32 && dtype != DType::Float64) return "needs a floating dtype";
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = 0; i < mask_at; ++i)
     if (in[i]->dtype != dtype) return "dtype mismatch";
-  if (a.i0 != 0 && a.i0 != 1) return "i0 (causal) must be 0 or 1";
-  if (in.size() == 3) return "";
-  const NodeRef& m = in[3];
+  if (in.size() == mask_at) return "";
+  const NodeRef& m = in[mask_at];
   if (m->dtype != DType::Bool && m->dtype != dtype) return "the mask must be bool or of the result's dtype";
   if (m->shape.size() != r) return "the mask must have the result's rank";
   for (size_t d = 0; d < r; ++d) {
-    const int64_t want = d + 1 == r ? k[r - 2] : shape[d];
+    const int64_t want = d + 1 == r ? k[r - 2] : out[d];
     if (m->shape[d] != want && m->shape[d] != 1) return "the mask must broadcast to the scores [..., L, S]";
   }
   return "";
+}
+
+// (q [..., L, E], k [..., S, E], v [..., S, Ev][, mask]) -> [..., L, Ev] (ops.def, Attention), or
+// (q, k, v, out [..., L, Ev], dout [..., L, Ev][, mask]) -> dq, dk or dv (AttentionGrad).
+std::string check_attention(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
+  const bool grad = op == OpKind::AttentionGrad;
+  const size_t mask_at = grad ? 5 : 3;
+  if (in.size() != mask_at && in.size() != mask_at + 1)
+    return grad ? "takes q, k, v, out, dout and an optional mask" : "takes q, k, v and an optional mask";
+  if (a.i0 != 0 && a.i0 != 1) return "i0 (causal) must be 0 or 1";
+  if (!grad) return check_attention_operands(dtype, shape, in, mask_at);
+  if (a.i1 < 0 || a.i1 > 2) return "i1 (which gradient) must be 0 (dq), 1 (dk) or 2 (dv)";
+  if (shape != in[static_cast<size_t>(a.i1)]->shape) return "the gradient must have its operand's shape";
+  const Shape& out = in[3]->shape;
+  if (in[4]->shape != out) return "out and dout differ in shape";
+  return check_attention_operands(dtype, out, in, mask_at);
 }
 
 } // namespace
@@ -209,7 +224,7 @@ std::string check_node(OpKind op, DType dtype, const Shape& shape, const std::ve
     return check_movement(op, shape, inputs, attrs);
   case OpCategory::Scan: return check_scan(op, dtype, shape, inputs, attrs);
   case OpCategory::Contraction: return check_matmul(dtype, shape, inputs[0], inputs[1]);
-  case OpCategory::Attention: return check_attention(dtype, shape, inputs, attrs);
+  case OpCategory::Attention: return check_attention(op, dtype, shape, inputs, attrs);
   case OpCategory::Custom: // the identity of operand 0
     return inputs[0]->dtype == dtype && inputs[0]->shape == shape ? "" : "a custom output keeps its value's dtype and shape";
   }
