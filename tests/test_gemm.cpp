@@ -261,6 +261,28 @@ TEST(Gemm, Conv2dMatchesDirectLoops) {
   }
 }
 
+TEST(Gemm, Conv2dTakesItsBiasAsTheGemmsEpilogue) {
+  // The bias is added over the product's own shape [N, g, O/g, Ho*Wo], so that the GEMM's epilogue
+  // adds it (when the output is read by several kernels, as a BatchNorm's) instead of a kernel
+  // of its own re-reading and re-writing the output.
+  for (const int64_t g : {1, 2}) {
+    Tensor x = randn({3, 4, 9, 7}, 1), w = randn({12, 4 / g, 3, 3}, 2), b = randn({12}, 3);
+    realize({x, w, b});
+    Tensor y = nn::functional::conv2d(x, w, b, nn::Size2(1), nn::Size2(1), nn::Size2(1), g);
+    const Tensor mean = y.mean({0, 2, 3}), act = relu(y);
+    const codegen::Schedule s = codegen::schedule({mean.node().get(), act.node().get()}, {});
+    std::vector<const codegen::KernelLaunch*> gemms;
+    for (const codegen::KernelLaunch& l : s.launches)
+      if (l.kernel.matmul) gemms.push_back(&l);
+    ASSERT_EQ(gemms.size(), 1u) << "groups " << g;
+    const graph::Node* out = gemms[0]->outputs.at(0);
+    EXPECT_EQ(out->op, graph::OpKind::Add) << "groups " << g;
+    EXPECT_EQ(out->shape, (graph::Shape{3, g, 12 / g, 9 * 7})) << "groups " << g;
+    for (const codegen::KernelLaunch& l : s.launches)
+      for (const graph::Node* o : l.outputs) EXPECT_FALSE(o->op == graph::OpKind::Add && o->shape == y.shape()) << "groups " << g;
+  }
+}
+
 TEST(Gemm, OddTilingsStayExact) {
   // Register tiles and blocks of odd sizes: panels, k blocks and task blocks that end
   // anywhere, vectors narrower than the tile, unaligned region sizes in scratch.

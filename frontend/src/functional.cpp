@@ -267,10 +267,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   // im2col per sample: cols [N, g, Cg*K, Ho*Wo] is a plain reshape of the stacked taps, and
   // W [g, O/g, Cg*K] @ cols, broadcast over N, is already [N, O, Ho, Wo]: no permutes, and the
   // gradients (dY @ cols^T summed over N, W^T @ dY) are batched matmuls with short reductions.
+  // The bias is added over the product's own shape, so that it is the GEMM's epilogue rather than a
+  // pass of its own over the output.
   Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, K, Ho, Wo]
   cols = cols.reshape({n, g, cg * taps, ho * wo}); // the scheduler computes matmul operands into a buffer
-  Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc).reshape({n, o, ho, wo});
-  return bias.defined() ? y + bias.reshape({1, o, 1, 1}) : y;
+  Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc);
+  if (bias.defined()) y = y + bias.reshape({g, o / g, 1});
+  return y.reshape({n, o, ho, wo});
 }
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
