@@ -628,8 +628,9 @@ TEST(LinearRank3, TheWeightGradientIsOneGemm) {
   const Tensor y = F::linear(x, w, b);
   EXPECT_EQ(y.shape(), (IntList{2, 3, 5}));
   const auto g = grad({(y * randn({2, 3, 5}, 39)).sum()}, {w});
-  // one [in, B*T] x [B*T, out] product: no batched matmul and no sum over the batch after it
-  EXPECT_EQ(matmul_types(g[0]), (std::vector<std::string>{"f32[4,5]"})) << graph_text({g[0]});
+  // one [out, B*T] x [B*T, in] product (g^T x, in w's own layout): no batched matmul, no sum over
+  // the batch after it, and no transpose of an [in, out] one
+  EXPECT_EQ(matmul_types(g[0]), (std::vector<std::string>{"f32[5,4]"})) << graph_text({g[0]});
   EXPECT_EQ(matmul_types(y), (std::vector<std::string>{"f32[6,5]"})) << graph_text({y});
 }
 
