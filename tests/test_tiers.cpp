@@ -329,9 +329,12 @@ TEST(Tiers, WarmStartLoadsTheOptimizedCode) {
   ASSERT_FALSE(cold.result.empty()) << cold.output;
   EXPECT_GE(cold.quick, 3u) << cold.output;
   EXPECT_EQ(cold.hits, 0u);
-  // Every kernel is launched by its quick code on this first run; the optimized code is
-  // written to disk by the background (at the latest, when the process exits).
-  EXPECT_GE(count(cold.output, "quick tier)"), cold.quick) << cold.output;
+  // Every kernel is launched on this first run: by its quick code, unless its background compile
+  // swapped the optimized code in before the first launch (a race a loaded machine shows); the
+  // optimized code is written to disk by the background (at the latest, when the process exits).
+  const size_t quick_launches = count(cold.output, "quick tier)");
+  EXPECT_GE(quick_launches, 1u) << cold.output;
+  EXPECT_GE(quick_launches + count(cold.output, "(cache miss, optimized)"), cold.quick) << cold.output;
   size_t entries = 0;
   for (const auto& e : fs::directory_iterator(dir)) entries += e.path().extension() == ".o";
   EXPECT_EQ(entries, cold.compiles) << "one optimized object per kernel and set of GEMM routines; no quick code";
