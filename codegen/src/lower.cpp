@@ -272,6 +272,12 @@ private:
   // parameter divides one lane at a time (a reshape's index split ran at 19 ns a point).
   static ExprRef divisor(int64_t v) { return index_const(v); }
 
+  // A reduction's extent: a parameter, but baked when it is a short window (a pooling window, a
+  // few taps), so that LLVM unrolls the loop instead of running a vector loop that never reaches
+  // its first vector (a 2 x 2 max-pool window ran its scalar remainder at every point).
+  ExprRef extent(int64_t v) { return v <= kBakedReduceExtent ? index_const(v) : P(v); }
+  static constexpr int64_t kBakedReduceExtent = 8;
+
   // Domain loop vars for the dims of `shape` with extent != 1, map vars for the row
   // dims, 0 for size-1 dims.
   Index make_domain(const graph::Shape& shape, const std::vector<int64_t>& row_dims) {
@@ -631,7 +637,7 @@ private:
     Index in = idx;
     for (int64_t d : n->attrs.ints) {
       in[d] = x->shape[d] == 1 ? index_const(0) : reduce_var(static_cast<int>(red.extents.size()));
-      if (x->shape[d] != 1 || n->op == OpKind::Argmax || n->op == OpKind::Argmin) red.extents.push_back(P(x->shape[d]));
+      if (x->shape[d] != 1 || n->op == OpKind::Argmax || n->op == OpKind::Argmin) red.extents.push_back(extent(x->shape[d]));
     }
     red.value = compute(x, in, nullptr); // may add the reductions this one reads first
     launch_.work_per_point = graph::numel(x->shape) / std::max<int64_t>(1, n->numel());
