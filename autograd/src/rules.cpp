@@ -234,12 +234,12 @@ std::vector<int64_t> slice_part(const std::vector<int64_t>& ints, size_t which) 
 
 // ---------------------------------------------------------------- matmul
 
-// C = A B with same-rank batched operands: dA = G B^T, dB = A^T G.
-// ga = g c^T and gc = a^T g. An operand that is itself a transpose (Linear's x W^T, attention's
-// q k^T) gets its gradient as the transpose of the swapped product ((c g^T)^T, (g^T a)^T), which
-// the permute's rule transposes back (build::permute folds the pair away): the GEMM then writes
-// the layout of the tensor underneath, not a transposed one its consumer (an optimizer update)
-// reads with strides. Each element is the same fma chain over k, so the bits do not change.
+// y = a c with same-rank batched operands: ga = g c^T, gc = a^T g. An operand that is itself a
+// transpose (Linear's x W^T, attention's q k^T) gets its gradient as the transpose of the swapped
+// product ((c g^T)^T, (g^T a)^T), which the permute's rule transposes back (build::permute folds
+// the pair away): the GEMM then writes the layout of the tensor underneath, not a transposed one
+// its consumer (an optimizer update) reads with strides. Each element is the same fma chain over
+// k, so the bits do not change.
 std::vector<NodeRef> matmul_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef &a = y->inputs[0], &c = y->inputs[1];
   const NodeRef ga = b::is_transpose_last(*a) ? b::transpose_last(b::matmul(c, b::transpose_last(g)))

@@ -674,6 +674,7 @@ private:
   struct AttentionProblem {
     const Node* n;
     const Node* mask;
+    graph::Shape out; // the forward's result [..., L, Ev] (its batch dims index the mask)
     size_t r;
     int64_t L, S, E, Ev, batch;
     Strides mst; // the mask's strides, 0 along its size-1 dims
@@ -683,7 +684,7 @@ private:
     const bool grad = n->op == OpKind::AttentionGrad;
     const size_t mask_at = grad ? 5 : 3;
     const graph::Shape& out = grad ? n->inputs[3]->shape : n->shape;
-    AttentionProblem a{n, n->inputs.size() > mask_at ? n->inputs[mask_at].get() : nullptr, out.size(), 0, 0, 0, 0, 0, {}};
+    AttentionProblem a{n, n->inputs.size() > mask_at ? n->inputs[mask_at].get() : nullptr, out, out.size(), 0, 0, 0, 0, 0, {}};
     const size_t r = a.r;
     a.L = out[r - 2], a.Ev = out[r - 1], a.E = n->inputs[0]->shape[r - 1], a.S = n->inputs[1]->shape[r - 2];
     a.batch = a.L * a.Ev == 0 ? 0 : graph::numel(out) / (a.L * a.Ev);
@@ -704,11 +705,10 @@ private:
     const DType dt = n->dtype;
     const double inf = std::numeric_limits<double>::infinity();
     const size_t r = a.r;
-    const graph::Shape& out = n->inputs[n->op == OpKind::AttentionGrad ? 3 : 0]->shape;
     int64_t moff = 0; // the mask's offset of the batch point
     for (size_t d = r - 2, rest = static_cast<size_t>(bi); d-- > 0;) {
-      moff += a.mask ? static_cast<int64_t>(rest % static_cast<size_t>(out[d])) * a.mst[d] : 0;
-      rest /= static_cast<size_t>(out[d]);
+      moff += a.mask ? static_cast<int64_t>(rest % static_cast<size_t>(a.out[d])) * a.mst[d] : 0;
+      rest /= static_cast<size_t>(a.out[d]);
     }
     s.assign(static_cast<size_t>(a.S), 0);
     double m = -inf;
