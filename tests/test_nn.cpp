@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 
+#include "codegen/lower.h"
 #include "kiln/autograd.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -335,6 +336,29 @@ TEST(Forward, BatchNormTrainUpdatesRunningStatsThenEvalUsesThem) {
   auto ye = bn(x).to_vector<double>();
   EXPECT_NEAR(ye[0], (xv[0] - rm[0]) / std::sqrt(rv[0] + 1e-5), 1e-4);
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1); // eval does not count
+}
+
+// batch_norm reduces over the spatial dims as one run (a free reshape to [N, C, H*W]): with
+// [N, C, H, W] as such, each reduction's innermost loop ran W points (28 in the CNN), most of
+// them in the scalar remainder of its vector loop.
+TEST(Forward, BatchNormReducesWholeFeatureMapsInLongRuns) {
+  const Tensor x = rand({4, 3, 5, 6}, 42).requires_grad_(), w = rand({3}, 43), b = rand({3}, 44);
+  const Tensor y = F::batch_norm(x, Tensor(), Tensor(), w, b, /*training=*/true);
+  const Tensor dx = grad({(y * y).sum()}, {x}, {}, false, /*create_graph=*/true)[0]; // as graph, to schedule
+  size_t reductions = 0;
+  for (const Tensor* t : {&y, &dx})
+    for (const auto& l : codegen::schedule({t->node().get()}, {}).launches)
+      for (const auto& r : l.kernel.reductions) {
+        ++reductions;
+        EXPECT_EQ(r.extents.size(), 2u) << l.kernel.name; // N, then H*W
+      }
+  EXPECT_GE(reductions, 4u); // mean and variance; and the backward's two sums
+  // the values: against the formula on the 4-d tensor
+  const Tensor mean = x.mean({0, 2, 3}, true), var = ((x - mean) * (x - mean)).mean({0, 2, 3}, true);
+  const Tensor ref = (x - mean) * rsqrt(var + 1e-5) * w.reshape({1, 3, 1, 1}) + b.reshape({1, 3, 1, 1});
+  EXPECT_EQ(y.shape(), x.shape());
+  const auto got = y.to_vector<double>(), want = ref.to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
 TEST(Forward, BatchNorm1dOnMatrices) {

@@ -379,25 +379,28 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
     if (t->defined() && t->shape() != IntList{c}) fail("batch_norm", "statistics, weight and bias must be [C]", {&x, t}, loc);
   if (!training && (!running_mean.defined() || !running_var.defined()))
     fail("batch_norm", "evaluation mode needs the running statistics", {&x}, loc);
-  IntList dims{0}, bshape(static_cast<size_t>(x.dim()), 1);
-  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
-  bshape[1] = c;
+  // The spatial dims as one ([N, C, H*W], a free reshape), so that the per-channel reductions
+  // and the kernels around them run over whole feature maps, long contiguous runs, rather than
+  // rows of W points.
+  const Tensor xf = x.dim() > 3 ? x.reshape({x.size(0), c, -1}, loc) : x;
+  const IntList dims = xf.dim() == 2 ? IntList{0} : IntList{0, 2}, bshape = xf.dim() == 2 ? IntList{1, c} : IntList{1, c, 1};
   Tensor y;
   if (training) {
     const int64_t n = c == 0 ? 0 : x.numel() / c; // no channel: no values (and no division by zero)
     if (n <= 1) fail("batch_norm", "needs more than one value per channel in training mode", {&x}, loc);
-    Tensor mean = x.mean(dims, true, loc);
-    Tensor xc = x - mean;
+    Tensor mean = xf.mean(dims, true, loc);
+    Tensor xc = xf - mean;
     Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
     y = xc * rsqrt(var + eps);
     if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum);
     if (running_var.defined())
       update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum);
   } else {
-    y = (x - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
+    y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }
   if (weight.defined()) y = y * weight.reshape(bshape);
-  return bias.defined() ? y + bias.reshape(bshape) : y;
+  if (bias.defined()) y = y + bias.reshape(bshape);
+  return y.reshape(x.shape(), loc);
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
