@@ -813,6 +813,35 @@ TEST(LLVM, InnerLoopIsVectorized) {
   EXPECT_FALSE(has_wide_float_vectors(raw)); // the vectors come from the pipeline, not the emitter
 }
 
+// Rows shorter than a few vectors (a 14-point pooling or im2col row) run as masked vector
+// iterations; rank-1 domains (long rows) keep the plain loop. Same values either way.
+TEST(LLVM, ShortRowsRunAsMaskedVectors) {
+  auto kernel = [](size_t rank) {
+    Kernel k;
+    k.buffers = {{kFloat32}, {kFloat32, true}};
+    k.num_params = 2;
+    ExprRef flat = rank == 1 ? loop_var(0) : iadd(imul(loop_var(0), param(1)), loop_var(1));
+    k.domain = rank == 1 ? std::vector<ExprRef>{param(0)} : std::vector<ExprRef>{param(0), param(1)};
+    ExprRef v = op(ScalarOp::Add, kFloat32, {op(ScalarOp::Mul, kFloat32, {load(0, kFloat32, flat), constant(kFloat32, 2)}), constant(kFloat32, 1)});
+    k.stores = {{1, flat, v}};
+    finalize(k);
+    return k;
+  };
+  auto masked = [](const std::string& ir) { return ir.find("llvm.masked.store") != std::string::npos; };
+  EXPECT_TRUE(masked(LlvmJit::instance().llvm_ir(kernel(2))));
+  EXPECT_FALSE(masked(LlvmJit::instance().llvm_ir(kernel(1))));
+  Kernel k2 = kernel(2);
+  CpuKernelFn f = compile(k2);
+  for (int64_t c : {1, 5, 14, 16, 17, 63, 64, 100}) {
+    const int64_t r = 7, n = r * c;
+    std::vector<float> a(n), out(n, -1);
+    for (int64_t i = 0; i < n; ++i) a[i] = 0.25f * static_cast<float>(i) - 3;
+    std::vector<void*> bufs{a.data(), out.data()};
+    run_chunked(f, n, bufs, {r, c});
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] * 2 + 1) << "c=" << c << " i=" << i;
+  }
+}
+
 TEST(LLVM, CacheAndThreads) {
   Kernel k = unary_f32_kernel(ScalarOp::Sqrt);
   LlvmJit& jit = LlvmJit::instance();

@@ -256,10 +256,7 @@ private:
       loop_vars_[rank - 1] = nullptr; // set per point inside the blocks
       emit_row_columns(j, n);
     } else {
-      for_range(c64(0), n, [&](Value* t) {
-        loop_vars_[rank - 1] = b_.CreateAdd(j, t, "", true, true);
-        emit_point();
-      });
+      emit_row_points(j, n, rank > 1);
     }
     b_.CreateStore(b_.CreateAdd(i, n), iv);
     // The next row's index: the last var wraps to 0 at its extent, carrying outward.
@@ -273,6 +270,34 @@ private:
     // An empty last extent gives n <= 0: stop rather than spin.
     b_.CreateCondBr(b_.CreateICmpSGT(n, c64(0)), cond, exit);
     b_.SetInsertPoint(exit);
+  }
+
+  /// Rows shorter than this run as masked vectors (when rows can be short at all).
+  static constexpr int64_t kShortRow = 64;
+
+  /// The points [j, j + n) of one row, one at a time: the loop LLVM vectorizes. Where rows can
+  /// be short (a domain of rank > 1: a pooling or im2col row of 14 points), a short row runs a
+  /// copy of the loop whose tail is folded into masked vector iterations; long rows keep the
+  /// plain loop (a vector body and a scalar remainder), which is faster there.
+  void emit_row_points(Value* j, Value* n, bool rows_can_be_short) {
+    auto points = [&](bool masked) {
+      emit_for(b_, local(i64(), "iv"), c64(0), n, 1, [&](Value* t) {
+        loop_vars_.back() = b_.CreateAdd(j, t, "", true, true);
+        emit_point();
+      }, masked);
+    };
+    if (!rows_can_be_short) return points(false);
+    BasicBlock* shortb = BasicBlock::Create(ctx_, "row.short", fn_);
+    BasicBlock* longb = BasicBlock::Create(ctx_, "row.long", fn_);
+    BasicBlock* join = BasicBlock::Create(ctx_, "row.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(n, c64(kShortRow)), shortb, longb);
+    b_.SetInsertPoint(shortb);
+    points(true);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(longb);
+    points(false);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
   }
 
   /// Everything the kernel does at one domain point.
@@ -1055,7 +1080,7 @@ Value* emit_fmuladd(IRBuilder<>& b, Value* a, Value* x, Value* acc) {
 }
 
 void emit_for(IRBuilder<>& b, AllocaInst* iv, Value* start, Value* end, int64_t step,
-              const std::function<void(Value*)>& body) {
+              const std::function<void(Value*)>& body, bool masked_tail) {
   LLVMContext& ctx = b.getContext();
   Function* fn = b.GetInsertBlock()->getParent();
   b.CreateStore(start, iv);
@@ -1069,7 +1094,16 @@ void emit_for(IRBuilder<>& b, AllocaInst* iv, Value* start, Value* end, int64_t 
   b.SetInsertPoint(loop);
   body(v);
   b.CreateStore(b.CreateAdd(v, b.getInt64(step), "", true, true), iv);
-  b.CreateBr(cond);
+  BranchInst* back = b.CreateBr(cond);
+  if (masked_tail) {
+    // Vectorize with the tail folded into masked iterations (AVX-512 masks), so that a
+    // loop shorter than one vector (a row of 14 points) still runs as vectors.
+    Metadata* fold[] = {MDString::get(ctx, "llvm.loop.vectorize.predicate.enable"),
+                        ConstantAsMetadata::get(b.getTrue())};
+    MDNode* self = MDNode::getDistinct(ctx, {nullptr, MDNode::get(ctx, fold)});
+    self->replaceOperandWith(0, self);
+    back->setMetadata(LLVMContext::MD_loop, self);
+  }
   b.SetInsertPoint(exit);
 }
 

@@ -30,6 +30,6 @@ llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, 
 /// for (v = start; v < end; v += step) body(v), counting in `iv` (an i64 alloca in the
 /// entry block, so that SROA promotes it).
 void emit_for(llvm::IRBuilder<>& b, llvm::AllocaInst* iv, llvm::Value* start, llvm::Value* end, int64_t step,
-              const std::function<void(llvm::Value*)>& body);
+              const std::function<void(llvm::Value*)>& body, bool masked_tail = false);
 
 } // namespace kiln::codegen
