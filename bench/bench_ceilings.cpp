@@ -159,6 +159,11 @@ KILN_GEMM_PAIR(2048, 2048, 2048, 2048);
 KILN_GEMM_PAIR(128x784x512, 128, 784, 512);
 KILN_GEMM_PAIR(128x512x512, 128, 512, 512);
 KILN_GEMM_PAIR(25088x288x64, 25088, 288, 64);
+// the GPT step's shapes (examples/gpt: 12 x 64 tokens, 128 dims, MLP 512): the MLP's two
+// products and a weight gradient (its reduction over the tokens)
+KILN_GEMM_PAIR(768x128x512, 768, 128, 512);
+KILN_GEMM_PAIR(768x512x128, 768, 512, 128);
+KILN_GEMM_PAIR(128x768x512, 128, 768, 512);
 // kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
 #define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \
@@ -166,5 +171,8 @@ KILN_GEMM_PAIR(25088x288x64, 25088, 288, 64);
 KILN_GEMM_SHAPE(128x784x512, 128, 784, 512);
 KILN_GEMM_SHAPE(128x512x512, 128, 512, 512);
 KILN_GEMM_SHAPE(25088x288x64, 25088, 288, 64);
+KILN_GEMM_SHAPE(768x128x512, 768, 128, 512);
+KILN_GEMM_SHAPE(768x512x128, 768, 512, 128);
+KILN_GEMM_SHAPE(128x768x512, 128, 768, 512);
 
 } // namespace

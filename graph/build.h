@@ -45,6 +45,9 @@ NodeRef sum_to(const NodeRef& x, const Shape& shape);
 /// Strided slice: per dim a start and a step, with the result extents `shape`.
 NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape shape);
 /// Constant padding: per dim elements before and after.
+/// Sliding windows along dim (ops.def's Unfold): [.., (x[dim] - size) / step + 1, ..] with a
+/// window dim of `size` inserted at `at`.
+NodeRef unfold(const NodeRef& x, int64_t dim, int64_t size, int64_t step, int64_t at);
 NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, const Scalar& value = 0);
 /// Most pieces of one Concat node: a kernel selects among them with a chain of that depth.
 inline constexpr size_t kMaxConcatPieces = 16;

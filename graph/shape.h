@@ -40,6 +40,10 @@ std::optional<int64_t> padded_extent(int64_t n, int64_t before, int64_t after);
 /// nullopt when an intermediate overflows int64. It is <= 0 when the window does not fit (floor
 /// division, as PyTorch: a truncating one made a too large window of stride > 1 one output).
 std::optional<int64_t> window_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d);
+/// The shape of unfold(x, dim, size, step, at) (ops.def; parameters checked by verify): x's,
+/// with dim's extent replaced by the window count (x[dim] - size) / step + 1, and `size`
+/// inserted at position `at` (0 <= at <= rank).
+Shape unfold_shape(const Shape& x, int64_t dim, int64_t size, int64_t step, int64_t at);
 /// The length of arange(start, end, step) (finite bounds, non-zero step of the right sign):
 /// ceil((end - start) / step); nullopt when it exceeds kMaxNumel (or is not a number).
 std::optional<int64_t> arange_length(double start, double end, double step);

@@ -278,7 +278,7 @@ struct Gen {
   bool movement(const Tensor& x, const std::string& xs) {
     const IntList& s = x.shape();
     const int64_t r = x.dim();
-    switch (rng.range(0, 7)) {
+    switch (rng.range(0, 8)) {
     case 0: { // reshape: split or merge dims, or flatten
       IntList t = s;
       if (r >= 2 && rng.chance(0.5)) {
@@ -346,6 +346,16 @@ struct Gen {
       if (r < 2) return false;
       const int64_t a = rng.range(0, r - 1), c = rng.range(0, r - 1);
       push(transpose(x, a, c), "transpose " + xs + " " + std::to_string(a) + " " + std::to_string(c));
+      return true;
+    }
+    case 7: { // sliding windows (overlapping, or with gaps)
+      if (r == 0 || r >= 5) return false;
+      const int64_t d = rng.range(-r, r - 1);
+      const int64_t n = s[static_cast<size_t>(d < 0 ? d + r : d)];
+      const int64_t size = rng.range(0, std::min<int64_t>(n, 3)), step = rng.range(1, 3);
+      if (numel_of(graph::unfold_shape(s, d < 0 ? d + r : d, size, step, r)) > o.max_numel) return false;
+      push(x.unfold(d, size, step), "unfold " + xs + " dim " + std::to_string(d) + " size " + std::to_string(size) +
+                                        " step " + std::to_string(step));
       return true;
     }
     case 6: { // unsqueeze
@@ -774,6 +784,7 @@ struct ErrorBound {
     case OpKind::Permute:
     case OpKind::Expand:
     case OpKind::Slice:
+    case OpKind::Unfold:
     case OpKind::Concat: {
       std::vector<NodeRef> ins;
       for (size_t i = 0; i < n->inputs.size(); ++i) ins.push_back(E(i));

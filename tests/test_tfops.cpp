@@ -74,6 +74,28 @@ TEST(Pieces, NarrowAsPyTorch) {
                    {rnd({3, 5}, 1), rnd({3, 2}, 2)});
 }
 
+TEST(Pieces, UnfoldAsPyTorch) {
+  // torch.arange(14.).reshape(2, 7).unfold(1, 3, 2): windows at 0, 2, 4 of each row
+  const Tensor x = iota({2, 7});
+  const Tensor w = x.unfold(1, 3, 2);
+  EXPECT_EQ(w.shape(), (IntList{2, 3, 3}));
+  expect_same(values(w), {0, 1, 2, 2, 3, 4, 4, 5, 6, 7, 8, 9, 9, 10, 11, 11, 12, 13});
+  // along dim 0, the window last: out[w, c, k] = x[w + k, c]
+  expect_same(values(unfold(iota({3, 2}), 0, 2, 1)), {0, 2, 1, 3, 2, 4, 3, 5});
+  expect_same(values(iota({10}).unfold(0, 2, 4)), {0, 1, 4, 5, 8, 9}); // gaps; the last window fits
+  expect_same(values(iota({10}).unfold(0, 3, 4)), {0, 1, 2, 4, 5, 6});    // 9 starts no whole window
+  EXPECT_EQ(x.unfold(-1, 0, 1).shape(), (IntList{2, 8, 0}));            // empty windows
+  EXPECT_EQ(x.unfold(1, 7, 1).shape(), (IntList{2, 1, 7}));             // one window of the whole dim
+  // overlapping windows: each element's gradient sums over the windows holding it
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (unfold(v[0], 1, 3, 2) * v[1]).sum(); },
+                   {rnd({2, 7}, 3), rnd({2, 3, 3}, 4)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (v[0].unfold(0, 2, 3).unfold(1, 2, 1) * v[1]).sum(); },
+                   {rnd({7, 4}, 5), rnd({2, 3, 2, 2}, 6)});
+  const Tensor ones4 = ones({2, 7}, kFloat64).requires_grad_();
+  const Tensor g = grad({ones4.unfold(1, 3, 2).sum()}, {ones4})[0];
+  expect_same(values(g), {1, 1, 2, 1, 2, 1, 1, 1, 1, 2, 1, 2, 1, 1}); // windows count per element
+}
+
 TEST(Pieces, ChunkAsPyTorch) {
   Tensor x = iota({5, 2});
   auto c = chunk(x, 3); // ceil(5 / 3) = 2: sizes 2, 2, 1
@@ -149,6 +171,10 @@ TEST(Pieces, ErrorsNameTheOpShapesAndLine) {
   expect_error([&] { (void)narrow(x, 1, -6, 1); }, __LINE__, "narrow", {"f32[3,5]", "out of range"});
   expect_error([&] { (void)narrow(x, 2, 0, 1); }, __LINE__, "narrow", {"f32[3,5]", "dim 2"});
   expect_error([&] { (void)x.narrow(0, 0, -1); }, __LINE__, "narrow", {"f32[3,5]"});
+  expect_error([&] { (void)x.unfold(1, 6, 1); }, __LINE__, "unfold", {"f32[3,5]", "window size 6"});
+  expect_error([&] { (void)x.unfold(1, 2, 0); }, __LINE__, "unfold", {"f32[3,5]", "step must be positive"});
+  expect_error([&] { (void)unfold(x, 2, 1, 1); }, __LINE__, "unfold", {"f32[3,5]", "dim 2"});
+  expect_error([&] { (void)scalar_tensor(1).unfold(0, 1, 1); }, __LINE__, "unfold", {"0-d"});
   expect_error([&] { (void)chunk(x, 0); }, __LINE__, "chunk", {"f32[3,5]", "positive"});
   expect_error([&] { (void)chunk(scalar_tensor(1), 2); }, __LINE__, "chunk", {"0-d"});
   expect_error([&] { (void)split(x, 0); }, __LINE__, "split", {"f32[3,5]", "split_size 0"});
@@ -751,6 +777,7 @@ TEST(Composites, ForwardModeAgreesWithReverseMode) {
       [](const Tensor& x) { return stack(unbind(tril(x, -1), 2), 0).sum({0}) + masked_fill(x, x > 0.3, 2.0); },
       [](const Tensor& x) { return F::rms_norm(x, {2, 2}); },
       [&](const Tensor& x) { return F::cross_entropy(x.reshape({2, 2, 2}), t, {.label_smoothing = 0.2}); },
+      [](const Tensor& x) { return x.unfold(2, 1, 1).unfold(0, 2, 1) * 2.0; },
   };
   const Tensor x = rnd({2, 2, 2}, 53), v = rnd({2, 2, 2}, 54);
   for (size_t i = 0; i < fs.size(); ++i) {

@@ -183,20 +183,56 @@ NodeRef spread(const NodeRef& r, size_t d, int64_t step, int64_t limit) {
   return b::slice(t, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), kept);
 }
 
+// The starts (which = 0) or steps (1) of a Slice's (start, step) pairs, or a Pad's befores or afters.
+std::vector<int64_t> slice_part(const std::vector<int64_t>& ints, size_t which) {
+  std::vector<int64_t> out;
+  for (size_t d = which; d < ints.size(); d += 2) out.push_back(ints[d]);
+  return out;
+}
+
+// g placed at positions start + i * step (per dim) of zeros of `shape`: the adjoint of a strided slice.
+NodeRef place_strided(const NodeRef& g, const Shape& shape, const std::vector<int64_t>& starts,
+                      const std::vector<int64_t>& steps) {
+  const size_t rank = shape.size();
+  NodeRef r = g;
+  std::vector<int64_t> before(rank), after(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (steps[d] > 1 && g->shape[d] > 1) r = spread(r, d, steps[d], shape[d] - starts[d]);
+    before[d] = starts[d];
+    after[d] = shape[d] - starts[d] - r->shape[d];
+  }
+  return b::pad(r, before, after, 0);
+}
+
 // The adjoint of a strided slice: the gradient placed at the sliced positions of zeros.
 NodeRef unslice(const NodeRef& y, const NodeRef& g) {
   const NodeRef& x = y->inputs[0];
   if (y->numel() == 0) return zeros_like(x);
-  const size_t rank = x->shape.size();
-  NodeRef r = g;
-  std::vector<int64_t> before(rank), after(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    const int64_t start = y->attrs.ints[2 * d], step = y->attrs.ints[2 * d + 1];
-    if (step > 1 && y->shape[d] > 1) r = spread(r, d, step, x->shape[d] - start);
-    before[d] = start;
-    after[d] = x->shape[d] - start - r->shape[d];
+  return place_strided(g, x->shape, slice_part(y->attrs.ints, 0), slice_part(y->attrs.ints, 1));
+}
+
+// The adjoint of unfold: window element k of every window goes back to x at w * step + k along
+// dim, summed over k in order (windows overlap where step < size).
+NodeRef ununfold(const NodeRef& y, const NodeRef& g) {
+  const NodeRef& x = y->inputs[0];
+  const auto& a = y->attrs.ints;
+  const size_t dim = static_cast<size_t>(a[0]), at = static_cast<size_t>(a[3]), rank = x->shape.size();
+  if (y->numel() == 0) return zeros_like(x);
+  Shape rest = y->shape; // the windows' shape: x's, with the window count along dim
+  rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(at));
+  NodeRef sum;
+  for (int64_t k = 0; k < a[1]; ++k) {
+    std::vector<int64_t> starts(rank + 1, 0), steps(rank + 1, 1);
+    starts[at] = k;
+    Shape one = y->shape;
+    one[at] = 1;
+    const NodeRef gk = b::reshape(b::slice(g, starts, steps, one), rest);
+    std::vector<int64_t> at_k(rank, 0), step_k(rank, 1);
+    at_k[dim] = k;
+    step_k[dim] = a[2];
+    sum = add_opt(sum, place_strided(gk, x->shape, at_k, step_k));
   }
-  return b::pad(r, before, after, 0);
+  return sum;
 }
 
 NodeRef unpad(const NodeRef& y, const NodeRef& g) {
@@ -224,12 +260,6 @@ NodeRef concat_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
   std::vector<NodeRef> parts;
   for (size_t k = 0; k < t.size(); ++k) parts.push_back(t[k] ? t[k] : zeros_like(y->inputs[k]));
   return b::concat(parts, y->attrs.ints[0]);
-}
-
-std::vector<int64_t> slice_part(const std::vector<int64_t>& ints, size_t which) {
-  std::vector<int64_t> out;
-  for (size_t d = which; d < ints.size(); d += 2) out.push_back(ints[d]);
-  return out;
 }
 
 // ---------------------------------------------------------------- matmul
@@ -404,6 +434,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::Permute: return {b::permute(g, inverse_permutation(y->attrs.ints))};
   case OpKind::Expand: return {b::sum_to(g, y->inputs[0]->shape)};
   case OpKind::Slice: return {unslice(y, g)};
+  case OpKind::Unfold: return {ununfold(y, g)};
   case OpKind::Pad: return {unpad(y, g)};
   case OpKind::Concat: return unconcat(y, g);
   case OpKind::Gather: // scattered back (summed where indices repeat); the index gets none
@@ -439,6 +470,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Permute: return b::permute(t[0], a);
   case OpKind::Expand: return b::broadcast_to(t[0], y->shape);
   case OpKind::Slice: return b::slice(t[0], slice_part(a, 0), slice_part(a, 1), y->shape);
+  case OpKind::Unfold: return b::unfold(t[0], a[0], a[1], a[2], a[3]); // linear
   case OpKind::Pad: return b::pad(t[0], slice_part(a, 0), slice_part(a, 1), 0); // constant fill: zero tangent
   case OpKind::Concat: return concat_jvp(y, t);
   case OpKind::Gather: return t[0] ? b::gather(t[0], a[0], y->inputs[1]) : nullptr; // linear in x

@@ -319,6 +319,8 @@ private:
     for (const Node* u : users->second) {
       if (u->op == OpKind::Expand && n->numel() > 0) most = std::max(most, u->numel() / n->numel() * recomputed(u));
       else if (u->op == OpKind::Reshape || u->op == OpKind::Permute || u->op == OpKind::Slice) most = std::max(most, recomputed(u));
+      else if (u->op == OpKind::Unfold) // overlapping windows read each point ceil(size / step) times
+        most = std::max(most, (u->attrs.ints[1] + u->attrs.ints[2] - 1) / u->attrs.ints[2] * recomputed(u));
     }
     return most;
   }
@@ -368,16 +370,21 @@ private:
   // operands must be cheap to index: views (reshape, permute, expand, slice) of a
   // buffer. The first node below such a view chain that is anything else (pad,
   // concat, arithmetic) is computed into a buffer of its own.
-  // An operand that concatenates views of a pad (im2col's window taps) also gets the
-  // pad in a buffer: each piece is then a plain load rather than a guarded one.
+  // An operand that concatenates views of a pad, or unfolds one (im2col's window taps), also
+  // gets the pad in a buffer: each tap is then a plain load rather than a guarded one.
   void buffer_matmul_operands(const Node* m) {
     for (const auto& in : m->inputs) {
       const Node* n = below_views(in.get());
       if (is_source(n) || graph::op_category(n->op) == OpCategory::Leaf) continue;
       needs_buffer_.insert(n);
-      if (n->op != OpKind::Concat) continue;
-      for (const auto& piece : n->inputs)
-        if (const Node* p = below_views(piece.get()); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
+      std::vector<const Node*> pieces;
+      if (n->op == OpKind::Concat)
+        for (const auto& piece : n->inputs) pieces.push_back(piece.get());
+      const Node* windows = n;
+      while (windows->op == OpKind::Unfold) windows = below_views(windows->inputs[0].get());
+      if (windows != n) pieces.push_back(windows);
+      for (const Node* piece : pieces)
+        if (const Node* p = below_views(piece); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
     }
   }
 

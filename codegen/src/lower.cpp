@@ -477,6 +477,14 @@ private:
         in[d] = n->shape[d] == 1 ? P(n->attrs.ints[2 * d]) : iadd(P(n->attrs.ints[2 * d]), imul(idx[d], P(n->attrs.ints[2 * d + 1])));
       return compute(x, in, guard);
     }
+    case OpKind::Unfold: { // the window's element k of window w along dim: x at w * step + k
+      const auto& a = n->attrs.ints;
+      Index in = idx;
+      const ExprRef k = in[static_cast<size_t>(a[3])];
+      in.erase(in.begin() + a[3]);
+      in[a[0]] = iadd(imul(in[a[0]], P(a[2])), k);
+      return compute(x, in, guard);
+    }
     case OpKind::Pad: return lower_pad(n, idx, guard);
     case OpKind::Concat: return lower_concat(n, idx, guard);
     case OpKind::Gather: return lower_gather(n, idx, guard);

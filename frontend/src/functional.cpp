@@ -95,19 +95,17 @@ std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x,
 int64_t overhang(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
   return std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - (n + 2 * p));
 }
-
-// Every kernel tap of a sliding window over an already padded [N, C, H, W] input, stacked as
-// [N, C, kh*kw, Ho, Wo] (tap index i*kw + j, matching a [.., kh, kw] weight flattened).
+// The windows of xp [N, C, Hp, Wp] as [N, C, kh, kw, Ho, Wo]: tap (i, j) of window (ho, wo) is
+// xp[.., ho * s.h + i * d.h, wo * s.w + j * d.w]. Two unfolds, views whose every index is affine
+// (a concat of kh * kw shifted slices selected among the taps at every point); a dilation takes
+// every d-th element of a window d(k - 1) + 1 long.
 Tensor window_taps(const Tensor& xp, const Size2& k, const Size2& s, const Size2& d, int64_t ho, int64_t wo) {
-  std::vector<Tensor> taps;
-  taps.reserve(static_cast<size_t>(k.h * k.w));
-  for (int64_t i = 0; i < k.h; ++i)
-    for (int64_t j = 0; j < k.w; ++j) {
-      Tensor t = xp.slice(2, i * d.h, i * d.h + (ho - 1) * s.h + 1, s.h);
-      t = t.slice(3, j * d.w, j * d.w + (wo - 1) * s.w + 1, s.w);
-      taps.push_back(t.unsqueeze(2));
-    }
-  return taps.size() == 1 ? taps[0] : concat(taps, 2);
+  const int64_t span_h = (k.h - 1) * d.h + 1, span_w = (k.w - 1) * d.w + 1;
+  Tensor t = xp.slice(2, 0, (ho - 1) * s.h + span_h).slice(3, 0, (wo - 1) * s.w + span_w); // exactly ho x wo windows
+  t = detail::unfold_at(t, 3, span_w, s.w, 2, Loc::current());                                  // [N, C, span_w, Hp, Wo]
+  t = detail::unfold_at(t, 3, span_h, s.h, 2, Loc::current());                                  // [N, C, span_h, span_w, Ho, Wo]
+  if (d.h > 1 || d.w > 1) t = t.slice(2, 0, span_h, d.h).slice(3, 0, span_w, d.w);
+  return t;
 }
 
 // Pads H and W by p on both sides and by `extra` more at the end (ceil mode's partial windows).
@@ -269,7 +267,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   // gradients (dY @ cols^T summed over N, W^T @ dY) are batched matmuls with short reductions.
   // The bias is added over the product's own shape, so that it is the GEMM's epilogue rather than a
   // pass of its own over the output.
-  Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, K, Ho, Wo]
+  Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, kh, kw, Ho, Wo]
   cols = cols.reshape({n, g, cg * taps, ho * wo}); // the scheduler computes matmul operands into a buffer
   Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc);
   if (bias.defined()) y = y + bias.reshape({g, o / g, 1});
@@ -287,7 +285,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
   if (tiles(kernel, stride, padding, dilation) && extra.h == 0 && extra.w == 0)
     return window_max(tile_view(x, kernel, ho, wo), {3, 5}, loc);
   const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity(), extra); // ceil's overhang too
-  return window_max(window_taps(xp, kernel, stride, dilation, ho, wo), {2}, loc);
+  return window_max(window_taps(xp, kernel, stride, dilation, ho, wo), {2, 3}, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,
@@ -307,14 +305,14 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
   const bool whole = extra.h == 0 && extra.w == 0 && (count_include_pad || (padding.h == 0 && padding.w == 0));
   if (whole) { // every window divides by kh * kw
     if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
-    return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2}, false, loc);
+    return window_taps(pad_hw(x, padding, 0), kernel, stride, Size2(1), ho, wo).mean({2, 3}, false, loc);
   }
   // Each window divides by the count of what it covers, as PyTorch: the input, plus the padding when
   // count_include_pad, never ceil mode's overhang. The counts are the same windows over a mask.
-  const Tensor sums = window_taps(pad_hw(x, padding, 0, extra), kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
+  const Tensor sums = window_taps(pad_hw(x, padding, 0, extra), kernel, stride, Size2(1), ho, wo).sum({2, 3}, false, loc);
   Tensor mask = pad_hw(ones({1, 1, x.size(2), x.size(3)}, x.dtype(), x.device(), loc), padding, count_include_pad ? 1 : 0);
   mask = pad_hw(mask, Size2(0), 0, extra);
-  return sums / window_taps(mask, kernel, stride, Size2(1), ho, wo).sum({2}, false, loc);
+  return sums / window_taps(mask, kernel, stride, Size2(1), ho, wo).sum({2, 3}, false, loc);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, bool ceil_mode,

@@ -584,6 +584,22 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc l
   return slice(x, d, start, start + length, 1, loc);
 }
 
+Tensor detail::unfold_at(const Tensor& x, int64_t dim, int64_t size, int64_t step, int64_t at, Loc loc) {
+  const graph::SourceScope here(loc); // nodes made here record the caller's line
+  if (step <= 0) fail("unfold", "step must be positive, got " + std::to_string(step), {&x}, loc);
+  const int64_t d = split_dim("unfold", x, dim, loc);
+  const int64_t n = x.shape()[d];
+  if (size < 0 || size > n)
+    fail("unfold", "the window size " + std::to_string(size) + " must be in [0, " + std::to_string(n) +
+                       "], the extent of dim " + std::to_string(dim), {&x}, loc);
+  KILN_ASSERT(at >= 0 && at <= x.dim(), "unfold's window dim position");
+  return result(b::unfold(x.node(), d, size, step, at), {&x});
+}
+
+Tensor unfold(const Tensor& x, int64_t dim, int64_t size, int64_t step, Loc loc) {
+  return detail::unfold_at(x, dim, size, step, x.dim(), loc);
+}
+
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (chunks <= 0) fail("chunk", "chunks must be positive, got " + std::to_string(chunks), {&x}, loc);
@@ -782,6 +798,7 @@ Tensor Tensor::triu(int64_t k, Loc loc) const { return kiln::triu(*this, k, loc)
 Tensor Tensor::masked_fill(const Tensor& m, Scalar v, Loc loc) const { return kiln::masked_fill(*this, m, v, loc); }
 Tensor Tensor::logsumexp(IntList d, bool k, Loc loc) const { return kiln::logsumexp(*this, std::move(d), k, loc); }
 Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st, Loc loc) const { return kiln::slice(*this, d, s, e, st, loc); }
+Tensor Tensor::unfold(int64_t d, int64_t size, int64_t step, Loc loc) const { return kiln::unfold(*this, d, size, step, loc); }
 Tensor Tensor::sum(IntList d, bool k, Loc loc) const { return kiln::sum(*this, std::move(d), k, loc); }
 Tensor Tensor::mean(IntList d, bool k, Loc loc) const { return kiln::mean(*this, std::move(d), k, loc); }
 Tensor Tensor::max(IntList d, bool k, Loc loc) const { return kiln::max(*this, std::move(d), k, loc); }

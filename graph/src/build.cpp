@@ -134,6 +134,12 @@ NodeRef slice(const NodeRef& x, std::vector<int64_t> starts, std::vector<int64_t
   return make_node(OpKind::Slice, x->dtype, std::move(shape), {x}, std::move(a));
 }
 
+NodeRef unfold(const NodeRef& x, int64_t dim, int64_t size, int64_t step, int64_t at) {
+  Attrs a;
+  a.ints = {dim, size, step, at};
+  return make_node(OpKind::Unfold, x->dtype, unfold_shape(x->shape, dim, size, step, at), {x}, std::move(a));
+}
+
 NodeRef pad(const NodeRef& x, std::vector<int64_t> before, std::vector<int64_t> after, const Scalar& value) {
   Attrs a;
   Shape shape = x->shape;

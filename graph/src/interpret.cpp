@@ -537,7 +537,7 @@ private:
         off += j * xst[d];
         break;
       }
-      case OpKind::Reshape: case OpKind::Concat: case OpKind::Gather: // computed by their own functions
+      case OpKind::Reshape: case OpKind::Concat: case OpKind::Gather: case OpKind::Unfold: // their own functions
 #define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Movement, case OpKind::e:)
 #include "graph/ops.def"
 #undef KILN_OP
@@ -557,6 +557,7 @@ private:
     if (n->op == OpKind::Reshape) return in(n, 0);
     if (n->op == OpKind::Concat) return concat(n);
     if (n->op == OpKind::Gather) return gather(n);
+    if (n->op == OpKind::Unfold) return unfold(n);
     const Buf& x = in(n, 0);
     const Strides xst = contiguous_strides(n->inputs[0]->shape);
     Buf b = make_buf(n->dtype, n->numel());
@@ -565,6 +566,26 @@ private:
       if (src >= 0) copy_element(x, src, b, lin);
       else if (b.is_float) b.f[lin] = rf(n->dtype, n->attrs.f0);
       else b.i[lin] = wrap(n->dtype, n->attrs.i0);
+    });
+    return b;
+  }
+
+  // Window k of window w along dim is x at w * step + k there (ops.def).
+  Buf unfold(const Node* n) const {
+    const auto& a = n->attrs.ints;
+    const size_t dim = static_cast<size_t>(a[0]), at = static_cast<size_t>(a[3]);
+    const int64_t step = a[2];
+    const Buf& x = in(n, 0);
+    const Strides xst = contiguous_strides(n->inputs[0]->shape);
+    Buf b = make_buf(n->dtype, n->numel());
+    for_each_index(n->shape, [&](const std::vector<int64_t>& idx, int64_t lin) {
+      std::vector<int64_t> src = idx;
+      const int64_t k = src[at];
+      src.erase(src.begin() + static_cast<std::ptrdiff_t>(at));
+      src[dim] = src[dim] * step + k;
+      int64_t off = 0;
+      for (size_t d = 0; d < src.size(); ++d) off += src[d] * xst[d];
+      copy_element(x, off, b, lin);
     });
     return b;
   }

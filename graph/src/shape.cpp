@@ -59,6 +59,13 @@ int64_t slice_extent(int64_t start, int64_t end, int64_t step) {
   return span / step + (span % step != 0);
 }
 
+Shape unfold_shape(const Shape& x, int64_t dim, int64_t size, int64_t step, int64_t at) {
+  Shape s = x;
+  s[static_cast<size_t>(dim)] = (x[static_cast<size_t>(dim)] - size) / step + 1;
+  s.insert(s.begin() + at, size);
+  return s;
+}
+
 std::optional<int64_t> padded_extent(int64_t n, int64_t before, int64_t after) {
   const auto m = checked_add(n, before);
   return m ? checked_add(*m, after) : std::nullopt;

@@ -81,6 +81,16 @@ std::string check_slice(const Shape& shape, const NodeRef& x, const Attrs& a) {
   return "";
 }
 
+std::string check_unfold(const Shape& shape, const NodeRef& x, const Attrs& a) {
+  const auto rank = static_cast<int64_t>(x->shape.size());
+  if (a.ints.size() != 4) return "needs {dim, size, step, at}";
+  const int64_t dim = a.ints[0], size = a.ints[1], step = a.ints[2], at = a.ints[3];
+  if (dim < 0 || dim >= rank || at < 0 || at > rank) return "dim or window position out of range";
+  if (step <= 0 || size < 0 || size > x->shape[static_cast<size_t>(dim)]) return "bad window size or step";
+  if (shape != unfold_shape(x->shape, dim, size, step, at)) return "shape is not the unfolded input shape";
+  return "";
+}
+
 // torch.gather's rules: same rank, the index's shape, no larger than x off the dim; an empty x
 // along the dim has no valid index.
 std::string check_gather(const Shape& shape, const NodeRef& x, const NodeRef& index, const Attrs& a) {
@@ -104,6 +114,7 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
       if (x->shape[d] != 1 && x->shape[d] != shape[d]) return "expand of a non-1 dim";
     return "";
   case OpKind::Slice: return check_slice(shape, x, a);
+  case OpKind::Unfold: return check_unfold(shape, x, a);
   case OpKind::Pad:
     if (a.ints.size() != 2 * shape.size() || shape.size() != x->shape.size()) return "needs (before, after) per dim";
     for (size_t d = 0; d < shape.size(); ++d)

@@ -109,6 +109,7 @@ public:
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1, Loc loc = Loc::current()) const; ///< see kiln::slice
   Tensor squeeze(Loc loc = Loc::current()) const;                     ///< removes every size-1 dim
   Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc loc = Loc::current()) const; ///< see kiln::narrow
+  Tensor unfold(int64_t dim, int64_t size, int64_t step, Loc loc = Loc::current()) const; ///< see kiln::unfold
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0, Loc loc = Loc::current()) const; ///< see kiln::chunk
   /// Pieces of split_size along dim (see kiln::split); a template so that `{2}` picks the list form.
   template <std::integral I> std::vector<Tensor> split(I split_size, int64_t dim = 0, Loc loc = Loc::current()) const;
@@ -290,6 +291,14 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current());
 /// `length` elements of dim from `start` (negative counts from the end), as torch.narrow; a view.
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc loc = Loc::current());
+/// Every window of `size` elements along dim, `step` apart, as torch.Tensor.unfold: dim's extent
+/// becomes the window count (n - size) / step + 1 and a last dim of `size` is added; a view.
+Tensor unfold(const Tensor& x, int64_t dim, int64_t size, int64_t step, Loc loc = Loc::current());
+namespace detail {
+/// unfold() with the window dim inserted at position `at` of the result rather than last (at most
+/// the input's rank): the layout im2col wants, [N, C, kh, kw, Ho, Wo], without a permute.
+Tensor unfold_at(const Tensor& x, int64_t dim, int64_t size, int64_t step, int64_t at, Loc loc);
+} // namespace detail
 /// At most `chunks` pieces of equal size ceil(n / chunks) along dim (the last may be smaller, and
 /// there may be fewer), as torch.chunk; an empty dim gives `chunks` empty pieces.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0, Loc loc = Loc::current());
