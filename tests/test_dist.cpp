@@ -927,7 +927,9 @@ template <class T> void expect_nccl_matches_host_path() {
     calls += 2;
   }
   const auto after = emulated_nccl_counters();
-  if (after.second > 0) EXPECT_EQ(after.second - before.second, static_cast<uint64_t>(calls)) << "NCCL ran them all";
+  if (after.second > 0) {
+    EXPECT_EQ(after.second - before.second, static_cast<uint64_t>(calls)) << "NCCL ran them all";
+  }
 }
 
 TEST(Nccl, CollectivesOnCudaTensorsMatchTheHostPath) {
@@ -942,11 +944,23 @@ TEST(Nccl, CollectivesOnCudaTensorsMatchTheHostPath) {
   EXPECT_EQ(dist::all_gather(flags).shape(), (IntList{dist::world_size(), 2}));
   EXPECT_EQ(dist::all_reduce(zeros({0, 3}).to(kGpu)).shape(), (IntList{0, 3}));
   EXPECT_EQ(dist::all_reduce(scalar_tensor(2.0).to(kGpu)).to(kCPU).item<float>(), 2.f * dist::world_size());
+  // more than the emulator's 1 MiB a round: several rounds (chunks), uneven last one
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t rows = 2 * w, width = 50'001; // f64: 400 KB a row
+  const Tensor big =
+      (arange(0, static_cast<double>(rows * width), 1, kFloat64).reshape({rows, width}) + static_cast<double>(r)).to(kGpu);
+  const Tensor big_cpu = big.to(kCPU);
+  EXPECT_EQ(dist::all_reduce(big).to(kCPU).to_vector<double>(), dist::all_reduce(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::reduce_scatter(big).to(kCPU).to_vector<double>(), dist::reduce_scatter(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::all_gather(big).to(kCPU).to_vector<double>(), dist::all_gather(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::broadcast(big, 1).to(kCPU).to_vector<double>(), dist::broadcast(big_cpu, 1).to_vector<double>());
   // a result feeds the GPU's kernels (stream order: no host wait in between)
   const Tensor s = dist::all_reduce(ones({3}).to(kGpu) * 2.f);
   EXPECT_EQ((s + 1.f).sum().to(kCPU).item<float>(), 3.f * (2.f * dist::world_size() + 1.f));
   const auto [comms, collectives] = emulated_nccl_counters();
-  if (collectives > 0) EXPECT_EQ(comms, 1u) << "one communicator serves every collective";
+  if (collectives > 0) {
+    EXPECT_EQ(comms, 1u) << "one communicator serves every collective";
+  }
 }
 
 // NCCL's sums are not in rank order: kiln promises every rank the same bits (NCCL's reduced
@@ -978,8 +992,12 @@ TEST(Nccl, SumsAreEqualOnEveryRankAndRankOrderOnRequest) {
     EXPECT_EQ(std::memcmp(every.data() + n * static_cast<size_t>(k), got.data(), n * sizeof(float)), 0) << "rank " << k;
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], expect[i], 16.f) << i; // summands ~ 1e8: 2 ulps of them
   const bool rank_order = std::memcmp(got.data(), expect.data(), n * sizeof(float)) == 0;
-  if (w == 2) EXPECT_TRUE(rank_order) << "x1 + x0 == x0 + x1";
-  if (w >= 3 && emulated_nccl_counters().second != 0) EXPECT_FALSE(rank_order) << "the emulator's order is a ring's";
+  if (w == 2) {
+    EXPECT_TRUE(rank_order) << "x1 + x0 == x0 + x1";
+  }
+  if (w >= 3 && emulated_nccl_counters().second != 0) {
+    EXPECT_FALSE(rank_order) << "the emulator's order is a ring's";
+  }
   const HostStaging staged;
   EXPECT_TRUE(contains(dist::backend(kGpu), "staged through host memory: KILN_NCCL=0")) << dist::backend(kGpu);
   const std::vector<float> ordered = dist::all_reduce(x).to(kCPU).to_vector<float>();
@@ -992,9 +1010,13 @@ TEST(Nccl, CompiledDdpStepOnTheGpu) {
   NEED_NCCL();
   const auto before = emulated_nccl_counters();
   const std::vector<double> gpu = compiled_ddp_steps(kGpu), cpu = compiled_ddp_steps(kCPU);
-  if (emulated_nccl_counters().first > 0) EXPECT_GT(emulated_nccl_counters().second, before.second + 9);
+  if (emulated_nccl_counters().first > 0) {
+    EXPECT_GT(emulated_nccl_counters().second, before.second + 9);
+  }
   ASSERT_EQ(gpu.size(), cpu.size());
-  if (dist::world_size() == 2) EXPECT_EQ(gpu, cpu);
+  if (dist::world_size() == 2) {
+    EXPECT_EQ(gpu, cpu);
+  }
   for (size_t i = 0; i < gpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-12 * (1 + std::abs(cpu[i]))) << i;
 }
 

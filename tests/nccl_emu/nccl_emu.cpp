@@ -27,7 +27,8 @@
 // Streams. Collectives need the emulated driver's context current on the calling thread (else
 // ncclUnhandledCudaError, as NCCL's cudaGetDevice would fail) and run on the given stream, in
 // its order, through the driver emulator's cuLaunchHostFunc: the call returns at once. Between
-// ncclGroupStart and ncclGroupEnd calls are collected and queued at ncclGroupEnd, in order.
+// ncclGroupStart and ncclGroupEnd calls are collected and queued at ncclGroupEnd, in order (a
+// call that fails fails the group: ncclGroupEnd returns its error and queues none of them).
 // Device addresses are checked at the call (kilnEmuHostAddress: in one live allocation, else
 // ncclInvalidArgument) and translated again when the stream runs them.
 //
@@ -55,6 +56,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define KILN_NCCL_EMU_API extern "C" __attribute__((visibility("default")))
@@ -332,7 +334,8 @@ void run_batch(void* user) {
 }
 
 thread_local int t_group_depth = 0;
-thread_local std::vector<Op> t_group; // calls collected since ncclGroupStart
+thread_local std::vector<Op> t_group;             // calls collected since ncclGroupStart
+thread_local ncclResult_t t_group_error = kSuccess; // the first failed call of the group
 
 // Queues `ops` (in order) on their streams: consecutive ops on one stream become one batch.
 ncclResult_t launch(std::vector<Op> ops) {
@@ -356,8 +359,23 @@ ncclResult_t launch(std::vector<Op> ops) {
   return kSuccess;
 }
 
-// Checks a collective's arguments at the call, then queues it (or collects it in a group).
+ncclResult_t check(const Op& o);
+
+// Checks a collective's arguments at the call, then queues it (or collects it in a group; a
+// failed call fails the group: ncclGroupEnd returns its error and queues nothing).
 ncclResult_t submit(const Op& o) {
+  if (ncclResult_t r = check(o); r != kSuccess) {
+    if (t_group_depth > 0 && t_group_error == kSuccess) t_group_error = r;
+    return r;
+  }
+  if (t_group_depth > 0) {
+    t_group.push_back(o);
+    return kSuccess;
+  }
+  return launch({o});
+}
+
+ncclResult_t check(const Op& o) {
   if (int f = g_fail_next.exchange(0); f != 0)
     return error(f, std::string(name(o.kind)) + ": failure injected by kilnNcclEmuFailNext");
   if (!o.comm || !o.comm->shared) return error(kInvalidArgument, std::string(name(o.kind)) + ": invalid communicator");
@@ -372,11 +390,7 @@ ncclResult_t submit(const Op& o) {
   if (o.count > 0 && ((sends && !host(o.send, send_bytes(o))) || !host(o.recv, recv_bytes(o))))
     return error(kInvalidArgument, std::string(name(o.kind)) + ": a buffer is not in one live device allocation");
   if (o.comm->async_error.load() != kSuccess) return error(o.comm->async_error.load(), "the communicator failed earlier");
-  if (t_group_depth > 0) {
-    t_group.push_back(o);
-    return kSuccess;
-  }
-  return launch({o});
+  return kSuccess;
 }
 
 // Waits until the communicator's queued work ran (or was skipped).
@@ -520,7 +534,8 @@ KILN_NCCL_EMU_API ncclResult_t ncclGroupEnd() {
   if (--t_group_depth > 0) return kSuccess;
   std::vector<Op> ops;
   ops.swap(t_group);
-  return launch(std::move(ops));
+  const ncclResult_t failed = std::exchange(t_group_error, kSuccess);
+  return failed != kSuccess ? failed : launch(std::move(ops));
 }
 
 /// Test hook: this process's next collective call returns `code` (an ncclResult_t).
