@@ -119,8 +119,8 @@ bool agree(const char* op, const std::string& what, bool can_nccl, const Loc& lo
 
 // Whether this rank can run a collective on `ts` on NCCL: more than one rank, options().nccl,
 // all on one CUDA device that NCCL serves (runtime/nccl.h says why not).
-bool can_use_nccl(const std::vector<Tensor>& ts, const Loc& loc) {
-  if (!options().nccl || ts.empty() || runtime::comm::world("dist", loc).size == 1) return false;
+bool can_use_nccl(const char* op, const std::vector<Tensor>& ts, const Loc& loc) {
+  if (!options().nccl || ts.empty() || group(op, loc).size == 1) return false;
   for (const Tensor& t : ts)
     if (t.device() != ts[0].device()) return false;
   return ts[0].device().kind == Device::Kind::CUDA && runtime::nccl::unusable(ts[0].device()).empty();
@@ -392,7 +392,7 @@ std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp
   if (ts.empty()) return {};
   const DType dt = ts[0].dtype();
   check_reducible(name, dt, op, what, loc);
-  if (agree(name, what, can_use_nccl(ts, loc), loc)) return nccl_all_reduce(ts, op, name, loc);
+  if (agree(name, what, can_use_nccl(name, ts, loc), loc)) return nccl_all_reduce(ts, op, name, loc);
   realize(ts, loc);
   size_t n = 0;
   for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
@@ -410,12 +410,13 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
   if (t.dim() == 0 || t.size(0) % world != 0)
     throw Error(name, "dim 0 must be a multiple of the world size " + std::to_string(world) + ", got " + t.type_str(), loc);
   check_reducible(name, t.dtype(), op, what, loc);
-  const bool nccl = agree(name, what, can_use_nccl({t}, loc), loc);
+  const bool nccl = agree(name, what, can_use_nccl(name, {t}, loc), loc);
   const size_t n = static_cast<size_t>(t.numel());
   const size_t row = t.size(0) == 0 || n == 0 ? 1 : n / static_cast<size_t>(t.size(0)); // elements a row
   IntList shape = t.shape();
   shape[0] /= world;
-  if (nccl) return nccl_one(runtime::nccl::Kind::ReduceScatter, t, shape, n / static_cast<size_t>(world), op, 0, name, loc);
+  if (nccl)
+    return nccl_one(runtime::nccl::Kind::ReduceScatter, t, shape, n / static_cast<size_t>(world), op, 0, name, loc);
   const Blocks blocks{n, row, world};
   auto own = reduce_own_block(blocks, detail::host_storage(t, name, loc)->data(), t.dtype(), op, name, loc);
   return wrap(std::move(own), t.dtype(), shape, t.device(), loc); // its first block is the result
@@ -428,7 +429,8 @@ Tensor broadcast(const Tensor& t, int root, Loc loc) {
   const auto& w = group(name, loc);
   if (root < 0 || root >= w.size)
     throw Error(name, "root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(w.size), loc);
-  if (agree(name, describe(std::string(name) + " from rank " + std::to_string(root), t), can_use_nccl({t}, loc), loc))
+  const std::string what = describe(std::string(name) + " from rank " + std::to_string(root), t);
+  if (agree(name, what, can_use_nccl(name, {t}, loc), loc))
     return nccl_one(runtime::nccl::Kind::Broadcast, t, t.shape(), static_cast<size_t>(t.numel()), ReduceOp::Sum, root,
                     name, loc);
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
@@ -452,8 +454,9 @@ Tensor all_gather(const Tensor& t, Loc loc) {
   const auto& w = group(name, loc);
   IntList shape = t.shape();
   shape.insert(shape.begin(), w.size);
-  if (agree(name, describe(name, t), can_use_nccl({t}, loc), loc))
-    return nccl_one(runtime::nccl::Kind::AllGather, t, shape, static_cast<size_t>(t.numel()), ReduceOp::Sum, 0, name, loc);
+  if (agree(name, describe(name, t), can_use_nccl(name, {t}, loc), loc))
+    return nccl_one(runtime::nccl::Kind::AllGather, t, shape, static_cast<size_t>(t.numel()), ReduceOp::Sum, 0, name,
+                    loc);
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   auto out = host_buffer(std::max<size_t>(1, bytes * static_cast<size_t>(w.size)), name, loc);
   char* o = static_cast<char*>(out->data());
