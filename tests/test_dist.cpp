@@ -963,6 +963,26 @@ TEST(Nccl, CollectivesOnCudaTensorsMatchTheHostPath) {
   }
 }
 
+// A collective is queued on kiln's stream of the device: all_reduce returns before the stream ran
+// it (the driver emulator holds each operation queued meanwhile for KILN_EMU_DELAY_US), and a
+// kernel queued after it reads its result.
+TEST(Nccl, QueuedOnTheStreamWithoutAHostWait) {
+  NEED_NCCL();
+  if (emulated_nccl_counters().first == 0) GTEST_SKIP() << "counts the NCCL emulator's collectives";
+  const int w = dist::world_size();
+  const Tensor x = ones({4}).to(kGpu) * static_cast<float>(dist::rank() + 1);
+  realize({x});
+  const uint64_t before = emulated_nccl_counters().second;
+  setenv("KILN_EMU_DELAY_US", "500000", 1);
+  const Tensor s = dist::all_reduce(x);
+  const uint64_t right_after = emulated_nccl_counters().second;
+  unsetenv("KILN_EMU_DELAY_US");
+  EXPECT_EQ(right_after, before) << "all_reduce waited for the stream";
+  const Tensor y = s * 2.f + 1.f; // a kernel queued after the collective
+  EXPECT_EQ(y.to(kCPU).to_vector<float>(), std::vector<float>(4, static_cast<float>(w * (w + 1) + 1)));
+  EXPECT_EQ(emulated_nccl_counters().second, before + 1);
+}
+
 // NCCL's sums are not in rank order: kiln promises every rank the same bits (NCCL's reduced
 // chunks are sent to all ranks), within rounding of the rank-order sum, bitwise on 2 ranks; and
 // the host path's rank-order bits with KILN_NCCL=0.
