@@ -62,6 +62,9 @@ step() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: unavailable"
 compgen -G "$KILN_CUDA_HOME/lib64/libnvrtc.so.*" || echo "no NVRTC under $KILN_CUDA_HOME/lib64"
+# kiln::dist's NCCL needs 2 ranks on 2 GPUs (NCCL refuses two ranks on one GPU): only whether it is there.
+ldconfig -p 2>/dev/null | grep -m1 'libnccl.so.2' ||
+  echo "no libnccl.so.2 (KILN_NCCL_LIBRARY): kiln::dist would stage CUDA tensors through host memory"
 
 # ---------------------------------------------------------------- dependencies and build
 BUNDLE="${BUNDLE:-$ROOT/gpu-bundle/kiln-gpu.tar.xz}"

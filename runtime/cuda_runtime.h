@@ -106,9 +106,12 @@ public:
   /// The driver functions in use.
   const CudaApi& api() const { return api_; }
 
+  /// Makes the device's primary context current on the calling thread (once per thread):
+  /// what a library queueing work on stream() itself needs first (NCCL).
+  void make_current();
+
 private:
   explicit Gpu(int index);
-  void make_current();
   void check(CUresult r, const std::string& what);
   std::string compile_image(const codegen::Kernel& k, const std::string& source, Source& from);
   void free_cached_locked();

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <set>
 #include <thread>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "kiln/kiln.h"
@@ -32,6 +33,13 @@ namespace {
                << ": ctest runs these under mpirun (dist_mpi_2, dist_mpi_3) where mpirun is installed"
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Collectives on CUDA tensors staged through host memory while it lives (options().nccl off).
+struct HostStaging {
+  bool was = options().nccl;
+  HostStaging() { options().nccl = false; }
+  ~HostStaging() { options().nccl = was; }
+};
 
 // A rank-dependent f32 tensor whose sum depends on the order of addition.
 std::vector<float> ragged(int rank, size_t n) {
@@ -167,11 +175,12 @@ TEST(Dist, EmptyAndZeroDimTensors) {
   EXPECT_EQ(dist::reduce_scatter(zeros({0, 3})).shape(), (IntList{0, 3}));
 }
 
-// GPU tensors are staged through host memory (no NCCL yet): against kiln's emulator of the CUDA
-// driver here (tests/cuda_emu), against a GPU with KILN_CUDA_DRIVER=libcuda.so.1.
+// GPU tensors staged through host memory (KILN_NCCL=0, or where NCCL cannot be used): against
+// kiln's emulator of the CUDA driver here (tests/cuda_emu), against a GPU with KILN_CUDA_DRIVER=libcuda.so.1.
 TEST(Dist, GpuTensorsStageThroughHost) {
   setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);
   if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  const HostStaging staged; // KILN_NCCL=0 (the Nccl tests below cover NCCL)
   const Device gpu{Device::Kind::CUDA, 0};
   const int w = dist::world_size(), r = dist::rank();
   const Tensor x = from_vector<float>({1.f + r, 2.f * r}).to(gpu);
@@ -488,41 +497,43 @@ TEST(DDP, AllReduceInsideACompiledStep) {
   EXPECT_EQ(dist::all_reduce(from_vector<double>(state), dist::ReduceOp::Max).to_vector<double>(), state);
 }
 
+// A compiled DDP step (3 steps of Adam, f64) on `device`: the losses, then the parameters.
+std::vector<double> compiled_ddp_steps(Device device) {
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t B = 4, steps = 3;
+  const auto [x, y] = samples(w * B * steps);
+  auto m = small_mlp(31);
+  m->to(device);
+  nn::DistributedDataParallel ddp(m, {.bucket_bytes = 160}); // several buckets: several all-reduces
+  optim::Adam opt(ddp.parameters(), {.lr = 1e-2});
+  CompiledFunction step([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    const Tensor loss = F::cross_entropy(ddp(a[0]), a[1]);
+    loss.backward();
+    ddp.sync_gradients();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  std::vector<double> out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t at = (s * w + r) * B;
+    out.push_back(step({x_rows(x, range(at, at + B)).to(device), y_rows(y, range(at, at + B)).to(device)})[0]
+                      .to(kCPU).item<double>());
+  }
+  for (const Tensor& p : ddp.parameters()) {
+    EXPECT_EQ(p.device(), device);
+    for (double v : p.to(kCPU).to_vector<double>()) out.push_back(v);
+  }
+  return out;
+}
+
 // The same compiled DDP step on a (here emulated) GPU: gradients staged through host memory for
 // the all-reduce, the same bits as on the CPU.
 TEST(DDP, CompiledStepOnTheGpuMatchesTheCpu) {
   setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);
   if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
-  const Device gpu{Device::Kind::CUDA, 0};
-  const int w = dist::world_size(), r = dist::rank();
-  const int64_t B = 4, steps = 3;
-  const auto [x, y] = samples(w * B * steps);
-  auto run = [&](Device device) {
-    auto m = small_mlp(31);
-    m->to(device);
-    nn::DistributedDataParallel ddp(m);
-    optim::Adam opt(ddp.parameters(), {.lr = 1e-2});
-    CompiledFunction step([&](const std::vector<Tensor>& a) {
-      opt.zero_grad();
-      const Tensor loss = F::cross_entropy(ddp(a[0]), a[1]);
-      loss.backward();
-      ddp.sync_gradients();
-      opt.step();
-      return std::vector<Tensor>{loss.detach()};
-    });
-    std::vector<double> out;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t at = (s * w + r) * B;
-      out.push_back(step({x_rows(x, range(at, at + B)).to(device), y_rows(y, range(at, at + B)).to(device)})[0]
-                        .to(kCPU).item<double>());
-    }
-    for (const Tensor& p : ddp.parameters()) {
-      EXPECT_EQ(p.device(), device);
-      for (double v : p.to(kCPU).to_vector<double>()) out.push_back(v);
-    }
-    return out;
-  };
-  EXPECT_EQ(run(gpu), run(kCPU));
+  const HostStaging staged; // rank-order sums: bitwise (Nccl.CompiledDdpStepOnTheGpu: on NCCL)
+  EXPECT_EQ(compiled_ddp_steps({Device::Kind::CUDA, 0}), compiled_ddp_steps(kCPU));
 }
 
 // Two whole DDP steps in one compiled function: two host stages, the second reading the
@@ -852,6 +863,240 @@ TEST(SyncBatchNorm, Errors) {
 }
 
 // ---------------------------------------------------------------- failures (mpirun -np 2, KILN_DIST_TIMEOUT=1)
+
+// ---------------------------------------------------------------- NCCL (emulated here)
+//
+// dist_mpi_2 and dist_mpi_3 point KILN_NCCL_LIBRARY at tests/nccl_emu (an NCCL between the ranks
+// through shared memory, on the CUDA driver emulator's streams); with libnccl.so.2 and a GPU per
+// rank these tests run against the real thing.
+
+const Device kGpu{Device::Kind::CUDA, 0};
+
+// Skips unless there are 2 ranks or more, a CUDA device and NCCL for its tensors.
+#define NEED_NCCL()                                                                                                 \
+  if (dist::world_size() < 2) {                                                                                     \
+    GTEST_SKIP() << "needs 2 ranks: ctest runs these under mpirun (dist_mpi_2, dist_mpi_3)";                        \
+  }                                                                                                                 \
+  setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);                                                                     \
+  if (cuda_devices().empty()) {                                                                                     \
+    GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();                                                \
+  }                                                                                                                 \
+  if (dist::backend(kGpu).rfind("nccl ", 0) != 0) {                                                                 \
+    GTEST_SKIP() << "CUDA tensors do not use NCCL here (" << dist::backend(kGpu)                                    \
+                 << "): ctest's dist_mpi_2 and dist_mpi_3 set KILN_NCCL_LIBRARY to the NCCL emulator";              \
+  }
+
+// The NCCL emulator's counters (communicators made, collectives run), or {0, 0} on a real NCCL.
+std::pair<uint64_t, uint64_t> emulated_nccl_counters() {
+  const char* path = std::getenv("KILN_NCCL_LIBRARY");
+  void* h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  auto* counters = h ? reinterpret_cast<void (*)(unsigned long long*)>(dlsym(h, "kilnNcclEmuCounters")) : nullptr;
+  unsigned long long out[2] = {0, 0};
+  if (counters) counters(out);
+  return {out[0], out[1]};
+}
+
+// Every collective of kiln::dist on CUDA tensors of T through NCCL gives the host path's values
+// (on CPU tensors): the values are exact in T, so that the order of a sum does not matter.
+template <class T> void expect_nccl_matches_host_path() {
+  const int w = dist::world_size(), r = dist::rank();
+  std::vector<T> v;
+  for (int i = 0; i < 6 * w; ++i) v.push_back(static_cast<T>((r + 1) * (i % 7) - 2 * i + 3 * r));
+  if constexpr (std::is_floating_point_v<T>)
+    for (T& x : v) x /= 2;
+  const Tensor cpu = from_vector<T>(v, {2 * w, 3}), gpu = cpu.to(kGpu);
+  const auto before = emulated_nccl_counters();
+  auto same = [&](const Tensor& g, const Tensor& c, const char* what) {
+    EXPECT_EQ(g.device(), kGpu) << what;
+    EXPECT_EQ(g.shape(), c.shape()) << what;
+    EXPECT_EQ(g.to(kCPU).to_vector<T>(), c.to_vector<T>()) << what << " of " << cpu.type_str();
+  };
+  same(dist::all_reduce(gpu), dist::all_reduce(cpu), "all_reduce(sum)");
+  same(dist::all_reduce(gpu, dist::ReduceOp::Max), dist::all_reduce(cpu, dist::ReduceOp::Max), "all_reduce(max)");
+  same(dist::broadcast(gpu, w - 1), dist::broadcast(cpu, w - 1), "broadcast");
+  same(dist::all_gather(gpu), dist::all_gather(cpu), "all_gather");
+  same(dist::reduce_scatter(gpu), dist::reduce_scatter(cpu), "reduce_scatter(sum)");
+  const auto a = dist::all_reduce_coalesced({gpu, gpu * 2, gpu.slice(0, 1, 2)});
+  const auto b = dist::all_reduce_coalesced({cpu, cpu * 2, cpu.slice(0, 1, 2)});
+  for (size_t i = 0; i < a.size(); ++i) same(a[i], b[i], "all_reduce_coalesced");
+  int calls = 8; // the coalesced all-reduce is one ncclAllReduce per tensor (in one group)
+  if constexpr (std::is_floating_point_v<T>) { // sum, then the host's division by the world size
+    same(dist::all_reduce(gpu, dist::ReduceOp::Mean), dist::all_reduce(cpu, dist::ReduceOp::Mean), "all_reduce(mean)");
+    same(dist::reduce_scatter(gpu, dist::ReduceOp::Mean), dist::reduce_scatter(cpu, dist::ReduceOp::Mean),
+         "reduce_scatter(mean)");
+    calls += 2;
+  }
+  const auto after = emulated_nccl_counters();
+  if (after.second > 0) {
+    EXPECT_EQ(after.second - before.second, static_cast<uint64_t>(calls)) << "NCCL ran them all";
+  }
+}
+
+TEST(Nccl, CollectivesOnCudaTensorsMatchTheHostPath) {
+  NEED_NCCL();
+  expect_nccl_matches_host_path<float>();
+  expect_nccl_matches_host_path<double>();
+  expect_nccl_matches_host_path<int32_t>();
+  expect_nccl_matches_host_path<int64_t>();
+  // bool travels (broadcast, all_gather); empty and 0-d tensors
+  const Tensor flags = from_vector<bool>({dist::rank() == 0, true}).to(kGpu);
+  EXPECT_EQ(dist::broadcast(flags).to(kCPU).to_vector<bool>(), (std::vector<bool>{true, true}));
+  EXPECT_EQ(dist::all_gather(flags).shape(), (IntList{dist::world_size(), 2}));
+  EXPECT_EQ(dist::all_reduce(zeros({0, 3}).to(kGpu)).shape(), (IntList{0, 3}));
+  EXPECT_EQ(dist::all_reduce(scalar_tensor(2.0).to(kGpu)).to(kCPU).item<float>(), 2.f * dist::world_size());
+  // more than the emulator's 1 MiB a round: several rounds (chunks), uneven last one
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t rows = 2 * w, width = 50'001; // f64: 400 KB a row
+  const Tensor big =
+      (arange(0, static_cast<double>(rows * width), 1, kFloat64).reshape({rows, width}) + static_cast<double>(r)).to(kGpu);
+  const Tensor big_cpu = big.to(kCPU);
+  EXPECT_EQ(dist::all_reduce(big).to(kCPU).to_vector<double>(), dist::all_reduce(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::reduce_scatter(big).to(kCPU).to_vector<double>(), dist::reduce_scatter(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::all_gather(big).to(kCPU).to_vector<double>(), dist::all_gather(big_cpu).to_vector<double>());
+  EXPECT_EQ(dist::broadcast(big, 1).to(kCPU).to_vector<double>(), dist::broadcast(big_cpu, 1).to_vector<double>());
+  // a result feeds the GPU's kernels (stream order: no host wait in between)
+  const Tensor s = dist::all_reduce(ones({3}).to(kGpu) * 2.f);
+  EXPECT_EQ((s + 1.f).sum().to(kCPU).item<float>(), 3.f * (2.f * dist::world_size() + 1.f));
+  const auto [comms, collectives] = emulated_nccl_counters();
+  if (collectives > 0) {
+    EXPECT_EQ(comms, 1u) << "one communicator serves every collective";
+  }
+}
+
+// A collective is queued on kiln's stream of the device: all_reduce returns before the stream ran
+// it (the driver emulator holds each operation queued meanwhile for KILN_EMU_DELAY_US), and a
+// kernel queued after it reads its result.
+TEST(Nccl, QueuedOnTheStreamWithoutAHostWait) {
+  NEED_NCCL();
+  if (emulated_nccl_counters().first == 0) GTEST_SKIP() << "counts the NCCL emulator's collectives";
+  const int w = dist::world_size();
+  const Tensor x = ones({4}).to(kGpu) * static_cast<float>(dist::rank() + 1);
+  realize({x});
+  const uint64_t before = emulated_nccl_counters().second;
+  setenv("KILN_EMU_DELAY_US", "500000", 1);
+  const Tensor s = dist::all_reduce(x);
+  const uint64_t right_after = emulated_nccl_counters().second;
+  unsetenv("KILN_EMU_DELAY_US");
+  EXPECT_EQ(right_after, before) << "all_reduce waited for the stream";
+  const Tensor y = s * 2.f + 1.f; // a kernel queued after the collective
+  EXPECT_EQ(y.to(kCPU).to_vector<float>(), std::vector<float>(4, static_cast<float>(w * (w + 1) + 1)));
+  EXPECT_EQ(emulated_nccl_counters().second, before + 1);
+}
+
+// NCCL's sums are not in rank order: kiln promises every rank the same bits (NCCL's reduced
+// chunks are sent to all ranks), within rounding of the rank-order sum, bitwise on 2 ranks; and
+// the host path's rank-order bits with KILN_NCCL=0.
+TEST(Nccl, SumsAreEqualOnEveryRankAndRankOrderOnRequest) {
+  NEED_NCCL();
+  const int w = dist::world_size(), r = dist::rank();
+  const size_t n = 1001;
+  // ranks 0 and 1 cancel (+-1e8), the others add small values: (x0 + x1) + x2 keeps them,
+  // (x1 + x2) + x0 loses them to rounding at 1e8
+  auto values = [n](int k) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float big = (i % 2 ? 1e8f : -1e8f) * (1.f + static_cast<float>(i) * 1e-4f);
+      v[i] = k == 0 ? big : k == 1 ? -big : static_cast<float>(k) * 0.1f + static_cast<float>(i) * 1e-3f;
+    }
+    return v;
+  };
+  std::vector<float> expect = values(0);
+  for (int k = 1; k < w; ++k) {
+    const std::vector<float> v = values(k);
+    for (size_t i = 0; i < n; ++i) expect[i] += v[i];
+  }
+  const Tensor x = from_vector<float>(values(r)).to(kGpu);
+  const std::vector<float> got = dist::all_reduce(x).to(kCPU).to_vector<float>();
+  const std::vector<float> every = dist::all_gather(from_vector<float>(got)).to_vector<float>(); // on the host path
+  for (int k = 0; k < w; ++k)
+    EXPECT_EQ(std::memcmp(every.data() + n * static_cast<size_t>(k), got.data(), n * sizeof(float)), 0) << "rank " << k;
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], expect[i], 16.f) << i; // summands ~ 1e8: 2 ulps of them
+  const bool rank_order = std::memcmp(got.data(), expect.data(), n * sizeof(float)) == 0;
+  if (w == 2) {
+    EXPECT_TRUE(rank_order) << "x1 + x0 == x0 + x1";
+  }
+  if (w >= 3 && emulated_nccl_counters().second != 0) {
+    EXPECT_FALSE(rank_order) << "the emulator's order is a ring's";
+  }
+  const HostStaging staged;
+  EXPECT_TRUE(contains(dist::backend(kGpu), "staged through host memory: KILN_NCCL=0")) << dist::backend(kGpu);
+  const std::vector<float> ordered = dist::all_reduce(x).to(kCPU).to_vector<float>();
+  EXPECT_EQ(std::memcmp(ordered.data(), expect.data(), n * sizeof(float)), 0);
+}
+
+// A compiled DDP step on the GPU whose bucket all-reduces run on NCCL (on the stream, between the
+// plans' kernels): the CPU's bits on 2 ranks, within rounding of them on more.
+TEST(Nccl, CompiledDdpStepOnTheGpu) {
+  NEED_NCCL();
+  const auto before = emulated_nccl_counters();
+  const std::vector<double> gpu = compiled_ddp_steps(kGpu), cpu = compiled_ddp_steps(kCPU);
+  if (emulated_nccl_counters().first > 0) {
+    EXPECT_GT(emulated_nccl_counters().second, before.second + 9);
+  }
+  ASSERT_EQ(gpu.size(), cpu.size());
+  if (dist::world_size() == 2) {
+    EXPECT_EQ(gpu, cpu);
+  }
+  for (size_t i = 0; i < gpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-12 * (1 + std::abs(cpu[i]))) << i;
+}
+
+// dist_mpi_2_nccl_missing / _broken: KILN_NCCL_LIBRARY is a missing file or a library that is
+// not NCCL; CUDA tensors are then staged through host memory, and KILN_DEBUG=1 says why.
+TEST(NcclAlone, Fallback) {
+  const char* kind = std::getenv("KILN_NCCL_ALONE_TEST");
+  if (!kind || (std::string(kind) != "missing" && std::string(kind) != "broken"))
+    GTEST_SKIP() << "ctest runs it alone under mpirun -np 2 (dist_mpi_2_nccl_missing, dist_mpi_2_nccl_broken)";
+  ASSERT_EQ(dist::world_size(), 2);
+  setenv("KILN_CUDA_DRIVER", KILN_CUDA_EMU, 0);
+  ASSERT_FALSE(cuda_devices().empty()) << cuda_unavailable_reason();
+  const int saved = options().debug;
+  options().debug = 1;
+  ::testing::internal::CaptureStderr();
+  const std::string backend = dist::backend(kGpu); // loads (or fails to load) the library
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  options().debug = saved;
+  const std::string library = std::getenv("KILN_NCCL_LIBRARY");
+  EXPECT_TRUE(contains(said, "[kiln] dist: collectives on CUDA tensors are staged through host memory on MPI: "))
+      << said;
+  EXPECT_TRUE(contains(said, std::string(kind) == "missing" ? library + " cannot be loaded"
+                                                            : library + " lacks ncclGetVersion ncclGetUniqueId"))
+      << said;
+  EXPECT_TRUE(contains(backend, "mpi (libmpi.so.40), staged through host memory: ")) << backend;
+  // the host path's values and rank-order bits
+  const int w = dist::world_size(), r = dist::rank();
+  std::vector<float> expect = ragged(0, 101);
+  for (int k = 1; k < w; ++k)
+    for (size_t i = 0; i < expect.size(); ++i) expect[i] += ragged(k, 101)[i];
+  const Tensor s = dist::all_reduce(from_vector<float>(ragged(r, 101)).to(kGpu));
+  EXPECT_EQ(s.device(), kGpu);
+  EXPECT_EQ(s.to(kCPU).to_vector<float>(), expect);
+  EXPECT_EQ(dist::broadcast(from_vector<int64_t>({r}).to(kGpu), 1).to(kCPU).item<int64_t>(), 1);
+}
+
+// dist_mpi_2_nccl_error: the NCCL emulator fails the next collective on both ranks; that is a
+// kiln::Error naming the collective, the NCCL function, the rank and NCCL's message, and later
+// collectives on CUDA tensors are staged through host memory.
+TEST(NcclAlone, ErrorIsAKilnErrorNamingTheCollective) {
+  const char* kind = std::getenv("KILN_NCCL_ALONE_TEST");
+  if (!kind || std::string(kind) != "error") GTEST_SKIP() << "ctest runs it alone under mpirun -np 2 (dist_mpi_2_nccl_error)";
+  NEED_NCCL();
+  const int w = dist::world_size(), r = dist::rank();
+  const Tensor x = from_vector<double>({1.0 + r, 2.0}).to(kGpu);
+  EXPECT_EQ(dist::all_reduce(x).to(kCPU).to_vector<double>(), (std::vector<double>{w + w * (w - 1) / 2.0, 2.0 * w}));
+  void* h = dlopen(std::getenv("KILN_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  auto* fail_next = h ? reinterpret_cast<void (*)(int)>(dlsym(h, "kilnNcclEmuFailNext")) : nullptr;
+  ASSERT_NE(fail_next, nullptr) << "the NCCL emulator's test hook";
+  fail_next(2); // ncclSystemError
+  const std::string e = error_of([&] { dist::all_reduce(x); });
+  EXPECT_TRUE(contains(e, "all_reduce: ncclAllReduce failed on rank " + std::to_string(r) + " of " + std::to_string(w) +
+                              " (cuda:0): unhandled system error"))
+      << e;
+  EXPECT_TRUE(contains(e, "failure injected by kilnNcclEmuFailNext")) << e; // ncclGetLastError
+  EXPECT_TRUE(contains(e, "test_dist.cpp")) << e;                          // the user's line
+  EXPECT_TRUE(contains(dist::backend(kGpu), "staged through host memory: NCCL failed earlier (ncclAllReduce"))
+      << dist::backend(kGpu);
+  EXPECT_EQ(dist::all_reduce(x).to(kCPU).to_vector<double>(), (std::vector<double>{w + w * (w - 1) / 2.0, 2.0 * w}));
+}
 
 // Run by dist_mpi_2_leave and dist_mpi_2_hang only: rank 1 leaves (or hangs) instead of taking
 // part; rank 0 must get a kiln::Error naming rank 1 and the collective within the timeout.

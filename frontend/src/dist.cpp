@@ -1,23 +1,31 @@
 // Collectives on tensors and DistributedDataParallel (see kiln/dist.h), on the byte-level
 // process group of runtime/comm.h.
 //
-// An all-reduce is a direct reduce-scatter then an all-gather: the n elements are cut into
+// On MPI (CPU tensors, and CUDA tensors staged through host memory where NCCL is not used),
+// an all-reduce is a direct reduce-scatter then an all-gather: the n elements are cut into
 // world_size blocks; rank c receives block c from every rank and reduces it in rank order
 // (x0, then x1, ...), then sends the result to every rank. Each rank sends and receives
 // 2 (N-1)/N of the data, as a ring does, but every element is combined in the same order
 // whatever the timing, so the result is deterministic and independent of how tensors are
 // grouped into messages.
+//
+// CUDA tensors go through NCCL (runtime/nccl.h) when every rank can: each rank says so in the
+// description record that every collective exchanges first, so all ranks choose alike. NCCL's
+// sums are its own (the same on every rank, not in rank order); mean is its sum divided by the
+// world size in a kiln kernel, as the host path divides.
 #include "kiln/dist.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "frontend/src/tensor_impl.h"
 #include "kiln/autograd.h"
 #include "kiln/options.h"
 #include "runtime/comm.h"
+#include "runtime/nccl.h"
 #include "runtime/observe.h"
 #include "runtime/storage.h"
 
@@ -74,15 +82,17 @@ uint64_t digest(const std::string& s) {
 }
 
 // Every rank sends every other a fixed-size record of what it is calling (a digest and the
-// start of the text); a difference throws on every rank, naming both descriptions.
-void agree(const char* op, const std::string& what, const Loc& loc) {
+// start of the text) and whether it can run the call on NCCL; a different call throws on every
+// rank, naming both descriptions. Returns whether every rank can use NCCL (so all choose alike).
+bool agree(const char* op, const std::string& what, bool can_nccl, const Loc& loc) {
   const auto& w = group(op, loc);
-  if (w.size == 1) return;
-  constexpr size_t kText = 248, kRecord = 8 + kText;
+  if (w.size == 1) return false;
+  constexpr size_t kText = 247, kCompared = 8 + kText, kRecord = kCompared + 1; // the last byte: NCCL
   std::vector<char> mine(kRecord, 0), all(kRecord * static_cast<size_t>(w.size), 0);
   const uint64_t h = digest(what);
   std::memcpy(mine.data(), &h, 8);
   std::memcpy(mine.data() + 8, what.data(), std::min(kText - 1, what.size()));
+  mine[kCompared] = can_nccl ? 1 : 0;
   std::vector<Transfer> sends, recvs;
   for (int r = 0; r < w.size; ++r) {
     if (r == w.rank) continue;
@@ -90,15 +100,30 @@ void agree(const char* op, const std::string& what, const Loc& loc) {
     recvs.push_back({r, all.data() + kRecord * static_cast<size_t>(r), kRecord});
   }
   runtime::comm::exchange(sends, recvs, kDescriptionTag, op, options().dist_timeout, loc);
+  bool every = can_nccl;
   for (int r = 0; r < w.size; ++r) {
     if (r == w.rank) continue;
     const char* rec = all.data() + kRecord * static_cast<size_t>(r);
-    if (std::memcmp(rec, mine.data(), kRecord) == 0) continue;
+    every = every && rec[kCompared] == 1;
+    if (std::memcmp(rec, mine.data(), kCompared) == 0) continue;
     const std::string theirs(rec + 8, strnlen(rec + 8, kText));
     throw Error(op, "the ranks disagree: rank " + std::to_string(w.rank) + " calls " + what + " but rank " +
                         std::to_string(r) + " calls " + theirs,
                 loc);
   }
+  if (can_nccl && !every && options().debug >= 1)
+    std::fprintf(stderr, "[kiln] dist: rank %d: %s is staged through host memory: another rank cannot use NCCL\n",
+                 w.rank, what.c_str());
+  return every;
+}
+
+// Whether this rank can run a collective on `ts` on NCCL: more than one rank, options().nccl,
+// all on one CUDA device that NCCL serves (runtime/nccl.h says why not).
+bool can_use_nccl(const char* op, const std::vector<Tensor>& ts, const Loc& loc) {
+  if (!options().nccl || ts.empty() || group(op, loc).size == 1) return false;
+  for (const Tensor& t : ts)
+    if (t.device() != ts[0].device()) return false;
+  return ts[0].device().kind == Device::Kind::CUDA && runtime::nccl::unusable(ts[0].device()).empty();
 }
 
 const char* op_name(ReduceOp op) {
@@ -252,6 +277,82 @@ void check_defined(const char* op, const Tensor& t, const Loc& loc) {
   if (!t.defined()) throw Error(op, "the tensor is undefined", loc);
 }
 
+// ---------------------------------------------------------------- on NCCL
+
+// The value of realized `t` in its device's memory (no copy).
+std::shared_ptr<graph::Storage> device_value(const Tensor& t) {
+  std::shared_ptr<graph::Storage> s = t.node()->realized();
+  KILN_ASSERT(s && s->device() == t.device(), "a realized tensor without its storage on its device");
+  return s;
+}
+
+// One collective's input and output on the device, as a runtime::nccl::Call and the result tensor.
+struct NcclPart {
+  // Held until the call is queued: a block freed then is reused only by later work on the same
+  // stream (runtime::Gpu's allocator), which runs after the collective.
+  std::shared_ptr<graph::Storage> in;
+  Tensor out;
+};
+
+// A fresh result of `shape` on t's device, with the NCCL call that writes it from t's value.
+NcclPart nccl_part(const Tensor& t, IntList shape, runtime::nccl::Call& call, const char* op, const Loc& loc) {
+  NcclPart part{t.numel() > 0 ? device_value(t) : nullptr, Tensor()};
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(t.dtype());
+  auto out = detail::memory_guard(op, loc, [&] { return runtime::allocate(t.device(), std::max<size_t>(1, bytes)); });
+  call.send = part.in ? part.in->data() : nullptr;
+  call.recv = out->data();
+  part.out = Tensor(graph::make_input(t.dtype(), std::move(shape), std::move(out), t.device()));
+  return part;
+}
+
+// Queues the calls whose count is not zero on the device's stream (runtime::nccl::run).
+void run_nccl(Device device, std::vector<runtime::nccl::Call> calls, const char* op, const Loc& loc) {
+  std::erase_if(calls, [](const runtime::nccl::Call& c) { return c.count == 0; });
+  runtime::nccl::run(device, calls, op, options().dist_timeout, loc);
+}
+
+runtime::nccl::Reduction nccl_reduction(ReduceOp op) {
+  return op == ReduceOp::Max ? runtime::nccl::Reduction::Max : runtime::nccl::Reduction::Sum;
+}
+
+// Mean is NCCL's sum divided by the world size in a kiln kernel (as the host path divides: not
+// ncclAvg, whose floating average premultiplies each input by 1/p); the results realized.
+std::vector<Tensor> finish(std::vector<Tensor> out, ReduceOp op, int world, const Loc& loc) {
+  if (op == ReduceOp::Mean)
+    for (Tensor& t : out) t = t / static_cast<double>(world);
+  realize(out, loc);
+  return out;
+}
+
+// all_reduce_coalesced on NCCL: one ncclAllReduce per tensor, in one group.
+std::vector<Tensor> nccl_all_reduce(const std::vector<Tensor>& ts, ReduceOp op, const char* name, const Loc& loc) {
+  realize(ts, loc);
+  std::vector<runtime::nccl::Call> calls;
+  std::vector<NcclPart> parts;
+  for (const Tensor& t : ts) {
+    runtime::nccl::Call c{runtime::nccl::Kind::AllReduce, nullptr, nullptr, static_cast<size_t>(t.numel()),
+                          t.dtype(), nccl_reduction(op)};
+    parts.push_back(nccl_part(t, t.shape(), c, name, loc));
+    calls.push_back(c);
+  }
+  run_nccl(ts[0].device(), std::move(calls), name, loc);
+  std::vector<Tensor> out;
+  for (NcclPart& p : parts) out.push_back(p.out);
+  return finish(std::move(out), op, group(name, loc).size, loc);
+}
+
+// A collective of one tensor on NCCL: `kind` from `t` into a result of `shape`.
+Tensor nccl_one(runtime::nccl::Kind kind, const Tensor& t, IntList shape, size_t count, ReduceOp op, int root,
+                const char* name, const Loc& loc) {
+  realize({t}, loc);
+  runtime::nccl::Call c{kind, nullptr, nullptr, count, t.dtype(), nccl_reduction(op), root};
+  NcclPart part = nccl_part(t, std::move(shape), c, name, loc);
+  run_nccl(t.device(), {c}, name, loc);
+  return finish({part.out}, op, group(name, loc).size, loc)[0];
+}
+
 } // namespace
 
 // Queries exchange nothing: they are fine inside a compile() trace (the group does not change).
@@ -259,9 +360,18 @@ int rank(Loc loc) { return runtime::comm::world("rank", loc).rank; }
 int world_size(Loc loc) { return runtime::comm::world("world_size", loc).size; }
 std::string backend(Loc loc) { return runtime::comm::world("backend", loc).backend; }
 
+std::string backend(Device device, Loc loc) {
+  const auto& w = runtime::comm::world("backend", loc);
+  if (device.kind != Device::Kind::CUDA || w.size == 1) return w.backend;
+  const std::string staged = w.backend + ", staged through host memory: ";
+  if (!options().nccl) return staged + "KILN_NCCL=0";
+  if (std::string why = runtime::nccl::unusable(device); !why.empty()) return staged + why;
+  return runtime::nccl::describe();
+}
+
 void barrier(Loc loc) {
   Timed timed("barrier");
-  agree("barrier", "barrier", loc);
+  agree("barrier", "barrier", false, loc);
 }
 
 Tensor all_reduce(const Tensor& t, ReduceOp op, Loc loc) {
@@ -282,7 +392,7 @@ std::vector<Tensor> all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp
   if (ts.empty()) return {};
   const DType dt = ts[0].dtype();
   check_reducible(name, dt, op, what, loc);
-  agree(name, what, loc);
+  if (agree(name, what, can_use_nccl(name, ts, loc), loc)) return nccl_all_reduce(ts, op, name, loc);
   realize(ts, loc);
   size_t n = 0;
   for (const Tensor& t : ts) n += static_cast<size_t>(t.numel());
@@ -300,13 +410,15 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op, Loc loc) {
   if (t.dim() == 0 || t.size(0) % world != 0)
     throw Error(name, "dim 0 must be a multiple of the world size " + std::to_string(world) + ", got " + t.type_str(), loc);
   check_reducible(name, t.dtype(), op, what, loc);
-  agree(name, what, loc);
+  const bool nccl = agree(name, what, can_use_nccl(name, {t}, loc), loc);
   const size_t n = static_cast<size_t>(t.numel());
   const size_t row = t.size(0) == 0 || n == 0 ? 1 : n / static_cast<size_t>(t.size(0)); // elements a row
-  const Blocks blocks{n, row, world};
-  auto own = reduce_own_block(blocks, detail::host_storage(t, name, loc)->data(), t.dtype(), op, name, loc);
   IntList shape = t.shape();
   shape[0] /= world;
+  if (nccl)
+    return nccl_one(runtime::nccl::Kind::ReduceScatter, t, shape, n / static_cast<size_t>(world), op, 0, name, loc);
+  const Blocks blocks{n, row, world};
+  auto own = reduce_own_block(blocks, detail::host_storage(t, name, loc)->data(), t.dtype(), op, name, loc);
   return wrap(std::move(own), t.dtype(), shape, t.device(), loc); // its first block is the result
 }
 
@@ -317,7 +429,10 @@ Tensor broadcast(const Tensor& t, int root, Loc loc) {
   const auto& w = group(name, loc);
   if (root < 0 || root >= w.size)
     throw Error(name, "root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(w.size), loc);
-  agree(name, describe(std::string(name) + " from rank " + std::to_string(root), t), loc);
+  const std::string what = describe(std::string(name) + " from rank " + std::to_string(root), t);
+  if (agree(name, what, can_use_nccl(name, {t}, loc), loc))
+    return nccl_one(runtime::nccl::Kind::Broadcast, t, t.shape(), static_cast<size_t>(t.numel()), ReduceOp::Sum, root,
+                    name, loc);
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   auto out = host_buffer(std::max<size_t>(1, bytes), name, loc);
   std::vector<Transfer> sends, recvs;
@@ -337,7 +452,11 @@ Tensor all_gather(const Tensor& t, Loc loc) {
   Timed timed(name);
   check_defined(name, t, loc);
   const auto& w = group(name, loc);
-  agree(name, describe(name, t), loc);
+  IntList shape = t.shape();
+  shape.insert(shape.begin(), w.size);
+  if (agree(name, describe(name, t), can_use_nccl(name, {t}, loc), loc))
+    return nccl_one(runtime::nccl::Kind::AllGather, t, shape, static_cast<size_t>(t.numel()), ReduceOp::Sum, 0, name,
+                    loc);
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   auto out = host_buffer(std::max<size_t>(1, bytes * static_cast<size_t>(w.size)), name, loc);
   char* o = static_cast<char*>(out->data());
@@ -350,8 +469,6 @@ Tensor all_gather(const Tensor& t, Loc loc) {
     recvs.push_back({r, o + bytes * static_cast<size_t>(r), bytes});
   }
   exchange(sends, recvs, kGatherTag, name, loc);
-  IntList shape = t.shape();
-  shape.insert(shape.begin(), w.size);
   return wrap(std::move(out), t.dtype(), shape, t.device(), loc);
 }
 

@@ -81,7 +81,9 @@
 // process, as the shim does everywhere.
 //
 // Extensions: kilnEmuIsEmulator() returns 1 (kiln's runtime then passes source to
-// cuModuleLoadData instead of a CUBIN); kilnEmuCounters(out[6]) gives live allocations,
+// cuModuleLoadData instead of a CUBIN); kilnEmuHostAddress(d, n) is the host address of a
+// live device range (or null), for kiln's NCCL emulator (tests/nccl_emu), which also queues
+// its work with cuLaunchHostFunc (a callback run in stream order); kilnEmuCounters(out[6]) gives live allocations,
 // live bytes, cuMemAlloc calls, kernel launches, module compiles (host compiler runs, not
 // disk-cache hits) and synchronizations (stream, context and event syncs and synchronous
 // memcpys). All entry points are thread-safe. The library is linked -z nodelete, so a
@@ -1057,9 +1059,29 @@ KILN_EMU_API CUresult cuLaunchKernel(CUfunction hf, unsigned grid_x, unsigned gr
   return kSuccess;
 }
 
+// cuLaunchHostFunc: fn(user_data) runs on the stream's worker when the stream reaches it (on
+// the calling thread after all streams drained, for a synchronous stream); skipped once the
+// context has a sticky error, as on a device. What kiln's NCCL emulator (tests/nccl_emu) queues
+// its collectives with.
+KILN_EMU_API CUresult cuLaunchHostFunc(CUstream hs, void (*fn)(void*), void* user_data) {
+  if (CUresult r = need_context()) return r;
+  std::shared_ptr<CUstream_st> s;
+  if (!find_stream(hs, s)) return kInvalidHandle;
+  if (!fn) return kInvalidValue;
+  if (int e = sticky()) return e;
+  submit(s, [fn, user_data] {
+    if (!sticky()) fn(user_data);
+  });
+  return kSuccess;
+}
+
 // ---------------------------------------------------------------- extensions
 
 KILN_EMU_API int kilnEmuIsEmulator(void) { return 1; }
+
+// The host address of device range [d, d + n) when it lies in one live allocation, else
+// null (n = 0: the address of d when d is in one, or null). For tests/nccl_emu.
+KILN_EMU_API void* kilnEmuHostAddress(CUdeviceptr d, size_t n) { return host_range(d, n ? n : 1); }
 
 KILN_EMU_API void kilnEmuCounters(unsigned long long out[6]) {
   Emu& e = emu();

@@ -12,11 +12,22 @@
 ///
 /// Collectives are called by every rank in the same order, from one thread at a time, outside
 /// compile() traces. They realize their input, and return a new realized tensor on the input's
-/// device (a GPU tensor is staged through host memory: NCCL is not used yet), cut from the
-/// graph of gradients (collectives are not differentiated).
+/// device, cut from the graph of gradients (collectives are not differentiated).
 ///
-/// Determinism: reductions combine the ranks' values in rank order (((x0 + x1) + x2) + ...)
-/// for every element, whatever the timing, message sizes or DDP bucket sizes.
+/// CUDA tensors: where every rank's tensor is on a CUDA device and NVIDIA's libnccl.so.2 loads
+/// on every rank (KILN_NCCL_LIBRARY names another path), the collective runs on NCCL, queued on
+/// kiln's stream of that device (no host wait); otherwise, or with KILN_NCCL=0 (options().nccl),
+/// the tensor is staged through host memory on MPI. backend(device) says which, and
+/// KILN_DEBUG=1 says it once on stderr. An NCCL error is a kiln::Error naming the collective,
+/// the NCCL function, the rank and NCCL's message; later collectives are staged through host
+/// memory.
+///
+/// Determinism: on MPI, reductions combine the ranks' values in rank order
+/// (((x0 + x1) + x2) + ...) for every element, whatever the timing, message sizes or DDP bucket
+/// sizes. On NCCL, the order of a floating sum is NCCL's (its rings and trees): every rank gets
+/// the same values, within rounding of the rank-order sum, and bitwise equal to it on 2 ranks
+/// (x0 + x1 == x1 + x0); integer sums and max are exact either way. KILN_NCCL=0 gives the
+/// rank-order bits on CUDA tensors too. Mean is the sum divided by world_size() on both paths.
 ///
 /// Errors: every collective first exchanges a short description of the call (collective,
 /// reduction, root, dtype, shape); a mismatch throws kiln::Error on every rank naming both
@@ -37,7 +48,7 @@ namespace kiln::dist {
 
 /// How all_reduce and reduce_scatter combine the ranks' values.
 enum class ReduceOp {
-  Sum,  ///< x0 + x1 + ... in rank order
+  Sum,  ///< x0 + x1 + ... (in rank order on MPI; see Determinism above)
   Mean, ///< the sum, divided by world_size() (floating dtypes only)
   Max,  ///< the largest
 };
@@ -49,6 +60,10 @@ int rank(Loc loc = Loc::current());
 int world_size(Loc loc = Loc::current());
 /// "mpi (libmpi.so.40)" or "single process".
 std::string backend(Loc loc = Loc::current());
+/// What collectives on this rank's tensors of `device` use: for CUDA tensors on several ranks,
+/// "nccl 2.21.5 (libnccl.so.2)" where NCCL can serve them (a collective uses it when every
+/// rank can), else backend() and why they are staged through host memory; backend() otherwise.
+std::string backend(Device device, Loc loc = Loc::current());
 /// Returns once every rank has called it.
 void barrier(Loc loc = Loc::current());
 
@@ -103,12 +118,15 @@ struct DDPOptions {
 /// kiln's backward() is lazy (gradients are graph until the step realizes them), so the
 /// averaging is an explicit call: `loss.backward(); ddp.sync_gradients(); opt.step();`.
 /// It averages the gradients bucket by bucket (in reverse registration order, roughly the
-/// order backward produces them) in rank order, and replaces each parameter's grad by the
+/// order backward produces them; in rank order on MPI, NCCL's order on CUDA tensors where
+/// NCCL is used), and replaces each parameter's grad by the
 /// average. A parameter without a gradient on this rank contributes zeros. Eagerly, it realizes
 /// all gradients first. Inside a compile()d step (forward, backward, sync_gradients(), the
 /// optimizer's step) each bucket's all-reduce is part of every replay, started as soon as the
 /// plan computing that bucket's gradients has run and overlapping the plans that compute the
-/// rest of the backward pass (see detail::host_stage); the bits are those of eager steps.
+/// rest of the backward pass (see detail::host_stage); the bits are those of eager steps on
+/// MPI. (On GPU tensors the stages run on the replaying thread; on NCCL they are queued on the
+/// stream between the plans' kernels.)
 ///
 /// The wrapped module is registered as the child "module" (state_dict names start with
 /// "module.", as in PyTorch); module() gives it back for checkpoints that a single process

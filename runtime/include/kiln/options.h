@@ -50,6 +50,10 @@ struct Options {
   /// KILN_DIST_TIMEOUT=seconds (default 300): how long a collective of kiln::dist waits for the
   /// other ranks before it throws kiln::Error naming the ranks not heard from (kiln/dist.h).
   double dist_timeout = 300;
+  /// KILN_NCCL (default 1): collectives of kiln::dist on CUDA tensors use NCCL where every rank
+  /// can (libnccl.so.2 loads, KILN_NCCL_LIBRARY); 0 stages them through host memory on MPI,
+  /// whose sums are in rank order (bitwise the CPU path's). Consulted at each collective.
+  bool nccl = true;
 };
 
 /// The options in force (a process-wide singleton).

@@ -1,0 +1,260 @@
+// NCCL for kiln::dist's collectives on CUDA tensors (see runtime/nccl.h).
+//
+// libnccl.so.2 is reached through dlopen; the entry points are declared here with the C
+// signatures of NCCL's documentation (nccl.h of NCCL 2.x): ncclResult_t, ncclDataType_t and
+// ncclRedOp_t are C enums (ints), ncclComm_t is a pointer, cudaStream_t is the driver's CUstream,
+// and ncclUniqueId is a struct of 128 bytes passed by value to ncclCommInitRank.
+#include "runtime/nccl.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "kiln/error.h"
+#include "kiln/options.h"
+#include "runtime/comm.h"
+#include "runtime/cuda_runtime.h"
+
+namespace kiln::runtime::nccl {
+
+namespace {
+
+using Result = int;   // ncclResult_t: 0 is ncclSuccess
+using Comm = void*;   // ncclComm_t
+using Stream = void*; // cudaStream_t (a CUstream)
+
+/// ncclUniqueId: NCCL_UNIQUE_ID_BYTES = 128.
+struct UniqueId {
+  char internal[128];
+};
+
+constexpr const char* kLibrary = "libnccl.so.2"; // KILN_NCCL_LIBRARY overrides it (a full path)
+constexpr int kIdTag = 4; // the unique id's message tag on the MPI group (dist.cpp's are 1-3)
+
+// ncclDataType_t and ncclRedOp_t values (nccl.h).
+enum : int { kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat32 = 7, kFloat64 = 8 };
+enum : int { kSum = 0, kMax = 2 };
+
+/// The NCCL entry points kiln calls (GetLastError is optional: NCCL 2.13 and later).
+struct Api {
+  Result (*GetVersion)(int*) = nullptr;
+  Result (*GetUniqueId)(UniqueId*) = nullptr;
+  Result (*CommInitRank)(Comm*, int, UniqueId, int) = nullptr;
+  Result (*CommDestroy)(Comm) = nullptr;
+  Result (*CommAbort)(Comm) = nullptr;
+  Result (*CommGetAsyncError)(Comm, Result*) = nullptr;
+  const char* (*GetErrorString)(Result) = nullptr;
+  const char* (*GetLastError)(Comm) = nullptr;
+  Result (*AllReduce)(const void*, void*, size_t, int, int, Comm, Stream) = nullptr;
+  Result (*Broadcast)(const void*, void*, size_t, int, int, Comm, Stream) = nullptr;
+  Result (*AllGather)(const void*, void*, size_t, int, Comm, Stream) = nullptr;
+  Result (*ReduceScatter)(const void*, void*, size_t, int, int, Comm, Stream) = nullptr;
+  Result (*GroupStart)() = nullptr;
+  Result (*GroupEnd)() = nullptr;
+};
+
+// Every required symbol is looked up, so that the message lists all that are missing.
+std::string bind_all(void* h, Api& a) {
+  std::string missing;
+  bind_symbol(h, a.GetVersion, "ncclGetVersion", missing);
+  bind_symbol(h, a.GetUniqueId, "ncclGetUniqueId", missing);
+  bind_symbol(h, a.CommInitRank, "ncclCommInitRank", missing);
+  bind_symbol(h, a.CommDestroy, "ncclCommDestroy", missing);
+  bind_symbol(h, a.CommAbort, "ncclCommAbort", missing);
+  bind_symbol(h, a.CommGetAsyncError, "ncclCommGetAsyncError", missing);
+  bind_symbol(h, a.GetErrorString, "ncclGetErrorString", missing);
+  bind_symbol(h, a.AllReduce, "ncclAllReduce", missing);
+  bind_symbol(h, a.Broadcast, "ncclBroadcast", missing);
+  bind_symbol(h, a.AllGather, "ncclAllGather", missing);
+  bind_symbol(h, a.ReduceScatter, "ncclReduceScatter", missing);
+  bind_symbol(h, a.GroupStart, "ncclGroupStart", missing);
+  bind_symbol(h, a.GroupEnd, "ncclGroupEnd", missing);
+  a.GetLastError = reinterpret_cast<const char* (*)(Comm)>(dlsym(h, "ncclGetLastError"));
+  return missing;
+}
+
+/// The process's NCCL: loaded once; `failure` says why it cannot be used ("" when it can).
+struct State {
+  std::mutex mu;
+  bool loaded = false;
+  std::string failure;
+  std::string description; // "nccl 2.21.5 (libnccl.so.2)"
+  Api api;
+  Comm comm = nullptr;
+  int comm_device = -1; // the CUDA ordinal of the communicator
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 + minor*100 + patch before.
+std::string version_str(int code) {
+  const bool wide = code >= 20900;
+  const int major = wide ? code / 10000 : code / 1000, minor = wide ? code % 10000 / 100 : code % 1000 / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+// Loads the library; returns why NCCL cannot be used ("" when it can).
+std::string load(State& s) {
+  const char* env = std::getenv("KILN_NCCL_LIBRARY");
+  const std::string library = env && *env ? env : kLibrary;
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return "NCCL's " + library + " cannot be loaded (" + dlerror() + "); set KILN_NCCL_LIBRARY to its path";
+  if (std::string missing = bind_all(h, s.api); !missing.empty())
+    return library + " lacks" + missing + ": it is not NCCL 2";
+  int code = 0;
+  if (Result r = s.api.GetVersion(&code); r != 0)
+    return "ncclGetVersion of " + library + " failed: " + s.api.GetErrorString(r);
+  s.description = "nccl " + version_str(code) + " (" + library + ")";
+  return "";
+}
+
+// The first time: loads NCCL and says at KILN_DEBUG >= 1 what CUDA tensors get.
+void ensure_loaded(State& s) {
+  if (s.loaded) return;
+  s.loaded = true;
+  s.failure = load(s);
+  if (options().debug < 1) return;
+  if (s.failure.empty())
+    std::fprintf(stderr, "[kiln] dist: collectives on CUDA tensors use %s where every rank can\n", s.description.c_str());
+  else
+    std::fprintf(stderr, "[kiln] dist: collectives on CUDA tensors are staged through host memory on MPI: %s\n",
+                 s.failure.c_str());
+}
+
+// "unhandled system error (run with NCCL_DEBUG=INFO for details): <last error>".
+std::string nccl_message(const State& s, Result r) {
+  std::string msg = s.api.GetErrorString(r);
+  if (s.api.GetLastError && s.comm)
+    if (const char* last = s.api.GetLastError(s.comm); last && *last) msg += ": " + std::string(last);
+  return msg + " (ncclResult_t " + std::to_string(r) + ")";
+}
+
+// After a failure: NCCL is off in this process (the communicator aborted), and `op` throws.
+[[noreturn]] void fail(State& s, const std::string& what, Result r, Device device, const char* op,
+                       const std::source_location& loc) {
+  const auto& w = comm::world(op, loc);
+  const std::string msg = nccl_message(s, r);
+  s.failure = "NCCL failed earlier (" + what + ": " + msg + ")";
+  if (s.comm) s.api.CommAbort(s.comm);
+  s.comm = nullptr;
+  throw Error(op, what + " failed on rank " + std::to_string(w.rank) + " of " + std::to_string(w.size) + " (" +
+                      device.str() + "): " + msg + "; later collectives on CUDA tensors are staged through host memory",
+              loc);
+}
+
+// Makes the communicator: rank 0's unique id over the MPI group, then ncclCommInitRank on `device`.
+void make_comm(State& s, Device device, const char* op, double timeout_s, const std::source_location& loc) {
+  const auto& w = comm::world(op, loc);
+  UniqueId id{};
+  if (w.rank == 0)
+    if (Result r = s.api.GetUniqueId(&id); r != 0) fail(s, "ncclGetUniqueId", r, device, op, loc);
+  std::vector<comm::Transfer> sends, recvs;
+  if (w.rank == 0)
+    for (int r = 1; r < w.size; ++r) sends.push_back({r, &id, sizeof id});
+  else
+    recvs.push_back({0, &id, sizeof id});
+  comm::exchange(sends, recvs, kIdTag, op, timeout_s, loc);
+  if (Result r = s.api.CommInitRank(&s.comm, w.size, id, w.rank); r != 0) {
+    s.comm = nullptr;
+    fail(s, "ncclCommInitRank", r, device, op, loc);
+  }
+  s.comm_device = device.index;
+}
+
+int nccl_type(DType dt) {
+  switch (dt) {
+  case DType::Int32: return kInt32;
+  case DType::Int64: return kInt64;
+  case DType::Float32: return kFloat32;
+  case DType::Float64: return kFloat64;
+  case DType::Bool: return kUint8; // one byte an element; only broadcast and all_gather carry it
+  }
+  return kUint8;
+}
+
+int nccl_op(Reduction r) {
+  switch (r) {
+  case Reduction::Sum: return kSum;
+  case Reduction::Max: return kMax;
+  }
+  return kSum;
+}
+
+const char* nccl_name(Kind k) {
+  switch (k) {
+  case Kind::AllReduce: return "ncclAllReduce";
+  case Kind::Broadcast: return "ncclBroadcast";
+  case Kind::AllGather: return "ncclAllGather";
+  case Kind::ReduceScatter: return "ncclReduceScatter";
+  }
+  return "nccl?";
+}
+
+Result enqueue(const Api& a, const Call& c, Comm comm, Stream stream) {
+  const int t = nccl_type(c.dtype);
+  switch (c.kind) {
+  case Kind::AllReduce: return a.AllReduce(c.send, c.recv, c.count, t, nccl_op(c.reduction), comm, stream);
+  case Kind::Broadcast: return a.Broadcast(c.send, c.recv, c.count, t, c.root, comm, stream);
+  case Kind::AllGather: return a.AllGather(c.send, c.recv, c.count, t, comm, stream);
+  case Kind::ReduceScatter: return a.ReduceScatter(c.send, c.recv, c.count, t, nccl_op(c.reduction), comm, stream);
+  }
+  return 0;
+}
+
+// A failure NCCL found while running earlier work (a peer that left, a network error).
+void check_async(State& s, Device device, const char* what, const char* op, const std::source_location& loc) {
+  Result async = 0;
+  if (Result r = s.api.CommGetAsyncError(s.comm, &async); r != 0) fail(s, "ncclCommGetAsyncError", r, device, op, loc);
+  if (async != 0) fail(s, what, async, device, op, loc);
+}
+
+std::string unusable_locked(State& s, Device device) {
+  ensure_loaded(s);
+  if (!s.failure.empty()) return s.failure;
+  if (device.kind != Device::Kind::CUDA) return "the tensor is on " + device.str();
+  if (s.comm && s.comm_device != device.index)
+    return "this rank's NCCL communicator is on cuda:" + std::to_string(s.comm_device) + ", the tensor on " +
+           device.str();
+  return "";
+}
+
+} // namespace
+
+std::string unusable(Device device) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return unusable_locked(s, device);
+}
+
+std::string describe() {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return s.loaded && s.failure.empty() ? s.description : "";
+}
+
+void run(Device device, const std::vector<Call>& calls, const char* op, double timeout_s,
+         const std::source_location& loc) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  KILN_ASSERT(unusable_locked(s, device).empty(), "nccl::run where NCCL is unusable");
+  Gpu& gpu = Gpu::get(device.index);
+  gpu.make_current(); // NCCL uses the calling thread's current device
+  if (!s.comm) make_comm(s, device, op, timeout_s, loc);
+  check_async(s, device, "an earlier NCCL collective", op, loc);
+  Stream stream = gpu.stream();
+  if (Result r = s.api.GroupStart(); r != 0) fail(s, "ncclGroupStart", r, device, op, loc);
+  for (const Call& c : calls)
+    if (Result r = enqueue(s.api, c, s.comm, stream); r != 0) {
+      s.api.GroupEnd();
+      fail(s, nccl_name(c.kind), r, device, op, loc);
+    }
+  if (Result r = s.api.GroupEnd(); r != 0) fail(s, "ncclGroupEnd", r, device, op, loc);
+  check_async(s, device, calls.empty() ? "ncclGroupEnd" : nccl_name(calls[0].kind), op, loc);
+}
+
+} // namespace kiln::runtime::nccl
