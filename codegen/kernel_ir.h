@@ -255,10 +255,13 @@ struct AttentionSpec {
 //   g_j = (p_j * (dp_j - D_i)) * scale; then dv[b, j, :] += p_j * dout[b, i, :],
 //   dk[b, j, :] += g_j * q[b, i, :] (each fmuladd, j in order) and dq[b, i, :] += g_j * k[b, j, :]
 //   (fmuladd in order of j).
-// On the CPU a task is a batch point (AttentionSpec::rows query rows go through a key block together,
-// which never changes a result: each element's fmuladds keep their order); buffers[buffers.size()]
-// points at attention_scratch_bytes() of scratch (the packed blocks, the group's p and g, and
-// c, r and D of the batch point's rows).
+// On the CPU a task is a batch point; per key block, the query rows go by chunks of
+// kAttentionQueryBlock: the chunk's p and g (AttentionSpec::rows rows through the block together),
+// then dv and dk of the block's keys and dq of the chunk's rows as register tiles (a few keys or rows
+// x 2 vectors of 64 bytes, accumulated over the chunk's rows or the block's keys). Neither changes a
+// result: each element's fmuladds keep the order above. buffers[buffers.size()] points at
+// attention_scratch_bytes() of scratch (the packed blocks, the chunk's p and g, and c, r and D of the
+// batch point's rows).
 
 /// A kernel: see the file comment for its semantics.
 struct Kernel {

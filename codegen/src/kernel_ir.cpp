@@ -556,9 +556,9 @@ int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& par
   const int64_t elem = a.dtype == DType::Float64 ? 8 : 4;
   const int64_t e = eval_index(a.e, params), ev = eval_index(a.ev, params);
   auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
-  // the backward: k^T and v^T blocks, p and g of 4 rows, c, r and D of the batch point's rows
+  // the backward: k^T and v^T blocks, p and g of a chunk of rows, c, r and D of the batch point's rows
   if (a.backward)
-    return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(4 * kAttentionKeyBlock) +
+    return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(kAttentionQueryBlock * kAttentionKeyBlock) +
            3 * region(eval_index(a.l, params)) + 64;
   // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
   // (each ev rounded up to 64 bytes), maxima, sums

@@ -14,12 +14,14 @@
 // The backward (AttentionSpec::backward; kernel_ir.h's AttentionBackward), FlashAttention-2 style: a
 // task is one batch point. Pass 0 runs the forward's scores and online softmax over every key block
 // for the row maxima and sums (no o), then D = dout . out per row. Then per key block, k and v packed
-// transposed, per group of rows: the scores and dP = dout v^T as vectors of the block's keys (the
-// forward's register accumulation), p and g = p (dP - D) scale per key, and the updates
-// dv_j += p dout_i, dk_j += g q_i, dq_i += g k_j by 64-byte vectors of columns. The [L, S] weights
-// are never in memory.
+// transposed, per chunk of kAttentionQueryBlock rows: per group of rows, the scores and dP = dout v^T
+// as vectors of the block's keys (the forward's register accumulation), p and g = p (dP - D) scale
+// per key into the chunk's p and g; then dv_j += p dout_i and dk_j += g q_i as tiles of keys x 2
+// column vectors in registers over the chunk's rows, and dq_i += g k_j as tiles of rows x 2 column
+// vectors over the block's keys (small products, not axpys). The [L, S] weights are never in memory.
 #include "codegen/src/llvm_attention.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 
@@ -33,6 +35,10 @@ namespace kiln::codegen {
 using namespace llvm;
 
 namespace {
+
+/// The backward's register tiles: 64-byte column vectors of a tile (its tile_rows() rows or keys x
+/// kColumnVectors accumulators stay in vector registers over a chunk of rows or a block of keys).
+constexpr int64_t kColumnVectors = 2;
 
 class AttentionEmitter {
 public:
@@ -312,14 +318,6 @@ private:
     return b_.CreateMaskedLoad(column_type(), p, Align(static_cast<uint64_t>(elem_)), in, Constant::getNullValue(column_type()));
   }
   void store_cols(Value* v, Value* p, Value* in) { b_.CreateMaskedStore(v, p, Align(static_cast<uint64_t>(elem_)), in); }
-  /// for (c0 = 0; c0 < width; c0 += width()) body(c0, the lanes inside).
-  void for_columns(Value* width, const std::function<void(Value*, Value*)>& body) {
-    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), width, this->width(), [&](Value* c0) {
-      h_.push_scope();
-      body(c0, inside(c0, width));
-      h_.pop_scope();
-    });
-  }
   /// Rows [first, end) by groups: body(rows) for groups of a_.rows rows, then for the rows left one by one.
   void for_row_groups(Value* first, Value* end, const std::function<void(const std::vector<Value*>&)>& body) {
     Value* full = add(first, mul(b_.CreateSDiv(b_.CreateSub(end, first), c64(a_.rows)), a_.rows));
@@ -339,13 +337,14 @@ private:
   Value* first_row(Value* j0) { return a_.causal ? smin(j0, l_) : c64(0); }
 
   void emit_backward(Value* begin, Value* end, Value* scratch) {
-    // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (4 rows of
-    // a key block each), then per query row of the batch point c (in m), r (in z) and D
+    // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (a chunk of
+    // kAttentionQueryBlock rows of a key block each), then per query row of the batch point c (in m),
+    // r (in z) and D
     kt_ = scratch;
     vt_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
     sc_ = gep(vt_, region(mul(ev_, kAttentionKeyBlock)));
-    g_ = gep(sc_, region(c64(4 * kAttentionKeyBlock)));
-    m_ = gep(g_, region(c64(4 * kAttentionKeyBlock)));
+    g_ = gep(sc_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
+    m_ = gep(g_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
     z_ = gep(m_, region(l_));
     d_ = gep(z_, region(l_));
     for_range(begin, end, [&](Value* bh) {
@@ -404,7 +403,8 @@ private:
     zero(a_.dv, s_, ev_);
   }
 
-  /// The main pass of batch point bh: per key block, per group of query rows, p and g, then the updates.
+  /// The main pass of batch point bh: per key block, per chunk of kAttentionQueryBlock query rows, p and g
+  /// of the chunk's rows (by groups of a_.rows), then the chunk's updates as register-tiled products.
   void gradients(Value* bh) {
     Value* kbase = mul(bh, s_);
     Value* qbase = mul(bh, l_);
@@ -414,17 +414,25 @@ private:
       Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
       pack(a_.k, e_, kbase, j0, jn, kt_);
       if (need_g) pack(a_.v, ev_, kbase, j0, jn, vt_);
-      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
-        scores(bh, rows);
-        if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, g_);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          const int64_t lane0 = static_cast<int64_t>(r) * kAttentionKeyBlock;
-          weights(rows[r], gep(sc_, c64(lane0)), need_g ? gep(g_, c64(lane0)) : nullptr, j0, jn);
-        }
+      Value* first = first_row(j0);
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.chunk"), first, l_, kAttentionQueryBlock, [&](Value* i0) {
+        h_.push_scope();
+        Value* n = smin(c64(kAttentionQueryBlock), b_.CreateSub(l_, i0));
+        for_row_groups(i0, add(i0, n), [&](const std::vector<Value*>& rows) {
+          Value* lane0 = mul(b_.CreateSub(rows[0], i0), kAttentionKeyBlock); // the group's first row in p and g
+          dots(a_.q, e_, qbase, rows, kt_, gep(sc_, lane0));
+          if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0));
+          for (size_t r = 0; r < rows.size(); ++r) {
+            Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
+            weights(rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
+          }
+        });
         Value* keys = add(kbase, j0);
-        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, qbase, rows, sc_, keys, jn);
-        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, qbase, rows, g_, keys, jn);
-        if (a_.dq >= 0) update_rows(qbase, rows, keys, jn);
+        Value* chunk = add(qbase, i0); // the chunk's first row in q, dout and dq
+        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, chunk, n, sc_, keys, jn);
+        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, chunk, n, g_, keys, jn);
+        if (a_.dq >= 0) update_rows(chunk, n, keys, jn);
+        h_.pop_scope();
       });
     });
   }
@@ -447,45 +455,109 @@ private:
     h_.pop_scope();
   }
 
-  /// dst[key j] += sum over the group's rows r (in order) of coef[r][jj] * src[row r] for the block's
-  /// keys jj < jn (rows of `width`): dv (coef p, src dout) or dk (coef g, src q).
-  void update_keys(int dst, Value* width, int src, Value* qbase, const std::vector<Value*>& rows, Value* coef, Value* keys, Value* jn) {
+  /// Rows (or keys) of a backward register tile: AttentionSpec::rows, at least 2.
+  int64_t tile_rows() const { return std::max<int64_t>(a_.rows, 2); }
+
+  /// Tiles of `n` things from 0: body(first, size) for tiles of `size` then of 1 (the rest).
+  void for_tiles(Value* n, int64_t size, const std::function<void(Value*, int64_t)>& body) {
+    Value* full = mul(b_.CreateSDiv(n, c64(size)), size);
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.tile"), c64(0), full, size, [&](Value* t) {
+      h_.push_scope();
+      body(t, size);
+      h_.pop_scope();
+    });
+    if (size > 1)
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.tile"), full, n, 1, [&](Value* t) {
+        h_.push_scope();
+        body(t, 1);
+        h_.pop_scope();
+      });
+  }
+
+  /// Column tiles of kColumnVectors vectors of width() lanes over rows of `width`: body(c0, the lanes
+  /// inside of each vector).
+  void for_column_tiles(Value* width, const std::function<void(Value*, const std::vector<Value*>&)>& body) {
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), width, kColumnVectors * this->width(), [&](Value* c0) {
+      h_.push_scope();
+      std::vector<Value*> in;
+      for (int64_t v = 0; v < kColumnVectors; ++v) in.push_back(inside(add(c0, c64(v * this->width())), width));
+      body(c0, in);
+      h_.pop_scope();
+    });
+  }
+
+  /// An accumulator tile of rows x kColumnVectors column vectors, loaded from rows `row(t)` of `buffer`
+  /// (rows of `width`) at column c0; store_tile writes it back.
+  std::vector<AllocaInst*> load_tile(int buffer, Value* width, int64_t rows, const std::function<Value*(int64_t)>& row, Value* c0,
+                                     const std::vector<Value*>& in) {
+    std::vector<AllocaInst*> acc;
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t v = 0; v < kColumnVectors; ++v) {
+        acc.push_back(h_.entry_alloca(column_type(), "a.tile"));
+        store(load_cols(tile_at(buffer, width, row(t), c0, v), in[static_cast<size_t>(v)]), acc.back());
+      }
+    return acc;
+  }
+  void store_tile(const std::vector<AllocaInst*>& acc, int buffer, Value* width, int64_t rows, const std::function<Value*(int64_t)>& row,
+                  Value* c0, const std::vector<Value*>& in) {
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t v = 0; v < kColumnVectors; ++v)
+        store_cols(b_.CreateLoad(column_type(), acc[static_cast<size_t>(t * kColumnVectors + v)]), tile_at(buffer, width, row(t), c0, v),
+                   in[static_cast<size_t>(v)]);
+  }
+  /// Vector v of a column tile at c0 of row `row` of `buffer` (rows of `width`).
+  Value* tile_at(int buffer, Value* width, Value* row, Value* c0, int64_t v) {
+    return at(buffer, add(mul(row, width), add(c0, c64(v * this->width()))));
+  }
+
+  /// dst[key j] += sum over the chunk's n rows i (in order) of coef[i][jj] * src[row i] for the block's
+  /// keys jj < jn (rows of `width`; coef rows of kAttentionKeyBlock from the chunk's first row): dv
+  /// (coef p, src dout) or dk (coef g, src q). Tiles of tile_rows() keys x kColumnVectors column vectors
+  /// accumulate in registers over the chunk's rows.
+  void update_keys(int dst, Value* width, int src, Value* chunk, Value* n, Value* coef, Value* keys, Value* jn) {
     const auto w = static_cast<unsigned>(this->width());
-    for_columns(width, [&](Value* c0, Value* in) {
-      std::vector<Value*> x;
-      for (Value* row : rows) x.push_back(load_cols(at(src, add(mul(add(qbase, row), width), c0)), in));
-      for_range(c64(0), jn, [&](Value* jj) {
-        Value* p = at(dst, add(mul(add(keys, jj), width), c0));
-        Value* acc = load_cols(p, in);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          Value* f = b_.CreateVectorSplat(w, load(gep(coef, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          acc = emit_fmuladd(b_, f, x[r], acc);
-        }
-        store_cols(acc, p, in);
+    for_tiles(jn, tile_rows(), [&](Value* jj, int64_t kt) {
+      auto key = [&](int64_t t) { return add(keys, add(jj, c64(t))); };
+      for_column_tiles(width, [&](Value* c0, const std::vector<Value*>& in) {
+        std::vector<AllocaInst*> acc = load_tile(dst, width, kt, key, c0, in);
+        for_range(c64(0), n, [&](Value* i) {
+          std::vector<Value*> x;
+          for (int64_t v = 0; v < kColumnVectors; ++v) x.push_back(load_cols(tile_at(src, width, add(chunk, i), c0, v), in[static_cast<size_t>(v)]));
+          Value* crow = gep(coef, add(mul(i, kAttentionKeyBlock), jj));
+          for (int64_t t = 0; t < kt; ++t) {
+            Value* f = b_.CreateVectorSplat(w, load(gep(crow, c64(t))));
+            for (int64_t v = 0; v < kColumnVectors; ++v) {
+              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
+              store(emit_fmuladd(b_, f, x[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
+            }
+          }
+        });
+        store_tile(acc, dst, width, kt, key, c0, in);
       });
     });
   }
 
-  /// dq[row r] += sum over the block's keys jj < jn (in order) of g[r][jj] * k[key jj], for the
-  /// group's rows, k's vectors shared by the group.
-  void update_rows(Value* qbase, const std::vector<Value*>& rows, Value* keys, Value* jn) {
+  /// dq[row i] += sum over the block's keys jj < jn (in order) of g[i][jj] * k[key jj] for the chunk's
+  /// n rows: tiles of tile_rows() rows x kColumnVectors column vectors accumulate in registers over the keys.
+  void update_rows(Value* chunk, Value* n, Value* keys, Value* jn) {
     const auto w = static_cast<unsigned>(this->width());
-    std::vector<AllocaInst*> acc;
-    for (size_t r = 0; r < rows.size(); ++r) acc.push_back(h_.entry_alloca(column_type(), "a.dq"));
-    for_columns(e_, [&](Value* c0, Value* in) {
-      std::vector<Value*> p;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        p.push_back(at(a_.dq, add(mul(add(qbase, rows[r]), e_), c0)));
-        store(load_cols(p[r], in), acc[r]);
-      }
-      for_range(c64(0), jn, [&](Value* jj) {
-        Value* kv = load_cols(at(a_.k, add(mul(add(keys, jj), e_), c0)), in);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          store(emit_fmuladd(b_, f, kv, b_.CreateLoad(column_type(), acc[r])), acc[r]);
-        }
+    for_tiles(n, tile_rows(), [&](Value* i, int64_t rt) {
+      auto row = [&](int64_t t) { return add(chunk, add(i, c64(t))); };
+      for_column_tiles(e_, [&](Value* c0, const std::vector<Value*>& in) {
+        std::vector<AllocaInst*> acc = load_tile(a_.dq, e_, rt, row, c0, in);
+        for_range(c64(0), jn, [&](Value* jj) {
+          std::vector<Value*> kv;
+          for (int64_t v = 0; v < kColumnVectors; ++v) kv.push_back(load_cols(tile_at(a_.k, e_, add(keys, jj), c0, v), in[static_cast<size_t>(v)]));
+          for (int64_t t = 0; t < rt; ++t) {
+            Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(mul(add(i, c64(t)), kAttentionKeyBlock), jj))));
+            for (int64_t v = 0; v < kColumnVectors; ++v) {
+              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
+              store(emit_fmuladd(b_, f, kv[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
+            }
+          }
+        });
+        store_tile(acc, a_.dq, e_, rt, row, c0, in);
       });
-      for (size_t r = 0; r < rows.size(); ++r) store_cols(b_.CreateLoad(column_type(), acc[r]), p[r], in);
     });
   }
 };
