@@ -12,10 +12,10 @@
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
 //
 // The backward (AttentionSpec::backward; kernel_ir.h's AttentionBackward), FlashAttention-2 style: a
-// task is one batch point. Pass 0 runs the forward's scores and online softmax over every key block
-// for the row maxima and sums (no o), then D = dout . out per row. Then per key block, k and v packed
+// task is one batch point. The forward stored each row's logsumexp (lse), so no pass recomputes the
+// row maxima and sums: D = dout . out per row, then per key block, k and v packed
 // transposed, per chunk of kAttentionQueryBlock rows: per group of rows, the scores and dP = dout v^T
-// as vectors of the block's keys (the forward's register accumulation), p and g = p (dP - D) scale
+// as vectors of the block's keys (the forward's register accumulation), p = exp(s - lse) and g = p (dP - D) scale
 // per key into the chunk's p and g; then dv_j += p dout_i and dk_j += g q_i as tiles of keys x 2
 // column vectors in registers over the chunk's rows, and dq_i += g k_j as tiles of rows x 2 column
 // vectors over the block's keys (small products, not axpys). The [L, S] weights are never in memory.
@@ -150,19 +150,30 @@ private:
         scores(bh, row);
         std::vector<Value*> alpha;
         for (int64_t r = 0; r < a_.rows; ++r) alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn));
-        accumulate(slot, alpha, kbase, j0, jn);
+        if (a_.out >= 0) accumulate(slot, alpha, kbase, j0, jn);
         h_.pop_scope();
       });
     });
     for_range(c64(0), rows, [&](Value* r) {
       Value* z = load(gep(z_, r));
       Value* empty = b_.CreateFCmpOEQ(z, fc(0));
+      Value* row = add(mul(bh, l_), add(i0, r));
+      if (a_.lse >= 0) store(row_lse(load(gep(m_, r)), z, empty), at(a_.lse, row));
+      if (a_.out < 0) return;
       Value* orow = gep(o_, mul(r, o_stride()));
-      Value* out = at(a_.out, mul(add(mul(bh, l_), add(i0, r)), ev_));
+      Value* out = at(a_.out, mul(row, ev_));
       for_range(c64(0), ev_, [&](Value* c) {
         store(b_.CreateSelect(empty, fc(0), b_.CreateFDiv(load(gep(orow, c)), z)), gep(out, c));
       });
     });
+  }
+
+  /// A row's logsumexp from its running max m and sum z: c + log(z) with c = m or 0 where m is -inf;
+  /// -inf where z is 0 (`empty`: every key masked).
+  Value* row_lse(Value* m, Value* z, Value* empty) {
+    const double inf = std::numeric_limits<double>::infinity();
+    Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m, fc(-inf)), fc(0), m);
+    return b_.CreateSelect(empty, fc(-inf), b_.CreateFAdd(c, emit_math(b_, MathFn::Log, z)));
   }
 
   /// packed[d][jj] = buffer[base + j0 + jj][d] (rows of `width` elements) for jj < jn, 0 for
@@ -338,15 +349,12 @@ private:
 
   void emit_backward(Value* begin, Value* end, Value* scratch) {
     // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (a chunk of
-    // kAttentionQueryBlock rows of a key block each), then per query row of the batch point c (in m),
-    // r (in z) and D
+    // kAttentionQueryBlock rows of a key block each), then D per query row of the batch point
     kt_ = scratch;
     vt_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
     sc_ = gep(vt_, region(mul(ev_, kAttentionKeyBlock)));
     g_ = gep(sc_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
-    m_ = gep(g_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
-    z_ = gep(m_, region(l_));
-    d_ = gep(z_, region(l_));
+    d_ = gep(g_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
     for_range(begin, end, [&](Value* bh) {
       h_.set_loop_var(0, bh);
       row_statistics(bh);
@@ -356,30 +364,9 @@ private:
     });
   }
 
-  /// Pass 0: per query row of batch point bh, c = the row max (0 where -inf), r = 1 / the row sum
-  /// (0 where 0) and D = dout . out.
+  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns).
   void row_statistics(Value* bh) {
-    const double inf = std::numeric_limits<double>::infinity();
     for_range(c64(0), l_, [&](Value* i) {
-      store(fc(-inf), gep(m_, i));
-      store(fc(0), gep(z_, i));
-    });
-    Value* kbase = mul(bh, s_);
-    for_range(c64(0), ceil_div(s_, kAttentionKeyBlock), [&](Value* kb) {
-      Value* j0 = mul(kb, kAttentionKeyBlock);
-      Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
-      pack(a_.k, e_, kbase, j0, jn, kt_);
-      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
-        scores(bh, rows);
-        for (size_t r = 0; r < rows.size(); ++r)
-          softmax_step(rows[r], rows[r], gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), j0, jn);
-      });
-    });
-    for_range(c64(0), l_, [&](Value* i) {
-      Value* m = load(gep(m_, i));
-      store(b_.CreateSelect(b_.CreateFCmpOEQ(m, fc(-inf)), fc(0), m), gep(m_, i));
-      Value* z = load(gep(z_, i));
-      store(b_.CreateSelect(b_.CreateFCmpOEQ(z, fc(0)), fc(0), b_.CreateFDiv(fc(1), z)), gep(z_, i));
       Value* row = mul(add(mul(bh, l_), i), ev_);
       AllocaInst* acc = h_.entry_alloca(t_, "a.d");
       store(fc(0), acc);
@@ -424,7 +411,7 @@ private:
           if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0));
           for (size_t r = 0; r < rows.size(); ++r) {
             Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
-            weights(rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
+            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
           }
         });
         Value* keys = add(kbase, j0);
@@ -437,17 +424,19 @@ private:
     });
   }
 
-  /// Query row i over the keys [j0, j0 + jn): its scores in sc (raw) become p = exp(s - c) * r, and
-  /// (where g is not null) its dP in g becomes (p * (dP - D)) * scale; 0 past jn.
-  void weights(Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+  /// Query row i of batch point bh over the keys [j0, j0 + jn): its scores in sc (raw) become
+  /// p = exp(s - L) (L the row's lse, +inf where -inf), and (where g is not null) its dP in g becomes
+  /// (p * (dP - D)) * scale; 0 past jn.
+  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+    const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
     mask_scores(i, sc, j0, jn, fc(0));
-    Value* c = load(gep(m_, i));
-    Value* rz = load(gep(z_, i));
+    Value* lse = load(at(a_.lse, add(mul(bh, l_), i)));
+    Value* shift = b_.CreateSelect(b_.CreateFCmpOEQ(lse, fc(-inf)), fc(inf), lse);
     Value* d = load(gep(d_, i));
     for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
-      Value* p = b_.CreateFMul(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), c)), rz);
+      Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), shift));
       store(p, gep(sc, jj));
       if (g) store(b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_), gep(g, jj));
     });
