@@ -204,7 +204,7 @@ struct ScanLoop {
 /// running max and sum are rescaled), so it is fixed rather than tuned per target.
 constexpr int64_t kAttentionKeyBlock = 64;
 /// Query rows per task of a CPU attention kernel (a row's result does not depend on it).
-constexpr int64_t kAttentionQueryBlock = 32;
+constexpr int64_t kAttentionQueryBlock = 64;
 
 /// An attention kernel (graph op Attention; the form Attention), which replaces the domain,
 /// reductions and stores: for every batch point b < bh and query row i < l (rows are independent),

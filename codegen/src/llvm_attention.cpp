@@ -240,11 +240,10 @@ private:
   }
 
   /// Scales and masks query row i's raw scores in sc (keys [j0, j0 + jn); the lanes past jn -inf),
-  /// in place; returns the maximum of `start` and them, in order. Loop var 1 is i.
+  /// in place; returns the maximum of `start` and them (a tree of llvm.maximum over the block's
+  /// vector: the same value as in order, maximum being exact). Loop var 1 is i.
   Value* mask_scores(Value* i, Value* sc, Value* j0, Value* jn, Value* start) {
     const double inf = std::numeric_limits<double>::infinity();
-    AllocaInst* mx = h_.entry_alloca(t_, "a.max");
-    store(start, mx);
     // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
     for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
       Value* p = gep(sc, jj);
@@ -259,9 +258,9 @@ private:
       }
       x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
       store(x, p);
-      store(b_.CreateBinaryIntrinsic(Intrinsic::maximum, b_.CreateLoad(t_, mx), x), mx);
     });
-    return b_.CreateLoad(t_, mx);
+    Value* block = b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type()));
+    return b_.CreateBinaryIntrinsic(Intrinsic::maximum, start, b_.CreateFPMaximumReduce(block));
   }
 
   /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
