@@ -562,8 +562,8 @@ int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& par
     return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(kAttentionQueryBlock * kAttentionKeyBlock) +
            region(eval_index(a.l, params)) + 64;
   // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
-  // (each ev rounded up to 64 bytes), maxima, sums
-  const int64_t ev_padded = region(ev) / elem;
+  // (each ev rounded up to 128 bytes: the emitter's tiles of two 64-byte vectors), maxima, sums
+  const int64_t ev_padded = (ev * elem + 127) / 128 * 128 / elem;
   return region(e * kAttentionKeyBlock) + region(4 * kAttentionKeyBlock) + region(kAttentionQueryBlock * ev_padded) +
          2 * region(kAttentionQueryBlock) + 64;
 }

@@ -120,8 +120,8 @@ private:
   FixedVectorType* column_type() { return FixedVectorType::get(t_, static_cast<unsigned>(width())); }
   /// Scratch vectors start at multiples of 64 bytes (the regions, rows and offsets are).
   static Align vector_align(FixedVectorType*) { return Align(64); }
-  /// Elements of a row of o in scratch: ev rounded up to width().
-  Value* o_stride() { return mul(ceil_div(ev_, width()), width()); }
+  /// Elements of a row of o in scratch: ev rounded up to a tile of kColumnVectors vectors of width().
+  Value* o_stride() { return mul(ceil_div(ev_, kColumnVectors * width()), kColumnVectors * width()); }
 
   void emit_task(Value* bh, Value* i0, Value* rows) {
     const double inf = std::numeric_limits<double>::infinity();
@@ -282,36 +282,34 @@ private:
     return b_.CreateExtractElement(acc, uint64_t{0});
   }
 
-  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by vectors of
-  /// width() columns (v's last vector of a row read with a mask), the group's rows together.
+  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by tiles of
+  /// kColumnVectors vectors of width() columns (v's vectors past ev read with a mask), the group's rows
+  /// together: rows x kColumnVectors accumulators in registers over the block's keys.
   void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& alpha, Value* kbase, Value* j0, Value* jn) {
     FixedVectorType* vt = column_type();
     const auto w = static_cast<unsigned>(width());
-    std::vector<Constant*> lanes;
-    for (unsigned l = 0; l < w; ++l) lanes.push_back(b_.getInt64(l));
-    Value* lane = ConstantVector::get(lanes);
+    const auto cols = static_cast<size_t>(kColumnVectors);
     Value* stride = o_stride();
     std::vector<AllocaInst*> acc;
-    for (size_t r = 0; r < slot.size(); ++r) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
-    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), ev_, width(), [&](Value* c0) {
-      h_.push_scope();
-      Value* inside = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(w, c0), lane), b_.CreateVectorSplat(w, ev_));
+    for (size_t x = 0; x < slot.size() * cols; ++x) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
+    for_column_tiles(ev_, [&](Value* c0, const std::vector<Value*>& in) {
       std::vector<Value*> op;
-      for (size_t r = 0; r < slot.size(); ++r) {
-        op.push_back(gep(o_, add(mul(slot[r], stride), c0)));
-        Value* o = b_.CreateAlignedLoad(vt, op[r], vector_align(vt));
-        store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r]);
-      }
+      for (size_t r = 0; r < slot.size(); ++r)
+        for (size_t v = 0; v < cols; ++v) {
+          op.push_back(gep(o_, add(mul(slot[r], stride), add(c0, c64(static_cast<int64_t>(v) * width())))));
+          Value* o = b_.CreateAlignedLoad(vt, op.back(), vector_align(vt));
+          store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r * cols + v]);
+        }
       for_range(c64(0), jn, [&](Value* jj) {
-        Value* vrow = at(a_.v, add(mul(add(kbase, add(j0, jj)), ev_), c0));
-        Value* vv = b_.CreateMaskedLoad(vt, vrow, Align(static_cast<uint64_t>(elem_)), inside, Constant::getNullValue(vt));
+        Value* key = add(kbase, add(j0, jj));
+        std::vector<Value*> vv;
+        for (size_t v = 0; v < cols; ++v) vv.push_back(load_cols(tile_at(a_.v, ev_, key, c0, static_cast<int64_t>(v)), in[v]));
         for (size_t r = 0; r < slot.size(); ++r) {
           Value* p = b_.CreateVectorSplat(w, load(gep(sc_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          store(emit_fmuladd(b_, p, vv, b_.CreateLoad(vt, acc[r])), acc[r]);
+          for (size_t v = 0; v < cols; ++v) store(emit_fmuladd(b_, p, vv[v], b_.CreateLoad(vt, acc[r * cols + v])), acc[r * cols + v]);
         }
       });
-      for (size_t r = 0; r < slot.size(); ++r) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), op[r], vector_align(vt));
-      h_.pop_scope();
+      for (size_t x = 0; x < op.size(); ++x) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[x]), op[x], vector_align(vt));
     });
   }
 
