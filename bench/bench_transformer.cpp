@@ -11,7 +11,7 @@
 // in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
 // "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
 // gradient flowing, scaled_dot_product_attention keeps the composite (the fused backward kernel,
-// AttentionGrad, measured slower than the composite with fusion on: the README's fusion section), so
+// AttentionGrad, measured slower than the composite with fusion on at T = 256: the README's fusion section), so
 // .../fused/backward is the composite with fusion on, not the attention kernels.
 // Attention/<T>/node/{forward,backward}: the Attention node built directly (fusion on), so its
 // backward is always the fused one (AttentionGrad), whatever scaled_dot_product_attention picks.
