@@ -224,7 +224,7 @@ constexpr int64_t kAttentionQueryBlock = 64;
 /// buffers[buffers.size()] points at attention_scratch_bytes() of 64-byte aligned scratch memory.
 /// Inside a task, per key block: the block of k packed transposed; then per group of `rows` query
 /// rows, their scores as vectors of kAttentionKeyBlock lanes (one fmuladd per d and row), the rows'
-/// online-softmax steps, and o += p v by 64-byte vectors of columns for the group together.
+/// online-softmax steps, and o += p v by tiles of two 64-byte column vectors for the group together.
 struct AttentionSpec {
   DType dtype = DType::Float32;    ///< of q, k, v, out and the arithmetic
   int q = -1, k = -1, v = -1;      ///< input buffers

@@ -7,8 +7,9 @@
 //     for each group of AttentionSpec::rows query rows: their scores as one vector of the
 //       block's keys per row, accumulated in registers over d (fmuladd in order of d); per
 //       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p); then
-//       o = o * a + p V_blk by 64-byte vectors of columns, V's vectors shared by the group.
-//   out = o / z (0 where z is 0: every key masked).
+//       o = o * a + p V_blk by tiles of two 64-byte column vectors, V's vectors shared by the group
+//       (skipped when only lse is stored).
+//   out = o / z (0 where z is 0: every key masked); lse = c + log(z) (-inf where z is 0).
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
 //
 // The backward (AttentionSpec::backward; kernel_ir.h's AttentionBackward), FlashAttention-2 style: a
