@@ -11,8 +11,10 @@
 // in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
 // "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
 // gradient flowing, scaled_dot_product_attention keeps the composite (the fused backward kernel,
-// AttentionGrad, measured slower than the composite with fusion on: the README's fusion section), so
+// AttentionGrad, measured slower than the composite with fusion on at T = 256: the README's fusion section), so
 // .../fused/backward is the composite with fusion on, not the attention kernels.
+// Attention/<T>/node/{forward,backward}: the Attention node built directly (fusion on), so its
+// backward is always the fused one (AttentionGrad), whatever scaled_dot_product_attention picks.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
@@ -25,6 +27,8 @@
 
 #include "bench/common.h"
 #include "codegen/llvm_jit.h"
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -74,7 +78,13 @@ BENCHMARK(TransformerBlockStep)
 constexpr int64_t kAttnBatch = 4, kAttnHeads = 8, kAttnDim = 64;
 
 // What an Attention/... case runs.
-enum AttnMode : int64_t { kFused = 0, kUnfused = 1, kHandLoop = 2 };
+enum AttnMode : int64_t { kFused = 0, kUnfused = 1, kHandLoop = 2, kNode = 3 };
+
+// The Attention node of q, k, v (fusion on), whatever scaled_dot_product_attention picks: its
+// gradient is the fused backward (AttentionGrad), so .../node/backward times the attention kernels.
+Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  return detail::result_of(graph::build::attention(q.node(), k.node(), v.node(), nullptr, scale, false), {q, k, v});
+}
 
 // The hand loop's forward of one [T, d] head: out = softmax(q k^T * scale) v, per row with an
 // online softmax over blocks of 64 keys; lse (per row) for the backward.
@@ -154,13 +164,14 @@ void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool back
     }
   } else {
     const bool saved = options().fusion;
-    options().fusion = mode == kFused;
+    options().fusion = mode == kFused || mode == kNode;
     {
       Tensor q = randn(shape, 1).realize(), k = randn(shape, 2).realize(), v = randn(shape, 3).realize(),
              g = randn(shape, 4).realize();
       CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
-        if (!backward) return std::vector<Tensor>{nn::functional::scaled_dot_product_attention(x[0], x[1], x[2])};
-        const Tensor out = nn::functional::scaled_dot_product_attention(x[0], x[1], x[2]);
+        const Tensor out = mode == kNode ? attention_node(x[0], x[1], x[2], scale)
+                                         : nn::functional::scaled_dot_product_attention(x[0], x[1], x[2]);
+        if (!backward) return std::vector<Tensor>{out};
         return grad({(out * x[3]).sum()}, {x[0], x[1], x[2]});
       });
       const std::vector<Tensor> in{q.requires_grad_(backward), k.requires_grad_(backward), v.requires_grad_(backward), g};
@@ -178,10 +189,10 @@ void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool back
 
 // Attention/<T>/<fused|unfused|hand_loop>/<forward|backward>/threads:<1|2>
 const bool kAttentionRegistered = [] {
-  const char* modes[] = {"fused", "unfused", "hand_loop"};
+  const char* modes[] = {"fused", "unfused", "hand_loop", "node"};
   for (int64_t T : {256, 1024})
     for (bool backward : {false, true})
-      for (AttnMode mode : {kFused, kUnfused, kHandLoop}) {
+      for (AttnMode mode : {kFused, kUnfused, kHandLoop, kNode}) {
         const std::string name = "Attention/" + std::to_string(T) + "/" + modes[mode] + (backward ? "/backward" : "/forward");
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { attention_case(s, T, mode, backward); })
             ->ArgNames({"threads"})

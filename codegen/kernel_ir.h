@@ -204,7 +204,7 @@ struct ScanLoop {
 /// running max and sum are rescaled), so it is fixed rather than tuned per target.
 constexpr int64_t kAttentionKeyBlock = 64;
 /// Query rows per task of a CPU attention kernel (a row's result does not depend on it).
-constexpr int64_t kAttentionQueryBlock = 32;
+constexpr int64_t kAttentionQueryBlock = 64;
 
 /// An attention kernel (graph op Attention; the form Attention), which replaces the domain,
 /// reductions and stores: for every batch point b < bh and query row i < l (rows are independent),
@@ -216,26 +216,28 @@ constexpr int64_t kAttentionQueryBlock = 32;
 /// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (the sum of the block's
 /// p_j in sum_lanes() order over kAttentionKeyBlock terms, 0 for the keys past s),
 /// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j); m = m'. Finally
-/// out[b, i, :] = o / z, or 0 where z is 0 (every key masked). Buffers q, k, v and out are
-/// contiguous [bh, l, e], [bh, s, e], [bh, s, ev] and [bh, l, ev].
+/// out[b, i, :] = o / z, or 0 where z is 0 (every key masked), and lse[b, i] = c + log(z) (-inf where
+/// z is 0). Buffers q, k, v, out and lse are contiguous [bh, l, e], [bh, s, e], [bh, s, ev],
+/// [bh, l, ev] and [bh, l]; out or lse may be absent (-1), not both (without out, no o is kept).
 /// On the CPU the kernel's [begin, end) counts tasks: task t is batch point t / qb, query rows
 /// [kAttentionQueryBlock * (t % qb), +kAttentionQueryBlock) with qb = ceil(l / kAttentionQueryBlock);
 /// buffers[buffers.size()] points at attention_scratch_bytes() of 64-byte aligned scratch memory.
 /// Inside a task, per key block: the block of k packed transposed; then per group of `rows` query
 /// rows, their scores as vectors of kAttentionKeyBlock lanes (one fmuladd per d and row), the rows'
-/// online-softmax steps, and o += p v by 64-byte vectors of columns for the group together.
+/// online-softmax steps, and o += p v by tiles of two 64-byte column vectors for the group together.
 struct AttentionSpec {
   DType dtype = DType::Float32;    ///< of q, k, v, out and the arithmetic
   int q = -1, k = -1, v = -1;      ///< input buffers
-  int out = -1;                    ///< the output buffer
+  int out = -1;                    ///< the output buffer (-1: only lse is stored)
+  int lse = -1;                    ///< the rows' logsumexp: an output of the forward (-1: not stored), an input of the backward
   ExprRef bh, l, s, e, ev;         ///< sizes: batch points, query rows, keys, q/k width, v width (i64)
   ExprRef scale;                   ///< the scores' factor (of dtype)
   bool causal = false;             ///< mask key j > query row i
   ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
   int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
                                    ///< (1, 2 or 4; plan_form() from the target; never changes a result)
-  /// The backward (graph op AttentionGrad; AttentionBackward below): `out` is then an input (the
-  /// forward's output), dout the adjoint of out, and dq, dk, dv the gradients written (-1: not written;
+  /// The backward (graph op AttentionGrad; AttentionBackward below): `out` and `lse` are then inputs
+  /// (the forward's), dout the adjoint of out, and dq, dk, dv the gradients written (-1: not written;
   /// at least one is).
   bool backward = false;
   int dout = -1, dq = -1, dk = -1, dv = -1; ///< the backward's buffers (dout [bh, l, ev], dq [bh, l, e],
@@ -243,22 +245,23 @@ struct AttentionSpec {
 };
 // AttentionBackward: the backward kernel (AttentionSpec::backward) of the same sizes, scale and mask.
 // For every batch point b < bh, in this order:
-//   pass 0, per key block (in order) and query row i (in order; with causal, rows i >= the block's
-//   first key only): the forward's running max m_i and sum z_i (its score and online-softmax
-//   arithmetic, without o); then per row c_i = m_i or 0 where m_i is -inf, r_i = 1 / z_i or 0 where
-//   z_i is 0 (every key masked: the row's p is then 0 and it adds nothing), and
-//   D_i = sum over c < ev of dout[b, i, c] * out[b, i, c] (fmuladd in order of c);
+//   per query row i, D_i = sum over c < ev of dout[b, i, c] * out[b, i, c] (fmuladd in order of c),
+//   and L_i = lse[b, i], or +inf where it is -inf (every key masked: the row's p is then 0 and it
+//   adds nothing);
 //   dq, dk and dv of b are zeroed; then per key block (in order), the blocks of k and v packed
 //   transposed, per query row i (in order; causal: rows i >= the block's first key), for the block's
-//   keys j: s_j as in the forward (scaled, masked), p_j = exp(s_j - c_i) * r_i,
+//   keys j: s_j as in the forward (scaled, masked), p_j = exp(s_j - L_i),
 //   dp_j = sum over c < ev of dout[b, i, c] * v[b, j, c] (fmuladd in order of c),
 //   g_j = (p_j * (dp_j - D_i)) * scale; then dv[b, j, :] += p_j * dout[b, i, :],
 //   dk[b, j, :] += g_j * q[b, i, :] (each fmuladd, j in order) and dq[b, i, :] += g_j * k[b, j, :]
 //   (fmuladd in order of j).
-// On the CPU a task is a batch point (AttentionSpec::rows query rows go through a key block together,
-// which never changes a result: each element's fmuladds keep their order); buffers[buffers.size()]
-// points at attention_scratch_bytes() of scratch (the packed blocks, the group's p and g, and
-// c, r and D of the batch point's rows).
+// On the CPU a task is a batch point; per key block, the query rows go by chunks of
+// kAttentionQueryBlock: the chunk's p and g (AttentionSpec::rows rows through the block together),
+// then dv and dk of the block's keys and dq of the chunk's rows as register tiles (a few keys or rows
+// x 2 vectors of 64 bytes, accumulated over the chunk's rows or the block's keys). Neither changes a
+// result: each element's fmuladds keep the order above. buffers[buffers.size()] points at
+// attention_scratch_bytes() of scratch (the packed blocks, the chunk's p and g, and D of the batch
+// point's rows).
 
 /// A kernel: see the file comment for its semantics.
 struct Kernel {

@@ -92,13 +92,22 @@ NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const No
 /// ops, [..., L, S]: the masked scores' softmax over the last dim, 0 in a row with every key masked
 /// (its max detached, as in a softmax). Autograd's attention rules differentiate it.
 NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
+/// Each query row's logsumexp of the masked scores of attention(q, k, v, mask, scale, causal), [..., L],
+/// as one AttentionLse node (ops.def): the forward kernel stores it with the Attention node of the same
+/// operands. -inf for a row with every key masked.
+NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal);
+/// attention_lse as a composite of primitives, [..., L]: c + log(sum exp(s - c)) over the masked scores
+/// s, c their max detached (0 where -inf). Autograd's AttentionLse rules differentiate it.
+NodeRef attention_logsumexp(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
+/// The operand index of an attention node's optional mask (ops.def): 6 for AttentionGrad, else 3.
+size_t attention_mask_operand(OpKind op);
 /// Which gradient an AttentionGrad node is (its attrs.i1; ops.def).
 enum class AttentionGradOf : int64_t { Q = 0, K = 1, V = 2 };
 /// One gradient of `out` = attention(q, k, v, mask, scale, causal) for the adjoint `dout`, as one
-/// AttentionGrad node (ops.def): the fused backward kernel computes it (with its siblings of the
-/// same operands in one kernel).
+/// AttentionGrad node (ops.def), `lse` the forward's attention_lse: the fused backward kernel computes
+/// it (with its siblings of the same operands in one kernel).
 NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
-                       const NodeRef& mask, double scale, bool causal, AttentionGradOf which);
+                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which);
 /// The gradients of attention(q, k, v, mask, scale, causal) for the adjoint `dout` as a composite of
 /// primitives recomputing the weights P (attention_weights): {dq, dk, dv, dmask}, dmask null unless
 /// the mask is a float one. dv = P^T dout; dS = P * (dout v^T - rowsum(dout v^T * P));

@@ -833,6 +833,7 @@ struct ErrorBound {
       return b::add(e, ulp(n));
     }
     case OpKind::Attention:
+    case OpKind::AttentionLse:
     case OpKind::AttentionGrad: break; // not generated here: no bound
     }
     return c(kInf, s);

@@ -596,12 +596,14 @@ TEST(AttentionBackward, RegisterRowsNeverChangeAResult) {
     const Operands o = operands(c, dtype, 1700);
     const Tensor mask = o.mask.realize(), dout = randn({2, 45, 6}, 1701, dtype).realize();
     const Tensor out = attention_node(o.q, o.k, o.v, mask, 0.4, true).realize();
-    std::unordered_map<const graph::Node*, std::vector<double>> data; // the operands' values, realized
-    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout}) data[t->node().get()] = values(*t);
     namespace b = graph::build;
+    const Tensor lse = detail::result_of(b::attention_lse(o.q.node(), o.k.node(), o.v.node(), mask.node(), 0.4, true), {}).realize();
+    std::unordered_map<const graph::Node*, std::vector<double>> data; // the operands' values, realized
+    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout, &lse}) data[t->node().get()] = values(*t);
     std::vector<graph::NodeRef> grads;
     for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
-      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), mask.node(), 0.4, true, which));
+      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), lse.node(), mask.node(), 0.4,
+                                        true, which));
     const size_t elem = dtype == kFloat64 ? 8 : 4;
     std::vector<std::vector<double>> results;
     for (const codegen::Target& t : {codegen::Target::cpu(256, true, 16), codegen::Target::cpu(512, true, 32)}) {
@@ -667,4 +669,188 @@ TEST(AttentionBackward, BroadcastBatchDimsMatchTheComposite) {
     const double bound = (2.0 * 70 + 64) * 0x1p-23 * max_abs(r[g + 3]);
     for (size_t i = 0; i < r[g].size(); ++i) EXPECT_NEAR(r[g][i], r[g + 3][i], bound) << g << " [" << i << "]";
   }
+}
+
+// ---------------------------------------------------------------- the forward's row logsumexp (AttentionLse)
+
+namespace {
+
+// The AttentionLse node of q, k, v and a mask of their rank (equal batch dims): each query row's
+// logsumexp, stored by the forward kernel with the Attention node of the same operands.
+Tensor lse_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
+  std::vector<Tensor> in{q, k, v};
+  if (mask.defined()) in.push_back(mask);
+  return detail::result_of(graph::build::attention_lse(q.node(), k.node(), v.node(), mask.defined() ? mask.node() : nullptr,
+                                                       scale, causal),
+                           in);
+}
+
+// The attention-form launches of the schedule of `roots`.
+std::vector<codegen::KernelLaunch> attention_launches(const std::vector<const graph::Node*>& roots) {
+  std::vector<codegen::KernelLaunch> r;
+  for (codegen::KernelLaunch& l : codegen::schedule(roots, {}).launches)
+    if (l.kernel.attention) r.push_back(std::move(l));
+  return r;
+}
+
+// The composite logsumexp (graph::build::attention_logsumexp) of the same operands.
+Tensor lse_composite(const Tensor& q, const Tensor& k, const Tensor& mask, double scale, bool causal) {
+  std::vector<Tensor> in{q, k};
+  if (mask.defined()) in.push_back(mask);
+  return detail::result_of(
+      graph::build::attention_logsumexp(q.node(), k.node(), mask.defined() ? mask.node() : nullptr, scale, causal), in);
+}
+
+// The mask of case c at q's rank (leading 1s), as attention_node takes it.
+Tensor full_rank_mask(const Case& c, const Operands& o) {
+  if (!o.mask.defined() || o.mask.dim() == o.q.dim()) return o.mask;
+  IntList s(static_cast<size_t>(o.q.dim() - o.mask.dim()), 1);
+  for (int64_t d : o.mask.shape()) s.push_back(d);
+  (void)c;
+  return o.mask.reshape(s);
+}
+
+} // namespace
+
+// The forward kernel stores each row's logsumexp with the output (one kernel, two outputs); it
+// matches the composite logsumexp within (2S + 8 ceil(S/64) + 16 + 4 E scale max sum_d |q_d k_d| +
+// |lse|) eps, the f64 interpreter within 1e-12, is -inf exactly on a fully masked row, and T need not
+// divide the blocks (the cases' 70, 97, 130 keys).
+TEST(AttentionBackward, TheForwardStoresTheRowLogsumexp) {
+  FusionSetting on(true);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    uint64_t seed = 1800;
+    for (const Case& c : backward_cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const Tensor mask = full_rank_mask(c, o);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      const Tensor out = attention_node(o.q, o.k, o.v, mask, scale, c.causal);
+      const Tensor lse = lse_node(o.q, o.k, o.v, mask, scale, c.causal);
+      const std::vector<codegen::KernelLaunch> kernels = attention_launches({out.node().get(), lse.node().get()});
+      ASSERT_EQ(kernels.size(), 1u) << c.what;
+      EXPECT_EQ(kernels[0].outputs.size(), 2u) << c.what;
+      EXPECT_GE(kernels[0].kernel.attention->out, 0);
+      EXPECT_GE(kernels[0].kernel.attention->lse, 0);
+      realize({out, lse});
+      const std::vector<double> got = values(lse), want = values(lse_composite(o.q, o.k, mask, scale, c.causal));
+      const std::vector<double> q = values(o.q), k = values(o.k);
+      double dot = 0; // the largest sum_d |q_id k_jd| of the case
+      for (int64_t b = 0, batch = o.q.numel() / (c.L * c.E); b < batch; ++b)
+        for (int64_t i = 0; i < c.L; ++i)
+          for (int64_t j = 0; j < c.S; ++j) {
+            double d = 0;
+            for (int64_t x = 0; x < c.E; ++x)
+              d += std::fabs(q[static_cast<size_t>((b * c.L + i) * c.E + x)] * k[static_cast<size_t>((b * c.S + j) * c.E + x)]);
+            dot = std::max(dot, d);
+          }
+      const double blocks = static_cast<double>((c.S + 63) / 64);
+      const graph::InterpretResult exact = graph::interpret_one(lse.node());
+      ASSERT_EQ(got.size(), want.size());
+      int masked_rows = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_FALSE(std::isnan(got[i])) << c.what << " [" << i << "]";
+        if (std::isinf(want[i])) {
+          EXPECT_EQ(got[i], -kInf) << c.what << " [" << i << "]";
+          EXPECT_EQ(exact.values[i], -kInf) << c.what << " [" << i << "]";
+          ++masked_rows;
+          continue;
+        }
+        const double bound = (2.0 * static_cast<double>(c.S) + 8 * blocks + 16 + 4 * static_cast<double>(c.E) * scale * dot +
+                              std::fabs(want[i])) * eps;
+        EXPECT_NEAR(got[i], want[i], bound) << c.what << " [" << i << "]";
+        if (dtype == kFloat64) EXPECT_NEAR(got[i], exact.values[i], 1e-12 * std::max(1.0, std::fabs(exact.values[i]))) << c.what;
+      }
+      // rows 0, 3, 6, ... of a mask with the query dim see no key (operands())
+      if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) EXPECT_GT(masked_rows, 0) << c.what;
+    }
+  }
+}
+
+// Without its Attention sibling the logsumexp is a forward kernel of its own that keeps no output
+// rows (out -1), with the same bits as the one stored with the output, on 1 and 2 threads.
+TEST(AttentionBackward, TheLogsumexpAloneHasTheSameBits) {
+  FusionSetting on(true);
+  for (const Case& c : {backward_cases()[0], backward_cases()[1], backward_cases()[3], backward_cases()[8]}) {
+    const Operands o = operands(c, kFloat32, 1900);
+    const Tensor mask = full_rank_mask(c, o);
+    const Tensor alone = lse_node(o.q, o.k, o.v, mask, 0.3, c.causal);
+    const std::vector<codegen::KernelLaunch> k = attention_launches({alone.node().get()});
+    ASSERT_EQ(k.size(), 1u) << c.what;
+    EXPECT_EQ(k[0].outputs.size(), 1u) << c.what;
+    EXPECT_LT(k[0].kernel.attention->out, 0) << c.what;
+    std::vector<double> one, two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+      one = values(lse_node(o.q, o.k, o.v, mask, 0.3, c.causal));
+    }
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      const Tensor out = attention_node(o.q, o.k, o.v, mask, 0.3, c.causal), lse = lse_node(o.q, o.k, o.v, mask, 0.3, c.causal);
+      realize({out, lse});
+      two = values(lse);
+    }
+    EXPECT_EQ(one, two) << c.what;
+  }
+}
+
+// The AttentionLse node's rules (the composite logsumexp's, differentiated): gradcheck in f64, first
+// and second order, with a float mask, causal, and q = k; forward mode against the reverse mode.
+TEST(AttentionBackward, GradcheckInF64OfTheLogsumexp) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 5, 3}, 61, kFloat64), k = randn({2, 7, 3}, 62, kFloat64), v = randn({2, 7, 2}, 63, kFloat64);
+  const Tensor add_mask = randn({1, 5, 7}, 64, kFloat64), w = randn({2, 5}, 65, kFloat64);
+  auto check = [](const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                  const char* what) {
+    const GradcheckResult r = gradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([&](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{lse_node(x[0], x[1], x[2], x[3].expand({2, 5, 7}), 0.6, false)};
+  }, {q, k, v, add_mask}, "first order, float mask");
+  check([&](const std::vector<Tensor>& x) {
+    const Tensor l = lse_node(x[0], x[1], x[2], {}, 0.6, true);
+    return grad({(l * l * w).sum()}, {x[0], x[1]}, {}, false, true);
+  }, {q, k, v}, "second order, causal");
+  const Tensor x = randn({6, 4}, 66, kFloat64);
+  check([](const std::vector<Tensor>& t) {
+    const Tensor l = lse_node(t[0], t[0], t[0], {}, 0.5, true);
+    return grad({(l * l).sum()}, {t[0]}, {}, false, true);
+  }, {x}, "second order, q = k = v");
+  const Tensor tq = randn({2, 5, 3}, 67, kFloat64), tk = randn({2, 7, 3}, 68, kFloat64);
+  std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_()};
+  const std::vector<Tensor> g = grad({(lse_node(in[0], in[1], v, {}, 0.6, true) * w).sum()}, in);
+  const auto f = [&](const std::vector<Tensor>& t) { return std::vector<Tensor>{(lse_node(t[0], t[1], v, {}, 0.6, true) * w).sum()}; };
+  const double lhs = ((g[0] * tq).sum() + (g[1] * tk).sum()).item<double>();
+  const double rhs = jvp(f, {q, k}, {tq, tk}).second[0].item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::fabs(rhs)));
+}
+
+// An Attention node's gradient reads the forward's logsumexp: the backward kernel's lse operand is
+// an AttentionLse node, which a compiled step computes in the forward's kernel (one forward kernel
+// with two outputs, one backward kernel).
+TEST(AttentionBackward, TheBackwardReadsTheForwardsLogsumexp) {
+  FusionSetting on(true);
+  const Case c = backward_cases()[1];
+  const Operands o = operands(c, kFloat32, 2000);
+  const Tensor w = randn(with(c.batch, c.L, c.Ev), 2001, kFloat32);
+  std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+  const std::vector<Tensor> g = grad({(sdpa(in[0], in[1], in[2], {}, 0, c.causal, 0.5) * w).sum()}, in);
+  std::vector<const graph::Node*> roots;
+  for (const Tensor& t : g) roots.push_back(t.node().get());
+  const codegen::Schedule s = codegen::schedule(roots, {});
+  int forward = 0, backward = 0;
+  for (const codegen::KernelLaunch& l : s.launches) {
+    if (!l.kernel.attention) continue;
+    if (l.kernel.attention->backward) {
+      ++backward;
+      EXPECT_GE(l.kernel.attention->lse, 0);
+      EXPECT_EQ(l.inputs[static_cast<size_t>(l.kernel.attention->lse)]->op, graph::OpKind::AttentionLse);
+    } else {
+      ++forward;
+      EXPECT_EQ(l.outputs.size(), 2u);
+    }
+  }
+  EXPECT_EQ(forward, 1);
+  EXPECT_EQ(backward, 1);
 }

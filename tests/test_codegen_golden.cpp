@@ -268,6 +268,8 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
   cases.insert(cases.end(), {
       {att + "  attention q b0 k b1 v b2 rows 1\n" + sizes, "line 3: attention: needs q, k, v and out buffers"},
       {att + "  attention q b0 k b1 v b2 out b0 rows 1\n" + sizes, "line 3: attention: 'out' is not an output buffer"},
+      {att + "  attention q b0 k b1 v b2 lse b0 rows 1\n" + sizes, "line 3: attention: 'lse' is not an output buffer"},
+      {att + "  attention q b0 k b1 v b2 out b0 dout b1 dq b3 rows 1\n" + sizes, "line 3: attention: the backward needs an lse buffer"},
       {att + "  attention q b0 k b1 v b2 out b3 rows 1\n", "line 3: attention without a 'sizes' line"},
       {att + "  attention q b0 k b1 v b2 out b3 rows 1\n" + sizes + "  mask 1:i64\n",
        "line 5: attention: the mask is bool or of the output's dtype"},

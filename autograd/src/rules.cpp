@@ -307,43 +307,54 @@ std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
     return out;
   }
   std::vector<NodeRef> out;
+  const NodeRef lse = b::attention_lse(q, k, v, mask, scale, causal); // stored by y's kernel (fusion.h)
   for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
-    out.push_back(b::attention_grad(q, k, v, y, g, mask, scale, causal, which));
+    out.push_back(b::attention_grad(q, k, v, y, g, lse, mask, scale, causal, which));
   if (mask) out.push_back(mask->dtype == DType::Bool ? nullptr : b::attention_grads_composite(q, k, v, g, mask, scale, causal)[3]);
   return out;
 }
 
-// An AttentionGrad node y (q, k, v, out, dout[, mask]) is, as a function of its operands, the
-// composite gradient of its kind (build::attention_grads_composite). Its rules differentiate that
+// An AttentionGrad node y (q, k, v, out, dout, lse[, mask]) is, as a function of its operands, the
+// composite gradient of its kind (build::attention_grads_composite); an AttentionLse node (q, k, v[,
+// mask]) the composite logsumexp (build::attention_logsumexp). Their rules differentiate the
 // composite, so gradients of gradients and tangents through attention need nothing more. The
-// composite does not read `out` (its D = rowsum(dP * P) equals the kernel's rowsum(dout * out) exactly
-// when out is the forward of the same q, k, v and mask, which is what attention_vjp builds): out
-// gets no gradient of its own, and what the kernel's D depends on reaches q, k, v and the mask
-// through the composite's P.
+// gradient composite reads neither `out` nor `lse` (its D = rowsum(dP * P) equals the kernel's
+// rowsum(dout * out), and its P the kernel's exp(s - lse), exactly when out and lse are the forward's
+// of the same q, k, v and mask, which is what attention_vjp builds): they get no gradient of their
+// own, and what the kernel's D and p depend on reaches q, k, v and the mask through the composite's P.
 //
 // The rules need partial derivatives (each operand moved alone), while a walk from the composite
 // to the operands themselves would also follow dout back into out and q (dout usually depends on
 // them): the composite is built on stand-ins (autograd's fresh placeholders), differentiated with
 // respect to them, and the stand-ins then replaced by the operands.
-struct AttentionGradStandIns {
+struct AttentionStandIns {
   std::vector<NodeRef> operands;  // y's operands
-  std::vector<NodeRef> stand_ins; // for the floating operands but out (index 3); null for the others
+  std::vector<NodeRef> stand_ins; // for the floating operands the composite reads; null for the others
   NodeRef composite;
 };
 
-AttentionGradStandIns attention_grad_stand_ins(const NodeRef& y) {
-  AttentionGradStandIns s;
+// Whether y's composite reads its operand i (AttentionGrad: not out, 3, nor lse, 5; AttentionLse: not v, 2).
+bool composite_reads(const graph::Node& y, size_t i) {
+  return y.op == OpKind::AttentionGrad ? i != 3 && i != 5 : i != 2;
+}
+
+AttentionStandIns attention_stand_ins(const NodeRef& y) {
+  AttentionStandIns s;
   std::vector<NodeRef> in;
   for (size_t i = 0; i < y->inputs.size(); ++i) {
     const NodeRef& x = y->inputs[i];
-    const bool stand = i != 3 && is_floating(x->dtype);
+    const bool stand = composite_reads(*y, i) && is_floating(x->dtype);
     s.operands.push_back(x);
     s.stand_ins.push_back(stand ? fresh_zeros(x) : nullptr);
     in.push_back(stand ? s.stand_ins.back() : x);
   }
-  const NodeRef mask = in.size() > 5 ? in[5] : nullptr;
-  s.composite = b::attention_grads_composite(in[0], in[1], in[2], in[4], mask, y->attrs.f0,
-                                             y->attrs.i0 != 0)[static_cast<size_t>(y->attrs.i1)];
+  const size_t mask_at = b::attention_mask_operand(y->op);
+  const NodeRef mask = in.size() > mask_at ? in[mask_at] : nullptr;
+  const double scale = y->attrs.f0;
+  const bool causal = y->attrs.i0 != 0;
+  s.composite = y->op == OpKind::AttentionLse
+                    ? b::attention_logsumexp(in[0], in[1], mask, scale, causal)
+                    : b::attention_grads_composite(in[0], in[1], in[2], in[4], mask, scale, causal)[static_cast<size_t>(y->attrs.i1)];
   return s;
 }
 
@@ -364,7 +375,7 @@ NodeRef substitute(const NodeRef& x, std::unordered_map<const graph::Node*, Node
 
 // Replaces the stand-ins of `s` in `results` by the operands; `keep` (the seed or the tangents) and
 // the operands not stood in for (a bool mask) stay as they are (and are not walked into).
-std::vector<NodeRef> from_stand_ins(const AttentionGradStandIns& s, std::vector<NodeRef> results, const std::vector<NodeRef>& keep) {
+std::vector<NodeRef> from_stand_ins(const AttentionStandIns& s, std::vector<NodeRef> results, const std::vector<NodeRef>& keep) {
   std::unordered_map<const graph::Node*, NodeRef> memo;
   for (size_t i = 0; i < s.stand_ins.size(); ++i)
     if (s.stand_ins[i]) memo.emplace(s.stand_ins[i].get(), s.operands[i]);
@@ -375,8 +386,8 @@ std::vector<NodeRef> from_stand_ins(const AttentionGradStandIns& s, std::vector<
   return results;
 }
 
-std::vector<NodeRef> attention_grad_vjp(const NodeRef& y, const NodeRef& g) {
-  const AttentionGradStandIns s = attention_grad_stand_ins(y);
+std::vector<NodeRef> attention_composite_vjp(const NodeRef& y, const NodeRef& g) {
+  const AttentionStandIns s = attention_stand_ins(y);
   std::vector<NodeRef> targets;
   for (const NodeRef& x : s.stand_ins)
     if (x) targets.push_back(x);
@@ -387,12 +398,12 @@ std::vector<NodeRef> attention_grad_vjp(const NodeRef& y, const NodeRef& g) {
   return out;
 }
 
-NodeRef attention_grad_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
-  const AttentionGradStandIns s = attention_grad_stand_ins(y);
+NodeRef attention_composite_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
+  const AttentionStandIns s = attention_stand_ins(y);
   std::vector<NodeRef> primals, tangents;
   for (size_t i = 0; i < t.size(); ++i)
     if (s.stand_ins[i] && t[i]) primals.push_back(s.stand_ins[i]), tangents.push_back(t[i]);
-  if (primals.empty()) return nullptr; // only out moves, of which y does not depend (see above)
+  if (primals.empty()) return nullptr; // only out, lse or v move, of which y does not depend (see above)
   return from_stand_ins(s, jvp({s.composite}, primals, tangents), tangents)[0];
 }
 
@@ -444,7 +455,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
   case OpKind::Attention: return attention_vjp(y, g);
-  case OpKind::AttentionGrad: return attention_grad_vjp(y, g);
+  case OpKind::AttentionLse: case OpKind::AttentionGrad: return attention_composite_vjp(y, g);
   case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "VJP");
@@ -479,7 +490,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);
-  case OpKind::AttentionGrad: return attention_grad_jvp(y, t);
+  case OpKind::AttentionLse: case OpKind::AttentionGrad: return attention_composite_jvp(y, t);
   case OpKind::CustomOutput: break; // the walks apply its call's rules (walk.cpp)
   }
   missing_rule(y, "JVP");

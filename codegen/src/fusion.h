@@ -641,17 +641,23 @@ private:
     kernels.push_back({root});
   }
 
-  // Joins an AttentionGrad root to the kernel of a sibling (the same operands and attrs but which
-  // gradient): one backward kernel computes the scores and weights once for dq, dk and dv. Not in
-  // unfused mode (one kernel per op); false when there is no sibling.
+  // Joins an attention root to the kernel of a sibling (the same operands and attrs, both forward or
+  // both backward): an Attention node and its AttentionLse are one forward kernel that stores both,
+  // AttentionGrad nodes of different gradients one backward kernel that computes the scores and
+  // weights once for dq, dk and dv. Not in unfused mode (one kernel per op); false when there is no sibling.
   bool join_attention_sibling(const Node* root) {
-    if (root->op != OpKind::AttentionGrad || part_.unfused()) return false;
+    if (graph::op_category(root->op) != OpCategory::Attention || part_.unfused()) return false;
+    const bool backward = root->op == OpKind::AttentionGrad;
     for (size_t g = groups_.size(); g-- > 0;) {
       const Node* leader = groups_[g].roots[0];
-      if (leader->op != OpKind::AttentionGrad || leader->inputs != root->inputs || leader->attrs.f0 != root->attrs.f0 ||
-          leader->attrs.i0 != root->attrs.i0 || !part_.spend_fuel())
+      if (graph::op_category(leader->op) != OpCategory::Attention || (leader->op == OpKind::AttentionGrad) != backward ||
+          leader->inputs != root->inputs || leader->attrs.f0 != root->attrs.f0 || leader->attrs.i0 != root->attrs.i0 ||
+          !part_.spend_fuel())
         continue;
-      decisions.push_back({FusionDecision::Kind::Store, root, leader, "a sibling gradient of the same attention: one backward kernel", {}});
+      decisions.push_back({FusionDecision::Kind::Store, root, leader,
+                           backward ? "a sibling gradient of the same attention: one backward kernel"
+                                    : "the row statistics of the same attention: one forward kernel",
+                           {}});
       groups_[g].roots.push_back(root);
       value_depth_[root] = 0;
       group_of_[root] = g;

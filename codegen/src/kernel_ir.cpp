@@ -504,7 +504,8 @@ std::string print_kernel(const Kernel& k) {
   }
   if (const auto& a = k.attention) {
     body += "  attention q b" + std::to_string(a->q) + " k b" + std::to_string(a->k) + " v b" + std::to_string(a->v) +
-            " out b" + std::to_string(a->out) + attention_grad_fields(*a) + (a->causal ? " causal" : "") + " rows " +
+            (a->out >= 0 ? " out b" + std::to_string(a->out) : "") + (a->lse >= 0 ? " lse b" + std::to_string(a->lse) : "") +
+            attention_grad_fields(*a) + (a->causal ? " causal" : "") + " rows " +
             std::to_string(a->rows) + "\n";
     const std::string sizes = extents_str(p, {a->bh, a->l, a->s, a->e, a->ev}), scale = p.ref(a->scale);
     p.out += "  sizes [bh, l, s, e, ev] = " + sizes + " scale " + scale + "\n";
@@ -556,13 +557,13 @@ int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& par
   const int64_t elem = a.dtype == DType::Float64 ? 8 : 4;
   const int64_t e = eval_index(a.e, params), ev = eval_index(a.ev, params);
   auto region = [&](int64_t elems) { return (elems * elem + 63) / 64 * 64; };
-  // the backward: k^T and v^T blocks, p and g of 4 rows, c, r and D of the batch point's rows
+  // the backward: k^T and v^T blocks, p and g of a chunk of rows, D of the batch point's rows
   if (a.backward)
-    return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(4 * kAttentionKeyBlock) +
-           3 * region(eval_index(a.l, params)) + 64;
+    return region(e * kAttentionKeyBlock) + region(ev * kAttentionKeyBlock) + 2 * region(kAttentionQueryBlock * kAttentionKeyBlock) +
+           region(eval_index(a.l, params)) + 64;
   // each region rounded up to 64 bytes: k^T block (e x key block), the scores of 4 rows, output rows
-  // (each ev rounded up to 64 bytes), maxima, sums
-  const int64_t ev_padded = region(ev) / elem;
+  // (each ev rounded up to 128 bytes: the emitter's tiles of two 64-byte vectors), maxima, sums
+  const int64_t ev_padded = (ev * elem + 127) / 128 * 128 / elem;
   return region(e * kAttentionKeyBlock) + region(4 * kAttentionKeyBlock) + region(kAttentionQueryBlock * ev_padded) +
          2 * region(kAttentionQueryBlock) + 64;
 }

@@ -241,8 +241,8 @@ private:
     return g;
   }
 
-  /// "q bQ k bK v bV out bO [dout bD [dq bN] [dk bN] [dv bN]] [causal] rows R" (print_kernel's attention
-  /// line; with dout, the backward).
+  /// "q bQ k bK v bV [out bO] [lse bL] [dout bD [dq bN] [dk bN] [dv bN]] [causal] rows R" (print_kernel's
+  /// attention line; with dout, the backward, which reads out and lse).
   static AttentionSpec attention_line(std::string_view s, int line) {
     AttentionSpec a;
     const std::vector<std::string_view> w = words(s);
@@ -260,13 +260,16 @@ private:
       else if (w[i - 1] == "k") a.k = static_cast<int>(b);
       else if (w[i - 1] == "v") a.v = static_cast<int>(b);
       else if (w[i - 1] == "out") a.out = static_cast<int>(b);
+      else if (w[i - 1] == "lse") a.lse = static_cast<int>(b);
       else if (w[i - 1] == "dout") a.dout = static_cast<int>(b), a.backward = true;
       else if (w[i - 1] == "dq") a.dq = static_cast<int>(b);
       else if (w[i - 1] == "dk") a.dk = static_cast<int>(b);
       else if (w[i - 1] == "dv") a.dv = static_cast<int>(b);
       else fail(line, "attention: unknown field '" + std::string(w[i - 1]) + "'");
     }
-    if (a.q < 0 || a.k < 0 || a.v < 0 || a.out < 0) fail(line, "attention: needs q, k, v and out buffers");
+    if (a.q < 0 || a.k < 0 || a.v < 0 || (a.out < 0 && (a.backward || a.lse < 0)))
+      fail(line, "attention: needs q, k, v and out buffers");
+    if (a.backward && a.lse < 0) fail(line, "attention: the backward needs an lse buffer");
     if (!a.backward && (a.dq >= 0 || a.dk >= 0 || a.dv >= 0)) fail(line, "attention: dq, dk or dv without dout");
     if (a.backward && a.dq < 0 && a.dk < 0 && a.dv < 0) fail(line, "attention: dout without dq, dk or dv");
     return a;
@@ -276,17 +279,18 @@ private:
   AttentionSpec attention(const Kernel& k) {
     AttentionSpec a = *attention_;
     const int n = static_cast<int>(k.buffers.size());
-    for (int b : {a.q, a.k, a.v, a.out, a.dout, a.dq, a.dk, a.dv})
+    for (int b : {a.q, a.k, a.v, a.out, a.lse, a.dout, a.dq, a.dk, a.dv})
       if (b >= n) fail(attention_line_, "attention: no buffer b" + std::to_string(b));
     auto is_output = [&](int b) { return k.buffers[static_cast<size_t>(b)].output; };
-    if (!a.backward && !is_output(a.out)) fail(attention_line_, "attention: 'out' is not an output buffer");
+    if (!a.backward && a.out >= 0 && !is_output(a.out)) fail(attention_line_, "attention: 'out' is not an output buffer");
+    if (!a.backward && a.lse >= 0 && !is_output(a.lse)) fail(attention_line_, "attention: 'lse' is not an output buffer");
     for (int b : {a.dq, a.dk, a.dv})
       if (b >= 0 && !is_output(b)) fail(attention_line_, "attention: dq, dk and dv must be output buffers");
-    a.dtype = k.buffers[static_cast<size_t>(a.out)].dtype;
+    a.dtype = k.buffers[static_cast<size_t>(a.out >= 0 ? a.out : a.lse)].dtype;
     if (!is_floating(a.dtype)) fail(attention_line_, "attention: needs a floating output");
-    for (int b : {a.q, a.k, a.v, a.dout, a.dq, a.dk, a.dv})
+    for (int b : {a.q, a.k, a.v, a.out, a.lse, a.dout, a.dq, a.dk, a.dv})
       if (b >= 0 && k.buffers[static_cast<size_t>(b)].dtype != a.dtype)
-        fail(attention_line_, "attention: q, k, v, out and the gradients differ in dtype");
+        fail(attention_line_, "attention: q, k, v, out, lse and the gradients differ in dtype");
     if (sizes_line_ == 0) fail(attention_line_, "attention without a 'sizes' line");
     const std::vector<ExprRef> sizes = extents(attention_sizes_, sizes_line_);
     if (sizes.size() != 5) fail(sizes_line_, "attention: expected 5 sizes");

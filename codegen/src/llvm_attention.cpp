@@ -7,19 +7,22 @@
 //     for each group of AttentionSpec::rows query rows: their scores as one vector of the
 //       block's keys per row, accumulated in registers over d (fmuladd in order of d); per
 //       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p); then
-//       o = o * a + p V_blk by 64-byte vectors of columns, V's vectors shared by the group.
-//   out = o / z (0 where z is 0: every key masked).
+//       o = o * a + p V_blk by tiles of two 64-byte column vectors, V's vectors shared by the group
+//       (skipped when only lse is stored).
+//   out = o / z (0 where z is 0: every key masked); lse = c + log(z) (-inf where z is 0).
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
 //
 // The backward (AttentionSpec::backward; kernel_ir.h's AttentionBackward), FlashAttention-2 style: a
-// task is one batch point. Pass 0 runs the forward's scores and online softmax over every key block
-// for the row maxima and sums (no o), then D = dout . out per row. Then per key block, k and v packed
-// transposed, per group of rows: the scores and dP = dout v^T as vectors of the block's keys (the
-// forward's register accumulation), p and g = p (dP - D) scale per key, and the updates
-// dv_j += p dout_i, dk_j += g q_i, dq_i += g k_j by 64-byte vectors of columns. The [L, S] weights
-// are never in memory.
+// task is one batch point. The forward stored each row's logsumexp (lse), so no pass recomputes the
+// row maxima and sums: D = dout . out per row, then per key block, k and v packed
+// transposed, per chunk of kAttentionQueryBlock rows: per group of rows, the scores and dP = dout v^T
+// as vectors of the block's keys (the forward's register accumulation), p = exp(s - lse) and g = p (dP - D) scale
+// per key into the chunk's p and g; then dv_j += p dout_i and dk_j += g q_i as tiles of keys x 2
+// column vectors in registers over the chunk's rows, and dq_i += g k_j as tiles of rows x 2 column
+// vectors over the block's keys (small products, not axpys). The [L, S] weights are never in memory.
 #include "codegen/src/llvm_attention.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 
@@ -33,6 +36,10 @@ namespace kiln::codegen {
 using namespace llvm;
 
 namespace {
+
+/// The backward's register tiles: 64-byte column vectors of a tile (its tile_rows() rows or keys x
+/// kColumnVectors accumulators stay in vector registers over a chunk of rows or a block of keys).
+constexpr int64_t kColumnVectors = 2;
 
 class AttentionEmitter {
 public:
@@ -114,8 +121,8 @@ private:
   FixedVectorType* column_type() { return FixedVectorType::get(t_, static_cast<unsigned>(width())); }
   /// Scratch vectors start at multiples of 64 bytes (the regions, rows and offsets are).
   static Align vector_align(FixedVectorType*) { return Align(64); }
-  /// Elements of a row of o in scratch: ev rounded up to width().
-  Value* o_stride() { return mul(ceil_div(ev_, width()), width()); }
+  /// Elements of a row of o in scratch: ev rounded up to a tile of kColumnVectors vectors of width().
+  Value* o_stride() { return mul(ceil_div(ev_, kColumnVectors * width()), kColumnVectors * width()); }
 
   void emit_task(Value* bh, Value* i0, Value* rows) {
     const double inf = std::numeric_limits<double>::infinity();
@@ -144,19 +151,30 @@ private:
         scores(bh, row);
         std::vector<Value*> alpha;
         for (int64_t r = 0; r < a_.rows; ++r) alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn));
-        accumulate(slot, alpha, kbase, j0, jn);
+        if (a_.out >= 0) accumulate(slot, alpha, kbase, j0, jn);
         h_.pop_scope();
       });
     });
     for_range(c64(0), rows, [&](Value* r) {
       Value* z = load(gep(z_, r));
       Value* empty = b_.CreateFCmpOEQ(z, fc(0));
+      Value* row = add(mul(bh, l_), add(i0, r));
+      if (a_.lse >= 0) store(row_lse(load(gep(m_, r)), z, empty), at(a_.lse, row));
+      if (a_.out < 0) return;
       Value* orow = gep(o_, mul(r, o_stride()));
-      Value* out = at(a_.out, mul(add(mul(bh, l_), add(i0, r)), ev_));
+      Value* out = at(a_.out, mul(row, ev_));
       for_range(c64(0), ev_, [&](Value* c) {
         store(b_.CreateSelect(empty, fc(0), b_.CreateFDiv(load(gep(orow, c)), z)), gep(out, c));
       });
     });
+  }
+
+  /// A row's logsumexp from its running max m and sum z: c + log(z) with c = m or 0 where m is -inf;
+  /// -inf where z is 0 (`empty`: every key masked).
+  Value* row_lse(Value* m, Value* z, Value* empty) {
+    const double inf = std::numeric_limits<double>::infinity();
+    Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m, fc(-inf)), fc(0), m);
+    return b_.CreateSelect(empty, fc(-inf), b_.CreateFAdd(c, emit_math(b_, MathFn::Log, z)));
   }
 
   /// packed[d][jj] = buffer[base + j0 + jj][d] (rows of `width` elements) for jj < jn, 0 for
@@ -223,11 +241,10 @@ private:
   }
 
   /// Scales and masks query row i's raw scores in sc (keys [j0, j0 + jn); the lanes past jn -inf),
-  /// in place; returns the maximum of `start` and them, in order. Loop var 1 is i.
+  /// in place; returns the maximum of `start` and them (a tree of llvm.maximum over the block's
+  /// vector: the same value as in order, maximum being exact). Loop var 1 is i.
   Value* mask_scores(Value* i, Value* sc, Value* j0, Value* jn, Value* start) {
     const double inf = std::numeric_limits<double>::infinity();
-    AllocaInst* mx = h_.entry_alloca(t_, "a.max");
-    store(start, mx);
     // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
     for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
       Value* p = gep(sc, jj);
@@ -242,9 +259,9 @@ private:
       }
       x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
       store(x, p);
-      store(b_.CreateBinaryIntrinsic(Intrinsic::maximum, b_.CreateLoad(t_, mx), x), mx);
     });
-    return b_.CreateLoad(t_, mx);
+    Value* block = b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type()));
+    return b_.CreateBinaryIntrinsic(Intrinsic::maximum, start, b_.CreateFPMaximumReduce(block));
   }
 
   /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
@@ -266,36 +283,34 @@ private:
     return b_.CreateExtractElement(acc, uint64_t{0});
   }
 
-  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by vectors of
-  /// width() columns (v's last vector of a row read with a mask), the group's rows together.
+  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by tiles of
+  /// kColumnVectors vectors of width() columns (v's vectors past ev read with a mask), the group's rows
+  /// together: rows x kColumnVectors accumulators in registers over the block's keys.
   void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& alpha, Value* kbase, Value* j0, Value* jn) {
     FixedVectorType* vt = column_type();
     const auto w = static_cast<unsigned>(width());
-    std::vector<Constant*> lanes;
-    for (unsigned l = 0; l < w; ++l) lanes.push_back(b_.getInt64(l));
-    Value* lane = ConstantVector::get(lanes);
+    const auto cols = static_cast<size_t>(kColumnVectors);
     Value* stride = o_stride();
     std::vector<AllocaInst*> acc;
-    for (size_t r = 0; r < slot.size(); ++r) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
-    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), ev_, width(), [&](Value* c0) {
-      h_.push_scope();
-      Value* inside = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(w, c0), lane), b_.CreateVectorSplat(w, ev_));
+    for (size_t x = 0; x < slot.size() * cols; ++x) acc.push_back(h_.entry_alloca(vt, "a.oacc"));
+    for_column_tiles(ev_, [&](Value* c0, const std::vector<Value*>& in) {
       std::vector<Value*> op;
-      for (size_t r = 0; r < slot.size(); ++r) {
-        op.push_back(gep(o_, add(mul(slot[r], stride), c0)));
-        Value* o = b_.CreateAlignedLoad(vt, op[r], vector_align(vt));
-        store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r]);
-      }
+      for (size_t r = 0; r < slot.size(); ++r)
+        for (size_t v = 0; v < cols; ++v) {
+          op.push_back(gep(o_, add(mul(slot[r], stride), add(c0, c64(static_cast<int64_t>(v) * width())))));
+          Value* o = b_.CreateAlignedLoad(vt, op.back(), vector_align(vt));
+          store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r * cols + v]);
+        }
       for_range(c64(0), jn, [&](Value* jj) {
-        Value* vrow = at(a_.v, add(mul(add(kbase, add(j0, jj)), ev_), c0));
-        Value* vv = b_.CreateMaskedLoad(vt, vrow, Align(static_cast<uint64_t>(elem_)), inside, Constant::getNullValue(vt));
+        Value* key = add(kbase, add(j0, jj));
+        std::vector<Value*> vv;
+        for (size_t v = 0; v < cols; ++v) vv.push_back(load_cols(tile_at(a_.v, ev_, key, c0, static_cast<int64_t>(v)), in[v]));
         for (size_t r = 0; r < slot.size(); ++r) {
           Value* p = b_.CreateVectorSplat(w, load(gep(sc_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          store(emit_fmuladd(b_, p, vv, b_.CreateLoad(vt, acc[r])), acc[r]);
+          for (size_t v = 0; v < cols; ++v) store(emit_fmuladd(b_, p, vv[v], b_.CreateLoad(vt, acc[r * cols + v])), acc[r * cols + v]);
         }
       });
-      for (size_t r = 0; r < slot.size(); ++r) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), op[r], vector_align(vt));
-      h_.pop_scope();
+      for (size_t x = 0; x < op.size(); ++x) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[x]), op[x], vector_align(vt));
     });
   }
 
@@ -312,14 +327,6 @@ private:
     return b_.CreateMaskedLoad(column_type(), p, Align(static_cast<uint64_t>(elem_)), in, Constant::getNullValue(column_type()));
   }
   void store_cols(Value* v, Value* p, Value* in) { b_.CreateMaskedStore(v, p, Align(static_cast<uint64_t>(elem_)), in); }
-  /// for (c0 = 0; c0 < width; c0 += width()) body(c0, the lanes inside).
-  void for_columns(Value* width, const std::function<void(Value*, Value*)>& body) {
-    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), width, this->width(), [&](Value* c0) {
-      h_.push_scope();
-      body(c0, inside(c0, width));
-      h_.pop_scope();
-    });
-  }
   /// Rows [first, end) by groups: body(rows) for groups of a_.rows rows, then for the rows left one by one.
   void for_row_groups(Value* first, Value* end, const std::function<void(const std::vector<Value*>&)>& body) {
     Value* full = add(first, mul(b_.CreateSDiv(b_.CreateSub(end, first), c64(a_.rows)), a_.rows));
@@ -339,15 +346,13 @@ private:
   Value* first_row(Value* j0) { return a_.causal ? smin(j0, l_) : c64(0); }
 
   void emit_backward(Value* begin, Value* end, Value* scratch) {
-    // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (4 rows of
-    // a key block each), then per query row of the batch point c (in m), r (in z) and D
+    // scratch (attention_scratch_bytes): kt (e x key block), vt (ev x key block), p and g (a chunk of
+    // kAttentionQueryBlock rows of a key block each), then D per query row of the batch point
     kt_ = scratch;
     vt_ = gep(kt_, region(mul(e_, kAttentionKeyBlock)));
     sc_ = gep(vt_, region(mul(ev_, kAttentionKeyBlock)));
-    g_ = gep(sc_, region(c64(4 * kAttentionKeyBlock)));
-    m_ = gep(g_, region(c64(4 * kAttentionKeyBlock)));
-    z_ = gep(m_, region(l_));
-    d_ = gep(z_, region(l_));
+    g_ = gep(sc_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
+    d_ = gep(g_, region(c64(kAttentionQueryBlock * kAttentionKeyBlock)));
     for_range(begin, end, [&](Value* bh) {
       h_.set_loop_var(0, bh);
       row_statistics(bh);
@@ -357,30 +362,9 @@ private:
     });
   }
 
-  /// Pass 0: per query row of batch point bh, c = the row max (0 where -inf), r = 1 / the row sum
-  /// (0 where 0) and D = dout . out.
+  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns).
   void row_statistics(Value* bh) {
-    const double inf = std::numeric_limits<double>::infinity();
     for_range(c64(0), l_, [&](Value* i) {
-      store(fc(-inf), gep(m_, i));
-      store(fc(0), gep(z_, i));
-    });
-    Value* kbase = mul(bh, s_);
-    for_range(c64(0), ceil_div(s_, kAttentionKeyBlock), [&](Value* kb) {
-      Value* j0 = mul(kb, kAttentionKeyBlock);
-      Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
-      pack(a_.k, e_, kbase, j0, jn, kt_);
-      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
-        scores(bh, rows);
-        for (size_t r = 0; r < rows.size(); ++r)
-          softmax_step(rows[r], rows[r], gep(sc_, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), j0, jn);
-      });
-    });
-    for_range(c64(0), l_, [&](Value* i) {
-      Value* m = load(gep(m_, i));
-      store(b_.CreateSelect(b_.CreateFCmpOEQ(m, fc(-inf)), fc(0), m), gep(m_, i));
-      Value* z = load(gep(z_, i));
-      store(b_.CreateSelect(b_.CreateFCmpOEQ(z, fc(0)), fc(0), b_.CreateFDiv(fc(1), z)), gep(z_, i));
       Value* row = mul(add(mul(bh, l_), i), ev_);
       AllocaInst* acc = h_.entry_alloca(t_, "a.d");
       store(fc(0), acc);
@@ -404,7 +388,8 @@ private:
     zero(a_.dv, s_, ev_);
   }
 
-  /// The main pass of batch point bh: per key block, per group of query rows, p and g, then the updates.
+  /// The main pass of batch point bh: per key block, per chunk of kAttentionQueryBlock query rows, p and g
+  /// of the chunk's rows (by groups of a_.rows), then the chunk's updates as register-tiled products.
   void gradients(Value* bh) {
     Value* kbase = mul(bh, s_);
     Value* qbase = mul(bh, l_);
@@ -414,32 +399,42 @@ private:
       Value* jn = smin(c64(kAttentionKeyBlock), b_.CreateSub(s_, j0));
       pack(a_.k, e_, kbase, j0, jn, kt_);
       if (need_g) pack(a_.v, ev_, kbase, j0, jn, vt_);
-      for_row_groups(first_row(j0), l_, [&](const std::vector<Value*>& rows) {
-        scores(bh, rows);
-        if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, g_);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          const int64_t lane0 = static_cast<int64_t>(r) * kAttentionKeyBlock;
-          weights(rows[r], gep(sc_, c64(lane0)), need_g ? gep(g_, c64(lane0)) : nullptr, j0, jn);
-        }
+      Value* first = first_row(j0);
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.chunk"), first, l_, kAttentionQueryBlock, [&](Value* i0) {
+        h_.push_scope();
+        Value* n = smin(c64(kAttentionQueryBlock), b_.CreateSub(l_, i0));
+        for_row_groups(i0, add(i0, n), [&](const std::vector<Value*>& rows) {
+          Value* lane0 = mul(b_.CreateSub(rows[0], i0), kAttentionKeyBlock); // the group's first row in p and g
+          dots(a_.q, e_, qbase, rows, kt_, gep(sc_, lane0));
+          if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0));
+          for (size_t r = 0; r < rows.size(); ++r) {
+            Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
+            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
+          }
+        });
         Value* keys = add(kbase, j0);
-        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, qbase, rows, sc_, keys, jn);
-        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, qbase, rows, g_, keys, jn);
-        if (a_.dq >= 0) update_rows(qbase, rows, keys, jn);
+        Value* chunk = add(qbase, i0); // the chunk's first row in q, dout and dq
+        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, chunk, n, sc_, keys, jn);
+        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, chunk, n, g_, keys, jn);
+        if (a_.dq >= 0) update_rows(chunk, n, keys, jn);
+        h_.pop_scope();
       });
     });
   }
 
-  /// Query row i over the keys [j0, j0 + jn): its scores in sc (raw) become p = exp(s - c) * r, and
-  /// (where g is not null) its dP in g becomes (p * (dP - D)) * scale; 0 past jn.
-  void weights(Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+  /// Query row i of batch point bh over the keys [j0, j0 + jn): its scores in sc (raw) become
+  /// p = exp(s - L) (L the row's lse, +inf where -inf), and (where g is not null) its dP in g becomes
+  /// (p * (dP - D)) * scale; 0 past jn.
+  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+    const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
     mask_scores(i, sc, j0, jn, fc(0));
-    Value* c = load(gep(m_, i));
-    Value* rz = load(gep(z_, i));
+    Value* lse = load(at(a_.lse, add(mul(bh, l_), i)));
+    Value* shift = b_.CreateSelect(b_.CreateFCmpOEQ(lse, fc(-inf)), fc(inf), lse);
     Value* d = load(gep(d_, i));
     for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
-      Value* p = b_.CreateFMul(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), c)), rz);
+      Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), shift));
       store(p, gep(sc, jj));
       if (g) store(b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_), gep(g, jj));
     });
@@ -447,45 +442,109 @@ private:
     h_.pop_scope();
   }
 
-  /// dst[key j] += sum over the group's rows r (in order) of coef[r][jj] * src[row r] for the block's
-  /// keys jj < jn (rows of `width`): dv (coef p, src dout) or dk (coef g, src q).
-  void update_keys(int dst, Value* width, int src, Value* qbase, const std::vector<Value*>& rows, Value* coef, Value* keys, Value* jn) {
+  /// Rows (or keys) of a backward register tile: AttentionSpec::rows, at least 2.
+  int64_t tile_rows() const { return std::max<int64_t>(a_.rows, 2); }
+
+  /// Tiles of `n` things from 0: body(first, size) for tiles of `size` then of 1 (the rest).
+  void for_tiles(Value* n, int64_t size, const std::function<void(Value*, int64_t)>& body) {
+    Value* full = mul(b_.CreateSDiv(n, c64(size)), size);
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.tile"), c64(0), full, size, [&](Value* t) {
+      h_.push_scope();
+      body(t, size);
+      h_.pop_scope();
+    });
+    if (size > 1)
+      emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.tile"), full, n, 1, [&](Value* t) {
+        h_.push_scope();
+        body(t, 1);
+        h_.pop_scope();
+      });
+  }
+
+  /// Column tiles of kColumnVectors vectors of width() lanes over rows of `width`: body(c0, the lanes
+  /// inside of each vector).
+  void for_column_tiles(Value* width, const std::function<void(Value*, const std::vector<Value*>&)>& body) {
+    emit_for(b_, h_.entry_alloca(b_.getInt64Ty(), "a.col"), c64(0), width, kColumnVectors * this->width(), [&](Value* c0) {
+      h_.push_scope();
+      std::vector<Value*> in;
+      for (int64_t v = 0; v < kColumnVectors; ++v) in.push_back(inside(add(c0, c64(v * this->width())), width));
+      body(c0, in);
+      h_.pop_scope();
+    });
+  }
+
+  /// An accumulator tile of rows x kColumnVectors column vectors, loaded from rows `row(t)` of `buffer`
+  /// (rows of `width`) at column c0; store_tile writes it back.
+  std::vector<AllocaInst*> load_tile(int buffer, Value* width, int64_t rows, const std::function<Value*(int64_t)>& row, Value* c0,
+                                     const std::vector<Value*>& in) {
+    std::vector<AllocaInst*> acc;
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t v = 0; v < kColumnVectors; ++v) {
+        acc.push_back(h_.entry_alloca(column_type(), "a.tile"));
+        store(load_cols(tile_at(buffer, width, row(t), c0, v), in[static_cast<size_t>(v)]), acc.back());
+      }
+    return acc;
+  }
+  void store_tile(const std::vector<AllocaInst*>& acc, int buffer, Value* width, int64_t rows, const std::function<Value*(int64_t)>& row,
+                  Value* c0, const std::vector<Value*>& in) {
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t v = 0; v < kColumnVectors; ++v)
+        store_cols(b_.CreateLoad(column_type(), acc[static_cast<size_t>(t * kColumnVectors + v)]), tile_at(buffer, width, row(t), c0, v),
+                   in[static_cast<size_t>(v)]);
+  }
+  /// Vector v of a column tile at c0 of row `row` of `buffer` (rows of `width`).
+  Value* tile_at(int buffer, Value* width, Value* row, Value* c0, int64_t v) {
+    return at(buffer, add(mul(row, width), add(c0, c64(v * this->width()))));
+  }
+
+  /// dst[key j] += sum over the chunk's n rows i (in order) of coef[i][jj] * src[row i] for the block's
+  /// keys jj < jn (rows of `width`; coef rows of kAttentionKeyBlock from the chunk's first row): dv
+  /// (coef p, src dout) or dk (coef g, src q). Tiles of tile_rows() keys x kColumnVectors column vectors
+  /// accumulate in registers over the chunk's rows.
+  void update_keys(int dst, Value* width, int src, Value* chunk, Value* n, Value* coef, Value* keys, Value* jn) {
     const auto w = static_cast<unsigned>(this->width());
-    for_columns(width, [&](Value* c0, Value* in) {
-      std::vector<Value*> x;
-      for (Value* row : rows) x.push_back(load_cols(at(src, add(mul(add(qbase, row), width), c0)), in));
-      for_range(c64(0), jn, [&](Value* jj) {
-        Value* p = at(dst, add(mul(add(keys, jj), width), c0));
-        Value* acc = load_cols(p, in);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          Value* f = b_.CreateVectorSplat(w, load(gep(coef, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          acc = emit_fmuladd(b_, f, x[r], acc);
-        }
-        store_cols(acc, p, in);
+    for_tiles(jn, tile_rows(), [&](Value* jj, int64_t kt) {
+      auto key = [&](int64_t t) { return add(keys, add(jj, c64(t))); };
+      for_column_tiles(width, [&](Value* c0, const std::vector<Value*>& in) {
+        std::vector<AllocaInst*> acc = load_tile(dst, width, kt, key, c0, in);
+        for_range(c64(0), n, [&](Value* i) {
+          std::vector<Value*> x;
+          for (int64_t v = 0; v < kColumnVectors; ++v) x.push_back(load_cols(tile_at(src, width, add(chunk, i), c0, v), in[static_cast<size_t>(v)]));
+          Value* crow = gep(coef, add(mul(i, kAttentionKeyBlock), jj));
+          for (int64_t t = 0; t < kt; ++t) {
+            Value* f = b_.CreateVectorSplat(w, load(gep(crow, c64(t))));
+            for (int64_t v = 0; v < kColumnVectors; ++v) {
+              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
+              store(emit_fmuladd(b_, f, x[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
+            }
+          }
+        });
+        store_tile(acc, dst, width, kt, key, c0, in);
       });
     });
   }
 
-  /// dq[row r] += sum over the block's keys jj < jn (in order) of g[r][jj] * k[key jj], for the
-  /// group's rows, k's vectors shared by the group.
-  void update_rows(Value* qbase, const std::vector<Value*>& rows, Value* keys, Value* jn) {
+  /// dq[row i] += sum over the block's keys jj < jn (in order) of g[i][jj] * k[key jj] for the chunk's
+  /// n rows: tiles of tile_rows() rows x kColumnVectors column vectors accumulate in registers over the keys.
+  void update_rows(Value* chunk, Value* n, Value* keys, Value* jn) {
     const auto w = static_cast<unsigned>(this->width());
-    std::vector<AllocaInst*> acc;
-    for (size_t r = 0; r < rows.size(); ++r) acc.push_back(h_.entry_alloca(column_type(), "a.dq"));
-    for_columns(e_, [&](Value* c0, Value* in) {
-      std::vector<Value*> p;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        p.push_back(at(a_.dq, add(mul(add(qbase, rows[r]), e_), c0)));
-        store(load_cols(p[r], in), acc[r]);
-      }
-      for_range(c64(0), jn, [&](Value* jj) {
-        Value* kv = load_cols(at(a_.k, add(mul(add(keys, jj), e_), c0)), in);
-        for (size_t r = 0; r < rows.size(); ++r) {
-          Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          store(emit_fmuladd(b_, f, kv, b_.CreateLoad(column_type(), acc[r])), acc[r]);
-        }
+    for_tiles(n, tile_rows(), [&](Value* i, int64_t rt) {
+      auto row = [&](int64_t t) { return add(chunk, add(i, c64(t))); };
+      for_column_tiles(e_, [&](Value* c0, const std::vector<Value*>& in) {
+        std::vector<AllocaInst*> acc = load_tile(a_.dq, e_, rt, row, c0, in);
+        for_range(c64(0), jn, [&](Value* jj) {
+          std::vector<Value*> kv;
+          for (int64_t v = 0; v < kColumnVectors; ++v) kv.push_back(load_cols(tile_at(a_.k, e_, add(keys, jj), c0, v), in[static_cast<size_t>(v)]));
+          for (int64_t t = 0; t < rt; ++t) {
+            Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(mul(add(i, c64(t)), kAttentionKeyBlock), jj))));
+            for (int64_t v = 0; v < kColumnVectors; ++v) {
+              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
+              store(emit_fmuladd(b_, f, kv[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
+            }
+          }
+        });
+        store_tile(acc, a_.dq, e_, rt, row, c0, in);
       });
-      for (size_t r = 0; r < rows.size(); ++r) store_cols(b_.CreateLoad(column_type(), acc[r]), p[r], in);
     });
   }
 };

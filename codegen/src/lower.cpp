@@ -121,13 +121,15 @@ private:
 
   // The attention kernel of root_ (Kernel::attention): its operands are buffers (fusion.h), the
   // batch dims flattened; the mask is read at (batch point, query row, key) = (LoopVar(0),
-  // LoopVar(1), ReduceVar(0)), its size-1 dims broadcast. For AttentionGrad roots (the siblings
-  // of one forward and adjoint: fusion.h's grouping), the backward writing each root's gradient.
+  // LoopVar(1), ReduceVar(0)), its size-1 dims broadcast. For Attention and AttentionLse roots (fusion.h's
+  // siblings), the forward writing out and lse; for AttentionGrad roots (the siblings of one forward and
+  // adjoint), the backward writing each root's gradient.
   KernelLaunch build_attention() {
     const Node* n = root_;
     const bool backward = n->op == OpKind::AttentionGrad;
-    const size_t mask_at = backward ? 5 : 3;
-    const graph::Shape& out = backward ? n->inputs[3]->shape : n->shape; // the forward's [..., L, Ev]
+    const size_t mask_at = graph::build::attention_mask_operand(n->op);
+    graph::Shape out = n->inputs[0]->shape; // the forward's [..., L, Ev]
+    out.back() = n->inputs[2]->shape.back();
     current_ = n;
     for (const Node* root : roots_) note_computed(root);
     const size_t r = out.size();
@@ -149,6 +151,7 @@ private:
       a.backward = true;
       a.out = buffer_for(n->inputs[3].get());
       a.dout = buffer_for(n->inputs[4].get());
+      a.lse = buffer_for(n->inputs[5].get());
     }
     if (n->inputs.size() > mask_at) {
       Index idx(r, index_const(0));
@@ -167,7 +170,7 @@ private:
       const int b = static_cast<int>(kernel_.buffers.size());
       kernel_.buffers.push_back({root->dtype, true});
       launch_.outputs.push_back(root);
-      if (!backward) a.out = b;
+      if (!backward) (root->op == OpKind::AttentionLse ? a.lse : a.out) = b;
       else (root->attrs.i1 == 0 ? a.dq : root->attrs.i1 == 1 ? a.dk : a.dv) = b;
     }
     kernel_.attention = std::move(a);

@@ -80,9 +80,10 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
 // Whether attend()'s output may come from one Attention node, the fused attention kernel: no
 // dropout, the CPU (the kernel's one backend for now), fusion on (KILN_FUSION=0 runs the
-// composite) and no gradient to flow through it. The node's backward is fused (AttentionGrad), but
-// the composite's forward and backward measured faster at T = 64, 256 and 1024 (the README's fusion
-// section): its GEMMs reuse the stored weights, where the fused backward recomputes the scores twice.
+// composite) and no gradient to flow through it. The node's backward is fused (AttentionGrad, reading
+// the forward's row logsumexp), and faster than the composite's at T = 1024, but slower at T = 256 and
+// a tie at T = 64 (the README's fusion section): there the composite's GEMMs reuse the stored weights,
+// where the fused backward recomputes the scores.
 // Its result differs from the composite's within the bound the README states.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p) {
   if (dropout_p > 0 || !options().fusion) return false;

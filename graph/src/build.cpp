@@ -326,7 +326,23 @@ NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const No
   return make_node(OpKind::Attention, q->dtype, std::move(shape), std::move(in), a);
 }
 
-NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal) {
+NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal) {
+  Shape shape = q->shape;
+  shape.pop_back();
+  Attrs a;
+  a.f0 = scale;
+  a.i0 = causal ? 1 : 0;
+  std::vector<NodeRef> in{q, k, v};
+  if (mask) in.push_back(mask);
+  return make_node(OpKind::AttentionLse, q->dtype, std::move(shape), std::move(in), a);
+}
+
+size_t attention_mask_operand(OpKind op) { return op == OpKind::AttentionGrad ? 6 : 3; }
+
+namespace {
+
+// The scaled scores q k^T * scale, causal and mask applied (-inf where masked), [..., L, S].
+NodeRef masked_scores(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal) {
   const double inf = std::numeric_limits<double>::infinity();
   NodeRef s = build::scale(matmul(q, transpose_last(k)), scale);
   const size_t r = s->shape.size();
@@ -341,8 +357,32 @@ NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mas
     NodeRef m = broadcast_to(mask, s->shape);
     s = mask->dtype == DType::Bool ? where(m, s, minus_inf) : add(s, m);
   }
-  NodeRef mx = detach(reduce(OpKind::Max, s, {static_cast<int64_t>(r - 1)}));
-  mx = where(binary(OpKind::Eq, mx, constant_like(mx, -inf)), constant_like(mx, 0), mx);
+  return s;
+}
+
+// The rows' max of the scores s [..., L, S] over the last dim, detached, 0 where -inf, [..., L, 1].
+NodeRef row_shift(const NodeRef& s) {
+  const double inf = std::numeric_limits<double>::infinity();
+  NodeRef mx = detach(reduce(OpKind::Max, s, {static_cast<int64_t>(s->shape.size() - 1)}));
+  return where(binary(OpKind::Eq, mx, constant_like(mx, -inf)), constant_like(mx, 0), mx);
+}
+
+} // namespace
+
+NodeRef attention_logsumexp(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal) {
+  const NodeRef s = masked_scores(q, k, mask, scale, causal);
+  const NodeRef mx = row_shift(s);
+  const int64_t last = static_cast<int64_t>(s->shape.size() - 1);
+  const NodeRef z = reduce(OpKind::Sum, unary(OpKind::Exp, sub(s, broadcast_to(mx, s->shape))), {last});
+  Shape rows = q->shape;
+  rows.pop_back();
+  return reshape(add(mx, unary(OpKind::Log, z)), rows);
+}
+
+NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal) {
+  const NodeRef s = masked_scores(q, k, mask, scale, causal);
+  const size_t r = s->shape.size();
+  const NodeRef mx = row_shift(s);
   NodeRef e = unary(OpKind::Exp, sub(s, broadcast_to(mx, s->shape)));
   NodeRef z = reduce(OpKind::Sum, e, {static_cast<int64_t>(r - 1)});
   z = where(binary(OpKind::Eq, z, constant_like(z, 0)), constant_like(z, 1), z);
@@ -359,13 +399,13 @@ bool is_transpose_last(const Node& x) {
 }
 
 NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
-                       const NodeRef& mask, double scale, bool causal, AttentionGradOf which) {
+                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which) {
   Attrs a;
   a.f0 = scale;
   a.i0 = causal ? 1 : 0;
   a.i1 = static_cast<int64_t>(which);
   const NodeRef& like = which == AttentionGradOf::Q ? q : which == AttentionGradOf::K ? k : v;
-  std::vector<NodeRef> in{q, k, v, out, dout};
+  std::vector<NodeRef> in{q, k, v, out, dout, lse};
   if (mask) in.push_back(mask);
   return make_node(OpKind::AttentionGrad, q->dtype, like->shape, std::move(in), a);
 }

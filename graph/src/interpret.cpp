@@ -10,6 +10,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "graph/build.h"
 #include "graph/op_cases.h"
 #include "graph/random.h"
 #include "kiln/error.h"
@@ -690,8 +691,8 @@ private:
 
   // ------------------------------------------------------------ attention
 
-  // An attention node's sizes and operands (Attention or AttentionGrad: the forward's result
-  // shape is operand 3's for the latter).
+  // An attention node's sizes and operands (Attention, AttentionLse or AttentionGrad: the forward's
+  // result shape is operand 3's for the latter).
   struct AttentionProblem {
     const Node* n;
     const Node* mask;
@@ -702,9 +703,9 @@ private:
   };
 
   AttentionProblem attention_problem(const Node* n) const {
-    const bool grad = n->op == OpKind::AttentionGrad;
-    const size_t mask_at = grad ? 5 : 3;
-    const graph::Shape& out = grad ? n->inputs[3]->shape : n->shape;
+    const size_t mask_at = build::attention_mask_operand(n->op);
+    graph::Shape out = n->op == OpKind::AttentionGrad ? n->inputs[3]->shape : n->shape;
+    if (n->op == OpKind::AttentionLse) out = n->inputs[0]->shape, out.back() = n->inputs[2]->shape.back();
     AttentionProblem a{n, n->inputs.size() > mask_at ? n->inputs[mask_at].get() : nullptr, out, out.size(), 0, 0, 0, 0, 0, {}};
     const size_t r = a.r;
     a.L = out[r - 2], a.Ev = out[r - 1], a.E = n->inputs[0]->shape[r - 1], a.S = n->inputs[1]->shape[r - 2];
@@ -717,10 +718,9 @@ private:
     return a;
   }
 
-  // The composite's weights of query row i of batch point bi, rounded where its ops round: scores
-  // s_j = (q . k_j) * scale, masked; p = exp(s - m) / sum (m the row's max, 0 where the row is all
-  // -inf: a fully masked row gives 0).
-  void attention_weights_row(const AttentionProblem& a, int64_t bi, int64_t i, std::vector<double>& s) const {
+  // The composite's masked scores of query row i of batch point bi, rounded where its ops round:
+  // s_j = (q . k_j) * scale, masked (-inf); returns their max, 0 where the row is all -inf.
+  double attention_scores_row(const AttentionProblem& a, int64_t bi, int64_t i, std::vector<double>& s) const {
     const Node* n = a.n;
     const Buf &q = in(n, 0), &k = in(n, 1);
     const DType dt = n->dtype;
@@ -746,17 +746,27 @@ private:
       s[j] = x;
       m = std::max(m, x);
     }
-    if (m == -inf) m = 0;
+    return m == -inf ? 0 : m;
+  }
+
+  // The composite's weights of query row i of batch point bi (attention_scores_row's s): p = exp(s - m)
+  // / sum, rounded where its ops round (a fully masked row gives 0); returns the sum's logarithm + m,
+  // the row's logsumexp (-inf for a fully masked row).
+  double attention_weights_row(const AttentionProblem& a, int64_t bi, int64_t i, std::vector<double>& s) const {
+    const DType dt = a.n->dtype;
+    const double m = attention_scores_row(a, bi, i, s);
     double z = 0;
     for (int64_t j = 0; j < a.S; ++j) z += s[j] = rf(dt, std::exp(rf(dt, s[j] - m)));
     z = rf(dt, z);
     for (int64_t j = 0; j < a.S; ++j) s[j] = z == 0 ? 0 : rf(dt, s[j] / z);
+    return rf(dt, m + rf(dt, std::log(z)));
   }
 
   // The output p v per query row (attention_weights_row's p).
   Buf attention(const Node* n) const {
     if (n->op == OpKind::AttentionGrad) return attention_grad(n);
     const AttentionProblem a = attention_problem(n);
+    if (n->op == OpKind::AttentionLse) return attention_lse(a);
     const Buf& v = in(n, 2);
     Buf b = make_buf(n->dtype, n->numel());
     std::vector<double> s;
@@ -772,18 +782,30 @@ private:
     return b;
   }
 
-  // The fused backward's math in f64 (rounded once, at the end): per row, p (attention_weights_row),
-  // D = dout . out, dS_j = p_j (dout . v_j - D); dq_i = scale sum_j dS_j k_j,
-  // dk_j = scale sum_i dS_ij q_i, dv_j = sum_i p_ij dout_i.
+  // Each row's logsumexp (attention_weights_row's).
+  Buf attention_lse(const AttentionProblem& a) const {
+    Buf b = make_buf(a.n->dtype, a.n->numel());
+    std::vector<double> s;
+    for (int64_t bi = 0; bi < a.batch; ++bi)
+      for (int64_t i = 0; i < a.L; ++i) b.f[bi * a.L + i] = attention_weights_row(a, bi, i, s);
+    return b;
+  }
+
+  // The fused backward's math in f64 (rounded once, at the end): per row, p_j = exp(s_j - lse) with s
+  // attention_scores_row's (0 where lse is -inf: a fully masked row), D = dout . out,
+  // dS_j = p_j (dout . v_j - D); dq_i = scale sum_j dS_j k_j, dk_j = scale sum_i dS_ij q_i,
+  // dv_j = sum_i p_ij dout_i.
   Buf attention_grad(const Node* n) const {
     const AttentionProblem a = attention_problem(n);
-    const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2), &out = in(n, 3), &dout = in(n, 4);
+    const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2), &out = in(n, 3), &dout = in(n, 4), &lse = in(n, 5);
     const int64_t which = n->attrs.i1;
     const int64_t width = which == 2 ? a.Ev : a.E, rows = which == 0 ? a.L : a.S;
     std::vector<double> g(static_cast<size_t>(a.batch * rows * width), 0.0), p;
     for (int64_t bi = 0; bi < a.batch; ++bi)
       for (int64_t i = 0; i < a.L; ++i) {
-        attention_weights_row(a, bi, i, p);
+        attention_scores_row(a, bi, i, p);
+        const double l = lse.f[static_cast<size_t>(bi * a.L + i)];
+        for (double& x : p) x = std::isinf(l) && l < 0 ? 0 : std::exp(x - l);
         const double* dor = &dout.f[static_cast<size_t>((bi * a.L + i) * a.Ev)];
         double dd = 0;
         for (int64_t c = 0; c < a.Ev; ++c) dd += dor[c] * out.f[static_cast<size_t>((bi * a.L + i) * a.Ev + c)];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "graph/build.h"
 #include "graph/op_cases.h"
 
 namespace kiln::graph {
@@ -192,19 +193,28 @@ std::string check_attention_operands(DType dtype, const Shape& out, const std::v
   return "";
 }
 
-// (q [..., L, E], k [..., S, E], v [..., S, Ev][, mask]) -> [..., L, Ev] (ops.def, Attention), or
-// (q, k, v, out [..., L, Ev], dout [..., L, Ev][, mask]) -> dq, dk or dv (AttentionGrad).
+// (q [..., L, E], k [..., S, E], v [..., S, Ev][, mask]) -> [..., L, Ev] (ops.def, Attention) or
+// [..., L] (AttentionLse), or (q, k, v, out [..., L, Ev], dout [..., L, Ev], lse [..., L][, mask]) ->
+// dq, dk or dv (AttentionGrad).
 std::string check_attention(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
   const bool grad = op == OpKind::AttentionGrad;
-  const size_t mask_at = grad ? 5 : 3;
+  const size_t mask_at = build::attention_mask_operand(op);
   if (in.size() != mask_at && in.size() != mask_at + 1)
-    return grad ? "takes q, k, v, out, dout and an optional mask" : "takes q, k, v and an optional mask";
+    return grad ? "takes q, k, v, out, dout, lse and an optional mask" : "takes q, k, v and an optional mask";
   if (a.i0 != 0 && a.i0 != 1) return "i0 (causal) must be 0 or 1";
-  if (!grad) return check_attention_operands(dtype, shape, in, mask_at);
+  if (op == OpKind::Attention) return check_attention_operands(dtype, shape, in, mask_at);
+  if (op == OpKind::AttentionLse) {
+    if (in[0]->shape.size() < 2 || in[2]->shape.empty()) return "operands must have rank >= 2";
+    Shape out = in[0]->shape; // the forward's [..., L, Ev]
+    out.back() = in[2]->shape.back();
+    if (Shape rows(out.begin(), out.end() - 1); shape != rows) return "result is not [..., L]";
+    return check_attention_operands(dtype, out, in, mask_at);
+  }
   if (a.i1 < 0 || a.i1 > 2) return "i1 (which gradient) must be 0 (dq), 1 (dk) or 2 (dv)";
   if (shape != in[static_cast<size_t>(a.i1)]->shape) return "the gradient must have its operand's shape";
   const Shape& out = in[3]->shape;
   if (in[4]->shape != out) return "out and dout differ in shape";
+  if (Shape rows(out.begin(), out.end() - 1); in[5]->shape != rows) return "lse is not [..., L]";
   return check_attention_operands(dtype, out, in, mask_at);
 }
 
