@@ -10,9 +10,10 @@
 // loop of the fused kernel's math built with this file's flags (per row: scores, online softmax
 // in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
 // "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
-// gradient flowing, scaled_dot_product_attention keeps the composite (the fused backward kernel,
-// AttentionGrad, measured slower than the composite with fusion on at T = 256: the README's fusion section), so
-// .../fused/backward is the composite with fusion on, not the attention kernels.
+// gradient flowing, scaled_dot_product_attention keeps the composite below 512 x 512 weights a
+// batch point (the fused backward kernel, AttentionGrad, measured slower than the composite with
+// fusion on at T = 256: the README's fusion section), so .../fused/backward is the composite with
+// fusion on at T = 256, and the attention kernels at T = 512 and 1024.
 // Attention/<T>/node/{forward,backward}: the Attention node built directly (fusion on), so its
 // backward is always the fused one (AttentionGrad), whatever scaled_dot_product_attention picks.
 
@@ -190,7 +191,7 @@ void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool back
 // Attention/<T>/<fused|unfused|hand_loop>/<forward|backward>/threads:<1|2>
 const bool kAttentionRegistered = [] {
   const char* modes[] = {"fused", "unfused", "hand_loop", "node"};
-  for (int64_t T : {256, 1024})
+  for (int64_t T : {256, 512, 1024})
     for (bool backward : {false, true})
       for (AttnMode mode : {kFused, kUnfused, kHandLoop, kNode}) {
         const std::string name = "Attention/" + std::to_string(T) + "/" + modes[mode] + (backward ? "/backward" : "/forward");

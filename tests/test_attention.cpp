@@ -165,10 +165,17 @@ TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
     EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
     // dropout keeps the composite (the kernel draws no random numbers)
     EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
-    // so do operands that require grad (the composite's backward measured faster than the fused
-    // one: see the README's fusion section)
+    // so do operands that require grad with fewer than 512 x 512 weights a batch point (there the
+    // composite's backward measured faster than the fused one: see the README's fusion section)
     Tensor q = o.q.detach().requires_grad_();
     EXPECT_NE(F::scaled_dot_product_attention(q, o.k, o.v).node()->op, graph::OpKind::Attention);
+    // from 512 x 512 on, the fused forward and backward
+    const Tensor ql = randn({1, 512, 8}, 30).requires_grad_(), kl = randn({1, 512, 8}, 31), vl = randn({1, 512, 4}, 32);
+    const Tensor long_out = F::scaled_dot_product_attention(ql, kl, vl);
+    EXPECT_EQ(long_out.node()->op, graph::OpKind::Attention);
+    const Tensor dq = grad({long_out.sum()}, {ql}, {}, false, /*create_graph=*/true)[0];
+    EXPECT_EQ(dq.node()->op, graph::OpKind::AttentionGrad);
+    EXPECT_NE(F::scaled_dot_product_attention(ql.narrow(1, 0, 511), kl, vl).node()->op, graph::OpKind::Attention);
     NoGradGuard no_grad; // under which a result of grad-requiring operands is detached
     const Tensor out = F::scaled_dot_product_attention(q, o.k, o.v);
     const graph::Node* n = out.node().get();

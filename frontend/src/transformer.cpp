@@ -18,6 +18,9 @@ namespace {
 
 using detail::fail;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+// The fewest attention weights per batch point ([L, S], 512 x 512) from which a differentiated
+// attention takes the fused kernels (fused_attention_applies).
+constexpr int64_t kFusedBackwardMinWeights = int64_t{512} * 512;
 
 std::string shape_str(const IntList& s) {
   std::string out = "[";
@@ -79,18 +82,22 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 }
 
 // Whether attend()'s output may come from one Attention node, the fused attention kernel: no
-// dropout, the CPU (the kernel's one backend for now), fusion on (KILN_FUSION=0 runs the
-// composite) and no gradient to flow through it. The node's backward is fused (AttentionGrad, reading
-// the forward's row logsumexp), and faster than the composite's at T = 1024, but slower at T = 256 and
-// a tie at T = 64 (the README's fusion section): there the composite's GEMMs reuse the stored weights,
-// where the fused backward recomputes the scores.
+// dropout, the CPU (the kernel's one backend for now) and fusion on (KILN_FUSION=0 runs the
+// composite). With a gradient to flow through it, only where each batch point's [L, S] weights
+// have kFusedBackwardMinWeights elements or more: the node's backward is fused (AttentionGrad,
+// reading the forward's row logsumexp), and 1.27x-1.34x faster than the composite's at
+// T = 512 and 1024, but slower at T = 256 and a tie at T = 64 (the README's fusion section):
+// there the composite's GEMMs reuse the weights it stored, which fit in the cache, where the
+// fused backward recomputes the scores.
 // Its result differs from the composite's within the bound the README states.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p) {
   if (dropout_p > 0 || !options().fusion) return false;
+  bool grads = false;
   for (const Tensor* t : {&q, &k, &v, &mask}) {
     if (t->defined() && t->device() != kCPU) return false;
-    if (t->defined() && t->requires_grad() && grad_mode_enabled()) return false;
+    grads = grads || (t->defined() && t->requires_grad() && grad_mode_enabled());
   }
+  if (grads && q.size(-2) * k.size(-2) < kFusedBackwardMinWeights) return false;
   return q.dtype() == kFloat32 || q.dtype() == kFloat64;
 }
 
