@@ -275,6 +275,13 @@ private:
   // parameter divides one lane at a time (a reshape's index split ran at 19 ns a point).
   static ExprRef divisor(int64_t v) { return index_const(v); }
 
+  // A stride of index arithmetic (a buffer dim's, a slice's or an unfold's step): a parameter, but
+  // baked when small (a pooling window's 2, a strided conv's step), so that LLVM sees the loads of
+  // the vectorized loop as interleaved groups (wide loads and shuffles) rather than assuming a
+  // unit stride it then finds false at run time: a 2 x 2 max-pool's loads ran scalar.
+  ExprRef stride(int64_t v) { return v <= kBakedStride ? index_const(v) : P(v); }
+  static constexpr int64_t kBakedStride = 8;
+
   // A reduction's extent: a parameter, but baked when it is a short window (a pooling window, a
   // few taps), so that LLVM unrolls the loop instead of running a vector loop that never reaches
   // its first vector (a 2 x 2 max-pool window ran its scalar remainder at every point).
@@ -305,7 +312,7 @@ private:
     const graph::Strides st = graph::contiguous_strides(shape);
     ExprRef off = index_const(0);
     for (size_t d = 0; d < shape.size(); ++d)
-      if (shape[d] != 1) off = iadd(off, imul(idx[d], P(st[d])));
+      if (shape[d] != 1) off = iadd(off, imul(idx[d], stride(st[d])));
     return off;
   }
 
@@ -477,7 +484,7 @@ private:
     case OpKind::Slice: {
       Index in(idx.size());
       for (size_t d = 0; d < idx.size(); ++d)
-        in[d] = n->shape[d] == 1 ? P(n->attrs.ints[2 * d]) : iadd(P(n->attrs.ints[2 * d]), imul(idx[d], P(n->attrs.ints[2 * d + 1])));
+        in[d] = n->shape[d] == 1 ? P(n->attrs.ints[2 * d]) : iadd(P(n->attrs.ints[2 * d]), imul(idx[d], stride(n->attrs.ints[2 * d + 1])));
       return compute(x, in, guard);
     }
     case OpKind::Unfold: { // the window's element k of window w along dim: x at w * step + k
@@ -485,7 +492,7 @@ private:
       Index in = idx;
       const ExprRef k = in[static_cast<size_t>(a[3])];
       in.erase(in.begin() + a[3]);
-      in[a[0]] = iadd(imul(in[a[0]], P(a[2])), k);
+      in[a[0]] = iadd(imul(in[a[0]], stride(a[2])), k);
       return compute(x, in, guard);
     }
     case OpKind::Pad: return lower_pad(n, idx, guard);
