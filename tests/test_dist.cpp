@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/kiln.h"
+#include "runtime/observe.h"
 #include "tests/error_of.h"
 
 using namespace kiln;
@@ -617,6 +618,46 @@ TEST(DDP, BucketAllReducesStartDuringTheBackwardPass) {
   ASSERT_FALSE(reduce.empty()) << text.substr(0, 2000);
   ASSERT_EQ(step_thread.size(), 1u);
   EXPECT_EQ(reduce.count(*step_thread.begin()), 0u); // one thread per started stage, never the step's
+}
+
+// Eager steps overlap too: sync_gradients() realizes each bucket's gradients in turn and starts
+// its all-reduce on another thread while this one computes the next buckets' (the compiled
+// path's StartedStage); the updates are the compiled steps' (DDP.CompiledStepsMatchEagerSteps).
+TEST(DDP, EagerBucketAllReducesRunOnAnotherThreadDuringTheBackwardPass) {
+  const int w = dist::world_size(), r = dist::rank();
+  auto m = small_mlp(13);
+  nn::DistributedDataParallel ddp(m, {.bucket_bytes = 160}); // buckets {3, 2}, {1}, {0}
+  ASSERT_EQ(ddp.buckets().size(), 3u);
+  optim::SGD opt(ddp.parameters(), {.lr = 0.1});
+  const auto [x, y] = samples(4 * w);
+  const Tensor xb = x_rows(x, range(4 * r, 4 * r + 4)), yb = y_rows(y, range(4 * r, 4 * r + 4));
+  auto step = [&] {
+    opt.zero_grad();
+    F::cross_entropy(ddp(xb), yb).backward();
+    ddp.sync_gradients();
+    opt.step();
+    realize(ddp.parameters());
+  };
+  step();
+  const std::string path = ::testing::TempDir() + "kiln_ddp_eager_overlap_" + std::to_string(r) + ".json";
+  profile::start_trace(path);
+  {
+    runtime::observe::Span mark("test", "eager step"); // on this thread's track
+    step();
+  }
+  profile::stop_trace();
+  std::ifstream f(path);
+  std::string line;
+  std::set<std::string> reduce, here;
+  while (std::getline(f, line)) {
+    auto tid = [&] { const size_t t = line.find("\"tid\":"); return line.substr(t, line.find_first_of(",}", t) - t); };
+    if (line.find("\"name\":\"all_reduce") != std::string::npos) reduce.insert(tid());
+    if (line.find("\"name\":\"eager step\"") != std::string::npos) here.insert(tid());
+  }
+  std::remove(path.c_str());
+  ASSERT_EQ(here.size(), 1u);
+  ASSERT_FALSE(reduce.empty());
+  EXPECT_EQ(reduce.count(*here.begin()), 0u); // never on the thread computing the backward pass
 }
 
 TEST(DDP, NoSyncAccumulatesLocally) {

@@ -500,47 +500,44 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   return b;
 }
 
-// A host stage started on another thread, so that the plans after it compute while it runs
-// (a DDP bucket's all-reduce during the rest of the backward pass). Started stages run one at a
-// time, in order (each waits for the one before: collectives are called in the same order on
-// every rank, by one thread at a time); a stage on GPU tensors runs at once on this thread.
-class Started {
-public:
-  Started(const detail::CaptureState::HostStage& stage, std::vector<Tensor> in, const Started* before) {
-    const bool host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return t.device() == kCPU; });
-    std::shared_future<std::vector<Tensor>> prev = before ? before->result_ : decltype(prev)();
-    auto task = [run = stage.run, in = std::move(in), prev] {
-      if (prev.valid()) prev.get(); // after the stage before; its error, if any, is this one's too
-      std::vector<Tensor> out = run(in);
-      kiln::realize(out);
-      return out;
-    };
-    if (host) result_ = std::async(std::launch::async, std::move(task)).share();
-    else {
-      std::promise<std::vector<Tensor>> now;
-      try {
-        now.set_value(task());
-      } catch (...) {
-        now.set_exception(std::current_exception());
-      }
-      result_ = now.get_future().share();
-    }
-  }
-  // Its results (rethrowing its error); the time this thread waits for them is a span "wait"
-  // of category "dist" in a KILN_TRACE timeline (communication the plans did not hide).
-  const std::vector<Tensor>& get() const {
-    if (result_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      runtime::observe::Span span("dist", "wait");
-      result_.wait();
-    }
-    return result_.get();
-  }
-  // Waits for it without throwing (the caller is already failing).
-  void wait() const { result_.wait(); }
+} // namespace
 
-private:
-  std::shared_future<std::vector<Tensor>> result_;
-};
+namespace detail {
+
+StartedStage::StartedStage(HostRun run, std::vector<Tensor> in, const StartedStage* before) {
+  const bool host = std::all_of(in.begin(), in.end(), [](const Tensor& t) { return t.device() == kCPU; });
+  std::shared_future<std::vector<Tensor>> prev = before ? before->result_ : decltype(prev)();
+  auto task = [run = std::move(run), in = std::move(in), prev] {
+    if (prev.valid()) prev.get(); // after the stage before; its error, if any, is this one's too
+    std::vector<Tensor> out = run(in);
+    kiln::realize(out);
+    return out;
+  };
+  if (host) result_ = std::async(std::launch::async, std::move(task)).share();
+  else {
+    std::promise<std::vector<Tensor>> now;
+    try {
+      now.set_value(task());
+    } catch (...) {
+      now.set_exception(std::current_exception());
+    }
+    result_ = now.get_future().share();
+  }
+}
+
+const std::vector<Tensor>& StartedStage::get() const {
+  if (result_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    runtime::observe::Span span("dist", "wait");
+    result_.wait();
+  }
+  return result_.get();
+}
+
+void StartedStage::wait() const { result_.wait(); }
+
+} // namespace detail
+
+namespace {
 
 // The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut), each
 // stage waited for before the first plan that reads its results.
@@ -548,7 +545,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
                                                        const runtime::SeedOverrides& seeds) {
   std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
   auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
-  std::deque<Started> started;
+  std::deque<detail::StartedStage> started;
   size_t stage_input = tr.outputs.size(); // into `where`
   auto wait_for = [&](size_t plan) { // the results of the stages plan `plan` reads
     for (size_t s = 0; s < started.size(); ++s) {
@@ -568,10 +565,10 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
       std::vector<Tensor> in;
       for (const graph::NodeRef& n : tr.stages[j].inputs)
         in.emplace_back(graph::make_input(n->dtype, n->shape, value(stage_input++), n->device));
-      started.emplace_back(tr.stages[j], std::move(in), started.empty() ? nullptr : &started.back());
+      started.emplace_back(tr.stages[j].run, std::move(in), started.empty() ? nullptr : &started.back());
     }
   } catch (...) {
-    for (const Started& s : started) s.wait(); // no collective outlives the step
+    for (const detail::StartedStage& s : started) s.wait(); // no collective outlives the step
     throw;
   }
   std::vector<std::shared_ptr<graph::Storage>> result;

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 
 #include "frontend/src/tensor_impl.h"
 #include "kiln/autograd.h"
@@ -524,6 +525,33 @@ void DistributedDataParallel::sync_buffers(Loc loc) {
 
 Tensor DistributedDataParallel::forward_impl(const Tensor& x) { return module_->forward(x); }
 
+namespace {
+
+// DistributedDataParallel::sync_gradients outside compile(): mean_of(of(bucket)) for each bucket,
+// then assign(bucket, means).
+void sync_eagerly(const std::vector<std::vector<size_t>>& buckets, const detail::HostRun& mean_of,
+                  const std::function<std::vector<Tensor>(const std::vector<size_t>&)>& of,
+                  const std::function<void(const std::vector<size_t>&, const std::vector<Tensor>&)>& assign,
+                  const Loc& loc) {
+  // Each bucket's gradients realized (the backward pass as far as they need), then its
+  // all-reduce started on another thread while this one computes the next bucket's, as compiled
+  // replays do; the same plans' values, so the same bits.
+  std::deque<detail::StartedStage> started;
+  try {
+    for (const std::vector<size_t>& bucket : buckets) {
+      std::vector<Tensor> ts = of(bucket);
+      realize(ts, loc);
+      started.emplace_back(mean_of, std::move(ts), started.empty() ? nullptr : &started.back());
+    }
+    for (size_t b = 0; b < buckets.size(); ++b) assign(buckets[b], started[b].get());
+  } catch (...) {
+    for (const detail::StartedStage& s : started) s.wait(); // no collective outlives the step
+    throw;
+  }
+}
+
+} // namespace
+
 void DistributedDataParallel::sync_gradients(Loc loc) {
   const bool suspended = no_sync_depth_ > 0;
   detail::trace_guard([this, suspended] { return (no_sync_depth_ > 0) == suspended; }); // traced again on a change
@@ -533,23 +561,26 @@ void DistributedDataParallel::sync_gradients(Loc loc) {
   const std::vector<Tensor> params = parameters();
   std::vector<Tensor> grads; // one per parameter, zeros where it has none
   for (const Tensor& p : params) grads.push_back(p.grad().defined() ? p.grad() : zeros_like(p, loc));
-  if (!detail::active_capture()) realize(grads, loc); // eagerly: the whole backward pass in one realize
-  // One host stage per bucket: now, or inside compile() on every replay, started as soon as the
-  // plan computing the bucket's gradients has run, while the next plans compute the rest.
-  for (const std::vector<size_t>& bucket : buckets_) {
-    std::vector<Tensor> ts;
-    for (size_t k : bucket) ts.push_back(grads[k]);
-    const std::vector<Tensor> mean = detail::host_stage(
-        ts,
-        [op, loc](const std::vector<Tensor>& g) {
-          const detail::UserCall replayed(op, loc);
-          return dist::all_reduce_coalesced(g, dist::ReduceOp::Mean, loc);
-        });
+  const detail::HostRun mean_of = [op, loc](const std::vector<Tensor>& g) {
+    const detail::UserCall replayed(op, loc);
+    return dist::all_reduce_coalesced(g, dist::ReduceOp::Mean, loc);
+  };
+  auto assign = [&](const std::vector<size_t>& bucket, const std::vector<Tensor>& mean) {
     for (size_t i = 0; i < bucket.size(); ++i) {
       detail::note_state_change(params[bucket[i]].impl());
       params[bucket[i]].impl()->grad = mean[i];
     }
-  }
+  };
+  auto of = [&](const std::vector<size_t>& bucket) {
+    std::vector<Tensor> ts;
+    for (size_t k : bucket) ts.push_back(grads[k]);
+    return ts;
+  };
+  if (!detail::active_capture()) return sync_eagerly(buckets_, mean_of, of, assign, loc);
+  // Inside compile(): one host stage per bucket, started on every replay as soon as the plan
+  // computing the bucket's gradients has run, while the next plans compute the rest.
+  for (const std::vector<size_t>& bucket : buckets_) assign(bucket, detail::host_stage(of(bucket), mean_of));
 }
+
 
 } // namespace kiln::nn

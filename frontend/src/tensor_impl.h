@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <initializer_list>
 #include <mutex>
 #include <new>
@@ -195,6 +196,26 @@ uint64_t host_seed(std::function<uint64_t()> next);
 std::vector<Tensor> host_stage(const std::vector<Tensor>& inputs,
                                std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run,
                                const std::vector<IntList>& result_shapes = {});
+/// A host stage's computation: collectives on tensors (host_stage).
+using HostRun = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+/// A host stage started so that work after it computes while it runs (a DDP bucket's all-reduce
+/// during the rest of the backward pass, in compiled replays and eager steps): on CPU tensors on
+/// another thread, on GPU tensors at once on this thread. Started stages run one at a time, in
+/// order (each waits for `before`: collectives are called in the same order on every rank, by one
+/// thread at a time). Wait for every started stage before leaving, also on an error.
+class StartedStage {
+public:
+  /// Starts run(in) (its results realized) after `before` (null: the first).
+  StartedStage(HostRun run, std::vector<Tensor> in, const StartedStage* before);
+  /// Its results (rethrowing its error, or the error of a stage before it); the time this thread
+  /// waits for them is a span "wait" of category "dist" in a KILN_TRACE timeline.
+  const std::vector<Tensor>& get() const;
+  /// Waits for it without throwing (the caller is already failing).
+  void wait() const;
+
+private:
+  std::shared_future<std::vector<Tensor>> result_;
+};
 /// Inside a compile() trace: the trace is replayed only while still_valid() holds, and
 /// traced again otherwise (host state the traced code branched on). No-op outside.
 void trace_guard(std::function<bool()> still_valid);

@@ -121,11 +121,12 @@ struct DDPOptions {
 /// order backward produces them; in rank order on MPI, NCCL's order on CUDA tensors where
 /// NCCL is used), and replaces each parameter's grad by the
 /// average. A parameter without a gradient on this rank contributes zeros. Eagerly, it realizes
-/// all gradients first. Inside a compile()d step (forward, backward, sync_gradients(), the
-/// optimizer's step) each bucket's all-reduce is part of every replay, started as soon as the
-/// plan computing that bucket's gradients has run and overlapping the plans that compute the
-/// rest of the backward pass (see detail::host_stage); the bits are those of eager steps on
-/// MPI. (On GPU tensors the stages run on the replaying thread; on NCCL they are queued on the
+/// each bucket's gradients in turn and starts its all-reduce on another thread while it
+/// computes the next bucket's (the rest of the backward pass). Inside a compile()d step
+/// (forward, backward, sync_gradients(), the optimizer's step) each bucket's all-reduce is part
+/// of every replay, started as soon as the plan computing that bucket's gradients has run and
+/// overlapping the plans that compute the rest of the backward pass (see detail::host_stage);
+/// the bits are those of eager steps on MPI. (On GPU tensors the stages run on the replaying thread; on NCCL they are queued on the
 /// stream between the plans' kernels.)
 ///
 /// The wrapped module is registered as the child "module" (state_dict names start with
