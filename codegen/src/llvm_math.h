@@ -28,7 +28,8 @@ llvm::Value* emit_random(llvm::IRBuilder<>& b, bool normal, llvm::Type* ty, llvm
 llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, llvm::Value* acc);
 
 /// for (v = start; v < end; v += step) body(v), counting in `iv` (an i64 alloca in the
-/// entry block, so that SROA promotes it).
+/// entry block, so that SROA promotes it). masked_tail: the loop is marked for vectorizing
+/// with its tail folded into masked iterations (for loops often shorter than a vector).
 void emit_for(llvm::IRBuilder<>& b, llvm::AllocaInst* iv, llvm::Value* start, llvm::Value* end, int64_t step,
               const std::function<void(llvm::Value*)>& body, bool masked_tail = false);
 
