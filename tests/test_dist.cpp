@@ -575,6 +575,24 @@ TEST(DDP, SeveralAllReducesInOneCompiledFunction) {
   EXPECT_EQ(run(true), run(false));
 }
 
+// The text of the file at `path`, which is then removed.
+std::string read_and_remove(const std::string& path) {
+  std::ifstream f(path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return text;
+}
+
+// The "tid" fields of a Chrome trace's spans whose name starts with `name`.
+std::set<std::string> span_tids(const std::string& text, const std::string& name) {
+  std::set<std::string> out;
+  for (size_t at = text.find("\"name\":\"" + name); at != std::string::npos; at = text.find("\"name\":\"" + name, at + 1)) {
+    const size_t t = text.find("\"tid\":", at);
+    out.insert(text.substr(t, text.find_first_of(",}", t) - t));
+  }
+  return out;
+}
+
 // The structure of the overlap: in a compiled DDP step with three buckets, each bucket's
 // gradients are computed by the plan just before its all-reduce (later buckets' gradients by
 // later plans, which run while the earlier all-reduces travel), and the all-reduces run on
@@ -602,19 +620,8 @@ TEST(DDP, BucketAllReducesStartDuringTheBackwardPass) {
   const std::vector<size_t> plans = step.kernels_per_plan();
   ASSERT_EQ(plans.size(), 4u); // one before each bucket's all-reduce, one for the update
   for (size_t k = 0; k < plans.size(); ++k) EXPECT_GT(plans[k], 0u) << "plan " << k;
-  std::ifstream f(path);
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  // "tid" of the spans named `name`
-  auto tids = [&](const std::string& name) {
-    std::set<std::string> out;
-    for (size_t at = text.find("\"name\":\"" + name); at != std::string::npos; at = text.find("\"name\":\"" + name, at + 1)) {
-      const size_t t = text.find("\"tid\":", at);
-      out.insert(text.substr(t, text.find_first_of(",}", t) - t));
-    }
-    return out;
-  };
-  const std::set<std::string> reduce = tids("all_reduce"), step_thread = tids("step ");
+  const std::string text = read_and_remove(path);
+  const std::set<std::string> reduce = span_tids(text, "all_reduce"), step_thread = span_tids(text, "step ");
   ASSERT_FALSE(reduce.empty()) << text.substr(0, 2000);
   ASSERT_EQ(step_thread.size(), 1u);
   EXPECT_EQ(reduce.count(*step_thread.begin()), 0u); // one thread per started stage, never the step's
@@ -646,15 +653,8 @@ TEST(DDP, EagerBucketAllReducesRunOnAnotherThreadDuringTheBackwardPass) {
     step();
   }
   profile::stop_trace();
-  std::ifstream f(path);
-  std::string line;
-  std::set<std::string> reduce, here;
-  while (std::getline(f, line)) {
-    auto tid = [&] { const size_t t = line.find("\"tid\":"); return line.substr(t, line.find_first_of(",}", t) - t); };
-    if (line.find("\"name\":\"all_reduce") != std::string::npos) reduce.insert(tid());
-    if (line.find("\"name\":\"eager step\"") != std::string::npos) here.insert(tid());
-  }
-  std::remove(path.c_str());
+  const std::string text = read_and_remove(path);
+  const std::set<std::string> reduce = span_tids(text, "all_reduce"), here = span_tids(text, "eager step\"");
   ASSERT_EQ(here.size(), 1u);
   ASSERT_FALSE(reduce.empty());
   EXPECT_EQ(reduce.count(*here.begin()), 0u); // never on the thread computing the backward pass

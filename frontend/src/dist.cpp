@@ -527,27 +527,25 @@ Tensor DistributedDataParallel::forward_impl(const Tensor& x) { return module_->
 
 namespace {
 
-// DistributedDataParallel::sync_gradients outside compile(): mean_of(of(bucket)) for each bucket,
-// then assign(bucket, means).
-void sync_eagerly(const std::vector<std::vector<size_t>>& buckets, const detail::HostRun& mean_of,
-                  const std::function<std::vector<Tensor>(const std::vector<size_t>&)>& of,
-                  const std::function<void(const std::vector<size_t>&, const std::vector<Tensor>&)>& assign,
-                  const Loc& loc) {
-  // Each bucket's gradients realized (the backward pass as far as they need), then its
-  // all-reduce started on another thread while this one computes the next bucket's, as compiled
-  // replays do; the same plans' values, so the same bits.
+// run(group) for each group, outside compile(): each group realized (for DDP, the backward pass
+// as far as a bucket's gradients need), then run started on another thread while this one
+// computes the next group, as compiled replays start their host stages; the same plans' values,
+// so the same bits.
+std::vector<std::vector<Tensor>> run_started(std::vector<std::vector<Tensor>> groups, const detail::HostRun& run,
+                                             const Loc& loc) {
   std::deque<detail::StartedStage> started;
+  std::vector<std::vector<Tensor>> out;
   try {
-    for (const std::vector<size_t>& bucket : buckets) {
-      std::vector<Tensor> ts = of(bucket);
-      realize(ts, loc);
-      started.emplace_back(mean_of, std::move(ts), started.empty() ? nullptr : &started.back());
+    for (std::vector<Tensor>& g : groups) {
+      realize(g, loc);
+      started.emplace_back(run, std::move(g), started.empty() ? nullptr : &started.back());
     }
-    for (size_t b = 0; b < buckets.size(); ++b) assign(buckets[b], started[b].get());
+    for (const detail::StartedStage& s : started) out.push_back(s.get());
   } catch (...) {
     for (const detail::StartedStage& s : started) s.wait(); // no collective outlives the step
     throw;
   }
+  return out;
 }
 
 } // namespace
@@ -565,22 +563,23 @@ void DistributedDataParallel::sync_gradients(Loc loc) {
     const detail::UserCall replayed(op, loc);
     return dist::all_reduce_coalesced(g, dist::ReduceOp::Mean, loc);
   };
-  auto assign = [&](const std::vector<size_t>& bucket, const std::vector<Tensor>& mean) {
-    for (size_t i = 0; i < bucket.size(); ++i) {
-      detail::note_state_change(params[bucket[i]].impl());
-      params[bucket[i]].impl()->grad = mean[i];
-    }
-  };
-  auto of = [&](const std::vector<size_t>& bucket) {
-    std::vector<Tensor> ts;
-    for (size_t k : bucket) ts.push_back(grads[k]);
-    return ts;
-  };
-  if (!detail::active_capture()) return sync_eagerly(buckets_, mean_of, of, assign, loc);
-  // Inside compile(): one host stage per bucket, started on every replay as soon as the plan
+  std::vector<std::vector<Tensor>> bucket_grads(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t k : buckets_[b]) bucket_grads[b].push_back(grads[k]);
+  // Eagerly, each bucket's all-reduce starts as soon as its gradients are computed (run_started);
+  // inside compile(), one host stage per bucket, started on every replay as soon as the plan
   // computing the bucket's gradients has run, while the next plans compute the rest.
-  for (const std::vector<size_t>& bucket : buckets_) assign(bucket, detail::host_stage(of(bucket), mean_of));
+  std::vector<std::vector<Tensor>> means;
+  if (!detail::active_capture()) {
+    means = run_started(std::move(bucket_grads), mean_of, loc);
+  } else {
+    for (const std::vector<Tensor>& g : bucket_grads) means.push_back(detail::host_stage(g, mean_of));
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i = 0; i < buckets_[b].size(); ++i) {
+      detail::note_state_change(params[buckets_[b][i]].impl());
+      params[buckets_[b][i]].impl()->grad = means[b][i];
+    }
 }
-
 
 } // namespace kiln::nn

@@ -95,6 +95,7 @@ std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x,
 int64_t overhang(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
   return std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - (n + 2 * p));
 }
+
 // The windows of xp [N, C, Hp, Wp] as [N, C, kh, kw, Ho, Wo]: tap (i, j) of window (ho, wo) is
 // xp[.., ho * s.h + i * d.h, wo * s.w + j * d.w]. Two unfolds, views whose every index is affine
 // (a concat of kh * kw shifted slices selected among the taps at every point); a dilation takes
