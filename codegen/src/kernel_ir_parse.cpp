@@ -7,6 +7,7 @@
 // stay shared, and printing the parsed kernel gives the text back.
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -60,12 +61,14 @@ DType parse_dtype(std::string_view s, int line) {
   return t;
 }
 
-/// The number after a one- or more-letter prefix ("v12" -> 12), or -1 when `s` is not prefix + digits.
+/// The number after a one- or more-letter prefix ("v12" -> 12), or -1 when `s` is not prefix + digits
+/// or the number does not fit an int (the IR's indices are ints: "p2193558186" printed back as a
+/// negative parameter, which the fuzzer found).
 int64_t numbered(std::string_view s, std::string_view prefix) {
   if (!starts_with(s, prefix) || s.size() == prefix.size()) return -1;
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data() + prefix.size(), s.data() + s.size(), v);
-  return ec == std::errc() && end == s.data() + s.size() ? v : -1;
+  return ec == std::errc() && end == s.data() + s.size() && v <= std::numeric_limits<int>::max() ? v : -1;
 }
 
 std::shared_ptr<Expr> make_expr(ExprKind kind, DType dtype, std::vector<ExprRef> args = {}, int index = 0) {
