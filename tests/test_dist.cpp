@@ -773,6 +773,50 @@ TEST(SyncBatchNorm, MatchesBatchNormOnTheWholeBatch) {
   }
 }
 
+// Gradients of gradients across ranks: with create_graph, the input and weight gradients of
+// sum(y * coef) are differentiated again (through a second loss mixing both), and the second
+// derivatives match BatchNorm on the whole batch in one process (weight's summed over ranks; each
+// rank's loss counts once in the global one). Uneven per-rank batches, f64.
+TEST(SyncBatchNorm, GradientsOfGradientsMatchBatchNormOnTheWholeBatch) {
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t B = 3, C = 3;
+  int64_t total = 0;
+  for (int k = 0; k < w; ++k) total += B + k;
+  const IntList shape{total, C, 2, 2};
+  const auto [begin, end] = uneven_rows(r, B);
+  nn::BatchNorm ref(C, {}, 2, 4, "BatchNorm", Loc::current());
+  nn::SyncBatchNorm bn(C);
+  ref.to(kFloat64);
+  bn.to(kFloat64);
+  {
+    NoGradGuard no_grad;
+    for (nn::BatchNorm* m : {&ref, static_cast<nn::BatchNorm*>(&bn)}) {
+      m->weight.assign(randn({C}, 7, kFloat64) + 1.0);
+      m->bias.assign(randn({C}, 8, kFloat64));
+    }
+  }
+  const Tensor x_all = (randn(shape, 21, kFloat64) * 3.0 + 5.0).detach();
+  const Tensor coef = randn(shape, 31, kFloat64), coef2 = randn(shape, 32, kFloat64), wcoef = randn({C}, 33, kFloat64);
+  // The second loss of module m on input x (this rank's rows [lo, hi) of the coefficients), and
+  // its gradients with respect to x and the weight.
+  auto second = [&](nn::BatchNorm& m, int64_t lo, int64_t hi) {
+    Tensor x = x_all.slice(0, lo, hi).detach();
+    x.requires_grad_(true);
+    const Tensor y = m(x);
+    const std::vector<Tensor> g =
+        grad({(y * coef.slice(0, lo, hi)).sum()}, {x, m.weight}, {}, false, /*create_graph=*/true);
+    const Tensor loss2 = (g[0] * coef2.slice(0, lo, hi)).sum() + (g[1] * wcoef).sum();
+    return grad({loss2}, {x, m.weight});
+  };
+  const std::vector<Tensor> want = second(ref, 0, total), got = second(bn, begin, end);
+  auto near = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t k = 0; k < a.size(); ++k) ASSERT_NEAR(a[k], b[k], 1e-11 * (1 + std::abs(b[k]))) << what << " " << k;
+  };
+  near(got[0].to_vector<double>(), want[0].slice(0, begin, end).to_vector<double>(), "d/dx of the input gradient");
+  near(dist::all_reduce(got[1]).to_vector<double>(), want[1].to_vector<double>(), "d/dweight");
+}
+
 // A group of one process, and evaluation mode anywhere: BatchNorm, bit for bit (outputs,
 // gradients, running statistics), eager and compiled.
 TEST(SyncBatchNorm, IsBatchNormOnOneRankAndInEvaluation) {

@@ -8,6 +8,11 @@
 // xhat = (x - mean) / sqrt(var + eps) and g the output gradient, the input gradient is
 //   w / sqrt(var + eps) * (g - sum(g) / N - xhat * sum(g xhat) / N)
 // with both sums over the global batch: one all-reduce of the 2C local sums.
+//
+// Higher orders: the statistics are differentiable functions of x (the all-gather is an op whose
+// gradient is the all-reduce of the gradients) and the backward's all-reduce is one too, so the
+// backward formula, differentiated again, sees how the global statistics and sums depend on every
+// rank's input: gradients of gradients are those of one process with the whole batch.
 #include <limits>
 
 #include "frontend/src/tensor_impl.h"
@@ -37,25 +42,56 @@ Tensor collective(const Tensor& t, IntList shape, std::function<Tensor(const Ten
       {std::move(shape)})[0];
 }
 
-// The global batch's statistics of `x` per channel ([C] each; `count` is [1]), equal on every rank.
+// The sum of `t` over the ranks, on every rank, as a differentiable op. Rank r's t enters every
+// rank's result, so its gradient is the sum over ranks of their gradients: this op again (and so
+// differentiable to any order); its forward-mode rule is the same sum of the tangents.
+Tensor sum_over_ranks(const Tensor& t, const Loc& loc) {
+  auto sum = [loc](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{collective(
+        in[0], in[0].shape(), [loc](const Tensor& x) { return dist::all_reduce(x, dist::ReduceOp::Sum, loc); })};
+  };
+  auto again = [loc](const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].defined() ? sum_over_ranks(g[0], loc) : Tensor()};
+  };
+  return CustomFunction{"all_reduce", sum, again, again}({t}, loc)[0];
+}
+
+// Every rank's `t` stacked in rank order ([world, ...t's shape]), as a differentiable op: the
+// gradient of this rank's t is row `rank` of the sum over ranks of their gradients (an all-reduce
+// of the whole [world, ...] gradient: it is small here, a few values per channel).
+Tensor gather_over_ranks(const Tensor& t, const Loc& loc) {
+  const int world = dist::world_size(loc), rank = dist::rank(loc);
+  IntList shape = t.shape();
+  shape.insert(shape.begin(), world);
+  auto gather = [loc, shape](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{collective(in[0], shape, [loc](const Tensor& x) { return dist::all_gather(x, loc); })};
+  };
+  auto backward = [loc, rank](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_over_ranks(g[0], loc).slice(0, rank, rank + 1).reshape(in[0].shape())};
+  };
+  auto forward_mode = [loc](const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>& dt) {
+    return std::vector<Tensor>{dt[0].defined() ? gather_over_ranks(dt[0], loc) : Tensor()};
+  };
+  return CustomFunction{"all_gather", gather, backward, forward_mode}({t}, loc)[0];
+}
+
+// The global batch's statistics of `x` per channel ([C] each; `count` is [1]), equal on every
+// rank; differentiable functions of every rank's x.
 struct Stats {
   Tensor mean, var, count;
 };
 
 Stats global_stats(const Tensor& x, const Layout& l, const Loc& loc) {
-  const Tensor xd = x.detach();
   const int64_t n = x.numel() / l.c;
-  const Tensor mean = xd.mean(l.dims, true);
-  const Tensor dev = xd - mean;
+  const Tensor mean = x.mean(l.dims, true);
+  const Tensor dev = x - mean;
   const Tensor row = concat({full({1}, static_cast<double>(n), x.dtype(), x.device()), mean.reshape({l.c}),
                              (dev * dev).sum(l.dims)});
   if (!detail::active_capture()) realize({x, row}); // eagerly: x is kept for the normalization, not recomputed
-  const int world = dist::world_size(loc);
-  // [world, 1 + C + C], in rank order
-  const Tensor all = collective(row, {world, 2 * l.c + 1}, [loc](const Tensor& r) { return dist::all_gather(r, loc); });
+  const Tensor all = gather_over_ranks(row, loc); // [world, 1 + C + C], in rank order
   const Tensor counts = all.slice(1, 0, 1), means = all.slice(1, 1, 1 + l.c), m2 = all.slice(1, 1 + l.c, 1 + 2 * l.c);
   Stats s;
-  s.count = counts.sum({0});
+  s.count = counts.sum({0}).detach(); // an integer: no derivative
   s.mean = (counts * means).sum({0}) / s.count;
   const Tensor shift = means - s.mean;
   s.var = (m2 + counts * shift * shift).sum({0}) / s.count; // biased, for normalizing
@@ -68,7 +104,9 @@ void update_running(Tensor running, const Tensor& batch, double m) {
   running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
 }
 
-// The normalization with the global statistics, as a custom op whose backward all-reduces.
+// The normalization with the global statistics, as a custom op whose backward all-reduces. The
+// statistics it captures are graph values of x, so the backward's result is differentiable in x
+// through them as well as directly.
 Tensor normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, const Stats& s, double eps,
                  const Layout& l, const Loc& loc) {
   const Tensor mean = s.mean.reshape(l.bshape), invstd = rsqrt(s.var + eps).reshape(l.bshape);
@@ -85,8 +123,7 @@ Tensor normalize(const Tensor& x, const Tensor& weight, const Tensor& bias, cons
     const Tensor sum_dy = gy.sum(l.dims), sum_dy_xhat = (gy * xhat).sum(l.dims); // this rank's, [C]
     const Tensor sums = concat({sum_dy, sum_dy_xhat});
     if (!detail::active_capture()) realize({gy, sums}); // eagerly: gy is kept, not recomputed
-    const Tensor global =
-        collective(sums, {2 * l.c}, [loc](const Tensor& t) { return dist::all_reduce(t, dist::ReduceOp::Sum, loc); });
+    const Tensor global = sum_over_ranks(sums, loc);
     const Tensor mean_dy = (global.slice(0, 0, l.c) / s.count).reshape(l.bshape);
     const Tensor mean_dy_xhat = (global.slice(0, l.c, 2 * l.c) / s.count).reshape(l.bshape);
     const Tensor scale = affine ? invstd * in[1].reshape(l.bshape) : invstd;
