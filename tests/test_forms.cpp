@@ -72,6 +72,29 @@ TEST(Target, TheHostIsACpuTargetComputedOnce) {
   EXPECT_FALSE(runtime::schedule_options(kCPU, false).fusion);
 }
 
+// Lowering memoizes each node's value by the addresses of its index expressions. A broadcast's
+// temporary index (its 0) was freed after use, and the next slice's index (1 + i) could be
+// allocated at the same address, so the slice read the broadcast's element: SyncBatchNorm's
+// statistics combine slices of one gathered row like this, and were wrong under ThreadSanitizer's
+// allocator (CI's TSan job runs this test). Counts, means and sums of squares as columns of one
+// realized buffer, combined as Chan's formula does, against the values computed here.
+TEST(Lowering, SlicesOfOneBufferReadTheirOwnElements) {
+  const std::vector<double> row{12, 4.39813, 4.34126, 61.9427, 42.4297, 12, 6.68496, 2.68421, 66.8342, 86.5387};
+  const Tensor all = from_vector<double>(row).reshape({2, 5});
+  realize({all});
+  const Tensor counts = all.slice(1, 0, 1), means = all.slice(1, 1, 3), m2 = all.slice(1, 3, 5);
+  const Tensor count = counts.sum({0});
+  const Tensor mean = (counts * means).sum({0}) / count;
+  const Tensor shift = means - mean;
+  const std::vector<double> got = ((m2 + counts * shift * shift).sum({0}) / count).to_vector<double>();
+  for (int c = 0; c < 2; ++c) {
+    const double n0 = row[0], n1 = row[5], m0 = row[1 + c], m1 = row[6 + c];
+    const double mu = (n0 * m0 + n1 * m1) / (n0 + n1);
+    const double want = (row[3 + c] + n0 * (m0 - mu) * (m0 - mu) + row[8 + c] + n1 * (m1 - mu) * (m1 - mu)) / (n0 + n1);
+    EXPECT_NEAR(got[static_cast<size_t>(c)], want, 1e-12 * want) << "channel " << c;
+  }
+}
+
 TEST(Forms, ElementwiseKernels) {
   const Tensor x = filled({8, 64}), y = filled({64});
   for (const Target& t : {kAvx512, kAvx2, kSm90}) {

@@ -196,7 +196,12 @@ private:
   Kernel kernel_;
   KernelLaunch launch_;
   std::unordered_map<const Node*, int> buffer_of_;
+  // compute()'s results by (node, guard, index expressions), keyed by address. memo_pins_ keeps
+  // every guard and index expression of a key alive, so that no address in a key is reused for
+  // another expression: a temporary index (a broadcast's 0) freed and its memory reused by the
+  // next index (a slice's 1 + i) made two different loads one (seen with TSan's allocator).
   std::map<std::vector<const void*>, ExprRef> memo_;
+  std::vector<ExprRef> memo_pins_;
   Index root_idx_;      // the root's index: loop vars, map vars, 0 for size-1 dims
   std::unordered_map<const Node*, ExprRef> absorbed_; // row-fused reductions already built
   int64_t map_size_ = 1; // points of the map loop per domain point
@@ -358,6 +363,8 @@ private:
     else if (part_.absorbed(n)) v = absorbed_value(n, idx);
     else v = compute_inline(n, idx, guard);
     memo_[key] = v;
+    if (guard) memo_pins_.push_back(guard);
+    memo_pins_.insert(memo_pins_.end(), idx.begin(), idx.end());
     return v;
   }
 
