@@ -82,6 +82,9 @@ public:
   void set_tiered(bool on);
   /// When on, the background tier prints one line on stderr per kernel it swaps in (KILN_DEBUG>=1).
   void set_log(bool on);
+  /// When on, every function linked from then on (either tier, the disk cache, GEMM support
+  /// routines) gets a line in /tmp/perf-PID.map, so that Linux perf names kernels (KILN_PERF_MAP=1).
+  void set_perf_map(bool on);
   /// Waits until every background compile queued so far has been swapped in.
   void wait_background();
   /// Counters of the tiers.

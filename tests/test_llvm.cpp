@@ -1,6 +1,7 @@
 // The LLVM emitter and JIT: kernels built by hand with the kernel-IR builders,
 // compiled, run over [0, N) in uneven chunks, compared with plain C++.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -865,6 +866,48 @@ TEST(LLVM, CacheAndThreads) {
   EXPECT_EQ(jit.compile(k), slots[0]->get());
   std::printf("[ jit      ] %s; last compile %.2f ms\n", jit.target_description().substr(0, 60).c_str(),
               jit.last_compile_ms());
+}
+
+// KILN_PERF_MAP (LlvmJit::set_perf_map): a kernel linked while it is on, by either tier or from the
+// disk cache, has a line "START SIZE NAME" in /tmp/perf-PID.map whose range holds the code that runs.
+TEST(LLVM, PerfMapNamesTheKernelsItLinks) {
+  // out = x * 0.123456789: a kernel no other test links, so this process links it here.
+  Kernel k;
+  k.buffers = {{DType::Float32}, {DType::Float32, true}};
+  k.num_params = 1;
+  k.domain = {param(0)};
+  k.stores.push_back({1, loop_var(0), op(ScalarOp::Mul, DType::Float32,
+                                          {load(0, DType::Float32, loop_var(0)), constant(DType::Float32, 0.123456789)})});
+  finalize(k);
+  LlvmJit& jit = LlvmJit::instance();
+  jit.set_perf_map(true);
+  LlvmJit::Source source;
+  const CpuKernelSlot& slot = jit.kernel(k, source);
+  const CpuKernelFn first = slot.get();
+  jit.wait_background(); // the optimized code, where the quick tier ran first
+  const CpuKernelFn last = slot.get();
+  jit.set_perf_map(false);
+  ASSERT_NE(source, LlvmJit::Source::Memory) << "the kernel was linked before this test";
+  std::FILE* f = std::fopen(("/tmp/perf-" + std::to_string(::getpid()) + ".map").c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no perf map was written";
+  auto covered = [&](CpuKernelFn fn) {
+    const auto at = reinterpret_cast<uint64_t>(fn);
+    std::rewind(f);
+    unsigned long long start = 0, size = 0;
+    char name[512];
+    while (std::fscanf(f, "%llx %llx %511s", &start, &size, name) == 3)
+      if (std::string(name).rfind(k.name, 0) == 0 && at >= start && at < start + size) return true;
+    return false;
+  };
+  EXPECT_TRUE(covered(first)) << k.name << " at " << reinterpret_cast<void*>(first);
+  EXPECT_TRUE(covered(last)) << k.name << " at " << reinterpret_cast<void*>(last);
+  std::fclose(f);
+  std::remove(("/tmp/perf-" + std::to_string(::getpid()) + ".map").c_str()); // a test leaves no file behind
+  // the kernel still computes
+  std::vector<float> x(64, 2.0f), out(64, 0.0f);
+  std::vector<void*> bufs{x.data(), out.data()};
+  run_chunked(last, 64, bufs, {64});
+  EXPECT_EQ(out[63], 2.0f * 0.123456789f);
 }
 
 TEST(LLVM, AssemblyDump) {

@@ -45,6 +45,7 @@
 #include "codegen/disk_cache.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
+#include "codegen/src/llvm_perf_map.h"
 #include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
 #include "kiln/error.h"
 
@@ -303,6 +304,7 @@ struct LlvmJit::Impl {
   bool tiered = true;
   bool warmed_up = false; // warm_up_code_generator() ran
   std::atomic<bool> log{false};
+  std::atomic<bool> perf_map{false}; // KILN_PERF_MAP: write /tmp/perf-PID.map (llvm_perf_map.h)
   DiskCache disk{".o"};
   // Half the cores at most: the foreground (quick compiles and kernels) keeps the rest.
   tbb::task_arena arena{std::max(1, tbb::info::default_concurrency() / 2), 0, tbb::task_arena::priority::low};
@@ -317,6 +319,7 @@ struct LlvmJit::Impl {
     tm = check(jtmb.createTargetMachine(), "creating the target machine");
     this->jtmb = jtmb;
     jit = check(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating LLJIT");
+    install_perf_map(jit->getObjLinkingLayer(), perf_map);
     // pow (llvm.pow) resolves to the process's libm.
     auto gen = check(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                          jit->getDataLayout().getGlobalPrefix()),
@@ -771,6 +774,8 @@ void LlvmJit::set_tiered(bool on) {
 }
 
 void LlvmJit::set_log(bool on) { impl_->log = on; }
+
+void LlvmJit::set_perf_map(bool on) { impl_->perf_map = on; }
 
 void LlvmJit::wait_background() { background().drain(/*all=*/true); }
 

@@ -63,12 +63,14 @@ void dump_dot(const codegen::Schedule& s, const std::vector<const graph::Node*>&
 }
 
 // Points the JIT's disk cache at options().cache_dir whenever that changes, and passes
-// on the tiers' switch (KILN_JIT_TIER) and whether to log their swaps (KILN_DEBUG>=1).
+// on the tiers' switch (KILN_JIT_TIER), whether to log their swaps (KILN_DEBUG>=1) and
+// whether to write perf's map (KILN_PERF_MAP).
 void sync_jit_options(codegen::LlvmJit& jit) {
   static std::mutex mu;
   static std::string applied = "\x01unset";
-  static int tiered = -1, log = -1;
+  static int tiered = -1, log = -1, perf_map = -1;
   std::lock_guard lock(mu);
+  if (perf_map != static_cast<int>(options().perf_map)) jit.set_perf_map((perf_map = options().perf_map) != 0);
   if (tiered != static_cast<int>(options().jit_tier)) jit.set_tiered((tiered = options().jit_tier) != 0);
   if (log != static_cast<int>(options().debug >= 1)) jit.set_log((log = options().debug >= 1) != 0);
   if (applied == options().cache_dir) return;

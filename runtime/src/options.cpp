@@ -16,6 +16,7 @@ Options from_environment() {
   if (const char* b = std::getenv("KILN_LAUNCH_BLOCKING")) o.launch_blocking = std::atoi(b) != 0;
   if (const char* c = std::getenv("KILN_SCHEDULE_CACHE")) o.schedule_cache = std::atoi(c) != 0;
   if (const char* t = std::getenv("KILN_JIT_TIER")) o.jit_tier = std::atoi(t) != 0;
+  if (const char* m = std::getenv("KILN_PERF_MAP")) o.perf_map = std::atoi(m) != 0;
   if (const char* t = std::getenv("KILN_DIST_TIMEOUT"); t && *t) o.dist_timeout = std::atof(t);
   if (const char* n = std::getenv("KILN_NCCL"); n && *n) o.nccl = std::atoi(n) != 0;
   if (const char* p = std::getenv("KILN_DUMP_DIR")) o.dump_dir = p;

@@ -47,6 +47,10 @@ struct Options {
   /// before its first launch, instead of a quick compile first with the optimized one in
   /// the background, swapped in when ready (codegen/llvm_jit.h). Same results either way.
   bool jit_tier = true;
+  /// KILN_PERF_MAP=1: every CPU kernel the JIT links is listed in /tmp/perf-PID.map (its
+  /// address, size and name), so that `perf record` / `perf report` attribute time to kernels
+  /// by name. Off by default (the file stays in /tmp after the process).
+  bool perf_map = false;
   /// KILN_DIST_TIMEOUT=seconds (default 300): how long a collective of kiln::dist waits for the
   /// other ranks before it throws kiln::Error naming the ranks not heard from (kiln/dist.h).
   double dist_timeout = 300;
