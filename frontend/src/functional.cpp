@@ -243,11 +243,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
   // Rank > 2 runs as one [B*T, in] x [in, out] product (reshapes are free), so that the weight's
-  // gradient is one [in, B*T] x [B*T, out] GEMM, not a batched product summed over the batch.
+  // gradient is one [in, B*T] x [B*T, out] GEMM, not a batched product summed over the batch. The
+  // bias is added to the product before the reshape, so that it is the GEMM's epilogue rather than
+  // a pass of its own over the output (fusion does not see through the reshape).
+  if (x.dim() <= 2) {
+    const Tensor y = matmul(x, weight.t(), loc);
+    return bias.defined() ? y + bias : y;
+  }
   IntList out = x.shape();
   out.back() = weight.size(0);
-  Tensor y = x.dim() <= 2 ? matmul(x, weight.t(), loc) : matmul(x.flatten(0, -2, loc), weight.t(), loc).reshape(out, loc);
-  return bias.defined() ? y + bias : y;
+  Tensor y = matmul(x.flatten(0, -2, loc), weight.t(), loc);
+  if (bias.defined()) y = y + bias;
+  return y.reshape(out, loc);
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
