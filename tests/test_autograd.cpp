@@ -695,9 +695,11 @@ TEST(Custom, ANodeReadFromTextWithoutItsRulesIsAnIdentityThatGradientsRefuse) {
                            "\n%1 = neg f64[3] (%0)\n%2 = custom f64[3] (%1, %0) i0=987654322\nreturn %2\n";
   const graph::NodeRef parsed = graph::parse_graph(text)[0];
   ASSERT_EQ(parsed->inputs[1], x.node()); // the same leaf (hash-consing)
+  const int line = __LINE__ + 1; // the error names the grad() call's line
   const std::string msg = error_of([&] { grad({Tensor(parsed).sum()}, {x}); });
   EXPECT_NE(msg.find("no gradient rules"), std::string::npos) << msg;
   EXPECT_NE(msg.find("call 987654322"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("test_autograd.cpp:" + std::to_string(line)), std::string::npos) << msg;
 }
 
 TEST(Custom, RealizingAnOutputRunsOneKernelAsForAnyIdentity) {

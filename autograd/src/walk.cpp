@@ -38,7 +38,8 @@ struct Info {
 // topological order (operands first).
 class Graph {
 public:
-  explicit Graph(const std::vector<NodeRef>& roots) {
+  /// `where` is the user's call (grad(), backward(), jvp()) that errors name.
+  Graph(const std::vector<NodeRef>& roots, const std::source_location& where) : where_(where) {
     for (const NodeRef& r : roots) visit(r);
   }
   /// Nodes, operands before their users.
@@ -51,8 +52,9 @@ public:
 private:
   std::vector<NodeRef> order_;
   std::unordered_map<const Node*, Info> info_;
+  std::source_location where_;
 
-  static Info describe(const NodeRef& n) {
+  Info describe(const NodeRef& n) const {
     if (n->op == graph::OpKind::CustomOutput) return describe_custom(n);
     Info info;
     const bool flows = is_differentiable(*n);
@@ -61,14 +63,15 @@ private:
   }
 
   // A custom output's operands, for the walks, are its call's inputs (operands 1...): never its value.
-  static Info describe_custom(const NodeRef& n) {
+  Info describe_custom(const NodeRef& n) const {
     Info info;
     info.custom = find_custom(*n);
     if (!info.custom.call && n->inputs.size() > 1)
       throw Error("grad", "custom output " + std::to_string(n->attrs.i1) + " of call " + std::to_string(n->attrs.i0) + " (" +
                               std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape) +
                               ") has no gradient rules in this process (a graph read from text keeps a custom call's "
-                              "inputs, not its rules)");
+                              "inputs, not its rules)",
+                  where_);
     for (size_t k = 1; k < n->inputs.size(); ++k)
       info.operands.push_back(is_floating(n->inputs[k]->dtype) ? n->inputs[k] : nullptr);
     return info;
@@ -110,7 +113,8 @@ NodeRef sum_all(const NodeRef& x) {
 // Reverse mode over a prepared graph.
 class Reverse {
 public:
-  Reverse(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& targets) : graph_(outputs) {
+  Reverse(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& targets, const std::source_location& where)
+      : graph_(outputs, where) {
     std::unordered_set<const Node*> is_target;
     for (const NodeRef& t : targets) is_target.insert(t.get());
     for (const NodeRef& n : graph_.order()) mark(n, is_target.count(n.get()) > 0);
@@ -206,15 +210,15 @@ std::vector<NodeRef> custom_tangents(const CustomInfo& info, const std::vector<N
 } // namespace
 
 std::vector<NodeRef> vjp(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& seeds,
-                         const std::vector<NodeRef>& targets) {
+                         const std::vector<NodeRef>& targets, const std::source_location& where) {
   KILN_ASSERT(outputs.size() == seeds.size(), "one seed per output");
-  return Reverse(outputs, targets).run(outputs, seeds, targets);
+  return Reverse(outputs, targets, where).run(outputs, seeds, targets);
 }
 
 std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& primals,
-                         const std::vector<NodeRef>& tangents) {
+                         const std::vector<NodeRef>& tangents, const std::source_location& where) {
   KILN_ASSERT(primals.size() == tangents.size(), "one tangent per primal");
-  Graph graph(outputs);
+  Graph graph(outputs, where);
   std::unordered_map<const Node*, NodeRef> tan;
   for (size_t i = 0; i < primals.size(); ++i)
     if (tangents[i]) tan[primals[i].get()] = tangents[i];

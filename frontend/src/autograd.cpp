@@ -102,7 +102,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   check_grad_args(outputs, inputs, grad_outputs, loc);
   for (const Tensor& o : outputs) detail::check_graph_retained("grad", o, loc);
   const std::vector<NodeRef> seeds = output_seeds(outputs, grad_outputs, loc);
-  const std::vector<NodeRef> grads = ag::vjp(nodes_of(outputs), seeds, nodes_of(inputs));
+  const std::vector<NodeRef> grads = ag::vjp(nodes_of(outputs), seeds, nodes_of(inputs), loc);
   const bool needs = create_graph && any_requires_grad({&outputs, &inputs, &grad_outputs});
   std::vector<Tensor> result;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -160,7 +160,7 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> jvp(const TensorFn& fn, cons
   }
   std::vector<Tensor> outputs = fn(args);
   check_defined("jvp", "outputs", outputs, loc);
-  const std::vector<NodeRef> ts = ag::jvp(nodes_of(outputs), seeds, seed_tangents);
+  const std::vector<NodeRef> ts = ag::jvp(nodes_of(outputs), seeds, seed_tangents, loc);
   const bool needs = any_requires_grad({&primals, &tangents, &outputs});
   std::vector<Tensor> out_tangents;
   for (size_t i = 0; i < outputs.size(); ++i) {
