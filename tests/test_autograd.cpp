@@ -520,6 +520,46 @@ TEST(ForwardMode, TangentsAreDifferentiable) {
   expect_near(values(grad({t.sum()}, {x})[0]), {6, -12, 6}); // 6 x v
 }
 
+// Realizing inside the function (a value read, an eager realize() hint) must not cut the graph the
+// tangents follow: a realized tensor that required no grad used to drop its history (become an input
+// holding its data), and the tangent through it was lost, silently.
+TEST(ForwardMode, RealizingInsideTheFunctionKeepsTheTangent) {
+  const Tensor x = U({4}, 81), dx = U({4}, 82);
+  auto f = [](const Tensor& v) {
+    const Tensor s = (v * v).sum();
+    realize({s});
+    EXPECT_GT(s.item<double>(), 0.0); // a value read as well
+    return v * s;
+  };
+  const auto [y, t] = jvp(f, x, dx);
+  const auto xv = x.to_vector<double>(), dv = dx.to_vector<double>(), got = t.to_vector<double>();
+  double s = 0, ds = 0;
+  for (size_t i = 0; i < 4; ++i) s += xv[i] * xv[i], ds += 2 * xv[i] * dv[i];
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], dv[i] * s + xv[i] * ds, 1e-12) << i;
+}
+
+// The same for a custom rule differentiated again: its backward realizes its adjoint (as an eager hint
+// does), and the second derivative through create_graph still sees how that adjoint depends on x.
+TEST(Custom, ARuleThatRealizesIsDifferentiableAgain) {
+  auto square = [](bool realizes) {
+    return CustomFunction{"square", [](const Vec& in) { return Vec{in[0] * in[0]}; },
+                          [realizes](const Vec& in, const Vec&, const Vec& g) {
+                            if (realizes) realize({g[0]});
+                            return Vec{g[0] * in[0] * 2.0};
+                          }};
+  };
+  auto second = [&](bool realizes) {
+    Tensor x = U({5}, 83);
+    x.requires_grad_();
+    const Tensor y = square(realizes)({x})[0];
+    const Tensor g = grad({sin(y).sum()}, {x}, {}, false, /*create_graph=*/true)[0]; // cos(x^2) 2x
+    return grad({g.sum()}, {x})[0].to_vector<double>();
+  };
+  const std::vector<double> want = second(false), got = second(true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+}
+
 TEST(ForwardMode, IntegerOutputsAndZeroTangents) {
   Tensor x = U({4}, 530), v = U({4}, 531);
   auto [ys, ts] = jvp([](const Vec& in) -> Vec { return {in[0].argmax(0), in[0] * 2, ones({2}, kFloat64)}; }, {x}, {v});

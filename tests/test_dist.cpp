@@ -774,7 +774,7 @@ TEST(SyncBatchNorm, MatchesBatchNormOnTheWholeBatch) {
 }
 
 // Gradients of gradients across ranks: with create_graph, the input and weight gradients of
-// sum(y * coef) are differentiated again (through a second loss mixing both), and the second
+// sum(tanh(y) * coef) (nonlinear, so the output gradient depends on x too) are differentiated again (through a second loss mixing both), and the second
 // derivatives match BatchNorm on the whole batch in one process (weight's summed over ranks; each
 // rank's loss counts once in the global one). Uneven per-rank batches, f64.
 TEST(SyncBatchNorm, GradientsOfGradientsMatchBatchNormOnTheWholeBatch) {
@@ -804,7 +804,7 @@ TEST(SyncBatchNorm, GradientsOfGradientsMatchBatchNormOnTheWholeBatch) {
     x.requires_grad_(true);
     const Tensor y = m(x);
     const std::vector<Tensor> g =
-        grad({(y * coef.slice(0, lo, hi)).sum()}, {x, m.weight}, {}, false, /*create_graph=*/true);
+        grad({(tanh(y) * coef.slice(0, lo, hi)).sum()}, {x, m.weight}, {}, false, /*create_graph=*/true);
     const Tensor loss2 = (g[0] * coef2.slice(0, lo, hi)).sum() + (g[1] * wcoef).sum();
     return grad({loss2}, {x, m.weight});
   };
@@ -815,6 +815,28 @@ TEST(SyncBatchNorm, GradientsOfGradientsMatchBatchNormOnTheWholeBatch) {
   };
   near(got[0].to_vector<double>(), want[0].slice(0, begin, end).to_vector<double>(), "d/dx of the input gradient");
   near(dist::all_reduce(got[1]).to_vector<double>(), want[1].to_vector<double>(), "d/dweight");
+}
+
+// Forward mode across ranks: the tangent of SyncBatchNorm's output along a direction of the
+// input (each rank its rows of one global direction) is BatchNorm's on the whole batch (its
+// statistics' tangents gathered from every rank).
+TEST(SyncBatchNorm, ForwardModeMatchesBatchNormOnTheWholeBatch) {
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t B = 3, C = 2;
+  int64_t total = 0;
+  for (int k = 0; k < w; ++k) total += B + k;
+  const IntList shape{total, C, 3};
+  const auto [begin, end] = uneven_rows(r, B);
+  nn::BatchNorm ref(C, {}, 1, 3, "BatchNorm", Loc::current());
+  nn::SyncBatchNorm bn(C);
+  ref.to(kFloat64);
+  bn.to(kFloat64);
+  const Tensor x = randn(shape, 41, kFloat64) * 2.0 + 1.0, dx = randn(shape, 42, kFloat64);
+  const auto [y_ref, t_ref] = jvp([&](const Tensor& v) { return ref(v); }, x, dx);
+  const auto [y, t] = jvp([&](const Tensor& v) { return bn(v); }, x.slice(0, begin, end), dx.slice(0, begin, end));
+  const auto got = t.to_vector<double>(), want = t_ref.slice(0, begin, end).to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-11 * (1 + std::abs(want[k]))) << k;
 }
 
 // A group of one process, and evaluation mode anywhere: BatchNorm, bit for bit (outputs,

@@ -158,7 +158,11 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> jvp(const TensorFn& fn, cons
     seeds.push_back(a.node());
     seed_tangents.push_back(tangents[i].node());
   }
-  std::vector<Tensor> outputs = fn(args);
+  std::vector<Tensor> outputs;
+  {
+    const detail::KeepHistory keep; // realizing inside fn must not cut the graph the tangents follow
+    outputs = fn(args);
+  }
   check_defined("jvp", "outputs", outputs, loc);
   const std::vector<NodeRef> ts = ag::jvp(nodes_of(outputs), seeds, seed_tangents, loc);
   const bool needs = any_requires_grad({&primals, &tangents, &outputs});
@@ -229,6 +233,7 @@ struct CallSite {
 
 std::vector<NodeRef> run_backward(const CallSite& site, const CustomFunction::Backward& backward,
                                   const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& adjoints) {
+  const detail::KeepHistory keep; // the rule's results may be differentiated again
   const std::vector<Tensor> grads = backward(site.input_tensors(), site.output_tensors(outputs), site.spread(adjoints));
   if (grads.size() != site.inputs.size())
     throw Error(site.name, "backward returned " + std::to_string(grads.size()) + " gradients for " +
@@ -243,6 +248,7 @@ std::vector<NodeRef> run_jvp(const CallSite& site, const CustomFunction::Jvp& jv
                              const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& tangents) {
   std::vector<Tensor> ts;
   for (const NodeRef& t : tangents) ts.push_back(t ? Tensor(t) : Tensor());
+  const detail::KeepHistory keep; // the rule's results may be differentiated again
   const std::vector<Tensor> out_ts = jvp_rule(site.input_tensors(), site.output_tensors(outputs), ts);
   if (out_ts.size() != site.all_outputs.size())
     throw Error(site.name, "jvp returned " + std::to_string(out_ts.size()) + " tangents for " +

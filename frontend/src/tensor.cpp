@@ -160,8 +160,10 @@ thread_local bool g_grad_mode = true;
 // otherwise chain every step's graph).
 // `realized` is the node the caller realized; a concurrent assign since then wins. True
 // when the node was replaced.
+thread_local int g_keep_history = 0; // live detail::KeepHistory scopes on this thread
+
 bool become_input(TensorImpl& impl, const graph::NodeRef& realized) {
-  if (!impl.is_leaf || realized->op == graph::OpKind::Input) return false;
+  if (!impl.is_leaf || g_keep_history > 0 || realized->op == graph::OpKind::Input) return false;
   auto storage = realized->realized();
   if (!storage) return false;
   return impl.replace_node(realized.get(), graph::make_input(realized->dtype, realized->shape, std::move(storage)));
@@ -300,6 +302,9 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
 } // namespace
 
 void realize(const std::vector<Tensor>& tensors, Loc loc) { realize_snapshots(tensors, "realize", loc); }
+
+detail::KeepHistory::KeepHistory() { ++g_keep_history; }
+detail::KeepHistory::~KeepHistory() { --g_keep_history; }
 
 void detail::note_pending(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.changed, impl); }
 void detail::note_pending_root(const std::shared_ptr<TensorImpl>& impl) { remember(g_pending.roots, impl); }

@@ -103,6 +103,19 @@ void note_pending_root(const std::shared_ptr<TensorImpl>& impl);
 /// Realizes what note_pending() and note_pending_root() collected on this thread (values,
 /// defined gradients, roots) in one realize; the leaves drop their history. No-op in a trace.
 void flush_pending();
+/// While one is alive on this thread, a realized leaf keeps its graph instead of dropping its
+/// history (becoming an input that holds its data). Dropping it is safe only where nothing will
+/// follow the tensor's graph again; forward mode and derivatives of custom rules follow graph
+/// edges whatever requires_grad says. So jvp() holds one while it runs the function (the tangent
+/// is seeded at its arguments), and a custom call's rules run under one (their results may be
+/// differentiated again: create_graph, or forward mode by transposing the reverse rule).
+class KeepHistory {
+public:
+  KeepHistory();
+  ~KeepHistory();
+  KeepHistory(const KeepHistory&) = delete;
+  KeepHistory& operator=(const KeepHistory&) = delete;
+};
 /// The realized value of `t` in host memory (copied from a GPU, waiting for it, when it lives there);
 /// memory that cannot be had is an OutOfMemoryError of `op` at `loc`.
 std::shared_ptr<graph::Storage> host_storage(const Tensor& t, const char* op, const Loc& loc);
