@@ -128,6 +128,7 @@ const OpenBlas& openblas() {
 
 struct Shape {
   int64_t m, k, n;
+  bool trans_a = false; ///< A is stored transposed ([k, m]): a weight gradient x^T g
 };
 
 void OpenBlasGemm(benchmark::State& state, Shape s) {
@@ -137,18 +138,18 @@ void OpenBlasGemm(benchmark::State& state, Shape s) {
   std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
-  constexpr int kRowMajor = 101, kNoTrans = 111;
-  const auto [m, k, n] = s;
+  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  const auto [m, k, n, trans_a] = s;
   for (auto _ : state) {
-    ob.sgemm(kRowMajor, kNoTrans, kNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k), b.data(), int(n), 0.0f,
-             c.data(), int(n));
+    ob.sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, kNoTrans, int(m), int(n), int(k), 1.0f, a.data(),
+             int(trans_a ? m : k), b.data(), int(n), 0.0f, c.data(), int(n));
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
   gflops(state, 2.0 * m * k * n);
 }
 
-void KilnGemmShape(benchmark::State& state, Shape s) { kiln::bench::kiln_gemm(state, s.m, s.k, s.n); }
+void KilnGemmShape(benchmark::State& state, Shape s) { kiln::bench::kiln_gemm(state, s.m, s.k, s.n, s.trans_a); }
 
 #define KILN_GEMM_PAIR(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N})                                                      \
@@ -164,6 +165,13 @@ KILN_GEMM_PAIR(25088x288x64, 25088, 288, 64);
 KILN_GEMM_PAIR(768x128x512, 768, 128, 512);
 KILN_GEMM_PAIR(768x512x128, 768, 512, 128);
 KILN_GEMM_PAIR(128x768x512, 128, 768, 512);
+// weight gradients as the backward pass computes them: A = g^T or x^T, stored [k, m]
+#define KILN_GEMM_PAIR_TA(name, M, K, N)                                                                      \
+  BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N, true})                                                \
+      ->Name("Gemm/" #name "/openblas")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()                   \
+      ->Unit(benchmark::kMillisecond)
+KILN_GEMM_PAIR_TA(384x768x128_ta, 384, 768, 128);
+KILN_GEMM_PAIR_TA(512x128x512_ta, 512, 128, 512);
 // kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
 #define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \
@@ -174,5 +182,10 @@ KILN_GEMM_SHAPE(25088x288x64, 25088, 288, 64);
 KILN_GEMM_SHAPE(768x128x512, 768, 128, 512);
 KILN_GEMM_SHAPE(768x512x128, 768, 512, 128);
 KILN_GEMM_SHAPE(128x768x512, 128, 768, 512);
+#define KILN_GEMM_SHAPE_TA(name, M, K, N)                                                                      \
+  BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N, true})                                                \
+      ->Name("Gemm/" #name "/kiln")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_GEMM_SHAPE_TA(384x768x128_ta, 384, 768, 128);
+KILN_GEMM_SHAPE_TA(512x128x512_ta, 512, 128, 512);
 
 } // namespace

@@ -27,10 +27,12 @@ inline void gflops(benchmark::State& state, double flops_per_iter) {
 
 /// Times kiln's C = A @ B (f32, row-major, M x K times K x N) realized per iteration, on
 /// state.range(0) threads, compiled before the timing; reports GFLOP/s.
-inline void kiln_gemm(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
+inline void kiln_gemm(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool trans_a = false) {
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
-  Tensor a = randn({m, k}, 31), b = randn({k, n}, 32);
+  // trans_a: A is the transpose of a stored [k, m] matrix (a weight gradient's x^T g)
+  Tensor a = trans_a ? randn({k, m}, 31) : randn({m, k}, 31), b = randn({k, n}, 32);
   realize({a, b});
+  if (trans_a) a = a.t();
   matmul(a, b).realize(); // compiles
   for (auto _ : state) {
     Tensor c = matmul(a, b);

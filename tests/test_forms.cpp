@@ -4,6 +4,7 @@
 // names that stay the same across targets wherever the emitted code does. The CUDA
 // emitter's reading of the form is tested with the shim in test_cuda.cpp (CudaForms).
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <string>
 #include <vector>
@@ -67,8 +68,12 @@ TEST(Target, TheHostIsACpuTargetComputedOnce) {
   EXPECT_EQ(host.vector_registers, host.vector_bits == 512 ? 32 : 16) << host.str();
   EXPECT_EQ(host.cc_major, 0);
   EXPECT_EQ(codegen::host_cpu_target(), host);
-  // the executor plans CPU kernels for it
-  EXPECT_EQ(runtime::schedule_options(kCPU, true).target, host);
+  // the executor plans CPU kernels for it, with the threads they may run on now
+  codegen::Target planned = runtime::schedule_options(kCPU, true).target;
+  EXPECT_GE(planned.threads, 1);
+  planned.threads = 0;
+  EXPECT_EQ(planned, host);
+  EXPECT_EQ(Target::cpu(512, true, 32, 2).str(), "cpu v512 fma r32 t2");
   EXPECT_FALSE(runtime::schedule_options(kCPU, false).fusion);
 }
 
@@ -211,6 +216,26 @@ TEST(Forms, SmallProductsGetSmallerCpuBlocks) {
   EXPECT_EQ(l.gemm_tasks, 4);
   EXPECT_EQ(l.kernel.gemm->mc, 132); // 384 -> rows in 2 blocks (a multiple of mr 12)
   EXPECT_EQ(l.kernel.gemm->nc, 128); // 512 -> columns in 2 blocks
+  // planned for two threads, the same; for one, one task with the target's blocks
+  const codegen::KernelLaunch two =
+      only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 2));
+  EXPECT_EQ(two.gemm_tasks, 4);
+  EXPECT_EQ(two.kernel.gemm->nc, 128);
+  const codegen::KernelLaunch one =
+      only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 1));
+  EXPECT_EQ(one.gemm_tasks, 1);
+  EXPECT_EQ(one.kernel.gemm->mc, 384);
+  EXPECT_EQ(one.kernel.gemm->nc, 512);
+  // the same bits either way: only the blocks differ, not any element's order of k
+  const Tensor a = filled({256, 256}) * 0.37, b = filled({256, 256}) * 1.3;
+  realize({a, b});
+  std::vector<float> by_threads[2];
+  for (int threads : {1, 2}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+    EXPECT_EQ(runtime::schedule_options(kCPU, true).target.threads, threads);
+    by_threads[threads - 1] = matmul(a, b).to_vector<float>();
+  }
+  EXPECT_EQ(by_threads[0], by_threads[1]);
 }
 
 TEST(Forms, AGemmKernelForCudaCarriesNoCpuTiling) {

@@ -28,7 +28,10 @@ GemmSizes gemm_sizes(const Kernel& k, const std::vector<int64_t>& params) {
 }
 
 /// The CPU GEMM form: the target's tiling, with smaller blocks for small products so that
-/// they still split among threads: up to 4 tasks of at least 8 MFLOP each.
+/// they still split among threads: up to 4 tasks of at least 8 MFLOP each. On one thread a
+/// product is one task: a split only packs the operands again for each part (5-10% slower at
+/// the MLP's and GPT's shapes on one thread, bench Gemm/*/kiln/threads:1). The blocks never
+/// change a result (each element's k order is kc's).
 FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   GemmTiling g = cpu_gemm_tiling(t, k.reductions.at(0).dtype);
   g.m_var = k.matmul->m_var;
@@ -37,7 +40,8 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
   const int64_t m = s.m, cols = s.n;
   auto tasks = [&] { return s.batch * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc); };
   const double flops = 2.0 * static_cast<double>(s.batch * m * cols) * static_cast<double>(s.k);
-  while (tasks() < 4 && flops / static_cast<double>(2 * tasks()) >= 8e6) {
+  const int64_t wanted = t.threads == 1 ? 1 : 4;
+  while (tasks() < wanted && flops / static_cast<double>(2 * tasks()) >= 8e6) {
     const bool rows_split = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr && (g.mc >= g.nc / 2 || g.nc <= g.nr);
     if (rows_split) g.mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
     else if (g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr)

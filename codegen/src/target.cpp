@@ -2,12 +2,13 @@
 
 namespace kiln::codegen {
 
-Target Target::cpu(int vector_bits, bool fma, int vector_registers) {
+Target Target::cpu(int vector_bits, bool fma, int vector_registers, int threads) {
   Target t;
   t.kind = Kind::CPU;
   t.vector_bits = vector_bits;
   t.fma = fma;
   t.vector_registers = vector_registers;
+  t.threads = threads;
   return t;
 }
 
@@ -24,7 +25,8 @@ Target Target::cuda(int cc_major, int cc_minor, int sm_count, int max_threads_pe
 
 std::string Target::str() const {
   if (kind == Kind::CPU)
-    return "cpu v" + std::to_string(vector_bits) + (fma ? " fma" : "") + " r" + std::to_string(vector_registers);
+    return "cpu v" + std::to_string(vector_bits) + (fma ? " fma" : "") + " r" + std::to_string(vector_registers) +
+           (threads > 0 ? " t" + std::to_string(threads) : "");
   return "cuda sm_" + std::to_string(cc_major) + std::to_string(cc_minor) + " sms " + std::to_string(sm_count) +
          " tpsm " + std::to_string(max_threads_per_sm) + " smem " + std::to_string(shared_bytes_per_block);
 }

@@ -1,7 +1,9 @@
 #include "runtime/executor.h"
 
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -255,8 +257,19 @@ struct Memory {
 
 } // namespace
 
+namespace {
+/// Threads this thread's kernels may run on now: its task arena's, within a global_control limit.
+int cpu_threads() {
+  const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return static_cast<int>(std::min<size_t>(static_cast<size_t>(tbb::this_task_arena::max_concurrency()), limit));
+}
+} // namespace
+
 codegen::ScheduleOptions schedule_options(Device device, bool fusion) {
-  return {fusion, device == kCPU ? codegen::host_cpu_target() : Gpu::get(device.index).target(), options().fuel};
+  if (device != kCPU) return {fusion, Gpu::get(device.index).target(), options().fuel};
+  codegen::Target cpu = codegen::host_cpu_target();
+  cpu.threads = cpu_threads();
+  return {fusion, cpu, options().fuel};
 }
 
 Plan make_plan(const std::vector<graph::NodeRef>& outputs) { return make_plan(outputs, options().fusion); }
@@ -509,6 +522,7 @@ GraphWalk walk(const std::vector<graph::NodeRef>& roots) {
   GraphWalk w;
   w.key.push_back(options().fusion ? 1 : 0);
   w.key.push_back(static_cast<uint64_t>(options().fuel));
+  w.key.push_back(static_cast<uint64_t>(cpu_threads())); // the CPU target's threads (GEMM plans)
   std::unordered_map<const graph::Node*, uint32_t> pos;
   std::vector<Frame> stack;
   for (const graph::NodeRef& r : roots) {
