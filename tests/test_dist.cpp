@@ -1175,6 +1175,7 @@ void expect_nccl_failure_detected(const std::string& kind) {
     if (kind == "die") die_next(0);
     else hang_next();
   }
+  const auto start = std::chrono::steady_clock::now();
   const int line = __LINE__ + 1;
   const Tensor s = dist::all_reduce(x); // queued on both ranks; rank 1's part fails on its stream
   if (r == 1 && kind != "stall") {
@@ -1183,6 +1184,7 @@ void expect_nccl_failure_detected(const std::string& kind) {
   }
   const int peer = 1 - r;
   const std::string e = error_of([&] { s.to(kCPU); }); // the host wait throws (inside to()'s error)
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); // printed only
   const std::string head = "all_reduce: ncclAllReduce (NCCL collective #2 of rank " + std::to_string(r) + " of 2, cuda:0) ";
   const std::string timed_out = head + "did not complete within the timeout of 2 s (KILN_DIST_TIMEOUT)";
   std::vector<std::string> parts = {"the communicator was aborted (ncclCommAbort)",
@@ -1205,7 +1207,8 @@ void expect_nccl_failure_detected(const std::string& kind) {
     const std::string again = error_of([&] { dist::all_reduce(x); });
     EXPECT_TRUE(contains(again, "the process group failed earlier (no data from rank 1 in all_reduce)")) << again;
   }
-  if (!::testing::Test::HasFailure() && r == 0) std::printf("kiln-dist: rank 0 caught the NCCL failure: %s\n", e.c_str());
+  if (!::testing::Test::HasFailure() && r == 0)
+    std::printf("kiln-dist: rank 0 caught the NCCL failure in %.2f s: %s\n", secs, e.c_str());
   std::fflush(stdout);
 }
 

@@ -279,12 +279,12 @@ std::string peer_state(int rank, const Report& r, uint64_t seq) {
 // Asks every peer over MPI (with the same timeout) where it is; says who did not answer, or
 // what each answered, and what that leaves of the process group.
 std::string ask_peers(const State& s, const Work& w, const comm::World& world) {
-  const Report mine{static_cast<int64_t>(w.seq), static_cast<int64_t>(s.queued), static_cast<int64_t>(s.completed)};
+  Report mine{static_cast<int64_t>(w.seq), static_cast<int64_t>(s.queued), static_cast<int64_t>(s.completed)};
   std::vector<Report> theirs(static_cast<size_t>(world.size));
   std::vector<comm::Transfer> sends, recvs;
   for (int r = 0; r < world.size; ++r) {
     if (r == world.rank) continue;
-    sends.push_back({r, const_cast<Report*>(&mine), sizeof mine});
+    sends.push_back({r, &mine, sizeof mine});
     recvs.push_back({r, &theirs[static_cast<size_t>(r)], sizeof(Report)});
   }
   const std::string failed = comm::try_exchange(sends, recvs, kWatchdogTag, w.op.c_str(), w.timeout_s, w.loc);
