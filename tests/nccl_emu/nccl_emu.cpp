@@ -36,7 +36,9 @@
 // or sees that another rank aborted its communicator, stops: its communicator's asynchronous
 // error (ncclCommGetAsyncError) becomes ncclRemoteError and its later work is skipped.
 // ncclCommAbort also ends this rank's own work waiting in a collective (as NCCL's kernels return
-// on abort), so that the stream drains. kilnNcclEmuFailNext(code) (a test hook) makes this
+// on abort), so that the stream drains; unlike NCCL it then waits until the communicator's
+// queued work ran or was skipped (before freeing what that work reads), which takes no longer
+// than the stream's work queued before it. kilnNcclEmuFailNext(code) (a test hook) makes this
 // process's next collective call return `code` with ncclGetLastError saying so;
 // kilnNcclEmuCounters(out[2]) gives the communicators made and the collectives run by this
 // process.
