@@ -9,7 +9,8 @@
 ///
 /// Collectives are built by their caller from exchange(): non-blocking sends and receives
 /// polled against a deadline, so a rank that hangs or leaves makes the others throw a
-/// kiln::Error naming it, never a silent hang.
+/// kiln::Error naming it, never a silent hang. One thread is in MPI at a time (exchanges from
+/// several threads take turns).
 
 #include <cstddef>
 #include <source_location>
@@ -44,6 +45,13 @@ struct Transfer {
 /// the missing ranks), so that mpirun ends the job instead of hanging.
 void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag, const char* op,
               double timeout_s, const std::source_location& loc);
+
+/// exchange() that returns what failed instead of throwing: "" when every transfer completed,
+/// else "no data from rank 1 within 2 s", an MPI error, or "the process group failed earlier
+/// (...)". A failure breaks the group as in exchange(). For a caller that reports a failure of
+/// its own and asks the peers about it (the NCCL watchdog, runtime/nccl.h).
+std::string try_exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag,
+                         const char* op, double timeout_s, const std::source_location& loc);
 
 /// Ends this process with status `code` without waiting for the other ranks: under MPI,
 /// MPI_Abort (mpirun then ends every rank); otherwise std::exit(code).

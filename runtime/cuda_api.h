@@ -43,6 +43,7 @@ struct CudaApi {
   CUresult (*EventCreate)(CUevent*, unsigned) = nullptr;
   CUresult (*EventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*EventSynchronize)(CUevent) = nullptr;
+  CUresult (*EventQuery)(CUevent) = nullptr;
   CUresult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;
   CUresult (*EventDestroy)(CUevent) = nullptr;
   CUresult (*ModuleLoadData)(CUmodule*, const void*) = nullptr;

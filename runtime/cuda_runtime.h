@@ -13,8 +13,13 @@
 ///
 /// Synchronization happens only where the host needs a value: download() waits for the
 /// queued work first; uploads are queued too (the driver stages the host memory). With
-/// options().launch_blocking every launch is waited for.
+/// options().launch_blocking every launch is waited for. Every host wait on the stream goes
+/// through wait_stream(), which first polls the device's watch (set_watch): queued work that
+/// depends on other processes (NCCL collectives, runtime/nccl.h) and so may never complete is
+/// waited for by polling, so that its owner can abort it and throw instead of the host
+/// blocking in the driver for ever.
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -106,6 +111,24 @@ public:
   /// The driver functions in use.
   const CudaApi& api() const { return api_; }
 
+  /// Markers in the stream's queue: mark() records one after the work queued so far (an event
+  /// without timing); passed() says without waiting whether the stream reached it (true also
+  /// when the context failed: a wait then reports that); release() frees it (also before the
+  /// stream reached it).
+  CUevent mark();
+  /// See mark().
+  bool passed(CUevent mark);
+  /// See mark().
+  void release(CUevent mark);
+
+  /// A poll of queued work that may never complete: true while some is pending; throws
+  /// kiln::Error when it cannot complete (it is then no longer pending).
+  using Watch = bool (*)(Gpu&);
+  /// Sets the one watch of this device (NCCL's watchdog sets it with its communicator).
+  void set_watch(Watch watch);
+  /// Polls the watch until it has nothing pending (returns at once when none is set).
+  void await_watched();
+
   /// Makes the device's primary context current on the calling thread (once per thread):
   /// what a library queueing work on stream() itself needs first (NCCL).
   void make_current();
@@ -113,6 +136,7 @@ public:
 private:
   explicit Gpu(int index);
   void check(CUresult r, const std::string& what);
+  void wait_stream(const std::string& what);
   std::string compile_image(const codegen::Kernel& k, const std::string& source, Source& from);
   void free_cached_locked();
   void give_back(void* p, size_t size);
@@ -140,6 +164,7 @@ private:
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   std::string arch_; // "sm_90"
+  std::atomic<Watch> watch_{nullptr};
 
   std::mutex mem_mu_;
   std::multimap<size_t, CUdeviceptr> free_; // cached blocks by rounded size

@@ -14,6 +14,15 @@
 ///
 /// Whether NCCL is used is decided per call by kiln::dist (every rank must be able to: see
 /// usable()); this file only runs what it is asked.
+///
+/// A watchdog follows every queued group until the stream passed it (markers before and after
+/// it, runtime::Gpu::mark()): host waits on the communicator's device poll it
+/// (runtime::Gpu::set_watch), and so does the next run(). When NCCL reports an asynchronous
+/// error, or a group has not completed `timeout_s` seconds after the stream reached it, it
+/// aborts the communicator (the stream then drains), asks every peer over MPI where it is (with
+/// the same timeout), and throws kiln::Error of the group's collective at its line naming it,
+/// this rank, the timeout and the peers that did not answer (or what each answered); NCCL is
+/// then unusable in this process (see docs/distributed.md).
 
 #include <cstddef>
 #include <source_location>
@@ -53,10 +62,12 @@ struct Call {
 };
 
 /// Queues `calls` as one NCCL group (ncclGroupStart/End) on `device`'s stream, making the
-/// communicator first when there is none. Every rank must make the same calls. An NCCL
-/// failure (returned, or reported by ncclCommGetAsyncError for this or an earlier call)
-/// throws kiln::Error of `op` at `loc` naming the NCCL function, this rank and NCCL's message;
-/// the communicator is then aborted and unusable() says why from then on.
+/// communicator first when there is none, and has the watchdog follow it for `timeout_s`
+/// seconds (see above). Every rank must make the same calls. An NCCL failure (returned, or
+/// reported by ncclCommGetAsyncError) throws kiln::Error of `op` at `loc` naming the NCCL
+/// function, this rank and NCCL's message (an earlier group's failure or timeout: the
+/// watchdog's error, of that group's collective and line); the communicator is then aborted
+/// and unusable() says why from then on.
 void run(Device device, const std::vector<Call>& calls, const char* op, double timeout_s,
          const std::source_location& loc);
 

@@ -1205,6 +1205,83 @@ TEST(NcclAlone, ErrorIsAKilnErrorNamingTheCollective) {
   EXPECT_EQ(dist::all_reduce(x).to(kCPU).to_vector<double>(), (std::vector<double>{w + w * (w - 1) / 2.0, 2.0 * w}));
 }
 
+// The NCCL emulator's test hook `name`, or null on a real NCCL.
+template <class F> F* nccl_emu_hook(const char* name) {
+  void* h = dlopen(std::getenv("KILN_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  return h ? reinterpret_cast<F*>(dlsym(h, name)) : nullptr;
+}
+
+// Run by dist_mpi_2_nccl_hang, _die and _stall only (KILN_DIST_TIMEOUT=2, emulated GPU and NCCL):
+// rank 1 fails inside its second NCCL all_reduce, on its stream, after both ranks queued it (so
+// the description exchange on MPI passed), and the watchdog of the host wait that follows throws
+// a kiln::Error naming the collective and its line instead of waiting for ever:
+// - hang: rank 1's device never takes part and its host sleeps: rank 0 names rank 1, which does
+//   not answer over MPI either; the process group is then unusable.
+// - die: rank 1's process exits in the middle of the collective (mpirun --enable-recovery keeps
+//   rank 0 running): the same for rank 0.
+// - stall: rank 1's device never takes part but its host waits too: both watchdogs fire, each
+//   rank says the other queued the collective and it did not complete there either; the group
+//   survives and later collectives on CUDA tensors are staged through host memory.
+void expect_nccl_failure_detected(const std::string& kind) {
+  const char* test = std::getenv("KILN_NCCL_FAILURE_TEST");
+  if (!test || test != kind)
+    GTEST_SKIP() << "a failure case: ctest runs it alone under mpirun -np 2 (dist_mpi_2_nccl_" << kind << ")";
+  NEED_NCCL();
+  ASSERT_EQ(dist::world_size(), 2);
+  auto* hang_next = nccl_emu_hook<void()>("kilnNcclEmuHangNext");
+  auto* die_next = nccl_emu_hook<void(int)>("kilnNcclEmuDieNext");
+  ASSERT_TRUE(hang_next && die_next) << "the NCCL emulator's test hooks";
+  EXPECT_EQ(options().dist_timeout, 2.0); // KILN_DIST_TIMEOUT=2, from ctest
+  const int r = dist::rank();
+  const Tensor x = ones({1000}).to(kGpu);
+  options().dist_timeout = 300; // both ranks here first, however slowly they start; makes the communicator
+  EXPECT_EQ(dist::all_reduce(x).to(kCPU).sum().item<float>(), 2000.f);
+  options().dist_timeout = 2;
+  if (r == 1) {
+    if (kind == "die") die_next(0);
+    else hang_next();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int line = __LINE__ + 1;
+  const Tensor s = dist::all_reduce(x); // queued on both ranks; rank 1's part fails on its stream
+  if (r == 1 && kind != "stall") {
+    std::this_thread::sleep_for(std::chrono::seconds(60)); // dies meanwhile, or mpirun ends it when rank 0 leaves
+    return;
+  }
+  const int peer = 1 - r;
+  const std::string e = error_of([&] { s.to(kCPU); }); // the host wait throws (inside to()'s error)
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); // printed only
+  const std::string head = "all_reduce: ncclAllReduce (NCCL collective #2 of rank " + std::to_string(r) + " of 2, cuda:0) ";
+  const std::string timed_out = head + "did not complete within the timeout of 2 s (KILN_DIST_TIMEOUT)";
+  std::vector<std::string> parts = {"the communicator was aborted (ncclCommAbort)",
+                                    std::string(__FILE__) + ":" + std::to_string(line)}; // the all_reduce's line
+  if (kind == "stall") { // the first watchdog to fire aborts, which the other rank's NCCL may report first
+    EXPECT_TRUE(contains(e, timed_out) || contains(e, head + "failed: remote process exited")) << e;
+    parts.push_back("asked over MPI: rank " + std::to_string(peer) + " queued it and it did not complete there either");
+    parts.push_back("later collectives on CUDA tensors are staged through host memory");
+  } else {
+    parts.push_back(timed_out);
+    parts.push_back("asked over MPI: no data from rank 1 within 2 s (died, hangs, or never reached its watchdog)");
+  }
+  for (const std::string& part : parts) EXPECT_TRUE(contains(e, part)) << "missing '" << part << "' in: " << e;
+  // NCCL is off in this process from now on
+  EXPECT_TRUE(contains(dist::backend(kGpu), "staged through host memory: NCCL failed earlier (ncclAllReduce"))
+      << dist::backend(kGpu);
+  if (kind == "stall") { // both ranks go back to host staging together
+    EXPECT_EQ(dist::all_reduce(x).to(kCPU).sum().item<float>(), 2000.f);
+  } else {
+    const std::string again = error_of([&] { dist::all_reduce(x); });
+    EXPECT_TRUE(contains(again, "the process group failed earlier (no data from rank 1 in all_reduce)")) << again;
+  }
+  if (!::testing::Test::HasFailure() && r == 0)
+    std::printf("kiln-dist: rank 0 caught the NCCL failure in %.2f s: %s\n", secs, e.c_str());
+  std::fflush(stdout);
+}
+
+TEST(NcclFailure, RankHangsInAnAllReduce) { expect_nccl_failure_detected("hang"); }
+TEST(NcclFailure, RankDiesInAnAllReduce) { expect_nccl_failure_detected("die"); }
+TEST(NcclFailure, DeviceStallsOnOneRankAndBothWatchdogsFire) { expect_nccl_failure_detected("stall"); }
+
 // Run by dist_mpi_2_leave and dist_mpi_2_hang only: rank 1 leaves (or hangs) instead of taking
 // part; rank 0 must get a kiln::Error naming rank 1 and the collective within the timeout.
 // With `compiled`, rank 0's all-reduce is a DDP bucket's, started on another thread by the

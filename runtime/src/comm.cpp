@@ -88,6 +88,7 @@ struct State {
   bool uses_mpi = false;
   bool broken = false;
   std::string broken_by; // the failure that broke it
+  std::mutex mpi_mu;     // MPI_THREAD_SERIALIZED: one exchange at a time (the NCCL watchdog asks from any thread)
 };
 
 State& state() {
@@ -189,14 +190,20 @@ void abandon(State& s, std::vector<Posted>& posted) {
   }
 }
 
-// Breaks the group after a failed exchange: cancels what is still posted, remembers `why` for
-// later calls, and throws kiln::Error of `op` at `loc` saying `message`.
-[[noreturn]] void break_group(State& s, std::vector<Posted>& posted, std::string why, const std::string& message,
-                              const char* op, const std::source_location& loc) {
+// How a failed exchange broke the group: `why` as try_exchange() returns it, and the message
+// exchange() throws.
+struct Failure {
+  std::string why;
+  std::string message;
+};
+
+// Breaks the group after a failed exchange: cancels what is still posted and remembers
+// `broken_by` for later calls.
+Failure break_group(State& s, std::vector<Posted>& posted, std::string broken_by, Failure f) {
   s.broken = true;
-  s.broken_by = std::move(why);
+  s.broken_by = std::move(broken_by);
   abandon(s, posted);
-  throw Error(op, message, loc);
+  return f;
 }
 
 // The ranks whose transfers are still posted after the timeout, and what that means.
@@ -207,9 +214,8 @@ std::string who_is_missing(const std::vector<Posted>& posted) {
   return !silent.empty() ? "no data from " + ranks_str(silent) : ranks_str(stuck) + " did not take this rank's data";
 }
 
-// Posts each transfer in pieces of at most kMaxMessage bytes.
-void post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std::vector<Posted>& out,
-          const char* op, const std::source_location& loc) {
+// Posts each transfer in pieces of at most kMaxMessage bytes; a failure breaks the group.
+std::optional<Failure> post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std::vector<Posted>& out) {
   for (const Transfer& t : ts)
     for (size_t at = 0; at < t.bytes || (at == 0 && t.bytes == 0); at += kMaxMessage) {
       const int n = static_cast<int>(std::min(kMaxMessage, t.bytes - at));
@@ -220,11 +226,12 @@ void post(State& s, const std::vector<Transfer>& ts, bool receive, int tag, std:
       if (r != 0) {
         const std::string why = std::string(receive ? "MPI_Irecv from" : "MPI_Isend to") + " rank " +
                                 std::to_string(t.peer) + " failed: " + mpi_error(s.mpi, r);
-        break_group(s, out, why, why, op, loc);
+        return break_group(s, out, why, {why, why});
       }
       out.push_back(p);
       if (t.bytes == 0) break;
     }
+  return std::nullopt;
 }
 
 // Between polls: MPI moves a large message in fragments only while both sides poll, so for
@@ -236,25 +243,13 @@ void back_off(std::chrono::steady_clock::time_point start) {
   std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 50, std::chrono::milliseconds(1)));
 }
 
-} // namespace
-
-const World& world(const char* op, const std::source_location& loc) {
-  State& s = state();
-  std::call_once(s.once, [&] { s.failure = init(s); });
-  if (!s.failure.empty()) throw Error(op, "cannot join the process group: " + s.failure, loc);
-  return s.world;
-}
-
-void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag, const char* op,
-              double timeout_s, const std::source_location& loc) {
-  State& s = state();
-  world(op, loc);
-  if (s.broken)
-    throw Error(op, "the process group failed earlier (" + s.broken_by + ") and cannot be used again", loc);
-  if (!s.uses_mpi) return; // one process: nothing to exchange
+// Posts every transfer and polls them until all completed (nullopt), or until a failure or
+// the timeout broke the group.
+std::optional<Failure> attempt(State& s, const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                               int tag, const char* op, double timeout_s) {
   std::vector<Posted> posted;
-  post(s, recvs, true, tag, posted, op, loc);
-  post(s, sends, false, tag, posted, op, loc);
+  if (auto f = post(s, recvs, true, tag, posted)) return f;
+  if (auto f = post(s, sends, false, tag, posted)) return f;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
@@ -265,7 +260,7 @@ void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& r
       int done = 0;
       if (int r = s.mpi.Test(&p.request, &done, nullptr); r != 0) {
         const std::string why = "MPI_Test with rank " + std::to_string(p.peer) + ": " + mpi_error(s.mpi, r);
-        break_group(s, posted, why, why, op, loc);
+        return break_group(s, posted, why, {why, why});
       }
       if (done) p.request = nullptr, --pending;
     }
@@ -274,14 +269,54 @@ void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& r
       const std::string who = who_is_missing(posted);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", timeout_s);
-      break_group(s, posted, who + " in " + op,
-                  "rank " + std::to_string(s.world.rank) + " of " + std::to_string(s.world.size) + ": " + who +
-                      " within the timeout of " + secs +
-                      " s (KILN_DIST_TIMEOUT): a rank died, hangs, or left this collective",
-                  op, loc);
+      return break_group(s, posted, who + " in " + op,
+                         {who + " within " + secs + " s",
+                          "rank " + std::to_string(s.world.rank) + " of " + std::to_string(s.world.size) + ": " + who +
+                              " within the timeout of " + secs +
+                              " s (KILN_DIST_TIMEOUT): a rank died, hangs, or left this collective"});
     }
     back_off(start);
   }
+  return std::nullopt;
+}
+
+} // namespace
+
+const World& world(const char* op, const std::source_location& loc) {
+  State& s = state();
+  std::call_once(s.once, [&] { s.failure = init(s); });
+  if (!s.failure.empty()) throw Error(op, "cannot join the process group: " + s.failure, loc);
+  return s.world;
+}
+
+namespace {
+
+// exchange() and try_exchange(): nullopt when every transfer completed, else what failed.
+std::optional<Failure> exchange_or_failure(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                                           int tag, const char* op, double timeout_s,
+                                           const std::source_location& loc) {
+  State& s = state();
+  world(op, loc);
+  if (!s.uses_mpi) return std::nullopt; // one process: nothing to exchange
+  std::lock_guard one_thread_in_mpi(s.mpi_mu);
+  if (s.broken) {
+    const std::string why = "the process group failed earlier (" + s.broken_by + ")";
+    return Failure{why, why + " and cannot be used again"};
+  }
+  return attempt(s, sends, recvs, tag, op, timeout_s);
+}
+
+} // namespace
+
+void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag, const char* op,
+              double timeout_s, const std::source_location& loc) {
+  if (auto f = exchange_or_failure(sends, recvs, tag, op, timeout_s, loc)) throw Error(op, f->message, loc);
+}
+
+std::string try_exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs, int tag,
+                         const char* op, double timeout_s, const std::source_location& loc) {
+  auto f = exchange_or_failure(sends, recvs, tag, op, timeout_s, loc);
+  return f ? f->why : "";
 }
 
 void abort_job(int code) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "codegen/cuda_emitter.h"
 #include "codegen/nvrtc.h"
@@ -18,7 +19,18 @@ constexpr size_t kGranule = 512; // allocation rounding: cuMemAlloc aligns to 25
 constexpr unsigned kStreamFlags = 0; // CU_STREAM_DEFAULT: the legacy stream's synchronous copies wait for it
 constexpr const char* kEmulatorMarker = "//kiln-emu-source\n";
 
+constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING
+constexpr CUresult kNotReady = 600;         // CUDA_ERROR_NOT_READY
+
 CUdeviceptr as_dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
+
+// Between polls of a watched wait: yields for the first millisecond (an NCCL collective that
+// is about to finish), then sleeps a little longer each time, up to 1 ms.
+void back_off(std::chrono::steady_clock::time_point start) {
+  const auto waited = std::chrono::steady_clock::now() - start;
+  if (waited < std::chrono::milliseconds(1)) return std::this_thread::yield();
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 50, std::chrono::milliseconds(1)));
+}
 
 } // namespace
 
@@ -37,6 +49,7 @@ std::string bind_cuda_api(void* h, CudaApi& a) {
   bind_symbol(h, a.EventCreate, "cuEventCreate", missing);
   bind_symbol(h, a.EventRecord, "cuEventRecord", missing);
   bind_symbol(h, a.EventSynchronize, "cuEventSynchronize", missing);
+  bind_symbol(h, a.EventQuery, "cuEventQuery", missing);
   bind_symbol(h, a.EventElapsedTime, "cuEventElapsedTime", missing);
   bind_symbol(h, a.EventDestroy, "cuEventDestroy_v2", missing);
   bind_symbol(h, a.ModuleLoadData, "cuModuleLoadData", missing);
@@ -153,8 +166,7 @@ void Gpu::give_back(void* p, size_t size) {
 }
 
 void Gpu::free_cached_locked() {
-  make_current();
-  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+  wait_stream("cuStreamSynchronize");
   for (auto& [size, p] : free_) check(api_.MemFree(p), "cuMemFree");
   free_.clear();
   stats_.bytes_cached = 0;
@@ -182,8 +194,7 @@ void Gpu::upload(void* dst, const void* src, size_t bytes) {
 }
 
 void Gpu::download(void* dst, const void* src, size_t bytes) {
-  make_current();
-  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize before a device-to-host copy");
+  wait_stream("cuStreamSynchronize before a device-to-host copy");
   if (bytes) check(api_.MemcpyDtoH(dst, as_dptr(src), bytes), "cuMemcpyDtoH of " + std::to_string(bytes) + " bytes");
   drain_device_spans();
 }
@@ -197,16 +208,50 @@ void Gpu::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void Gpu::synchronize() {
-  make_current();
-  check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+  wait_stream("cuStreamSynchronize");
   drain_device_spans();
+}
+
+void Gpu::set_watch(Watch watch) { watch_.store(watch); }
+
+void Gpu::await_watched() {
+  const Watch watch = watch_.load();
+  if (!watch) return;
+  for (const auto start = std::chrono::steady_clock::now(); watch(*this);) back_off(start);
+}
+
+void Gpu::wait_stream(const std::string& what) {
+  await_watched();
+  make_current();
+  check(api_.StreamSynchronize(stream_), what);
+}
+
+CUevent Gpu::mark() {
+  make_current();
+  CUevent e = nullptr;
+  check(api_.EventCreate(&e, kEventDisableTiming), "cuEventCreate");
+  if (CUresult r = api_.EventRecord(e, stream_); r != 0) {
+    api_.EventDestroy(e);
+    check(r, "cuEventRecord");
+  }
+  return e;
+}
+
+bool Gpu::passed(CUevent mark) {
+  make_current();
+  return api_.EventQuery(mark) != kNotReady;
+}
+
+void Gpu::release(CUevent mark) {
+  make_current();
+  api_.EventDestroy(mark);
 }
 
 // Records the start event of a device span (the caller made the context current).
 void Gpu::trace_begin(const char* cat, const std::string& name) {
   std::lock_guard lock(trace_mu_);
   if (!origin_) { // the time base: an event the host sees complete
-    check(api_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    wait_stream("cuStreamSynchronize");
     check(api_.EventCreate(&origin_, 0), "cuEventCreate");
     check(api_.EventRecord(origin_, stream_), "cuEventRecord");
     check(api_.EventSynchronize(origin_), "cuEventSynchronize");
@@ -252,6 +297,7 @@ double Gpu::time_ms(const std::function<void()>& work) {
   check(api_.EventRecord(start, stream_), "cuEventRecord");
   work();
   check(api_.EventRecord(stop, stream_), "cuEventRecord");
+  await_watched();
   check(api_.EventSynchronize(stop), "cuEventSynchronize");
   float ms = 0;
   check(api_.EventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
@@ -343,7 +389,7 @@ void Gpu::launch(CUfunction fn, const std::string& name, const codegen::CudaLaun
   check(api_.LaunchKernel(fn, c.grid, 1, 1, c.block, 1, 1, 0, stream_, args.data(), nullptr),
         "cuLaunchKernel of " + name + " (grid " + std::to_string(c.grid) + ", block " + std::to_string(c.block) + ")");
   if (traced) trace_end();
-  if (options().launch_blocking) check(api_.StreamSynchronize(stream_), "kernel " + name);
+  if (options().launch_blocking) wait_stream("kernel " + name);
 }
 
 } // namespace kiln::runtime

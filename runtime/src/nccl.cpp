@@ -8,9 +8,12 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
+#include <optional>
 
 #include "kiln/error.h"
 #include "kiln/options.h"
@@ -31,7 +34,8 @@ struct UniqueId {
 };
 
 constexpr const char* kLibrary = "libnccl.so.2"; // KILN_NCCL_LIBRARY overrides it (a full path)
-constexpr int kIdTag = 4; // the unique id's message tag on the MPI group (dist.cpp's are 1-3)
+constexpr int kIdTag = 4;       // the unique id's message tag on the MPI group (dist.cpp's are 1-3)
+constexpr int kWatchdogTag = 5; // the watchdog's question to the peers
 
 // ncclDataType_t and ncclRedOp_t values (nccl.h).
 enum : int { kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat32 = 7, kFloat64 = 8 };
@@ -75,6 +79,19 @@ std::string bind_all(void* h, Api& a) {
   return missing;
 }
 
+using Clock = std::chrono::steady_clock;
+
+/// A queued NCCL group the watchdog follows until the stream passed it.
+struct Work {
+  uint64_t seq = 0;        ///< this rank's NCCL groups so far, this one included
+  std::string name;        ///< its first NCCL function ("ncclAllReduce")
+  std::string op;          ///< the kiln collective ("all_reduce")
+  std::source_location loc; ///< the user's line
+  double timeout_s = 0;    ///< KILN_DIST_TIMEOUT when it was queued
+  CUevent start = nullptr, done = nullptr; ///< Gpu markers before and after it
+  std::optional<Clock::time_point> started; ///< when the host first saw the stream reach it
+};
+
 /// The process's NCCL: loaded once; `failure` says why it cannot be used ("" when it can).
 struct State {
   std::mutex mu;
@@ -84,6 +101,8 @@ struct State {
   Api api;
   Comm comm = nullptr;
   int comm_device = -1; // the CUDA ordinal of the communicator
+  std::deque<Work> pending; // queued groups the stream has not passed, oldest first
+  uint64_t queued = 0, completed = 0; // the last group queued, and the last one seen complete
 };
 
 State& state() {
@@ -134,6 +153,12 @@ std::string nccl_message(const State& s, Result r) {
   return msg + " (ncclResult_t " + std::to_string(r) + ")";
 }
 
+// Stops following the queued groups (after the communicator was aborted).
+void forget_pending(State& s, Gpu& gpu) {
+  for (Work& w : s.pending) gpu.release(w.start), gpu.release(w.done);
+  s.pending.clear();
+}
+
 // After a failure: NCCL is off in this process (the communicator aborted), and `op` throws.
 [[noreturn]] void fail(State& s, const std::string& what, Result r, Device device, const char* op,
                        const std::source_location& loc) {
@@ -142,6 +167,7 @@ std::string nccl_message(const State& s, Result r) {
   s.failure = "NCCL failed earlier (" + what + ": " + msg + ")";
   if (s.comm) s.api.CommAbort(s.comm);
   s.comm = nullptr;
+  if (!s.pending.empty()) forget_pending(s, Gpu::get(s.comm_device));
   throw Error(op, what + " failed on rank " + std::to_string(w.rank) + " of " + std::to_string(w.size) + " (" +
                       device.str() + "): " + msg + "; later collectives on CUDA tensors are staged through host memory",
               loc);
@@ -213,6 +239,133 @@ void check_async(State& s, Device device, const char* what, const char* op, cons
   if (async != 0) fail(s, what, async, device, op, loc);
 }
 
+// ncclGroupStart, the calls on the device's stream, ncclGroupEnd; a failure throws (fail()).
+void queue_group(State& s, const std::vector<Call>& calls, Device device, const char* op,
+                 const std::source_location& loc) {
+  Stream stream = Gpu::get(device.index).stream();
+  if (Result r = s.api.GroupStart(); r != 0) fail(s, "ncclGroupStart", r, device, op, loc);
+  for (const Call& c : calls)
+    if (Result r = enqueue(s.api, c, s.comm, stream); r != 0) {
+      s.api.GroupEnd();
+      fail(s, nccl_name(c.kind), r, device, op, loc);
+    }
+  if (Result r = s.api.GroupEnd(); r != 0) fail(s, "ncclGroupEnd", r, device, op, loc);
+}
+
+// ---------------------------------------------------------------- watchdog
+//
+// Every queued group is followed (Work) until the stream passed its end marker. Host waits on
+// the communicator's device poll watch() instead of blocking in the driver (Gpu::set_watch),
+// and so does the next run(): no thread of its own, so that the error is thrown by the thread
+// that waits, MPI is asked from the thread that holds it, and nothing runs while no NCCL work
+// is pending. The timeout counts from the first poll that saw the stream reach the group, so
+// that kernels queued before it do not count.
+
+/// What a rank tells the others when its watchdog fires: the group it was stuck in, and its
+/// last groups queued and completed.
+struct Report {
+  int64_t seq, queued, completed;
+};
+
+// "rank 1 had not queued it (its last NCCL collective is #2)", for one peer that answered.
+std::string peer_state(int rank, const Report& r, uint64_t seq) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (r.queued < static_cast<int64_t>(seq))
+    return who + " had not queued it (its last NCCL collective is #" + std::to_string(r.queued) + ")";
+  if (r.completed >= static_cast<int64_t>(seq)) return who + " completed it";
+  return who + " queued it and it did not complete there either";
+}
+
+// Asks every peer over MPI (with the same timeout) where it is; says who did not answer, or
+// what each answered, and what that leaves of the process group.
+std::string ask_peers(const State& s, const Work& w, const comm::World& world) {
+  Report mine{static_cast<int64_t>(w.seq), static_cast<int64_t>(s.queued), static_cast<int64_t>(s.completed)};
+  std::vector<Report> theirs(static_cast<size_t>(world.size));
+  std::vector<comm::Transfer> sends, recvs;
+  for (int r = 0; r < world.size; ++r) {
+    if (r == world.rank) continue;
+    sends.push_back({r, &mine, sizeof mine});
+    recvs.push_back({r, &theirs[static_cast<size_t>(r)], sizeof(Report)});
+  }
+  const std::string failed = comm::try_exchange(sends, recvs, kWatchdogTag, w.op.c_str(), w.timeout_s, w.loc);
+  if (!failed.empty())
+    return "asked over MPI: " + failed + " (died, hangs, or never reached its watchdog); the process group cannot "
+           "be used again";
+  std::string out = "asked over MPI: ";
+  for (int r = 0, n = 0; r < world.size; ++r)
+    if (r != world.rank) out += (n++ ? "; " : "") + peer_state(r, theirs[static_cast<size_t>(r)], w.seq);
+  return out + "; later collectives on CUDA tensors are staged through host memory";
+}
+
+// The oldest pending group `w` failed (`what`: NCCL's asynchronous error, or the timeout):
+// aborts the communicator (NCCL's kernels return, so the stream drains), turns NCCL off in
+// this process, asks the peers, and throws kiln::Error of w's collective at its line.
+[[noreturn]] void watchdog_fires(State& s, Gpu& gpu, const std::string& what) {
+  const Work w = s.pending.front();
+  forget_pending(s, gpu);
+  const auto& world = comm::world(w.op.c_str(), w.loc);
+  const std::string head = w.name + " (NCCL collective #" + std::to_string(w.seq) + " of rank " +
+                           std::to_string(world.rank) + " of " + std::to_string(world.size) + ", " +
+                           gpu.device().str() + ") " + what;
+  s.failure = "NCCL failed earlier (" + head + ")";
+  s.api.CommAbort(s.comm);
+  s.comm = nullptr;
+  throw Error(w.op, head + "; the communicator was aborted (ncclCommAbort); " + ask_peers(s, w, world), w.loc);
+}
+
+std::string seconds_str(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
+
+// One poll: drops the groups the stream passed; throws when NCCL reports an error or the oldest
+// group passed its timeout. Returns whether any is still pending.
+bool watch_locked(State& s) {
+  if (s.pending.empty() || !s.comm) return false;
+  Gpu& gpu = Gpu::get(s.comm_device);
+  Result async = 0;
+  if (Result r = s.api.CommGetAsyncError(s.comm, &async); r != 0) async = r;
+  if (async != 0) watchdog_fires(s, gpu, "failed: " + nccl_message(s, async));
+  while (!s.pending.empty() && gpu.passed(s.pending.front().done)) {
+    Work& w = s.pending.front();
+    s.completed = w.seq;
+    gpu.release(w.start), gpu.release(w.done);
+    s.pending.pop_front();
+  }
+  if (s.pending.empty()) return false;
+  Work& w = s.pending.front();
+  const auto now = Clock::now();
+  if (!w.started && gpu.passed(w.start)) w.started = now;
+  if (w.started && now - *w.started > std::chrono::duration<double>(w.timeout_s))
+    watchdog_fires(s, gpu, "did not complete within the timeout of " + seconds_str(w.timeout_s) +
+                               " s (KILN_DIST_TIMEOUT)");
+  return true;
+}
+
+// Gpu::Watch of the communicator's device.
+bool watch(Gpu&) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return watch_locked(s);
+}
+
+// Queues the group between two markers and follows it.
+void queue_watched(State& s, Gpu& gpu, const std::vector<Call>& calls, const char* op, double timeout_s,
+                   const std::source_location& loc) {
+  Work w;
+  w.seq = ++s.queued, w.name = nccl_name(calls[0].kind), w.op = op, w.loc = loc, w.timeout_s = timeout_s;
+  w.start = gpu.mark();
+  try {
+    queue_group(s, calls, gpu.device(), op, loc);
+  } catch (...) {
+    gpu.release(w.start);
+    throw;
+  }
+  w.done = gpu.mark();
+  s.pending.push_back(std::move(w));
+}
+
 std::string unusable_locked(State& s, Device device) {
   ensure_loaded(s);
   if (!s.failure.empty()) return s.failure;
@@ -244,17 +397,15 @@ void run(Device device, const std::vector<Call>& calls, const char* op, double t
   KILN_ASSERT(unusable_locked(s, device).empty(), "nccl::run where NCCL is unusable");
   Gpu& gpu = Gpu::get(device.index);
   gpu.make_current(); // NCCL uses the calling thread's current device
-  if (!s.comm) make_comm(s, device, op, timeout_s, loc);
+  if (!s.comm) {
+    make_comm(s, device, op, timeout_s, loc);
+    gpu.set_watch(&watch);
+  }
+  watch_locked(s); // an earlier group that failed or timed out throws here
   check_async(s, device, "an earlier NCCL collective", op, loc);
-  Stream stream = gpu.stream();
-  if (Result r = s.api.GroupStart(); r != 0) fail(s, "ncclGroupStart", r, device, op, loc);
-  for (const Call& c : calls)
-    if (Result r = enqueue(s.api, c, s.comm, stream); r != 0) {
-      s.api.GroupEnd();
-      fail(s, nccl_name(c.kind), r, device, op, loc);
-    }
-  if (Result r = s.api.GroupEnd(); r != 0) fail(s, "ncclGroupEnd", r, device, op, loc);
-  check_async(s, device, calls.empty() ? "ncclGroupEnd" : nccl_name(calls[0].kind), op, loc);
+  if (calls.empty()) return;
+  queue_watched(s, gpu, calls, op, timeout_s, loc);
+  check_async(s, device, nccl_name(calls[0].kind), op, loc);
 }
 
 } // namespace kiln::runtime::nccl

@@ -35,9 +35,21 @@
 // Errors. A rank that waits at a barrier longer than KILN_NCCL_EMU_TIMEOUT seconds (default 60),
 // or sees that another rank aborted its communicator, stops: its communicator's asynchronous
 // error (ncclCommGetAsyncError) becomes ncclRemoteError and its later work is skipped.
-// kilnNcclEmuFailNext(code) (a test hook) makes this process's next collective call return
-// `code` with ncclGetLastError saying so; kilnNcclEmuCounters(out[2]) gives the communicators
-// made and the collectives run by this process.
+// ncclCommAbort also ends this rank's own work waiting in a collective (as NCCL's kernels return
+// on abort), so that the stream drains; unlike NCCL it then waits until the communicator's
+// queued work ran or was skipped (before freeing what that work reads), which takes no longer
+// than the stream's work queued before it. kilnNcclEmuFailNext(code) (a test hook) makes this
+// process's next collective call return `code` with ncclGetLastError saying so;
+// kilnNcclEmuCounters(out[2]) gives the communicators made and the collectives run by this
+// process.
+//
+// Peer failures (test hooks, for the other ranks' point of view). kilnNcclEmuHangNext(): when the
+// stream reaches this process's next collective, it never takes part (a device stuck before the
+// collective's kernel): the stream waits there until this rank aborts its communicator; nothing
+// is reported, as NCCL reports nothing. kilnNcclEmuDieNext(status): the process exits with
+// `status` (_exit) in the middle of its next collective, after the first chunk was exchanged.
+// The other ranks then wait at a barrier as NCCL's kernels would wait for a peer over shared
+// memory or NVLink: until their KILN_NCCL_EMU_TIMEOUT, or until they abort.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -110,6 +122,8 @@ struct Driver {
 std::mutex g_error_mu;
 std::string g_last_error; // ncclGetLastError
 std::atomic<int> g_fail_next{0};
+std::atomic<int> g_fault_next{0}; // kilnNcclEmuHangNext / DieNext: the next collective's Fault
+std::atomic<int> g_die_status{0};
 std::atomic<unsigned long long> g_comms{0}, g_collectives{0}; // kilnNcclEmuCounters
 
 void set_last_error(const std::string& s) {
@@ -160,6 +174,7 @@ struct ncclComm {
   unsigned char* slots = nullptr;
   size_t mapped = 0;
   std::atomic<int> async_error{0};
+  std::atomic<bool> aborted{false}; // ncclCommAbort of this rank: its waiting work ends
   std::mutex mu; // in_flight
   std::condition_variable idle;
   int in_flight = 0; // queued batches not yet run
@@ -241,6 +256,8 @@ void reduce_slots(ncclComm* c, size_t offset, size_t n, int type, int op, int fi
 }
 
 enum class Kind { AllReduce, Broadcast, AllGather, ReduceScatter };
+/// A peer failure injected by a test hook.
+enum class Fault { None, Hang, Die };
 
 /// One queued collective.
 struct Op {
@@ -250,6 +267,7 @@ struct Op {
   int type, op, root;
   ncclComm* comm;
   void* stream;
+  Fault fault = Fault::None;
 };
 
 const char* name(Kind k) {
@@ -276,9 +294,22 @@ unsigned char* host(CUdeviceptr d, size_t n) {
   return n == 0 ? nullptr : static_cast<unsigned char*>(driver().HostAddress(d, n));
 }
 
+// kilnNcclEmuHangNext: the stream stays in the collective, taking no part, until this rank aborts.
+bool hang(ncclComm* c) {
+  while (!c->aborted.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return false;
+}
+
+// kilnNcclEmuDieNext: the process ends in the middle of the collective.
+void die() {
+  std::fflush(nullptr);
+  _exit(g_die_status.load());
+}
+
 // Runs `o` on the stream's thread; false when a barrier failed.
 bool execute(const Op& o) {
   ncclComm* c = o.comm;
+  if (o.fault == Fault::Hang) return hang(c);
   const size_t es = type_size(o.type), p = static_cast<size_t>(c->nranks), me = static_cast<size_t>(c->rank);
   unsigned char* in = host(o.send, send_bytes(o));
   unsigned char* out = host(o.recv, recv_bytes(o));
@@ -303,6 +334,7 @@ bool execute(const Op& o) {
       break;
     }
     if (!barrier(c, name(o.kind))) return false;
+    if (o.fault == Fault::Die) die();
     switch (o.kind) {
     case Kind::AllReduce: reduce_slots(c, 0, n, o.type, o.op, first, out + at * es); break;
     case Kind::Broadcast: std::memcpy(out + at * es, slot(c, o.root), bytes); break;
@@ -363,11 +395,12 @@ ncclResult_t check(const Op& o);
 
 // Checks a collective's arguments at the call, then queues it (or collects it in a group; a
 // failed call fails the group: ncclGroupEnd returns its error and queues nothing).
-ncclResult_t submit(const Op& o) {
+ncclResult_t submit(Op o) {
   if (ncclResult_t r = check(o); r != kSuccess) {
     if (t_group_depth > 0 && t_group_error == kSuccess) t_group_error = r;
     return r;
   }
+  o.fault = static_cast<Fault>(g_fault_next.exchange(0));
   if (t_group_depth > 0) {
     t_group.push_back(o);
     return kSuccess;
@@ -468,6 +501,7 @@ KILN_NCCL_EMU_API ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (!c) return kInvalidArgument;
   if (c->shared) c->shared->aborted.store(1, std::memory_order_release); // the other ranks stop waiting
   c->async_error.store(kRemoteError);
+  c->aborted.store(true, std::memory_order_release); // this rank's work waiting in a collective ends
   wait_idle(c);
   unmap(c);
   delete c;
@@ -540,6 +574,17 @@ KILN_NCCL_EMU_API ncclResult_t ncclGroupEnd() {
 
 /// Test hook: this process's next collective call returns `code` (an ncclResult_t).
 KILN_NCCL_EMU_API void kilnNcclEmuFailNext(int code) { g_fail_next.store(code); }
+
+/// Test hook: this process's next collective never takes part: its stream waits in it until this
+/// rank calls ncclCommAbort.
+KILN_NCCL_EMU_API void kilnNcclEmuHangNext() { g_fault_next.store(static_cast<int>(Fault::Hang)); }
+
+/// Test hook: this process exits with `status` in the middle of its next collective (after the
+/// first chunk was exchanged).
+KILN_NCCL_EMU_API void kilnNcclEmuDieNext(int status) {
+  g_die_status.store(status);
+  g_fault_next.store(static_cast<int>(Fault::Die));
+}
 
 /// Test hook: communicators made and collectives run (completed on their stream) by this process.
 KILN_NCCL_EMU_API void kilnNcclEmuCounters(unsigned long long out[2]) {

@@ -34,7 +34,13 @@
 /// descriptions. A rank that does not answer within options().dist_timeout seconds
 /// (KILN_DIST_TIMEOUT, default 300) makes the others throw kiln::Error naming it and the
 /// collective; the group is then unusable and the process leaves MPI without finalizing,
-/// so that mpirun ends the job rather than hang.
+/// so that mpirun ends the job rather than hang. On NCCL a collective returns once queued, so
+/// a peer that dies or hangs inside it is caught by a watchdog: the next host wait on that
+/// GPU's stream (item(), to(kCPU)) or the next collective throws kiln::Error once it has not
+/// completed within options().dist_timeout seconds of the stream reaching it (or NCCL reported
+/// an error), naming the collective, its line, this rank and the ranks that did not answer over
+/// MPI; the communicator is aborted and later collectives on CUDA tensors are staged through
+/// host memory (or, when a rank did not answer, fail: the group is unusable).
 
 #include <cstdint>
 #include <memory>
