@@ -172,6 +172,8 @@ KILN_GEMM_PAIR(128x768x512, 128, 768, 512);
       ->Unit(benchmark::kMillisecond)
 KILN_GEMM_PAIR_TA(384x768x128_ta, 384, 768, 128);
 KILN_GEMM_PAIR_TA(512x128x512_ta, 512, 128, 512);
+KILN_GEMM_PAIR_TA(128x768x512_ta, 128, 768, 512);
+KILN_GEMM_PAIR_TA(512x768x128_ta, 512, 768, 128);
 // kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
 #define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \
@@ -187,5 +189,7 @@ KILN_GEMM_SHAPE(128x768x512, 128, 768, 512);
       ->Name("Gemm/" #name "/kiln")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
 KILN_GEMM_SHAPE_TA(384x768x128_ta, 384, 768, 128);
 KILN_GEMM_SHAPE_TA(512x128x512_ta, 512, 128, 512);
+KILN_GEMM_SHAPE_TA(128x768x512_ta, 128, 768, 512);
+KILN_GEMM_SHAPE_TA(512x768x128_ta, 512, 768, 128);
 
 } // namespace
