@@ -1035,6 +1035,30 @@ TEST(CudaShimAttention, ForwardMatchesLlvmBitwise) { check_attention_sets(attent
 
 TEST(CudaShimAttention, BackwardMatchesLlvmBitwise) { check_attention_sets(attention_backward_sets()); }
 
+// The emitted attention kernels (CUDA golden files; schedule_text prints the kernel IR first): a forward
+// storing out and lse, f32, causal with a bool mask [bh, l, s]; a backward of dq, dk and dv, f64, with
+// an additive float mask [1, l, s].
+TEST(CudaGolden, AttentionForward) {
+  const AttentionProblem p = attention_problem(kFloat32, {2, 5, 7, 3, 4}, MaskKind::Bool, true, 9900);
+  const graph::NodeRef mask = p.mask_node();
+  check_golden("cuda_attention_forward.cu",
+               schedule_text({detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}),
+                              detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {})}));
+}
+
+TEST(CudaGolden, AttentionBackward) {
+  const AttentionProblem p = attention_problem(kFloat64, {2, 5, 7, 3, 4}, MaskKind::Float, false, 9910);
+  const graph::NodeRef mask = p.mask_node();
+  const Tensor out = detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {});
+  const Tensor lse = detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {});
+  realize({out, lse});
+  std::vector<Tensor> grads;
+  for (auto which : {gb::AttentionGradOf::Q, gb::AttentionGradOf::K, gb::AttentionGradOf::V})
+    grads.push_back(detail::result_of(
+        gb::attention_grad(p.q.node(), p.k.node(), p.v.node(), out.node(), p.dout.node(), lse.node(), mask, p.scale, p.causal, which), {}));
+  check_golden("cuda_attention_backward.cu", schedule_text(grads));
+}
+
 // Attention kernels of the shim tests compile with NVRTC for sm_90 and compute_90, without warnings
 // (and through ptxas where present): the forward (out and lse, out, lse) and backward (dq, dk and dv,
 // each alone, dk and dv) of f32 causal with a bool or float mask, and f64's of a float mask. Not all

@@ -378,7 +378,8 @@ KILN_DF float kiln_attn_fma(float a, float b, float c) { return fmaf(a, b, c); }
 KILN_DF double kiln_attn_fma(double a, double b, double c) { return fma(a, b, c); }
 // acc[y][x] = the dot product of row ty + 16 y of x (rows from x0, xn of them inside) and row
 // tx + 16 x of y (from y0, yn inside), over `width` columns, fma in order of the column: the rows
-// staged through `stage` (shared) by chunks of DK columns. Every thread of the block calls it.
+// staged through `stage` (shared) by chunks of DK columns. Every thread of the block calls it; a
+// barrier before each chunk's staging and one at the end.
 template <class T, int BR, int DK>
 __device__ void kiln_attn_dots(const T* __restrict__ x, long long x0, int xn, const T* __restrict__ y, long long y0, int yn,
                                long long width, T* stage, T (&acc)[BR / 16][4]) {
@@ -413,6 +414,7 @@ __device__ void kiln_attn_dots(const T* __restrict__ x, long long x0, int xn, co
         for (int c = 0; c < 4; ++c) acc[a][c] = kiln_attn_fma(xv[a], yv[c], acc[a][c]);
     }
   }
+  __syncthreads(); // the stage is free again, and the block is past what it did before the call (even for width 0)
 }
 #endif
 )";
