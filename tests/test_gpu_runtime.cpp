@@ -195,6 +195,23 @@ TEST(GpuRuntime, FusedAttentionAndItsGradientsMatchTheCpuBitwise) {
   }
 }
 
+// Below kFusedBackwardMinWeights the composite runs (gradients flow): its causal mask is built on q's
+// device, and its results are the CPU's bitwise too.
+TEST(GpuRuntime, CompositeCausalAttentionMatchesTheCpuBitwise) {
+  const Tensor q = randn({2, 40, 8}, 44).realize(), k = randn({2, 50, 8}, 45).realize(), v = randn({2, 50, 8}, 46).realize();
+  auto run = [&](Device d) {
+    std::vector<Tensor> in{q.to(d).detach(), k.to(d).detach(), v.to(d).detach()};
+    for (Tensor& t : in) t.requires_grad_();
+    const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0, true);
+    EXPECT_NE(out.node()->op, graph::OpKind::Attention) << d.str();
+    std::vector<std::vector<float>> r{out.to(kCPU).to_vector<float>()};
+    for (const Tensor& g : grad({(out * out).sum()}, in)) r.push_back(g.to(kCPU).to_vector<float>());
+    return r;
+  };
+  const auto cpu = run(kCPU), gpu = run(kGpu);
+  for (size_t i = 0; i < cpu.size(); ++i) expect_bitwise(gpu[i], cpu[i], "composite causal " + std::to_string(i));
+}
+
 // The indexing ops (kiln/indexops.h) and floor/ceil/round: gather as an indexed load fused into
 // elementwise work, scatter_add (a masked sum) and index_add (a one-hot GEMM), cumsum, and an
 // Embedding's forward and weight gradient, bitwise the CPU's; a lazy bad index is reported.

@@ -73,7 +73,11 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  bool is_causal, double scale) {
   Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
   const int64_t L = q.size(-2), S = k.size(-2);
-  if (is_causal) s = masked_fill(s, gt(arange(S), arange(L).unsqueeze(1)), kNegInf);
+  if (is_causal) { // key j > query i, built on q's device
+    const Tensor keys = arange(0, static_cast<double>(S), 1, kInt64, q.device());
+    const Tensor rows = arange(0, static_cast<double>(L), 1, kInt64, q.device());
+    s = masked_fill(s, gt(keys, rows.unsqueeze(1)), kNegInf);
+  }
   if (mask.defined()) s = mask.dtype() == kBool ? masked_fill(s, logical_not(mask), kNegInf) : s + mask;
   // Only a mask can empty a row (a causal row keeps at least key 0): the plain softmax otherwise.
   Tensor p = mask.defined() ? safe_softmax(s) : functional::softmax(s, -1);
