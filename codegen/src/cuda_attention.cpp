@@ -140,6 +140,8 @@ private:
 
   /// `text {` (the $ names replaced), a new scope.
   void open(const std::string& text) { body_.open(subst(text, vars_)); }
+  /// `}`, the end of the innermost scope.
+  void close() { body_.close(); }
 
   /// `s` (the scaled score of query row i1 = qrow0 + rr and key r0 = key0 + jj of batch point i0 = bi)
   /// with causal and the mask applied, in its own scope.
@@ -151,9 +153,10 @@ private:
       const std::string m = body_.ref(a_.mask);
       put(a_.mask->dtype == DType::Bool ? "s = " + m + " ? s : -A_inf;" : "s = s + " + m + ";");
     }
-    body_.close();
+    close();
   }
 
+  /// The forward: a task per (batch point, 64 query rows), its key blocks in order.
   void forward() {
     put(R"(__shared__ $T Ss[64][65];
 __shared__ __align__(16) $T Stage[$STAGE];
@@ -166,8 +169,19 @@ const int nrows = (int)(A_l - qrow0 < 64 ? A_l - qrow0 : 64);)");
                   : "const long long keys = A_s;");
     put(R"(if (tid < 64) { Ms[tid] = -A_inf; Zs[tid] = ($T)0; })");
     open("for (long long key0 = 0; key0 < keys; key0 += 64)");
-    put(R"(const int nkeys = (int)(keys - key0 < 64 ? keys - key0 : 64);
-$T sc[4][4];
+    put("const int nkeys = (int)(keys - key0 < 64 ? keys - key0 : 64);");
+    forward_scores();
+    softmax_step();
+    if (a_.out >= 0) accumulate_out();
+    close(); // key blocks
+    finish_rows();
+    put("__syncthreads(); // m and z are reset by the next task");
+    close(); // tasks
+  }
+
+  /// The key block's 64 x 64 scores of the task's rows, scaled and masked, into Ss.
+  void forward_scores() {
+    put(R"($T sc[4][4];
 kiln_attn_dots<$T, 64, $DK>($Q, bi * A_l + qrow0, nrows, $K, bi * A_s + key0, nkeys, A_e, Stage, sc);
 #pragma unroll)");
     open("for (int y = 0; y < 4; ++y)");
@@ -177,11 +191,15 @@ kiln_attn_dots<$T, 64, $DK>($Q, bi * A_l + qrow0, nrows, $K, bi * A_s + key0, nk
     open("if (rr < nrows && jj < nkeys)");
     put("s = sc[y][x] * A_scale;");
     mask_score();
-    body_.close();
+    close();
     put("Ss[rr][jj] = s;");
-    body_.close();
-    body_.close();
-    // the online softmax step: 4 threads a row, then one thread a row for the lanes and z
+    close();
+    close();
+  }
+
+  /// The online softmax step of the block: 4 threads a row turn the scores in Ss into p and sum
+  /// their lanes; then one thread a row combines the lanes and updates z (the factor a in As).
+  void softmax_step() {
     put(R"(__syncthreads();
 {
   const int rr = tid / 4, part = tid % 4;
@@ -214,7 +232,12 @@ if (tid < 64) {
     for (int l = 0; l < h; ++l) lanes[l] = lanes[l] + lanes[l + h];
   Zs[tid] = Zs[tid] * As[tid] + lanes[0];
 })");
-    if (a_.out >= 0) put(R"(for (long long c0 = 0; c0 < A_ev; c0 += $CW) {
+  }
+
+  /// o = o * a + p V_blk for the task's rows, kept in the output rows: a thread per (row, column),
+  /// V's columns staged by chunks of CW.
+  void accumulate_out() {
+    put(R"(for (long long c0 = 0; c0 < A_ev; c0 += $CW) {
   const int cn = (int)(A_ev - c0 < $CW ? A_ev - c0 : $CW);
   __syncthreads();
   for (int x = tid; x < 64 * $CW; x += 256) {
@@ -231,7 +254,10 @@ if (tid < 64) {
       *o = acc;
     }
 })");
-    body_.close(); // key blocks
+  }
+
+  /// After the last key block: lse = c + log(z) and out = o / z (0 and -inf where z is 0).
+  void finish_rows() {
     put("__syncthreads();");
     if (a_.lse >= 0) put(R"(for (int rr = tid; rr < nrows; rr += 256) {
   const $T z = Zs[rr], m = Ms[rr];
@@ -242,10 +268,9 @@ if (tid < 64) {
   const $T z = Zs[x / A_ev];
   *o = z == ($T)0 ? ($T)0 : *o / z;
 })");
-    put("__syncthreads(); // m and z are reset by the next task");
-    body_.close(); // tasks
   }
 
+  /// The backward: key tasks, then query tasks (those of the gradients written).
   void backward() {
     const bool keys_role = a_.dk >= 0 || a_.dv >= 0;
     if (a_.dv >= 0) put("__shared__ $T Ps[$BR][65];");
@@ -259,37 +284,58 @@ if (tid < 64) {
     open("for (long long task = blockIdx.x; task < tasks; task += gridDim.x)");
     if (keys_role) {
       open("if (task < ktasks)");
-      put(R"(const long long bi = task / kblocks, key0 = task % kblocks * 64;
-const int nkeys = (int)(A_s - key0 < 64 ? A_s - key0 : 64);)");
-      if (a_.dk >= 0) put("for (long long x = tid; x < nkeys * A_e; x += 256) $DK_[(bi * A_s + key0) * A_e + x] = ($T)0;");
-      if (a_.dv >= 0) put("for (long long x = tid; x < nkeys * A_ev; x += 256) $DV[(bi * A_s + key0) * A_ev + x] = ($T)0;");
-      put(a_.causal ? "const long long first = key0 < A_l ? key0 : A_l; // rows before the block's first key see none of it"
-                    : "const long long first = 0;");
-      open("for (long long qrow0 = first; qrow0 < A_l; qrow0 += $BR)");
-      put("const int nrows = (int)(A_l - qrow0 < $BR ? A_l - qrow0 : $BR);");
-      tile(needs_g(a_));
-      if (a_.dv >= 0) update_keys("$DV", "A_ev", "$DOUT", "Ps");
-      if (a_.dk >= 0) update_keys("$DK_", "A_e", "$Q", "Gs");
-      body_.close();
-      body_.close();
+      key_task();
+      close();
     }
     if (a_.dq >= 0) {
       open(keys_role ? "else" : "");
-      put(R"(const long long bi = (task - ktasks) / qchunks, qrow0 = (task - ktasks) % qchunks * $BR;
+      query_task();
+      close();
+    }
+    close(); // tasks
+  }
+
+  /// A key task: dk and dv (those written) of a batch point's block of 64 keys, over the query rows
+  /// in order by chunks of BR.
+  void key_task() {
+    put(R"(const long long bi = task / kblocks, key0 = task % kblocks * 64;
+const int nkeys = (int)(A_s - key0 < 64 ? A_s - key0 : 64);)");
+    if (a_.dk >= 0) put("for (long long x = tid; x < nkeys * A_e; x += 256) $DK_[(bi * A_s + key0) * A_e + x] = ($T)0;");
+    if (a_.dv >= 0) put("for (long long x = tid; x < nkeys * A_ev; x += 256) $DV[(bi * A_s + key0) * A_ev + x] = ($T)0;");
+    put(a_.causal ? "const long long first = key0 < A_l ? key0 : A_l; // rows before the block's first key see none of it"
+                  : "const long long first = 0;");
+    open("for (long long qrow0 = first; qrow0 < A_l; qrow0 += $BR)");
+    put("const int nrows = (int)(A_l - qrow0 < $BR ? A_l - qrow0 : $BR);");
+    tile(needs_g(a_));
+    if (a_.dv >= 0) update_keys("$DV", "A_ev", "$DOUT", "Ps");
+    if (a_.dk >= 0) update_keys("$DK_", "A_e", "$Q", "Gs");
+    close();
+  }
+
+  /// A query task: dq of a batch point's chunk of BR query rows, over the key blocks in order.
+  void query_task() {
+    put(R"(const long long bi = (task - ktasks) / qchunks, qrow0 = (task - ktasks) % qchunks * $BR;
 const int nrows = (int)(A_l - qrow0 < $BR ? A_l - qrow0 : $BR);
 for (long long x = tid; x < nrows * A_e; x += 256) $DQ[(bi * A_l + qrow0) * A_e + x] = ($T)0;)");
-      if (a_.causal) {
-        // the blocks starting at or before the chunk's last row: exactly each row's (BR divides 64, so a
-        // chunk never straddles a block's first key)
-        put("const long long last = ((qrow0 + nrows - 1) / 64 + 1) * 64;");
-        put("const long long keys = A_s < last ? A_s : last;");
-      } else {
-        put("const long long keys = A_s;");
-      }
-      open("for (long long key0 = 0; key0 < keys; key0 += 64)");
-      put("const int nkeys = (int)(A_s - key0 < 64 ? A_s - key0 : 64);");
-      tile(true);
-      put(R"(for (long long c0 = 0; c0 < A_e; c0 += $CW) {
+    if (a_.causal) {
+      // the blocks starting at or before the chunk's last row: exactly each row's (BR divides 64, so a
+      // chunk never straddles a block's first key)
+      put("const long long last = ((qrow0 + nrows - 1) / 64 + 1) * 64;");
+      put("const long long keys = A_s < last ? A_s : last;");
+    } else {
+      put("const long long keys = A_s;");
+    }
+    open("for (long long key0 = 0; key0 < keys; key0 += 64)");
+    put("const int nkeys = (int)(A_s - key0 < 64 ? A_s - key0 : 64);");
+    tile(true);
+    update_rows();
+    close();
+  }
+
+  /// dq[row] += g[row][key] * k[key] over the block's keys in order, for the chunk's rows: a thread
+  /// per (row, column), the keys' columns staged by chunks of CW.
+  void update_rows() {
+    put(R"(for (long long c0 = 0; c0 < A_e; c0 += $CW) {
   const int cn = (int)(A_e - c0 < $CW ? A_e - c0 : $CW);
   __syncthreads();
   for (int x = tid; x < 64 * $CW; x += 256) {
@@ -299,17 +345,13 @@ for (long long x = tid; x < nrows * A_e; x += 256) $DQ[(bi * A_l + qrow0) * A_e 
   __syncthreads();
   const int tc = tid % $CW;
   if (tc < cn)
-    for (int rr = tid / $CW; rr < nrows; rr += 256 / $CW) {)");
-      put(R"(      $T* const o = $DQ + (bi * A_l + qrow0 + rr) * A_e + c0 + tc;
+    for (int rr = tid / $CW; rr < nrows; rr += 256 / $CW) {
+      $T* const o = $DQ + (bi * A_l + qrow0 + rr) * A_e + c0 + tc;
       $T acc = *o;
       for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(Gs[rr][kk], Stage[kk * $CW + tc], acc);
       *o = acc;
     }
 })");
-      body_.close();
-      body_.close();
-    }
-    body_.close(); // tasks
   }
 
   /// p (into Ps, where dv is written) and, with `g`, g (into Gs; D of the rows into Ds first) of the
@@ -337,9 +379,9 @@ kiln_attn_dots<$T, $BR, $DK>($Q, bi * A_l + qrow0, nrows, $K, bi * A_s + key0, n
 const $T pv = kiln_exp_$F(s - (lse == -A_inf ? A_inf : lse));)");
     if (a_.dv >= 0) put("Ps[rr][jj] = pv;");
     if (g) put("Gs[rr][jj] = (pv * (dp[y][x] - Ds[rr])) * A_scale;");
-    body_.close();
-    body_.close();
-    body_.close();
+    close();
+    close();
+    close();
     put("__syncthreads();");
   }
 
