@@ -8,8 +8,9 @@
 //
 // The kernel's form (Kernel::form, planned by form.cpp) decides the layout: a Gemm-form
 // kernel becomes the shared-memory tiled GEMM of emit_gemm() (layout and sizes in
-// cuda_emitter.h); a Row-form kernel gets 16 threads per row (emit_rows()); every other
-// kernel is a grid-stride loop over its domain (emit_domain()).
+// cuda_emitter.h); a Row-form kernel gets 16 threads per row (emit_rows()); an attention
+// kernel is cuda_attention.cpp's, which evaluates the mask through this writer (CudaBody);
+// every other kernel is a grid-stride loop over its domain (emit_domain()).
 #include "codegen/cuda_emitter.h"
 
 #include <cmath>
