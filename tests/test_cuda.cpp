@@ -1006,7 +1006,7 @@ AttentionSets attention_forward_sets() {
 }
 
 /// Every problem's dq, dk and dv (one kernel; out and lse realized on the CPU), and for two of them
-/// each alone and dk with dv.
+/// each alone, dk with dv and dq with dv.
 AttentionSets attention_backward_sets() {
   AttentionSets sets;
   const std::vector<AttentionProblem> problems = attention_problems();
@@ -1026,6 +1026,7 @@ AttentionSets attention_backward_sets() {
       sets.push_back({p.name + " dk", {grad(G::K)}});
       sets.push_back({p.name + " dv", {grad(G::V)}});
       sets.push_back({p.name + " dk dv", {grad(G::K), grad(G::V)}});
+      sets.push_back({p.name + " dq dv", {grad(G::Q), grad(G::V)}});
     }
   }
   return sets;
@@ -1060,9 +1061,9 @@ TEST(CudaGolden, AttentionBackward) {
 }
 
 // Attention kernels of the shim tests compile with NVRTC for sm_90 and compute_90, without warnings
-// (and through ptxas where present): the forward (out and lse, out, lse) and backward (dq, dk and dv,
-// each alone, dk and dv) of f32 causal with a bool or float mask, and f64's of a float mask. Not all
-// of them (48 kernels, 35 s here), nor in all_kernels(): CudaNvrtc.CompilesEveryKernelForSm90AndCompute90's
+// (and through ptxas where present): the forward (out and lse, out, lse) of f32 causal with a bool
+// mask, the backward (dq, dk and dv; each alone; dk and dv; dq and dv) of f32 causal with a float
+// mask, and f64's forward and backward of a float mask. Not all of them (48 kernels, 35 s here), nor in all_kernels(): CudaNvrtc.CompilesEveryKernelForSm90AndCompute90's
 // time. (KILN_CUDA_CHECK=1 compiles every attention kernel the suite runs.)
 TEST(CudaNvrtc, CompilesTheAttentionKernels) {
   std::string why;
@@ -1076,7 +1077,7 @@ TEST(CudaNvrtc, CompilesTheAttentionKernels) {
       if (!wanted) continue;
       for (const KernelLaunch& l : schedule_of(ts).launches) kernels.emplace(l.kernel.name, l.kernel);
     }
-  EXPECT_EQ(kernels.size(), 3u + 5u + 2u);
+  EXPECT_EQ(kernels.size(), 3u + 6u + 2u);
   std::vector<const Kernel*> batch;
   for (const auto& [name, k] : kernels) batch.push_back(&k);
   const double ms = compile_batch(batch, !codegen::ptxas_path().empty());
