@@ -5,6 +5,10 @@
 //   Gpu/Sgemm/n                kiln matmul of two n x n f32 tensors
 //   Gpu/CublasSgemm/n          cuBLAS cublasSgemm_v2 on the same sizes (the ceiling kiln's GEMM is judged by)
 //   Gpu/NvrtcColdCompile/MLPStep/B  NVRTC compile time of every kernel of one MLP training step
+//   Gpu/Attention/fused:F/T:T/BH:B  scaled_dot_product_attention forward and backward (dq, dk, dv for a
+//                              given dout), B batch points x heads (32: batch 4, 8 heads), head dim 64,
+//                              causal, f32: F 1 the fused kernels (the attention form), F 0 the composite
+//                              (built with fusion off, run with it on); counter `fused` says which ran
 // The kernels run from a Plan made once (runtime::make_plan) and executed per iteration;
 // each iteration is timed with CUDA events on the Gpu's stream (Gpu::time_ms, manual time),
 // so host-side launch cost only counts where it keeps the GPU idle. bytes_per_second
@@ -37,7 +41,9 @@
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
 #include "bench/mlp.h"
+#include "graph/node.h"
 #include "kiln/kiln.h"
+#include "kiln/options.h"
 #include "runtime/cuda_runtime.h"
 #include "runtime/executor.h"
 
@@ -302,6 +308,41 @@ void GpuNvrtcColdCompile(benchmark::State& state) {
   });
 }
 
+// ---------------------------------------------------------------- attention
+
+/// Sets options().fusion for a scope.
+struct FusionSetting {
+  bool saved = options().fusion;
+  explicit FusionSetting(bool on) { options().fusion = on; }
+  ~FusionSetting() { options().fusion = saved; }
+};
+
+void GpuAttention(benchmark::State& state) {
+  guarded(state, [](benchmark::State& state) {
+    Gpu& gpu = Gpu::get(0);
+    const bool fused = state.range(0) != 0;
+    const int64_t t = state.range(1), bh = state.range(2);
+    std::vector<Tensor> in;
+    for (uint64_t s = 0; s < 3; ++s) {
+      Tensor x = randn({bh, t, 64}, 30 + s, kFloat32, kGpu);
+      x.realize();
+      in.push_back(x.requires_grad_());
+    }
+    const Tensor dout = randn({bh, t, 64}, 33, kFloat32, kGpu).realize();
+    std::vector<graph::NodeRef> outputs;
+    {
+      FusionSetting mode(fused); // what the graph is built as: the Attention node or the composite
+      const Tensor out = nn::functional::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0, true);
+      state.counters["fused"] = out.node()->op == graph::OpKind::Attention ? 1 : 0;
+      outputs.push_back(out.node());
+      for (const Tensor& g : grad({out}, in, {dout})) outputs.push_back(g.node());
+    }
+    const runtime::Plan plan = runtime::make_plan(outputs, true);
+    replay(state, gpu, plan);
+    state.counters["kernels"] = static_cast<double>(plan.schedule.launches.size());
+  });
+}
+
 // ---------------------------------------------------------------- registration
 
 benchmark::internal::Benchmark* gpu_bench(const char* name, void (*fn)(benchmark::State&)) {
@@ -337,6 +378,11 @@ const bool kRegistered = [] {
   gpu_bench("Gpu/Sgemm", GpuSgemm)->Arg(gemm);
   gpu_bench("Gpu/CublasSgemm", GpuCublasSgemm)->Arg(gemm);
   gpu_bench("Gpu/NvrtcColdCompile/MLPStep", GpuNvrtcColdCompile)->Arg(128)->Unit(benchmark::kSecond);
+  // fused and composite alternating; from T 512 the backward is fused too (kFusedBackwardMinWeights)
+  // (the emulator: one batch point at T 512, so that its backward is fused too)
+  auto* attention = gpu_bench("Gpu/Attention", GpuAttention)->ArgNames({"fused", "T", "BH"});
+  for (int64_t t : emulator ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 1024, 2048})
+    attention->Args({1, t, emulator ? 1 : 32})->Args({0, t, emulator ? 1 : 32});
   return true;
 }();
 

@@ -248,6 +248,13 @@ for b in find("Gpu/Softmax/"):
     ratio(f"Softmax {shape} / copy (GB/s)", gbs(b), copy and gbs(copy))
 kg, cb = first("Gpu/Sgemm/"), first("Gpu/CublasSgemm/")
 ratio("kiln SGEMM / cuBLAS SGEMM (FLOP/s)", kg and kg["FLOP/s"], cb and cb["FLOP/s"], 0.6)
+# attention forward + backward: the composite's time over the fused kernels' (above 1: fused is faster)
+for b in find("Gpu/Attention/fused:1/"):
+    t = b["name"].removeprefix("Gpu/Attention/fused:1/").removesuffix("/manual_time")
+    comp = first(f"Gpu/Attention/fused:0/{t}/")
+    print(f"  attention {t}: fused {b['real_time']:.3f} {b.get('time_unit', '')} (fused kernels ran: {b.get('fused', 0):.0f})"
+          + (f", composite {comp['real_time']:.3f}" if comp else ""))
+    ratio(f"Attention {t} composite / fused (time)", comp and comp["real_time"], b["real_time"])
 print(f"train: {train_status}")
 print(f"failed steps: {failed or 'none'}")
 EOF

@@ -56,8 +56,12 @@
 /// t = (batch * mtiles + mt) * ntiles + nt. Each output element accumulates
 /// fma(a, b, acc) over k = 0, 1, ..., K-1 in order, exactly the LLVM path's order, and
 /// the kernel's stores (the fused epilogue) then run for it.
+/// Attention form (Kernel::attention): exactly 256 threads a block, one block per task (a batch
+/// point's 64 query rows; the backward's key blocks and query chunks), the scores and products over
+/// __shared__ tiles; layout and order in codegen/src/cuda_attention.cpp. At most 48 KiB of static
+/// shared memory (f64's forward: 47 KiB).
 /// The CPU shim (tests/cuda_emu/cuda_shim.h) runs plain kernels as a loop over threads, the
-/// tiled GEMM and row kernels with one fiber per CUDA thread.
+/// tiled GEMM, row and attention kernels with one fiber per CUDA thread.
 ///
 /// Numerics: compile with NVRTC's --fmad=false (nvrtc_compile does), never with
 /// --use_fast_math. The kernel's own arithmetic then rounds like the LLVM path's, op by

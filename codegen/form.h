@@ -35,11 +35,11 @@ struct FormPlan {
 ///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of
 ///     a float product over one k extent, no map, `a` reading no column var and `b` no row
 ///     var), without a CPU tiling; otherwise Reduction;
-///   * Attention: an attention kernel (Kernel::attention), on the CPU only (an internal error
-///     on CUDA: the frontend builds attention nodes for the CPU only), with one task per batch
-///     point and block of kAttentionQueryBlock query rows (the backward: per batch point, since
+///   * Attention: an attention kernel (Kernel::attention), on every target; on the CPU with one
+///     task per batch point and block of kAttentionQueryBlock query rows (the backward: per batch point, since
 ///     its dk and dv sum over every query row), and as many query rows in registers
-///     (AttentionSpec::rows) as half the target's vector registers hold scores of a key block;
+///     (AttentionSpec::rows) as half the target's vector registers hold scores of a key block; on
+///     CUDA rows 1 (unused: the tiles are cuda_attention.cpp's, its tasks cuda_launch_config's);
 ///   * Row: reductions and a map; on CUDA also reductions with a float sum in sum_lanes
 ///     order (see Reduction), when every sum's lanes fit a row's kCudaRowThreads threads;
 ///   * Reduction: other kernels with reductions;

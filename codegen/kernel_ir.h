@@ -121,7 +121,7 @@ enum class KernelForm : uint8_t {
   Gemm,        ///< the GEMM form of a matmul kernel (Kernel::gemm): packed panels (CPU) or a shared-memory tiled GEMM (CUDA)
   Scan,        ///< a kernel with a ScanLoop (Kernel::scan): sequential along one axis per domain point (a "column");
                ///< CPU: blocks of consecutive columns, steps outermost; CUDA: a thread per column
-  Attention,   ///< an attention kernel (Kernel::attention): per query block, key blocks with an online softmax (CPU only)
+  Attention,   ///< an attention kernel (Kernel::attention): per query block, key blocks with an online softmax (CPU and CUDA)
   Columns,     ///< CPU only: one float sum in sum_lanes() order whose loads are contiguous along the innermost domain
                ///< var (a column sum: a bias gradient); a block of consecutive innermost points accumulates at
                ///< once, each point's lanes its own, reduction loops outside the block (each point's order unchanged)
@@ -225,6 +225,8 @@ constexpr int64_t kAttentionQueryBlock = 64;
 /// Inside a task, per key block: the block of k packed transposed; then per group of `rows` query
 /// rows, their scores as vectors of kAttentionKeyBlock lanes (one fmuladd per d and row), the rows'
 /// online-softmax steps, and o += p v by tiles of two 64-byte column vectors for the group together.
+/// On CUDA (codegen/src/cuda_attention.cpp) a forward task is the same (batch point, query block); o is
+/// kept in `out` and the backward's partial sums in dq, dk and dv: those outputs are read back there.
 struct AttentionSpec {
   DType dtype = DType::Float32;    ///< of q, k, v, out and the arithmetic
   int q = -1, k = -1, v = -1;      ///< input buffers

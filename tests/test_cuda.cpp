@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,8 @@
 #include "codegen/lower.h"
 #include "codegen/nvrtc.h"
 #include "codegen/src/cuda_math.h"
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
 #include "graph/index_check.h"
 #include "graph/node.h"
 #include "graph/random.h"
@@ -688,18 +691,12 @@ private:
 /// One output's bytes.
 using Bytes = std::vector<unsigned char>;
 
-/// Runs the schedule of `ts` through the shim: grids of up to 3 blocks of `block`
-/// threads (or the block a kernel's launch config fixes: the tiled GEMM), so the
-/// grid-stride loops take several turns on larger domains.
-/// The kernels' index checks write into `errors` (kernel_ir.h, ExprKind::Check).
-std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::vector<long long>* errors = nullptr) {
-  std::vector<long long> own(2, 0);
-  long long* err = errors ? errors->data() : own.data();
-  const codegen::Schedule s = schedule_of(ts);
-  std::vector<const Kernel*> ks;
-  for (const KernelLaunch& l : s.launches) ks.push_back(&l.kernel);
-  ShimLibrary lib(ks);
-  std::map<const graph::Node*, Bytes> mem;
+/// Runs schedule `s` (its kernels in `lib`) through the shim, into `mem` (each output node's
+/// bytes): grids of up to 3 blocks of `block` threads (or the block a kernel's launch config
+/// fixes: the tiled GEMM, row and attention kernels), so the grid-stride loops take several turns
+/// on larger domains. The kernels' index checks write into `err`. False when a kernel is missing.
+bool run_launches(const codegen::Schedule& s, const ShimLibrary& lib, unsigned block, long long* err,
+                  std::map<const graph::Node*, Bytes>& mem) {
   auto address = [&](const graph::Node* n) -> void* {
     if (auto it = mem.find(n); it != mem.end()) return it->second.data();
     return n->realized()->data();
@@ -713,7 +710,7 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::
       bufs.push_back(out.data());
     }
     auto fn = lib.entry(l.kernel.name);
-    if (!fn) return {};
+    if (!fn) return false;
     if (l.domain_size == 0) continue;
     const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
     const unsigned b = cfg.fixed_block ? cfg.block : block;
@@ -726,13 +723,32 @@ std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::
     std::vector<long long> params(l.params.begin(), l.params.end());
     fn(std::min(grid, cfg.grid), b, bufs.data(), params.data());
   }
+  return true;
+}
+
+/// The bytes of `ts` after a shim run (run_launches' `mem`, else their realized data).
+std::vector<Bytes> results_of(const std::vector<Tensor>& ts, const std::map<const graph::Node*, Bytes>& mem) {
   std::vector<Bytes> result;
   for (const Tensor& t : ts) {
     const size_t bytes = t.numel() * dtype_size(t.dtype());
-    const auto* p = static_cast<const unsigned char*>(address(t.node().get()));
+    auto it = mem.find(t.node().get());
+    const auto* p = it != mem.end() ? it->second.data() : static_cast<const unsigned char*>(t.node()->realized()->data());
     result.emplace_back(p, p + bytes);
   }
   return result;
+}
+
+/// Runs the schedule of `ts` through the shim (see run_launches); empty when it failed.
+/// The kernels' index checks write into `errors` (kernel_ir.h, ExprKind::Check).
+std::vector<Bytes> run_shim(const std::vector<Tensor>& ts, unsigned block, std::vector<long long>* errors = nullptr) {
+  std::vector<long long> own(2, 0);
+  const codegen::Schedule s = schedule_of(ts);
+  std::vector<const Kernel*> ks;
+  for (const KernelLaunch& l : s.launches) ks.push_back(&l.kernel);
+  ShimLibrary lib(ks);
+  std::map<const graph::Node*, Bytes> mem;
+  if (!run_launches(s, lib, block, errors ? errors->data() : own.data(), mem)) return {};
+  return results_of(ts, mem);
 }
 
 /// Distance in units in the last place (ordered bit patterns; no overflow for any pair).
@@ -865,6 +881,207 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
                   return std::vector<Tensor>{floor(x), ceil(x), round(x), round(t), round(ties), floor(t) + ceil(t)};
                 }}, 32);
   }
+}
+
+// ---------------------------------------------------------------- attention on the shim
+
+// The attention kernel form (cuda_attention.cpp) on the shim against the LLVM path (llvm_attention.cpp),
+// bitwise: the forward's out and lse (together and alone) and the backward's dq, dk and dv (together,
+// alone and dk with dv), f32 and f64, causal, a bool keep-mask, an additive float mask or none (a mask
+// with a fully masked query row), and sizes that are multiples neither of the 64-key and 64-row blocks
+// nor of the staged column chunks (e != ev), one query row and one key.
+
+/// One attention problem's operands (realized) and attributes.
+struct AttentionProblem {
+  std::string name;
+  Tensor q, k, v, mask, dout;
+  double scale = 0.3;
+  bool causal = false;
+  graph::NodeRef mask_node() const { return mask.defined() ? mask.node() : nullptr; }
+};
+
+enum class MaskKind { None, Bool, Float };
+
+/// q [bh, l, e], k [bh, s, e], v [bh, s, ev], dout [bh, l, ev]; a bool mask [bh, l, s] or a float
+/// one [1, l, s] (broadcast over the batch) whose row l / 2 keeps no key where l > 1; `inf_key`: key
+/// 100 of batch point 0 has an inf in k and in v, and its query row 0 one in dout.
+AttentionProblem attention_problem(DType dt, std::array<int64_t, 5> size, MaskKind mask, bool causal, uint64_t seed,
+                                   bool inf_key = false) {
+  const auto [bh, l, s, e, ev] = size;
+  AttentionProblem p;
+  p.name = std::string(dtype_name(dt)) + " bh " + std::to_string(bh) + " l " + std::to_string(l) + " s " + std::to_string(s) +
+           " e " + std::to_string(e) + " ev " + std::to_string(ev) + (causal ? " causal" : "") +
+           (mask == MaskKind::Bool ? " bool mask" : mask == MaskKind::Float ? " float mask" : "");
+  p.q = make(dt, {bh, l, e}, seed);
+  p.k = make(dt, {bh, s, e}, seed + 1);
+  p.v = make(dt, {bh, s, ev}, seed + 2);
+  p.dout = make(dt, {bh, l, ev}, seed + 3);
+  if (inf_key) { // key 100 of batch point 0: inf in k and v; an inf in dout of its query row 0
+    std::vector<double> kv = values(dt, bh * s * e, seed + 1), vv = values(dt, bh * s * ev, seed + 2);
+    std::vector<double> dv = values(dt, bh * l * ev, seed + 3);
+    kv[100 * e] = vv[100 * ev] = dv[0] = kInf;
+    p.k = tensor_of(kv, dt, {bh, s, e});
+    p.v = tensor_of(vv, dt, {bh, s, ev});
+    p.dout = tensor_of(dv, dt, {bh, l, ev});
+    p.name += " inf key";
+  }
+  p.causal = causal;
+  if (mask == MaskKind::None) return p;
+  const DType mt = mask == MaskKind::Bool ? kBool : dt;
+  const IntList shape = mask == MaskKind::Bool ? IntList{bh, l, s} : IntList{1, l, s};
+  std::vector<double> m = values(mt, numel_of(shape), seed + 4);
+  if (l > 1)
+    for (int64_t b = 0; b < numel_of(shape) / (l * s); ++b)
+      for (int64_t j = 0; j < s; ++j) m[(b * l + l / 2) * s + j] = mask == MaskKind::Bool ? 0 : -kInf;
+  p.mask = tensor_of(m, mt, shape);
+  return p;
+}
+
+/// The problems: every dtype, mask kind and causal setting at l 70, s 130, e 24, ev 40 (2 batch
+/// points), one query row, one key, e < ev, and an inf key with causal.
+std::vector<AttentionProblem> attention_problems() {
+  std::vector<AttentionProblem> out;
+  uint64_t seed = 9100;
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (MaskKind m : {MaskKind::None, MaskKind::Bool, MaskKind::Float})
+      for (bool causal : {false, true}) out.push_back(attention_problem(dt, {2, 70, 130, 24, 40}, m, causal, seed += 10));
+    out.push_back(attention_problem(dt, {3, 1, 70, 8, 5}, MaskKind::Float, false, seed += 10));
+    out.push_back(attention_problem(dt, {2, 67, 1, 17, 33}, MaskKind::Bool, true, seed += 10));
+    out.push_back(attention_problem(dt, {1, 129, 65, 3, 70}, MaskKind::None, true, seed += 10));
+    // the key blocks a row (or a forward task's rows) never sees add nothing, not even 0 * inf
+    out.push_back(attention_problem(dt, {2, 70, 130, 5, 6}, MaskKind::None, true, seed += 10, true));
+  }
+  return out;
+}
+
+namespace gb = graph::build;
+
+/// Named lists of tensors, each list computed by one kernel.
+using AttentionSets = std::vector<std::pair<std::string, std::vector<Tensor>>>;
+
+/// Runs every list of `sets` (unrealized tensors) through the shim, one library for all their
+/// kernels, and then through the LLVM path; compares each tensor bitwise. Every set must be one
+/// kernel of the attention form.
+void check_attention_sets(const AttentionSets& sets) {
+  std::vector<codegen::Schedule> schedules;
+  std::vector<const Kernel*> kernels;
+  for (const auto& [name, ts] : sets) {
+    schedules.push_back(schedule_of(ts));
+    ASSERT_EQ(schedules.back().launches.size(), 1u) << name;
+    const Kernel& k = schedules.back().launches[0].kernel;
+    ASSERT_EQ(k.form, codegen::KernelForm::Attention) << name;
+    EXPECT_TRUE(codegen::cuda_launch_config(k, schedules.back().launches[0].params).fixed_block) << name;
+  }
+  for (const codegen::Schedule& s : schedules) kernels.push_back(&s.launches[0].kernel);
+  ShimLibrary lib(kernels);
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const auto& [name, ts] = sets[i];
+    SCOPED_TRACE(name);
+    std::map<const graph::Node*, Bytes> mem;
+    std::vector<long long> err(2, 0);
+    ASSERT_TRUE(run_launches(schedules[i], lib, 256, err.data(), mem));
+    const std::vector<Bytes> shim = results_of(ts, mem);
+    realize(ts);
+    for (size_t t = 0; t < ts.size(); ++t) {
+      const auto* p = static_cast<const unsigned char*>(ts[t].node()->realized()->data());
+      compare(name + " output " + std::to_string(t), ts[t].dtype(), shim[t], Bytes(p, p + shim[t].size()));
+    }
+  }
+}
+
+/// Every problem's forward out and lse (one kernel), and for two of them out alone and lse alone.
+AttentionSets attention_forward_sets() {
+  AttentionSets sets;
+  const std::vector<AttentionProblem> problems = attention_problems();
+  for (const AttentionProblem& p : problems) {
+    auto out = [&] { return detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal), {}); };
+    auto lse = [&] { return detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal), {}); };
+    sets.push_back({p.name + " out and lse", {out(), lse()}});
+    if (&p == &problems[3] || &p == &problems[13]) { // bool mask, causal: f32 and f64
+      sets.push_back({p.name + " out", {out()}});
+      sets.push_back({p.name + " lse", {lse()}});
+    }
+  }
+  return sets;
+}
+
+/// Every problem's dq, dk and dv (one kernel; out and lse realized on the CPU), and for two of them
+/// each alone, dk with dv and dq with dv.
+AttentionSets attention_backward_sets() {
+  AttentionSets sets;
+  const std::vector<AttentionProblem> problems = attention_problems();
+  for (const AttentionProblem& p : problems) {
+    const graph::NodeRef mask = p.mask_node();
+    const Tensor out = detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}).realize();
+    const Tensor lse = detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}).realize();
+    auto grad = [&](gb::AttentionGradOf which) {
+      return detail::result_of(gb::attention_grad(p.q.node(), p.k.node(), p.v.node(), out.node(), p.dout.node(), lse.node(), mask,
+                                                  p.scale, p.causal, which),
+                               {});
+    };
+    using G = gb::AttentionGradOf;
+    sets.push_back({p.name + " dq dk dv", {grad(G::Q), grad(G::K), grad(G::V)}});
+    if (&p == &problems[5] || &p == &problems[16]) { // float mask, causal (f32); float mask, one row (f64)
+      sets.push_back({p.name + " dq", {grad(G::Q)}});
+      sets.push_back({p.name + " dk", {grad(G::K)}});
+      sets.push_back({p.name + " dv", {grad(G::V)}});
+      sets.push_back({p.name + " dk dv", {grad(G::K), grad(G::V)}});
+      sets.push_back({p.name + " dq dv", {grad(G::Q), grad(G::V)}});
+    }
+  }
+  return sets;
+}
+
+TEST(CudaShimAttention, ForwardMatchesLlvmBitwise) { check_attention_sets(attention_forward_sets()); }
+
+TEST(CudaShimAttention, BackwardMatchesLlvmBitwise) { check_attention_sets(attention_backward_sets()); }
+
+// The emitted attention kernels (CUDA golden files; schedule_text prints the kernel IR first): a forward
+// storing out and lse, f32, causal with a bool mask [bh, l, s]; a backward of dq, dk and dv, f64, with
+// an additive float mask [1, l, s].
+TEST(CudaGolden, AttentionForward) {
+  const AttentionProblem p = attention_problem(kFloat32, {2, 5, 7, 3, 4}, MaskKind::Bool, true, 9900);
+  const graph::NodeRef mask = p.mask_node();
+  check_golden("cuda_attention_forward.cu",
+               schedule_text({detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}),
+                              detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {})}));
+}
+
+TEST(CudaGolden, AttentionBackward) {
+  const AttentionProblem p = attention_problem(kFloat64, {2, 5, 7, 3, 4}, MaskKind::Float, false, 9910);
+  const graph::NodeRef mask = p.mask_node();
+  const Tensor out = detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {});
+  const Tensor lse = detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {});
+  realize({out, lse});
+  std::vector<Tensor> grads;
+  for (auto which : {gb::AttentionGradOf::Q, gb::AttentionGradOf::K, gb::AttentionGradOf::V})
+    grads.push_back(detail::result_of(
+        gb::attention_grad(p.q.node(), p.k.node(), p.v.node(), out.node(), p.dout.node(), lse.node(), mask, p.scale, p.causal, which), {}));
+  check_golden("cuda_attention_backward.cu", schedule_text(grads));
+}
+
+// Attention kernels of the shim tests compile with NVRTC for sm_90 and compute_90, without warnings
+// (and through ptxas where present): the forward (out and lse, out, lse) of f32 causal with a bool
+// mask, the backward (dq, dk and dv; each alone; dk and dv; dq and dv) of f32 causal with a float
+// mask, and f64's forward and backward of a float mask. Not all of them (48 kernels, 35 s here), nor in all_kernels(): CudaNvrtc.CompilesEveryKernelForSm90AndCompute90's
+// time. (KILN_CUDA_CHECK=1 compiles every attention kernel the suite runs.)
+TEST(CudaNvrtc, CompilesTheAttentionKernels) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  const std::string size = " bh 2 l 70 s 130 e 24 ev 40 causal ";
+  std::map<std::string, Kernel> kernels;
+  for (const AttentionSets& sets : {attention_forward_sets(), attention_backward_sets()})
+    for (const auto& [name, ts] : sets) {
+      const bool f32_bool_forward = name.rfind("f32" + size + "bool mask o", 0) == 0 || name.rfind("f32" + size + "bool mask l", 0) == 0;
+      const bool wanted = f32_bool_forward || name.rfind("f32" + size + "float mask d", 0) == 0 || name.rfind("f64" + size + "float mask", 0) == 0;
+      if (!wanted) continue;
+      for (const KernelLaunch& l : schedule_of(ts).launches) kernels.emplace(l.kernel.name, l.kernel);
+    }
+  EXPECT_EQ(kernels.size(), 3u + 6u + 2u);
+  std::vector<const Kernel*> batch;
+  for (const auto& [name, k] : kernels) batch.push_back(&k);
+  const double ms = compile_batch(batch, !codegen::ptxas_path().empty());
+  std::printf("[ note ] NVRTC compiled %zu attention kernels (%.0f ms in NVRTC)\n", kernels.size(), ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaShim, ::testing::Range<size_t>(0, all_cases().size()),

@@ -23,6 +23,7 @@
 #include "codegen/cuda_emitter.h"
 #include "codegen/disk_cache.h"
 #include "codegen/nvrtc.h"
+#include "graph/node.h"
 #include "error_of.h"
 #include "kiln/checkpoint.h"
 #include "kiln/compile.h"
@@ -166,6 +167,49 @@ TEST(GpuRuntime, RowKernelsAndMatmulMatchTheCpuBitwise) {
   const Tensor x = randn({40, 96}, 4), w = randn({96, 48}, 5), b = randn({48}, 6);
   expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return F::softmax(t[0], 1); }, "softmax");
   expect_same_on_gpu({x, w, b}, [](const std::vector<Tensor>& t) { return relu(matmul(t[0], t[1]) + t[2]); }, "matmul + bias + relu");
+}
+
+// Scaled dot-product attention on the GPU runs the fused attention kernels (the attention form's
+// CUDA kernels), forward and backward (L * S = 512 * 512, so the backward is fused too:
+// kFusedBackwardMinWeights in frontend/src/transformer.cpp), and gives the CPU's bits: causal, and
+// with an additive float mask; e != ev, several batch points.
+TEST(GpuRuntime, FusedAttentionAndItsGradientsMatchTheCpuBitwise) {
+  const Tensor q = randn({2, 512, 16}, 40).realize(), k = randn({2, 512, 16}, 41).realize();
+  const Tensor v = randn({2, 512, 24}, 42).realize(), mask = randn({512, 512}, 43).realize();
+  for (bool causal : {true, false}) {
+    auto run = [&](Device d) {
+      std::vector<Tensor> in{q.to(d).detach(), k.to(d).detach(), v.to(d).detach()};
+      for (Tensor& t : in) t.requires_grad_();
+      const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], causal ? Tensor() : mask.to(d), 0, causal);
+      EXPECT_EQ(out.node()->op, graph::OpKind::Attention) << d.str();
+      std::vector<std::vector<float>> r{out.to(kCPU).to_vector<float>()};
+      for (const Tensor& g : grad({(out * out).sum()}, in)) {
+        EXPECT_EQ(g.device(), d);
+        r.push_back(g.to(kCPU).to_vector<float>());
+      }
+      return r;
+    };
+    const auto cpu = run(kCPU), gpu = run(kGpu);
+    for (size_t i = 0; i < cpu.size(); ++i)
+      expect_bitwise(gpu[i], cpu[i], std::string(causal ? "causal " : "float mask ") + (i == 0 ? "out" : "gradient " + std::to_string(i - 1)));
+  }
+}
+
+// Below kFusedBackwardMinWeights the composite runs (gradients flow): its causal mask is built on q's
+// device, and its results are the CPU's bitwise too.
+TEST(GpuRuntime, CompositeCausalAttentionMatchesTheCpuBitwise) {
+  const Tensor q = randn({2, 40, 8}, 44).realize(), k = randn({2, 50, 8}, 45).realize(), v = randn({2, 50, 8}, 46).realize();
+  auto run = [&](Device d) {
+    std::vector<Tensor> in{q.to(d).detach(), k.to(d).detach(), v.to(d).detach()};
+    for (Tensor& t : in) t.requires_grad_();
+    const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0, true);
+    EXPECT_NE(out.node()->op, graph::OpKind::Attention) << d.str();
+    std::vector<std::vector<float>> r{out.to(kCPU).to_vector<float>()};
+    for (const Tensor& g : grad({(out * out).sum()}, in)) r.push_back(g.to(kCPU).to_vector<float>());
+    return r;
+  };
+  const auto cpu = run(kCPU), gpu = run(kGpu);
+  for (size_t i = 0; i < cpu.size(); ++i) expect_bitwise(gpu[i], cpu[i], "composite causal " + std::to_string(i));
 }
 
 // The indexing ops (kiln/indexops.h) and floor/ceil/round: gather as an indexed load fused into

@@ -293,19 +293,14 @@ NodeRef attention_weights_of(const NodeRef& y) {
   return b::attention_weights(y->inputs[0], y->inputs[1], mask, y->attrs.f0, y->attrs.i0 != 0);
 }
 
-// On the CPU, the fused backward: one AttentionGrad node per operand (build::attention_grad), which
-// fusion gives one kernel; a float mask's gradient is the composite's dS summed to its shape. Elsewhere
-// (no attention kernel form: the frontend builds Attention nodes for the CPU only) the composite.
+// The fused backward: one AttentionGrad node per operand (build::attention_grad), which fusion gives
+// one kernel (the attention form, on the CPU and on CUDA); a float mask's gradient is the composite's
+// dS summed to its shape.
 std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef &q = y->inputs[0], &k = y->inputs[1], &v = y->inputs[2];
   const NodeRef mask = y->inputs.size() > 3 ? y->inputs[3] : nullptr;
   const double scale = y->attrs.f0;
   const bool causal = y->attrs.i0 != 0;
-  if (y->device != kCPU) {
-    std::vector<NodeRef> out = b::attention_grads_composite(q, k, v, g, mask, scale, causal);
-    if (!mask) out.pop_back();
-    return out;
-  }
   std::vector<NodeRef> out;
   const NodeRef lse = b::attention_lse(q, k, v, mask, scale, causal); // stored by y's kernel (fusion.h)
   for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})

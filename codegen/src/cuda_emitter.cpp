@@ -8,8 +8,9 @@
 //
 // The kernel's form (Kernel::form, planned by form.cpp) decides the layout: a Gemm-form
 // kernel becomes the shared-memory tiled GEMM of emit_gemm() (layout and sizes in
-// cuda_emitter.h); a Row-form kernel gets 16 threads per row (emit_rows()); every other
-// kernel is a grid-stride loop over its domain (emit_domain()).
+// cuda_emitter.h); a Row-form kernel gets 16 threads per row (emit_rows()); an attention
+// kernel is cuda_attention.cpp's, which evaluates the mask through this writer (CudaBody);
+// every other kernel is a grid-stride loop over its domain (emit_domain()).
 #include "codegen/cuda_emitter.h"
 
 #include <cmath>
@@ -23,6 +24,7 @@
 #include <unordered_set>
 
 #include "codegen/form.h"
+#include "codegen/src/cuda_attention.h"
 #include "codegen/src/cuda_math.h"
 #include "kiln/error.h"
 
@@ -213,13 +215,13 @@ bool form_fits(const Kernel& k) {
   case KernelForm::Row: return !k.reductions.empty() && !k.gemm;
   case KernelForm::Gemm: return k.gemm && k.reductions.size() == 1 && is_fma_reduction(k.reductions[0]) && k.map.empty();
   case KernelForm::Scan: return k.scan && k.reductions.empty() && k.map.empty() && !k.gemm && k.stores.size() == 1;
-  case KernelForm::Attention: return false; // no CUDA attention yet: attention nodes are built for the CPU only
+  case KernelForm::Attention: return k.attention && k.domain.empty() && k.reductions.empty() && k.stores.empty() && !k.gemm;
   case KernelForm::Columns: return false;   // a CPU loop structure: plan_form gives CUDA targets the Reduction form
   }
   return false;
 }
 
-class CudaWriter {
+class CudaWriter : public CudaBody {
 public:
   explicit CudaWriter(const Kernel& k) : k_(k) {}
 
@@ -229,12 +231,14 @@ public:
     head += cuda_prelude();
     if (has_error_buffer(k_)) head += kCheckHelper;
     KILN_ASSERT(form_fits(k_), std::string("kernel ") + k_.name + " does not fit its form " + form_name(k_.form));
-    const bool tiled = k_.form == KernelForm::Gemm, rows = k_.form == KernelForm::Row;
-    head += "extern \"C\" __global__ void " + std::string(tiled || rows ? "__launch_bounds__(256) " : "") + k_.name +
-            "(" + signature() + ") {\n";
+    const bool tiled = k_.form == KernelForm::Gemm, rows = k_.form == KernelForm::Row, attention = k_.form == KernelForm::Attention;
+    if (attention) head += cuda_attention_helpers();
+    head += "extern \"C\" __global__ void " + std::string(tiled || rows || attention ? "__launch_bounds__(256) " : "") +
+            k_.name + "(" + signature() + ") {\n";
     scopes_.emplace_back();
     if (tiled) emit_gemm();
     else if (rows) emit_rows();
+    else if (attention) emit_attention();
     else emit_domain();
     scopes_.pop_back();
     return head + body_ + "}\n";
@@ -253,13 +257,13 @@ private:
   int results_ = 0;              // reductions whose result is in scope
   std::string lane_var_;         // the innermost loop var's value in a vector lane ("" outside)
 
-  void line(const std::string& s) { body_ += std::string(2 * depth_, ' ') + s + "\n"; }
-  void open(const std::string& s) {
+  void line(const std::string& s) override { body_ += std::string(2 * depth_, ' ') + s + "\n"; }
+  void open(const std::string& s) override {
     line(s.empty() ? "{" : s + " {");
     ++depth_;
     scopes_.emplace_back();
   }
-  void close() {
+  void close() override {
     scopes_.pop_back();
     --depth_;
     line("}");
@@ -277,6 +281,16 @@ private:
   }
 
   // --- structure ---------------------------------------------------------------
+
+  /// An attention kernel (cuda_attention.cpp): its mask reads LoopVar(0), LoopVar(1) and ReduceVar(0).
+  void emit_attention() {
+    reduce_rank_ = 1;
+    emit_cuda_attention(k_, *this);
+    reduce_rank_ = -1;
+  }
+
+  /// Domain loop vars in scope: an attention kernel has two (batch point, query row) and no domain.
+  int loop_rank() const { return k_.attention ? 2 : static_cast<int>(k_.domain.size()); }
 
   /// The grid-stride loop over the flattened domain; the flat index is split into the
   /// loop vars row-major (last fastest), as on the CPU.
@@ -910,7 +924,7 @@ private:
   }
 
   /// The name (or literal) of e's value, emitting its statement on first use in scope.
-  std::string ref(const ExprRef& e) {
+  std::string ref(const ExprRef& e) override {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
       if (auto it = s->find(e.get()); it != s->end()) return it->second;
     std::string v = value(*e);
@@ -942,7 +956,7 @@ private:
     case ExprKind::Const: return is_floating(e.dtype) ? float_literal(e.dtype, e.f) : int_literal(e.dtype, e.i);
     case ExprKind::LoopVar:
       if (!lane_var_.empty() && e.index + 1 == static_cast<int>(k_.domain.size())) return lane_var_;
-      return var("i", e.index, static_cast<int>(k_.domain.size()), "loop var");
+      return var("i", e.index, loop_rank(), "loop var");
     case ExprKind::ReduceVar: return var("r", e.index, reduce_rank_, "reduce var");
     case ExprKind::MapVar: return var("m", e.index, map_rank_, "map var");
     case ExprKind::Param: return param(e);
@@ -1107,7 +1121,8 @@ std::string emit_cuda_shim_entry(const Kernel& k) {
   for (int p = 0; p < k.num_params; ++p) call += ", params[" + std::to_string(p) + "]";
   return "extern \"C\" void " + k.name +
          "_shim(unsigned grid, unsigned block, void* const* buffers, const long long* params) {\n"
-         "  kiln_shim::" + std::string(k.form == KernelForm::Gemm || k.form == KernelForm::Row ? "launch_sync" : "launch") +
+         "  kiln_shim::" +
+         std::string(k.form == KernelForm::Gemm || k.form == KernelForm::Row || k.form == KernelForm::Attention ? "launch_sync" : "launch") +
          "(grid, block, [&] { " +
          k.name + "(" + call + "); });\n}\n"
          "extern \"C\" const int " + k.name + "_shim_arity[2] = {" + std::to_string(k.buffers.size()) + ", " +
@@ -1139,8 +1154,9 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
   }
   int64_t points = 1;
   for (const ExprRef& e : k.domain) points *= eval_index(e, params);
-  if (limits.sm_count > 0 && limits.max_threads_per_sm >= kGemmThreads) // both forms below use 256-thread blocks
+  if (limits.sm_count > 0 && limits.max_threads_per_sm >= kGemmThreads) // the forms below use 256-thread blocks
     max_grid = std::min<int64_t>(max_grid, kMaxWaves * limits.sm_count * (limits.max_threads_per_sm / kGemmThreads));
+  if (k.form == KernelForm::Attention) return cuda_attention_launch_config(k, params, max_grid);
   if (k.form == KernelForm::Row) {
     const int64_t rows_per_block = kGemmThreads / kRowThreads;
     c.grid = static_cast<unsigned>(std::min((points + rows_per_block - 1) / rows_per_block, max_grid));

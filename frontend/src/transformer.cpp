@@ -73,7 +73,11 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  bool is_causal, double scale) {
   Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
   const int64_t L = q.size(-2), S = k.size(-2);
-  if (is_causal) s = masked_fill(s, gt(arange(S), arange(L).unsqueeze(1)), kNegInf);
+  if (is_causal) { // key j > query i, built on q's device
+    const Tensor keys = arange(0, static_cast<double>(S), 1, kInt64, q.device());
+    const Tensor rows = arange(0, static_cast<double>(L), 1, kInt64, q.device());
+    s = masked_fill(s, gt(keys, rows.unsqueeze(1)), kNegInf);
+  }
   if (mask.defined()) s = mask.dtype() == kBool ? masked_fill(s, logical_not(mask), kNegInf) : s + mask;
   // Only a mask can empty a row (a causal row keeps at least key 0): the plain softmax otherwise.
   Tensor p = mask.defined() ? safe_softmax(s) : functional::softmax(s, -1);
@@ -82,21 +86,19 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 }
 
 // Whether attend()'s output may come from one Attention node, the fused attention kernel: no
-// dropout, the CPU (the kernel's one backend for now) and fusion on (KILN_FUSION=0 runs the
-// composite). With a gradient to flow through it, only where each batch point's [L, S] weights
+// dropout and fusion on (KILN_FUSION=0 runs the composite), on the CPU or a GPU (the attention
+// kernel form has both backends, bitwise equal). With a gradient to flow through it, only where each batch point's [L, S] weights
 // have kFusedBackwardMinWeights elements or more: the node's backward is fused (AttentionGrad,
 // reading the forward's row logsumexp), and 1.27x-1.34x faster than the composite's at
 // T = 512 and 1024, but slower at T = 256 and a tie at T = 64 (the README's fusion section):
 // there the composite's GEMMs reuse the weights it stored, which fit in the cache, where the
-// fused backward recomputes the scores.
+// fused backward recomputes the scores. (Measured on the CPU; the GPU applies the same rule, not
+// measured there yet.)
 // Its result differs from the composite's within the bound the README states.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p) {
   if (dropout_p > 0 || !options().fusion) return false;
   bool grads = false;
-  for (const Tensor* t : {&q, &k, &v, &mask}) {
-    if (t->defined() && t->device() != kCPU) return false;
-    grads = grads || (t->defined() && t->requires_grad() && grad_mode_enabled());
-  }
+  for (const Tensor* t : {&q, &k, &v, &mask}) grads = grads || (t->defined() && t->requires_grad() && grad_mode_enabled());
   if (grads && q.size(-2) * k.size(-2) < kFusedBackwardMinWeights) return false;
   return q.dtype() == kFloat32 || q.dtype() == kFloat64;
 }

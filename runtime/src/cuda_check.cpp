@@ -67,9 +67,6 @@ void mark(const std::string& path) {
 
 void cuda_check_kernel(const codegen::Kernel& cpu_kernel) {
   if (!options().cuda_check || !usable()) return;
-  // The attention form has no CUDA emitter: attention nodes are built for the CPU only, and a
-  // GPU runs the composite (whose kernels this checks).
-  if (cpu_kernel.attention) return;
   // The same IR planned for the GPU the check compiles for (its form and, for a GEMM, its
   // name differ from the CPU kernel's). A CUDA plan reads no parameter values.
   codegen::Kernel k = cpu_kernel;
