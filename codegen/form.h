@@ -31,8 +31,9 @@ struct FormPlan {
 /// Per form:
 ///   * Scan: a kernel with a ScanLoop (Kernel::scan), on every target;
 ///   * Gemm: a matmul kernel lowering marked (Kernel::matmul). On the CPU always, with the
-///     tiling of cpu_gemm_tiling() and smaller blocks for small products (so that they
-///     still split among threads); on CUDA where the tiled GEMM applies (one fma Sum of
+///     tiling of cpu_gemm_tiling() and, where the target has more than one thread (or an
+///     unknown number), smaller blocks for small products (so that they still split among
+///     threads); on CUDA where the tiled GEMM applies (one fma Sum of
 ///     a float product over one k extent, no map, `a` reading no column var and `b` no row
 ///     var), without a CPU tiling; otherwise Reduction;
 ///   * Attention: an attention kernel (Kernel::attention), on every target; on the CPU with one

@@ -228,6 +228,10 @@ TEST(Errors, ModulesNameTheModuleAndTheCallersLine) {
   const Tensor x = f32({2, 5});
   nn::Linear lin(4, 3);
   expect_error([&] { (void)lin(x); }, __LINE__, "Linear", {"f32[2,5]", "in_features = 4"});
+  // a bias of another shape (on a rank-3 input it would meet the [B*T, out] product)
+  const Tensor x3 = f32({2, 6, 4}), w = f32({3, 4}), b2 = f32({6, 3});
+  expect_error([&] { (void)nn::functional::linear(x3, w, b2); }, __LINE__, "linear",
+               {"f32[6,3]", "[out_features] = [3]"});
   nn::Sequential seq(nn::Linear(4, 3), nn::ReLU());
   expect_error([&] { (void)seq(x); }, __LINE__, "Linear", {"f32[2,5]"});
   nn::Embedding emb(10, 3);

@@ -186,7 +186,8 @@ private:
 // Forward mode for a custom call without a forward rule: its reverse rule is
 // linear in the adjoints u, so J t = d/du <vjp(u), t>, taken by reverse mode
 // with respect to placeholder adjoints (the double-VJP trick, for custom calls only).
-std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<NodeRef>& tangents) {
+std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<NodeRef>& tangents,
+                                   const std::source_location& where) {
   std::vector<NodeRef> us;
   for (const NodeRef& o : info.outputs) us.push_back(fresh_zeros(o));
   const std::vector<NodeRef> cts = info.call->vjp(info.outputs, us);
@@ -197,14 +198,15 @@ std::vector<NodeRef> transpose_vjp(const CustomInfo& info, const std::vector<Nod
     s = s ? b::add(s, b::cast(term, s->dtype)) : term;
   }
   if (!s) return std::vector<NodeRef>(us.size());
-  return vjp({s}, {b::constant(1, s->dtype, {}, s->device)}, us);
+  return vjp({s}, {b::constant(1, s->dtype, {}, s->device)}, us, where);
 }
 
-std::vector<NodeRef> custom_tangents(const CustomInfo& info, const std::vector<NodeRef>& tangents) {
+std::vector<NodeRef> custom_tangents(const CustomInfo& info, const std::vector<NodeRef>& tangents,
+                                     const std::source_location& where) {
   if (std::none_of(tangents.begin(), tangents.end(), [](const NodeRef& t) { return t != nullptr; }))
     return std::vector<NodeRef>(info.outputs.size());
   if (info.call->jvp) return info.call->jvp(info.outputs, tangents);
-  return transpose_vjp(info, tangents);
+  return transpose_vjp(info, tangents, where);
 }
 
 } // namespace
@@ -236,7 +238,7 @@ std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<
     NodeRef t;
     if (info.custom.call) {
       auto [it, fresh] = call_tangents.try_emplace(info.custom.call.get());
-      if (fresh) it->second = custom_tangents(info.custom, ts);
+      if (fresh) it->second = custom_tangents(info.custom, ts, where);
       t = it->second.at(info.custom.index);
     } else if (n->op == graph::OpKind::CustomOutput) {
       continue; // without inputs (a fresh leaf): no tangent

@@ -294,6 +294,9 @@ struct LlvmJit::Impl {
   std::mutex mu; // guards everything below but `background` (LLVM objects are not shared-thread-safe)
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb; // makes each compiling thread's TargetMachine
   std::unique_ptr<llvm::TargetMachine> tm; // the optimized tier's, for keys and dumps (under mu)
+  // KILN_PERF_MAP: write /tmp/perf-PID.map (llvm_perf_map.h); before `jit`, whose plugin reads it
+  std::atomic<bool> perf_map{false};
+  bool perf_map_supported = false; // the JIT's object layer takes the map's plugin
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unordered_map<std::string, std::unique_ptr<CpuKernelSlot>> cache; // by kernel name; slots never move
   std::mutex support_mu[2];                 // per tier, held while its GEMM support routines are made (before mu)
@@ -304,7 +307,6 @@ struct LlvmJit::Impl {
   bool tiered = true;
   bool warmed_up = false; // warm_up_code_generator() ran
   std::atomic<bool> log{false};
-  std::atomic<bool> perf_map{false}; // KILN_PERF_MAP: write /tmp/perf-PID.map (llvm_perf_map.h)
   DiskCache disk{".o"};
   // Half the cores at most: the foreground (quick compiles and kernels) keeps the rest.
   tbb::task_arena arena{std::max(1, tbb::info::default_concurrency() / 2), 0, tbb::task_arena::priority::low};
@@ -319,7 +321,7 @@ struct LlvmJit::Impl {
     tm = check(jtmb.createTargetMachine(), "creating the target machine");
     this->jtmb = jtmb;
     jit = check(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(), "creating LLJIT");
-    install_perf_map(jit->getObjLinkingLayer(), perf_map);
+    perf_map_supported = install_perf_map(jit->getObjLinkingLayer(), perf_map);
     // pow (llvm.pow) resolves to the process's libm.
     auto gen = check(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                          jit->getDataLayout().getGlobalPrefix()),
@@ -775,7 +777,14 @@ void LlvmJit::set_tiered(bool on) {
 
 void LlvmJit::set_log(bool on) { impl_->log = on; }
 
-void LlvmJit::set_perf_map(bool on) { impl_->perf_map = on; }
+void LlvmJit::set_perf_map(bool on) {
+  impl_->perf_map = on;
+  static std::once_flag said;
+  if (on && !impl_->perf_map_supported)
+    std::call_once(said, [] {
+      std::fprintf(stderr, "[kiln] KILN_PERF_MAP: this LLVM JIT does not link with JITLink; no perf map is written\n");
+    });
+}
 
 void LlvmJit::wait_background() { background().drain(/*all=*/true); }
 

@@ -57,7 +57,9 @@ private:
     if (lines.empty()) return;
     std::lock_guard lock(mu_);
     if (!file_ && !failed_) {
-      file_ = std::fopen(perf_map_path().c_str(), "a");
+      // Truncated on this process's first write: a map left by an earlier process with the same
+      // PID would name this process's addresses wrongly.
+      file_ = std::fopen(perf_map_path().c_str(), "w");
       if (!file_) {
         failed_ = true;
         std::fprintf(stderr, "[kiln] KILN_PERF_MAP: cannot open %s; no perf map is written\n", perf_map_path().c_str());
@@ -71,9 +73,10 @@ private:
 
 } // namespace
 
-void install_perf_map(llvm::orc::ObjectLayer& layer, const std::atomic<bool>& on) {
-  if (auto* linking = llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&layer))
-    linking->addPlugin(std::make_shared<PerfMapPlugin>(on));
+bool install_perf_map(llvm::orc::ObjectLayer& layer, const std::atomic<bool>& on) {
+  auto* linking = llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&layer);
+  if (linking) linking->addPlugin(std::make_shared<PerfMapPlugin>(on));
+  return linking != nullptr;
 }
 
 std::string perf_map_path() { return "/tmp/perf-" + std::to_string(::getpid()) + ".map"; }

@@ -15,8 +15,9 @@ class ObjectLayer;
 namespace kiln::codegen {
 
 /// Adds the plugin writing the map to `layer` when it is a JITLink ObjectLinkingLayer (LLJIT's
-/// layer on x86-64 Linux); it writes while `on` is true, and `on` must outlive the layer.
-void install_perf_map(llvm::orc::ObjectLayer& layer, const std::atomic<bool>& on);
+/// layer on x86-64 Linux; false, and nothing added, for another layer); it writes while `on` is
+/// true, and `on` must outlive the layer. The map is truncated at this process's first write.
+bool install_perf_map(llvm::orc::ObjectLayer& layer, const std::atomic<bool>& on);
 
 /// This process's map file, /tmp/perf-PID.map.
 std::string perf_map_path();

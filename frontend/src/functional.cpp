@@ -242,6 +242,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
+  if (bias.defined() && bias.dim() != 0 && (bias.dim() != 1 || bias.size(0) != weight.size(0))) // PyTorch's rule
+    fail("linear", "the bias must be [out_features] = [" + std::to_string(weight.size(0)) + "] or a scalar",
+         {&weight, &bias}, loc);
   // Rank > 2 runs as one [B*T, in] x [in, out] product (reshapes are free), so that the weight's
   // gradient is one [in, B*T] x [B*T, out] GEMM, not a batched product summed over the batch. The
   // bias is added to the product before the reshape, so that it is the GEMM's epilogue rather than

@@ -155,15 +155,16 @@ namespace {
 
 thread_local bool g_grad_mode = true;
 
-// A realized leaf drops its history: its node becomes a fresh input holding the
-// value, so the graph that computed it can be freed (training loops would
-// otherwise chain every step's graph).
-// `realized` is the node the caller realized; a concurrent assign since then wins. True
-// when the node was replaced.
 thread_local int g_keep_history = 0; // live detail::KeepHistory scopes on this thread
 
-bool become_input(TensorImpl& impl, const graph::NodeRef& realized) {
-  if (!impl.is_leaf || g_keep_history > 0 || realized->op == graph::OpKind::Input) return false;
+// A realized leaf drops its history: its node becomes a fresh input holding the
+// value, so the graph that computed it can be freed (training loops would
+// otherwise chain every step's graph). Not a tensor the caller realizes while a
+// detail::KeepHistory is alive (`keepable`): a derivative may follow its graph again.
+// `realized` is the node the caller realized; a concurrent assign since then wins. True
+// when the node was replaced.
+bool become_input(TensorImpl& impl, const graph::NodeRef& realized, bool keepable) {
+  if (!impl.is_leaf || (keepable && g_keep_history > 0) || realized->op == graph::OpKind::Input) return false;
   auto storage = realized->realized();
   if (!storage) return false;
   return impl.replace_node(realized.get(), graph::make_input(realized->dtype, realized->shape, std::move(storage)));
@@ -179,10 +180,10 @@ std::shared_ptr<graph::Storage> host_value(const graph::Node& n) {
 }
 
 // After a realize: a realized leaf drops its history (a grad-requiring one is registered
-// again under its new node).
+// again under its new node); `keepable` as for become_input.
 // `realized` is the node of it that was realized.
-void drop_history(const std::shared_ptr<TensorImpl>& impl, const graph::NodeRef& realized) {
-  if (become_input(*impl, realized) && impl->requires_grad) detail::register_leaf(impl);
+void drop_history(const std::shared_ptr<TensorImpl>& impl, const graph::NodeRef& realized, bool keepable) {
+  if (become_input(*impl, realized, keepable) && impl->requires_grad) detail::register_leaf(impl);
 }
 
 // What note_pending() collected on this thread, in order of first note (so that each
@@ -262,8 +263,10 @@ const Tensor& Tensor::realize(Loc loc) const {
 namespace {
 // Realizes the current nodes of `impls` (read once each: another thread may assign them),
 // with what note_pending() collected when `with_pending`, in one realize; the leaves drop
-// their history. Returns the nodes realized, `impls`' first.
+// their history (`impls` themselves not while a detail::KeepHistory is alive; the pending
+// parameters and gradients always). Returns the nodes realized, `impls`' first.
 std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl>> impls, bool with_pending) {
+  const size_t callers = impls.size();
   const Pending taken = with_pending ? std::exchange(g_pending, {}) : Pending{};
   for (const auto& w : taken.changed)
     if (auto impl = w.lock()) {
@@ -275,7 +278,7 @@ std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl
   std::vector<graph::NodeRef> nodes;
   for (const auto& impl : impls) nodes.push_back(impl->load_node());
   runtime::realize(nodes);
-  for (size_t i = 0; i < impls.size(); ++i) drop_history(impls[i], nodes[i]);
+  for (size_t i = 0; i < impls.size(); ++i) drop_history(impls[i], nodes[i], /*keepable=*/i < callers);
   return nodes;
 }
 

@@ -101,7 +101,8 @@ void note_pending(const std::shared_ptr<TensorImpl>& impl);
 /// Same, for a root of backward(): only its value is realized.
 void note_pending_root(const std::shared_ptr<TensorImpl>& impl);
 /// Realizes what note_pending() and note_pending_root() collected on this thread (values,
-/// defined gradients, roots) in one realize; the leaves drop their history. No-op in a trace.
+/// defined gradients, roots) in one realize; the leaves drop their history (always: a KeepHistory
+/// keeps only the tensors a realize is asked for). No-op in a trace.
 void flush_pending();
 /// While one is alive on this thread, a realized leaf keeps its graph instead of dropping its
 /// history (becoming an input that holds its data). Dropping it is safe only where nothing will

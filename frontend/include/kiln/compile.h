@@ -42,6 +42,10 @@ namespace kiln {
 /// all-reduce cannot be a kernel, so the function is planned in two parts, the kernels up to
 /// the gradients and those after, and each replay runs the all-reduce on the host between them
 /// (one such call per compiled function).
+///
+/// A trace's kernels are planned for the threads the caller may use at trace time (oneTBB's
+/// arena and global_control limit): a product traced on one thread stays one GEMM task when
+/// replayed on more (the same bits, less parallelism); trace under the thread limit you train with.
 class CompiledFunction {
 public:
   /// The traced function's type.

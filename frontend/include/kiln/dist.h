@@ -194,9 +194,10 @@ private:
 /// Its collectives run as host stages: eagerly, one when forward() is called and one when
 /// backward() reaches it; inside compile() as stages of every replay (see compile()). Every
 /// rank must run the same layers in the same order. Gradients of its gradients (grad() with
-/// create_graph, to any order) are taken across ranks too: the gathered statistics and the
-/// all-reduced sums are differentiable (the gradient of a sum over ranks is the sum over ranks of
-/// the gradients), so they are those of one process with the whole batch, as for first order.
+/// create_graph, to any order) and forward mode (jvp()) are taken across ranks too: the gathered
+/// statistics and the all-reduced sums are differentiable (the gradient of a sum over ranks is the
+/// sum over ranks of the gradients), so they are those of one process with the whole batch, as for
+/// first order. They add collectives of their own: every rank must make the same grad()/jvp() calls.
 class SyncBatchNorm : public BatchNorm {
 public:
   /// For `features` channels.
