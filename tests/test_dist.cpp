@@ -717,6 +717,22 @@ std::pair<int64_t, int64_t> uneven_rows(int r, int64_t B) {
   return {begin, begin + B + r};
 }
 
+// BatchNorm (2-4 dims, the reference on the whole batch) and SyncBatchNorm of C channels in f64,
+// with the same random weight and bias.
+struct BatchNormPair {
+  nn::BatchNorm ref;
+  nn::SyncBatchNorm sync;
+  BatchNormPair(int64_t C, nn::BatchNormOptions opts) : ref(C, opts, 2, 4, "BatchNorm", Loc::current()), sync(C, opts) {
+    ref.to(kFloat64);
+    sync.to(kFloat64);
+    NoGradGuard no_grad;
+    for (nn::BatchNorm* m : {&ref, static_cast<nn::BatchNorm*>(&sync)}) {
+      m->weight.assign(randn({C}, 7, kFloat64) + 1.0);
+      m->bias.assign(randn({C}, 8, kFloat64));
+    }
+  }
+};
+
 // N ranks, each with its part of one global batch, against BatchNorm on the whole batch in one
 // process: outputs, input gradients, the weight and bias gradients summed over ranks, and the
 // running statistics after two steps agree to f64 rounding (1e-12: the sums are grouped
@@ -730,18 +746,9 @@ TEST(SyncBatchNorm, MatchesBatchNormOnTheWholeBatch) {
     IntList shape{total};
     shape.insert(shape.end(), rest.begin(), rest.end());
     const auto [begin, end] = uneven_rows(r, B);
-    nn::BatchNormOptions opts{.momentum = 0.3};
-    nn::BatchNorm ref(C, opts, 2, 4, "BatchNorm", Loc::current());
-    nn::SyncBatchNorm bn(C, opts);
-    ref.to(kFloat64);
-    bn.to(kFloat64);
-    {
-      NoGradGuard no_grad;
-      for (nn::BatchNorm* m : {&ref, static_cast<nn::BatchNorm*>(&bn)}) {
-        m->weight.assign(randn({C}, 7, kFloat64) + 1.0);
-        m->bias.assign(randn({C}, 8, kFloat64));
-      }
-    }
+    BatchNormPair pair(C, {.momentum = 0.3});
+    nn::BatchNorm& ref = pair.ref;
+    nn::SyncBatchNorm& bn = pair.sync;
     for (uint64_t step = 0; step < 2; ++step) {
       const Tensor x_all = (randn(shape, 20 + step, kFloat64) * 3.0 + 5.0).detach(); // far from 0: cancellation shows
       const Tensor coef = randn(shape, 30 + step, kFloat64);
@@ -784,17 +791,9 @@ TEST(SyncBatchNorm, GradientsOfGradientsMatchBatchNormOnTheWholeBatch) {
   for (int k = 0; k < w; ++k) total += B + k;
   const IntList shape{total, C, 2, 2};
   const auto [begin, end] = uneven_rows(r, B);
-  nn::BatchNorm ref(C, {}, 2, 4, "BatchNorm", Loc::current());
-  nn::SyncBatchNorm bn(C);
-  ref.to(kFloat64);
-  bn.to(kFloat64);
-  {
-    NoGradGuard no_grad;
-    for (nn::BatchNorm* m : {&ref, static_cast<nn::BatchNorm*>(&bn)}) {
-      m->weight.assign(randn({C}, 7, kFloat64) + 1.0);
-      m->bias.assign(randn({C}, 8, kFloat64));
-    }
-  }
+  BatchNormPair pair(C, {});
+  nn::BatchNorm& ref = pair.ref;
+  nn::SyncBatchNorm& bn = pair.sync;
   const Tensor x_all = (randn(shape, 21, kFloat64) * 3.0 + 5.0).detach();
   const Tensor coef = randn(shape, 31, kFloat64), coef2 = randn(shape, 32, kFloat64), wcoef = randn({C}, 33, kFloat64);
   // The second loss of module m on input x (this rank's rows [lo, hi) of the coefficients), and
