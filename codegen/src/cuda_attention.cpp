@@ -234,26 +234,33 @@ if (tid < 64) {
 })");
   }
 
-  /// o = o * a + p V_blk for the task's rows, kept in the output rows: a thread per (row, column),
-  /// V's columns staged by chunks of CW.
-  void accumulate_out() {
-    put(R"(for (long long c0 = 0; c0 < A_ev; c0 += $CW) {
-  const int cn = (int)(A_ev - c0 < $CW ? A_ev - c0 : $CW);
+  /// o = o * a + p V_blk for the task's rows, kept in the output rows (rows_times_keys).
+  void accumulate_out() { rows_times_keys("Ss", "$V", "A_ev", "$OUT", "(key0 == 0 ? ($T)0 : *o) * As[rr]"); }
+
+  /// dst[row] = init + sum over the block's keys in order of weights[row][key] * src[key] (each an
+  /// fma), for the task's rows: a thread per (row, column), src's `cols` columns staged in shared
+  /// memory by chunks of CW. `init` reads the row's old value as `*o`. The forward's o update and
+  /// the backward's dq update.
+  void rows_times_keys(const std::string& weights, const std::string& src, const std::string& cols,
+                       const std::string& dst, const std::string& init) {
+    put(subst(R"(for (long long c0 = 0; c0 < @COLS; c0 += $CW) {
+  const int cn = (int)(@COLS - c0 < $CW ? @COLS - c0 : $CW);
   __syncthreads();
   for (int x = tid; x < 64 * $CW; x += 256) {
     const int kk = x / $CW, c = x % $CW;
-    Stage[x] = kk < nkeys && c < cn ? $V[(bi * A_s + key0 + kk) * A_ev + c0 + c] : ($T)0;
+    Stage[x] = kk < nkeys && c < cn ? @SRC[(bi * A_s + key0 + kk) * @COLS + c0 + c] : ($T)0;
   }
   __syncthreads();
   const int tc = tid % $CW;
   if (tc < cn)
     for (int rr = tid / $CW; rr < nrows; rr += 256 / $CW) {
-      $T* const o = $OUT + (bi * A_l + qrow0 + rr) * A_ev + c0 + tc;
-      $T acc = (key0 == 0 ? ($T)0 : *o) * As[rr];
-      for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(Ss[rr][kk], Stage[kk * $CW + tc], acc);
+      $T* const o = @DST + (bi * A_l + qrow0 + rr) * @COLS + c0 + tc;
+      $T acc = @INIT;
+      for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(@W[rr][kk], Stage[kk * $CW + tc], acc);
       *o = acc;
     }
-})");
+})",
+              {{"@COLS", cols}, {"@SRC", src}, {"@DST", dst}, {"@INIT", init}, {"@W", weights}}));
   }
 
   /// After the last key block: lse = c + log(z) and out = o / z (0 and -inf where z is 0).
@@ -332,27 +339,9 @@ for (long long x = tid; x < nrows * A_e; x += 256) $DQ[(bi * A_l + qrow0) * A_e 
     close();
   }
 
-  /// dq[row] += g[row][key] * k[key] over the block's keys in order, for the chunk's rows: a thread
-  /// per (row, column), the keys' columns staged by chunks of CW.
-  void update_rows() {
-    put(R"(for (long long c0 = 0; c0 < A_e; c0 += $CW) {
-  const int cn = (int)(A_e - c0 < $CW ? A_e - c0 : $CW);
-  __syncthreads();
-  for (int x = tid; x < 64 * $CW; x += 256) {
-    const int kk = x / $CW, c = x % $CW;
-    Stage[x] = kk < nkeys && c < cn ? $K[(bi * A_s + key0 + kk) * A_e + c0 + c] : ($T)0;
-  }
-  __syncthreads();
-  const int tc = tid % $CW;
-  if (tc < cn)
-    for (int rr = tid / $CW; rr < nrows; rr += 256 / $CW) {
-      $T* const o = $DQ + (bi * A_l + qrow0 + rr) * A_e + c0 + tc;
-      $T acc = *o;
-      for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(Gs[rr][kk], Stage[kk * $CW + tc], acc);
-      *o = acc;
-    }
-})");
-  }
+  /// dq[row] += g[row][key] * k[key] over the block's keys in order, for the chunk's rows
+  /// (rows_times_keys).
+  void update_rows() { rows_times_keys("Gs", "$K", "A_e", "$DQ", "*o"); }
 
   /// p (into Ps, where dv is written) and, with `g`, g (into Gs; D of the rows into Ds first) of the
   /// chunk's rows [qrow0, +nrows) and the block's keys [key0, +nkeys).
