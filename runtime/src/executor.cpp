@@ -255,14 +255,12 @@ struct Memory {
   }
 };
 
-} // namespace
-
-namespace {
 /// Threads this thread's kernels may run on now: its task arena's, within a global_control limit.
 int cpu_threads() {
   const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
   return static_cast<int>(std::min<size_t>(static_cast<size_t>(tbb::this_task_arena::max_concurrency()), limit));
 }
+
 } // namespace
 
 codegen::ScheduleOptions schedule_options(Device device, bool fusion) {
