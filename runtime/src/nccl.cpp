@@ -159,15 +159,22 @@ void forget_pending(State& s, Gpu& gpu) {
   s.pending.clear();
 }
 
-// After a failure: NCCL is off in this process (the communicator aborted), and `op` throws.
+// NCCL off in this process after a failure: later callers learn it from `failure`, the
+// communicator is aborted (NCCL's kernels return, so the stream drains) and the queued groups are
+// no longer followed.
+void turn_off(State& s, std::string failure) {
+  s.failure = std::move(failure);
+  if (s.comm) s.api.CommAbort(s.comm);
+  s.comm = nullptr;
+  if (!s.pending.empty()) forget_pending(s, Gpu::get(s.comm_device));
+}
+
+// After a failure: NCCL is off in this process (turn_off), and `op` throws.
 [[noreturn]] void fail(State& s, const std::string& what, Result r, Device device, const char* op,
                        const std::source_location& loc) {
   const auto& w = comm::world(op, loc);
   const std::string msg = nccl_message(s, r);
-  s.failure = "NCCL failed earlier (" + what + ": " + msg + ")";
-  if (s.comm) s.api.CommAbort(s.comm);
-  s.comm = nullptr;
-  if (!s.pending.empty()) forget_pending(s, Gpu::get(s.comm_device));
+  turn_off(s, "NCCL failed earlier (" + what + ": " + msg + ")");
   throw Error(op, what + " failed on rank " + std::to_string(w.rank) + " of " + std::to_string(w.size) + " (" +
                       device.str() + "): " + msg + "; later collectives on CUDA tensors are staged through host memory",
               loc);
@@ -298,18 +305,15 @@ std::string ask_peers(const State& s, const Work& w, const comm::World& world) {
 }
 
 // The oldest pending group `w` failed (`what`: NCCL's asynchronous error, or the timeout):
-// aborts the communicator (NCCL's kernels return, so the stream drains), turns NCCL off in
-// this process, asks the peers, and throws kiln::Error of w's collective at its line.
+// turns NCCL off in this process (turn_off: the communicator aborted), asks the peers, and
+// throws kiln::Error of w's collective at its line.
 [[noreturn]] void watchdog_fires(State& s, Gpu& gpu, const std::string& what) {
   const Work w = s.pending.front();
-  forget_pending(s, gpu);
   const auto& world = comm::world(w.op.c_str(), w.loc);
   const std::string head = w.name + " (NCCL collective #" + std::to_string(w.seq) + " of rank " +
                            std::to_string(world.rank) + " of " + std::to_string(world.size) + ", " +
                            gpu.device().str() + ") " + what;
-  s.failure = "NCCL failed earlier (" + head + ")";
-  s.api.CommAbort(s.comm);
-  s.comm = nullptr;
+  turn_off(s, "NCCL failed earlier (" + head + ")");
   throw Error(w.op, head + "; the communicator was aborted (ncclCommAbort); " + ask_peers(s, w, world), w.loc);
 }
 
