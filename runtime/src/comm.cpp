@@ -18,9 +18,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "kiln/error.h"
+#include "runtime/poll.h"
 
 namespace kiln::runtime::comm {
 
@@ -237,11 +237,7 @@ std::optional<Failure> post(State& s, const std::vector<Transfer>& ts, bool rece
 // Between polls: MPI moves a large message in fragments only while both sides poll, so for
 // the first 50 ms the loop only yields (taking a quick answer at once, and the core where
 // ranks share one); a longer wait (a slow or missing rank) sleeps up to 1 ms a poll.
-void back_off(std::chrono::steady_clock::time_point start) {
-  const auto waited = std::chrono::steady_clock::now() - start;
-  if (waited < std::chrono::milliseconds(50)) return std::this_thread::yield();
-  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 50, std::chrono::milliseconds(1)));
-}
+constexpr std::chrono::milliseconds kYieldFor{50};
 
 // Posts every transfer and polls them until all completed (nullopt), or until a failure or
 // the timeout broke the group.
@@ -275,7 +271,7 @@ std::optional<Failure> attempt(State& s, const std::vector<Transfer>& sends, con
                               " within the timeout of " + secs +
                               " s (KILN_DIST_TIMEOUT): a rank died, hangs, or left this collective"});
     }
-    back_off(start);
+    back_off(start, kYieldFor);
   }
   return std::nullopt;
 }

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "codegen/cuda_emitter.h"
 #include "codegen/nvrtc.h"
@@ -10,6 +9,7 @@
 #include "kiln/options.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/observe.h"
+#include "runtime/poll.h"
 
 namespace kiln::runtime {
 
@@ -25,12 +25,8 @@ constexpr CUresult kNotReady = 600;         // CUDA_ERROR_NOT_READY
 CUdeviceptr as_dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); }
 
 // Between polls of a watched wait: yields for the first millisecond (an NCCL collective that
-// is about to finish), then sleeps a little longer each time, up to 1 ms.
-void back_off(std::chrono::steady_clock::time_point start) {
-  const auto waited = std::chrono::steady_clock::now() - start;
-  if (waited < std::chrono::milliseconds(1)) return std::this_thread::yield();
-  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 50, std::chrono::milliseconds(1)));
-}
+// is about to finish), then sleeps a little longer each time, up to 1 ms (runtime/poll.h).
+constexpr std::chrono::milliseconds kWatchYieldFor{1};
 
 } // namespace
 
@@ -217,7 +213,7 @@ void Gpu::set_watch(Watch watch) { watch_.store(watch); }
 void Gpu::await_watched() {
   const Watch watch = watch_.load();
   if (!watch) return;
-  for (const auto start = std::chrono::steady_clock::now(); watch(*this);) back_off(start);
+  for (const auto start = std::chrono::steady_clock::now(); watch(*this);) back_off(start, kWatchYieldFor);
 }
 
 void Gpu::wait_stream(const std::string& what) {
