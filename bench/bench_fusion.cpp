@@ -1,6 +1,9 @@
 // Fused against unfused kernels, and the ceilings they are judged by, in one binary:
 //   Elementwise8/16M  y = sigmoid(relu((x*1.5 + 0.5)*x - 0.25)) * x + 1.0
 //   Softmax/8192x1024, LayerNorm/8192x1024 (affine, eps 1e-5)
+//   Softmax/48x64x64/kiln/.../causal:{0,1}  the GPT's attention weights (12 x 4 heads, 64 tokens):
+//                     softmax of the scaled scores, and of the causally masked ones (-inf above
+//                     the diagonal, whose exp underflows to 0): the two should take the same time
 //   MLPStep/128, MLPStep/1024  784-512-512-10 ReLU MLP at batch 128 / 1024: forward,
 //                     cross-entropy, backward, SGD (compiled step); GFLOP/s counts the
 //                     matmuls only (3,209,216 x batch per step)
@@ -85,6 +88,21 @@ void KilnSoftmax(benchmark::State& state) {
     for (auto _ : state) softmax_rows(x).realize();
   });
   report_bytes(state, 2.0 * kRows * kCols * sizeof(float));
+}
+
+// The GPT's attention weights: softmax over rows of 64 scores, masked causally (range(2) = 1:
+// masked_fill with -inf above the diagonal, as nn::MultiheadAttention's is_causal) or not.
+void KilnAttentionSoftmax(benchmark::State& state) {
+  constexpr int64_t kHeads = 48, kTokens = 64;
+  with_mode(state, [&] {
+    const Tensor s = randn({kHeads, kTokens, kTokens}, 6).realize();
+    const Tensor causal = triu(ones({kTokens, kTokens}, kBool), 1).realize();
+    for (auto _ : state) {
+      const Tensor scores = state.range(2) ? s.masked_fill(causal, -INFINITY) : s;
+      nn::functional::softmax(scores * 0.17, -1).realize();
+    }
+  });
+  report_bytes(state, 2.0 * kHeads * kTokens * kTokens * sizeof(float));
 }
 
 void KilnLayerNorm(benchmark::State& state) {
@@ -372,6 +390,13 @@ KILN_MODES(KilnElementwise8, "Elementwise8/16M/kiln");
 KILN_CEILING(CxxElementwise8, "Elementwise8/16M/cxx_scalar_loop");
 KILN_MODES(KilnSoftmax, "Softmax/8192x1024/kiln");
 KILN_CEILING(CxxSoftmax, "Softmax/8192x1024/cxx_scalar_loop");
+BENCHMARK(KilnAttentionSoftmax)
+    ->Name("Softmax/48x64x64/kiln")
+    ->ArgNames({"threads", "fused", "causal"})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 KILN_MODES(KilnLayerNorm, "LayerNorm/8192x1024/kiln");
 KILN_CEILING(CxxLayerNorm, "LayerNorm/8192x1024/cxx_scalar_loop");
 KILN_CEILING(CxxTriad, "Triad/16M/cxx");
