@@ -204,6 +204,25 @@ TEST(Profile, TableOfKernelsAndSteps) {
   EXPECT_TRUE(profile::kernels().empty());
 }
 
+// One kernel serves every shape its parameters allow; its row averages over all its launches
+// (a row with the first launch's figures made a GEMM that ran a small and a large product
+// look several times slower than it was).
+TEST(Profile, AKernelOfSeveralShapesAveragesOverItsLaunches) {
+  profile::scope collect(/*print_at_end=*/false);
+  const Tensor small = randn({64, 32}, 12).realize(), large = randn({64, 128}, 13).realize();
+  const Tensor w_small = randn({32, 48}, 14).realize(), w_large = randn({128, 48}, 15).realize();
+  (void)matmul(small, w_small).realize();
+  (void)matmul(large, w_large).realize();
+  const auto rows = profile::kernels();
+  std::vector<profile::KernelRow> gemms;
+  for (const auto& r : rows)
+    if (r.name.rfind("k_gemm", 0) == 0) gemms.push_back(r);
+  ASSERT_EQ(gemms.size(), 1u) << "both products are expected to run one kernel";
+  EXPECT_EQ(gemms[0].calls, 2u);
+  EXPECT_DOUBLE_EQ(gemms[0].flops, (2.0 * 64 * 48 * 32 + 2.0 * 64 * 48 * 128) / 2);
+  EXPECT_DOUBLE_EQ(gemms[0].bytes, 4.0 * ((64 * 32 + 32 * 48 + 64 * 48) + (64 * 128 + 128 * 48 + 64 * 48)) / 2);
+}
+
 TEST(Profile, OffCollectsNothing) {
   profile::enable(false);
   profile::reset();

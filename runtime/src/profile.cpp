@@ -32,6 +32,8 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 struct KernelAcc {
   std::string device;
   size_t calls = 0;
+  // Summed over the launches: one kernel serves every shape its parameters allow (a GEMM
+  // kernel runs several layers' products), so the first launch's figures would not do.
   double total_ms = 0, bytes = 0, flops = 0;
   std::vector<graph::SourceLine> lines;
 };
@@ -178,11 +180,9 @@ void launch(const codegen::KernelLaunch& l, Device device, Clock::time_point t0,
   State& s = state();
   std::lock_guard lock(s.mu);
   KernelAcc& k = s.kernels[l.kernel.name];
-  if (k.calls == 0) {
-    k.device = device.str();
-    k.bytes = launch_bytes(l);
-    k.flops = launch_flops(l);
-  }
+  if (k.calls == 0) k.device = device.str();
+  k.bytes += launch_bytes(l);
+  k.flops += launch_flops(l);
   ++k.calls;
   k.total_ms += ms;
   for (const graph::SourceLine& line : l.lines) graph::add_source_line(k.lines, line);
@@ -253,7 +253,11 @@ std::vector<KernelRow> kernels() {
   {
     std::lock_guard lock(s.mu);
     for (const auto& [name, k] : s.kernels)
-      rows.push_back({name, k.device, k.calls, k.total_ms, k.bytes, k.flops, graph::source_lines_str(k.lines)});
+    {
+      const double calls = static_cast<double>(std::max<size_t>(k.calls, 1));
+      rows.push_back({name, k.device, k.calls, k.total_ms, k.bytes / calls, k.flops / calls,
+                      graph::source_lines_str(k.lines)});
+    }
   }
   std::sort(rows.begin(), rows.end(), [](const KernelRow& a, const KernelRow& b) {
     return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.name < b.name;

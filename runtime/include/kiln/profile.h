@@ -26,8 +26,8 @@ struct KernelRow {
   std::string device;      ///< where it ran ("cpu", "cuda:0")
   size_t calls = 0;        ///< launches
   double total_ms = 0;     ///< host time of its launches (on a GPU without KILN_LAUNCH_BLOCKING: queueing time)
-  double bytes = 0;        ///< bytes read and written per call (inputs plus output)
-  double flops = 0;        ///< floating-point operations per call: 2 m n k for a contraction, else 0
+  double bytes = 0;        ///< bytes read and written per call (inputs plus outputs), the mean over the calls
+  double flops = 0;        ///< floating-point operations per call (2 m n k for a contraction, else 0), the mean
   std::string lines;       ///< the user's source lines of its ops ("train.cpp:160, train.cpp:161")
 };
 /// The kernels collected, by total time (largest first).
