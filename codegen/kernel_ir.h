@@ -127,6 +127,9 @@ enum class KernelForm : uint8_t {
                ///< once, each point's lanes its own, reduction loops outside the block (each point's order unchanged)
 };
 
+/// Points per block of a Columns-form kernel: one 64-byte vector of them (16 f32, 8 f64).
+constexpr int64_t columns_block_points(DType dtype) { return dtype == DType::Float64 ? 8 : 16; }
+
 /// The form's name ("elementwise", "reduction", "row", "gemm", "scan", "attention", "columns").
 const char* form_name(KernelForm f);
 

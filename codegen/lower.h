@@ -61,6 +61,9 @@ struct KernelLaunch {
   int64_t domain_size = 0;                ///< number of domain points
   int64_t work_per_point = 1;             ///< loop trips per domain point (for chunk sizes)
   int64_t min_chunk = 1;                  ///< smallest useful chunk of domain points (whole rows for matmul)
+  /// Chunks of the domain start at multiples of this many points: a Columns-form kernel's blocks,
+  /// which a chunk boundary inside would split into two shorter blocks of the slow variable width.
+  int64_t chunk_multiple = 1;
   int64_t gemm_tasks = 0;                 ///< CPU GEMM-form kernel (kernel.gemm) or attention kernel: tasks to run
   std::vector<graph::SourceLine> lines;   ///< the user's lines of the ops computed in it (graph::Node::origin), first seen first
   std::vector<const graph::Node*> nodes;  ///< the nodes it computes (not those it loads), outputs included, first seen first

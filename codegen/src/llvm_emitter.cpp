@@ -391,7 +391,7 @@ private:
 
   /// Points per column block: one vector register of them, so that the block's lanes
   /// (sum_lanes() accumulators per point) fill 16 (f32) or 8 (f64) vector registers.
-  int64_t column_width() const { return k_.reductions[0].dtype == DType::Float64 ? 8 : 16; }
+  int64_t column_width() const { return columns_block_points(k_.reductions[0].dtype); }
 
   /// The points [j, j + n) of one row, in blocks of column_width() and one shorter block.
   void emit_row_columns(Value* j, Value* n) {

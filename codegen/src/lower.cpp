@@ -66,6 +66,7 @@ private:
     const FormPlan form = plan_form(kernel_, launch_.params, target_);
     set_form(kernel_, form);
     launch_.gemm_tasks = form.gemm_tasks;
+    if (kernel_.form == KernelForm::Columns) launch_.chunk_multiple = columns_block_points(kernel_.reductions[0].dtype);
     finalize(kernel_);
     launch_.kernel = std::move(kernel_);
   }

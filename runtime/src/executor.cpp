@@ -175,8 +175,9 @@ void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const st
                     [&](const tbb::blocked_range<int64_t>& r) { chunk(r.begin(), r.end()); });
 }
 
-// Runs the flattened domain in chunks of roughly equal work. Results never depend
-// on the chunking: each domain point is computed by the same code either way.
+// Runs the flattened domain in chunks of roughly equal work, each starting at a multiple of
+// l.chunk_multiple points. Results never depend on the chunking: each domain point is computed
+// by the same code either way.
 void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
          void* const* bufs) {
   const int64_t n = l.domain_size;
@@ -186,14 +187,23 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* p = params.data();
   if (n <= grain) return fn(0, n, bufs, p);
+  // TBB splits a range in halves down to the grain; it splits units of chunk_multiple points
+  const int64_t unit = std::max<int64_t>(1, l.chunk_multiple);
+  auto points = [&](const tbb::blocked_range<int64_t>& r) {
+    return std::pair{r.begin() * unit, std::min(n, r.end() * unit)};
+  };
+  const tbb::blocked_range<int64_t> units(0, (n + unit - 1) / unit, std::max<int64_t>(1, grain / unit));
   if (observe::tracing()) // each TBB chunk a child span of the launch, on its thread's track
-    return tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    return tbb::parallel_for(units, [&](const tbb::blocked_range<int64_t>& r) {
+      const auto [begin, end] = points(r);
       observe::Span s("chunk", "chunk");
-      s.arg("points", static_cast<double>(r.size()));
-      fn(r.begin(), r.end(), bufs, p);
+      s.arg("points", static_cast<double>(end - begin));
+      fn(begin, end, bufs, p);
     });
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end(), bufs, p); });
+  tbb::parallel_for(units, [&](const tbb::blocked_range<int64_t>& r) {
+    const auto [begin, end] = points(r);
+    fn(begin, end, bufs, p);
+  });
 }
 
 // `tier`: which of the JIT's tiers ran a CPU launch ("quick tier", "optimized"; null on a GPU).
