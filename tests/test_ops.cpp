@@ -1070,6 +1070,34 @@ TEST(Movement, Pad) {
       << "integer pad values must be exact";
 }
 
+// Attention's head merges ([.., heads, T, d] -> [.., T, heads * d]), their concats and pads: the
+// row's index divided by d, which the CPU emitter runs in stretches of constant quotient and
+// bounds (llvm_emitter.cpp, emit_row_runs). Head widths a power of 2 and not, pads that start
+// inside a head and before the row (negative offsets), one and two threads (chunks that start
+// inside a row).
+TEST(Movement, HeadMergesConcatsAndPadsAlongTheRow) {
+  auto merge = [](const Tensor& h) {
+    const IntList s = h.shape();
+    return h.permute({0, 2, 1, 3}).reshape({s[0], s[2], s[1] * s[3]});
+  };
+  for (int threads : {1, 2}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    for (int64_t d : {16, 20, 32, 64}) {
+      const std::string at = " d=" + std::to_string(d) + " threads=" + std::to_string(threads);
+      const Tensor q = make(kFloat32, {3, 4, 7, d}, 120), k = make(kFloat32, {3, 4, d, 7}, 121);
+      const Tensor v = make(kFloat32, {3, 2, 7, d}, 122);
+      EXPECT_INTERP(merge(q), kExact, "merge" + at);
+      EXPECT_INTERP(merge(q) * 2.0 + 1.0, kExact, "merge, fused" + at);
+      EXPECT_INTERP(concat({merge(q), merge(k.transpose(-2, -1)), merge(v)}, -1), kExact, "concat" + at);
+      EXPECT_INTERP(pad(merge(q), {5, d + 3}, 1.5), kExact, "pad" + at);
+      EXPECT_INTERP(pad(merge(v), {3, 0}) + pad(merge(v), {0, 3}), kExact, "sum of pads" + at);
+      EXPECT_INTERP(merge(q).narrow(-1, 3, 2 * d + 1), kExact, "a slice inside the heads" + at);
+      // the pad's bounds fall inside a head, where the quotient does not change
+      EXPECT_INTERP(pad(merge(q).narrow(-1, 3, 2 * d + 1), {2, 5}, -1.0), kExact, "pad of a slice" + at);
+    }
+  }
+}
+
 /// A small deterministic generator for the random movement chains.
 struct Rng {
   uint64_t seed, k = 0;

@@ -65,6 +65,10 @@ private:
   std::vector<Value*> loop_vars_, reduce_vars_, map_vars_, results_;
   std::vector<Scope> scopes_;        // expression values, innermost last (outer ones dominate)
   std::unordered_map<const Expr*, AllocaInst*> checks_; // accumulators of the Check expressions (start_checks)
+  std::vector<const Expr*> row_divisions_;              // see find_row_divisions()
+  std::vector<const Expr*> row_bounds_;                 // see find_row_divisions()
+  std::unordered_map<const Expr*, Value*> quotients_;   // per run of a row: x / D of each row division
+  std::unordered_map<const Expr*, Value*> run_values_;  // per run of a row: each row bound's value
   std::vector<const Expr*> check_order_;                 // those Checks, in the order found (stable IR)
 
   Type* i64() { return b_.getInt64Ty(); }
@@ -221,6 +225,7 @@ private:
     }
     const size_t rank = k_.domain.size();
     std::vector<Value*> ext = exprs(k_.domain);
+    find_row_divisions();
     AllocaInst* iv = local(i64(), "flat");
     b_.CreateStore(begin, iv);
     // The multi-index of `begin`, by div/mod once (divisors kept >= 1: with an empty
@@ -275,11 +280,95 @@ private:
   /// Rows shorter than this run as masked vectors (when rows can be short at all).
   static constexpr int64_t kShortRow = 64;
 
+  // --- runs: index division by a constant along the row ------------------------------
+
+  /// The smallest divisor find_row_divisions() takes: runs shorter than a vector gain nothing.
+  static constexpr int64_t kRunDivisor = 16;
+
+  /// The IntDiv and IntMod expressions of an elementwise kernel that divide an index x = (the
+  /// innermost domain var) + (terms without it) by a constant D >= kRunDivisor: a reshape that
+  /// splits the row's dim, such as attention's [.., heads * d] -> [.., heads, d]. Along a run of
+  /// the row in which x / D does not change, x / D is that constant and x % D = x - D (x / D)
+  /// moves with the row one by one, so the loads it addresses are vector loads, where LLVM,
+  /// which cannot see through a division, gathers them one lane at a time (emit_row_runs).
+  void find_row_divisions() {
+    row_divisions_.clear();
+    row_bounds_.clear();
+    if (k_.form != KernelForm::Elementwise || k_.domain.empty()) return;
+    const int inner = static_cast<int>(k_.domain.size()) - 1;
+    std::unordered_set<const Expr*> seen;
+    std::function<void(const ExprRef&)> visit = [&](const ExprRef& e) {
+      if (!seen.insert(e.get()).second) return;
+      if (e->kind == ExprKind::Op && (e->op == ScalarOp::Lt || e->op == ScalarOp::Ge) && e->args[0]->dtype == DType::Int64 &&
+          coefficient(e->args[0], ExprKind::LoopVar, inner) == 1 && coefficient(e->args[1], ExprKind::LoopVar, inner) == 0)
+        row_bounds_.push_back(e.get());
+      const Expr* d = e->args.size() == 2 ? e->args[1].get() : nullptr;
+      if ((e->kind == ExprKind::IntDiv || e->kind == ExprKind::IntMod) && d->kind == ExprKind::Const &&
+          d->dtype == DType::Int64 && d->i >= kRunDivisor &&
+          coefficient(e->args[0], ExprKind::LoopVar, inner) == 1)
+        row_divisions_.push_back(e.get());
+      for (const ExprRef& a : e->args) visit(a);
+    };
+    for (const Store& s : k_.stores) {
+      visit(s.offset);
+      visit(s.value);
+    }
+    if (row_divisions_.empty()) row_bounds_.clear(); // runs only where a division asks for them
+  }
+
+  /// The points [j, j + n) of one row in runs over which every row division's quotient is
+  /// constant (at most D points each; a run also ends where x would wrap past 0, since the
+  /// division is unsigned). The same points and operations as emit_row_points: the same results.
+  void emit_row_runs(Value* j, Value* n) {
+    AllocaInst* done = local(i64(), "run.done");
+    b_.CreateStore(c64(0), done);
+    BasicBlock* cond = BasicBlock::Create(ctx_, "run.cond", fn_);
+    BasicBlock* body = BasicBlock::Create(ctx_, "run", fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, "run.exit", fn_);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    Value* t = b_.CreateLoad(i64(), done);
+    b_.CreateCondBr(b_.CreateICmpSLT(t, n), body, exit);
+    b_.SetInsertPoint(body);
+    Value* start = b_.CreateAdd(j, t, "", true, true);
+    Value* len = b_.CreateSub(n, t);
+    scopes_.emplace_back(); // the values at the run's first point
+    loop_vars_.back() = start;
+    for (const Expr* e : row_divisions_) {
+      Value* x = expr(e->args[0]);
+      Value* d = expr(e->args[1]);
+      Value* to_boundary = b_.CreateSub(d, b_.CreateURem(x, d));
+      Value* to_wrap = b_.CreateSelect(b_.CreateICmpSLT(x, c64(0)), b_.CreateNeg(x), to_boundary);
+      len = b_.CreateBinaryIntrinsic(Intrinsic::smin, len, b_.CreateBinaryIntrinsic(Intrinsic::smin, to_boundary, to_wrap));
+      quotients_[e] = b_.CreateUDiv(x, d);
+    }
+    // A bound x < b or x >= b (a pad's or a concat's range) keeps its value up to x = b: the run
+    // stops there, and the guards of the run's loads are the same for all its points.
+    for (const Expr* e : row_bounds_) {
+      Value* x = expr(e->args[0]);
+      Value* bound = expr(e->args[1]);
+      Value* below = b_.CreateICmpSLT(x, bound);
+      len = b_.CreateSelect(below, b_.CreateBinaryIntrinsic(Intrinsic::smin, len, b_.CreateSub(bound, x)), len);
+      run_values_[e] = e->op == ScalarOp::Lt ? below : b_.CreateNot(below);
+    }
+    scopes_.pop_back();
+    emit_for(b_, local(i64(), "iv"), c64(0), len, 1, [&](Value* u) {
+      loop_vars_.back() = b_.CreateAdd(start, u, "", true, true);
+      emit_point();
+    }, /*masked_tail=*/true);
+    quotients_.clear();
+    run_values_.clear();
+    b_.CreateStore(b_.CreateAdd(t, len), done);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(exit);
+  }
+
   /// The points [j, j + n) of one row, one at a time: the loop LLVM vectorizes. Where rows can
   /// be short (a domain of rank > 1: a pooling or im2col row of 14 points), a short row runs a
   /// copy of the loop whose tail is folded into masked vector iterations; long rows keep the
   /// plain loop (a vector body and a scalar remainder), which is faster there.
   void emit_row_points(Value* j, Value* n, bool rows_can_be_short) {
+    if (!row_divisions_.empty()) return emit_row_runs(j, n);
     auto points = [&](bool masked) {
       emit_for(b_, local(i64(), "iv"), c64(0), n, 1, [&](Value* t) {
         loop_vars_.back() = b_.CreateAdd(j, t, "", true, true);
@@ -788,9 +877,16 @@ private:
     case ExprKind::MapVar: return var(map_vars_, e.index, "map var");
     case ExprKind::Param: return param(e);
     case ExprKind::Load: return load(e);
-    case ExprKind::Op: return op(e);
-    case ExprKind::IntDiv: return b_.CreateUDiv(expr(e.args[0]), expr(e.args[1]));
-    case ExprKind::IntMod: return b_.CreateURem(expr(e.args[0]), expr(e.args[1]));
+    case ExprKind::Op:
+      if (auto v = run_values_.find(&e); v != run_values_.end()) return v->second; // the same along the run
+      return op(e);
+    case ExprKind::IntDiv:
+      if (auto q = quotients_.find(&e); q != quotients_.end()) return q->second; // constant along the run
+      return b_.CreateUDiv(expr(e.args[0]), expr(e.args[1]));
+    case ExprKind::IntMod:
+      if (auto q = quotients_.find(&e); q != quotients_.end()) // x - D (x / D): moves with the run
+        return b_.CreateSub(expr(e.args[0]), b_.CreateMul(q->second, expr(e.args[1])));
+      return b_.CreateURem(expr(e.args[0]), expr(e.args[1]));
     case ExprKind::ReduceResult: return var(results_, e.index, "reduction result");
     case ExprKind::Random: return random(e);
     case ExprKind::Check: return check(e);
