@@ -116,8 +116,9 @@ std::vector<NodeRef> attention_grads_composite(const NodeRef& q, const NodeRef& 
                                                const NodeRef& mask, double scale, bool causal);
 /// Swaps the last two dims.
 NodeRef transpose_last(const NodeRef& x);
-/// Whether x is a permute that swaps its last two dims (transpose_last's).
-bool is_transpose_last(const Node& x);
+/// Whether x is a permute that puts its operand's last dim second to last: transpose_last's, or
+/// one that moves other dims too (attention's k^T of a [B, T, heads, d] view: [B, heads, d, T]).
+bool moves_last_dim_second_to_last(const Node& x);
 
 // Shorthands for arithmetic on same-shape operands.
 NodeRef add(const NodeRef& a, const NodeRef& b); ///< a + b

@@ -265,17 +265,18 @@ NodeRef concat_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
 // ---------------------------------------------------------------- matmul
 
 // y = a c with same-rank batched operands: ga = g c^T, gc = a^T g. An operand that is itself a
-// transpose (Linear's x W^T, attention's q k^T) gets its gradient as the transpose of the swapped
-// product ((c g^T)^T, (g^T a)^T), which the permute's rule transposes back (build::permute folds
-// the pair away): the GEMM then writes the layout of the tensor underneath, not a transposed one
-// its consumer (an optimizer update) reads with strides. Each element is the same fma chain over
-// k, so the bits do not change.
+// transpose (Linear's x W^T; attention's q k^T, where k^T also moves the heads dim) gets its
+// gradient as the transpose of the swapped product ((c g^T)^T, (g^T a)^T), which the permute's
+// rule permutes back (build::permute folds the pair into one): the GEMM then writes rows along
+// the last dim of the tensor underneath, not a transposed layout that its consumer (an optimizer
+// update, attention's gradient assembly) reads with strides, one gathered element at a time.
+// Each element is the same fma chain over k, so the bits do not change.
 std::vector<NodeRef> matmul_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef &a = y->inputs[0], &c = y->inputs[1];
-  const NodeRef ga = b::is_transpose_last(*a) ? b::transpose_last(b::matmul(c, b::transpose_last(g)))
-                                              : b::matmul(g, b::transpose_last(c));
-  const NodeRef gc = b::is_transpose_last(*c) ? b::transpose_last(b::matmul(b::transpose_last(g), a))
-                                              : b::matmul(b::transpose_last(a), g);
+  const NodeRef ga = b::moves_last_dim_second_to_last(*a) ? b::transpose_last(b::matmul(c, b::transpose_last(g)))
+                                                          : b::matmul(g, b::transpose_last(c));
+  const NodeRef gc = b::moves_last_dim_second_to_last(*c) ? b::transpose_last(b::matmul(b::transpose_last(g), a))
+                                                          : b::matmul(b::transpose_last(a), g);
   return {ga, gc};
 }
 

@@ -389,13 +389,11 @@ NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mas
   return div(e, broadcast_to(z, s->shape));
 }
 
-bool is_transpose_last(const Node& x) {
+bool moves_last_dim_second_to_last(const Node& x) {
   if (x.op != OpKind::Permute) return false;
   const std::vector<int64_t>& p = x.attrs.ints;
   const size_t r = p.size();
-  for (size_t d = 0; d + 2 < r; ++d)
-    if (p[d] != static_cast<int64_t>(d)) return false;
-  return r >= 2 && p[r - 2] == static_cast<int64_t>(r - 1) && p[r - 1] == static_cast<int64_t>(r - 2);
+  return r >= 2 && p[r - 2] == static_cast<int64_t>(r - 1);
 }
 
 NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
