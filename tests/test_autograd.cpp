@@ -740,6 +740,13 @@ TEST(Custom, ANodeReadFromTextWithoutItsRulesIsAnIdentityThatGradientsRefuse) {
   EXPECT_NE(msg.find("no gradient rules"), std::string::npos) << msg;
   EXPECT_NE(msg.find("call 987654322"), std::string::npos) << msg;
   EXPECT_NE(msg.find("test_autograd.cpp:" + std::to_string(line)), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind("grad", 0), 0u) << msg; // named by the walk that refused
+  // forward mode refuses too, and says so
+  const int jvp_line = __LINE__ + 1;
+  const std::string fwd = error_of([&] { jvp([&](const Tensor& p) { return Tensor(parsed).sum() + p.sum(); }, x, ones_like(x)); });
+  EXPECT_EQ(fwd.rfind("jvp", 0), 0u) << fwd;
+  EXPECT_NE(fwd.find("no gradient rules"), std::string::npos) << fwd;
+  EXPECT_NE(fwd.find("test_autograd.cpp:" + std::to_string(jvp_line)), std::string::npos) << fwd;
 }
 
 TEST(Custom, RealizingAnOutputRunsOneKernelAsForAnyIdentity) {

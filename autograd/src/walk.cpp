@@ -38,8 +38,9 @@ struct Info {
 // topological order (operands first).
 class Graph {
 public:
-  /// `where` is the user's call (grad(), backward(), jvp()) that errors name.
-  Graph(const std::vector<NodeRef>& roots, const std::source_location& where) : where_(where) {
+  /// `where` is the user's call (grad(), backward(), jvp()) that errors name, `op` its kind ("grad"
+  /// or "jvp").
+  Graph(const std::vector<NodeRef>& roots, const std::source_location& where, const char* op) : where_(where), op_(op) {
     for (const NodeRef& r : roots) visit(r);
   }
   /// Nodes, operands before their users.
@@ -53,6 +54,7 @@ private:
   std::vector<NodeRef> order_;
   std::unordered_map<const Node*, Info> info_;
   std::source_location where_;
+  const char* op_;
 
   Info describe(const NodeRef& n) const {
     if (n->op == graph::OpKind::CustomOutput) return describe_custom(n);
@@ -67,7 +69,7 @@ private:
     Info info;
     info.custom = find_custom(*n);
     if (!info.custom.call && n->inputs.size() > 1)
-      throw Error("grad", "custom output " + std::to_string(n->attrs.i1) + " of call " + std::to_string(n->attrs.i0) + " (" +
+      throw Error(op_, "custom output " + std::to_string(n->attrs.i1) + " of call " + std::to_string(n->attrs.i0) + " (" +
                               std::string(dtype_name(n->dtype)) + graph::shape_str(n->shape) +
                               ") has no gradient rules in this process (a graph read from text keeps a custom call's "
                               "inputs, not its rules)",
@@ -114,7 +116,7 @@ NodeRef sum_all(const NodeRef& x) {
 class Reverse {
 public:
   Reverse(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& targets, const std::source_location& where)
-      : graph_(outputs, where) {
+      : graph_(outputs, where, "grad") {
     std::unordered_set<const Node*> is_target;
     for (const NodeRef& t : targets) is_target.insert(t.get());
     for (const NodeRef& n : graph_.order()) mark(n, is_target.count(n.get()) > 0);
@@ -220,7 +222,7 @@ std::vector<NodeRef> vjp(const std::vector<NodeRef>& outputs, const std::vector<
 std::vector<NodeRef> jvp(const std::vector<NodeRef>& outputs, const std::vector<NodeRef>& primals,
                          const std::vector<NodeRef>& tangents, const std::source_location& where) {
   KILN_ASSERT(primals.size() == tangents.size(), "one tangent per primal");
-  Graph graph(outputs, where);
+  Graph graph(outputs, where, "jvp");
   std::unordered_map<const Node*, NodeRef> tan;
   for (size_t i = 0; i < primals.size(); ++i)
     if (tangents[i]) tan[primals[i].get()] = tangents[i];
