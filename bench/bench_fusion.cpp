@@ -4,6 +4,11 @@
 //   Softmax/48x64x64/kiln/.../causal:{0,1}  the GPT's attention weights (12 x 4 heads, 64 tokens):
 //                     softmax of the scaled scores, and of the causally masked ones (-inf above
 //                     the diagonal, whose exp underflows to 0): the two should take the same time
+//   ColumnSum/768xN/kiln  a bias gradient, x.sum(0) of [768, N] (the Columns form): N = 384 and
+//                     320 should move bytes as fast as N = 512 (chunks start at whole blocks)
+//   HeadMerge/kiln/pieces:{1,3}  attention's [12, 4, 64, 32] heads merged into [12, 64, 128]
+//                     (times 2), and three such merges concatenated into [12, 64, 384] (the q/k/v
+//                     gradient assembly): rows whose index is divided by the head width
 //   MLPStep/128, MLPStep/1024  784-512-512-10 ReLU MLP at batch 128 / 1024: forward,
 //                     cross-entropy, backward, SGD (compiled step); GFLOP/s counts the
 //                     matmuls only (3,209,216 x batch per step)
@@ -103,6 +108,27 @@ void KilnAttentionSoftmax(benchmark::State& state) {
     }
   });
   report_bytes(state, 2.0 * kHeads * kTokens * kTokens * sizeof(float));
+}
+
+// x.sum(0) over [768, range(0)] columns, one thread.
+void KilnColumnSum(benchmark::State& state) {
+  const int64_t cols = state.range(0);
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1);
+  const Tensor x = randn({768, cols}, 7).realize();
+  for (auto _ : state) x.sum({0}).realize();
+  report_bytes(state, 768.0 * static_cast<double>(cols) * sizeof(float));
+}
+
+// Attention's heads [12, 4, 64, 32] merged into [12, 64, 128] (range(0) = 1, times 2 to make an
+// elementwise kernel of it), or three merges concatenated along the last dim (range(0) = 3).
+void KilnHeadMerge(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1);
+  auto merge = [](const Tensor& h) { return h.permute({0, 2, 1, 3}).reshape({12, 64, 128}); };
+  const Tensor q = randn({12, 4, 64, 32}, 8).realize(), k = randn({12, 4, 64, 32}, 9).realize();
+  const Tensor v = randn({12, 4, 64, 32}, 10).realize();
+  const bool three = state.range(0) == 3;
+  for (auto _ : state) (three ? concat({merge(q), merge(k), merge(v)}, -1) : merge(q) * 2.0).realize();
+  report_bytes(state, 2.0 * static_cast<double>(state.range(0)) * 12 * 4 * 64 * 32 * sizeof(float));
 }
 
 void KilnLayerNorm(benchmark::State& state) {
@@ -397,6 +423,8 @@ BENCHMARK(KilnAttentionSoftmax)
     ->Args({1, 1, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnColumnSum)->Name("ColumnSum/768xN/kiln")->ArgName("N")->Arg(320)->Arg(384)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnHeadMerge)->Name("HeadMerge/kiln")->ArgName("pieces")->Arg(1)->Arg(3)->UseRealTime()->Unit(benchmark::kMicrosecond);
 KILN_MODES(KilnLayerNorm, "LayerNorm/8192x1024/kiln");
 KILN_CEILING(CxxLayerNorm, "LayerNorm/8192x1024/cxx_scalar_loop");
 KILN_CEILING(CxxTriad, "Triad/16M/cxx");
