@@ -675,6 +675,47 @@ TEST(LLVM, SoftmaxRowMap) {
   }
 }
 
+// The map's exp(x - max) is the sum's term again: the sum keeps each term in the output and the
+// map reads it back (llvm_emitter.cpp, find_kept_terms), where the extents and strides agree at
+// run time. Both paths against a kernel whose map computes the term anew (x * 1 - max: the same
+// bits, another expression, so nothing is kept): bitwise equal.
+TEST(LLVM, ARowMapReadsBackTheTermsItsSumKept) {
+  // params: rows, the sum's row stride and extent, the map's row stride and extent
+  auto softmax = [](bool anew) {
+    Kernel k;
+    k.buffers = {{kFloat32}, {kFloat32, true}};
+    k.num_params = 5;
+    k.domain = {param(0)};
+    auto x_at = [](ExprRef stride, ExprRef col) { return load(0, kFloat32, iadd(imul(loop_var(0), stride), col)); };
+    auto shifted_exp = [](ExprRef x) {
+      return op(ScalarOp::Exp, kFloat32, {op(ScalarOp::Sub, kFloat32, {x, reduce_result(0, kFloat32)})});
+    };
+    ExprRef mapped = x_at(param(3), map_var(0));
+    if (anew) mapped = op(ScalarOp::Mul, kFloat32, {mapped, constant(kFloat32, 1.0)});
+    k.reductions = {{ReduceOp::Max, kFloat32, {param(2)}, x_at(param(1), reduce_var(0))},
+                    {ReduceOp::Sum, kFloat32, {param(2)}, shifted_exp(x_at(param(1), reduce_var(0)))}};
+    k.map = {param(4)};
+    k.stores = {{1, iadd(imul(loop_var(0), param(4)), map_var(0)),
+                 op(ScalarOp::Div, kFloat32, {shifted_exp(mapped), reduce_result(1, kFloat32)})}};
+    return compile(k);
+  };
+  const auto kept = softmax(false), anew = softmax(true);
+  const int64_t R = 9, C = 77;
+  std::vector<float> x(R * C);
+  std::mt19937 rng(5);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-30, 30)(rng);
+  x[3] = -INFINITY; // a masked score: its exp is kept as 0
+  // agreeing extents and strides (the kept path); a shorter map; another map stride (both: anew)
+  for (const std::vector<int64_t>& p :
+       {std::vector<int64_t>{R, C, C, C, C}, {R, C, C, C, C - 5}, {R, C, C, C - 1, C}, {R, C, C, C - 3, C - 3}}) {
+    std::vector<float> got(R * C, -1), want(R * C, -2);
+    run_chunked(kept, R, {x.data(), got.data()}, p);
+    run_chunked(anew, R, {x.data(), want.data()}, p);
+    const size_t n = static_cast<size_t>(R * p[4]);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "map extent " << p[4] << ", stride " << p[3];
+  }
+}
+
 TEST(LLVM, GuardedLoadsPad) {
   // out[j] = x[j - p] where p <= j < n + p, else 0: offsets outside x are never read.
   Kernel k;

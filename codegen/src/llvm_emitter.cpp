@@ -69,6 +69,12 @@ private:
   std::vector<const Expr*> row_bounds_;                 // see find_row_divisions()
   std::unordered_map<const Expr*, Value*> quotients_;   // per run of a row: x / D of each row division
   std::unordered_map<const Expr*, Value*> run_values_;  // per run of a row: each row bound's value
+  // The row's kept terms (find_kept_terms): a sum whose terms the map computes again
+  const Reduction* kept_sum_ = nullptr; // that sum
+  const Expr* kept_term_ = nullptr;     // the map's copy of its term
+  const Store* kept_in_ = nullptr;      // the store whose buffer keeps the terms in between
+  std::vector<std::pair<const Expr*, const Expr*>> kept_if_equal_; // parameters the copy must share
+  bool keeping_ = false;                // in this copy of the row's code
   std::vector<const Expr*> check_order_;                 // those Checks, in the order found (stable IR)
 
   Type* i64() { return b_.getInt64Ty(); }
@@ -85,13 +91,15 @@ private:
     fn_ = Function::Create(fty, GlobalValue::InternalLinkage, k_.name + ".body", mod_);
     fn_->addFnAttr(Attribute::AlwaysInline);
     fn_->addFnAttr(Attribute::NoUnwind);
+    find_kept_terms();
     for (size_t i = 0; i <= k_.buffers.size(); ++i) {
       Argument* a = fn_->getArg(2 + i);
       a->addAttr(Attribute::NoAlias);
       a->addAttr(Attribute::NoCapture);
       const bool output = i < k_.buffers.size() && k_.buffers[i].output;
       const bool error = i < k_.buffers.size() && k_.buffers[i].error; // read and written by checks
-      const bool read_back = output && k_.form == KernelForm::Scan; // a scatter adds into its output
+      const bool read_back = output && (k_.form == KernelForm::Scan || // a scatter adds into its output
+                                        (kept_in_ && static_cast<int>(i) == kept_in_->buffer)); // kept terms
       if (!error && !read_back) a->addAttr(output ? Attribute::WriteOnly : Attribute::ReadOnly);
       if (i < k_.buffers.size()) bufs_.push_back(a);
     }
@@ -389,8 +397,29 @@ private:
     b_.SetInsertPoint(join);
   }
 
-  /// Everything the kernel does at one domain point.
+  /// Everything the kernel does at one domain point; with kept terms (find_kept_terms), two copies:
+  /// keeping them where the sum and the map run over the same extent, not keeping them elsewhere.
   void emit_point() {
+    if (!kept_sum_) return emit_point_body();
+    scopes_.emplace_back(); // this point's values (the caller's scope may serve other copies of the loop)
+    Value* same = b_.CreateICmpEQ(expr(kept_sum_->extents[0]), expr(k_.map[0]));
+    for (const auto& [a, b] : kept_if_equal_) same = b_.CreateAnd(same, b_.CreateICmpEQ(expr_of(a), expr_of(b)));
+    BasicBlock* keep = BasicBlock::Create(ctx_, "row.keep", fn_);
+    BasicBlock* plain = BasicBlock::Create(ctx_, "row.plain", fn_);
+    BasicBlock* done = BasicBlock::Create(ctx_, "row.done", fn_);
+    b_.CreateCondBr(same, keep, plain);
+    for (BasicBlock* copy : {keep, plain}) {
+      b_.SetInsertPoint(copy);
+      keeping_ = copy == keep;
+      emit_point_body();
+      b_.CreateBr(done);
+    }
+    keeping_ = false;
+    b_.SetInsertPoint(done);
+    scopes_.pop_back();
+  }
+
+  void emit_point_body() {
     scopes_.emplace_back();
     results_.clear();
     for (const Reduction& r : k_.reductions) results_.push_back(emit_reduction(r));
@@ -693,6 +722,90 @@ private:
     scopes_.pop_back();
   }
 
+  // --- kept terms: a row's sum whose terms the map computes again ---------------------
+
+  /// A Row-form kernel whose one store's value contains a float sum's term again, with the map
+  /// var for the sum's var (softmax: exp(x - max) in the sum and in x's output e / sum): the sum
+  /// keeps each term in the output buffer at the position the map will store to, and the map
+  /// reads it back instead of computing it again (one exp per element, not two). The same
+  /// values in the same places: the same bits. Terms with index checks are computed as before.
+  void find_kept_terms() {
+    if (k_.form != KernelForm::Row || k_.map.size() != 1 || k_.stores.size() != 1) return;
+    const Store& s = k_.stores[0];
+    for (const Reduction& r : k_.reductions) {
+      if (r.op != ReduceOp::Sum || !is_floating(r.dtype) || r.block_inner || r.fma || r.extents.size() != 1 ||
+          r.dtype != k_.buffers.at(s.buffer).dtype || mentions_kind(r.value, ExprKind::Check) ||
+          !mentions_kind(r.value, ExprKind::ReduceVar)) // a term the same for every k (its copy: any map position)
+        continue;
+      if (const Expr* term = copy_of(s.value, r.value)) {
+        kept_sum_ = &r;
+        kept_term_ = term;
+        kept_in_ = &s;
+        return;
+      }
+    }
+  }
+
+  /// The value of a parameter or constant expression (no vars).
+  Value* expr_of(const Expr* e) {
+    return e->kind == ExprKind::Param ? param(*e) : expr_uncached(*e);
+  }
+
+  static bool mentions_kind(const ExprRef& e, ExprKind kind) {
+    if (e->kind == kind) return true;
+    for (const ExprRef& a : e->args)
+      if (mentions_kind(a, kind)) return true;
+    return false;
+  }
+
+  /// A subexpression of `e` equal to the sum's term `term` with map var 0 for reduce var 0, and
+  /// parameters that may differ in index (the lowering gives each stride its own) but must be
+  /// equal at run time (kept_if_equal_).
+  const Expr* copy_of(const ExprRef& e, const ExprRef& term) {
+    kept_if_equal_.clear();
+    if (same_but_var(*e, *term)) return e.get();
+    for (const ExprRef& a : e->args)
+      if (const Expr* c = copy_of(a, term)) return c;
+    kept_if_equal_.clear();
+    return nullptr;
+  }
+
+  bool same_but_var(const Expr& m, const Expr& r) {
+    if (m.kind == ExprKind::MapVar && r.kind == ExprKind::ReduceVar) return m.index == 0 && r.index == 0;
+    if (&m == &r) return !mentions_var(m);
+    if (m.kind == ExprKind::Param && r.kind == ExprKind::Param && m.dtype == DType::Int64 && r.dtype == DType::Int64) {
+      kept_if_equal_.emplace_back(&m, &r);
+      return true;
+    }
+    if (m.kind != r.kind || m.dtype != r.dtype || m.op != r.op || m.index != r.index || m.i != r.i || m.dist != r.dist ||
+        !(m.f == r.f || (m.f != m.f && r.f != r.f)) || m.args.size() != r.args.size())
+      return false;
+    for (size_t i = 0; i < m.args.size(); ++i)
+      if (!same_but_var(*m.args[i], *r.args[i])) return false;
+    return true;
+  }
+
+  static bool mentions_var(const Expr& e) {
+    if (e.kind == ExprKind::MapVar || e.kind == ExprKind::ReduceVar) return true;
+    for (const ExprRef& a : e.args)
+      if (mentions_var(*a)) return true;
+    return false;
+  }
+
+  /// The kept term's place: the kept-in store's offset at map position k.
+  Value* kept_place(Value* k) {
+    const std::vector<Value*> saved = map_vars_;
+    map_vars_.assign(1, k);
+    scopes_.emplace_back();
+    const DType dt = k_.buffers.at(kept_in_->buffer).dtype;
+    Value* p = b_.CreateInBoundsGEP(mem_type(ctx_, dt), bufs_[kept_in_->buffer], expr(kept_in_->offset));
+    scopes_.pop_back();
+    map_vars_ = saved;
+    return p;
+  }
+
+  void keep_term(Value* v) { b_.CreateStore(v, kept_place(reduce_vars_.back())); }
+
   // --- reductions --------------------------------------------------------------
 
   /// The accumulator's initial value: 0, or the identity of max/min (-inf/+inf, INT_MIN/MAX).
@@ -776,7 +889,12 @@ private:
   }
 
   /// acc + value (or fmuladd(a, b, acc) for a matmul) at the current reduce vars.
-  Value* lane_step(const Reduction& r, Value* acc) { return is_fma_reduction(r) ? fma_step(r, acc) : b_.CreateFAdd(acc, expr(r.value)); }
+  Value* lane_step(const Reduction& r, Value* acc) {
+    if (is_fma_reduction(r)) return fma_step(r, acc);
+    Value* v = expr(r.value);
+    if (keeping_ && &r == kept_sum_) keep_term(v);
+    return b_.CreateFAdd(acc, v);
+  }
 
   /// The partial sum of one run of the innermost reduction loop, over [0, n).
   Value* lane_run(const Reduction& r, Value* n) {
@@ -870,6 +988,8 @@ private:
   }
 
   Value* expr_uncached(const Expr& e) {
+    if (keeping_ && &e == kept_term_) // the sum kept it
+      return b_.CreateLoad(reg(e.dtype), kept_place(var(map_vars_, 0, "map var")));
     switch (e.kind) {
     case ExprKind::Const: return constant(e);
     case ExprKind::LoopVar: return var(loop_vars_, e.index, "loop var");
