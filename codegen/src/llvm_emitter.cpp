@@ -735,7 +735,8 @@ private:
     for (const Reduction& r : k_.reductions) {
       if (r.op != ReduceOp::Sum || !is_floating(r.dtype) || r.block_inner || r.fma || r.extents.size() != 1 ||
           r.dtype != k_.buffers.at(s.buffer).dtype || mentions_kind(r.value, ExprKind::Check) ||
-          !mentions_kind(r.value, ExprKind::ReduceVar)) // a term the same for every k (its copy: any map position)
+          !mentions_kind(r.value, ExprKind::ReduceVar) || // a term the same for every k (its copy: any map position)
+          !has_math_function(r.value)) // cheaper to compute again than to store and load (layernorm's x)
         continue;
       if (const Expr* term = copy_of(s.value, r.value)) {
         kept_sum_ = &r;
@@ -749,6 +750,15 @@ private:
   /// The value of a parameter or constant expression (no vars).
   Value* expr_of(const Expr* e) {
     return e->kind == ExprKind::Param ? param(*e) : expr_uncached(*e);
+  }
+
+  static bool has_math_function(const ExprRef& e) {
+    static constexpr ScalarOp kCostly[] = {ScalarOp::Exp,  ScalarOp::Log,     ScalarOp::Sin, ScalarOp::Cos,
+                                           ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf, ScalarOp::Pow};
+    if (e->kind == ExprKind::Op && std::find(std::begin(kCostly), std::end(kCostly), e->op) != std::end(kCostly)) return true;
+    for (const ExprRef& a : e->args)
+      if (has_math_function(a)) return true;
+    return false;
   }
 
   static bool mentions_kind(const ExprRef& e, ExprKind kind) {
