@@ -195,6 +195,25 @@ private:
     b_.SetInsertPoint(exit);
   }
 
+  /// The head of a loop that runs while *counter < end, its step written by the caller: the
+  /// insertion point moves into the body, which branches back to `test` (or out to `exit`).
+  struct LoopHead {
+    BasicBlock* test;
+    BasicBlock* exit;
+    Value* counter; ///< its value in this trip
+  };
+  LoopHead loop_while_below(AllocaInst* counter, Value* end, const std::string& name) {
+    BasicBlock* test = BasicBlock::Create(ctx_, name + ".cond", fn_);
+    BasicBlock* body = BasicBlock::Create(ctx_, name, fn_);
+    BasicBlock* exit = BasicBlock::Create(ctx_, name + ".exit", fn_);
+    b_.CreateBr(test);
+    b_.SetInsertPoint(test);
+    Value* c = b_.CreateLoad(i64(), counter);
+    b_.CreateCondBr(b_.CreateICmpSLT(c, end), body, exit);
+    b_.SetInsertPoint(body);
+    return {test, exit, c};
+  }
+
   /// Nested loops over ext (last innermost), setting vars; body runs in a fresh scope.
   void for_nest(const std::vector<Value*>& ext, std::vector<Value*>& vars, size_t d,
                 const std::function<void()>& body) {
@@ -246,14 +265,7 @@ private:
       b_.CreateStore(d == 0 ? rem : b_.CreateURem(rem, e), index[d]);
       if (d > 0) rem = b_.CreateUDiv(rem, e);
     }
-    BasicBlock* cond = BasicBlock::Create(ctx_, "row.cond", fn_);
-    BasicBlock* row = BasicBlock::Create(ctx_, "row", fn_);
-    BasicBlock* exit = BasicBlock::Create(ctx_, "row.exit", fn_);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    Value* i = b_.CreateLoad(i64(), iv);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, end), row, exit);
-    b_.SetInsertPoint(row);
+    const auto [cond, exit, i] = loop_while_below(iv, end, "row");
     loop_vars_.assign(rank, nullptr);
     for (size_t d = 0; d < rank; ++d) loop_vars_[d] = b_.CreateLoad(i64(), index[d]);
     const std::vector<Value*> row_index = loop_vars_;
@@ -330,14 +342,7 @@ private:
   void emit_row_runs(Value* j, Value* n) {
     AllocaInst* done = local(i64(), "run.done");
     b_.CreateStore(c64(0), done);
-    BasicBlock* cond = BasicBlock::Create(ctx_, "run.cond", fn_);
-    BasicBlock* body = BasicBlock::Create(ctx_, "run", fn_);
-    BasicBlock* exit = BasicBlock::Create(ctx_, "run.exit", fn_);
-    b_.CreateBr(cond);
-    b_.SetInsertPoint(cond);
-    Value* t = b_.CreateLoad(i64(), done);
-    b_.CreateCondBr(b_.CreateICmpSLT(t, n), body, exit);
-    b_.SetInsertPoint(body);
+    const auto [cond, exit, t] = loop_while_below(done, n, "run");
     Value* start = b_.CreateAdd(j, t, "", true, true);
     Value* len = b_.CreateSub(n, t);
     scopes_.emplace_back(); // the values at the run's first point
