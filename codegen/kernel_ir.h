@@ -334,8 +334,14 @@ ExprRef iselect(ExprRef cond, ExprRef a, ExprRef b);
 /// error for anything else (a loop var, a load).
 int64_t eval_index(const ExprRef& e, const std::vector<int64_t>& params);
 
-/// True when `e` mentions the variable (kind, index) (each shared subtree looked at once).
+/// True when `e` mentions the variable (kind, index), or any expression of that kind for index
+/// kAnyIndex (each shared subtree looked at once).
 bool mentions(const ExprRef& e, ExprKind kind, int index);
+inline constexpr int kAnyIndex = -1;
+
+/// True when a and b agree in every field but their operands (kind, dtype, op, index, constants,
+/// random distribution, number of operands); NaN constants agree.
+bool same_node(const Expr& a, const Expr& b);
 
 /// The constant coefficient of the variable (kind, index) in the affine i64 expression e (0 where e
 /// does not mention it); nullopt when it is not a known constant (a parameter stride, a division, ...).

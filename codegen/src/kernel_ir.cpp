@@ -246,13 +246,18 @@ bool sums_in_lanes(const Reduction& r) {
 
 namespace {
 bool mentions(const ExprRef& e, ExprKind kind, int index, std::unordered_set<const Expr*>& seen) {
-  if (e->kind == kind && e->index == index) return true;
+  if (e->kind == kind && (index == kAnyIndex || e->index == index)) return true;
   if (!seen.insert(e.get()).second) return false;
   for (const ExprRef& a : e->args)
     if (mentions(a, kind, index, seen)) return true;
   return false;
 }
 } // namespace
+
+bool same_node(const Expr& a, const Expr& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.index == b.index && a.i == b.i && a.dist == b.dist &&
+         (a.f == b.f || (a.f != a.f && b.f != b.f)) && a.args.size() == b.args.size();
+}
 
 bool mentions(const ExprRef& e, ExprKind kind, int index) {
   std::unordered_set<const Expr*> seen;
@@ -362,9 +367,7 @@ void add_terms(const ExprRef& e, std::vector<ExprRef>& out) {
 /// Structural equality of expressions (shared subtrees compare by pointer first).
 bool same_expr(const ExprRef& a, const ExprRef& b) {
   if (a == b) return true;
-  if (a->kind != b->kind || a->dtype != b->dtype || a->op != b->op || a->index != b->index || a->i != b->i ||
-      !(a->f == b->f || (a->f != a->f && b->f != b->f)) || a->args.size() != b->args.size())
-    return false;
+  if (!same_node(*a, *b)) return false;
   for (size_t i = 0; i < a->args.size(); ++i)
     if (!same_expr(a->args[i], b->args[i])) return false;
   return true;

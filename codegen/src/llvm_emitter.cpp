@@ -10,6 +10,7 @@
 // A reduction marked block_inner (matmul, B row-major) runs over blocks of points of
 // a row with the reduction loop outside (emit_row_blocked): B's loads vectorize over
 // the points and the block's accumulators stay in vector registers.
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -408,7 +409,7 @@ private:
     if (!kept_sum_) return emit_point_body();
     scopes_.emplace_back(); // this point's values (the caller's scope may serve other copies of the loop)
     Value* same = b_.CreateICmpEQ(expr(kept_sum_->extents[0]), expr(k_.map[0]));
-    for (const auto& [a, b] : kept_if_equal_) same = b_.CreateAnd(same, b_.CreateICmpEQ(expr_of(a), expr_of(b)));
+    for (const auto& [a, b] : kept_if_equal_) same = b_.CreateAnd(same, b_.CreateICmpEQ(param(*a), param(*b)));
     BasicBlock* keep = BasicBlock::Create(ctx_, "row.keep", fn_);
     BasicBlock* plain = BasicBlock::Create(ctx_, "row.plain", fn_);
     BasicBlock* done = BasicBlock::Create(ctx_, "row.done", fn_);
@@ -739,8 +740,8 @@ private:
     const Store& s = k_.stores[0];
     for (const Reduction& r : k_.reductions) {
       if (r.op != ReduceOp::Sum || !is_floating(r.dtype) || r.block_inner || r.fma || r.extents.size() != 1 ||
-          r.dtype != k_.buffers.at(s.buffer).dtype || mentions_kind(r.value, ExprKind::Check) ||
-          !mentions_kind(r.value, ExprKind::ReduceVar) || // a term the same for every k (its copy: any map position)
+          r.dtype != k_.buffers.at(s.buffer).dtype || mentions(r.value, ExprKind::Check, kAnyIndex) ||
+          !mentions(r.value, ExprKind::ReduceVar, 0) || // a term the same for every k (its copy: any map position)
           !has_math_function(r.value)) // cheaper to compute again than to store and load (layernorm's x)
         continue;
       if (const Expr* term = copy_of(s.value, r.value)) {
@@ -752,25 +753,17 @@ private:
     }
   }
 
-  /// The value of a parameter or constant expression (no vars).
-  Value* expr_of(const Expr* e) {
-    return e->kind == ExprKind::Param ? param(*e) : expr_uncached(*e);
-  }
-
+  /// True when e calls a math function (each shared subtree looked at once).
   static bool has_math_function(const ExprRef& e) {
     static constexpr ScalarOp kCostly[] = {ScalarOp::Exp,  ScalarOp::Log,     ScalarOp::Sin, ScalarOp::Cos,
                                            ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf, ScalarOp::Pow};
-    if (e->kind == ExprKind::Op && std::find(std::begin(kCostly), std::end(kCostly), e->op) != std::end(kCostly)) return true;
-    for (const ExprRef& a : e->args)
-      if (has_math_function(a)) return true;
-    return false;
-  }
-
-  static bool mentions_kind(const ExprRef& e, ExprKind kind) {
-    if (e->kind == kind) return true;
-    for (const ExprRef& a : e->args)
-      if (mentions_kind(a, kind)) return true;
-    return false;
+    std::unordered_set<const Expr*> seen;
+    std::function<bool(const ExprRef&)> visit = [&](const ExprRef& x) {
+      if (!seen.insert(x.get()).second) return false;
+      if (x->kind == ExprKind::Op && std::find(std::begin(kCostly), std::end(kCostly), x->op) != std::end(kCostly)) return true;
+      return std::any_of(x->args.begin(), x->args.end(), visit);
+    };
+    return visit(e);
   }
 
   /// A subexpression of `e` equal to the sum's term `term` with map var 0 for reduce var 0, and
@@ -778,33 +771,24 @@ private:
   /// equal at run time (kept_if_equal_).
   const Expr* copy_of(const ExprRef& e, const ExprRef& term) {
     kept_if_equal_.clear();
-    if (same_but_var(*e, *term)) return e.get();
+    if (same_but_var(e, term)) return e.get();
     for (const ExprRef& a : e->args)
       if (const Expr* c = copy_of(a, term)) return c;
     kept_if_equal_.clear();
     return nullptr;
   }
 
-  bool same_but_var(const Expr& m, const Expr& r) {
-    if (m.kind == ExprKind::MapVar && r.kind == ExprKind::ReduceVar) return m.index == 0 && r.index == 0;
-    if (&m == &r) return !mentions_var(m);
-    if (m.kind == ExprKind::Param && r.kind == ExprKind::Param && m.dtype == DType::Int64 && r.dtype == DType::Int64) {
-      kept_if_equal_.emplace_back(&m, &r);
+  bool same_but_var(const ExprRef& m, const ExprRef& r) {
+    if (m->kind == ExprKind::MapVar && r->kind == ExprKind::ReduceVar) return m->index == 0 && r->index == 0;
+    if (m == r) return !mentions(m, ExprKind::MapVar, kAnyIndex) && !mentions(m, ExprKind::ReduceVar, kAnyIndex);
+    if (m->kind == ExprKind::Param && r->kind == ExprKind::Param && m->dtype == DType::Int64 && r->dtype == DType::Int64) {
+      kept_if_equal_.emplace_back(m.get(), r.get());
       return true;
     }
-    if (m.kind != r.kind || m.dtype != r.dtype || m.op != r.op || m.index != r.index || m.i != r.i || m.dist != r.dist ||
-        !(m.f == r.f || (m.f != m.f && r.f != r.f)) || m.args.size() != r.args.size())
-      return false;
-    for (size_t i = 0; i < m.args.size(); ++i)
-      if (!same_but_var(*m.args[i], *r.args[i])) return false;
+    if (!same_node(*m, *r)) return false;
+    for (size_t i = 0; i < m->args.size(); ++i)
+      if (!same_but_var(m->args[i], r->args[i])) return false;
     return true;
-  }
-
-  static bool mentions_var(const Expr& e) {
-    if (e.kind == ExprKind::MapVar || e.kind == ExprKind::ReduceVar) return true;
-    for (const ExprRef& a : e.args)
-      if (mentions_var(*a)) return true;
-    return false;
   }
 
   /// The kept term's place: the kept-in store's offset at map position k.
