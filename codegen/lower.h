@@ -35,10 +35,11 @@ struct FusionDecision {
     Kernel, ///< the node is a kernel root: it gets a buffer of its own
     Fuse,   ///< the node is computed inside the kernel of `kernel` (elementwise, row reduction, epilogue)
     Store,  ///< the kernel root is computed and stored by the kernel of `kernel` (a multi-output kernel)
+    Recompute, ///< the node is computed again inside each kernel that reads it (`kernel` is null)
   };
   Kind kind;
   const graph::Node* node;          ///< the node decided
-  const graph::Node* kernel;        ///< the root whose kernel computes it (the node itself for Kernel)
+  const graph::Node* kernel;        ///< the root whose kernel computes it (the node itself for Kernel; null for Recompute)
   std::string why;                  ///< the reason, in words
   std::string kernel_name;          ///< the name of the kernel that computes it (set once lowered)
   /// One line: "kernel for add f32[8] (main.cpp:3): requested output -> k_add_f32_...".

@@ -219,8 +219,9 @@ std::vector<Tensor> mlp_step(int64_t batch) {
     params.push_back(w.requires_grad_());
     params.push_back(zeros({sizes[l + 1]}).requires_grad_());
   }
-  const Tensor x = randn({batch, 784}, 30);
-  const Tensor labels = (rand({batch}, 31) * 10.0).to(kInt64);
+  // the batch is data, as in the benchmark (not computed by the step's plan)
+  const Tensor x = randn({batch, 784}, 30).realize();
+  const Tensor labels = (rand({batch}, 31) * 10.0).to(kInt64).realize();
   Tensor h = x;
   for (int l = 0; l < 3; ++l) {
     h = matmul(h, params[2 * l]) + params[2 * l + 1];

@@ -245,12 +245,14 @@ private:
   static int span(const Node* n) { return n->op == OpKind::Concat ? std::max<int>(1, static_cast<int>(n->inputs.size()) - 1) : 1; }
 
   // How deep inside its kernel's expression n would sit if fused into the kernel of
-  // its users: 1 + the deepest of its users there.
+  // its users: 1 + the deepest of its users there (of its users in any kernel, when they are
+  // in several: n is then recomputed in each).
   int fused_depth(const Node* n) const {
     const Node* owner = users_owner(n);
     int d = 0;
     for (const Node* u : users_.at(n))
-      if (auto it = owner_.find(u); it != owner_.end() && it->second == owner) d = std::max(d, depth_.at(u) + span(u) - 1);
+      if (auto it = owner_.find(u); it != owner_.end() && (owner == several() || it->second == owner))
+        d = std::max(d, depth_.at(u) + span(u) - 1);
     return d + 1;
   }
 
@@ -295,7 +297,17 @@ private:
     }
     if (!opt_.fusion) return materialize(n, "unfused mode (KILN_FUSION=0)");
     const Node* owner = users_owner(n);
-    if (owner == several()) return materialize(n, "not fusing: its users are in more than one kernel");
+    if (owner == several()) {
+      if (const std::string why = why_not_recomputed(n); !why.empty())
+        return materialize(n, "not fusing: its users are in more than one kernel, and " + why);
+      if (!spend_fuel()) return materialize(n, "out of fusion fuel (KILN_FUEL=" + std::to_string(opt_.fuel) + ")");
+      decisions.push_back({FusionDecision::Kind::Recompute, n, nullptr,
+                           "cheap, and reading its operands costs the kernels of its users less memory traffic than "
+                           "storing it and reading it back",
+                           {}});
+      owner_[n] = several();
+      return;
+    }
     // Read through a broadcast, a fused node is computed again at every point it is broadcast
     // to: worth it for a few ops, not for a subexpression (col2im's taps under a pooling's
     // gradient were computed 4 times a point: 70 ms of the CNN step's backward).
@@ -306,6 +318,77 @@ private:
     if (!fuse(n, owner, "its users are all in that kernel")) return;
     owner_[n] = owner;
   }
+
+  // Recomputing a shared value (rematerialization): an elementwise value read by several kernels
+  // is computed again inside each of them instead of being stored by one and read back by the
+  // others, where it is one cheap op and the operands this adds to those kernels' reads move fewer
+  // bytes than the store and the reads it saves. (A GELU's saved x / sqrt(2) and x / 2: its
+  // backward reads x once instead of both.) The bits are the same either way; the unfused mode
+  // stores every value. Empty when n is recomputed, else why not.
+  std::string why_not_recomputed(const Node* n) const {
+    if (!cheap_to_recompute(n->op)) return "it is not one cheap op (add, mul, compare, select...)";
+    if (reads_random(n)) return "it reads random numbers, which each kernel would generate again";
+    if (fused_depth(n) > kMaxFusedDepth) return "recomputing it would nest more than " + std::to_string(kMaxFusedDepth) + " ops deep";
+    const std::vector<const Node*> kernels = inlined_into(n);
+    const int64_t saved = bytes_of(n) * static_cast<int64_t>(1 + kernels.size()); // its store, and a read a kernel
+    int64_t added = 0;
+    std::unordered_set<const Node*> operands;
+    for (const auto& in : graph::value_inputs(*n)) {
+      if (!operands.insert(in.get()).second || read_bytes(in.get()) == 0) continue;
+      for (const Node* kernel : kernels)
+        if (auto reads = reads_.find(kernel); reads == reads_.end() || !reads->second.count(in.get()))
+          added += read_bytes(in.get());
+      // An operand only n reads would be computed inside n's kernel; recomputed, n needs it stored
+      // (a conv's bias add on its GEMM: the GEMM would store the product instead of the sum),
+      // unless it is cheap to recompute as well (its own decision then weighs its operands).
+      const auto& readers = users_.at(in.get());
+      if (!is_source(in.get()) && !(cheap_to_recompute(in->op) && !reads_random(in.get())) &&
+          std::all_of(readers.begin(), readers.end(), [&](const Node* u) { return u == n; }))
+        added += bytes_of(in.get());
+    }
+    if (added >= saved)
+      return "reading its operands in those " + std::to_string(kernels.size()) + " kernels (" + std::to_string(added) +
+             " bytes) costs no less than storing it and reading it back (" + std::to_string(saved) + ")";
+    return "";
+  }
+
+  // Elementwise ops costing about as much as the load they would replace (no division, no math
+  // function, no random numbers).
+  static bool cheap_to_recompute(OpKind op) {
+    switch (op) {
+    case OpKind::Neg: case OpKind::Abs: case OpKind::Relu: case OpKind::Cast: case OpKind::LogicalNot:
+    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Maximum: case OpKind::Minimum:
+    case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge:
+    case OpKind::LogicalAnd: case OpKind::LogicalOr: case OpKind::Where:
+      return true;
+    case OpKind::Input: case OpKind::Const: case OpKind::Arange: case OpKind::Rand: case OpKind::Randn:
+    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt: case OpKind::Sin: case OpKind::Cos:
+    case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Erf: case OpKind::Floor: case OpKind::Ceil: case OpKind::Round:
+    case OpKind::Reciprocal: case OpKind::Detach: case OpKind::CheckIndex: case OpKind::Div: case OpKind::Pow:
+    case OpKind::Sum: case OpKind::Max: case OpKind::Min: case OpKind::Argmax: case OpKind::Argmin:
+    case OpKind::Reshape: case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Pad:
+    case OpKind::Concat: case OpKind::Unfold: case OpKind::Gather: case OpKind::Cumsum: case OpKind::Cumprod:
+    case OpKind::ScatterAdd: case OpKind::Matmul: case OpKind::Attention: case OpKind::AttentionLse:
+    case OpKind::AttentionGrad: case OpKind::CustomOutput:
+      return false;
+    }
+    return false;
+  }
+
+  // True when an operand of n is random numbers (through views).
+  static bool reads_random(const Node* n) {
+    for (const auto& in : graph::value_inputs(*n))
+      if (const OpKind op = below_views(in.get())->op; op == OpKind::Rand || op == OpKind::Randn) return true;
+    return false;
+  }
+
+  // The bytes a kernel reads for operand `in` (a view reads its base; a leaf computed in place, none).
+  int64_t read_bytes(const Node* in) const {
+    const Node* base = below_views(in);
+    return reads_buffer(base) ? bytes_of(base) : 0;
+  }
+
+  static int64_t bytes_of(const Node* n) { return graph::numel(n->shape) * static_cast<int64_t>(dtype_size(n->dtype)); }
 
   // Ops a point (inline_cost) from which a node read through a broadcast gets a buffer.
   static constexpr int kRecomputeCost = 8;

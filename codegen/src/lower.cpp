@@ -723,6 +723,7 @@ std::string FusionDecision::text() const {
   case Kind::Kernel: s = "kernel for " + describe(node) + ": " + why; break;
   case Kind::Fuse: s = "fusing " + describe(node) + " into the kernel for " + describe(kernel) + ": " + why; break;
   case Kind::Store: s = "storing " + describe(node) + " in the kernel for " + describe(kernel) + ": " + why; break;
+  case Kind::Recompute: s = "recomputing " + describe(node) + " in each kernel that reads it: " + why; break;
   }
   return kernel_name.empty() ? s : s + " -> " + kernel_name;
 }
