@@ -16,6 +16,8 @@
 //                     compile(), no realize()), and the same SGD step compiled (kiln_compiled);
 //                     also at batch 1 and 1024 (libtorch's step: bench_torch.cpp)
 //   MLPGemms/128      the step's eight matmuls alone, realized together (against libtorch's)
+//   CNNStep/128/kiln  examples/train's CNN, Adam, batch 128: the compiled training step
+//                     (libtorch's eager step of the same model: bench_torch.cpp)
 //   Eager/launch_overhead  host time per kernel of eager realizes of 128 tiny kernels, with
 //                     the schedule cache on and off
 //   Replay/overhead   host time of replaying a compiled step of tiny kernels
@@ -191,6 +193,38 @@ void KilnMlpStep(benchmark::State& state, int64_t batch) {
   const double flops = 3209216.0 * static_cast<double>(batch);
   state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// examples/train's CNN (2 x (conv 3x3 pad 1, BatchNorm, ReLU, 2x2 max-pool), 3136 -> 128 -> 10),
+// cross-entropy, Adam (lr 1e-3), batch 128 of random Fashion-MNIST-shaped data: one compiled
+// training step per iteration (libtorch's eager step of the same model, in the same run of
+// kiln_vs_torch: CNNStep/128/torch in bench_torch.cpp).
+void KilnCnnStep(benchmark::State& state) {
+  constexpr int64_t kBatch = 128;
+  with_mode(state, [&] {
+    nn::manual_seed(3);
+    auto model = std::make_shared<nn::Sequential>(
+        nn::Conv2d(1, 32, 3, {.padding = 1}), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
+        nn::Conv2d(32, 64, 3, {.padding = 1}), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+        nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+    optim::Adam opt(model->parameters(), {.lr = 1e-3});
+    CompiledFunction step = compile([&](const std::vector<Tensor>& a) {
+      opt.zero_grad();
+      Tensor loss = nn::functional::cross_entropy((*model)(a[0]), a[1]);
+      loss.backward();
+      opt.step();
+      return std::vector<Tensor>{loss.detach()};
+    });
+    const Tensor x = rand({kBatch, 1, 28, 28}, 41).realize();
+    const Tensor y = (rand({kBatch}, 42) * 10.0).to(kInt64).realize();
+    step({x, y});
+    step({x, y}); // the second call retraces once: gradients and Adam's moments exist from now on
+    codegen::LlvmJit::instance().wait_background(); // the optimized tier's code is in
+    for (auto _ : state) benchmark::DoNotOptimize(step({x, y})[0].item<float>());
+    state.counters["kernels"] = static_cast<double>(step.num_kernels());
+  });
+  state.counters["samples/s"] =
+      benchmark::Counter(static_cast<double>(kBatch * state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // The same MLP trained by optim::SGD (lr 0.01) in a PyTorch-style loop: zero_grad, loss,
@@ -485,6 +519,7 @@ KILN_EAGER(KilnEagerMlpStep1, "EagerMLPStep/1/kiln");
 KILN_EAGER(KilnSgdMlpStep1Compiled, "EagerMLPStep/1/kiln_compiled");
 KILN_EAGER(KilnEagerMlpStep1024, "EagerMLPStep/1024/kiln");
 KILN_EAGER(KilnSgdMlpStep1024Compiled, "EagerMLPStep/1024/kiln_compiled");
+KILN_EAGER(KilnCnnStep, "CNNStep/128/kiln");
 BENCHMARK_CAPTURE(KilnMlpGemms, b128, 128)->Name("MLPGemms/128/kiln")->ArgName("threads")->Arg(1)->Arg(2)
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(KilnEagerLaunchOverhead)->Name("Eager/launch_overhead")->ArgName("schedule_cache")->Arg(1)->Arg(0)

@@ -9,6 +9,9 @@
 //                                          relu, the max-shifted log-sum-exp, a one-hot from
 //                                          eq(labels, arange)), through the same optim::SGD
 //   MLPGemms/128/torch                     the step's eight matmuls alone (torch::mm)
+//   CNNStep/128/torch                      examples/train's CNN (kiln's CNNStep/128/kiln): conv,
+//                                          BatchNorm, ReLU and max-pool modules (oneDNN's
+//                                          convolutions), F::cross_entropy, optim::Adam
 //
 // Each iteration is zero_grad; forward; loss; backward; step; loss.item(). Threads: the
 // first argument, through torch::set_num_threads (OpenMP; with Debian's OpenMP build of
@@ -20,7 +23,13 @@
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
@@ -123,6 +132,35 @@ void TorchMlpGemms(benchmark::State& state, int64_t batch) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// The CNN of examples/train as a PyTorch user writes it, trained by Adam (lr 1e-3) at batch 128 on
+// a fixed random batch: the eager step, after two warm-up steps.
+void TorchCnnStep(benchmark::State& state) {
+  namespace nn = torch::nn;
+  constexpr int64_t kBatch = 128;
+  torch::set_num_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(3);
+  nn::Sequential model(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::BatchNorm2d(32), nn::ReLU(),
+                       nn::MaxPool2d(nn::MaxPool2dOptions(2)), nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)),
+                       nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(nn::MaxPool2dOptions(2)), nn::Flatten(),
+                       nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  const torch::Tensor x = torch::rand({kBatch, 1, 28, 28});
+  const torch::Tensor y = torch::randint(0, 10, {kBatch}, torch::kLong);
+  auto step = [&] {
+    opt.zero_grad();
+    torch::Tensor loss = F::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss.item<float>();
+  };
+  const float first = step();
+  step(); // Adam's moments exist from now on: the steady state
+  if (!std::isfinite(first)) state.SkipWithError("the loss is not finite");
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  state.counters["samples/s"] =
+      benchmark::Counter(static_cast<double>(kBatch * state.iterations()), benchmark::Counter::kIsRate);
+}
+
 // What a comparison must state: the libraries' versions and the settings they were loaded with.
 const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -145,6 +183,8 @@ std::string openblas_info() {
   benchmark::AddCustomContext("OPENBLAS_CORETYPE", env_or("OPENBLAS_CORETYPE", "(unset)"));
   benchmark::AddCustomContext("OMP_WAIT_POLICY", env_or("OMP_WAIT_POLICY", "(unset: libgomp spins, slowing 2 threads)"));
   benchmark::RegisterBenchmark("MLPGemms/128/torch", [](benchmark::State& s) { TorchMlpGemms(s, 128); })
+      ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("CNNStep/128/torch", TorchCnnStep)
       ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   for (int64_t batch : {1, 128, 1024}) {
     const std::string b = std::to_string(batch);
