@@ -283,6 +283,33 @@ TEST(Gemm, Conv2dTakesItsBiasAsTheGemmsEpilogue) {
   }
 }
 
+TEST(Gemm, AShortRowedWeightGradientIsComputedTransposedWithTheSameBits) {
+  // A 3 x 3 convolution on one input channel: its weight gradient is [out, 9] a sample, rows too
+  // short for the GEMM's vectors, so autograd computes it as the transpose of the swapped product
+  // ([9, out]). A product and the transpose of its swapped product have the same bits (each
+  // element the same fma chain over k), so the gradient is exactly the direct one's.
+  Tensor x = randn({4, 1, 10, 10}, 71), w = randn({16, 1, 3, 3}, 72), b = randn({16}, 73), g = randn({4, 16, 10, 10}, 74);
+  realize({x, w, b, g});
+  w.requires_grad_();
+  const Tensor y = nn::functional::conv2d(x, w, b, nn::Size2(1), nn::Size2(1), nn::Size2(1), 1);
+  const Tensor dw = grad({(y * g).sum()}, {w})[0];
+  const codegen::Schedule s = codegen::schedule({dw.node().get()}, {});
+  bool transposed = false;
+  for (const codegen::KernelLaunch& l : s.launches)
+    for (const graph::Node* n : l.nodes) {
+      EXPECT_FALSE(n->op == graph::OpKind::Matmul && n->shape == (graph::Shape{4, 1, 16, 9})) << "computed as [out, 9]";
+      transposed = transposed || (n->op == graph::OpKind::Matmul && n->shape == (graph::Shape{4, 1, 9, 16}));
+    }
+  EXPECT_TRUE(transposed);
+  for (const auto& [m, k, n] : {std::array<int64_t, 3>{32, 784, 9}, {9, 100, 32}, {64, 196, 288}, {5, 3, 7}}) {
+    const Tensor a = randn({m, k}, 75), c = randn({k, n}, 76);
+    const std::vector<float> direct = matmul(a, c).to_vector<float>();
+    const std::vector<float> swapped = matmul(c.t(), a.t()).t().to_vector<float>();
+    ASSERT_EQ(direct.size(), swapped.size());
+    EXPECT_EQ(std::memcmp(direct.data(), swapped.data(), direct.size() * sizeof(float)), 0) << m << "x" << k << "x" << n;
+  }
+}
+
 TEST(Gemm, OddTilingsStayExact) {
   // Register tiles and blocks of odd sizes: panels, k blocks and task blocks that end
   // anywhere, vectors narrower than the tile, unaligned region sizes in scratch.

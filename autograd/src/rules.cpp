@@ -264,19 +264,34 @@ NodeRef concat_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
 
 // ---------------------------------------------------------------- matmul
 
+// Whether x is a matrix broadcast over batch dims (a convolution's weight, per sample) whose rows
+// are shorter than a vector of 16 floats and more than their length: its gradient, a batched
+// product summed over the batch (so no elementwise epilogue is lost), is better computed
+// transposed (matmul_vjp).
+bool broadcast_with_short_rows(const graph::Node& x) {
+  const size_t r = x.shape.size();
+  return x.op == OpKind::Expand && r >= 3 && x.shape[r - 1] < 16 && x.shape[r - 2] > x.shape[r - 1];
+}
+
 // y = a c with same-rank batched operands: ga = g c^T, gc = a^T g. An operand that is itself a
 // transpose (Linear's x W^T; attention's q k^T, where k^T also moves the heads dim) gets its
 // gradient as the transpose of the swapped product ((c g^T)^T, (g^T a)^T), which the permute's
 // rule permutes back (build::permute folds the pair into one): the GEMM then writes rows along
 // the last dim of the tensor underneath, not a transposed layout that its consumer (an optimizer
 // update, attention's gradient assembly) reads with strides, one gathered element at a time.
+// A broadcast operand's gradient with short rows and more of them than their length (a 3 x 3
+// convolution's weight gradient on one input channel, [32, 9] a sample) is computed the same
+// way: GEMM kernels vectorize along the product's last dim, which then is the long one ([9, 32]:
+// a CPU register tile 75% full instead of 25%).
 // Each element is the same fma chain over k, so the bits do not change.
 std::vector<NodeRef> matmul_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef &a = y->inputs[0], &c = y->inputs[1];
-  const NodeRef ga = b::moves_last_dim_second_to_last(*a) ? b::transpose_last(b::matmul(c, b::transpose_last(g)))
-                                                          : b::matmul(g, b::transpose_last(c));
-  const NodeRef gc = b::moves_last_dim_second_to_last(*c) ? b::transpose_last(b::matmul(b::transpose_last(g), a))
-                                                          : b::matmul(b::transpose_last(a), g);
+  const NodeRef ga = b::moves_last_dim_second_to_last(*a) || broadcast_with_short_rows(*a)
+                         ? b::transpose_last(b::matmul(c, b::transpose_last(g)))
+                         : b::matmul(g, b::transpose_last(c));
+  const NodeRef gc = b::moves_last_dim_second_to_last(*c) || broadcast_with_short_rows(*c)
+                         ? b::transpose_last(b::matmul(b::transpose_last(g), a))
+                         : b::matmul(b::transpose_last(a), g);
   return {ga, gc};
 }
 
