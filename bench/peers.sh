@@ -1,6 +1,6 @@
 #!/bin/bash
 # One sitting: kiln against the peers this machine has (issue 17's table): OpenBLAS, the
-# -ffast-math hand loops, libtorch (kiln_vs_torch, when built) and PyTorch (bench/cnn_torch.py).
+# -ffast-math hand loops and libtorch (kiln_vs_torch, when built; bench/cnn_torch.py is PyTorch's CNN step).
 # Run from the repository root after a build; XLA/JAX is not installed here.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,12 +12,7 @@ for t in 1 2; do
 done
 echo "== MLP step against libtorch (kiln_vs_torch)"
 OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^EagerMLPStep/(1|128|1024)/(kiln_compiled|torch)/threads:(1|2)' --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
-echo "== CNN step"
-for i in 1 2; do
-  taskset -c 1 ./build/examples/train --model cnn --epochs 1 --limit 2560 2>&1 | grep "^epoch 1/1:" | sed 's/^/kiln 1t /'
-  taskset -c 1 /usr/bin/python3 bench/cnn_torch.py --threads 1
-  ./build/examples/train --model cnn --epochs 1 --limit 2560 2>&1 | grep "^epoch 1/1:" | sed 's/^/kiln 2t /'
-  OMP_WAIT_POLICY=passive /usr/bin/python3 bench/cnn_torch.py --threads 2
-done
+echo "== CNN step against libtorch (kiln_vs_torch: the compiled step and libtorch's eager one, one run)"
+OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^CNNStep/128/(kiln|torch)/threads:(1|2)' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 echo "== cold compile"
 $B --benchmark_filter='^Cold/(MLPStep|CNNStep)' 2>/dev/null | grep "^Cold"
