@@ -329,6 +329,8 @@ private:
     if (!cheap_to_recompute(n->op)) return "it is not one cheap op (add, mul, compare, select...)";
     if (reads_random(n)) return "it reads random numbers, which each kernel would generate again";
     if (fused_depth(n) > kMaxFusedDepth) return "recomputing it would nest more than " + std::to_string(kMaxFusedDepth) + " ops deep";
+    if (recomputed(n) >= 2 && inline_cost(n) >= kRecomputeCost)
+      return "a kernel reads it broadcast, and it costs " + std::to_string(kRecomputeCost) + " ops or more a point";
     const std::vector<const Node*> kernels = inlined_into(n);
     const int64_t saved = bytes_of(n) * static_cast<int64_t>(1 + kernels.size()); // its store, and a read a kernel
     int64_t added = 0;
