@@ -139,6 +139,8 @@ public:
   ~Node();
   /// Number of elements.
   int64_t numel() const { return graph::numel(shape); }
+  /// Bytes of its value (contiguous).
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   /// The computed value, if this node was realized (or is an Input); else null.
   std::shared_ptr<Storage> realized() const { return realized_.load(); }
   /// Attaches the computed value (contiguous, row-major), which must live on the node's device.

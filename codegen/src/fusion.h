@@ -162,13 +162,14 @@ private:
     decisions.push_back({FusionDecision::Kind::Kernel, n, n, why, {}});
   }
 
-  // A fusion decision of n into kernel's kernel, or false (and n gets a kernel) when the fuel is spent.
-  bool fuse(const Node* n, const Node* kernel, std::string why) {
+  // A fusion decision of n into kernel's kernel (kind Fuse), or into every kernel that reads it
+  // (Recompute, kernel null); false (and n gets a kernel) when the fuel is spent.
+  bool fuse(const Node* n, const Node* kernel, std::string why, FusionDecision::Kind kind = FusionDecision::Kind::Fuse) {
     if (!spend_fuel()) {
       materialize(n, "out of fusion fuel (KILN_FUEL=" + std::to_string(opt_.fuel) + ")");
       return false;
     }
-    decisions.push_back({FusionDecision::Kind::Fuse, n, kernel, std::move(why), {}});
+    decisions.push_back({kind, n, kernel, std::move(why), {}});
     return true;
   }
 
@@ -300,11 +301,11 @@ private:
     if (owner == several()) {
       if (const std::string why = why_not_recomputed(n); !why.empty())
         return materialize(n, "not fusing: its users are in more than one kernel, and " + why);
-      if (!spend_fuel()) return materialize(n, "out of fusion fuel (KILN_FUEL=" + std::to_string(opt_.fuel) + ")");
-      decisions.push_back({FusionDecision::Kind::Recompute, n, nullptr,
-                           "cheap, and reading its operands costs the kernels of its users less memory traffic than "
-                           "storing it and reading it back",
-                           {}});
+      if (!fuse(n, nullptr,
+                "cheap, and reading its operands costs the kernels of its users less memory traffic than storing it "
+                "and reading it back",
+                FusionDecision::Kind::Recompute))
+        return;
       owner_[n] = several();
       return;
     }
@@ -336,10 +337,10 @@ private:
     int64_t added = 0;
     std::unordered_set<const Node*> operands;
     for (const auto& in : graph::value_inputs(*n)) {
-      if (!operands.insert(in.get()).second || read_bytes(in.get()) == 0) continue;
+      const int64_t bytes = read_bytes(in.get());
+      if (!operands.insert(in.get()).second || bytes == 0) continue;
       for (const Node* kernel : kernels)
-        if (auto reads = reads_.find(kernel); reads == reads_.end() || !reads->second.count(in.get()))
-          added += read_bytes(in.get());
+        if (auto reads = reads_.find(kernel); reads == reads_.end() || !reads->second.count(in.get())) added += bytes;
       // An operand only n reads would be computed inside n's kernel; recomputed, n needs it stored
       // (a conv's bias add on its GEMM: the GEMM would store the product instead of the sum),
       // unless it is cheap to recompute as well (its own decision then weighs its operands).
@@ -378,7 +379,7 @@ private:
     return reads_buffer(base) ? bytes_of(base) : 0;
   }
 
-  static int64_t bytes_of(const Node* n) { return graph::numel(n->shape) * static_cast<int64_t>(dtype_size(n->dtype)); }
+  static int64_t bytes_of(const Node* n) { return static_cast<int64_t>(n->bytes()); }
 
   // Ops a point (inline_cost) from which a node read through a broadcast gets a buffer.
   static constexpr int kRecomputeCost = 8;

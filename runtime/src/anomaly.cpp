@@ -33,8 +33,6 @@ namespace {
 using graph::Node;
 using Bytes = std::vector<std::byte>;
 
-size_t node_bytes(const Node* n) { return static_cast<size_t>(n->numel()) * dtype_size(n->dtype); }
-
 // The first element whose exponent bits are all ones (NaN or inf), or -1. A branch-free
 // pass first, which the compiler vectorizes; the element is searched only after a hit.
 template <class Bits> int64_t first_nonfinite_bits(const std::byte* p, int64_t n, Bits exponent) {
@@ -151,7 +149,7 @@ std::vector<std::pair<const Node*, graph::NodeRef>> copy_kernel(KernelValues& v,
   std::vector<std::pair<const Node*, graph::NodeRef>> computed;
   for (const Node* n : v.order) {
     if (v.loads.count(n)) {
-      v.host[n] = read_buffer(address(n), node_bytes(n), device);
+      v.host[n] = read_buffer(address(n), n->bytes(), device);
       copy[n] = graph::make_input(n->dtype, n->shape, to_storage(v.host[n], device));
       continue;
     }
@@ -179,7 +177,7 @@ KernelValues evaluate(const codegen::KernelLaunch& l, Device device, const Buffe
   const Plan plan = make_plan(outputs, /*fusion=*/false);
   const auto values = execute(plan);
   for (size_t i = 0; i < computed.size(); ++i)
-    v.host[computed[i].first] = read_buffer(values[i]->data(), node_bytes(computed[i].first), values[i]->device());
+    v.host[computed[i].first] = read_buffer(values[i]->data(), computed[i].first->bytes(), values[i]->device());
   return v;
 }
 
@@ -325,7 +323,7 @@ void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const Buff
     Bytes copy;
     const void* p = address(out);
     if (device != kCPU) {
-      copy = read_buffer(p, node_bytes(out), device);
+      copy = read_buffer(p, out->bytes(), device);
       p = copy.data();
     }
     const int64_t e = first_nonfinite(p, out->dtype, out->numel());
@@ -334,7 +332,7 @@ void check_for_anomaly(const codegen::KernelLaunch& l, Device device, const Buff
     if (first) continue;
     first = out;
     element = e;
-    host = copy.empty() ? read_buffer(p, node_bytes(out), device) : std::move(copy);
+    host = copy.empty() ? read_buffer(p, out->bytes(), device) : std::move(copy);
   }
   if (!first) return;
   before_report();

@@ -45,7 +45,6 @@ Counters& counters() {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-size_t node_bytes(const graph::Node* n) { return static_cast<size_t>(n->numel()) * dtype_size(n->dtype); }
 size_t aligned(size_t bytes) { return std::max<size_t>(64, (bytes + 63) / 64 * 64); }
 
 void dump(const std::string& name, const std::string& ext, const std::string& text) {
@@ -126,7 +125,7 @@ void plan_memory(Plan& p) {
   std::vector<Interval> items;
   for (auto [node, d] : def) {
     if (outputs.count(node)) continue;
-    items.push_back({node, d, last.count(node) ? last[node] : d, aligned(node_bytes(node))});
+    items.push_back({node, d, last.count(node) ? last[node] : d, aligned(node->bytes())});
   }
   std::sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
@@ -317,7 +316,7 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
       p.cache_status[i] = status_name(source);
       span.arg("cache", p.cache_status[i]);
     });
-  for (const graph::Node* n : todo) p.output_bytes += node_bytes(n);
+  for (const graph::Node* n : todo) p.output_bytes += n->bytes();
   plan_memory(p);
   return p;
 }
@@ -362,7 +361,7 @@ template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device
 }
 
 std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l, const graph::Node* out) {
-  return plan_storage(plan.device, node_bytes(out), [&] {
+  return plan_storage(plan.device, out->bytes(), [&] {
     const std::string lines = graph::source_lines_str(l.lines);
     return std::string(dtype_name(out->dtype)) + graph::shape_str(out->shape) +
            (lines.empty() ? "" : " computed at " + lines);

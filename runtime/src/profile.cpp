@@ -154,7 +154,7 @@ void start_from_options() {
 }
 
 double launch_bytes(const codegen::KernelLaunch& l) {
-  auto bytes = [](const graph::Node* n) { return static_cast<double>(n->numel()) * static_cast<double>(dtype_size(n->dtype)); };
+  auto bytes = [](const graph::Node* n) { return static_cast<double>(n->bytes()); };
   double b = 0;
   for (const graph::Node* out : l.outputs) b += bytes(out);
   for (const graph::Node* in : l.inputs)
