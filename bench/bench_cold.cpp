@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cnn.h"
 #include "bench/mlp.h"
 #include "codegen/llvm_jit.h"
 #include "kiln/kiln.h"
@@ -83,12 +84,7 @@ ColdCase module_case(std::shared_ptr<nn::Module> model, std::vector<Tensor> batc
 }
 
 ColdCase cnn_case() {
-  nn::manual_seed(3);
-  auto model = std::make_shared<nn::Sequential>(
-      nn::Conv2d(1, 32, 3, {.padding = 1}), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
-      nn::Conv2d(32, 64, 3, {.padding = 1}), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
-  return module_case(model, {randn({32, 1, 28, 28}, 21), (rand({32}, 22) * 10.0).to(kInt64)});
+  return module_case(bench::train_cnn(3), {randn({32, 1, 28, 28}, 21), (rand({32}, 22) * 10.0).to(kInt64)});
 }
 
 /// A pre-norm transformer block with its attention written from matmul and softmax,

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/cnn.h"
 #include "bench/mlp.h"
 #include "bench/common.h"
 #include "codegen/llvm_jit.h"
@@ -202,11 +203,7 @@ void KilnMlpStep(benchmark::State& state, int64_t batch) {
 void KilnCnnStep(benchmark::State& state) {
   constexpr int64_t kBatch = 128;
   with_mode(state, [&] {
-    nn::manual_seed(3);
-    auto model = std::make_shared<nn::Sequential>(
-        nn::Conv2d(1, 32, 3, {.padding = 1}), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
-        nn::Conv2d(32, 64, 3, {.padding = 1}), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-        nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+    const auto model = bench::train_cnn(3);
     optim::Adam opt(model->parameters(), {.lr = 1e-3});
     CompiledFunction step = compile([&](const std::vector<Tensor>& a) {
       opt.zero_grad();
