@@ -55,9 +55,12 @@ timed "cmake build" cmake --build "$tmp/cmake" >/dev/null
 no_tree_paths "$tmp/cmake/compile_commands.json"
 no_tree_paths "$tmp/cmake/build.ninja"
 timed "cmake run" "$tmp/cmake/consumer"
-[ ! -e "$prefix/lib/libkiln.so" ] || ldd "$tmp/cmake/consumer" | grep -q "libkiln.so.* => $prefix/" || {
+# ldd's output is taken whole before grep looks at it: with pipefail, `ldd | grep -q` fails
+# whenever grep stops at the match before ldd has written its last line (SIGPIPE).
+libs=$(ldd "$tmp/cmake/consumer")
+[ ! -e "$prefix/lib/libkiln.so" ] || grep -q "libkiln.so.* => $prefix/" <<<"$libs" || {
   echo "consumer: the CMake build does not run with $prefix's libkiln:" >&2
-  ldd "$tmp/cmake/consumer" >&2
+  echo "$libs" >&2
   exit 1
 }
 
