@@ -13,6 +13,8 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "codegen/form.h"
@@ -259,6 +261,64 @@ TEST(Gemm, Conv2dMatchesDirectLoops) {
             ASSERT_NEAR(g, acc, 1e-6 * (1 + mag)) << ni << "," << oi << "," << yy << "," << xx;
           }
   }
+}
+
+/// A convolution's forward and weight gradient against the same products of its column matrix
+/// computed beforehand into a buffer of its own: bitwise equal (same fma chains in the same k order).
+template <class T> void check_implicit_im2col(int64_t n, int64_t c, int64_t o, int64_t g, int64_t h, int64_t w, int64_t k,
+                                              int64_t s, int64_t p, uint32_t seed) {
+  const DType dt = std::is_same_v<T, double> ? kFloat64 : kFloat32;
+  Tensor x = randn({n, c, h, w}, seed, dt), wt = randn({o, c / g, k, k}, seed + 1, dt);
+  realize({x, wt});
+  wt.requires_grad_();
+  const Tensor y = nn::functional::conv2d(x, wt, Tensor(), nn::Size2(s), nn::Size2(p), nn::Size2(1), g);
+  const Tensor gy = randn(y.shape(), seed + 2, dt);
+  const Tensor dw = grad({(y * gy).sum()}, {wt})[0];
+  // No kernel stores an unfold (the column matrix): the GEMMs read the padded input.
+  for (const codegen::KernelLaunch& l : codegen::schedule({y.node().get(), dw.node().get()}, {}).launches)
+    for (const graph::Node* out : l.outputs) EXPECT_NE(out->op, graph::OpKind::Unfold) << l.kernel.name;
+  // The columns [N, g, Cg * k * k, Ho * Wo], realized: a plain buffer the GEMMs read as before.
+  Tensor cols = pad(x, {p, p, p, p}).unfold(2, k, s).unfold(3, k, s).permute({0, 1, 4, 5, 2, 3});
+  cols = cols.reshape({n, g, c / g * k * k, y.size(2) * y.size(3)});
+  realize({cols});
+  const Tensor y_ref = matmul(wt.reshape({g, o / g, c / g * k * k}), cols).reshape(y.shape());
+  const Tensor dw_ref = grad({(y_ref * gy).sum()}, {wt})[0];
+  for (const auto& [got, want] : {std::pair{y, y_ref}, std::pair{dw, dw_ref}}) {
+    const std::vector<T> a = got.template to_vector<T>(), b = want.template to_vector<T>();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)), 0)
+        << "n" << n << " c" << c << " o" << o << " g" << g << " " << h << "x" << w << " k" << k << " s" << s << " p" << p;
+  }
+}
+
+TEST(Gemm, Conv2dReadsItsColumnsInPlaceWithTheSameBits) {
+  // The implicit GEMM (fusion.h implicit_im2col, llvm_gemm.cpp pack_b_gather): the forward's and
+  // the weight gradient's right operand is the unfolded padded input, gathered by the GEMM's pack.
+  // Columns not filling a panel (masked gathers), k past a k block (40 x 9 > kc), stride, groups.
+  check_implicit_im2col<float>(2, 8, 16, 1, 12, 11, 3, 1, 1, 80);
+  check_implicit_im2col<float>(3, 40, 24, 1, 9, 7, 3, 1, 1, 83);
+  check_implicit_im2col<float>(2, 6, 12, 2, 13, 9, 3, 2, 1, 86);
+  check_implicit_im2col<float>(2, 4, 8, 1, 10, 10, 5, 1, 0, 89);
+  check_implicit_im2col<double>(2, 8, 16, 2, 11, 12, 3, 1, 1, 92);
+}
+
+TEST(Gemm, AnUnfoldReshapedAcrossItsProductsDimsIsStillExact) {
+  // A right operand that unfolds but whose reshape mixes k and the columns (its offset does not
+  // split into a row and a column term): packed element by element, still exact.
+  Tensor x = from_vector(normal_data<float>(40, 40), {1, 40}), a = from_vector(normal_data<float>(5 * 8, 41), {5, 8});
+  realize({x, a});
+  const Tensor b = x.unfold(1, 8, 2).reshape({8, 17}); // b[k][j] = x[2 * ((17k + j) / 8) + (17k + j) % 8]
+  const std::vector<float> xv = x.to_vector<float>(), av = a.to_vector<float>();
+  const std::vector<float> got = matmul(a, b).to_vector<float>();
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 17; ++j) {
+      float acc = 0;
+      for (int64_t q = 0; q < 8; ++q) {
+        const int64_t flat = q * 17 + j;
+        acc = fma_step(av[i * 8 + q], xv[2 * (flat / 8) + flat % 8], acc);
+      }
+      ASSERT_EQ(got[i * 17 + j], acc) << i << "," << j;
+    }
 }
 
 TEST(Gemm, Conv2dTakesItsBiasAsTheGemmsEpilogue) {

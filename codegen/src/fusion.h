@@ -445,11 +445,13 @@ private:
   // buffer. The first node below such a view chain that is anything else (pad,
   // concat, arithmetic) is computed into a buffer of its own.
   // An operand that concatenates views of a pad, or unfolds one (im2col's window taps), also
-  // gets the pad in a buffer: each tap is then a plain load rather than a guarded one.
+  // gets the pad in a buffer: each tap is then a plain load rather than a guarded one. On the CPU
+  // a right operand that unfolds is read in place (implicit_im2col).
   void buffer_matmul_operands(const Node* m) {
     for (const auto& in : m->inputs) {
       const Node* n = below_views(in.get());
       if (is_source(n) || graph::op_category(n->op) == OpCategory::Leaf) continue;
+      if (implicit_im2col(m, in.get(), n)) continue;
       needs_buffer_.insert(n);
       std::vector<const Node*> pieces;
       if (n->op == OpKind::Concat)
@@ -460,6 +462,19 @@ private:
       for (const Node* piece : pieces)
         if (const Node* p = below_views(piece); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
     }
+  }
+
+  // The implicit GEMM of a convolution on the CPU: the right operand (in, at n below its views)
+  // unfolds a buffer (im2col's windows) and is read in place, by the GEMM's gather pack, where its
+  // offsets split into a row term and a column term (llvm_gemm.cpp): only what the windows unfold
+  // gets a buffer (the padded input), not the column matrix, kernel size times larger. CUDA's GEMM
+  // reads its operands' tiles element by element: there the columns stay in a buffer.
+  bool implicit_im2col(const Node* m, const Node* in, const Node* n) {
+    if (opt_.target.kind != Target::Kind::CPU || in != m->inputs[1].get() || n->op != OpKind::Unfold) return false;
+    const Node* windows = n;
+    while (windows->op == OpKind::Unfold) windows = below_views(windows->inputs[0].get());
+    if (!is_source(windows) && graph::op_category(windows->op) != OpCategory::Leaf) needs_buffer_.insert(windows);
+    return true;
   }
 
   // The attention kernel reads its operands as contiguous buffers of their own shapes

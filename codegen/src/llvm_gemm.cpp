@@ -233,6 +233,7 @@ public:
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
     affine_b_ = b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && affine(b_expr_->args[0]);
+    gather_b_ = !affine_b_ && b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && separable(b_expr_->args[0]);
     epilogue_streams_ = find_epilogue_streams();
   }
 
@@ -293,6 +294,7 @@ private:
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
   bool affine_a_ = false;    // a is a strided view of a buffer
   bool affine_b_ = false;    // b is a strided view of a buffer
+  bool gather_b_ = false;    // b is a load at a row offset plus a column offset (separable): packed by gathers
   Value *b_base_ = nullptr, *b_col_stride_ = nullptr; // b's element (k 0, column 0); column stride
   Value* b_by_columns_ = nullptr; // (per batch point) b is contiguous in k, not in columns
   Value* direct_ = nullptr;  // (per batch point) a is contiguous in k: read in place, not packed
@@ -376,6 +378,22 @@ private:
     return false;
   }
 
+  /// True when the i64 expression e is a term of k alone plus a term of b's column alone (other
+  /// vars are constant over a task): b's offset at (k, n) is then off(k, n0) + off(k0, n) - off(k0, n0).
+  /// So is an unfold read through a reshape (im2col's columns: the taps' offsets plus the windows').
+  bool separable(const ExprRef& e) const {
+    const bool k = mentions(e, ExprKind::ReduceVar, 0);
+    const bool n = g_.n_var >= 0 && mentions(e, ExprKind::LoopVar, g_.n_var);
+    if (!k || !n) return true;
+    if (e->kind != ExprKind::Op || e->dtype != DType::Int64) return false;
+    if (e->op == ScalarOp::Add || e->op == ScalarOp::Sub) return separable(e->args[0]) && separable(e->args[1]);
+    if (e->op != ScalarOp::Mul) return false;
+    auto constant = [&](const ExprRef& x) {
+      return !mentions(x, ExprKind::ReduceVar, 0) && !mentions(x, ExprKind::LoopVar, g_.n_var);
+    };
+    return (constant(e->args[0]) && separable(e->args[1])) || (separable(e->args[0]) && constant(e->args[1]));
+  }
+
   /// a's offset at row m, k (at the current batch point).
   Value* a_offset(Value* m, Value* k) {
     h_.push_scope();
@@ -443,6 +461,8 @@ private:
         if (affine_b_)
           if_else(b_.CreateAnd(b_by_columns_, b_.CreateICmpEQ(nvalid, c64(g_.nr))), [&] { b_.CreateCall(pack_bt_, {b_base_, b_col_stride_, c0, k0, kcur, bp_}); },
                   [&] { pack_b(c0, nvalid, k0, kcur); });
+        else if (gather_b_)
+          pack_b_gather(c0, nvalid, k0, kcur);
         else
           pack_b(c0, nvalid, k0, kcur);
         for_range(c64(0), mpanels, [&](Value* ip) {
@@ -484,6 +504,40 @@ private:
       });
       for_range(cols, c64(g_.nr), [&](Value* q) { b_.CreateStore(ConstantFP::get(t_, 0.0), gep(row, q)); });
       h_.set_reduce_var(nullptr);
+    });
+  }
+
+  /// pack_b for a separable b (gather_b_): the panel's column offsets once, then each row of the
+  /// panel by masked vector gathers at the row's own offset (columns past cols read nothing: 0).
+  /// im2col's columns are read from the padded input this way, without a column matrix.
+  void pack_b_gather(Value* c0, Value* cols, Value* k0, Value* kcur) {
+    const int64_t vlen = vector_length(k_.reductions[0].dtype, g_.nr);
+    auto* offsets = h_.entry_alloca(ArrayType::get(i64(), static_cast<uint64_t>(g_.nr)), "g.boffs");
+    Value* first = b_offset(k0, c0);
+    for_range(c64(0), c64(g_.nr), [&](Value* q) {
+      Value* at = b_.CreateInBoundsGEP(i64(), offsets, q);
+      b_.CreateStore(c64(0), at);
+      if_else(b_.CreateICmpSLT(q, cols), [&] { b_.CreateStore(b_.CreateSub(b_offset(k0, add(c0, q)), first), at); }, [] {});
+    });
+    auto* vt = FixedVectorType::get(t_, static_cast<unsigned>(vlen));
+    auto* vi = FixedVectorType::get(i64(), static_cast<unsigned>(vlen));
+    const Align align(static_cast<uint64_t>(vlen * elem_));
+    std::vector<Value*> offs, masks;
+    for (int64_t v = 0; v < g_.nr; v += vlen) {
+      offs.push_back(b_.CreateAlignedLoad(vi, b_.CreateInBoundsGEP(i64(), offsets, c64(v)), Align(8)));
+      std::vector<Constant*> lane;
+      for (int64_t l = 0; l < vlen; ++l) lane.push_back(b_.getInt64(v + l));
+      masks.push_back(b_.CreateICmpSLT(ConstantVector::get(lane), b_.CreateVectorSplat(static_cast<unsigned>(vlen), cols)));
+    }
+    Value* buffer = h_.buffer(b_expr_->index);
+    for_range(c64(0), kcur, [&](Value* kk) {
+      Value* row = gep(buffer, b_offset(add(k0, kk), c0));
+      Value* dst = gep(bp_, mul(kk, g_.nr));
+      for (size_t v = 0; v < offs.size(); ++v) {
+        Value* at = b_.CreateInBoundsGEP(t_, row, offs[v]);
+        Value* got = b_.CreateMaskedGather(vt, at, Align(static_cast<uint64_t>(elem_)), masks[v], Constant::getNullValue(vt));
+        b_.CreateAlignedStore(got, gep(dst, c64(static_cast<int64_t>(v) * vlen)), align);
+      }
     });
   }
 
