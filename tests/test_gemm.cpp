@@ -302,6 +302,30 @@ TEST(Gemm, Conv2dReadsItsColumnsInPlaceWithTheSameBits) {
   check_implicit_im2col<double>(2, 8, 16, 2, 11, 12, 3, 1, 1, 92);
 }
 
+TEST(Gemm, Conv2dInputGradientIsAnImplicitGemmToo) {
+  // The input gradient of a stride-1 convolution is a convolution of the output's gradient
+  // (functional.cpp conv2d_input_grad): no kernel writes the columns' gradient (kernel size times
+  // the input). Its values against autograd of the im2col product built from public ops (in f64:
+  // the two sum the same terms in different orders).
+  for (const int64_t g : {1, 2}) {
+    Tensor x = randn({3, 8, 10, 9}, 60, kFloat64), w = randn({12, 8 / g, 3, 3}, 61, kFloat64);
+    realize({x, w});
+    x.requires_grad_();
+    const Tensor y = nn::functional::conv2d(x, w, Tensor(), nn::Size2(1), nn::Size2(1), nn::Size2(1), g);
+    const Tensor gy = randn(y.shape(), 62, kFloat64);
+    const Tensor dx = grad({(y * gy).sum()}, {x})[0];
+    const int64_t columns = 9 * x.numel(); // what W^T @ dY would store
+    for (const codegen::KernelLaunch& l : codegen::schedule({dx.node().get()}, {}).launches)
+      for (const graph::Node* out : l.outputs) EXPECT_LT(out->numel(), columns / 3) << l.kernel.name << " groups " << g;
+    Tensor cols = pad(x, {1, 1, 1, 1}).unfold(2, 3, 1).unfold(3, 3, 1).permute({0, 1, 4, 5, 2, 3});
+    cols = cols.reshape({3, g, 8 / g * 9, 90});
+    const Tensor y_ref = matmul(w.reshape({g, 12 / g, 8 / g * 9}), cols).reshape(y.shape());
+    const std::vector<double> got = dx.to_vector<double>(), want = grad({(y_ref * gy).sum()}, {x})[0].to_vector<double>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
+  }
+}
+
 TEST(Gemm, AnUnfoldReshapedAcrossItsProductsDimsIsStillExact) {
   // A right operand that unfolds but whose reshape mixes k and the columns (its offset does not
   // split into a row and a column term): packed element by element, still exact.

@@ -401,6 +401,24 @@ TEST(Gradients, LinearAndConv2d) {
                    {rnd({2, 2, 7, 7}, 36), rnd({3, 2, 3, 3}, 37), rnd({3}, 38), rnd({2, 3, 4, 4}, 39)});
 }
 
+TEST(Gradients, Conv2dInputGradientAsATransposedConvolution) {
+  // Stride 1, dilation 1: the input's gradient is a convolution of the output's (functional.cpp
+  // conv2d_input_grad): asymmetric kernels and paddings, no padding (gy padded by k - 1), padding
+  // k - 1 (gy not padded), groups; and differentiable again (its weight's taps reversed by index_select).
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], v[2], 1, {1, 0}, 1, 1) * v[3]).sum(); },
+                   {rnd({2, 2, 6, 5}, 40), rnd({3, 2, 3, 2}, 41), rnd({3}, 42), rnd({2, 3, 6, 4}, 43)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], Tensor(), 1, 0, 1, 1) * v[2]).sum(); },
+                   {rnd({1, 2, 7, 6}, 44), rnd({2, 2, 5, 4}, 45), rnd({1, 2, 3, 3}, 46)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], Tensor(), 1, 2, 1, 2) * v[2]).sum(); },
+                   {rnd({1, 4, 4, 3}, 47), rnd({6, 2, 3, 3}, 48), rnd({1, 6, 6, 5}, 49)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        const Tensor dx = grad({(F::conv2d(v[0], v[1], Tensor(), 1, 1, 1, 1) * v[2]).sum()}, {v[0]}, {}, false, true)[0];
+        return (dx * dx).sum();
+      },
+      {rnd({1, 2, 4, 5}, 50), rnd({3, 2, 3, 3}, 51), rnd({1, 3, 4, 5}, 52)});
+}
+
 TEST(Gradients, Pooling) {
   // Random normal values have no ties, so max is differentiable at the test point.
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], 2, 2, 0, 1) * v[1]).sum(); },

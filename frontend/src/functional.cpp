@@ -13,6 +13,7 @@
 #include "graph/build.h"
 #include "graph/index_check.h"
 #include "kiln/autograd.h"
+#include "kiln/indexops.h"
 
 namespace kiln::nn::functional {
 
@@ -113,6 +114,35 @@ Tensor window_taps(const Tensor& xp, const Size2& k, const Size2& s, const Size2
 Tensor pad_hw(const Tensor& x, const Size2& p, Scalar value, const Size2& extra = Size2(0)) {
   if (p.h == 0 && p.w == 0 && extra.h == 0 && extra.w == 0) return x;
   return pad(x, {p.w, p.w + extra.w, p.h, p.h + extra.h}, value);
+}
+
+// conv2d without its bias as im2col and a GEMM: W [g, O/g, Cg*K] @ cols [N, g, Cg*K, Ho*Wo], where the
+// columns are a plain reshape of the stacked taps and the product, broadcast over N, is already
+// [N, O, Ho, Wo]: no permutes. On the CPU the GEMM reads the columns in place from the padded input
+// (an implicit GEMM); the weight's gradient (dY @ cols^T summed over N) reads them so too. The bias is
+// added by the caller over the product's own shape, so that it is the GEMM's epilogue.
+Tensor im2col_product(const Tensor& x, const Tensor& weight, const Size2& k, const Size2& stride, const Size2& padding,
+                      const Size2& dilation, int64_t g, int64_t ho, int64_t wo, const Loc& loc) {
+  const int64_t n = x.size(0), cg = x.size(1) / g, o = weight.size(0), taps = k.h * k.w;
+  Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, kh, kw, Ho, Wo]
+  cols = cols.reshape({n, g, cg * taps, ho * wo});
+  return matmul(weight.reshape({g, o / g, cg * taps}), cols, loc);
+}
+
+// The input gradient of a stride-1, dilation-1 conv2d from the output's gy [N, O, Ho, Wo]: a
+// convolution of gy, padded by kernel - 1 - padding, with the weight's taps reversed and its in and
+// out channels swapped (per group). Another implicit GEMM, where autograd of the im2col product
+// would write the columns' gradient (kernel size times the input) and sum it back over the taps.
+Tensor conv2d_input_grad(const Tensor& gy, const Tensor& weight, const Size2& k, const Size2& padding, int64_t g,
+                         const Loc& loc) {
+  const int64_t og = weight.size(0) / g, cg = weight.size(1), taps = k.h * k.w;
+  const Tensor reversed = arange(static_cast<double>(taps - 1), -1, -1, kInt64, weight.device());
+  const Tensor flipped = index_select(weight.reshape({g, og, cg, taps}), 3, reversed, loc) // [g, O/g, Cg, K]
+                             .permute({0, 2, 1, 3})
+                             .reshape({g * cg, og, k.h, k.w});
+  const Size2 p(k.h - 1 - padding.h, k.w - 1 - padding.w);
+  const int64_t h = gy.size(2) + 2 * p.h - k.h + 1, w = gy.size(3) + 2 * p.w - k.w + 1;
+  return im2col_product(gy, flipped, k, Size2(1), p, Size2(1), g, h, w, loc).reshape({gy.size(0), g * cg, h, w});
 }
 
 // True when windows tile the input without overlap or gaps, so pooling is a reshape and a reduction.
@@ -272,15 +302,24 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
                        std::to_string(cg) + " x groups=" + std::to_string(groups) + " (out " + std::to_string(o) + ")",
          {&x, &weight}, loc);
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != o)) fail("conv2d", "the bias must be [out]", {&weight, &bias}, loc);
-  const int64_t taps = k.h * k.w, g = groups;
-  // im2col per sample: cols [N, g, Cg*K, Ho*Wo] is a plain reshape of the stacked taps, and
-  // W [g, O/g, Cg*K] @ cols, broadcast over N, is already [N, O, Ho, Wo]: no permutes, and the
-  // gradients (dY @ cols^T summed over N, W^T @ dY) are batched matmuls with short reductions.
-  // The bias is added over the product's own shape, so that it is the GEMM's epilogue rather than a
-  // pass of its own over the output.
-  Tensor cols = window_taps(pad_hw(x, padding, 0), k, stride, dilation, ho, wo); // [N, C, kh, kw, Ho, Wo]
-  cols = cols.reshape({n, g, cg * taps, ho * wo}); // the scheduler computes matmul operands into a buffer
-  Tensor y = matmul(weight.reshape({g, o / g, cg * taps}), cols, loc);
+  const int64_t g = groups;
+  auto product = [=](const Tensor& in, const Tensor& w) { return im2col_product(in, w, k, stride, padding, dilation, g, ho, wo, loc); };
+  Tensor y;
+  if (stride.h == 1 && stride.w == 1 && dilation.h == 1 && dilation.w == 1 && padding.h < k.h && padding.w < k.w) {
+    // The input's gradient as a convolution of the output's (conv2d_input_grad) rather than the
+    // columns' gradient (W^T @ dY, kernel size times the input) summed back over the taps.
+    const CustomFunction conv{
+        "conv2d", [product](const std::vector<Tensor>& in) { return std::vector<Tensor>{product(in[0], in[1])}; },
+        [=](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& gy) {
+          Tensor dx, dw;
+          if (in[1].requires_grad()) dw = grad({product(in[0], in[1])}, {in[1]}, {gy[0]}, false, true, loc)[0];
+          if (in[0].requires_grad()) dx = conv2d_input_grad(gy[0].reshape({n, o, ho, wo}), in[1], k, padding, g, loc);
+          return std::vector<Tensor>{dx, dw};
+        }};
+    y = conv({x, weight}, loc)[0];
+  } else {
+    y = product(x, weight);
+  }
   if (bias.defined()) y = y + bias.reshape({g, o / g, 1});
   return y.reshape({n, o, ho, wo});
 }
