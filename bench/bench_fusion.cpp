@@ -219,6 +219,7 @@ void KilnCnnStep(benchmark::State& state) {
     codegen::LlvmJit::instance().wait_background(); // the optimized tier's code is in
     for (auto _ : state) benchmark::DoNotOptimize(step({x, y})[0].item<float>());
     state.counters["kernels"] = static_cast<double>(step.num_kernels());
+    state.counters["peak_MB"] = static_cast<double>(step.peak_intermediate_bytes()) / 1e6; // the step's intermediates
   });
   state.counters["samples/s"] =
       benchmark::Counter(static_cast<double>(kBatch * state.iterations()), benchmark::Counter::kIsRate);
