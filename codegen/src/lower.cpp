@@ -281,10 +281,11 @@ private:
   // parameter divides one lane at a time (a reshape's index split ran at 19 ns a point).
   static ExprRef divisor(int64_t v) { return index_const(v); }
 
-  // A stride of index arithmetic (a buffer dim's, a slice's or an unfold's step): a parameter, but
-  // baked when small (a pooling window's 2, a strided conv's step), so that LLVM sees the loads of
-  // the vectorized loop as interleaved groups (wide loads and shuffles) rather than assuming a
-  // unit stride it then finds false at run time: a 2 x 2 max-pool's loads ran scalar.
+  // A stride of index arithmetic (a buffer dim's, a slice's or an unfold's step, a reshape's
+  // split): a parameter, but baked when small (a pooling window's 2, a strided conv's step,
+  // a 2 x 2 pool's tile view), so that LLVM sees the loads of the vectorized loop as
+  // interleaved groups (wide loads and shuffles) rather than assuming a unit stride it then
+  // finds false at run time: a 2 x 2 max-pool's loads, and its gradient's argmax, ran scalar.
   ExprRef stride(int64_t v) { return v <= kBakedStride ? index_const(v) : P(v); }
   static constexpr int64_t kBakedStride = 8;
 
@@ -626,10 +627,10 @@ private:
   void map_group(const graph::Shape& out, const Index& idx, size_t o0, size_t o1, const graph::Shape& in,
                  Index& in_idx, size_t i0, size_t i1) {
     ExprRef linear = index_const(0);
-    int64_t stride = 1;
+    int64_t step = 1;
     for (size_t d = o1; d-- > o0;) {
-      if (out[d] != 1) linear = iadd(linear, imul(idx[d], P(stride)));
-      stride *= out[d];
+      if (out[d] != 1) linear = iadd(linear, imul(idx[d], stride(step))); // a 2 x 2 pool's tile view: 2
+      step *= out[d];
     }
     std::vector<size_t> live;
     for (size_t d = i0; d < i1; ++d)
