@@ -137,9 +137,11 @@ Tensor conv2d_input_grad(const Tensor& gy, const Tensor& weight, const Size2& k,
                          const Loc& loc) {
   const int64_t og = weight.size(0) / g, cg = weight.size(1), taps = k.h * k.w;
   const Tensor reversed = arange(static_cast<double>(taps - 1), -1, -1, kInt64, weight.device());
-  const Tensor flipped = index_select(weight.reshape({g, og, cg, taps}), 3, reversed, loc) // [g, O/g, Cg, K]
-                             .permute({0, 2, 1, 3})
-                             .reshape({g * cg, og, k.h, k.w});
+  // Channels swapped before the taps are reversed: the gather's result, which the GEMM reads from a
+  // buffer of its own, is then laid out [g, Cg, O/g, K] as the product's row-major left operand
+  // (read in place; swapped after, its rows were a permuted view packed element by element).
+  const Tensor flipped = index_select(weight.reshape({g, og, cg, taps}).permute({0, 2, 1, 3}), 3, reversed, loc)
+                             .reshape({g * cg, og, k.h, k.w}); // [g * Cg, O/g, kh, kw]
   const Size2 p(k.h - 1 - padding.h, k.w - 1 - padding.w);
   const int64_t h = gy.size(2) + 2 * p.h - k.h + 1, w = gy.size(3) + 2 * p.w - k.w + 1;
   return im2col_product(gy, flipped, k, Size2(1), p, Size2(1), g, h, w, loc).reshape({gy.size(0), g * cg, h, w});
