@@ -419,6 +419,20 @@ TEST(Gradients, Conv2dInputGradientAsATransposedConvolution) {
       {rnd({1, 2, 4, 5}, 50), rnd({3, 2, 3, 3}, 51), rnd({1, 3, 4, 5}, 52)});
 }
 
+TEST(Gradients, Conv2dForwardModeIsBilinear) {
+  // conv2d is a custom function on its transposed-gradient path; forward mode goes through its
+  // backward transposed. The tangent of a bilinear map: conv(tx, w) + conv(x, tw).
+  // (Stride 2: the im2col product's own graph rules.)
+  for (const auto& [groups, stride] : {std::pair<int64_t, int64_t>{1, 1}, {2, 1}, {1, 2}}) {
+    Tensor x = rnd({2, 4, 5, 6}, 60), w = rnd({6, 4 / groups, 3, 3}, 61), tx = rnd({2, 4, 5, 6}, 62), tw = rnd({6, 4 / groups, 3, 3}, 63);
+    auto conv = [groups, stride](const Tensor& a, const Tensor& b) { return F::conv2d(a, b, Tensor(), stride, 1, 1, groups); };
+    const auto [out, tangent] = jvp([&](const std::vector<Tensor>& v) { return std::vector<Tensor>{conv(v[0], v[1])}; },
+                                    {x, w}, {tx, tw});
+    expect_near_all(values(out[0]), values(conv(x, w)), 1e-12);
+    expect_near_all(values(tangent[0]), values(conv(tx, w) + conv(x, tw)), 1e-10);
+  }
+}
+
 TEST(Gradients, Pooling) {
   // Random normal values have no ties, so max is differentiable at the test point.
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], 2, 2, 0, 1) * v[1]).sum(); },

@@ -317,6 +317,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
           if (in[1].requires_grad()) dw = grad({product(in[0], in[1])}, {in[1]}, {gy[0]}, false, true, loc)[0];
           if (in[0].requires_grad()) dx = conv2d_input_grad(gy[0].reshape({n, o, ho, wo}), in[1], k, padding, g, loc);
           return std::vector<Tensor>{dx, dw};
+        },
+        [product](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& t) {
+          Tensor ty; // bilinear: conv(tx, w) + conv(x, tw); undefined tangents are zero
+          if (t[0].defined()) ty = product(t[0], in[1]);
+          if (t[1].defined()) ty = ty.defined() ? ty + product(in[0], t[1]) : product(in[0], t[1]);
+          return std::vector<Tensor>{ty};
         }};
     y = conv({x, weight}, loc)[0];
   } else {
