@@ -61,7 +61,10 @@ std::pair<Tensor, Tensor> jvp(const std::function<Tensor(const Tensor&)>& fn, co
 /// differentiated: gradients come from `backward`, which receives the call's inputs
 /// and outputs and one gradient per output (zeros where none reached it), and
 /// returns one gradient per input, shaped like it (undefined: none). When backward
-/// is built from kiln ops, the custom op is differentiable to any order.
+/// is built from kiln ops, the custom op is differentiable to any order. Without a
+/// `jvp` rule, forward mode transposes `backward`, calling it with the inputs as the
+/// call saw them, which in forward mode need not require grad: a backward that skips
+/// the inputs that do not require grad (as conv2d's does) needs its own `jvp` rule.
 ///
 ///   CustomFunction lse{"logsumexp",
 ///     [](const std::vector<Tensor>& x) -> std::vector<Tensor> { ... },
