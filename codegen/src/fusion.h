@@ -456,9 +456,7 @@ private:
       std::vector<const Node*> pieces;
       if (n->op == OpKind::Concat)
         for (const auto& piece : n->inputs) pieces.push_back(piece.get());
-      const Node* windows = n;
-      while (windows->op == OpKind::Unfold) windows = below_views(windows->inputs[0].get());
-      if (windows != n) pieces.push_back(windows);
+      if (const Node* windows = unfolded(n); windows != n) pieces.push_back(windows);
       for (const Node* piece : pieces)
         if (const Node* p = below_views(piece); p->op == OpKind::Pad && !is_source(p)) needs_buffer_.insert(p);
     }
@@ -471,10 +469,15 @@ private:
   // reads its operands' tiles element by element: there the columns stay in a buffer.
   bool implicit_im2col(const Node* m, const Node* in, const Node* n) {
     if (opt_.target.kind != Target::Kind::CPU || in != m->inputs[1].get() || n->op != OpKind::Unfold) return false;
-    const Node* windows = n;
-    while (windows->op == OpKind::Unfold) windows = below_views(windows->inputs[0].get());
+    const Node* windows = unfolded(n);
     if (!is_source(windows) && graph::op_category(windows->op) != OpCategory::Leaf) needs_buffer_.insert(windows);
     return true;
+  }
+
+  // What a chain of unfolds (and views between them) starting at n unfolds; n itself if no unfold.
+  static const Node* unfolded(const Node* n) {
+    while (n->op == OpKind::Unfold) n = below_views(n->inputs[0].get());
+    return n;
   }
 
   // The attention kernel reads its operands as contiguous buffers of their own shapes

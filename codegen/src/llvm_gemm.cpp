@@ -382,15 +382,13 @@ private:
   /// vars are constant over a task): b's offset at (k, n) is then off(k, n0) + off(k0, n) - off(k0, n0).
   /// So is an unfold read through a reshape (im2col's columns: the taps' offsets plus the windows').
   bool separable(const ExprRef& e) const {
-    const bool k = mentions(e, ExprKind::ReduceVar, 0);
-    const bool n = g_.n_var >= 0 && mentions(e, ExprKind::LoopVar, g_.n_var);
-    if (!k || !n) return true;
+    auto of_k = [](const ExprRef& x) { return mentions(x, ExprKind::ReduceVar, 0); };
+    auto of_n = [&](const ExprRef& x) { return g_.n_var >= 0 && mentions(x, ExprKind::LoopVar, g_.n_var); };
+    auto constant = [&](const ExprRef& x) { return !of_k(x) && !of_n(x); };
+    if (!of_k(e) || !of_n(e)) return true;
     if (e->kind != ExprKind::Op || e->dtype != DType::Int64) return false;
     if (e->op == ScalarOp::Add || e->op == ScalarOp::Sub) return separable(e->args[0]) && separable(e->args[1]);
     if (e->op != ScalarOp::Mul) return false;
-    auto constant = [&](const ExprRef& x) {
-      return !mentions(x, ExprKind::ReduceVar, 0) && !mentions(x, ExprKind::LoopVar, g_.n_var);
-    };
     return (constant(e->args[0]) && separable(e->args[1])) || (separable(e->args[0]) && constant(e->args[1]));
   }
 
