@@ -169,6 +169,18 @@ CompiledFunction mlp_sgd_step(Mlp& mlp) {
   });
 }
 
+// The same step written as a JAX user writes it (bench/mlp_jax.py, XLA's side of issue 17): the
+// gradients are values of grad(), not state, so the step stores only the new parameters.
+CompiledFunction mlp_functional_step(Mlp& mlp) {
+  return compile([&](const std::vector<Tensor>& a) {
+    Tensor loss = mlp.loss(a[0], a[1]);
+    const std::vector<Tensor> grads = grad({loss}, mlp.params);
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < grads.size(); ++i) mlp.params[i].assign(mlp.params[i] - grads[i] * 0.01);
+    return std::vector<Tensor>{loss.detach()};
+  });
+}
+
 std::vector<Tensor> mlp_batch(int64_t batch) {
   Tensor x = randn({batch, 784}, 11);
   Tensor y = (rand({batch}, 12) * 10.0).to(kInt64);
@@ -176,10 +188,10 @@ std::vector<Tensor> mlp_batch(int64_t batch) {
   return {x, y};
 }
 
-void KilnMlpStep(benchmark::State& state, int64_t batch) {
+void KilnMlpStep(benchmark::State& state, int64_t batch, bool functional = false) {
   with_mode(state, [&] {
     Mlp mlp(7);
-    auto step = mlp_sgd_step(mlp);
+    auto step = functional ? mlp_functional_step(mlp) : mlp_sgd_step(mlp);
     const std::vector<Tensor> xy = mlp_batch(batch);
     const Tensor& x = xy[0];
     const Tensor& y = xy[1];
@@ -463,6 +475,10 @@ KILN_CEILING(CxxTriad, "Triad/16M/cxx");
 void KilnMlpStep128(benchmark::State& state) { KilnMlpStep(state, 128); }
 void KilnMlpStep1024(benchmark::State& state) { KilnMlpStep(state, 1024); }
 KILN_MODES(KilnMlpStep128, "MLPStep/128/kiln");
+// The functional step (mlp_functional_step) at the batch sizes of issue 17's XLA comparison.
+void KilnMlpFunctionalStep(benchmark::State& state) { KilnMlpStep(state, state.range(2), true); }
+BENCHMARK(KilnMlpFunctionalStep)->Name("MLPStep/kiln_functional")->ArgNames({"threads", "fused", "batch"})
+    ->ArgsProduct({{1, 2}, {1}, {1, 128, 1024}})->UseRealTime()->Unit(benchmark::kMillisecond);
 // The same step with the profile collecting (KILN_PROFILE=1's cost; compare with MLPStep/128/kiln).
 void KilnMlpStep128Profiled(benchmark::State& state) {
   profile::enable(true);

@@ -1,7 +1,9 @@
 #!/bin/bash
 # One sitting: kiln against the peers this machine has (issue 17's table): OpenBLAS, the
-# -ffast-math hand loops and libtorch (kiln_vs_torch, when built; bench/cnn_torch.py is PyTorch's CNN step).
-# Run from the repository root after a build; XLA/JAX is not installed here.
+# -ffast-math hand loops, libtorch (kiln_vs_torch, when built; bench/cnn_torch.py is PyTorch's CNN step)
+# and XLA:CPU (bench/mlp_jax.py, when JAX is installed: JAX_PYTHON names a python that has it,
+# default /tmp/jaxenv/bin/python; see that script for the one-line install).
+# Run from the repository root after a build.
 set -u
 cd "$(dirname "$0")/.."
 export OPENBLAS_CORETYPE=Cooperlake
@@ -12,6 +14,16 @@ for t in 1 2; do
 done
 echo "== MLP step against libtorch (kiln_vs_torch)"
 OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^EagerMLPStep/(1|128|1024)/(kiln_compiled|torch)/threads:(1|2)' --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
+echo "== MLP step against XLA:CPU (the functional step, as JAX writes it; bench/mlp_jax.py)"
+JAX_PYTHON=${JAX_PYTHON:-/tmp/jaxenv/bin/python}
+if [ -x "$JAX_PYTHON" ]; then
+  taskset -c 0 $B --benchmark_filter='^MLPStep/kiln_functional/threads:1/' --benchmark_min_time=1 2>/dev/null | grep "^MLPStep"
+  taskset -c 0 "$JAX_PYTHON" bench/mlp_jax.py --threads 1 | grep "^MLPStep"
+  $B --benchmark_filter='^MLPStep/kiln_functional/threads:2/' --benchmark_min_time=1 2>/dev/null | grep "^MLPStep"
+  "$JAX_PYTHON" bench/mlp_jax.py --threads 2 | grep "^MLPStep"
+else
+  echo "no JAX at $JAX_PYTHON: skipped"
+fi
 echo "== CNN step against libtorch (kiln_vs_torch: the compiled step and libtorch's eager one, one run)"
 OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^CNNStep/128/(kiln|torch)/threads:(1|2)' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 echo "== cold compile"

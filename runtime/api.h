@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "graph/node.h"
@@ -28,6 +29,16 @@ using SeedOverrides = std::unordered_map<int64_t, int64_t>;
 /// (codegen::scalar_param_bits() of another constant: a cached plan run for a graph with other constants).
 using ConstOverrides = std::unordered_map<const graph::Node*, int64_t>;
 
+/// Storages a caller of execute() gives up: (input, output) pairs of a leaf the plan reads through
+/// the bindings and one of the plan's outputs, which the plan may compute into the input's storage
+/// (compile()'s replay gives a parameter's or an optimizer slot's old value, which nothing else can
+/// reach, to its new value). The plan does so only where that cannot change a result: the
+/// launch writing the output is the last to read the input, and its kernel reads each element of
+/// the input only where it writes the same element of the output (codegen/in_place.h). A failed
+/// index check leaves the input as it was (the plan's checks all run, and are read, before the
+/// first write in place); in anomaly mode, and on a GPU, nothing is written in place.
+using Donations = std::vector<std::pair<const graph::Node*, const graph::Node*>>;
+
 /// A compiled, memory-planned schedule (defined in runtime/executor.h).
 struct Plan;
 /// A plan as the frontend holds it: shared, immutable, opaque.
@@ -40,11 +51,13 @@ size_t plan_launches(const Plan& plan);
 /// Peak bytes of the intermediates of `plan` (the size of its arena).
 size_t plan_arena_bytes(const Plan& plan);
 
-/// Runs a plan; returns one storage per output (an output already realized returns its value).
+/// Runs a plan; returns one storage per output (an output already realized returns its value;
+/// an output computed in place, a donated storage: see Donations).
 /// On a GPU the kernels are queued: reading a result (copy_to the CPU) waits for them.
 /// A binding on another device than the plan's throws kiln::Error.
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings = {},
-                                                     const SeedOverrides& seeds = {}, const ConstOverrides& consts = {});
+                                                     const SeedOverrides& seeds = {}, const ConstOverrides& consts = {},
+                                                     const Donations& donations = {});
 
 /// Computes every node in `nodes` that is not yet realized and attaches its value (one
 /// plan per device among them). A graph structurally equal to one realized before on this

@@ -55,6 +55,7 @@ struct ExecutorStats {
   size_t cuda_checked = 0; ///< kernels also compiled as CUDA by NVRTC (KILN_CUDA_CHECK=1)
   size_t nodes = 0;        ///< graph nodes realize() walked (what it computed and the sources it read)
   size_t plan_reuses = 0;  ///< plans realize() took from the schedule cache
+  size_t in_place = 0;     ///< outputs computed into a donated input's storage (api.h, Donations)
 };
 /// Current counters.
 ExecutorStats executor_stats();

@@ -23,6 +23,7 @@
 
 #include "kiln/functional.h"
 #include "kiln/kiln.h"
+#include "runtime/executor.h"
 #include "tests/random_graph.h"
 
 namespace fs = std::filesystem;
@@ -152,6 +153,38 @@ TEST(Threads, AssignWhileAnotherThreadReads) {
   reader2.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 5000.0f);
+}
+
+// A compiled step that updates a tensor in place (runtime::Donations) while other threads read it:
+// a read waits for the step's lock on the tensor or holds the old value, which the step then
+// leaves alone, so every read is one step's value throughout.
+TEST(Threads, ACompiledStepUpdatingInPlaceWhileAnotherThreadReads) {
+  const int64_t n = 1 << 18;
+  Tensor t = from_vector(std::vector<float>(static_cast<size_t>(n), 0.0f));
+  CompiledFunction step = compile([&](const std::vector<Tensor>&) {
+    t.assign(t + 1.0);
+    return std::vector<Tensor>{};
+  });
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0}, reads{0};
+  auto read = [&] {
+    while (!done.load()) {
+      const std::vector<float> v = t.to_vector<float>();
+      ++reads;
+      for (float x : v)
+        if (x != v[0]) ++bad; // one value throughout
+    }
+  };
+  std::thread reader(read), reader2(read);
+  const size_t in_place = runtime::executor_stats().in_place;
+  for (int k = 1; k <= 500; ++k) step({});
+  while (reads.load() < 50) std::this_thread::yield();
+  done = true;
+  reader.join();
+  reader2.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(runtime::executor_stats().in_place, in_place); // some steps did write in place
+  EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 500.0f);
 }
 
 TEST(Determinism, OneAndTwoTbbThreadsGiveBitwiseTheSameResults) {

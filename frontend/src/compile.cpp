@@ -542,7 +542,8 @@ namespace {
 // The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut), each
 // stage waited for before the first plan that reads its results.
 std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime::Bindings b,
-                                                       const runtime::SeedOverrides& seeds) {
+                                                       const runtime::SeedOverrides& seeds,
+                                                       const runtime::Donations& donations) {
   std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
   auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
   std::deque<detail::StartedStage> started;
@@ -558,7 +559,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
   try {
     for (size_t j = 0; j < tr.plans.size(); ++j) {
       wait_for(j);
-      values[j] = runtime::execute(*tr.plans[j], b, seeds);
+      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, donations);
       for (size_t i = 0; i < values[j].size(); ++i)
         if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
       if (j == tr.stages.size()) break;
@@ -579,11 +580,49 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
   return result;
 }
 
+// The slots' old values a replay may let the plan overwrite (runtime::Donations), with their
+// tensors' locks held until the replay has stored the new values.
+struct Donated {
+  std::vector<std::unique_lock<std::mutex>> locks;
+  runtime::Donations pairs;
+};
+
+// What a replay of `tr` bound as `b` donates: in a trace of one plan, each value the step
+// replaces that nothing but its slot and the bindings reach (no other tensor, view or pending
+// expression holds its node or its storage), so that no one can tell it was written over. A
+// reader on another thread (to_vector, a checkpoint save) waits for the tensor's lock and then
+// sees the whole new value, as with a concurrent assign. Locks are taken in address order.
+Donated donate(const Trace& tr, const runtime::Bindings& b) {
+  Donated d;
+  if (tr.plans.size() != 1) return d; // a later plan may read what an earlier one would overwrite
+  std::vector<std::pair<size_t, size_t>> replaced; // (slot, output)
+  size_t out = 0;
+  for (const Destination& dest : tr.destinations) {
+    if (dest.kind == Destination::ClearGrad) continue;
+    if (dest.kind == Destination::Value) replaced.emplace_back(dest.slot, out);
+    ++out;
+  }
+  std::sort(replaced.begin(), replaced.end(),
+            [&](const auto& x, const auto& y) { return tr.slots[x.first].impl.get() < tr.slots[y.first].impl.get(); });
+  for (const auto& [slot, output] : replaced) {
+    const Slot& s = tr.slots[slot];
+    std::unique_lock lock(s.impl->node_mu);
+    const auto bound = b.find(s.start_node.get());
+    if (bound == b.end() || s.impl->node.use_count() != 1 || bound->second.use_count() != 2) continue;
+    d.pairs.emplace_back(s.start_node.get(), tr.outputs[output].get());
+    d.locks.push_back(std::move(lock));
+  }
+  return d;
+}
+
 std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::SeedOverrides seeds;
   for (const auto& [token, next] : tr.seeds) seeds[static_cast<int64_t>(token)] = static_cast<int64_t>(next());
-  const auto values = run_plans(tr, bind(tr, args), seeds);
+  runtime::Bindings bindings = bind(tr, args);
+  Donated donated = donate(tr, bindings); // locked until the new values are stored
+  const auto values = run_plans(tr, std::move(bindings), seeds, donated.pairs);
   std::vector<Tensor> results;
+  std::vector<std::shared_ptr<TensorImpl>> leaves; // registered once the locks are released
   size_t out = 0;
   for (const Destination& d : tr.destinations) {
     if (d.kind == Destination::ClearGrad) {
@@ -600,9 +639,11 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
     if (d.kind == Destination::Grad) impl.grad = value;
     else {
       impl.node = value.node();
-      if (impl.requires_grad) detail::register_leaf(tr.slots[d.slot].impl);
+      if (impl.requires_grad) leaves.push_back(tr.slots[d.slot].impl);
     }
   }
+  donated.locks.clear();
+  for (const auto& impl : leaves) detail::register_leaf(impl);
   return results;
 }
 

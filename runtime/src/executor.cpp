@@ -22,6 +22,7 @@
 #include "kiln/options.h"
 #include "codegen/cuda_emitter.h"
 #include "codegen/dot.h"
+#include "codegen/in_place.h"
 #include "runtime/anomaly.h"
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_runtime.h"
@@ -36,7 +37,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Counters {
-  std::atomic<size_t> launches{0}, compiles{0}, realizations{0}, nodes{0}, plan_reuses{0};
+  std::atomic<size_t> launches{0}, compiles{0}, realizations{0}, nodes{0}, plan_reuses{0}, in_place{0};
 };
 Counters& counters() {
   static Counters c;
@@ -205,8 +206,10 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
   });
 }
 
-// `tier`: which of the JIT's tiers ran a CPU launch ("quick tier", "optimized"; null on a GPU).
-void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, const char* tier, double run_ms) {
+// `tier`: which of the JIT's tiers ran a CPU launch ("quick tier", "optimized"; null on a GPU);
+// `in_place`: how many of its outputs it wrote over a donated input (api.h, Donations).
+void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache, const char* tier, double run_ms,
+                size_t in_place) {
   const double bytes = observe::launch_bytes(l);
   const std::string lines = graph::source_lines_str(l.lines);
   const std::string from = lines.empty() ? "" : " from " + lines;
@@ -215,10 +218,11 @@ void log_launch(const codegen::KernelLaunch& l, Device device, const char* cache
                  device.str().c_str(), cache, static_cast<long long>(l.domain_size), bytes / 1e6, from.c_str());
     return;
   }
-  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s%s%s): %lld points, %.3f ms, %.2f MB, %.2f GB/s%s\n",
+  const std::string over = in_place ? ", " + std::to_string(in_place) + " output(s) in place" : "";
+  std::fprintf(stderr, "[kiln] launch %s on %s (cache %s%s%s): %lld points, %.3f ms, %.2f MB, %.2f GB/s%s%s\n",
                l.kernel.name.c_str(), device.str().c_str(), cache, tier ? ", " : "", tier ? tier : "",
                static_cast<long long>(l.domain_size), run_ms,
-               bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0, from.c_str());
+               bytes / 1e6, run_ms > 0 ? bytes / run_ms / 1e6 : 0.0, over.c_str(), from.c_str());
 }
 
 // Loads the plan's kernels on its GPU (compiled in parallel).
@@ -339,12 +343,12 @@ const std::vector<int64_t>& launch_params(const codegen::KernelLaunch& l, const 
 } // namespace
 
 namespace {
+// True when launch `l` checks indices (reads the error buffer: a null input).
+bool checks_indices(const codegen::KernelLaunch& l) { return std::find(l.inputs.begin(), l.inputs.end(), nullptr) != l.inputs.end(); }
+
 // A zeroed error buffer for the plan's index checks (kernel_ir.h, ExprKind::Check), or null when it has none.
 std::shared_ptr<graph::Storage> error_buffer(const Plan& plan) {
-  const bool checks = std::any_of(plan.schedule.launches.begin(), plan.schedule.launches.end(), [](const auto& l) {
-    return std::find(l.inputs.begin(), l.inputs.end(), nullptr) != l.inputs.end();
-  });
-  if (!checks) return nullptr;
+  if (std::none_of(plan.schedule.launches.begin(), plan.schedule.launches.end(), checks_indices)) return nullptr;
   auto host = allocate_host(graph::kErrorBufferElements * sizeof(int64_t));
   std::memset(host->data(), 0, graph::kErrorBufferElements * sizeof(int64_t));
   return plan.device == kCPU ? host : copy_to(*host, plan.device);
@@ -381,6 +385,58 @@ std::shared_ptr<graph::Storage> arena_storage(const Plan& plan) {
   });
 }
 
+// The index of `n` in `nodes`, or -1 where it is absent or there more than once.
+int only_position(const std::vector<const graph::Node*>& nodes, const graph::Node* n) {
+  const auto first = std::find(nodes.begin(), nodes.end(), n);
+  if (first == nodes.end() || std::find(first + 1, nodes.end(), n) != nodes.end()) return -1;
+  return static_cast<int>(first - nodes.begin());
+}
+
+// The donated storages (api.h, Donations) this execution computes outputs into, by output: the
+// output's one writer is the last launch to read the input, and its kernel reads the input only
+// where it writes the output (codegen::may_write_in_place at this launch's parameters). A failed
+// index check must leave the caller's values as they were: every launch that checks indices runs
+// before the first write in place, and execute() reads their verdict in between; anomaly mode,
+// which may throw after any launch, writes nothing in place. CPU plans only: a CUDA kernel's
+// inputs are `const __restrict__`, which lets NVCC read them through the non-coherent cache at
+// any time, so a kernel would have to be compiled without that promise to write over one.
+std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> in_place_outputs(
+    const Plan& plan, const Bindings& bindings, const Donations& donations, const SeedOverrides& seeds,
+    const ConstOverrides& consts) {
+  std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> result;
+  if (donations.empty() || anomaly_checks_on() || plan.device != kCPU) return result;
+  const auto& launches = plan.schedule.launches;
+  size_t first_writable = 0; // the launches before it check indices
+  for (size_t i = 0; i < launches.size(); ++i)
+    if (checks_indices(launches[i])) first_writable = i + 1;
+  std::unordered_set<const graph::Node*> given;
+  std::vector<int64_t> scratch;
+  for (const auto& [input, output] : donations) {
+    const auto bound = bindings.find(input);
+    if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) ||
+        input->dtype != output->dtype || input->shape != output->shape || plan.arena_offset.count(output) ||
+        !given.insert(input).second)
+      continue;
+    size_t writer = launches.size();
+    for (size_t i = 0; i < launches.size() && writer == launches.size(); ++i)
+      if (std::find(launches[i].outputs.begin(), launches[i].outputs.end(), output) != launches[i].outputs.end()) writer = i;
+    if (writer == launches.size() || writer < first_writable) continue;
+    const bool read_later = std::any_of(launches.begin() + static_cast<ptrdiff_t>(writer) + 1, launches.end(), [&](const auto& l) {
+      return std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
+    });
+    if (read_later) continue;
+    const codegen::KernelLaunch& l = launches[writer];
+    const int out = only_position(l.outputs, output);
+    const bool reads = std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
+    const int in = only_position(l.inputs, input);
+    if (out < 0 || (reads && (in < 0 || !codegen::may_write_in_place(l.kernel, in, static_cast<int>(l.inputs.size()) + out,
+                                                                       launch_params(l, seeds, consts, scratch)))))
+      continue;
+    result[output] = bound->second;
+  }
+  return result;
+}
+
 // Throws the first failed index check's kiln::Error (reading a GPU's buffer waits for its kernels).
 void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
   if (!errors) return;
@@ -390,23 +446,32 @@ void report_failed_checks(const std::shared_ptr<graph::Storage>& errors) {
 } // namespace
 
 std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bindings& bindings,
-                                                     const SeedOverrides& seeds, const ConstOverrides& consts) {
+                                                     const SeedOverrides& seeds, const ConstOverrides& consts,
+                                                     const Donations& donations) {
   for (const auto& [node, storage] : bindings)
     if (storage->device() != plan.device)
       throw Error("realize", "an input " + std::string(dtype_name(node->dtype)) + graph::shape_str(node->shape) +
                                  " is on " + storage->device().str() + " but the computation runs on " +
                                  plan.device.str() + " (move it with .to(device))");
-  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, {}};
+  const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
+  const auto written_over = in_place_outputs(plan, bindings, donations, seeds, consts);
+  counters().in_place += written_over.size();
+  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, written_over};
   for (const auto& l : plan.schedule.launches)
     for (const graph::Node* out : l.outputs)
-      if (!plan.arena_offset.count(out)) mem.outputs[out] = output_storage(plan, l, out);
+      if (!plan.arena_offset.count(out) && !mem.outputs.count(out)) mem.outputs[out] = output_storage(plan, l, out);
   Gpu* gpu = plan.device == kCPU ? nullptr : &Gpu::get(plan.device.index);
-  const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   const bool anomaly = anomaly_checks_on(); // kiln/anomaly.h: off, this load is all it costs
   std::vector<void*> bufs;
   std::vector<int64_t> scratch;
+  bool checked = written_over.empty();
   for (size_t i = 0; i < plan.schedule.launches.size(); ++i) {
     const codegen::KernelLaunch& l = plan.schedule.launches[i];
+    const auto over = static_cast<size_t>(std::count_if(l.outputs.begin(), l.outputs.end(), [&](const graph::Node* o) { return written_over.count(o); }));
+    if (!checked && over) {
+      report_failed_checks(errors); // every check has run (in_place_outputs): none fails after a write in place
+      checked = true;
+    }
     bufs.clear();
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     for (const graph::Node* out : l.outputs) bufs.push_back(mem.address(out));
@@ -419,7 +484,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
     if (options().debug >= 1) {
       const char* tier = gpu ? nullptr : fn == plan.kernels[i]->quick ? "quick tier" : "optimized";
-      log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0));
+      log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0), over);
     }
     if (anomaly)
       check_for_anomaly(l, plan.device, [&](const graph::Node* n) { return mem.address(n); }, seeds,
@@ -703,6 +768,7 @@ ExecutorStats executor_stats() {
   s.cuda_checked = cuda_checked_count();
   s.nodes = counters().nodes.load();
   s.plan_reuses = counters().plan_reuses.load();
+  s.in_place = counters().in_place.load();
   return s;
 }
 
