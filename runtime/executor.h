@@ -8,7 +8,9 @@
 /// runtime/api.h (realize, execute, plans as handles); this header is for the runtime,
 /// tests and benchmarks.
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +37,17 @@ struct Plan {
   size_t output_bytes = 0;                   ///< bytes of the outputs
   std::vector<const char*> cache_status;     ///< per launch, where make_plan found its code: hit, disk, miss
   mutable size_t runs = 0;                   ///< executions so far (later runs are all cache hits)
+  /// Per donated (input, output) pair (api.h, Donations): whether the plan may compute the output
+  /// into the input's storage, where that cannot change between executions (see executor.cpp).
+  /// (A copy of a plan starts with none: its schedule may be changed.)
+  struct InPlaceVerdicts {
+    std::mutex mu;
+    std::map<std::pair<const graph::Node*, const graph::Node*>, bool> ok;
+    InPlaceVerdicts() = default;
+    InPlaceVerdicts(const InPlaceVerdicts&) {}
+    InPlaceVerdicts& operator=(const InPlaceVerdicts&) { return *this; }
+  };
+  mutable InPlaceVerdicts in_place;
 };
 
 /// How make_plan schedules for `device`: fused or not as `fusion` says, planned for the

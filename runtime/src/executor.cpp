@@ -392,47 +392,62 @@ int only_position(const std::vector<const graph::Node*>& nodes, const graph::Nod
   return static_cast<int>(first - nodes.begin());
 }
 
-// The donated storages (api.h, Donations) this execution computes outputs into, by output: the
-// output's one writer is the last launch to read the input, and its kernel reads the input only
-// where it writes the output (codegen::may_write_in_place at this launch's parameters). A failed
-// index check must leave the caller's values as they were: every launch that checks indices runs
-// before the first write in place, and execute() reads their verdict in between; anomaly mode,
-// which may throw after any launch, writes nothing in place. CPU plans only: a CUDA kernel's
-// inputs are `const __restrict__`, which lets NVCC read them through the non-coherent cache at
-// any time, so a kernel would have to be compiled without that promise to write over one.
+// Whether `plan` may compute `output` into the storage bound to `input`: the output's one writer
+// runs after every launch that checks indices (a failed check must leave the caller's values as
+// they were: execute() reads the checks' verdict before the first write in place), is the last
+// launch to read the input, and its kernel reads the input only where it writes the output
+// (codegen::may_write_in_place at the launch's parameters). `fixed` is set when the answer holds
+// for every execution: it read no parameter that a seed or an integer constant may replace.
+bool may_compute_in_place(const Plan& plan, const graph::Node* input, const graph::Node* output, const SeedOverrides& seeds,
+                          const ConstOverrides& consts, bool& fixed) {
+  fixed = true;
+  const auto& launches = plan.schedule.launches;
+  if (input->dtype != output->dtype || input->shape != output->shape || plan.arena_offset.count(output)) return false;
+  size_t writer = launches.size(), first_writable = 0; // the launches before first_writable check indices
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (checks_indices(launches[i])) first_writable = i + 1;
+    if (writer == launches.size() && std::find(launches[i].outputs.begin(), launches[i].outputs.end(), output) != launches[i].outputs.end())
+      writer = i;
+  }
+  if (writer == launches.size() || writer < first_writable) return false;
+  const bool read_later = std::any_of(launches.begin() + static_cast<ptrdiff_t>(writer) + 1, launches.end(), [&](const auto& l) {
+    return std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
+  });
+  const codegen::KernelLaunch& l = launches[writer];
+  const int out = only_position(l.outputs, output), in = only_position(l.inputs, input);
+  if (read_later || out < 0) return false;
+  if (std::find(l.inputs.begin(), l.inputs.end(), input) == l.inputs.end()) return true; // the writer does not read it
+  if (in < 0) return false;
+  fixed = l.seed_params.empty() &&
+          std::all_of(l.const_params.begin(), l.const_params.end(), [](const auto& c) { return is_floating(c.second->dtype); });
+  std::vector<int64_t> scratch;
+  return codegen::may_write_in_place(l.kernel, in, static_cast<int>(l.inputs.size()) + out, launch_params(l, seeds, consts, scratch));
+}
+
+// The donated storages (api.h, Donations) this execution computes outputs into, by output (see
+// may_compute_in_place; its verdicts are kept in the plan). Anomaly mode, which may throw after
+// any launch, writes nothing in place. CPU plans only: a CUDA kernel's inputs are `const
+// __restrict__`, which lets NVCC read them through the non-coherent cache at any time, so a kernel
+// would have to be compiled without that promise to write over one.
 std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> in_place_outputs(
     const Plan& plan, const Bindings& bindings, const Donations& donations, const SeedOverrides& seeds,
     const ConstOverrides& consts) {
   std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> result;
   if (donations.empty() || anomaly_checks_on() || plan.device != kCPU) return result;
-  const auto& launches = plan.schedule.launches;
-  size_t first_writable = 0; // the launches before it check indices
-  for (size_t i = 0; i < launches.size(); ++i)
-    if (checks_indices(launches[i])) first_writable = i + 1;
   std::unordered_set<const graph::Node*> given;
-  std::vector<int64_t> scratch;
+  std::lock_guard lock(plan.in_place.mu);
   for (const auto& [input, output] : donations) {
     const auto bound = bindings.find(input);
-    if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) ||
-        input->dtype != output->dtype || input->shape != output->shape || plan.arena_offset.count(output) ||
-        !given.insert(input).second)
+    if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) || !given.insert(input).second)
       continue;
-    size_t writer = launches.size();
-    for (size_t i = 0; i < launches.size() && writer == launches.size(); ++i)
-      if (std::find(launches[i].outputs.begin(), launches[i].outputs.end(), output) != launches[i].outputs.end()) writer = i;
-    if (writer == launches.size() || writer < first_writable) continue;
-    const bool read_later = std::any_of(launches.begin() + static_cast<ptrdiff_t>(writer) + 1, launches.end(), [&](const auto& l) {
-      return std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
-    });
-    if (read_later) continue;
-    const codegen::KernelLaunch& l = launches[writer];
-    const int out = only_position(l.outputs, output);
-    const bool reads = std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
-    const int in = only_position(l.inputs, input);
-    if (out < 0 || (reads && (in < 0 || !codegen::may_write_in_place(l.kernel, in, static_cast<int>(l.inputs.size()) + out,
-                                                                       launch_params(l, seeds, consts, scratch)))))
-      continue;
-    result[output] = bound->second;
+    const auto known = plan.in_place.ok.find({input, output});
+    bool ok = known != plan.in_place.ok.end() && known->second;
+    if (known == plan.in_place.ok.end()) {
+      bool fixed = false;
+      ok = may_compute_in_place(plan, input, output, seeds, consts, fixed);
+      if (fixed) plan.in_place.ok[{input, output}] = ok;
+    }
+    if (ok) result[output] = bound->second;
   }
   return result;
 }
