@@ -583,7 +583,8 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
 // The slots' old values a replay may let the plan overwrite (runtime::Donations), with their
 // tensors' locks held until the replay has stored the new values.
 struct Donated {
-  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<std::unique_lock<std::mutex>> locks; // of the slots' tensors, by `slots`
+  std::vector<size_t> slots;
   runtime::Donations pairs;
 };
 
@@ -611,6 +612,7 @@ Donated donate(const Trace& tr, const runtime::Bindings& b) {
     if (bound == b.end() || s.impl->node.use_count() != 1 || bound->second.use_count() != 2) continue;
     d.pairs.emplace_back(s.start_node.get(), tr.outputs[output].get());
     d.locks.push_back(std::move(lock));
+    d.slots.push_back(slot);
   }
   return d;
 }
@@ -638,7 +640,9 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
     TensorImpl& impl = *tr.slots[d.slot].impl;
     if (d.kind == Destination::Grad) impl.grad = value;
     else {
-      impl.node = value.node();
+      const bool locked = std::find(donated.slots.begin(), donated.slots.end(), d.slot) != donated.slots.end();
+      if (locked) impl.node = value.node();
+      else impl.store_node(value.node()); // other threads may be reading it (see Tensor::assign)
       if (impl.requires_grad) leaves.push_back(tr.slots[d.slot].impl);
     }
   }
