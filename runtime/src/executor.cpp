@@ -148,16 +148,36 @@ void plan_memory(Plan& p) {
   }
 }
 
+// Bytes of scratch memory one task of launch `l` needs at `params` (0: it runs no tasks).
+size_t task_scratch_bytes(const codegen::KernelLaunch& l, const std::vector<int64_t>& params) {
+  return static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel) + codegen::attention_scratch_bytes(l.kernel, params));
+}
+
+// Scratch memory for the tasks of one execution, taken before its first launch: one block per
+// thread index of the task arena. An execution that writes in place uses it, so that no
+// allocation can fail after its first write (a thread's own scratch grows on its first need).
+struct ReservedScratch {
+  std::shared_ptr<graph::Storage> blocks;
+  size_t stride = 0; // bytes per thread index
+};
+
 // A GEMM-form or attention kernel's tasks (output blocks), one or more per chunk, each chunk
-// with this thread's scratch memory appended to the buffers (see GemmTiling, AttentionSpec).
+// with scratch memory appended to the buffers (see GemmTiling, AttentionSpec): the thread's
+// own, or its block of `reserved` where that is given.
 void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
-               void* const* bufs) {
-  const auto bytes =
-      static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel) + codegen::attention_scratch_bytes(l.kernel, params));
+               void* const* bufs, const ReservedScratch& reserved) {
+  const size_t bytes = task_scratch_bytes(l, params);
   const size_t nbufs = l.inputs.size() + l.outputs.size();
   auto chunk = [&](int64_t begin, int64_t end) {
     thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
     thread_local size_t capacity = 0;
+    std::vector<void*> args(bufs, bufs + nbufs);
+    if (reserved.blocks && bytes <= reserved.stride) {
+      const auto at = reinterpret_cast<uintptr_t>(reserved.blocks->data());
+      const auto slot = static_cast<size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
+      args.push_back(reinterpret_cast<void*>((at + 4095) / 4096 * 4096 + slot * reserved.stride));
+      return fn(begin, end, args.data(), params.data());
+    }
     if (capacity < bytes) {
       const size_t want = (bytes + 4095) / 4096 * 4096;
       scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
@@ -166,7 +186,6 @@ void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const st
         detail::out_of_memory("realize", "host", want, l.kernel.attention ? "the scratch memory of attention" : "the scratch memory of a matrix product",
                               std::source_location::current());
     }
-    std::vector<void*> args(bufs, bufs + nbufs);
     args.push_back(scratch.get());
     fn(begin, end, args.data(), params.data());
   };
@@ -179,10 +198,10 @@ void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const st
 // l.chunk_multiple points. Results never depend on the chunking: each domain point is computed
 // by the same code either way.
 void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
-         void* const* bufs) {
+         void* const* bufs, const ReservedScratch& reserved) {
   const int64_t n = l.domain_size;
   if (n == 0) return;
-  if (l.kernel.gemm || l.kernel.attention) return run_tasks(fn, l, params, bufs);
+  if (l.kernel.gemm || l.kernel.attention) return run_tasks(fn, l, params, bufs, reserved);
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* p = params.data();
@@ -364,6 +383,15 @@ template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device
   }
 }
 
+ReservedScratch reserve_scratch(const Plan& plan) {
+  size_t most = 0;
+  for (const codegen::KernelLaunch& l : plan.schedule.launches)
+    if (l.kernel.gemm || l.kernel.attention) most = std::max(most, task_scratch_bytes(l, l.params));
+  if (most == 0) return {};
+  const size_t stride = (most + 4095) / 4096 * 4096, threads = static_cast<size_t>(tbb::this_task_arena::max_concurrency());
+  return {plan_storage(kCPU, stride * threads + 4096, [] { return std::string("the scratch memory of matrix products"); }), stride};
+}
+
 std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l, const graph::Node* out) {
   return plan_storage(plan.device, out->bytes(), [&] {
     const std::string lines = graph::source_lines_str(l.lines);
@@ -470,6 +498,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
                                  plan.device.str() + " (move it with .to(device))");
   const std::shared_ptr<graph::Storage> errors = error_buffer(plan);
   const auto written_over = in_place_outputs(plan, bindings, donations, seeds, consts);
+  const ReservedScratch reserved = written_over.empty() ? ReservedScratch{} : reserve_scratch(plan);
   counters().in_place += written_over.size();
   Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, written_over};
   for (const auto& l : plan.schedule.launches)
@@ -494,7 +523,7 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     const auto t0 = Clock::now();
     const codegen::CpuKernelFn fn = gpu ? nullptr : plan.kernels[i]->get(); // the best code so far
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
-    else run(fn, l, params, bufs.data());
+    else run(fn, l, params, bufs.data(), reserved);
     ++counters().launches;
     if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
     if (options().debug >= 1) {
