@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -125,33 +126,50 @@ TEST(Threads, SameGraphFromTwoThreadsAtOnce) {
   }
 }
 
-// One thread assigns a tensor (plain values and lazy expressions) while another reads it:
+// Two threads reading `t` with to_vector until stop(): reads that were not one value throughout
+// are counted in `torn`.
+class Readers {
+public:
+  explicit Readers(const Tensor& t) : t_(t), a_([this] { read(); }), b_([this] { read(); }) {}
+  ~Readers() {
+    if (a_.joinable()) stop();
+  }
+  /// Waits until the readers also saw the last values, stops them; the torn reads.
+  int stop() {
+    while (reads_.load() < 50) std::this_thread::yield();
+    done_ = true;
+    a_.join();
+    b_.join();
+    return torn_.load();
+  }
+
+private:
+  void read() {
+    while (!done_.load()) {
+      const std::vector<float> v = t_.to_vector<float>();
+      ++reads_;
+      if (std::any_of(v.begin(), v.end(), [&](float x) { return x != v[0]; })) ++torn_;
+    }
+  }
+  const Tensor& t_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> torn_{0}, reads_{0};
+  std::thread a_, b_;
+};
+
+// One thread assigns a tensor (plain values and lazy expressions) while others read it:
 // each read sees one whole value, the old or the new one (README "Threads").
 TEST(Threads, AssignWhileAnotherThreadReads) {
   const int64_t n = 256;
   auto filled = [&](float v) { return from_vector(std::vector<float>(static_cast<size_t>(n), v)); };
   Tensor t = filled(0);
-  std::atomic<bool> done{false};
-  std::atomic<int> bad{0}, reads{0};
-  auto read = [&] {
-    while (!done.load()) {
-      const std::vector<float> v = t.to_vector<float>();
-      ++reads;
-      for (float x : v)
-        if (x != v[0]) ++bad; // one value throughout
-    }
-  };
-  std::thread reader(read), reader2(read);
+  Readers readers(t);
   for (int k = 1; k <= 5000; ++k) {
     Tensor next = k % 2 ? filled(static_cast<float>(k)) : (filled(static_cast<float>(k) * 0.5f) * 2.0); // lazy half the time
     t.assign(next);
     if (k % 3 == 0) t.realize();
   }
-  while (reads.load() < 50) std::this_thread::yield(); // the reader also saw the last values
-  done = true;
-  reader.join();
-  reader2.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(readers.stop(), 0);
   EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 5000.0f);
 }
 
@@ -165,24 +183,10 @@ TEST(Threads, ACompiledStepUpdatingInPlaceWhileAnotherThreadReads) {
     t.assign(t + 1.0);
     return std::vector<Tensor>{};
   });
-  std::atomic<bool> done{false};
-  std::atomic<int> bad{0}, reads{0};
-  auto read = [&] {
-    while (!done.load()) {
-      const std::vector<float> v = t.to_vector<float>();
-      ++reads;
-      for (float x : v)
-        if (x != v[0]) ++bad; // one value throughout
-    }
-  };
-  std::thread reader(read), reader2(read);
+  Readers readers(t);
   const size_t in_place = runtime::executor_stats().in_place;
   for (int k = 1; k <= 500; ++k) step({});
-  while (reads.load() < 50) std::this_thread::yield();
-  done = true;
-  reader.join();
-  reader2.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(readers.stop(), 0);
   EXPECT_GT(runtime::executor_stats().in_place, in_place); // some steps did write in place
   EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 500.0f);
 }
