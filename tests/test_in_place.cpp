@@ -240,9 +240,33 @@ TEST(InPlace, AFunctionalSgdStepUpdatesEveryParameterInPlaceWithTheSameBits) {
 
 TEST(InPlace, AnOptimizerStepUpdatesParametersAndMomentumInPlaceWithTheSameBits) {
   const Training free = train(false, false, 4, 16), held = train(false, true, 4, 16);
-  EXPECT_EQ(free.in_place.back(), 12u); // six parameters and their momentum buffers
-  EXPECT_EQ(held.in_place.back(), 6u);  // the momentum buffers: only the parameters are held
+  EXPECT_EQ(free.in_place.back(), 18u); // six parameters, their momentum buffers and their gradients
+  EXPECT_EQ(held.in_place.back(), 12u); // momentum and gradients: only the parameters are held
   expect_same(free, held);
+}
+
+// A gradient the user holds (g = p.grad()) keeps its values through the next step; the others
+// are written in place.
+TEST(InPlace, AHeldGradientKeepsItsValues) {
+  Tensor w = randn({16, 8}, 4).realize(), v = randn({16, 8}, 5).realize();
+  w.requires_grad_();
+  v.requires_grad_();
+  optim::SGD opt({w, v}, {.lr = 0.1});
+  CompiledFunction step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    Tensor loss = (matmul(a[0], w) * matmul(a[0], v)).sum();
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  for (int s = 0; s < 3; ++s) step({randn({4, 16}, 10 + static_cast<uint64_t>(s)).realize()});
+  const Tensor g = w.grad();
+  const std::vector<float> before = values(g);
+  const size_t in_place = runtime::executor_stats().in_place;
+  step({randn({4, 16}, 20).realize()});
+  EXPECT_EQ(runtime::executor_stats().in_place - in_place, 3u); // w, v and v's gradient
+  EXPECT_TRUE(same_bits(values(g), before));
+  EXPECT_FALSE(same_bits(values(w.grad()), before));
 }
 
 TEST(InPlace, TheStorageStaysPutAcrossSteps) {

@@ -588,20 +588,31 @@ struct Donated {
   runtime::Donations pairs;
 };
 
-// What a replay of `tr` bound as `b` donates: in a trace of one plan, each value the step
-// replaces that nothing but its slot and the bindings reach (no other tensor, view or pending
+// What a replay of `tr` bound as `b` donates: in a trace of one plan, each value or gradient the
+// step replaces that nothing but its slot and the bindings reach (no other tensor, view or pending
 // expression holds its node or its storage), so that no one can tell it was written over. A
 // reader on another thread (to_vector, a checkpoint save) waits for the tensor's lock and then
 // sees the whole new value, as with a concurrent assign. Locks are taken in address order.
 Donated donate(const Trace& tr, const runtime::Bindings& b) {
   Donated d;
   if (tr.plans.size() != 1) return d; // a later plan may read what an earlier one would overwrite
-  std::vector<std::pair<size_t, size_t>> replaced; // (slot, output)
+  std::vector<std::pair<size_t, size_t>> replaced, grads; // (slot, output)
   size_t out = 0;
   for (const Destination& dest : tr.destinations) {
     if (dest.kind == Destination::ClearGrad) continue;
     if (dest.kind == Destination::Value) replaced.emplace_back(dest.slot, out);
+    if (dest.kind == Destination::Grad) grads.emplace_back(dest.slot, out);
     ++out;
+  }
+  // A gradient tensor nothing else holds (no handle from p.grad()) is unreachable from other
+  // threads too: no lock.
+  for (const auto& [slot, output] : grads) {
+    const Slot& s = tr.slots[slot];
+    const Tensor& g = s.impl->grad;
+    const auto bound = s.start_grad && g.defined() ? b.find(s.start_grad.get()) : b.end();
+    if (bound == b.end() || g.impl().use_count() != 1 || g.impl()->node.use_count() != 1 || bound->second.use_count() != 2)
+      continue;
+    d.pairs.emplace_back(s.start_grad.get(), tr.outputs[output].get());
   }
   std::sort(replaced.begin(), replaced.end(),
             [&](const auto& x, const auto& y) { return tr.slots[x.first].impl.get() < tr.slots[y.first].impl.get(); });
