@@ -287,6 +287,35 @@ TEST(InPlace, TheStorageStaysPutAcrossSteps) {
   EXPECT_EQ(w.node()->realized()->data(), at);
 }
 
+// Gradients accumulated over micro-batches (no zero_grad between them): each step adds to the
+// old gradient, which it reads at the element it writes, so the sum goes in place too; the
+// results are those of the same steps run eagerly.
+TEST(InPlace, AccumulatedGradientsGiveTheEagerBits) {
+  auto make = [] {
+    Tensor w = randn({12, 6}, 6).realize();
+    w.requires_grad_();
+    return w;
+  };
+  Tensor wc = make(), we = make();
+  auto accumulate = [](Tensor& w, const Tensor& x) {
+    Tensor loss = matmul(x, w).square().mean();
+    loss.backward();
+    return loss.detach();
+  };
+  CompiledFunction step = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{accumulate(wc, a[0])}; });
+  size_t in_place = 0;
+  for (int s = 0; s < 5; ++s) {
+    const Tensor x = randn({3, 12}, 30 + static_cast<uint64_t>(s)).realize();
+    const size_t before = runtime::executor_stats().in_place;
+    const std::vector<float> got = values(step({x})[0]);
+    in_place += runtime::executor_stats().in_place - before;
+    const std::vector<float> want = values(accumulate(we, x));
+    EXPECT_TRUE(same_bits(got, want)) << "step " << s;
+    EXPECT_TRUE(same_bits(values(wc.grad()), values(we.grad()))) << "step " << s;
+  }
+  EXPECT_GE(in_place, 2u); // the gradient, once the step replays with one
+}
+
 // Steps that read a parameter's old value besides updating it: wherever the schedule puts that
 // read, the results are those of the same step run eagerly (no compile()).
 TEST(InPlace, OldValuesReadAfterTheUpdateAreTheOldValues) {
