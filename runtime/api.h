@@ -30,14 +30,14 @@ using SeedOverrides = std::unordered_map<int64_t, int64_t>;
 using ConstOverrides = std::unordered_map<const graph::Node*, int64_t>;
 
 /// Storages a caller of execute() gives up: (input, output) pairs of a leaf the plan reads through
-/// the bindings and one of the plan's outputs, which the plan may compute into the input's storage
+/// the bindings and the index of one of the plan's outputs, which the plan may compute into the input's storage
 /// (compile()'s replay gives a parameter's or an optimizer slot's old value, which nothing else can
 /// reach, to its new value). The plan does so only where that cannot change a result: the
 /// launch writing the output is the last to read the input, and its kernel reads each element of
 /// the input only where it writes the same element of the output (codegen/in_place.h). A failed
 /// index check leaves the input as it was (the plan's checks all run, and are read, before the
 /// first write in place); in anomaly mode, and on a GPU, nothing is written in place.
-using Donations = std::vector<std::pair<const graph::Node*, const graph::Node*>>;
+using Donations = std::vector<std::pair<const graph::Node*, size_t>>;
 
 /// A compiled, memory-planned schedule (defined in runtime/executor.h).
 struct Plan;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/kiln.h"
+#include "runtime/executor.h"
 #include "runtime/observe.h"
 #include "tests/error_of.h"
 
@@ -476,6 +477,7 @@ TEST(DDP, AllReduceInsideACompiledStep) {
     };
     CompiledFunction f([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{step(a[0], a[1])}; });
     std::vector<double> out;
+    const size_t in_place = runtime::executor_stats().in_place;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t at = (s * w + r) * B;
       const Tensor xb = x_rows(x, range(at, at + B)), yb = y_rows(y, range(at, at + B));
@@ -484,6 +486,8 @@ TEST(DDP, AllReduceInsideACompiledStep) {
     if (compiled) {
       EXPECT_EQ(f.num_traces(), 2u); // the first step starts without gradients or Adam slots; then replays
       EXPECT_GT(f.num_kernels(), 0u);
+      // the update, in the plan after the last all-reduce, writes parameters and Adam's slots in place
+      EXPECT_GT(runtime::executor_stats().in_place, in_place);
     }
     for (const Tensor& p : ddp.parameters())
       for (double v : p.to_vector<double>()) out.push_back(v);

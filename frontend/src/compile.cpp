@@ -559,7 +559,11 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
   try {
     for (size_t j = 0; j < tr.plans.size(); ++j) {
       wait_for(j);
-      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, donations);
+      runtime::Donations given; // to the last plan, where nothing (a stage's input or result, a
+      if (j + 1 == tr.plans.size()) // value carried from an earlier plan) shares the storage now
+        for (const auto& d : donations)
+          if (const auto it = b.find(d.first); it != b.end() && it->second.use_count() == 2) given.push_back(d);
+      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, given);
       for (size_t i = 0; i < values[j].size(); ++i)
         if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
       if (j == tr.stages.size()) break;
@@ -588,21 +592,23 @@ struct Donated {
   runtime::Donations pairs;
 };
 
-// What a replay of `tr` bound as `b` donates: in a trace of one plan, each value or gradient the
-// step replaces that nothing but its slot and the bindings reach (no other tensor, view or pending
-// expression holds its node or its storage), so that no one can tell it was written over. A
-// reader on another thread (to_vector, a checkpoint save) waits for the tensor's lock and then
-// sees the whole new value, as with a concurrent assign. Locks are taken in address order.
+// What a replay of `tr` bound as `b` donates: each value or gradient the step replaces that
+// nothing but its slot and the bindings reach (no other tensor, view or pending expression holds
+// its node or its storage), so that no one can tell it was written over, and that the last plan
+// computes (with host stages, the earlier plans have all run and every stage has ended by then;
+// run_plans checks again that nothing they made shares the storage). A reader on another thread
+// (to_vector, a checkpoint save) waits for the tensor's lock and then sees the whole new value, as
+// with a concurrent assign. Locks are taken in address order. Pairs name the last plan's outputs.
 Donated donate(const Trace& tr, const runtime::Bindings& b) {
   Donated d;
-  if (tr.plans.size() != 1) return d; // a later plan may read what an earlier one would overwrite
-  std::vector<std::pair<size_t, size_t>> replaced, grads; // (slot, output)
+  std::vector<std::pair<size_t, size_t>> replaced, grads; // (slot, output of the last plan)
   size_t out = 0;
   for (const Destination& dest : tr.destinations) {
     if (dest.kind == Destination::ClearGrad) continue;
-    if (dest.kind == Destination::Value) replaced.emplace_back(dest.slot, out);
-    if (dest.kind == Destination::Grad) grads.emplace_back(dest.slot, out);
-    ++out;
+    const auto [plan, index] = tr.where[out++];
+    if (plan + 1 != tr.plans.size()) continue;
+    if (dest.kind == Destination::Value) replaced.emplace_back(dest.slot, index);
+    if (dest.kind == Destination::Grad) grads.emplace_back(dest.slot, index);
   }
   // A gradient tensor nothing else holds (no handle from p.grad()) is unreachable from other
   // threads too: no lock.
@@ -612,7 +618,7 @@ Donated donate(const Trace& tr, const runtime::Bindings& b) {
     const auto bound = s.start_grad && g.defined() ? b.find(s.start_grad.get()) : b.end();
     if (bound == b.end() || g.impl().use_count() != 1 || g.impl()->node.use_count() != 1 || bound->second.use_count() != 2)
       continue;
-    d.pairs.emplace_back(s.start_grad.get(), tr.outputs[output].get());
+    d.pairs.emplace_back(s.start_grad.get(), output);
   }
   std::sort(replaced.begin(), replaced.end(),
             [&](const auto& x, const auto& y) { return tr.slots[x.first].impl.get() < tr.slots[y.first].impl.get(); });
@@ -621,7 +627,7 @@ Donated donate(const Trace& tr, const runtime::Bindings& b) {
     std::unique_lock lock(s.impl->node_mu);
     const auto bound = b.find(s.start_node.get());
     if (bound == b.end() || s.impl->node.use_count() != 1 || bound->second.use_count() != 2) continue;
-    d.pairs.emplace_back(s.start_node.get(), tr.outputs[output].get());
+    d.pairs.emplace_back(s.start_node.get(), output);
     d.locks.push_back(std::move(lock));
     d.slots.push_back(slot);
   }

@@ -464,7 +464,9 @@ std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> in_place
   if (donations.empty() || anomaly_checks_on() || plan.device != kCPU) return result;
   std::unordered_set<const graph::Node*> given;
   std::lock_guard lock(plan.in_place.mu);
-  for (const auto& [input, output] : donations) {
+  for (const auto& [input, index] : donations) {
+    if (index >= plan.outputs.size()) continue;
+    const graph::Node* output = plan.outputs[index].get();
     const auto bound = bindings.find(input);
     if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) || !given.insert(input).second)
       continue;
