@@ -540,10 +540,11 @@ void StartedStage::wait() const { result_.wait(); }
 namespace {
 
 // The values of the traced function's outputs: plan 0, stage 0, plan 1, ... (see Cut), each
-// stage waited for before the first plan that reads its results.
-std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime::Bindings b,
-                                                       const runtime::SeedOverrides& seeds,
-                                                       const runtime::Donations& donations) {
+// stage waited for before the first plan that reads its results. `donate` gives the last plan
+// its donations (runtime::Donations), asked right before it runs, when every stage has ended.
+std::vector<std::shared_ptr<graph::Storage>> run_plans(
+    const Trace& tr, runtime::Bindings b, const runtime::SeedOverrides& seeds,
+    const std::function<runtime::Donations(const runtime::Bindings&)>& donate) {
   std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
   auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
   std::deque<detail::StartedStage> started;
@@ -559,11 +560,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(const Trace& tr, runtime:
   try {
     for (size_t j = 0; j < tr.plans.size(); ++j) {
       wait_for(j);
-      runtime::Donations given; // to the last plan, where nothing (a stage's input or result, a
-      if (j + 1 == tr.plans.size()) // value carried from an earlier plan) shares the storage now
-        for (const auto& d : donations)
-          if (const auto it = b.find(d.first); it != b.end() && it->second.use_count() == 2) given.push_back(d);
-      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, given);
+      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, j + 1 == tr.plans.size() ? donate(b) : runtime::Donations{});
       for (size_t i = 0; i < values[j].size(); ++i)
         if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
       if (j == tr.stages.size()) break;
@@ -592,15 +589,15 @@ struct Donated {
   runtime::Donations pairs;
 };
 
-// What a replay of `tr` bound as `b` donates: each value or gradient the step replaces that
-// nothing but its slot and the bindings reach (no other tensor, view or pending expression holds
-// its node or its storage), so that no one can tell it was written over, and that the last plan
-// computes (with host stages, the earlier plans have all run and every stage has ended by then;
-// run_plans checks again that nothing they made shares the storage). A reader on another thread
-// (to_vector, a checkpoint save) waits for the tensor's lock and then sees the whole new value, as
-// with a concurrent assign. Locks are taken in address order. Pairs name the last plan's outputs.
-Donated donate(const Trace& tr, const runtime::Bindings& b) {
-  Donated d;
+// What the last plan of a replay of `tr` may overwrite, asked right before it runs with the
+// bindings `b` of that moment (with host stages, every stage has ended by then): each value or
+// gradient the step replaces that nothing but its slot and the bindings reach (no other tensor,
+// view, pending expression, stage input or result, or carried value holds its node or its
+// storage), so that no one can tell it was written over. A reader on another thread (to_vector, a
+// checkpoint save) waits for the tensor's lock, held from here until the replay has stored the
+// new value, and then sees the whole new value, as with a concurrent assign. Locks are taken in
+// address order. Pairs name the last plan's outputs. Adds to `d`.
+void donate(const Trace& tr, const runtime::Bindings& b, Donated& d) {
   std::vector<std::pair<size_t, size_t>> replaced, grads; // (slot, output of the last plan)
   size_t out = 0;
   for (const Destination& dest : tr.destinations) {
@@ -631,15 +628,16 @@ Donated donate(const Trace& tr, const runtime::Bindings& b) {
     d.locks.push_back(std::move(lock));
     d.slots.push_back(slot);
   }
-  return d;
 }
 
 std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::SeedOverrides seeds;
   for (const auto& [token, next] : tr.seeds) seeds[static_cast<int64_t>(token)] = static_cast<int64_t>(next());
-  runtime::Bindings bindings = bind(tr, args);
-  Donated donated = donate(tr, bindings); // locked until the new values are stored
-  const auto values = run_plans(tr, std::move(bindings), seeds, donated.pairs);
+  Donated donated; // its locks are held until the new values are stored
+  const auto values = run_plans(tr, bind(tr, args), seeds, [&](const runtime::Bindings& b) {
+    donate(tr, b, donated);
+    return donated.pairs;
+  });
   std::vector<Tensor> results;
   std::vector<std::shared_ptr<TensorImpl>> leaves; // registered once the locks are released
   size_t out = 0;
