@@ -442,10 +442,12 @@ bool may_compute_in_place(const Plan& plan, const graph::Node* input, const grap
     return std::find(l.inputs.begin(), l.inputs.end(), input) != l.inputs.end();
   });
   const codegen::KernelLaunch& l = launches[writer];
-  const int out = only_position(l.outputs, output), in = only_position(l.inputs, input);
+  const int out = only_position(l.outputs, output);
   if (read_later || out < 0) return false;
-  if (std::find(l.inputs.begin(), l.inputs.end(), input) == l.inputs.end()) return true; // the writer does not read it
-  if (in < 0) return false;
+  const auto reads = std::count(l.inputs.begin(), l.inputs.end(), input);
+  if (reads == 0) return true; // the writer does not read it
+  if (reads > 1) return false;
+  const int in = only_position(l.inputs, input);
   fixed = l.seed_params.empty() &&
           std::all_of(l.const_params.begin(), l.const_params.end(), [](const auto& c) { return is_floating(c.second->dtype); });
   std::vector<int64_t> scratch;
