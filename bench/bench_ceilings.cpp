@@ -174,6 +174,9 @@ KILN_GEMM_PAIR_TA(384x768x128_ta, 384, 768, 128);
 KILN_GEMM_PAIR_TA(512x128x512_ta, 512, 128, 512);
 KILN_GEMM_PAIR_TA(128x768x512_ta, 128, 768, 512);
 KILN_GEMM_PAIR_TA(512x768x128_ta, 512, 768, 128);
+// the weight gradients of TransformerBlockStep (16 x 64 tokens, 128 dims, MLP 512)
+KILN_GEMM_PAIR_TA(128x1024x512_ta, 128, 1024, 512);
+KILN_GEMM_PAIR_TA(512x1024x128_ta, 512, 1024, 128);
 // kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
 #define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \
@@ -191,5 +194,7 @@ KILN_GEMM_SHAPE_TA(384x768x128_ta, 384, 768, 128);
 KILN_GEMM_SHAPE_TA(512x128x512_ta, 512, 128, 512);
 KILN_GEMM_SHAPE_TA(128x768x512_ta, 128, 768, 512);
 KILN_GEMM_SHAPE_TA(512x768x128_ta, 512, 768, 128);
+KILN_GEMM_SHAPE_TA(128x1024x512_ta, 128, 1024, 512);
+KILN_GEMM_SHAPE_TA(512x1024x128_ta, 512, 1024, 128);
 
 } // namespace

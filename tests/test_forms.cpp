@@ -168,6 +168,23 @@ TEST(Forms, ColumnSumsTakeTheColumnsFormWithTheBitsOfTheSameSumByRows) {
   EXPECT_NE(form_of(filled({40, 6}).t().sum({0}), kAvx512), KernelForm::Columns);
 }
 
+TEST(Forms, AGemmKernelsAssemblyDumpShowsItsMicrokernel) {
+  // KILN_DEBUG=5's .s file of a GEMM kernel: the kernel, then the support routines it calls,
+  // where its time goes (perf names them kiln_gemm_<dtype>_<mr>x<nr>_*)
+  const codegen::KernelLaunch l = only_launch(matmul(filled({64, 48}), filled({48, 40})), codegen::host_cpu_target());
+  ASSERT_EQ(l.kernel.form, KernelForm::Gemm);
+  const std::string s = codegen::LlvmJit::instance().assembly(l.kernel);
+  const size_t kernel = s.find(l.kernel.name + ":");
+  const size_t support = s.find("# GEMM support routines");
+  const size_t micro = s.find("_micro_packed:");
+  ASSERT_NE(kernel, std::string::npos) << s.substr(0, 2000);
+  ASSERT_NE(support, std::string::npos);
+  ASSERT_NE(micro, std::string::npos);
+  EXPECT_LT(kernel, support);
+  EXPECT_LT(support, micro);
+  EXPECT_NE(s.find("fmadd", micro), std::string::npos); // the register tile's fused multiply-adds
+}
+
 TEST(Forms, GemmKernelsOnTheCpuCarryTheTargetsTiling) {
   const Tensor a = filled({64, 48}), b = filled({48, 40});
   for (const Target& t : {kAvx512, kAvx2}) {

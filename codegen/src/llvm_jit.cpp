@@ -736,16 +736,29 @@ struct LlvmJit::Impl {
     return *cache.emplace(name, std::move(slot)).first->second;
   }
 
+  /// The kernel's host assembly; a GEMM kernel's is followed by that of the support routines
+  /// it calls (its microkernel), optimized as ensure_gemm_support() optimizes them.
   std::string assembly(const Kernel& k) {
     llvm::LLVMContext ctx;
     auto m = build(k, ctx);
     optimize(*m, level_for(k));
+    std::string text = module_assembly(*m);
+    if (k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0) {
+      auto support = emit_gemm_support_module(gemm_support_of(k), ctx);
+      target(*support, *tm);
+      optimize(*support, *tm, llvm::OptimizationLevel::O3);
+      text += "\n# GEMM support routines (" + gemm_support_of(k).name() + ")\n" + module_assembly(*support);
+    }
+    return text;
+  }
+
+  std::string module_assembly(llvm::Module& m) {
     llvm::SmallString<4096> out;
     llvm::raw_svector_ostream os(out);
     llvm::legacy::PassManager pm;
     const bool unsupported = tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile);
     KILN_ASSERT(!unsupported, "the target cannot emit assembly");
-    pm.run(*m);
+    pm.run(m);
     return std::string(out.str());
   }
 };
