@@ -1,6 +1,8 @@
 // Honest ceilings: what a competent engineer's hand-written code reaches, the bars kiln's
 // kernels are judged by (bench/RESULTS.md takes every ratio against the strongest
-// baseline in the binary).
+// baseline in the binary), and the machine's own limits:
+//   Peak/fma_f32, Peak/read/<KiB>   the cores' multiply-add rate (registers only) and the
+//       rate at which they read a buffer held in L2 or beyond it (see PeakFma, PeakRead)
 //   Elementwise8/16M/cxx_fast, Softmax/8192x1024/cxx_fast, LayerNorm/8192x1024/cxx_fast
 //       the computations of bench_fusion.cpp's kiln cases as hand-fused loops, compiled
 //       with -O3 -march=native -ffast-math: vectorized, glibc's libmvec for expf,
@@ -35,6 +37,58 @@ using kiln::bench::report_bytes;
 
 constexpr int64_t kElems = int64_t{1} << 24;
 constexpr int64_t kRows = 8192, kCols = 1024;
+
+// ---------------------------------------------------------------- the machine's own ceilings
+
+/// Peak/fma_f32: the cores' multiply-add rate on f32, 24 independent 64-byte vectors
+/// accumulated in registers (a GEMM microkernel's register tile without its loads): the
+/// bound of every GEMM-bound ratio. GFLOP/s counts 2 per lane and multiply-add.
+void PeakFma(benchmark::State& state) {
+  typedef float v16 __attribute__((vector_size(64)));
+  constexpr int kAcc = 24;
+  constexpr int64_t kSteps = int64_t{1} << 16;
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    kiln::bench::split(threads, threads, [&](int64_t, int64_t) {
+      v16 acc[kAcc];
+      for (int i = 0; i < kAcc; ++i) acc[i] = v16{} + static_cast<float>(i);
+      const v16 x = v16{} + 0.999999f, y = v16{} + 1e-6f;
+      for (int64_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 24 // the tile in registers
+        for (int i = 0; i < kAcc; ++i) acc[i] = acc[i] * x + y; // contracted to one FMA (-ffast-math)
+      }
+      v16 sum{};
+      for (int i = 0; i < kAcc; ++i) sum += acc[i];
+      benchmark::DoNotOptimize(sum);
+    });
+  }
+  gflops(state, 2.0 * 16 * kAcc * static_cast<double>(kSteps) * threads);
+}
+
+/// Peak/read/<KiB>: the rate at which the cores read a buffer of that size again and again
+/// (vector loads, sums reassociated): what a kernel that reads data not in L1 can reach
+/// from L2 (512 KiB) or from beyond it (16 MiB, 256 MiB). Each thread reads its own buffer.
+void PeakRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n = state.range(1) * 1024 / static_cast<int64_t>(sizeof(float));
+  std::vector<std::vector<float>> bufs(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(n), 1.0f));
+  for (auto _ : state) {
+    kiln::bench::split(threads, threads, [&](int64_t lo, int64_t) {
+      const float* b = bufs[static_cast<size_t>(lo)].data();
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; ++i) sum += b[i];
+      benchmark::DoNotOptimize(sum);
+    });
+  }
+  report_bytes(state, static_cast<double>(n) * sizeof(float) * threads);
+}
+
+BENCHMARK(PeakFma)->Name("Peak/fma_f32")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(PeakRead)
+    ->Name("Peak/read")
+    ->ArgNames({"threads", "KiB"})
+    ->ArgsProduct({{1, 2}, {512, 16384, 262144}})
+    ->UseRealTime();
 
 // ---------------------------------------------------------------- memory-bound loops
 
