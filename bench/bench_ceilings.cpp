@@ -1,8 +1,9 @@
 // Honest ceilings: what a competent engineer's hand-written code reaches, the bars kiln's
 // kernels are judged by (bench/RESULTS.md takes every ratio against the strongest
 // baseline in the binary), and the machine's own limits:
-//   Peak/fma_f32, Peak/read/<KiB>   the cores' multiply-add rate (registers only) and the
-//       rate at which they read a buffer held in L2 or beyond it (see PeakFma, PeakRead)
+//   Peak/fma_f32, Peak/read/<KiB>, Peak/tile_12x32/lda:<n>   the cores' multiply-add rate
+//       (registers only), the rate at which they read a buffer held in L2 or beyond it, and
+//       kiln's GEMM loop written by hand (see PeakFma, PeakRead, PeakTile)
 //   Elementwise8/16M/cxx_fast, Softmax/8192x1024/cxx_fast, LayerNorm/8192x1024/cxx_fast
 //       the computations of bench_fusion.cpp's kiln cases as hand-fused loops, compiled
 //       with -O3 -march=native -ffast-math: vectorized, glibc's libmvec for expf,
@@ -83,7 +84,65 @@ void PeakRead(benchmark::State& state) {
   report_bytes(state, static_cast<double>(n) * sizeof(float) * threads);
 }
 
+/// One 12 x 32 register tile of f32 over kc steps, as kiln's GEMM microkernel computes it
+/// (two 16-lane rows of b, a broadcast element of a per row, 24 multiply-adds a step): a
+/// from mr = 12 row pointers (`rows`, a row-major a read in place) or from a packed panel.
+template <bool kRows>
+__attribute__((noinline)) void tile_12x32(const float* const* a_rows, const float* __restrict ap, const float* __restrict bp,
+                                          int64_t kc, float* __restrict c) {
+  typedef float v16 __attribute__((vector_size(64), aligned(64)));
+  constexpr int kMr = 12;
+  v16 acc[2 * kMr];
+  const float* rows[kMr];
+#pragma GCC unroll 24
+  for (int p = 0; p < kMr; ++p) rows[p] = kRows ? a_rows[p] : nullptr;
+#pragma GCC unroll 24
+  for (int i = 0; i < 2 * kMr; ++i) acc[i] = *reinterpret_cast<const v16*>(c + 16 * i);
+  for (int64_t k = 0; k < kc; ++k) {
+    const v16 b0 = *reinterpret_cast<const v16*>(bp + 32 * k), b1 = *reinterpret_cast<const v16*>(bp + 32 * k + 16);
+#pragma GCC unroll 24
+    for (int p = 0; p < kMr; ++p) {
+      const v16 a = v16{} + (kRows ? rows[p][k] : ap[kMr * k + p]);
+      acc[2 * p] += a * b0;
+      acc[2 * p + 1] += a * b1;
+    }
+  }
+#pragma GCC unroll 24
+  for (int i = 0; i < 2 * kMr; ++i) *reinterpret_cast<v16*>(c + 16 * i) = acc[i];
+}
+
+/// Peak/tile_12x32/lda:<n>: the GEMM loop kiln runs inside a task, hand-written, on data laid
+/// out as kiln lays it out: for each of 16 packed b panels (256 x 32, in L1) the tiles of 384
+/// rows of a (in L2), their sums in scratch. lda 0: a packed (12-row panels); otherwise a
+/// row-major a with rows lda floats apart read in place. The ceiling of kiln's GEMM structure
+/// on this machine, and what the layout of a costs it (rows a multiple of 4 KiB apart share
+/// the L1's sets).
+void PeakTile(benchmark::State& state) {
+  constexpr int64_t kKc = 256, kMc = 384, kPanels = 16, kMr = 12;
+  const int64_t lda = state.range(0);
+  std::vector<float> a(static_cast<size_t>(kMc * std::max(lda, kKc)), 1e-3f), bp(static_cast<size_t>(32 * kKc * kPanels + 16), 1e-3f);
+  std::vector<float> cs(static_cast<size_t>(kMc * 32 * kPanels + 16), 0.0f);
+  // 64-byte aligned starts (the tile's vector loads and stores are aligned)
+  auto aligned = [](std::vector<float>& v) { return v.data() + (16 - reinterpret_cast<uintptr_t>(v.data()) / 4 % 16) % 16; };
+  float *b = aligned(bp), *c = aligned(cs);
+  const float* rows[kMr];
+  for (auto _ : state)
+    for (int64_t j = 0; j < kPanels; ++j)
+      for (int64_t i = 0; i < kMc / kMr; ++i) {
+        float* tile = c + (j * (kMc / kMr) + i) * kMr * 32;
+        if (lda == 0) {
+          tile_12x32<false>(nullptr, a.data() + i * kMr * kKc, b + j * 32 * kKc, kKc, tile);
+        } else {
+          for (int64_t p = 0; p < kMr; ++p) rows[p] = a.data() + (i * kMr + p) * lda;
+          tile_12x32<true>(rows, nullptr, b + j * 32 * kKc, kKc, tile);
+        }
+      }
+  benchmark::DoNotOptimize(c[0]);
+  gflops(state, 2.0 * kMc * 32 * kPanels * kKc);
+}
+
 BENCHMARK(PeakFma)->Name("Peak/fma_f32")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(PeakTile)->Name("Peak/tile_12x32")->ArgName("lda")->Arg(0)->Arg(784)->Arg(1024)->Arg(1040)->Arg(2048)->UseRealTime();
 BENCHMARK(PeakRead)
     ->Name("Peak/read")
     ->ArgNames({"threads", "KiB"})
