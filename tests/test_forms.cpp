@@ -185,6 +185,29 @@ TEST(Forms, AGemmKernelsAssemblyDumpShowsItsMicrokernel) {
   EXPECT_NE(s.find("fmadd", micro), std::string::npos); // the register tile's fused multiply-adds
 }
 
+TEST(Forms, AGemmOverAStridedBFetchesItsNextBPanelDuringTheMicrokernels) {
+  // A strided b (a row-major weight, or its transpose): the kernel lists the next panel's lines
+  // and calls the microkernel that fetches them. An im2col b (gathered columns): the plain one.
+  const Target host = codegen::host_cpu_target();
+  for (const Tensor& product : {matmul(filled({64, 48}), filled({48, 96})), matmul(filled({64, 48}), filled({96, 48}).t())}) {
+    const codegen::KernelLaunch l = only_launch(product, host);
+    ASSERT_EQ(l.kernel.form, KernelForm::Gemm);
+    const std::string ir = codegen::LlvmJit::instance().llvm_ir(l.kernel, /*optimized=*/false);
+    EXPECT_NE(ir.find("_fetching("), std::string::npos) << l.kernel.name;
+  }
+  const Tensor x = filled({2, 3, 8, 8}), w = filled({4, 3, 3, 3});
+  const codegen::Schedule s = codegen::schedule({F::conv2d(x, w).node().get()}, {true, host});
+  bool gemm = false;
+  for (const codegen::KernelLaunch& l : s.launches) {
+    if (l.kernel.form != KernelForm::Gemm) continue;
+    gemm = true;
+    const std::string ir = codegen::LlvmJit::instance().llvm_ir(l.kernel, /*optimized=*/false);
+    EXPECT_EQ(ir.find("_fetching("), std::string::npos) << l.kernel.name;
+    EXPECT_NE(ir.find("_micro_"), std::string::npos) << l.kernel.name;
+  }
+  EXPECT_TRUE(gemm);
+}
+
 TEST(Forms, GemmKernelsOnTheCpuCarryTheTargetsTiling) {
   const Tensor a = filled({64, 48}), b = filled({48, 40});
   for (const Target& t : {kAvx512, kAvx2}) {

@@ -7,7 +7,9 @@
 //       is a strided view contiguous in k (a row-major left operand), which the
 //       microkernel then reads in place, row by row;
 //     for each nr-column panel of the block:
-//       pack the b panel: Bp[kk][q], columns past N zero (stays in L1);
+//       pack the b panel: Bp[kk][q], columns past N zero (stays in L1); for a strided b,
+//         list the cache lines of the next panel, which the panel's microkernels fetch
+//         meanwhile (next_panel_lines, Fetching);
 //       for each a panel: the microkernel - an mr x nr tile of accumulators in vector
 //         registers (explicit <V x T> vectors, V the host's vector width), one
 //         fmuladd(splat(a), b, acc) per k step; the tile starts at 0 on the first k
@@ -58,17 +60,29 @@ Type* element_type(LLVMContext& ctx, DType dtype) {
 /// mr row pointers (a row-major left operand).
 enum class MicroForm { Packed, Rows };
 
-const char* micro_suffix(MicroForm form) { return form == MicroForm::Packed ? "_micro_packed" : "_micro_rows"; }
+/// Whether a microkernel prefetches lines for its caller meanwhile (see emit_micro): the one a
+/// strided b's kernel calls, which fetches its next b panel; the others do not pay for it.
+enum class Fetching { No, Yes };
+
+std::string micro_suffix(MicroForm form, Fetching fetching = Fetching::No) {
+  return std::string(form == MicroForm::Packed ? "_micro_packed" : "_micro_rows") + (fetching == Fetching::Yes ? "_fetching" : "");
+}
 
 /// The suffix of the transposing b pack's symbol.
 constexpr const char* kPackBtSuffix = "_pack_bt";
 
-FunctionType* micro_type(LLVMContext& ctx) {
-  // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out)
+FunctionType* micro_type(LLVMContext& ctx, Fetching fetching) {
+  // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out
+  //  [Fetching::Yes: lines to prefetch: their addresses, how many (at least 1)])
   auto* ptr = PointerType::getUnqual(ctx);
-  return FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, Type::getInt64Ty(ctx), Type::getInt1Ty(ctx), ptr, ptr},
-                           false);
+  auto* i64 = Type::getInt64Ty(ctx);
+  std::vector<Type*> args{ptr, ptr, i64, Type::getInt1Ty(ctx), ptr, ptr};
+  if (fetching == Fetching::Yes) args.insert(args.end(), {ptr, i64});
+  return FunctionType::get(Type::getVoidTy(ctx), args, false);
 }
+
+/// The microkernel prefetches one line every kStepsPerFetch k steps (see emit_micro).
+constexpr int64_t kStepsPerFetch = 4;
 
 FunctionType* pack_bt_type(LLVMContext& ctx) {
   // (b_base, col_stride, c0, k0, kcur, bp)
@@ -85,8 +99,10 @@ public:
         vlen_(vector_length(s.dtype, s.nr)), vt_(FixedVectorType::get(t_, static_cast<unsigned>(vlen_))) {}
 
   void emit() {
-    emit_micro(MicroForm::Packed);
-    emit_micro(MicroForm::Rows);
+    for (Fetching fetching : {Fetching::No, Fetching::Yes}) {
+      emit_micro(MicroForm::Packed, fetching);
+      emit_micro(MicroForm::Rows, fetching);
+    }
     emit_pack_bt();
   }
 
@@ -127,8 +143,11 @@ private:
   /// stride: the packed form addresses every row from one pointer, which leaves the
   /// loop enough registers. acc_in and acc_out hold the tile row by row (nr elements
   /// a row, vector-aligned) and may be the same memory.
-  void emit_micro(MicroForm form) {
-    Function* f = begin_function(micro_type(ctx_), s_.name() + micro_suffix(form));
+  /// Meanwhile it prefetches the npf >= 1 lines at pf (the caller's next b panel), one every
+  /// kStepsPerFetch steps and the rest after the loop: lines fetched in bursts wait for the
+  /// core's few line buffers and stall it; one per step costs the loop too many instructions.
+  void emit_micro(MicroForm form, Fetching fetching) {
+    Function* f = begin_function(micro_type(ctx_, fetching), s_.name() + micro_suffix(form, fetching));
     Value *a = f->getArg(0), *bp = f->getArg(1), *kcur = f->getArg(2);
     Value *first = f->getArg(3), *acc_in = f->getArg(4), *acc_out = f->getArg(5);
     const int64_t nv = s_.nr / vlen_;
@@ -143,7 +162,7 @@ private:
     std::vector<Value*> rows; // Rows: row p's pointer
     for (int64_t p = 0; form == MicroForm::Rows && p < s_.mr; ++p)
       rows.push_back(b_.CreateLoad(b_.getPtrTy(), b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), a, p)));
-    for_range(c64(0), kcur, [&](Value* kk) {
+    auto step = [&](Value* kk) {
       Value* brow = gep(bp, mul(kk, s_.nr));
       std::vector<Value*> bv;
       for (int64_t v = 0; v < nv; ++v) bv.push_back(b_.CreateAlignedLoad(vt_, gep(brow, c64(v * vlen_)), vector_align()));
@@ -155,10 +174,35 @@ private:
           b_.CreateStore(emit_fmuladd(b_, splat, bv[v], b_.CreateLoad(vt_, slot_acc)), slot_acc);
         }
       }
+    };
+    auto store_tile = [&] {
+      for (int64_t p = 0; p < s_.mr; ++p)
+        for (int64_t v = 0; v < nv; ++v)
+          b_.CreateAlignedStore(b_.CreateLoad(vt_, acc[p * nv + v]), slot(acc_out, p, v), vector_align());
+    };
+    if (fetching == Fetching::No) {
+      for_range(c64(0), kcur, step);
+      store_tile();
+      b_.CreateRetVoid();
+      return;
+    }
+    Value *pf = f->getArg(6), *npf = f->getArg(7);
+    Function* prefetch = Intrinsic::getDeclaration(&m_, Intrinsic::prefetch, {b_.getPtrTy()});
+    auto fetch = [&](Value* i) {
+      Value* at = b_.CreateLoad(b_.getPtrTy(), b_.CreateInBoundsGEP(b_.getPtrTy(), pf, i));
+      b_.CreateCall(prefetch, {at, b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
+    };
+    // Group g: steps kStepsPerFetch g.. and line min(g, npf - 1), branch-free (the lines past the
+    // list repeat its last, in cache), so that the loop stays one block.
+    Value* groups = b_.CreateUDiv(kcur, c64(kStepsPerFetch));
+    Value* last_line = b_.CreateSub(npf, c64(1));
+    for_range(c64(0), groups, [&](Value* g) {
+      fetch(b_.CreateBinaryIntrinsic(Intrinsic::umin, g, last_line));
+      for (int64_t j = 0; j < kStepsPerFetch; ++j) step(add(mul(g, kStepsPerFetch), c64(j)));
     });
-    for (int64_t p = 0; p < s_.mr; ++p)
-      for (int64_t v = 0; v < nv; ++v)
-        b_.CreateAlignedStore(b_.CreateLoad(vt_, acc[p * nv + v]), slot(acc_out, p, v), vector_align());
+    for_range(mul(groups, kStepsPerFetch), kcur, step);
+    store_tile();
+    for_range(groups, npf, fetch); // the lines the groups did not reach
     b_.CreateRetVoid();
   }
 
@@ -226,13 +270,15 @@ public:
     elem_ = r.dtype == DType::Float64 ? 8 : 4;
     const GemmSupport support = gemm_support_of(k);
     Module* m = b_.GetInsertBlock()->getModule();
-    micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed), micro_type(ctx_));
-    micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows), micro_type(ctx_));
     pack_bt_ = m->getOrInsertFunction(support.name() + kPackBtSuffix, pack_bt_type(ctx_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
     affine_b_ = b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && affine(b_expr_->args[0]);
+    // a strided b's kernel fetches its next b panel during the microkernels (next_panel_lines)
+    const Fetching fetching = affine_b_ ? Fetching::Yes : Fetching::No;
+    micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed, fetching), micro_type(ctx_, fetching));
+    micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows, fetching), micro_type(ctx_, fetching));
     gather_b_ = !affine_b_ && b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && separable(b_expr_->args[0]);
     epilogue_streams_ = find_epilogue_streams();
   }
@@ -261,6 +307,9 @@ public:
     bp_ = gep(ap_, aligned(g_.mc * g_.kc));
     cs_ = gep(bp_, aligned(g_.kc * g_.nr));
     tile_ = gep(cs_, aligned(g_.mc * g_.nc));
+    next_lines_ = h_.entry_alloca(ArrayType::get(b_.getPtrTy(), static_cast<uint64_t>(max_next_lines())), "g.nextb");
+    idle_line_ = h_.entry_alloca(b_.getPtrTy(), "g.idle");
+    b_.CreateStore(bp_, idle_line_);
     for_range(begin, end, [&](Value* t) {
       Value* cb = b_.CreateURem(t, col_blocks);
       Value* rest = b_.CreateUDiv(t, col_blocks);
@@ -296,6 +345,9 @@ private:
   bool affine_b_ = false;    // b is a strided view of a buffer
   bool gather_b_ = false;    // b is a load at a row offset plus a column offset (separable): packed by gathers
   Value *b_base_ = nullptr, *b_col_stride_ = nullptr; // b's element (k 0, column 0); column stride
+  Value* b_k_stride_ = nullptr;                         // b's k stride (affine_b_)
+  AllocaInst* next_lines_ = nullptr;  // the lines of the next b panel (next_panel_lines), room for max_next_lines()
+  AllocaInst* idle_line_ = nullptr;   // one line for a microkernel with none to fetch: the b panel's (in cache)
   Value* b_by_columns_ = nullptr; // (per batch point) b is contiguous in k, not in columns
   Value* direct_ = nullptr;  // (per batch point) a is contiguous in k: read in place, not packed
   Value *a_row_stride_ = nullptr, *a_k_stride_ = nullptr;
@@ -429,6 +481,7 @@ private:
   void bind_b() {
     Value* o = b_offset(c64(0), c64(0));
     Value* k_stride = b_.CreateSub(b_offset(c64(1), c64(0)), o);
+    b_k_stride_ = k_stride;
     b_col_stride_ = b_.CreateSub(b_offset(c64(0), c64(1)), o);
     b_base_ = gep(h_.buffer(b_expr_->index), o);
     b_by_columns_ = b_.CreateAnd(b_.CreateICmpEQ(k_stride, c64(1)), b_.CreateICmpNE(b_col_stride_, c64(1)));
@@ -463,14 +516,64 @@ private:
           pack_b_gather(c0, nvalid, k0, kcur);
         else
           pack_b(c0, nvalid, k0, kcur);
+        // The next panel's lines, fetched by this panel's microkernels, an equal share each.
+        Value* lines = next_panel_lines(add(jp, c64(1)), npanels, j0, k0, kcur);
+        Value* share = b_.CreateUDiv(b_.CreateAdd(lines, b_.CreateSub(mpanels, c64(1))), mpanels);
         for_range(c64(0), mpanels, [&](Value* ip) {
           Value* r0 = add(i0, mul(ip, g_.mr));
           Value* mvalid = smin(c64(g_.mr), b_.CreateSub(m_, r0));
           Value* cs = gep(cs_, mul(add(mul(ip, g_.nc / g_.nr), jp), g_.mr * g_.nr));
-          microkernel(ip, k0, kcur, cs, first, last, r0, mvalid, c0, nvalid);
+          Value* from = b_.CreateMul(ip, share);
+          Value* count = smax(c64(0), smin(share, b_.CreateSub(lines, from)));
+          Value* none = b_.CreateICmpEQ(count, c64(0));
+          Value* at = b_.CreateSelect(none, idle_line_, b_.CreateInBoundsGEP(b_.getPtrTy(), next_lines_, from));
+          microkernel(ip, k0, kcur, cs, first, last, r0, mvalid, c0, nvalid, at, b_.CreateSelect(none, c64(1), count));
         });
       });
     });
+  }
+
+  /// Lists in next_lines_ the cache lines the pack of b panel jp (of npanels, from column j0 of the
+  /// task) will read over k0..k0 + kcur, and returns their number: 0 past the last panel, or for a
+  /// b that is not a strided view. A panel of a row-major b is kcur rows a row of b apart (each by
+  /// its first and last element); of a b contiguous in k, nr columns of kcur elements.
+  Value* next_panel_lines(Value* jp, Value* npanels, Value* j0, Value* k0, Value* kcur) {
+    AllocaInst* count = h_.entry_alloca(i64(), "g.nextn");
+    b_.CreateStore(c64(0), count);
+    if (!affine_b_) return c64(0);
+    auto append = [&](Value* at) {
+      Value* n = b_.CreateLoad(i64(), count);
+      b_.CreateStore(at, b_.CreateInBoundsGEP(b_.getPtrTy(), next_lines_, n));
+      b_.CreateStore(b_.CreateAdd(n, c64(1)), count);
+    };
+    if_else(b_.CreateICmpSLT(jp, npanels), [&] {
+      Value* c0 = add(j0, mul(jp, g_.nr));
+      Value* cols = smin(c64(g_.nr), b_.CreateSub(n_, c0));
+      Value* first = gep(b_base_, b_.CreateAdd(b_.CreateMul(c0, b_col_stride_), b_.CreateMul(k0, b_k_stride_)));
+      const int64_t line = 64 / elem_;
+      if_else(b_by_columns_, [&] {
+        Value* per_column = ceil_div(kcur, line);
+        for_range(c64(0), cols, [&](Value* q) {
+          Value* column = gep(first, b_.CreateMul(q, b_col_stride_));
+          for_range(c64(0), per_column, [&](Value* l) { append(gep(column, mul(l, line))); });
+        });
+      }, [&] {
+        Value* last = b_.CreateMul(b_.CreateSub(cols, c64(1)), b_col_stride_);
+        for_range(c64(0), kcur, [&](Value* kk) {
+          Value* row = gep(first, b_.CreateMul(kk, b_k_stride_));
+          append(row);
+          append(gep(row, last));
+        });
+      });
+    }, [] {});
+    return b_.CreateLoad(i64(), count);
+  }
+
+  /// The most lines next_panel_lines() lists: two a row of a kc-row panel, or the lines of nr
+  /// columns of kc elements.
+  int64_t max_next_lines() const {
+    const int64_t line = 64 / elem_;
+    return std::max(2 * g_.kc, g_.nr * ((g_.kc + line - 1) / line));
   }
 
   /// Ap[kk][p] = a(row r0 + p, k0 + kk) for p < rows, 0 for rows <= p < mr. (Loops of a
@@ -542,10 +645,15 @@ private:
   /// The mr x nr tile at rows r0 (mvalid inside the output), columns c0 (nvalid
   /// inside): the support microkernel, then the epilogue on the last k block.
   void microkernel(Value* ip, Value* k0, Value* kcur, Value* cs, Value* first, Value* last, Value* r0, Value* mvalid, Value* c0,
-                   Value* nvalid) {
+                   Value* nvalid, Value* fetch_at, Value* fetch_count) {
     // Not the last k block: the tile goes back to scratch. The last: the epilogue.
     Value* out = b_.CreateSelect(last, tile_, cs);
-    auto packed = [&] { b_.CreateCall(micro_packed_, {gep(ap_, mul(ip, g_.mr * g_.kc)), bp_, kcur, first, cs, out}); };
+    auto call = [&](FunctionCallee micro, Value* a) {
+      std::vector<Value*> args{a, bp_, kcur, first, cs, out};
+      if (affine_b_) args.insert(args.end(), {fetch_at, fetch_count});
+      b_.CreateCall(micro, args);
+    };
+    auto packed = [&] { call(micro_packed_, gep(ap_, mul(ip, g_.mr * g_.kc))); };
     auto in_place = [&] {
       // a's own rows from k0 (rows past the output's end read its last row; their
       // results are never stored).
@@ -555,7 +663,7 @@ private:
         Value* row = gep(a_base_, b_.CreateAdd(b_.CreateMul(r, a_row_stride_), k0));
         b_.CreateStore(row, b_.CreateConstInBoundsGEP1_64(b_.getPtrTy(), rows, static_cast<uint64_t>(p)));
       }
-      b_.CreateCall(micro_rows_, {rows, bp_, kcur, first, cs, out});
+      call(micro_rows_, rows);
     };
     // On the last k block, the epilogue's rows are fetched while the microkernel runs.
     if (!epilogue_streams_.empty()) if_else(last, [&] { prefetch_epilogue(r0, c0); }, [] {});
