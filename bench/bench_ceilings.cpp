@@ -47,7 +47,7 @@ constexpr int64_t kRows = 8192, kCols = 1024;
 void PeakFma(benchmark::State& state) {
   typedef float v16 __attribute__((vector_size(64)));
   constexpr int kAcc = 24;
-  constexpr int64_t kSteps = int64_t{1} << 16;
+  constexpr int64_t kSteps = int64_t{1} << 20; // milliseconds: a thread's start is noise
   const int threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
     kiln::bench::split(threads, threads, [&](int64_t, int64_t) {
@@ -72,16 +72,19 @@ void PeakFma(benchmark::State& state) {
 void PeakRead(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t n = state.range(1) * 1024 / static_cast<int64_t>(sizeof(float));
+  const int64_t passes = std::max<int64_t>(1, (int64_t{64} << 20) / (n * static_cast<int64_t>(sizeof(float)))); // milliseconds a pass set
   std::vector<std::vector<float>> bufs(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(n), 1.0f));
   for (auto _ : state) {
     kiln::bench::split(threads, threads, [&](int64_t lo, int64_t) {
       const float* b = bufs[static_cast<size_t>(lo)].data();
-      float sum = 0.0f;
-      for (int64_t i = 0; i < n; ++i) sum += b[i];
-      benchmark::DoNotOptimize(sum);
+      for (int64_t pass = 0; pass < passes; ++pass) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < n; ++i) sum += b[i];
+        benchmark::DoNotOptimize(sum);
+      }
     });
   }
-  report_bytes(state, static_cast<double>(n) * sizeof(float) * threads);
+  report_bytes(state, static_cast<double>(n) * sizeof(float) * static_cast<double>(passes * threads));
 }
 
 /// One 12 x 32 register tile of f32 over kc steps, as kiln's GEMM microkernel computes it
