@@ -538,9 +538,9 @@ private:
   /// b that is not a strided view. A panel of a row-major b is kcur rows a row of b apart (each by
   /// its first and last element); of a b contiguous in k, nr columns of kcur elements.
   Value* next_panel_lines(Value* jp, Value* npanels, Value* j0, Value* k0, Value* kcur) {
+    if (!affine_b_) return c64(0);
     AllocaInst* count = h_.entry_alloca(i64(), "g.nextn");
     b_.CreateStore(c64(0), count);
-    if (!affine_b_) return c64(0);
     auto append = [&](Value* at) {
       Value* n = b_.CreateLoad(i64(), count);
       b_.CreateStore(at, b_.CreateInBoundsGEP(b_.getPtrTy(), next_lines_, n));
