@@ -14,7 +14,8 @@
 //       cblas_sgemm, row-major, from the system's libopenblas.so.0 loaded with dlopen
 //       (Debian's libopenblas0; the cases say so and skip where it is absent). Run it in
 //       its best configuration for the host: OPENBLAS_CORETYPE=Cooperlake on this
-//       project's Zen 4 machine (Debian's build otherwise picks slow kernels), and
+//       project's machines (an AMD Zen 4, where Debian's build otherwise picks slow kernels; an Intel
+//       Xeon with AVX-512 and AMX under KVM, where it picks SkylakeX, the same sgemm kernels), and
 //       OMP_WAIT_POLICY=passive with 2 threads (the OpenMP variant spins otherwise).
 //       Shapes: 1024 and 2048 cubed, the MLP step's 128 x 784 x 512 and 128 x 512 x 512,
 //       and conv2's im2col product of the CNN at batch 128 (25088 x 288 x 64).
