@@ -73,7 +73,8 @@ void PeakFma(benchmark::State& state) {
 void PeakRead(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t n = state.range(1) * 1024 / static_cast<int64_t>(sizeof(float));
-  const int64_t passes = std::max<int64_t>(1, (int64_t{64} << 20) / (n * static_cast<int64_t>(sizeof(float)))); // milliseconds a pass set
+  // 64 MiB read by each thread per iteration: milliseconds, so that starting a thread is noise
+  const int64_t passes = std::max<int64_t>(1, (int64_t{64} << 20) / (n * static_cast<int64_t>(sizeof(float))));
   std::vector<std::vector<float>> bufs(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(n), 1.0f));
   for (auto _ : state) {
     kiln::bench::split(threads, threads, [&](int64_t lo, int64_t) {

@@ -744,10 +744,11 @@ struct LlvmJit::Impl {
     optimize(*m, level_for(k));
     std::string text = module_assembly(*m);
     if (k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0) {
-      auto support = emit_gemm_support_module(gemm_support_of(k), ctx);
+      const GemmSupport s = gemm_support_of(k);
+      auto support = emit_gemm_support_module(s, ctx);
       target(*support, *tm);
       optimize(*support, *tm, llvm::OptimizationLevel::O3);
-      text += "\n# GEMM support routines (" + gemm_support_of(k).name() + ")\n" + module_assembly(*support);
+      text += "\n# GEMM support routines (" + s.name() + ")\n" + module_assembly(*support);
     }
     return text;
   }
