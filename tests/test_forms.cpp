@@ -7,6 +7,8 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -206,6 +208,40 @@ TEST(Forms, AGemmOverAStridedBFetchesItsNextBPanelDuringTheMicrokernels) {
     EXPECT_NE(ir.find("_micro_"), std::string::npos) << l.kernel.name;
   }
   EXPECT_TRUE(gemm);
+}
+
+TEST(Forms, AGemmPacksARowMajorAWhoseRowsShareTheL1sSets) {
+  // A row-major a whose rows are a multiple of 2 KiB apart (they share the L1's sets), against 16
+  // b panels or more: each task packs its full a panels (the support routine *_pack_ak) instead
+  // of reading the rows in place. The same fmuladds in the same order: the bits of the product
+  // of the same values read in place (rows 1040 elements apart), and the product itself.
+  const Target host = codegen::host_cpu_target();
+  const int64_t M = 37, K = 517, N = 500; // a partial a panel, a k block past the last whole vector, a partial b panel
+  // (N: one block of 16 b panels of 32 f32 or two of 16 f64 columns: see plan_cpu_gemm)
+  for (DType dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor packed = randn({M, 1024}, 7, dt).realize().narrow(1, 0, K); // rows 4 or 8 KiB apart
+    const Tensor in_place = concat({packed, zeros({M, 1040 - K}, dt)}, 1).realize().narrow(1, 0, K);
+    const Tensor b = randn({K, N}, 8, dt).realize();
+    const Tensor product = matmul(packed, b);
+    const codegen::KernelLaunch l = only_launch(product, host);
+    ASSERT_EQ(l.kernel.form, KernelForm::Gemm);
+    EXPECT_NE(codegen::LlvmJit::instance().llvm_ir(l.kernel, /*optimized=*/false).find("_pack_ak("), std::string::npos);
+    const std::vector<double> got = bits_of(product);
+    EXPECT_EQ(got, bits_of(matmul(in_place, b)));
+    const std::vector<double> av = packed.to(kFloat64).realize().to_vector<double>(), bv = b.to(kFloat64).to_vector<double>();
+    double worst = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double want = 0, scale = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          want += av[i * K + k] * bv[k * N + j];
+          scale += std::abs(av[i * K + k] * bv[k * N + j]);
+        }
+        worst = std::max(worst, std::abs(got[i * N + j] - want) / scale);
+      }
+    EXPECT_LT(worst, K * (dt == kFloat32 ? 6e-8 : 1.2e-16));
+  }
 }
 
 TEST(Forms, GemmKernelsOnTheCpuCarryTheTargetsTiling) {

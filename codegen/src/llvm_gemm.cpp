@@ -3,9 +3,10 @@
 // One task computes a block of at most mc x nc outputs (blocks balanced in size) over
 // all of k:
 //   for each k block of kc (in order):
-//     pack the a block: mr-row panels, Ap[panel][kk][p], rows past M zero - unless a
-//       is a strided view contiguous in k (a row-major left operand), which the
-//       microkernel then reads in place, row by row;
+//     pack the a block: mr-row panels, Ap[panel][kk][p], rows past M zero (an a
+//       contiguous in k, a row-major left operand, by vector loads along its rows and
+//       register transposes) - unless a is contiguous in k and packing it does not pay
+//       (pack_a_pays): the microkernel then reads it in place, row by row;
 //     for each nr-column panel of the block:
 //       pack the b panel: Bp[kk][q], columns past N zero (stays in L1); for a strided b,
 //         list the cache lines of the next panel, which the panel's microkernels fetch
@@ -18,7 +19,7 @@
 //         for the tile's elements inside the output.
 // A full b panel of a b contiguous in k (a transposed view, as in x @ W^T) is packed
 // by vector loads down its columns and a register transpose.
-// The microkernel and that transposing pack depend only on the dtype and the register
+// The microkernel and the transposing packs depend only on the dtype and the register
 // tile: they are support routines (GemmSupport), generated once per process into a
 // module of their own and called by every GEMM kernel, which keeps a GEMM kernel's
 // compile time to its packing loops and epilogue.
@@ -71,6 +72,19 @@ std::string micro_suffix(MicroForm form, Fetching fetching = Fetching::No) {
 /// The suffix of the transposing b pack's symbol.
 constexpr const char* kPackBtSuffix = "_pack_bt";
 
+/// The suffix of the symbol of the transposing a pack (an a contiguous in k).
+constexpr const char* kPackAkSuffix = "_pack_ak";
+
+/// A task packs an a contiguous in k (a row-major left operand) rather than reading it in
+/// place when its rows are a multiple of kPackARowBytes apart and it runs each a panel against
+/// kPackAMinPanels b panels or more. Such rows share the L1's sets with each other and with the
+/// b panel, so the in-place tile misses: bench Peak/tile_12x32 runs 217 GFLOP/s packed, 181
+/// and 177 in place at 1024 and 2048 floats a row, 202-207 at 784 and 1040. The pack is one
+/// pass over the a block, which pays back only over many b panels (at 2 KiB apart or with
+/// fewer panels, the MLP's and transformer's products, it measured a loss or nothing).
+constexpr int64_t kPackARowBytes = 4096;
+constexpr int64_t kPackAMinPanels = 16;
+
 FunctionType* micro_type(LLVMContext& ctx, Fetching fetching) {
   // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out
   //  [Fetching::Yes: lines to prefetch: their addresses, how many (at least 1)])
@@ -91,6 +105,13 @@ FunctionType* pack_bt_type(LLVMContext& ctx) {
   return FunctionType::get(Type::getVoidTy(ctx), {ptr, i64, i64, i64, i64, ptr}, false);
 }
 
+FunctionType* pack_ak_type(LLVMContext& ctx) {
+  auto* ptr = PointerType::getUnqual(ctx);
+  auto* i64 = Type::getInt64Ty(ctx);
+  // (a: the element (row 0, k 0), row_stride, rows, kcur, ap)
+  return FunctionType::get(Type::getVoidTy(ctx), {ptr, i64, i64, i64, ptr}, false);
+}
+
 /// Generates the support routines of one (dtype, mr, nr) (see GemmSupport).
 class SupportEmitter {
 public:
@@ -104,6 +125,7 @@ public:
       emit_micro(MicroForm::Rows, fetching);
     }
     emit_pack_bt();
+    emit_pack_ak();
   }
 
 private:
@@ -254,6 +276,47 @@ private:
     });
     b_.CreateRetVoid();
   }
+
+  /// Ap[kk][p] = a[p * row_stride + kk] for p < rows, 0 for rows <= p < mr, kk < kcur: an a panel
+  /// of an a contiguous in k (a row-major left operand). Blocks of vlen rows by vlen k steps are
+  /// read along the rows with vector loads and transposed in registers (rows past `rows` read the
+  /// last row and are replaced by 0); the k steps past the last whole block one element at a time.
+  void emit_pack_ak() {
+    Function* f = begin_function(pack_ak_type(ctx_), s_.name() + kPackAkSuffix);
+    Value *a = f->getArg(0), *row_stride = f->getArg(1), *rows = f->getArg(2), *kcur = f->getArg(3), *ap = f->getArg(4);
+    std::vector<Value*> row, valid; // row p's element k 0 (clamped to the last row); p < rows
+    for (int64_t p = 0; p < s_.mr; ++p) {
+      Value* r = b_.CreateBinaryIntrinsic(Intrinsic::umin, c64(p), b_.CreateSub(rows, c64(1)));
+      row.push_back(gep(a, b_.CreateMul(r, row_stride)));
+      valid.push_back(b_.CreateICmpSLT(c64(p), rows));
+    }
+    auto dst = [&](Value* kk, int64_t p) { return gep(ap, add(mul(kk, s_.mr), c64(p))); };
+    Value* whole = mul(b_.CreateUDiv(kcur, c64(vlen_)), vlen_);
+    for_range(c64(0), whole, [&](Value* kk0) {
+      for (int64_t p0 = 0; p0 < s_.mr; p0 += vlen_) {
+        const int64_t block_rows = std::min(vlen_, s_.mr - p0);
+        std::vector<Value*> block;
+        for (int64_t p = p0; p < p0 + vlen_; ++p) {
+          if (p - p0 >= block_rows) {
+            block.push_back(Constant::getNullValue(vt_));
+            continue;
+          }
+          Value* v = b_.CreateAlignedLoad(vt_, gep(row[p], kk0), elem_align());
+          block.push_back(b_.CreateSelect(valid[p], v, Constant::getNullValue(vt_)));
+        }
+        std::vector<Value*> by_k = transpose(block); // by_k[r][p] = a[p0 + p][kk0 + r]
+        std::vector<Constant*> lanes;
+        for (int64_t l = 0; l < vlen_; ++l) lanes.push_back(b_.getInt1(l < block_rows));
+        Constant* mask = ConstantVector::get(lanes);
+        for (int64_t r = 0; r < vlen_; ++r) b_.CreateMaskedStore(by_k[r], dst(add(kk0, c64(r)), p0), elem_align(), mask);
+      }
+    }, vlen_);
+    for_range(whole, kcur, [&](Value* kk) {
+      for (int64_t p = 0; p < s_.mr; ++p)
+        b_.CreateStore(b_.CreateSelect(valid[p], b_.CreateLoad(t_, gep(row[p], kk)), ConstantFP::get(t_, 0.0)), dst(kk, p));
+    });
+    b_.CreateRetVoid();
+  }
 };
 
 class GemmEmitter {
@@ -271,6 +334,7 @@ public:
     const GemmSupport support = gemm_support_of(k);
     Module* m = b_.GetInsertBlock()->getModule();
     pack_bt_ = m->getOrInsertFunction(support.name() + kPackBtSuffix, pack_bt_type(ctx_));
+    pack_ak_ = m->getOrInsertFunction(support.name() + kPackAkSuffix, pack_ak_type(ctx_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
@@ -337,7 +401,7 @@ private:
   LLVMContext& ctx_;
   Type* t_ = nullptr;
   int64_t elem_ = 4;
-  FunctionCallee micro_packed_, micro_rows_, pack_bt_; // the support routines (emit_gemm_support_module)
+  FunctionCallee micro_packed_, micro_rows_, pack_bt_, pack_ak_; // the support routines (emit_gemm_support_module)
   ExprRef a_, b_expr_;
   Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
@@ -349,7 +413,8 @@ private:
   AllocaInst* next_lines_ = nullptr;  // the lines of the next b panel (next_panel_lines), room for max_next_lines()
   AllocaInst* idle_line_ = nullptr;   // one line for a microkernel with none to fetch: the b panel's (in cache)
   Value* b_by_columns_ = nullptr; // (per batch point) b is contiguous in k, not in columns
-  Value* direct_ = nullptr;  // (per batch point) a is contiguous in k: read in place, not packed
+  Value* direct_ = nullptr;   // (per batch point) a is contiguous in k
+  Value* in_place_ = nullptr; // (per task) direct_, and packing a does not pay (pack_a_pays): read in place
   Value *a_row_stride_ = nullptr, *a_k_stride_ = nullptr;
   Value *ap_ = nullptr, *bp_ = nullptr, *cs_ = nullptr, *tile_ = nullptr;
   std::vector<int> batch_vars_;
@@ -465,6 +530,14 @@ private:
     direct_ = b_.CreateICmpEQ(a_k_stride_, c64(1));
   }
 
+  /// Whether a task over npanels b panels packs an a contiguous in k (kPackARowBytes, kPackAMinPanels).
+  Value* pack_a_pays(Value* npanels) {
+    if (!affine_a_) return b_.getFalse();
+    Value* far = b_.CreateAnd(b_.CreateICmpNE(a_row_stride_, c64(0)), // (0: a broadcast row)
+                              b_.CreateICmpEQ(b_.CreateSRem(mul(a_row_stride_, elem_), c64(kPackARowBytes)), c64(0)));
+    return b_.CreateAnd(far, b_.CreateICmpSGE(npanels, c64(kPackAMinPanels)));
+  }
+
   /// b's offset at k, column n (at the current batch point).
   Value* b_offset(Value* k, Value* n) {
     h_.push_scope();
@@ -493,6 +566,7 @@ private:
     Value* ncur = smin(cols_, b_.CreateSub(n_, j0));
     Value* mpanels = ceil_div(mcur, g_.mr);
     Value* npanels = ceil_div(ncur, g_.nr);
+    in_place_ = b_.CreateAnd(direct_, b_.CreateNot(pack_a_pays(npanels)));
     // At least one k block, so that K = 0 still runs the stores (of 0).
     Value* kblocks = smax(c64(1), ceil_div(kk_, g_.kc));
     for_range(c64(0), kblocks, [&](Value* kb) {
@@ -500,10 +574,17 @@ private:
       Value* kcur = smax(c64(0), smin(c64(g_.kc), b_.CreateSub(kk_, k0)));
       Value* first = b_.CreateICmpEQ(kb, c64(0));
       Value* last = b_.CreateICmpEQ(kb, b_.CreateSub(kblocks, c64(1)));
-      if_else(direct_, [] {}, [&] {
+      if_else(in_place_, [] {}, [&] {
         for_range(c64(0), mpanels, [&](Value* ip) {
           Value* r0 = add(i0, mul(ip, g_.mr));
-          pack_a(gep(ap_, mul(ip, g_.mr * g_.kc)), r0, smin(c64(g_.mr), b_.CreateSub(m_, r0)), k0, kcur);
+          Value* rows = smin(c64(g_.mr), b_.CreateSub(m_, r0));
+          Value* dst = gep(ap_, mul(ip, g_.mr * g_.kc));
+          auto generic = [&] { pack_a(dst, r0, rows, k0, kcur); };
+          if (!affine_a_) return generic(); // (a_base_ is bound only for a strided a)
+          if_else(direct_, [&] {
+            Value* at = gep(a_base_, b_.CreateAdd(b_.CreateMul(r0, a_row_stride_), k0));
+            b_.CreateCall(pack_ak_, {at, a_row_stride_, rows, kcur, dst});
+          }, generic);
         });
       });
       for_range(c64(0), npanels, [&](Value* jp) {
@@ -667,7 +748,7 @@ private:
     };
     // On the last k block, the epilogue's rows are fetched while the microkernel runs.
     if (!epilogue_streams_.empty()) if_else(last, [&] { prefetch_epilogue(r0, c0); }, [] {});
-    if (affine_a_) if_else(direct_, in_place, packed);
+    if (affine_a_) if_else(in_place_, in_place, packed);
     else packed();
     if_else(last, [&] { epilogue(r0, mvalid, c0, nvalid); }, [] {});
   }
