@@ -211,7 +211,7 @@ TEST(Forms, AGemmOverAStridedBFetchesItsNextBPanelDuringTheMicrokernels) {
 }
 
 TEST(Forms, AGemmPacksARowMajorAWhoseRowsShareTheL1sSets) {
-  // A row-major a whose rows are a multiple of 2 KiB apart (they share the L1's sets), against 16
+  // A row-major a whose rows are a multiple of 4 KiB apart (they share the L1's sets), against 16
   // b panels or more: each task packs its full a panels (the support routine *_pack_ak) instead
   // of reading the rows in place. The same fmuladds in the same order: the bits of the product
   // of the same values read in place (rows 1040 elements apart), and the product itself.
