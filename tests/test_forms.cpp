@@ -285,19 +285,42 @@ TEST(Forms, TheCpuTilingComesFromTheTarget) {
   EXPECT_EQ(l.kernel.gemm->kc, 3);
 }
 
+/// The sizes of the blocks a CPU GEMM kernel cuts `extent` into (llvm_gemm.cpp: blocks of at
+/// most `block`, equal in whole tiles, the last one shorter).
+std::vector<int64_t> gemm_block_sizes(int64_t extent, int64_t tile, int64_t block) {
+  const int64_t count = (extent + block - 1) / block;
+  const int64_t per = ((extent + count - 1) / count + tile - 1) / tile * tile;
+  std::vector<int64_t> sizes;
+  for (int64_t at = 0; at < extent; at += per) sizes.push_back(std::min(per, extent - at));
+  return sizes;
+}
+
 TEST(Forms, SmallProductsGetSmallerCpuBlocks) {
-  // 384 x 512 f32 blocks would make one task of a 256 x 256 x 256 product (33 MFLOP):
-  // the plan halves blocks until 4 tasks of at least 8 MFLOP.
-  const codegen::KernelLaunch l = only_launch(matmul(filled({256, 256}), filled({256, 256})), kAvx512);
-  ASSERT_TRUE(l.kernel.gemm.has_value());
-  EXPECT_EQ(l.gemm_tasks, 4);
-  EXPECT_EQ(l.kernel.gemm->mc, 132); // 384 -> rows in 2 blocks (a multiple of mr 12)
-  EXPECT_EQ(l.kernel.gemm->nc, 128); // 512 -> columns in 2 blocks
-  // planned for two threads, the same; for one, one task with the target's blocks
-  const codegen::KernelLaunch two =
-      only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 2));
-  EXPECT_EQ(two.gemm_tasks, 4);
-  EXPECT_EQ(two.kernel.gemm->nc, 128);
+  // 384 x 512 f32 blocks would make one task of a 256 x 256 x 256 product (33 MFLOP): the plan
+  // halves blocks until 4 tasks of at least 8 MFLOP, each time the rows' or the columns',
+  // whichever gives tasks of more equal size while the blocks keep 4 register tiles: the 256
+  // columns first (2 x 128, where 256 rows in tiles of 12 give 132 + 124), then the rows (2
+  // blocks of 64 columns would be thinner than 4 tiles of 32).
+  for (const Target& t : {kAvx512, Target::cpu(512, true, 32, 2)}) {
+    SCOPED_TRACE(t.str());
+    const codegen::KernelLaunch l = only_launch(matmul(filled({256, 256}), filled({256, 256})), t);
+    ASSERT_TRUE(l.kernel.gemm.has_value());
+    EXPECT_EQ(l.gemm_tasks, 4);
+    EXPECT_EQ(gemm_block_sizes(256, 12, l.kernel.gemm->mc), (std::vector<int64_t>{132, 124}));
+    EXPECT_EQ(gemm_block_sizes(256, 32, l.kernel.gemm->nc), (std::vector<int64_t>{128, 128}));
+  }
+  // The MLP's layer on a batch of 128 (103 MFLOP), on two threads: not 72 + 56 rows (one thread
+  // idle a fifth of the time) but 4 equal blocks of 128 columns.
+  const codegen::KernelLaunch mlp = only_launch(matmul(filled({128, 784}), filled({784, 512})), Target::cpu(512, true, 32, 2));
+  ASSERT_TRUE(mlp.kernel.gemm.has_value());
+  EXPECT_EQ(mlp.gemm_tasks, 4);
+  EXPECT_EQ(gemm_block_sizes(128, 12, mlp.kernel.gemm->mc), std::vector<int64_t>{128});
+  EXPECT_EQ(gemm_block_sizes(512, 32, mlp.kernel.gemm->nc), std::vector<int64_t>(4, 128));
+  // Rows where they halve evenly and columns do not: 240 rows (2 x 120), 200 columns.
+  const codegen::KernelLaunch rows = only_launch(matmul(filled({240, 256}), filled({256, 200})), Target::cpu(512, true, 32, 2));
+  ASSERT_TRUE(rows.kernel.gemm.has_value());
+  EXPECT_EQ(gemm_block_sizes(240, 12, rows.kernel.gemm->mc).front(), 120);
+  // for one thread, one task with the target's blocks
   const codegen::KernelLaunch one =
       only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 1));
   EXPECT_EQ(one.gemm_tasks, 1);

@@ -27,8 +27,32 @@ GemmSizes gemm_sizes(const Kernel& k, const std::vector<int64_t>& params) {
   return s;
 }
 
+/// How evenly blocks of at most `block` (a multiple of `tile`) cut `extent` as the GEMM emitter
+/// cuts it (llvm_gemm.cpp: equal blocks of whole tiles, the last one shorter): the mean block over
+/// the largest, 1 when all are equal.
+double evenness(int64_t extent, int64_t tile, int64_t block) {
+  const int64_t blocks = (extent + block - 1) / block;
+  const int64_t largest = std::min(extent, ((extent + blocks - 1) / blocks + tile - 1) / tile * tile);
+  return static_cast<double>(extent) / static_cast<double>(blocks * largest);
+}
+
+/// How evenly the tasks of blocks mc x nc share out among `threads` threads: the evenness of the
+/// row blocks, of the column blocks, and of the task count over the threads. A thread waits for
+/// its largest task, and for the others when it has more tasks than they do: 128 rows in two
+/// blocks of 72 and 56 keep one of two threads idle 22% of the time, where four blocks of 128
+/// columns keep both busy (MLPStep/128 on 2 threads 1.14x, bench/RESULTS.md stop 34).
+double balance(const GemmSizes& s, int64_t mr, int64_t mc, int64_t nr, int64_t nc, int threads) {
+  const int64_t tasks = s.batch * ((s.m + mc - 1) / mc) * ((s.n + nc - 1) / nc);
+  const int64_t per_thread = (tasks + std::max(threads, 1) - 1) / std::max(threads, 1);
+  return evenness(s.m, mr, mc) * evenness(s.n, nr, nc) * static_cast<double>(tasks) / static_cast<double>(per_thread * std::max(threads, 1));
+}
+
+/// plan_cpu_gemm picks a split for balance only where its blocks keep this many register tiles.
+constexpr int64_t kMinBalancedTiles = 4;
+
 /// The CPU GEMM form: the target's tiling, with smaller blocks for small products so that
-/// they still split among threads: up to 4 tasks of at least 8 MFLOP each. On one thread a
+/// they still split among threads: up to 4 tasks of at least 8 MFLOP each, each halving the
+/// rows' or the columns' blocks, whichever shares the work out more evenly (balance). On one thread a
 /// product is one task: a split only packs the operands again for each part (5-10% slower at
 /// the MLP's and GPT's shapes on one thread, bench Gemm/*/kiln/threads:1). The blocks never
 /// change a result (each element's k order is kc's).
@@ -42,10 +66,21 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
   const double flops = 2.0 * static_cast<double>(s.batch * m * cols) * static_cast<double>(s.k);
   const int64_t wanted = t.threads == 1 ? 1 : 4;
   while (tasks() < wanted && flops / static_cast<double>(2 * tasks()) >= 8e6) {
-    const bool rows_split = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr && (g.mc >= g.nc / 2 || g.nc <= g.nr);
-    if (rows_split) g.mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
-    else if (g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr)
-      g.nc = std::max(g.nr, (std::min(g.nc, cols) + 2 * g.nr - 1) / (2 * g.nr) * g.nr);
+    const bool can_rows = (m + g.mc - 1) / g.mc < (m + g.mr - 1) / g.mr;
+    const bool can_cols = g.nc > g.nr && (cols + g.nc - 1) / g.nc < (cols + g.nr - 1) / g.nr;
+    const int64_t mc = std::max(g.mr, (std::min(g.mc, m) + 2 * g.mr - 1) / (2 * g.mr) * g.mr);
+    const int64_t nc = std::max(g.nr, (std::min(g.nc, cols) + 2 * g.nr - 1) / (2 * g.nr) * g.nr);
+    bool rows_split = can_rows && (g.mc >= g.nc / 2 || g.nc <= g.nr);
+    if (can_rows && can_cols) { // the split whose tasks share out more evenly among the threads,
+      // where its blocks keep kMinBalancedTiles tiles (thinner blocks reuse each packed panel too
+      // little: the CNN's 128 x 3136 x 128 layer in blocks of 32 columns measured 12% slower)
+      const double by_rows = balance(s, g.mr, mc, g.nr, g.nc, t.threads);
+      const double by_cols = balance(s, g.mr, g.mc, g.nr, nc, t.threads);
+      if (by_cols > by_rows + 0.01 && nc >= kMinBalancedTiles * g.nr) rows_split = false;
+      else if (by_rows > by_cols + 0.01 && mc >= kMinBalancedTiles * g.mr) rows_split = true;
+    }
+    if (rows_split) g.mc = mc;
+    else if (can_cols) g.nc = nc;
     else break;
   }
   return {KernelForm::Gemm, g, tasks()};
