@@ -27,6 +27,11 @@ GemmSizes gemm_sizes(const Kernel& k, const std::vector<int64_t>& params) {
   return s;
 }
 
+/// The tasks of a GEMM in blocks of at most mc x nc outputs: one per batch point and block.
+int64_t task_count(const GemmSizes& s, int64_t mc, int64_t nc) {
+  return s.batch * ((s.m + mc - 1) / mc) * ((s.n + nc - 1) / nc);
+}
+
 /// How evenly blocks of at most `block` (a multiple of `tile`) cut `extent` as the GEMM emitter
 /// cuts it (llvm_gemm.cpp: equal blocks of whole tiles, the last one shorter): the mean block over
 /// the largest, 1 when all are equal.
@@ -42,9 +47,9 @@ double evenness(int64_t extent, int64_t tile, int64_t block) {
 /// blocks of 72 and 56 keep one of two threads idle 22% of the time, where four blocks of 128
 /// columns keep both busy (MLPStep/128 on 2 threads 1.14x, bench/RESULTS.md stop 34).
 double balance(const GemmSizes& s, int64_t mr, int64_t mc, int64_t nr, int64_t nc, int threads) {
-  const int64_t tasks = s.batch * ((s.m + mc - 1) / mc) * ((s.n + nc - 1) / nc);
-  const int64_t per_thread = (tasks + std::max(threads, 1) - 1) / std::max(threads, 1);
-  return evenness(s.m, mr, mc) * evenness(s.n, nr, nc) * static_cast<double>(tasks) / static_cast<double>(per_thread * std::max(threads, 1));
+  const int64_t tasks = task_count(s, mc, nc), workers = std::max(threads, 1);
+  const int64_t per_worker = (tasks + workers - 1) / workers;
+  return evenness(s.m, mr, mc) * evenness(s.n, nr, nc) * static_cast<double>(tasks) / static_cast<double>(per_worker * workers);
 }
 
 /// plan_cpu_gemm picks a split for balance only where its blocks keep this many register tiles.
@@ -62,7 +67,7 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
   g.n_var = k.matmul->n_var;
   const GemmSizes s = gemm_sizes(k, params);
   const int64_t m = s.m, cols = s.n;
-  auto tasks = [&] { return s.batch * ((m + g.mc - 1) / g.mc) * ((cols + g.nc - 1) / g.nc); };
+  auto tasks = [&] { return task_count(s, g.mc, g.nc); };
   const double flops = 2.0 * static_cast<double>(s.batch * m * cols) * static_cast<double>(s.k);
   const int64_t wanted = t.threads == 1 ? 1 : 4;
   while (tasks() < wanted && flops / static_cast<double>(2 * tasks()) >= 8e6) {
