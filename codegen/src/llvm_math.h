@@ -27,10 +27,15 @@ llvm::Value* emit_random(llvm::IRBuilder<>& b, bool normal, llvm::Type* ty, llvm
 /// fmuladd(a, b, acc) with `contract` only: one FMA where the target has one.
 llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, llvm::Value* acc);
 
+/// What emit_for asks of LLVM's loop passes for its loop.
+enum class LoopHint {
+  None,
+  MaskedTail, ///< vectorize with the tail folded into masked iterations (loops often shorter than a vector)
+};
+
 /// for (v = start; v < end; v += step) body(v), counting in `iv` (an i64 alloca in the
-/// entry block, so that SROA promotes it). masked_tail: the loop is marked for vectorizing
-/// with its tail folded into masked iterations (for loops often shorter than a vector).
+/// entry block, so that SROA promotes it), its latch marked as `hint` says.
 void emit_for(llvm::IRBuilder<>& b, llvm::AllocaInst* iv, llvm::Value* start, llvm::Value* end, int64_t step,
-              const std::function<void(llvm::Value*)>& body, bool masked_tail = false);
+              const std::function<void(llvm::Value*)>& body, LoopHint hint = LoopHint::None);
 
 } // namespace kiln::codegen
