@@ -11,7 +11,7 @@
 # medians of whole runs taken minutes apart do not; on this project's 2-core VMs, the ratios of a
 # change that does nothing spread over about +-3%, so read the quartiles and the wins, and run
 # 12 rounds or more for effects of a few percent. OpenBLAS cases run with its best settings
-# (OPENBLAS_CORETYPE=Cooperlake, OMP_WAIT_POLICY=passive).
+# (bench/openblas_env.sh).
 #
 # Example (the binary before a change copied aside first):
 #   cp build/bench/kiln_bench /tmp/kiln_bench.before   # ... change, rebuild ...
@@ -21,6 +21,7 @@ if [ $# -lt 3 ]; then
   sed -n '2,4p' "$0"
   exit 2
 fi
+. "$(dirname "$0")/openblas_env.sh"
 OLD=$1 NEW=$2 FILTER=$3 ROUNDS=${4:-10} MIN_TIME=${5:-0.3} CPUS=${6:-0}
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
@@ -28,7 +29,7 @@ for round in $(seq "$ROUNDS"); do
   for side in old new; do
     bin=$OLD
     [ "$side" = new ] && bin=$NEW
-    KILN_CACHE_DIR="${TMPDIR:-/tmp}/kiln_ab_cache_$side" OPENBLAS_CORETYPE=Cooperlake OMP_WAIT_POLICY=passive \
+    KILN_CACHE_DIR="${TMPDIR:-/tmp}/kiln_ab_cache_$side" \
       taskset -c "$CPUS" "$bin" --benchmark_filter="$FILTER" --benchmark_min_time="$MIN_TIME" 2>/dev/null |
       awk -v side="$side" -v round="$round" '/^[A-Z][A-Za-z0-9]*\// {print round, side, $1, $2}' >> "$OUT"
   done

@@ -6,14 +6,15 @@
 # Run from the repository root after a build.
 set -u
 cd "$(dirname "$0")/.."
-export OPENBLAS_CORETYPE=Cooperlake
+. bench/openblas_env.sh
+echo "== OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 B=./build/bench/kiln_bench
 echo "== gemm and memory-bound (kiln_bench)"
 for t in 1 2; do
-  OMP_WAIT_POLICY=passive $B --benchmark_filter="^Gemm/(1024|2048|128x784x512|128x512x512|25088x288x64)/(kiln|openblas)/threads:$t|^(Elementwise8|Softmax|LayerNorm)/[^/]*/(kiln/threads:$t/fused:1|cxx_fast/threads:$t)" --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
+  $B --benchmark_filter="^Gemm/(1024|2048|128x784x512|128x512x512|25088x288x64)/(kiln|openblas)/threads:$t|^(Elementwise8|Softmax|LayerNorm)/[^/]*/(kiln/threads:$t/fused:1|cxx_fast/threads:$t)" --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 done
 echo "== MLP step against libtorch (kiln_vs_torch)"
-OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^EagerMLPStep/(1|128|1024)/(kiln_compiled|torch)/threads:(1|2)' --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
+./build/bench/kiln_vs_torch --benchmark_filter='^EagerMLPStep/(1|128|1024)/(kiln_compiled|torch)/threads:(1|2)' --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 echo "== MLP step against XLA:CPU (the functional step, as JAX writes it; bench/mlp_jax.py)"
 JAX_PYTHON=${JAX_PYTHON:-/tmp/jaxenv/bin/python}
 if [ -x "$JAX_PYTHON" ]; then
@@ -25,6 +26,6 @@ else
   echo "no JAX at $JAX_PYTHON: skipped"
 fi
 echo "== CNN step against libtorch (kiln_vs_torch: the compiled step and libtorch's eager one, one run)"
-OMP_WAIT_POLICY=passive ./build/bench/kiln_vs_torch --benchmark_filter='^CNNStep/128/(kiln|torch)/threads:(1|2)' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
+./build/bench/kiln_vs_torch --benchmark_filter='^CNNStep/128/(kiln|torch)/threads:(1|2)' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 echo "== cold compile"
 $B --benchmark_filter='^Cold/(MLPStep|CNNStep)' 2>/dev/null | grep "^Cold"
