@@ -128,6 +128,7 @@ public:
   V gt(V x, V y) { return binary(CType::Bool, x, ">", y); }
   V eq(V x, V y) { return binary(CType::Bool, x, "==", y); }
   V is_nan(V x) { return binary(CType::Bool, x, "!=", x); }
+  V nge(V x, V y) { return let(CType::Bool, "!(" + x.text + " >= " + y.text + ")"); }
   V sel(V c, V x, V y) { return let(x.type, c.text + " ? " + x.text + " : " + y.text); }
   V to_int(V x) { return let(it(), cast_text(c_type(it()), x.text)); }
   V to_i32(V x) { return let(CType::I32, cast_text("int", x.text)); }

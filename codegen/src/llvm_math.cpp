@@ -56,6 +56,7 @@ public:
   V gt(V x, V y) { return b_->CreateFCmpOGT(x, y); }
   V eq(V x, V y) { return b_->CreateFCmpOEQ(x, y); }
   V is_nan(V x) { return b_->CreateFCmpUNO(x, x); }
+  V nge(V x, V y) { return b_->CreateFCmpULT(x, y); }
   V sel(V c, V x, V y) { return b_->CreateSelect(c, x, y); }
   V to_int(V x) { return b_->CreateFPToSI(x, it_); }
   V to_i32(V x) { return b_->CreateFPToSI(x, b_->getInt32Ty()); }

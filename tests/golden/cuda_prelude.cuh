@@ -75,7 +75,7 @@ template <class T> KILN_DF T kiln_ipow(T x, T e) {
 }
 // ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----
 KILN_DF double kiln_exp_f64(double x) {
-  const bool t0 = x < (-0x1.75p+9);
+  const bool t0 = !(x >= (-0x1.75p+9));
   const double t1 = t0 ? 0x0p+0 : x;
   const double t2 = fmin(t1, 0x1.63p+9);
   const double t3 = t2 * 0x1.71547652b82fep+0;
@@ -110,13 +110,13 @@ KILN_DF double kiln_exp_f64(double x) {
   const double t32 = __longlong_as_double(t31);
   const double t33 = t23 * t32;
   const double t34 = t33 * t29;
-  const double t35 = t0 ? 0x0p+0 : t34;
-  const bool t36 = x != x;
-  const double t37 = t36 ? x : t35;
+  const bool t35 = 0x0p+0 > x;
+  const double t36 = t35 ? 0x0p+0 : x;
+  const double t37 = t0 ? t36 : t34;
   return t37;
 }
 KILN_DF float kiln_exp_f32(float x) {
-  const bool t0 = x < (-0x1.ap+6f);
+  const bool t0 = !(x >= (-0x1.ap+6f));
   const float t1 = t0 ? 0x0p+0f : x;
   const float t2 = fminf(t1, 0x1.64p+6f);
   const float t3 = t2 * 0x1.715476p+0f;
@@ -145,9 +145,9 @@ KILN_DF float kiln_exp_f32(float x) {
   const float t26 = __int_as_float(t25);
   const float t27 = t17 * t26;
   const float t28 = t27 * t23;
-  const float t29 = t0 ? 0x0p+0f : t28;
-  const bool t30 = x != x;
-  const float t31 = t30 ? x : t29;
+  const bool t29 = 0x0p+0f > x;
+  const float t30 = t29 ? 0x0p+0f : x;
+  const float t31 = t0 ? t30 : t28;
   return t31;
 }
 KILN_DF double kiln_expm1_f64(double x) {
