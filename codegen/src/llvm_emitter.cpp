@@ -180,9 +180,10 @@ private:
     return eb.CreateAlloca(t, nullptr, name);
   }
 
-  /// for (v = start; v < end; v += step) body(v).
-  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1) {
-    emit_for(b_, local(i64(), "iv"), start, end, step, body);
+  /// for (v = start; v < end; v += step) body(v), marked for LLVM's loop passes as `hint` says.
+  void for_range(Value* start, Value* end, const std::function<void(Value*)>& body, int64_t step = 1,
+                 LoopHint hint = LoopHint::None) {
+    emit_for(b_, local(i64(), "iv"), start, end, step, body, hint);
   }
 
   /// if (cond) body().
@@ -366,10 +367,10 @@ private:
       run_values_[e] = e->op == ScalarOp::Lt ? below : b_.CreateNot(below);
     }
     scopes_.pop_back();
-    emit_for(b_, local(i64(), "iv"), c64(0), len, 1, [&](Value* u) {
+    for_range(c64(0), len, [&](Value* u) {
       loop_vars_.back() = b_.CreateAdd(start, u, "", true, true);
       emit_point();
-    }, LoopHint::MaskedTail);
+    }, 1, LoopHint::MaskedTail);
     quotients_.clear();
     run_values_.clear();
     b_.CreateStore(b_.CreateAdd(t, len), done);
@@ -383,22 +384,22 @@ private:
   /// plain loop (a vector body and a scalar remainder), which is faster there.
   void emit_row_points(Value* j, Value* n, bool rows_can_be_short) {
     if (!row_divisions_.empty()) return emit_row_runs(j, n);
-    auto points = [&](bool masked) {
-      emit_for(b_, local(i64(), "iv"), c64(0), n, 1, [&](Value* t) {
+    auto points = [&](LoopHint hint) {
+      for_range(c64(0), n, [&](Value* t) {
         loop_vars_.back() = b_.CreateAdd(j, t, "", true, true);
         emit_point();
-      }, masked ? LoopHint::MaskedTail : LoopHint::None);
+      }, 1, hint);
     };
-    if (!rows_can_be_short) return points(false);
+    if (!rows_can_be_short) return points(LoopHint::None);
     BasicBlock* shortb = BasicBlock::Create(ctx_, "row.short", fn_);
     BasicBlock* longb = BasicBlock::Create(ctx_, "row.long", fn_);
     BasicBlock* join = BasicBlock::Create(ctx_, "row.done", fn_);
     b_.CreateCondBr(b_.CreateICmpSLT(n, c64(kShortRow)), shortb, longb);
     b_.SetInsertPoint(shortb);
-    points(true);
+    points(LoopHint::MaskedTail);
     b_.CreateBr(join);
     b_.SetInsertPoint(longb);
-    points(false);
+    points(LoopHint::None);
     b_.CreateBr(join);
     b_.SetInsertPoint(join);
   }
@@ -543,9 +544,7 @@ private:
     // A block shorter than w (a row's last) runs each loop over points as one masked vector
     // iteration rather than vector loops with remainders (compile time).
     const LoopHint over_points = isa<ConstantInt>(width) ? LoopHint::None : LoopHint::MaskedTail;
-    auto points = [&](const std::function<void(Value*)>& body) {
-      emit_for(b_, local(i64(), "iv"), c64(0), width, 1, body, over_points);
-    };
+    auto points = [&](const std::function<void(Value*)>& body) { for_range(c64(0), width, body, 1, over_points); };
     auto zero = [&](AllocaInst* a) {
       b_.CreateMemSet(a, b_.getInt8(0), mod_.getDataLayout().getTypeAllocSize(a->getAllocatedType()), a->getAlign());
     };
