@@ -7,8 +7,11 @@
 /// benchmarks. The frontend's other runtime headers (storage.h, observe.h, comm.h) are free of
 /// codegen/ too; the ctest `frontend_includes` checks every frontend translation unit.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -19,8 +22,55 @@
 
 namespace kiln::runtime {
 
+/// A map keyed by nodes, held as a vector sorted by address: the maps of one execution hold a
+/// few to a few hundred entries, and a node-based hash map's allocation per entry cost a replay of
+/// small kernels more than all its lookups (bench `Replay/overhead`).
+template <class V> class NodeMap {
+public:
+  using value_type = std::pair<const graph::Node*, V>;
+  using iterator = typename std::vector<value_type>::iterator;
+  using const_iterator = typename std::vector<value_type>::const_iterator;
+
+  NodeMap() = default;
+  /// The entries of `init`; a key given twice keeps its last value.
+  NodeMap(std::initializer_list<value_type> init) {
+    for (const value_type& e : init) (*this)[e.first] = e.second;
+  }
+  /// The value of `n`, inserted value-initialized if absent.
+  V& operator[](const graph::Node* n) {
+    auto it = lower_bound(n);
+    if (it == items_.end() || it->first != n) it = items_.emplace(it, n, V{});
+    return it->second;
+  }
+  /// The entry of `n`, or end().
+  iterator find(const graph::Node* n) {
+    auto it = lower_bound(n);
+    return it != items_.end() && it->first == n ? it : items_.end();
+  }
+  /// The entry of `n`, or end().
+  const_iterator find(const graph::Node* n) const { return const_cast<NodeMap*>(this)->find(n); }
+  /// 1 if `n` has an entry, else 0.
+  size_t count(const graph::Node* n) const { return find(n) == end() ? 0 : 1; }
+  /// Room for `n` entries.
+  void reserve(size_t n) { items_.reserve(n); }
+  size_t size() const { return items_.size(); }   ///< Number of entries.
+  bool empty() const { return items_.empty(); }   ///< True with no entry.
+  iterator begin() { return items_.begin(); }     ///< Entries by node address.
+  iterator end() { return items_.end(); }         ///< Past the last entry.
+  const_iterator begin() const { return items_.begin(); } ///< Entries by node address.
+  const_iterator end() const { return items_.end(); }     ///< Past the last entry.
+
+private:
+  iterator lower_bound(const graph::Node* n) {
+    return std::lower_bound(items_.begin(), items_.end(), n, [](const value_type& e, const graph::Node* k) {
+      return std::less<const graph::Node*>()(e.first, k);
+    });
+  }
+  std::vector<value_type> items_;
+};
+
 /// Storages bound to leaf nodes, overriding their realized() value.
-using Bindings = std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>>;
+using Bindings = NodeMap<std::shared_ptr<graph::Storage>>;
 /// Random seeds replaced in one execution: every rand/randn leaf whose seed is a key
 /// draws with the mapped seed instead (compile() gives dropout a fresh mask each step).
 using SeedOverrides = std::unordered_map<int64_t, int64_t>;

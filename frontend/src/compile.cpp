@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <future>
+#include <list>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -158,6 +159,7 @@ struct Destination {
 // One trace: the plan(s), the placeholders standing for the arguments, and the slots.
 struct Trace {
   std::vector<graph::NodeRef> placeholders;
+  std::vector<bool> arg_grads; // per argument, whether it required a gradient
   std::vector<Slot> slots;
   std::vector<detail::CaptureState::HostValues> host_values;
   std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
@@ -180,6 +182,19 @@ std::string signature(const std::vector<Tensor>& args) {
   std::string s;
   for (const Tensor& t : args) s += t.type_str() + "@" + t.device().str() + (t.requires_grad() ? "g;" : ";");
   return s;
+}
+
+// True when `args` have the signature `tr` was traced for, without building the string.
+bool traced_for(const Trace& tr, const std::vector<Tensor>& args) {
+  if (args.size() != tr.placeholders.size()) return false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const graph::Node& then = *tr.placeholders[i];
+    const graph::Node& now = *args[i].node();
+    if (now.dtype != then.dtype || now.shape != then.shape || now.device != then.device ||
+        args[i].requires_grad() != tr.arg_grads[i])
+      return false;
+  }
+  return true;
 }
 
 class TraceGuard {
@@ -410,6 +425,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   for (const Tensor& a : args) {
     tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr, a.device()));
     inputs.emplace_back(tr.placeholders.back(), a.requires_grad());
+    tr.arg_grads.push_back(a.requires_grad());
   }
   std::vector<Tensor> results;
   {
@@ -475,12 +491,20 @@ bool state_matches(const Trace& tr) {
 
 runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::Bindings b;
-  std::vector<Tensor> pending = args;
-  for (const Slot& s : tr.slots) {
-    pending.emplace_back(s.impl->node);
-    if (s.start_grad) pending.push_back(s.impl->grad);
+  b.reserve(args.size() + 2 * tr.slots.size());
+  const bool computed =
+      std::all_of(args.begin(), args.end(), [](const Tensor& t) { return detail::nothing_to_realize(t.impl()); }) &&
+      std::all_of(tr.slots.begin(), tr.slots.end(), [](const Slot& s) {
+        return detail::nothing_to_realize(s.impl) && (!s.start_grad || detail::nothing_to_realize(s.impl->grad.impl()));
+      });
+  if (!computed) { // a step's usual case skips building the list
+    std::vector<Tensor> pending = args;
+    for (const Slot& s : tr.slots) {
+      pending.emplace_back(s.impl->node);
+      if (s.start_grad) pending.push_back(s.impl->grad);
+    }
+    kiln::realize(pending);
   }
-  kiln::realize(pending);
   for (size_t i = 0; i < args.size(); ++i) b[tr.placeholders[i].get()] = args[i].node()->realized();
   // Slots that only read a value first: a gradient read through its own tensor handle
   // (g = p.grad() before p's slot took the gradient) shares its node with p's slot's
@@ -544,15 +568,17 @@ namespace {
 // its donations (runtime::Donations), asked right before it runs, when every stage has ended.
 std::vector<std::shared_ptr<graph::Storage>> run_plans(
     const Trace& tr, runtime::Bindings b, const runtime::SeedOverrides& seeds,
-    const std::function<runtime::Donations(const runtime::Bindings&)>& donate) {
+    const std::function<const runtime::Donations&(const runtime::Bindings&)>& donate) {
+  static const runtime::Donations none;
   std::vector<std::vector<std::shared_ptr<graph::Storage>>> values(tr.plans.size());
   auto value = [&](size_t i) { return values[tr.where[i].first][tr.where[i].second]; };
-  std::deque<detail::StartedStage> started;
+  std::list<detail::StartedStage> started; // a list: stages keep their address, and none costs nothing
   size_t stage_input = tr.outputs.size(); // into `where`
   auto wait_for = [&](size_t plan) { // the results of the stages plan `plan` reads
-    for (size_t s = 0; s < started.size(); ++s) {
+    size_t s = 0;
+    for (auto stage = started.begin(); stage != started.end(); ++stage, ++s) {
       if (tr.first_use[s] != plan) continue;
-      const std::vector<Tensor>& out = started[s].get();
+      const std::vector<Tensor>& out = stage->get();
       KILN_ASSERT(out.size() == tr.stages[s].placeholders.size(), "a host stage returned the wrong number of tensors");
       for (size_t i = 0; i < out.size(); ++i) b[tr.stages[s].placeholders[i].get()] = out[i].node()->realized();
     }
@@ -560,7 +586,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(
   try {
     for (size_t j = 0; j < tr.plans.size(); ++j) {
       wait_for(j);
-      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, j + 1 == tr.plans.size() ? donate(b) : runtime::Donations{});
+      values[j] = runtime::execute(*tr.plans[j], b, seeds, {}, j + 1 == tr.plans.size() ? donate(b) : none);
       for (size_t i = 0; i < values[j].size(); ++i)
         if (tr.carried[j][i]) b[tr.carried[j][i].get()] = values[j][i];
       if (j == tr.stages.size()) break;
@@ -573,6 +599,7 @@ std::vector<std::shared_ptr<graph::Storage>> run_plans(
     for (const detail::StartedStage& s : started) s.wait(); // no collective outlives the step
     throw;
   }
+  if (tr.plans.size() == 1) return std::move(values[0]); // no stage: the plan's outputs are the traced outputs
   std::vector<std::shared_ptr<graph::Storage>> result;
   for (size_t i = 0; i < tr.outputs.size(); ++i) {
     const auto bound = b.find(tr.outputs[i].get()); // a stage's result returned as it is
@@ -598,18 +625,22 @@ struct Donated {
 // new value, and then sees the whole new value, as with a concurrent assign. Locks are taken in
 // address order. Pairs name the last plan's outputs. Adds to `d`.
 void donate(const Trace& tr, const runtime::Bindings& b, Donated& d) {
-  std::vector<std::pair<size_t, size_t>> replaced, grads; // (slot, output of the last plan)
-  size_t out = 0;
-  for (const Destination& dest : tr.destinations) {
-    if (dest.kind == Destination::ClearGrad) continue;
-    const auto [plan, index] = tr.where[out++];
-    if (plan + 1 != tr.plans.size()) continue;
-    if (dest.kind == Destination::Value) replaced.emplace_back(dest.slot, index);
-    if (dest.kind == Destination::Grad) grads.emplace_back(dest.slot, index);
+  // (slot, output of the last plan): the gradients first, then the values (one allocation, not two)
+  std::vector<std::pair<size_t, size_t>> replaced;
+  size_t grads = 0;
+  for (const Destination::Kind kind : {Destination::Grad, Destination::Value}) {
+    size_t out = 0;
+    for (const Destination& dest : tr.destinations) {
+      if (dest.kind == Destination::ClearGrad) continue;
+      const auto [plan, index] = tr.where[out++];
+      if (plan + 1 == tr.plans.size() && dest.kind == kind) replaced.emplace_back(dest.slot, index);
+    }
+    if (kind == Destination::Grad) grads = replaced.size();
   }
+  d.pairs.reserve(replaced.size());
   // A gradient tensor nothing else holds (no handle from p.grad()) is unreachable from other
   // threads too: no lock.
-  for (const auto& [slot, output] : grads) {
+  for (const auto& [slot, output] : std::span(replaced).first(grads)) {
     const Slot& s = tr.slots[slot];
     const Tensor& g = s.impl->grad;
     const auto bound = s.start_grad && g.defined() ? b.find(s.start_grad.get()) : b.end();
@@ -617,9 +648,10 @@ void donate(const Trace& tr, const runtime::Bindings& b, Donated& d) {
       continue;
     d.pairs.emplace_back(s.start_grad.get(), output);
   }
-  std::sort(replaced.begin(), replaced.end(),
+  const auto values = replaced.begin() + static_cast<ptrdiff_t>(grads);
+  std::sort(values, replaced.end(),
             [&](const auto& x, const auto& y) { return tr.slots[x.first].impl.get() < tr.slots[y.first].impl.get(); });
-  for (const auto& [slot, output] : replaced) {
+  for (const auto& [slot, output] : std::span(values, replaced.end())) {
     const Slot& s = tr.slots[slot];
     std::unique_lock lock(s.impl->node_mu);
     const auto bound = b.find(s.start_node.get());
@@ -634,7 +666,7 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::SeedOverrides seeds;
   for (const auto& [token, next] : tr.seeds) seeds[static_cast<int64_t>(token)] = static_cast<int64_t>(next());
   Donated donated; // its locks are held until the new values are stored
-  const auto values = run_plans(tr, bind(tr, args), seeds, [&](const runtime::Bindings& b) {
+  const auto values = run_plans(tr, bind(tr, args), seeds, [&](const runtime::Bindings& b) -> const runtime::Donations& {
     donate(tr, b, donated);
     return donated.pairs;
   });
@@ -647,17 +679,17 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
       continue;
     }
     const graph::NodeRef& node = tr.outputs[out];
-    Tensor value(graph::make_input(node->dtype, node->shape, values[out++]));
+    graph::NodeRef value = graph::make_input(node->dtype, node->shape, values[out++]);
     if (d.kind == Destination::Result) {
-      results.push_back(value);
+      results.emplace_back(std::move(value));
       continue;
     }
     TensorImpl& impl = *tr.slots[d.slot].impl;
-    if (d.kind == Destination::Grad) impl.grad = value;
+    if (d.kind == Destination::Grad) impl.grad = Tensor(std::move(value));
     else {
       const bool locked = std::find(donated.slots.begin(), donated.slots.end(), d.slot) != donated.slots.end();
-      if (locked) impl.node = value.node();
-      else impl.store_node(value.node()); // other threads may be reading it (see Tensor::assign)
+      if (locked) impl.node = std::move(value);
+      else impl.store_node(std::move(value)); // other threads may be reading it (see Tensor::assign)
       if (impl.requires_grad) leaves.push_back(tr.slots[d.slot].impl);
     }
   }
@@ -687,15 +719,18 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& args
   const bool observed = runtime::observe::on();
   const auto t0 = observed ? runtime::observe::Clock::now() : runtime::observe::Clock::time_point{};
   const double kernel_ms0 = observed ? runtime::observe::thread_kernel_ms() : 0;
-  const std::string sig = signature(args);
-  auto it = impl_->traces.find(sig);
-  if (it == impl_->traces.end() || !state_matches(it->second)) {
+  const Trace* found = impl_->last && traced_for(*impl_->last, args) ? impl_->last : nullptr; // a loop's usual case
+  if (!found) {
+    const auto it = impl_->traces.find(signature(args));
+    found = it == impl_->traces.end() ? nullptr : &it->second;
+  }
+  if (!found || !state_matches(*found)) {
     Trace tr = detail::memory_guard("compile", loc, [&] { return trace(impl_->fn, args); });
     ++impl_->num_traces;
-    it = impl_->traces.insert_or_assign(sig, std::move(tr)).first;
+    found = &impl_->traces.insert_or_assign(signature(args), std::move(tr)).first->second;
   }
-  impl_->last = &it->second;
-  std::vector<Tensor> results = detail::memory_guard("compile", loc, [&] { return replay(it->second, args); });
+  impl_->last = found;
+  std::vector<Tensor> results = detail::memory_guard("compile", loc, [&] { return replay(*found, args); });
   if (observed)
     runtime::observe::step(graph::source_line_str({loc.file_name(), loc.line()}), t0, runtime::observe::Clock::now(),
                            runtime::observe::thread_kernel_ms() - kernel_ms0, num_kernels());

@@ -282,19 +282,25 @@ std::vector<graph::NodeRef> realize_impls(std::vector<std::shared_ptr<TensorImpl
   return nodes;
 }
 
+// True when `n` is a value already computed: a realize has nothing to do for it.
+bool computed(const graph::NodeRef& n) { return n->op == graph::OpKind::Input && n->realized(); }
+
 // Realizes the tensors' current nodes and returns them (see kiln::realize); memory that cannot
 // be had is an OutOfMemoryError of `op` at `loc`; other errors raised in kiln's sources below (the
 // executor's, the GPU runtime's) are op's at `loc` too.
 std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors, const char* op, const Loc& loc) {
   std::vector<std::shared_ptr<TensorImpl>> impls;
+  impls.reserve(tensors.size());
   for (const Tensor& t : tensors) {
     (void)t.node(); // an undefined tensor throws
     impls.push_back(t.impl());
   }
-  if (detail::active_capture()) { // a traced function is realized when it is replayed
+  const bool capturing = detail::active_capture() != nullptr; // a traced function is realized when it is replayed
+  if (capturing || g_pending.roots.empty()) { // nothing pending joins: values already there need no realize
     std::vector<graph::NodeRef> nodes;
+    nodes.reserve(impls.size());
     for (const auto& impl : impls) nodes.push_back(impl->load_node());
-    return nodes;
+    if (capturing || std::all_of(nodes.begin(), nodes.end(), computed)) return nodes;
   }
   // After a backward() (a loop that assign()s by hand, or a value read before step()),
   // what is pending joins this realize; before one, it waits (BatchNorm's statistics
@@ -304,7 +310,15 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
 }
 } // namespace
 
-void realize(const std::vector<Tensor>& tensors, Loc loc) { realize_snapshots(tensors, "realize", loc); }
+void realize(const std::vector<Tensor>& tensors, Loc loc) {
+  if (std::all_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return detail::nothing_to_realize(t.impl()); }))
+    return; // what realize_snapshots would find, without its allocations
+  realize_snapshots(tensors, "realize", loc);
+}
+
+bool detail::nothing_to_realize(const std::shared_ptr<TensorImpl>& impl) {
+  return impl && !active_capture() && g_pending.roots.empty() && computed(impl->load_node());
+}
 
 detail::KeepHistory::KeepHistory() { ++g_keep_history; }
 detail::KeepHistory::~KeepHistory() { --g_keep_history; }

@@ -100,6 +100,9 @@ void cast_in_place(const Tensor& t, DType dtype, const Loc& loc);
 void note_pending(const std::shared_ptr<TensorImpl>& impl);
 /// Same, for a root of backward(): only its value is realized.
 void note_pending_root(const std::shared_ptr<TensorImpl>& impl);
+/// True when kiln::realize() of the tensor `impl` would compute nothing: it is defined and holds
+/// a value already computed, and no backward()'s roots wait to join a realize (see note_pending).
+bool nothing_to_realize(const std::shared_ptr<TensorImpl>& impl);
 /// Realizes what note_pending() and note_pending_root() collected on this thread (values,
 /// defined gradients, roots) in one realize; the leaves drop their history (always: a KeepHistory
 /// keeps only the tensors a realize is asked for). No-op in a trace.

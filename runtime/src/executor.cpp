@@ -272,7 +272,7 @@ struct Memory {
   const Plan& plan;
   const Bindings& bindings;
   std::shared_ptr<graph::Storage> arena;
-  std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> outputs;
+  Bindings outputs; // the launches' outputs outside the arena
 
   void* address(const graph::Node* n) const {
     if (auto it = bindings.find(n); it != bindings.end()) return it->second->data();
@@ -459,18 +459,19 @@ bool may_compute_in_place(const Plan& plan, const graph::Node* input, const grap
 // any launch, writes nothing in place. CPU plans only: a CUDA kernel's inputs are `const
 // __restrict__`, which lets NVCC read them through the non-coherent cache at any time, so a kernel
 // would have to be compiled without that promise to write over one.
-std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> in_place_outputs(
+Bindings in_place_outputs(
     const Plan& plan, const Bindings& bindings, const Donations& donations, const SeedOverrides& seeds,
     const ConstOverrides& consts) {
-  std::unordered_map<const graph::Node*, std::shared_ptr<graph::Storage>> result;
+  Bindings result;
   if (donations.empty() || anomaly_checks_on() || plan.device != kCPU) return result;
-  std::unordered_set<const graph::Node*> given;
+  NodeMap<bool> given;
   std::lock_guard lock(plan.in_place.mu);
   for (const auto& [input, index] : donations) {
     if (index >= plan.outputs.size()) continue;
     const graph::Node* output = plan.outputs[index].get();
     const auto bound = bindings.find(input);
-    if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) || !given.insert(input).second)
+    if (bound == bindings.end() || bound->second->device() != plan.device || result.count(output) ||
+        std::exchange(given[input], true)) // an input given twice goes to the first output only
       continue;
     const auto known = plan.in_place.ok.find({input, output});
     bool ok = known != plan.in_place.ok.end() && known->second;
@@ -504,7 +505,9 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
   const auto written_over = in_place_outputs(plan, bindings, donations, seeds, consts);
   const ReservedScratch reserved = written_over.empty() ? ReservedScratch{} : reserve_scratch(plan);
   counters().in_place += written_over.size();
-  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, written_over};
+  Memory mem{plan, bindings, plan.arena_bytes ? arena_storage(plan) : nullptr, {}};
+  mem.outputs.reserve(plan.outputs.size() + written_over.size()); // most values outside the arena leave the plan
+  for (const auto& [out, storage] : written_over) mem.outputs[out] = storage;
   for (const auto& l : plan.schedule.launches)
     for (const graph::Node* out : l.outputs)
       if (!plan.arena_offset.count(out) && !mem.outputs.count(out)) mem.outputs[out] = output_storage(plan, l, out);
@@ -524,13 +527,14 @@ std::vector<std::shared_ptr<graph::Storage>> execute(const Plan& plan, const Bin
     for (const graph::Node* in : l.inputs) bufs.push_back(in ? mem.address(in) : errors->data());
     for (const graph::Node* out : l.outputs) bufs.push_back(mem.address(out));
     const std::vector<int64_t>& params = launch_params(l, seeds, consts, scratch);
-    const auto t0 = Clock::now();
+    const bool observed = observe::on(), logged = options().debug >= 1;
+    const auto t0 = observed || logged ? Clock::now() : Clock::time_point{}; // a clock read costs as much as a tiny launch
     const codegen::CpuKernelFn fn = gpu ? nullptr : plan.kernels[i]->get(); // the best code so far
     if (gpu) gpu->launch(plan.gpu_kernels[i], l.kernel.name, plan.gpu_configs[i], bufs, params);
     else run(fn, l, params, bufs.data(), reserved);
     ++counters().launches;
-    if (observe::on()) observe::launch(l, plan.device, t0, Clock::now());
-    if (options().debug >= 1) {
+    if (observed) observe::launch(l, plan.device, t0, Clock::now());
+    if (logged) {
       const char* tier = gpu ? nullptr : fn == plan.kernels[i]->quick ? "quick tier" : "optimized";
       log_launch(l, plan.device, plan.runs == 0 ? plan.cache_status[i] : "hit", tier, ms_since(t0), over);
     }
