@@ -1355,12 +1355,14 @@ void emit_for(IRBuilder<>& b, AllocaInst* iv, Value* start, Value* end, int64_t 
   body(v);
   b.CreateStore(b.CreateAdd(v, b.getInt64(step), "", true, true), iv);
   BranchInst* back = b.CreateBr(cond);
-  if (hint == LoopHint::MaskedTail) {
-    // Vectorize with the tail folded into masked iterations (AVX-512 masks), so that a
-    // loop shorter than one vector (a row of 14 points) still runs as vectors.
-    Metadata* fold[] = {MDString::get(ctx, "llvm.loop.vectorize.predicate.enable"),
-                        ConstantAsMetadata::get(b.getTrue())};
-    MDNode* self = MDNode::getDistinct(ctx, {nullptr, MDNode::get(ctx, fold)});
+  if (hint != LoopHint::None) {
+    // MaskedTail: vectorize with the tail folded into masked iterations (AVX-512 masks), so
+    // that a loop shorter than one vector (a row of 14 points) still runs as vectors.
+    const bool masked = hint == LoopHint::MaskedTail;
+    Metadata* property[] = {MDString::get(ctx, masked ? "llvm.loop.vectorize.predicate.enable" : "llvm.loop.unroll.disable"),
+                            ConstantAsMetadata::get(b.getTrue())};
+    const ArrayRef<Metadata*> operands(property, masked ? 2 : 1); // unroll.disable takes no value
+    MDNode* self = MDNode::getDistinct(ctx, {nullptr, MDNode::get(ctx, operands)});
     self->replaceOperandWith(0, self);
     back->setMetadata(LLVMContext::MD_loop, self);
   }

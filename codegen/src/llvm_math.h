@@ -31,6 +31,7 @@ llvm::Value* emit_fmuladd(llvm::IRBuilder<>& b, llvm::Value* a, llvm::Value* x, 
 enum class LoopHint {
   None,
   MaskedTail, ///< vectorize with the tail folded into masked iterations (loops often shorter than a vector)
+  Rolled,     ///< never unrolled (a short loop whose unrolled body would only cost compile time)
 };
 
 /// for (v = start; v < end; v += step) body(v), counting in `iv` (an i64 alloca in the
