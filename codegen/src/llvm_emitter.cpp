@@ -901,10 +901,13 @@ private:
     return b_.CreateFAdd(acc, lane_term(r));
   }
 
+  /// True when this copy of the row's code keeps r's terms for the map (see find_kept_terms).
+  bool keeps_terms(const Reduction& r) const { return keeping_ && &r == kept_sum_; }
+
   /// The term a (not fma) sum adds at the current reduce vars, kept where the map reuses it.
   Value* lane_term(const Reduction& r) {
     Value* v = expr(r.value);
-    if (keeping_ && &r == kept_sum_) keep_term(v);
+    if (keeps_terms(r)) keep_term(v);
     return v;
   }
 
@@ -937,7 +940,7 @@ private:
     for (int64_t l = 0; l < lanes; ++l) b_.CreateStore(Constant::getNullValue(t), slot(c64(l)));
     auto step_at = [&](Value* k, Value* l) { at(k, [&] { b_.CreateStore(lane_step(r, b_.CreateLoad(t, slot(l))), slot(l)); }); };
     Value* full = b_.CreateMul(b_.CreateSDiv(n, c64(lanes)), c64(lanes));
-    if (keeping_ && &r == kept_sum_) // a loop over the lanes: see lane_vectors()
+    if (keeps_terms(r)) // a loop over the lanes: see lane_vectors()
       for_range(c64(0), full, [&](Value* k0) {
         for_range(c64(0), c64(lanes), [&](Value* l) { step_at(b_.CreateAdd(k0, l, "", true, true), l); });
       }, lanes);

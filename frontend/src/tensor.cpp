@@ -310,11 +310,7 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
 }
 } // namespace
 
-void realize(const std::vector<Tensor>& tensors, Loc loc) {
-  if (std::all_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return detail::nothing_to_realize(t.impl()); }))
-    return; // what realize_snapshots would find, without its allocations
-  realize_snapshots(tensors, "realize", loc);
-}
+void realize(const std::vector<Tensor>& tensors, Loc loc) { realize_snapshots(tensors, "realize", loc); }
 
 bool detail::nothing_to_realize(const std::shared_ptr<TensorImpl>& impl) {
   return impl && !active_capture() && g_pending.roots.empty() && computed(impl->load_node());
