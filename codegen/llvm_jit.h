@@ -77,6 +77,14 @@ public:
   CpuKernelFn compile(const Kernel& k);
   /// compile(), also saying where the code came from.
   CpuKernelFn compile(const Kernel& k, Source& source);
+  /// The name of the routines `k`'s code calls, which the JIT links once per process (a
+  /// CPU GEMM kernel's support routines), or "" for a kernel that calls none.
+  static std::string support_name(const Kernel& k);
+  /// Links the routines `k`'s code calls (see support_name) for the tier kernel() compiles
+  /// `k` by, compiling them now where neither cache has them; nothing for other kernels.
+  /// kernel() does it too, but one compiling several kernels at once can start it first
+  /// rather than have every GEMM kernel wait for it. Thread-safe.
+  void prepare_support(const Kernel& k);
   /// Tiered compilation on (the default) or off (KILN_JIT_TIER=0: every miss is compiled
   /// by the optimized tier before it is returned).
   void set_tiered(bool on);

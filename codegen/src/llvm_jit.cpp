@@ -301,6 +301,9 @@ struct LlvmJit::Impl {
   std::unordered_map<std::string, std::unique_ptr<CpuKernelSlot>> cache; // by kernel name; slots never move
   std::mutex support_mu[2];                 // per tier, held while its GEMM support routines are made (before mu)
   std::unordered_set<std::string> supports; // GEMM support routines linked (GemmSupport::name, + kQuickSuffix)
+  /// Optimized support routines the disk cache had no usable object of: not read again (a
+  /// damaged entry would count as rejected once per read), compiled by this process.
+  std::unordered_set<std::string> supports_off_disk;
   double last_ms = 0;
   size_t compiled = 0;
   JitStats counts;
@@ -641,6 +644,19 @@ struct LlvmJit::Impl {
     return object_problem(object, symbol, tm->getTargetTriple().getArch()).empty();
   }
 
+  /// See LlvmJit::prepare_support.
+  void prepare_support(const Kernel& k) {
+    if (!k.gemm) return;
+    bool tiers = false;
+    {
+      std::lock_guard lock(mu);
+      tiers = tiered;
+    }
+    const GemmSupport s = gemm_support_of(k);
+    if (tiers) support_for_quick(s);
+    else ensure_gemm_support(s, Tier::Optimized);
+  }
+
   /// The suffix of the GEMM support routines a quick kernel calls: "" when the optimized
   /// ones are linked or on disk, else kQuickSuffix (the quick tier compiles its own).
   std::string support_for_quick(const GemmSupport& s) {
@@ -665,10 +681,12 @@ struct LlvmJit::Impl {
       std::lock_guard lock(mu);
       if (supports.count(name)) return true;
       key = disk.enabled() && !quick ? "gemm support " + s.name() + "\n" + target_key() : std::string();
-      if (auto object = key.empty() ? std::nullopt : disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); })) {
+      const bool read = !key.empty() && !supports_off_disk.count(name);
+      if (auto object = read ? disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); }) : std::nullopt) {
         if (add_cached_support(name, *object, s.defined_symbol())) return true;
         disk.reject_hit(); // compiled below
       }
+      if (read) supports_off_disk.insert(name);
     }
     if (!compile) return false;
     LentTargetMachine lent(*this, tier);
@@ -783,6 +801,10 @@ CpuKernelFn LlvmJit::compile(const Kernel& k) {
 }
 
 CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) { return kernel(k, source).get(); }
+
+std::string LlvmJit::support_name(const Kernel& k) { return k.gemm ? gemm_support_of(k).name() : std::string(); }
+
+void LlvmJit::prepare_support(const Kernel& k) { impl_->prepare_support(k); }
 
 void LlvmJit::set_tiered(bool on) {
   std::lock_guard lock(impl_->mu);

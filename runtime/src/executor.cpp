@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <new>
 #include <mutex>
@@ -267,6 +268,54 @@ void load_gpu_kernels(Plan& p) {
   });
 }
 
+/// Threads this thread's kernels may run on now: its task arena's, within a global_control limit.
+int cpu_threads() {
+  const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return static_cast<int>(std::min<size_t>(static_cast<size_t>(tbb::this_task_arena::max_concurrency()), limit));
+}
+
+// Runs jobs[0], jobs[1], ... in that order on up to cpu_threads() threads, each taking the
+// next job when done with its last.
+void run_in_order(const std::vector<std::function<void()>>& jobs) {
+  std::atomic<size_t> next{0};
+  const int workers = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, cpu_threads())), jobs.size()));
+  tbb::parallel_for(0, workers, [&](int) {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) jobs[j]();
+  });
+}
+
+// Compiles the plan's CPU kernels in parallel. Each distinct kernel once: two launches of
+// one kernel would otherwise compile it on two threads at once, one of them for nothing.
+// The GEMM support routines first and the GEMM kernels last: every GEMM kernel waits for
+// the routines, so the other kernels compile meanwhile.
+void compile_cpu_kernels(Plan& p) {
+  auto& jit = codegen::LlvmJit::instance();
+  sync_jit_options(jit); // the tiers' switch, before prepare_support() reads it
+  const auto& launches = p.schedule.launches;
+  auto compile_launch = [&p, &launches](size_t i) {
+    codegen::LlvmJit::Source source;
+    observe::Span span("compile", launches[i].kernel.name);
+    p.kernels[i] = compile(launches[i].kernel, source);
+    p.cache_status[i] = status_name(source);
+    span.arg("cache", p.cache_status[i]);
+  };
+  std::vector<std::function<void()>> jobs;
+  std::vector<size_t> gemm, again;
+  std::unordered_set<std::string> names, supports;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const codegen::Kernel& k = launches[i].kernel;
+    if (!names.insert(k.name).second) again.push_back(i);
+    else if (const std::string s = codegen::LlvmJit::support_name(k); s.empty()) jobs.emplace_back([=] { compile_launch(i); });
+    else {
+      gemm.push_back(i);
+      if (supports.insert(s).second) jobs.insert(jobs.begin(), [&jit, &k] { jit.prepare_support(k); });
+    }
+  }
+  for (size_t i : gemm) jobs.emplace_back([=] { compile_launch(i); });
+  run_in_order(jobs);
+  for (size_t i : again) compile_launch(i); // in memory now
+}
+
 // Where each buffer of one execution lives.
 struct Memory {
   const Plan& plan;
@@ -286,12 +335,6 @@ struct Memory {
     return s->data();
   }
 };
-
-/// Threads this thread's kernels may run on now: its task arena's, within a global_control limit.
-int cpu_threads() {
-  const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
-  return static_cast<int>(std::min<size_t>(static_cast<size_t>(tbb::this_task_arena::max_concurrency()), limit));
-}
 
 } // namespace
 
@@ -331,14 +374,7 @@ Plan make_plan(const std::vector<graph::NodeRef>& outputs, bool fusion) {
   if (p.device == kCPU) p.kernels.resize(n);
   p.cache_status.resize(n);
   if (p.device != kCPU) load_gpu_kernels(p);
-  else
-    tbb::parallel_for(size_t{0}, n, [&](size_t i) { // kernels compile in parallel
-      codegen::LlvmJit::Source source;
-      observe::Span span("compile", p.schedule.launches[i].kernel.name);
-      p.kernels[i] = compile(p.schedule.launches[i].kernel, source);
-      p.cache_status[i] = status_name(source);
-      span.arg("cache", p.cache_status[i]);
-    });
+  else compile_cpu_kernels(p);
   for (const graph::Node* n : todo) p.output_bytes += n->bytes();
   plan_memory(p);
   return p;
