@@ -24,6 +24,9 @@ struct FormPlan {
   std::optional<GemmTiling> gemm;            ///< the GEMM form's layout (form Gemm only; CPU tiling on a CPU target)
   int64_t gemm_tasks = 0;                    ///< CPU GEMM or attention form: its tasks (KernelLaunch::gemm_tasks)
   int64_t attention_rows = 0;                ///< attention form: AttentionSpec::rows
+  /// The values of the parameters the form adds to the kernel's (numbered from its num_params
+  /// on): a CPU GEMM's rows and columns per task (GemmTiling::mc_param, nc_param).
+  std::vector<int64_t> added_params;
 };
 
 /// The form of the lowered kernel `k` on target `t`; `params` are the values of k's
@@ -48,7 +51,8 @@ struct FormPlan {
 /// The form never changes a result (see KernelForm).
 FormPlan plan_form(const Kernel& k, const std::vector<int64_t>& params, const Target& t);
 
-/// Records `plan` in `k` (its form, GEMM layout and attention rows); call before finalize(), since the GEMM
+/// Records `plan` in `k` (its form, GEMM layout and attention rows, and the parameters it adds:
+/// the caller appends plan.added_params to the launch's); call before finalize(), since the GEMM
 /// layout is part of the kernel's text.
 void set_form(Kernel& k, const FormPlan& plan);
 

@@ -152,8 +152,10 @@ struct MatmulDims {
 /// tiling (mr, nr, mc, nc and kc are 0): the CUDA emitter picks its tile from the dtype
 /// and the sizes. On the CPU:
 ///   * the CPU kernel's [begin, end) counts tasks, not domain points: task t is the
-///     output block (batch point, rows [mc*rb, +mc), cols [nc*cb, +nc)) with cb fastest,
-///     t = (batch * row_blocks + rb) * col_blocks + cb;
+///     output block (batch point, row block rb, column block cb) with cb fastest,
+///     t = (batch * row_blocks + rb) * col_blocks + cb; the rows are cut into
+///     row_blocks = ceil(rows / mc') blocks of equal whole tiles (the last one shorter), mc'
+///     being the launch's rows per task (gemm_blocks()); likewise the columns;
 ///   * buffers[buffers.size()] (one past the output) points at gemm_scratch_bytes() of
 ///     64-byte aligned scratch memory private to the call.
 /// Inside a task: k in blocks of kc; per k block the a panel is packed (mr rows a
@@ -165,9 +167,12 @@ struct GemmTiling {
   int n_var = -1;      ///< domain var of the output columns, -1 when there is one column
   int64_t mr = 0;      ///< register tile rows
   int64_t nr = 0;      ///< register tile columns (a multiple of the vector width)
-  int64_t mc = 0;      ///< rows per task (a multiple of mr)
-  int64_t nc = 0;      ///< columns per task (a multiple of nr)
+  int64_t mc = 0;      ///< rows per task at most (a multiple of mr): the scratch's size
+  int64_t nc = 0;      ///< columns per task at most (a multiple of nr)
   int64_t kc = 0;      ///< k block
+  /// The parameters holding the launch's rows and columns per task (at most mc and nc, multiples
+  /// of mr and nr), so that one kernel serves every block size; -1: mc and nc themselves.
+  int mc_param = -1, nc_param = -1;
 };
 
 /// Consecutive columns a CPU Scan-form kernel runs together, steps outermost (a cache line of
@@ -283,6 +288,10 @@ struct Kernel {
   std::optional<ScanLoop> scan;       ///< the sequential loop, set exactly when form is Scan (see ScanLoop)
   std::optional<AttentionSpec> attention; ///< an attention kernel (then domain, reductions and stores are empty)
 };
+
+/// The rows and columns per task of the CPU GEMM-form kernel k at parameters `params`
+/// (GemmTiling::mc_param and nc_param, else mc and nc).
+std::pair<int64_t, int64_t> gemm_blocks(const Kernel& k, const std::vector<int64_t>& params);
 
 /// Bytes of scratch a CPU GEMM-form kernel needs per call (packed panels and the tile accumulators); 0 for others.
 int64_t gemm_scratch_bytes(const Kernel& k);

@@ -306,24 +306,28 @@ TEST(Forms, SmallProductsGetSmallerCpuBlocks) {
     const codegen::KernelLaunch l = only_launch(matmul(filled({256, 256}), filled({256, 256})), t);
     ASSERT_TRUE(l.kernel.gemm.has_value());
     EXPECT_EQ(l.gemm_tasks, 4);
-    EXPECT_EQ(gemm_block_sizes(256, 12, l.kernel.gemm->mc), (std::vector<int64_t>{132, 124}));
-    EXPECT_EQ(gemm_block_sizes(256, 32, l.kernel.gemm->nc), (std::vector<int64_t>{128, 128}));
+    EXPECT_EQ(gemm_block_sizes(256, 12, codegen::gemm_blocks(l.kernel, l.params).first), (std::vector<int64_t>{132, 124}));
+    EXPECT_EQ(gemm_block_sizes(256, 32, codegen::gemm_blocks(l.kernel, l.params).second), (std::vector<int64_t>{128, 128}));
   }
   // The MLP's layer on a batch of 128 (103 MFLOP), on two threads: not 72 + 56 rows (one thread
   // idle a fifth of the time) but 4 equal blocks of 128 columns.
   const codegen::KernelLaunch mlp = only_launch(matmul(filled({128, 784}), filled({784, 512})), Target::cpu(512, true, 32, 2));
   ASSERT_TRUE(mlp.kernel.gemm.has_value());
   EXPECT_EQ(mlp.gemm_tasks, 4);
-  EXPECT_EQ(gemm_block_sizes(128, 12, mlp.kernel.gemm->mc), std::vector<int64_t>{128});
-  EXPECT_EQ(gemm_block_sizes(512, 32, mlp.kernel.gemm->nc), std::vector<int64_t>(4, 128));
+  EXPECT_EQ(gemm_block_sizes(128, 12, codegen::gemm_blocks(mlp.kernel, mlp.params).first), std::vector<int64_t>{128});
+  EXPECT_EQ(gemm_block_sizes(512, 32, codegen::gemm_blocks(mlp.kernel, mlp.params).second), std::vector<int64_t>(4, 128));
   // Rows where they halve evenly and columns do not: 240 rows (2 x 120), 200 columns.
   const codegen::KernelLaunch rows = only_launch(matmul(filled({240, 256}), filled({256, 200})), Target::cpu(512, true, 32, 2));
   ASSERT_TRUE(rows.kernel.gemm.has_value());
-  EXPECT_EQ(gemm_block_sizes(240, 12, rows.kernel.gemm->mc).front(), 120);
+  EXPECT_EQ(gemm_block_sizes(240, 12, codegen::gemm_blocks(rows.kernel, rows.params).first).front(), 120);
   // for one thread, one task with the target's blocks
   const codegen::KernelLaunch one =
       only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 1));
   EXPECT_EQ(one.gemm_tasks, 1);
+  EXPECT_EQ(codegen::gemm_blocks(one.kernel, one.params), (std::pair<int64_t, int64_t>{384, 512}));
+  // The blocks are the launch's parameters, not the kernel's text: one kernel for both plans,
+  // whose scratch holds the target's largest blocks.
+  EXPECT_EQ(one.kernel.name, only_launch(matmul(filled({256, 256}), filled({256, 256})), Target::cpu(512, true, 32, 2)).kernel.name);
   EXPECT_EQ(one.kernel.gemm->mc, 384);
   EXPECT_EQ(one.kernel.gemm->nc, 512);
   // the same bits either way: only the blocks differ, not any element's order of k (the

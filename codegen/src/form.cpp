@@ -63,6 +63,9 @@ constexpr int64_t kMinBalancedTiles = 4;
 /// change a result (each element's k order is kc's).
 FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   GemmTiling g = cpu_gemm_tiling(t, k.reductions.at(0).dtype);
+  GemmTiling most = g; // the kernel's: its blocks at most, and where it reads the launch's
+  most.mc_param = k.num_params;
+  most.nc_param = k.num_params + 1;
   g.m_var = k.matmul->m_var;
   g.n_var = k.matmul->n_var;
   const GemmSizes s = gemm_sizes(k, params);
@@ -88,7 +91,11 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
     else if (can_cols) g.nc = nc;
     else break;
   }
-  return {KernelForm::Gemm, g, tasks()};
+  most.m_var = g.m_var;
+  most.n_var = g.n_var;
+  FormPlan plan{KernelForm::Gemm, most, tasks()};
+  plan.added_params = {g.mc, g.nc};
+  return plan;
 }
 
 /// Whether the CUDA tiled GEMM applies to the matmul kernel k (see plan_form).
@@ -168,6 +175,7 @@ void set_form(Kernel& k, const FormPlan& plan) {
   KILN_ASSERT((plan.form == KernelForm::Scan) == k.scan.has_value(), "a scan loop without the scan form or back");
   k.form = plan.form;
   k.gemm = plan.gemm;
+  k.num_params += static_cast<int>(plan.added_params.size());
   KILN_ASSERT((plan.form == KernelForm::Attention) == k.attention.has_value(), "the attention form without an attention kernel or back");
   if (k.attention) k.attention->rows = plan.attention_rows;
 }

@@ -503,6 +503,7 @@ std::string print_kernel(const Kernel& k) {
     if (g->mr > 0)
       body += " mr " + std::to_string(g->mr) + " nr " + std::to_string(g->nr) + " mc " + std::to_string(g->mc) +
               " nc " + std::to_string(g->nc) + " kc " + std::to_string(g->kc);
+    if (g->mc_param >= 0) body += " mc_param " + std::to_string(g->mc_param) + " nc_param " + std::to_string(g->nc_param);
     body += "\n";
   }
   if (const auto& a = k.attention) {
@@ -544,6 +545,13 @@ std::string print_kernel(const Kernel& k) {
     p.out += "    store b" + std::to_string(s.buffer) + "[" + off + "] = " + val + "\n";
   }
   return head + body + p.out;
+}
+
+std::pair<int64_t, int64_t> gemm_blocks(const Kernel& k, const std::vector<int64_t>& params) {
+  KILN_ASSERT(k.gemm && k.gemm->mr > 0, "gemm_blocks of a kernel without a CPU GEMM form: " + k.name);
+  const GemmTiling& g = *k.gemm;
+  auto at = [&](int i, int64_t otherwise) { return i >= 0 ? params.at(static_cast<size_t>(i)) : otherwise; };
+  return {at(g.mc_param, g.mc), at(g.nc_param, g.nc)};
 }
 
 int64_t gemm_scratch_bytes(const Kernel& k) {

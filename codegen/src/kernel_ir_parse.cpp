@@ -239,6 +239,8 @@ private:
       else if (w[i] == "mc") g.mc = v;
       else if (w[i] == "nc") g.nc = v;
       else if (w[i] == "kc") g.kc = v;
+      else if (w[i] == "mc_param") g.mc_param = static_cast<int>(v);
+      else if (w[i] == "nc_param") g.nc_param = static_cast<int>(v);
       else fail(line, "gemm: unknown field '" + std::string(w[i]) + "'");
     }
     return g;

@@ -357,12 +357,19 @@ public:
     kk_ = h_.eval(k_.reductions[0].extents[0]);
     for (size_t d = 0; d < rank; ++d)
       if (static_cast<int>(d) != g_.m_var && static_cast<int>(d) != g_.n_var) batch_vars_.push_back(static_cast<int>(d));
-    // Blocks of at most mc rows and nc columns, balanced: rows_ rows a block (a multiple
-    // of mr), the last block shorter; likewise columns.
-    Value* row_blocks = ceil_div(m_, g_.mc);
-    Value* col_blocks = ceil_div(n_, g_.nc);
+    // Blocks of at most the launch's rows and columns per task (GemmTiling::mc_param,
+    // nc_param), balanced: rows_ rows a block (a multiple of mr), the last block shorter;
+    // likewise columns.
+    auto blocks = [&](Value* extent, int at, int64_t most) {
+      // (the expression lives as long as the emitter: the host caches values by expression)
+      Value* per = at >= 0 ? h_.eval(block_params_.emplace_back(kiln::codegen::param(at))) : c64(most);
+      return b_.CreateUDiv(b_.CreateAdd(extent, b_.CreateSub(per, c64(1))), per);
+    };
+    Value* row_blocks = blocks(m_, g_.mc_param, g_.mc);
+    Value* col_blocks = blocks(n_, g_.nc_param, g_.nc);
     rows_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(m_, b_.CreateSub(row_blocks, c64(1))), row_blocks), g_.mr), g_.mr);
     cols_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(n_, b_.CreateSub(col_blocks, c64(1))), col_blocks), g_.nr), g_.nr);
+    col_tiles_ = b_.CreateUDiv(cols_, c64(g_.nr), "", true);
     // Scratch: Ap (mc x kc), Bp (kc x nr), Cs (mc x nc, by tiles), the epilogue tile (mr x nr).
     // Each region starts 64-byte aligned (the vector loads and stores are aligned);
     // gemm_scratch_bytes() leaves room for the rounding.
@@ -403,7 +410,9 @@ private:
   int64_t elem_ = 4;
   FunctionCallee micro_packed_, micro_rows_, pack_bt_, pack_ak_; // the support routines (emit_gemm_support_module)
   ExprRef a_, b_expr_;
+  std::vector<ExprRef> block_params_; // the launch's rows and columns per task (GemmTiling::mc_param, nc_param)
   Value *m_ = nullptr, *n_ = nullptr, *kk_ = nullptr, *rows_ = nullptr, *cols_ = nullptr;
+  Value* col_tiles_ = nullptr; // cols_ / nr: the tiles of a row of the accumulators (Cs)
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
   bool affine_a_ = false;    // a is a strided view of a buffer
   bool affine_b_ = false;    // b is a strided view of a buffer
@@ -604,7 +613,7 @@ private:
         for_range(c64(0), mpanels, [&](Value* ip) {
           Value* r0 = add(i0, mul(ip, g_.mr));
           Value* mvalid = smin(c64(g_.mr), b_.CreateSub(m_, r0));
-          Value* cs = gep(cs_, mul(add(mul(ip, g_.nc / g_.nr), jp), g_.mr * g_.nr));
+          Value* cs = gep(cs_, mul(add(b_.CreateMul(ip, col_tiles_, "", true, true), jp), g_.mr * g_.nr));
           Value* from = b_.CreateMul(ip, share);
           Value* count = smax(c64(0), smin(share, b_.CreateSub(lines, from)));
           Value* none = b_.CreateICmpEQ(count, c64(0));

@@ -65,6 +65,7 @@ private:
     kernel_.num_params = static_cast<int>(launch_.params.size());
     const FormPlan form = plan_form(kernel_, launch_.params, target_);
     set_form(kernel_, form);
+    launch_.params.insert(launch_.params.end(), form.added_params.begin(), form.added_params.end());
     launch_.gemm_tasks = form.gemm_tasks;
     if (kernel_.form == KernelForm::Columns) launch_.chunk_multiple = columns_block_points(kernel_.reductions[0].dtype);
     finalize(kernel_);
