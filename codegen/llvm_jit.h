@@ -77,8 +77,8 @@ public:
   CpuKernelFn compile(const Kernel& k);
   /// compile(), also saying where the code came from.
   CpuKernelFn compile(const Kernel& k, Source& source);
-  /// The name of the routines `k`'s code calls, which the JIT links once per process (a
-  /// CPU GEMM kernel's support routines), or "" for a kernel that calls none.
+  /// The modules of routines `k`'s code calls, which the JIT links once per process (a CPU
+  /// GEMM kernel's support parts), space-separated; "" for a kernel that calls none.
   static std::string support_name(const Kernel& k);
   /// Links the routines `k`'s code calls (see support_name) for the tier kernel() compiles
   /// `k` by, compiling them now where neither cache has them; nothing for other kernels.

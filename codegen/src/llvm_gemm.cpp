@@ -120,12 +120,19 @@ public:
         vlen_(vector_length(s.dtype, s.nr)), vt_(FixedVectorType::get(t_, static_cast<unsigned>(vlen_))) {}
 
   void emit() {
-    for (Fetching fetching : {Fetching::No, Fetching::Yes}) {
+    switch (s_.part) {
+    case SupportPart::Packs:
+      emit_pack_bt();
+      emit_pack_ak();
+      return;
+    case SupportPart::Micro:
+    case SupportPart::MicroFetching: {
+      const Fetching fetching = s_.part == SupportPart::MicroFetching ? Fetching::Yes : Fetching::No;
       emit_micro(MicroForm::Packed, fetching);
       emit_micro(MicroForm::Rows, fetching);
+      return;
     }
-    emit_pack_bt();
-    emit_pack_ak();
+    }
   }
 
 private:
@@ -331,20 +338,27 @@ public:
                 "bad GEMM tiling in " + k.name);
     t_ = element_type(ctx_, r.dtype);
     elem_ = r.dtype == DType::Float64 ? 8 : 4;
-    const GemmSupport support = gemm_support_of(k);
+    const GemmSupport support = gemm_supports_of(k).front();
     Module* m = b_.GetInsertBlock()->getModule();
     pack_bt_ = m->getOrInsertFunction(support.name() + kPackBtSuffix, pack_bt_type(ctx_));
     pack_ak_ = m->getOrInsertFunction(support.name() + kPackAkSuffix, pack_ak_type(ctx_));
     a_ = r.value->args[0];
     b_expr_ = r.value->args[1];
     affine_a_ = a_->kind == ExprKind::Load && a_->args.size() == 1 && affine(a_->args[0]);
-    affine_b_ = b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && affine(b_expr_->args[0]);
+    affine_b_ = strided_b(k);
     // a strided b's kernel fetches its next b panel during the microkernels (next_panel_lines)
     const Fetching fetching = affine_b_ ? Fetching::Yes : Fetching::No;
     micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed, fetching), micro_type(ctx_, fetching));
     micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows, fetching), micro_type(ctx_, fetching));
     gather_b_ = !affine_b_ && b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && separable(b_expr_->args[0]);
     epilogue_streams_ = find_epilogue_streams();
+  }
+
+  /// True when k's b is a strided view of a buffer: its kernel fetches its next b panel
+  /// during the microkernels (Fetching::Yes).
+  static bool strided_b(const Kernel& k) {
+    const ExprRef& b = k.reductions.at(0).value->args.at(1);
+    return b->kind == ExprKind::Load && b->args.size() == 1 && affine(b->args[0]);
   }
 
   void emit(Value* begin, Value* end, Value* scratch) {
@@ -844,12 +858,31 @@ std::string GemmSupport::name() const {
          std::to_string(nr);
 }
 
-std::string GemmSupport::defined_symbol() const { return name() + micro_suffix(MicroForm::Packed); }
+std::string GemmSupport::module_name() const {
+  switch (part) {
+  case SupportPart::Packs: return name() + "_packs";
+  case SupportPart::Micro: return name() + "_micro";
+  case SupportPart::MicroFetching: return name() + "_micro_fetching";
+  }
+  return name();
+}
 
-GemmSupport gemm_support_of(const Kernel& k) {
+std::string GemmSupport::defined_symbol() const {
+  switch (part) {
+  case SupportPart::Packs: return name() + kPackBtSuffix;
+  case SupportPart::Micro: return name() + micro_suffix(MicroForm::Packed, Fetching::No);
+  case SupportPart::MicroFetching: return name() + micro_suffix(MicroForm::Packed, Fetching::Yes);
+  }
+  return name();
+}
+
+std::vector<GemmSupport> gemm_supports_of(const Kernel& k) {
   KILN_ASSERT(k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0 && !k.reductions.empty(),
-              "gemm_support_of without a CPU GEMM form: " + k.name);
-  return GemmSupport{k.reductions[0].dtype, k.gemm->mr, k.gemm->nr};
+              "gemm_supports_of without a CPU GEMM form: " + k.name);
+  const GemmSupport packs{k.reductions[0].dtype, k.gemm->mr, k.gemm->nr, SupportPart::Packs};
+  GemmSupport micro = packs;
+  micro.part = GemmEmitter::strided_b(k) ? SupportPart::MicroFetching : SupportPart::Micro;
+  return {packs, micro};
 }
 
 std::unique_ptr<Module> emit_gemm_support_module(const GemmSupport& s, LLVMContext& ctx) {

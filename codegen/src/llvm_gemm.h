@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
@@ -41,23 +42,32 @@ public:
   virtual void store(llvm::Value* result) = 0;
 };
 
-/// The GEMM support routines a GEMM-form kernel calls: its microkernel and its packing
-/// of a b panel contiguous in k. They depend only on the dtype and the register tile,
+/// The parts of the GEMM support routines, each a module of its own, so that a process
+/// compiles only the parts its kernels call: the packs (of an a or a b contiguous in k),
+/// the microkernels, and the microkernels that fetch the caller's next b panel (those a
+/// kernel with a strided b calls).
+enum class SupportPart { Packs, Micro, MicroFetching };
+
+/// One part of the GEMM support routines a GEMM-form kernel calls: its microkernels and its
+/// packing of operands contiguous in k. They depend only on the dtype and the register tile,
 /// so they are generated and compiled once per process (and cached on disk) instead of
 /// once per kernel: most of a GEMM kernel's compile time went to them.
 struct GemmSupport {
   DType dtype = DType::Float32;
   int64_t mr = 0, nr = 0;
-  /// The symbol prefix of the routines, e.g. "kiln_gemm_f32_12x32".
+  SupportPart part = SupportPart::Packs;
+  /// The symbol prefix of the routines (of every part), e.g. "kiln_gemm_f32_12x32".
   std::string name() const;
-  /// One symbol the module defines (what a cached object of it must define).
+  /// The part's module, e.g. "kiln_gemm_f32_12x32_packs" (its key in the caches).
+  std::string module_name() const;
+  /// One symbol the part's module defines (what a cached object of it must define).
   std::string defined_symbol() const;
 };
 
-/// The support routines kernel `k` (in the GEMM form) calls.
-GemmSupport gemm_support_of(const Kernel& k);
+/// The support parts kernel `k` (in the CPU GEMM form) calls: the packs, then its microkernels.
+std::vector<GemmSupport> gemm_supports_of(const Kernel& k);
 
-/// A module defining the support routines `s` (external linkage, named after s.name()).
+/// A module defining the support routines of part `s` (external linkage, named after s.name()).
 std::unique_ptr<llvm::Module> emit_gemm_support_module(const GemmSupport& s, llvm::LLVMContext& ctx);
 
 /// Emits the tasks [begin, end) of the GEMM-form kernel `k` at the builder's insertion

@@ -482,7 +482,7 @@ struct LlvmJit::Impl {
     }
     const double ir = ms_since(t0);
     add_quick_suffix(*m, k.name); // the entry point (internal functions do not clash)
-    if (k.gemm && !support.empty()) add_quick_suffix(*m, gemm_support_of(k).name());
+    if (k.gemm && !support.empty()) add_quick_suffix(*m, gemm_supports_of(k).front().name());
     const auto t1 = std::chrono::steady_clock::now();
     quick_passes(*m, tm);
     const double passes = ms_since(t1);
@@ -537,7 +537,7 @@ struct LlvmJit::Impl {
   /// thread linked `k` meanwhile (here and in the compile_* functions).
   const CpuKernelSlot* from_disk(const Kernel& k, const std::string& object, std::chrono::steady_clock::time_point t0,
                                  Source& source) {
-    if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized); // linked before the kernel
+    link_optimized_supports(k); // before the kernel
     std::lock_guard lock(mu);
     if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return first;
     auto rt = jit->getMainJITDylib().createResourceTracker();
@@ -554,7 +554,7 @@ struct LlvmJit::Impl {
   const CpuKernelSlot& compile_optimized(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
                                         Source& source) {
     const std::string object = object_code(k, Tier::Optimized);
-    if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
+    link_optimized_supports(k);
     std::lock_guard lock(mu);
     if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
     if (!key.empty()) disk.write(key, object);
@@ -568,7 +568,7 @@ struct LlvmJit::Impl {
   /// Compiles `k` by the quick tier, links it, and queues its optimized compile.
   const CpuKernelSlot& compile_quick(const Kernel& k, const std::string& key, std::chrono::steady_clock::time_point t0,
                                     Source& source) {
-    const std::string support = k.gemm ? support_for_quick(gemm_support_of(k)) : "";
+    const std::string support = k.gemm ? support_for_quick(gemm_supports_of(k)) : "";
     const std::string object = object_code(k, Tier::Quick, support);
     std::lock_guard lock(mu);
     if (const CpuKernelSlot* first = linked_meanwhile(k, source)) return *first;
@@ -618,7 +618,7 @@ struct LlvmJit::Impl {
     }
     try {
       const std::string object = object_code(k, Tier::Optimized);
-      if (k.gemm) ensure_gemm_support(gemm_support_of(k), Tier::Optimized);
+      link_optimized_supports(k);
       // The optimized tier's code generator may have made statics of its own (SelectionDAG's
       // tables): a drain at exit must run before they are destroyed, as after a quick compile.
       register_exit_drain();
@@ -652,16 +652,23 @@ struct LlvmJit::Impl {
       std::lock_guard lock(mu);
       tiers = tiered;
     }
-    const GemmSupport s = gemm_support_of(k);
-    if (tiers) support_for_quick(s);
-    else ensure_gemm_support(s, Tier::Optimized);
+    if (tiers) support_for_quick(gemm_supports_of(k));
+    else link_optimized_supports(k);
+  }
+
+  /// Links the optimized GEMM support parts a GEMM kernel `k` calls (nothing for other kernels).
+  void link_optimized_supports(const Kernel& k) {
+    if (!k.gemm) return;
+    for (const GemmSupport& s : gemm_supports_of(k)) ensure_gemm_support(s, Tier::Optimized);
   }
 
   /// The suffix of the GEMM support routines a quick kernel calls: "" when the optimized
-  /// ones are linked or on disk, else kQuickSuffix (the quick tier compiles its own).
-  std::string support_for_quick(const GemmSupport& s) {
-    if (ensure_gemm_support(s, Tier::Optimized, /*compile=*/false)) return "";
-    ensure_gemm_support(s, Tier::Quick);
+  /// parts are all linked or on disk, else kQuickSuffix (the quick tier compiles its own).
+  std::string support_for_quick(const std::vector<GemmSupport>& parts) {
+    bool optimized = true;
+    for (const GemmSupport& s : parts) optimized = ensure_gemm_support(s, Tier::Optimized, /*compile=*/false) && optimized;
+    if (optimized) return "";
+    for (const GemmSupport& s : parts) ensure_gemm_support(s, Tier::Quick);
     return kQuickSuffix;
   }
 
@@ -672,7 +679,7 @@ struct LlvmJit::Impl {
   /// false (then nothing waits for a compile). Returns whether they are linked.
   bool ensure_gemm_support(const GemmSupport& s, Tier tier, bool compile = true) {
     const bool quick = tier == Tier::Quick;
-    const std::string name = s.name() + (quick ? kQuickSuffix : "");
+    const std::string name = s.module_name() + (quick ? kQuickSuffix : "");
     std::unique_lock once(support_mu[static_cast<int>(tier)], std::defer_lock);
     if (compile) once.lock();
     else if (!once.try_lock()) return false; // being compiled (in the background): the caller does not wait
@@ -680,7 +687,7 @@ struct LlvmJit::Impl {
     {
       std::lock_guard lock(mu);
       if (supports.count(name)) return true;
-      key = disk.enabled() && !quick ? "gemm support " + s.name() + "\n" + target_key() : std::string();
+      key = disk.enabled() && !quick ? "gemm support " + s.module_name() + "\n" + target_key() : std::string();
       const bool read = !key.empty() && !supports_off_disk.count(name);
       if (auto object = read ? disk.read(key, [&](const std::string& obj) { return loadable(obj, s.defined_symbol()); }) : std::nullopt) {
         if (add_cached_support(name, *object, s.defined_symbol())) return true;
@@ -704,7 +711,7 @@ struct LlvmJit::Impl {
     std::lock_guard lock(mu);
     if (!key.empty()) disk.write(key, object); // the optimized routines only
     // Counted once per set of routines, whichever tier compiled it first.
-    if (quick || !supports.count(s.name() + kQuickSuffix)) ++compiled;
+    if (quick || !supports.count(s.module_name() + kQuickSuffix)) ++compiled;
     add_support(name, object);
     return true;
   }
@@ -762,11 +769,12 @@ struct LlvmJit::Impl {
     optimize(*m, level_for(k));
     std::string text = module_assembly(*m);
     if (k.form == KernelForm::Gemm && k.gemm && k.gemm->mr > 0) {
-      const GemmSupport s = gemm_support_of(k);
-      auto support = emit_gemm_support_module(s, ctx);
-      target(*support, *tm);
-      optimize(*support, *tm, llvm::OptimizationLevel::O3);
-      text += "\n# GEMM support routines (" + s.name() + ")\n" + module_assembly(*support);
+      for (const GemmSupport& s : gemm_supports_of(k)) {
+        auto support = emit_gemm_support_module(s, ctx);
+        target(*support, *tm);
+        optimize(*support, *tm, llvm::OptimizationLevel::O3);
+        text += "\n# GEMM support routines (" + s.module_name() + ")\n" + module_assembly(*support);
+      }
     }
     return text;
   }
@@ -802,7 +810,15 @@ CpuKernelFn LlvmJit::compile(const Kernel& k) {
 
 CpuKernelFn LlvmJit::compile(const Kernel& k, Source& source) { return kernel(k, source).get(); }
 
-std::string LlvmJit::support_name(const Kernel& k) { return k.gemm ? gemm_support_of(k).name() : std::string(); }
+std::string LlvmJit::support_name(const Kernel& k) {
+  if (!k.gemm) return {};
+  std::string names;
+  for (const GemmSupport& s : gemm_supports_of(k)) {
+    if (!names.empty()) names += ' ';
+    names += s.module_name();
+  }
+  return names;
+}
 
 void LlvmJit::prepare_support(const Kernel& k) { impl_->prepare_support(k); }
 
