@@ -26,7 +26,7 @@ struct FormPlan {
   int64_t attention_rows = 0;                ///< attention form: AttentionSpec::rows
   /// The values of the parameters the form adds to the kernel's (numbered from its num_params
   /// on): a CPU GEMM's rows and columns per task (GemmTiling::mc_param, nc_param).
-  std::vector<int64_t> added_params;
+  std::vector<int64_t> added_params{};
 };
 
 /// The form of the lowered kernel `k` on target `t`; `params` are the values of k's

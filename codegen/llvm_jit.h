@@ -81,7 +81,8 @@ public:
   /// GEMM kernel's support parts), space-separated; "" for a kernel that calls none.
   static std::string support_name(const Kernel& k);
   /// Links the routines `k`'s code calls (see support_name) for the tier kernel() compiles
-  /// `k` by, compiling them now where neither cache has them; nothing for other kernels.
+  /// `k` by, compiling them now where neither cache has them; nothing for other kernels, nor for
+  /// one already in memory.
   /// kernel() does it too, but one compiling several kernels at once can start it first
   /// rather than have every GEMM kernel wait for it. Thread-safe.
   void prepare_support(const Kernel& k);

@@ -63,11 +63,11 @@ constexpr int64_t kMinBalancedTiles = 4;
 /// change a result (each element's k order is kc's).
 FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, const Target& t) {
   GemmTiling g = cpu_gemm_tiling(t, k.reductions.at(0).dtype);
+  g.m_var = k.matmul->m_var;
+  g.n_var = k.matmul->n_var;
   GemmTiling most = g; // the kernel's: its blocks at most, and where it reads the launch's
   most.mc_param = k.num_params;
   most.nc_param = k.num_params + 1;
-  g.m_var = k.matmul->m_var;
-  g.n_var = k.matmul->n_var;
   const GemmSizes s = gemm_sizes(k, params);
   const int64_t m = s.m, cols = s.n;
   auto tasks = [&] { return task_count(s, g.mc, g.nc); };
@@ -91,8 +91,6 @@ FormPlan plan_cpu_gemm(const Kernel& k, const std::vector<int64_t>& params, cons
     else if (can_cols) g.nc = nc;
     else break;
   }
-  most.m_var = g.m_var;
-  most.n_var = g.n_var;
   FormPlan plan{KernelForm::Gemm, most, tasks()};
   plan.added_params = {g.mc, g.nc};
   return plan;

@@ -374,15 +374,14 @@ public:
     // Blocks of at most the launch's rows and columns per task (GemmTiling::mc_param,
     // nc_param), balanced: rows_ rows a block (a multiple of mr), the last block shorter;
     // likewise columns.
-    auto blocks = [&](Value* extent, int at, int64_t most) {
-      // (the expression lives as long as the emitter: the host caches values by expression)
-      Value* per = at >= 0 ? h_.eval(block_params_.emplace_back(kiln::codegen::param(at))) : c64(most);
-      return b_.CreateUDiv(b_.CreateAdd(extent, b_.CreateSub(per, c64(1))), per);
+    auto per_task = [&](int at, int64_t most) { // (the expression lives as long as the emitter:
+      // the host caches values by expression)
+      return at >= 0 ? h_.eval(block_params_.emplace_back(kiln::codegen::param(at))) : c64(most);
     };
-    Value* row_blocks = blocks(m_, g_.mc_param, g_.mc);
-    Value* col_blocks = blocks(n_, g_.nc_param, g_.nc);
-    rows_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(m_, b_.CreateSub(row_blocks, c64(1))), row_blocks), g_.mr), g_.mr);
-    cols_ = mul(ceil_div(b_.CreateUDiv(b_.CreateAdd(n_, b_.CreateSub(col_blocks, c64(1))), col_blocks), g_.nr), g_.nr);
+    Value* row_blocks = ceil_div(m_, per_task(g_.mc_param, g_.mc));
+    Value* col_blocks = ceil_div(n_, per_task(g_.nc_param, g_.nc));
+    rows_ = mul(ceil_div(ceil_div(m_, row_blocks), g_.mr), g_.mr);
+    cols_ = mul(ceil_div(ceil_div(n_, col_blocks), g_.nr), g_.nr);
     col_tiles_ = b_.CreateUDiv(cols_, c64(g_.nr), "", true);
     // Scratch: Ap (mc x kc), Bp (kc x nr), Cs (mc x nc, by tiles), the epilogue tile (mr x nr).
     // Each region starts 64-byte aligned (the vector loads and stores are aligned);
@@ -450,6 +449,7 @@ private:
   Value* smin(Value* a, Value* b) { return b_.CreateBinaryIntrinsic(Intrinsic::smin, a, b); }
   Value* smax(Value* a, Value* b) { return b_.CreateBinaryIntrinsic(Intrinsic::smax, a, b); }
   Value* ceil_div(Value* a, int64_t c) { return b_.CreateUDiv(b_.CreateAdd(a, c64(c - 1)), c64(c)); }
+  Value* ceil_div(Value* a, Value* b) { return b_.CreateUDiv(b_.CreateAdd(a, b_.CreateSub(b, c64(1))), b); }
   Function* fn() { return b_.GetInsertBlock()->getParent(); }
 
   /// for (v = start; v < end; v += step) body(v), in a scope of its own.

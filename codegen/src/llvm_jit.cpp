@@ -650,6 +650,7 @@ struct LlvmJit::Impl {
     bool tiers = false;
     {
       std::lock_guard lock(mu);
+      if (cache.count(k.name)) return; // its code, and so its routines, are linked already
       tiers = tiered;
     }
     if (tiers) support_for_quick(gemm_supports_of(k));
