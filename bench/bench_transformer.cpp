@@ -10,12 +10,15 @@
 // loop of the fused kernel's math built with this file's flags (per row: scores, online softmax
 // in blocks of 64 keys, the product with V; the backward recomputes the weights per row).
 // "backward" times forward and backward (the gradients of q, k and v of sum(out * g)). With a
-// gradient flowing, scaled_dot_product_attention keeps the composite below 512 x 512 weights a
-// batch point (the fused backward kernel, AttentionGrad, measured slower than the composite with
-// fusion on at T = 256: the README's fusion section), so .../fused/backward is the composite with
-// fusion on at T = 256, and the attention kernels at T = 512 and 1024.
+// gradient flowing, scaled_dot_product_attention takes the fused kernels (Attention and its fused
+// backward, AttentionGrad) where is_causal is set or from 512 x 512 weights a batch point, and the
+// composite with fusion on otherwise (the README's fusion section): so .../fused/backward is the
+// composite at T = 256, and the attention kernels at T = 512 and 1024 and in the causal cases.
 // Attention/<T>/node/{forward,backward}: the Attention node built directly (fusion on), so its
 // backward is always the fused one (AttentionGrad), whatever scaled_dot_product_attention picks.
+// Attention/64_causal/...: the same four at TransformerBlockStep's and the GPT's attention (batch
+// 16, 4 heads, T = 64, head dim 32, causal); Attention/256_causal/...: T = 256's shape, causal. The
+// hand loop skips the masked keys.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
@@ -76,27 +79,33 @@ BENCHMARK(TransformerBlockStep)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-constexpr int64_t kAttnBatch = 4, kAttnHeads = 8, kAttnDim = 64;
+/// An Attention/... case's operands: [batch, heads, t, d] each; causal or no mask.
+struct AttnShape {
+  int64_t batch, heads, t, d;
+  bool causal;
+};
 
 // What an Attention/... case runs.
 enum AttnMode : int64_t { kFused = 0, kUnfused = 1, kHandLoop = 2, kNode = 3 };
 
 // The Attention node of q, k, v (fusion on), whatever scaled_dot_product_attention picks: its
 // gradient is the fused backward (AttentionGrad), so .../node/backward times the attention kernels.
-Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-  return detail::result_of(graph::build::attention(q.node(), k.node(), v.node(), nullptr, scale, false), {q, k, v});
+Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  return detail::result_of(graph::build::attention(q.node(), k.node(), v.node(), nullptr, scale, causal), {q, k, v});
 }
 
 // The hand loop's forward of one [T, d] head: out = softmax(q k^T * scale) v, per row with an
-// online softmax over blocks of 64 keys; lse (per row) for the backward.
+// online softmax over blocks of 64 keys (with causal, only keys j <= i); lse (per row) for the
+// backward.
 void hand_attention_head(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T, int64_t d,
-                         float scale) {
+                         float scale, bool causal) {
   std::vector<float> s(64), o(static_cast<size_t>(d));
   for (int64_t i = 0; i < T; ++i) {
     float m = -std::numeric_limits<float>::infinity(), z = 0;
     std::fill(o.begin(), o.end(), 0.0f);
-    for (int64_t j0 = 0; j0 < T; j0 += 64) {
-      const int64_t jn = std::min<int64_t>(64, T - j0);
+    const int64_t keys = causal ? i + 1 : T;
+    for (int64_t j0 = 0; j0 < keys; j0 += 64) {
+      const int64_t jn = std::min<int64_t>(64, keys - j0);
       float mb = m;
       for (int64_t jj = 0; jj < jn; ++jj) {
         float acc = 0;
@@ -121,14 +130,15 @@ void hand_attention_head(const float* q, const float* k, const float* v, float* 
 // The hand loop's backward of one head (FlashAttention's, one row at a time): P recomputed from
 // lse; dv += P^T g, dS = P (g v^T - rowsum(g * out)), dq = dS k scale, dk += dS^T q scale.
 void hand_attention_head_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                                  const float* g, float* dq, float* dk, float* dv, int64_t T, int64_t d, float scale) {
+                                  const float* g, float* dq, float* dk, float* dv, int64_t T, int64_t d, float scale,
+                                  bool causal) {
   std::fill(dk, dk + T * d, 0.0f);
   std::fill(dv, dv + T * d, 0.0f);
   for (int64_t i = 0; i < T; ++i) {
     float D = 0;
     for (int64_t c = 0; c < d; ++c) D += g[i * d + c] * out[i * d + c];
     for (int64_t c = 0; c < d; ++c) dq[i * d + c] = 0;
-    for (int64_t j = 0; j < T; ++j) {
+    for (int64_t j = 0; j < (causal ? i + 1 : T); ++j) {
       float acc = 0, dp = 0;
       for (int64_t x = 0; x < d; ++x) acc += q[i * d + x] * k[j * d + x];
       const float p = std::exp(acc * scale - lse[i]);
@@ -141,23 +151,24 @@ void hand_attention_head_backward(const float* q, const float* k, const float* v
   }
 }
 
-void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool backward) {
+void attention_case(benchmark::State& state, const AttnShape& a, AttnMode mode, bool backward) {
   const int threads = static_cast<int>(state.range(0));
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  const IntList shape{kAttnBatch, kAttnHeads, T, kAttnDim};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(kAttnDim));
+  const int64_t T = a.t;
+  const IntList shape{a.batch, a.heads, T, a.d};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.d));
   if (mode == kHandLoop) {
-    const int64_t heads = kAttnBatch * kAttnHeads, n = T * kAttnDim;
+    const int64_t heads = a.batch * a.heads, n = T * a.d;
     std::vector<float> q = randn(shape, 1).to_vector<float>(), k = randn(shape, 2).to_vector<float>(),
                        v = randn(shape, 3).to_vector<float>(), g = randn(shape, 4).to_vector<float>();
     std::vector<float> out(q.size()), lse(static_cast<size_t>(heads * T)), dq(q.size()), dk(q.size()), dv(q.size());
     for (auto _ : state) {
       bench::split(threads, heads, [&](int64_t lo, int64_t hi) {
         for (int64_t h = lo; h < hi; ++h) {
-          hand_attention_head(&q[h * n], &k[h * n], &v[h * n], &out[h * n], &lse[h * T], T, kAttnDim, scale);
+          hand_attention_head(&q[h * n], &k[h * n], &v[h * n], &out[h * n], &lse[h * T], T, a.d, scale, a.causal);
           if (backward)
             hand_attention_head_backward(&q[h * n], &k[h * n], &v[h * n], &out[h * n], &lse[h * T], &g[h * n], &dq[h * n],
-                                         &dk[h * n], &dv[h * n], T, kAttnDim, scale);
+                                         &dk[h * n], &dv[h * n], T, a.d, scale, a.causal);
         }
       });
       benchmark::DoNotOptimize(out.data());
@@ -170,8 +181,8 @@ void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool back
       Tensor q = randn(shape, 1).realize(), k = randn(shape, 2).realize(), v = randn(shape, 3).realize(),
              g = randn(shape, 4).realize();
       CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
-        const Tensor out = mode == kNode ? attention_node(x[0], x[1], x[2], scale)
-                                         : nn::functional::scaled_dot_product_attention(x[0], x[1], x[2]);
+        const Tensor out = mode == kNode ? attention_node(x[0], x[1], x[2], scale, a.causal)
+                                         : nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, a.causal);
         if (!backward) return std::vector<Tensor>{out};
         return grad({(out * x[3]).sum()}, {x[0], x[1], x[2]});
       });
@@ -183,19 +194,25 @@ void attention_case(benchmark::State& state, int64_t T, AttnMode mode, bool back
     }
     options().fusion = saved;
   }
-  // the forward's two products; the backward's four more (and the recomputed scores: 5 in all)
-  const double flops = 4.0 * kAttnBatch * kAttnHeads * static_cast<double>(T * T) * kAttnDim;
+  // the forward's two products; the backward's four more (and the recomputed scores: 5 in all);
+  // with causal, only the pairs j <= i count
+  const double pairs = a.causal ? static_cast<double>(T * (T + 1) / 2) : static_cast<double>(T * T);
+  const double flops = 4.0 * static_cast<double>(a.batch * a.heads) * pairs * static_cast<double>(a.d);
   bench::gflops(state, backward ? 3.5 * flops : flops);
 }
 
-// Attention/<T>/<fused|unfused|hand_loop>/<forward|backward>/threads:<1|2>
+// Attention/<T>/<fused|unfused|hand_loop|node>/<forward|backward>/threads:<1|2> (batch 4, 8 heads,
+// head dim 64, no mask), Attention/64_causal/... (TransformerBlockStep's and the GPT's attention:
+// batch 16, 4 heads, head dim 32, causal) and Attention/256_causal/... (T = 256's shape, causal).
 const bool kAttentionRegistered = [] {
   const char* modes[] = {"fused", "unfused", "hand_loop", "node"};
-  for (int64_t T : {256, 512, 1024})
+  std::vector<std::pair<std::string, AttnShape>> shapes{{"64_causal", {16, 4, 64, 32, true}}, {"256_causal", {4, 8, 256, 64, true}}};
+  for (int64_t T : {256, 512, 1024}) shapes.push_back({std::to_string(T), {4, 8, T, 64, false}});
+  for (const auto& [label, shape] : shapes)
     for (bool backward : {false, true})
       for (AttnMode mode : {kFused, kUnfused, kHandLoop, kNode}) {
-        const std::string name = "Attention/" + std::to_string(T) + "/" + modes[mode] + (backward ? "/backward" : "/forward");
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { attention_case(s, T, mode, backward); })
+        const std::string name = "Attention/" + label + "/" + modes[mode] + (backward ? "/backward" : "/forward");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { attention_case(s, shape, mode, backward); })
             ->ArgNames({"threads"})
             ->Arg(1)
             ->Arg(2)

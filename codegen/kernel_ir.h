@@ -223,7 +223,8 @@ constexpr int64_t kAttentionQueryBlock = 64;
 /// (from 0) and output row o (from 0): per block, m' = max(m, the block's s_j in order), c = m'
 /// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (the sum of the block's
 /// p_j in sum_lanes() order over kAttentionKeyBlock terms, 0 for the keys past s),
-/// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j); m = m'. Finally
+/// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j; with causal only the keys j <= i,
+/// so a key the row does not see never enters it, not even as 0 * v); m = m'. Finally
 /// out[b, i, :] = o / z, or 0 where z is 0 (every key masked), and lse[b, i] = c + log(z) (-inf where
 /// z is 0). Buffers q, k, v, out and lse are contiguous [bh, l, e], [bh, s, e], [bh, s, ev],
 /// [bh, l, ev] and [bh, l]; out or lse may be absent (-1), not both (without out, no o is kept).
@@ -262,9 +263,11 @@ struct AttentionSpec {
 //   transposed, per query row i (in order; causal: rows i >= the block's first key), for the block's
 //   keys j: s_j as in the forward (scaled, masked), p_j = exp(s_j - L_i),
 //   dp_j = sum over c < ev of dout[b, i, c] * v[b, j, c] (fmuladd in order of c),
-//   g_j = (p_j * (dp_j - D_i)) * scale; then dv[b, j, :] += p_j * dout[b, i, :],
+//   g_j = (p_j * (dp_j - D_i)) * scale, or 0 where s_j is -inf (whatever dp_j holds, so the CPU
+//   need not compute the dots of keys no row of a group sees);
+//   then dv[b, j, :] += p_j * dout[b, i, :],
 //   dk[b, j, :] += g_j * q[b, i, :] (each fmuladd, j in order) and dq[b, i, :] += g_j * k[b, j, :]
-//   (fmuladd in order of j).
+//   (fmuladd in order of j); with causal, these three only for the pairs j <= i.
 // On the CPU a task is a batch point; per key block, the query rows go by chunks of
 // kAttentionQueryBlock: the chunk's p and g (AttentionSpec::rows rows through the block together),
 // then dv and dk of the block's keys and dq of the chunk's rows as register tiles (a few keys or rows

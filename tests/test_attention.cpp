@@ -115,8 +115,9 @@ const std::vector<Case>& cases() {
 
 // The Attention node of q, k, v (equal batch dims) and a mask of their rank, as a tensor that
 // requires grad where they do: what scaled_dot_product_attention builds when no gradient flows
-// (with gradients, only from 512 x 512 weights a batch point: below, the composite measured
-// faster), for differentiating the node (its gradient is the fused backward, AttentionGrad).
+// (with gradients, only with is_causal or from 512 x 512 weights a batch point: otherwise the
+// composite measured faster), for differentiating the node (its gradient is the fused backward,
+// AttentionGrad).
 Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
   std::vector<Tensor> in{q, k, v};
   if (mask.defined()) in.push_back(mask);
@@ -171,10 +172,14 @@ TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
     EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
     // dropout keeps the composite (the kernel draws no random numbers)
     EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
-    // so do operands that require grad with fewer than 512 x 512 weights a batch point (there the
-    // composite's backward measured faster than the fused one: see the README's fusion section)
+    // so do operands that require grad with fewer than 512 x 512 weights a batch point, without
+    // is_causal (there the composite's backward measured faster than the fused one: see the README's
+    // fusion section); with is_causal the fused pair skips the masked pairs and measured faster
     Tensor q = o.q.detach().requires_grad_();
     EXPECT_NE(F::scaled_dot_product_attention(q, o.k, o.v).node()->op, graph::OpKind::Attention);
+    const Tensor causal_out = F::scaled_dot_product_attention(q, o.k, o.v, {}, 0, /*is_causal=*/true);
+    EXPECT_EQ(causal_out.node()->op, graph::OpKind::Attention);
+    EXPECT_EQ(grad({causal_out.sum()}, {q}, {}, false, /*create_graph=*/true)[0].node()->op, graph::OpKind::AttentionGrad);
     // from 512 x 512 on, the fused forward and backward
     const Tensor ql = randn({1, 512, 8}, 30).requires_grad_(), kl = randn({1, 512, 8}, 31), vl = randn({1, 512, 4}, 32);
     const Tensor long_out = F::scaled_dot_product_attention(ql, kl, vl);
@@ -362,7 +367,7 @@ namespace {
 
 // scaled_dot_product_attention's result with fusion on as the Attention node, whose gradient is the
 // fused backward (AttentionGrad; scaled_dot_product_attention keeps the composite when a gradient
-// flows), k and v broadcast to q's batch dims; with fusion off, scaled_dot_product_attention (the
+// flows through a small attention without is_causal), k and v broadcast to q's batch dims; with fusion off, scaled_dot_product_attention (the
 // composite, forward and backward). Positional arguments as scaled_dot_product_attention's.
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {}, double dropout = 0,
             bool causal = false, double scale = -1) {
@@ -464,6 +469,30 @@ TEST(AttentionBackward, FusedMatchesTheCompositeWithinTheBound) {
     }
     std::printf("fused vs composite backward (%s): largest difference %.2f eps max|G|\n", dtype_name(dtype).data(), worst);
   }
+}
+
+// With causal, a key a row does not see never enters the row (AttentionSpec, AttentionBackward: the
+// pairs j > i are skipped, not multiplied by their 0 weight; g = 0 where the score is -inf): with an
+// inf in v at key 40, the output and dq of rows 0..39 and all of dv (which v does not enter) have
+// the bits a finite v there gives, and row 40's output is not finite. Before, 0 * inf made every
+// row of key 40's block NaN.
+TEST(AttentionBackward, WithCausalAKeyARowDoesNotSeeNeverEntersIt) {
+  FusionSetting on(true);
+  const int64_t T = 70, E = 8;
+  const Tensor q = randn({2, T, E}, 71), k = randn({2, T, E}, 72), w = randn({2, T, E}, 73);
+  std::vector<float> vv = randn({2, T, E}, 74).to_vector<float>();
+  auto run = [&](float v40) { // out, dq, dv
+    vv[40 * E] = v40;
+    const Tensor qg = q.detach().requires_grad_(), vg = from_vector(vv, {2, T, E}).requires_grad_();
+    const Tensor out = attention_node(qg, k, vg, {}, 0.35, true);
+    const std::vector<Tensor> g = grad({(out * w).sum()}, {qg, vg});
+    return std::vector<std::vector<double>>{values(out), values(g[0]), values(g[1])};
+  };
+  const auto finite = run(0.5f), inf = run(std::numeric_limits<float>::infinity());
+  for (size_t x : {size_t{0}, size_t{1}})
+    for (int64_t i = 0; i < 40 * E; ++i) ASSERT_EQ(inf[x][static_cast<size_t>(i)], finite[x][static_cast<size_t>(i)]) << x << " " << i;
+  EXPECT_EQ(inf[2], finite[2]);
+  EXPECT_FALSE(std::isfinite(inf[0][static_cast<size_t>(40 * E)]));
 }
 
 // Only the gradients asked for are written: dk alone is a backward kernel with one output.
@@ -604,18 +633,22 @@ TEST(AttentionBackward, ForwardModeThroughTheBackwardMatchesTheComposite) {
 // results: the backward kernel planned for AVX2 (1 row), AVX-512 f64 (2) and f32 (4), run by hand on
 // this host, gives the same bits as the host's plan, in f32 and f64 (45 rows: full groups and rows left).
 TEST(AttentionBackward, RegisterRowsNeverChangeAResult) {
-  for (DType dtype : {kFloat32, kFloat64}) {
+  for (DType dtype : {kFloat32, kFloat64})
+  for (bool masked : {true, false}) { // causal with a bool mask, and causal alone (masked by lane numbers)
+    SCOPED_TRACE(masked ? "causal, bool mask" : "causal");
     const Case c{{2}, 45, 100, 9, 6, 1, {2, 45, 100}, false, "rows"};
     const Operands o = operands(c, dtype, 1700);
-    const Tensor mask = o.mask.realize(), dout = randn({2, 45, 6}, 1701, dtype).realize();
+    const Tensor mask = masked ? o.mask.realize() : Tensor(), dout = randn({2, 45, 6}, 1701, dtype).realize();
+    const graph::NodeRef mask_node = masked ? mask.node() : nullptr;
     const Tensor out = attention_node(o.q, o.k, o.v, mask, 0.4, true).realize();
     namespace b = graph::build;
-    const Tensor lse = detail::result_of(b::attention_lse(o.q.node(), o.k.node(), o.v.node(), mask.node(), 0.4, true), {}).realize();
+    const Tensor lse = detail::result_of(b::attention_lse(o.q.node(), o.k.node(), o.v.node(), mask_node, 0.4, true), {}).realize();
     std::unordered_map<const graph::Node*, std::vector<double>> data; // the operands' values, realized
-    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout, &lse}) data[t->node().get()] = values(*t);
+    for (const Tensor* t : {&o.q, &o.k, &o.v, &mask, &out, &dout, &lse})
+      if (t->defined()) data[t->node().get()] = values(*t);
     std::vector<graph::NodeRef> grads;
     for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
-      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), lse.node(), mask.node(), 0.4,
+      grads.push_back(b::attention_grad(o.q.node(), o.k.node(), o.v.node(), out.node(), dout.node(), lse.node(), mask_node, 0.4,
                                         true, which));
     const size_t elem = dtype == kFloat64 ? 8 : 4;
     std::vector<std::vector<double>> results;

@@ -21,7 +21,7 @@
 // The backward (kernel_ir.h, AttentionBackward), FlashAttention-2 style, two kinds of task:
 //   * a key task (batch point, block of 64 keys) owns dk and dv of its keys: zeroes them, then per
 //     chunk of BR query rows in order (from the block's first key with causal), recomputes the
-//     chunk's p = exp(s - lse) and g = (p (dP - D)) scale (s and dP as the forward's scores, D =
+//     chunk's p = exp(s - lse) and g = (p (dP - D)) scale, 0 where s is -inf (s and dP as the forward's scores, D =
 //     dout . out per row), and accumulates dv_j += p_ij dout_i, dk_j += g_ij q_i over the chunk's
 //     rows in order (a thread per (key, column), the rows' columns staged in shared memory);
 //   * a query task (batch point, chunk of BR rows) owns dq of its rows: zeroes them, then per key
@@ -256,11 +256,15 @@ if (tid < 64) {
     for (int rr = tid / $CW; rr < nrows; rr += 256 / $CW) {
       $T* const o = @DST + (bi * A_l + qrow0 + rr) * @COLS + c0 + tc;
       $T acc = @INIT;
-      for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(@W[rr][kk], Stage[kk * $CW + tc], acc);
+      @KEYS
+      for (int kk = 0; kk < kend; ++kk) acc = kiln_attn_fma(@W[rr][kk], Stage[kk * $CW + tc], acc);
       *o = acc;
     }
 })",
-              {{"@COLS", cols}, {"@SRC", src}, {"@DST", dst}, {"@INIT", init}, {"@W", weights}}));
+              {{"@COLS", cols}, {"@SRC", src}, {"@DST", dst}, {"@INIT", init}, {"@W", weights},
+               {"@KEYS", a_.causal ? "const long long seen = qrow0 + rr - key0 + 1; // causal: the keys up to the row only\n"
+                                     "      const int kend = seen < nkeys ? (seen < 0 ? 0 : (int)seen) : nkeys;"
+                                   : "const int kend = nkeys;"}}));
   }
 
   /// After the last key block: lse = c + log(z) and out = o / z (0 and -inf where z is 0).
@@ -367,7 +371,7 @@ kiln_attn_dots<$T, $BR, $DK>($Q, bi * A_l + qrow0, nrows, $K, bi * A_s + key0, n
     put(R"(const $T lse = $LSE[bi * A_l + qrow0 + rr];
 const $T pv = kiln_exp_$F(s - (lse == -A_inf ? A_inf : lse));)");
     if (a_.dv >= 0) put("Ps[rr][jj] = pv;");
-    if (g) put("Gs[rr][jj] = (pv * (dp[y][x] - Ds[rr])) * A_scale;");
+    if (g) put("Gs[rr][jj] = s == -A_inf ? ($T)0 : (pv * (dp[y][x] - Ds[rr])) * A_scale; // a masked key adds nothing");
     close();
     close();
     close();
@@ -390,11 +394,15 @@ const $T pv = kiln_exp_$F(s - (lse == -A_inf ? A_inf : lse));)");
     for (int kk = tid / $CW; kk < nkeys; kk += 256 / $CW) {
       $T* const o = DST + (bi * A_s + key0 + kk) * WIDTH + c0 + tc;
       $T acc = *o;
-      for (int rr = 0; rr < nrows; ++rr) acc = kiln_attn_fma(COEF[rr][kk], Stage[rr * $CW + tc], acc);
+      ROWS
+      for (int rr = rstart; rr < nrows; ++rr) acc = kiln_attn_fma(COEF[rr][kk], Stage[rr * $CW + tc], acc);
       *o = acc;
     }
 })",
-              {{"DST", dst}, {"SRC", src}, {"COEF", coef}, {"WIDTH", width}}));
+              {{"DST", dst}, {"SRC", src}, {"COEF", coef}, {"WIDTH", width},
+               {"ROWS", a_.causal ? "const long long unseen = key0 + kk - qrow0; // causal: the rows from the key's on only\n"
+                                    "      const int rstart = unseen > 0 ? (unseen < nrows ? (int)unseen : nrows) : 0;"
+                                  : "const int rstart = 0;"}}));
   }
 };
 

@@ -148,10 +148,12 @@ private:
           slot.push_back(add(g, c64(r)));
           row.push_back(add(i0, smin(add(g, c64(r)), b_.CreateSub(rows, c64(1)))));
         }
-        scores(bh, row);
+        Value* live = live_vectors(row.back(), j0, jn);
+        scores(bh, row, live);
         std::vector<Value*> alpha;
-        for (int64_t r = 0; r < a_.rows; ++r) alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn));
-        if (a_.out >= 0) accumulate(slot, alpha, kbase, j0, jn);
+        for (int64_t r = 0; r < a_.rows; ++r)
+          alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn, mul(live, width())));
+        if (a_.out >= 0) accumulate(slot, row, alpha, kbase, j0, jn);
         h_.pop_scope();
       });
     });
@@ -191,46 +193,91 @@ private:
 
   /// The block's raw scores of query rows `row` (q . k_j, fmuladd in order of d) into sc, row r
   /// at sc + r * kAttentionKeyBlock.
-  void scores(Value* bh, const std::vector<Value*>& row) { dots(a_.q, e_, mul(bh, l_), row, kt_, sc_); }
+  void scores(Value* bh, const std::vector<Value*>& row, Value* live) { dots(a_.q, e_, mul(bh, l_), row, kt_, sc_, live); }
+
+  /// The 64-byte vectors of a key block [j0, j0 + jn) that some of query rows up to i_max sees (at
+  /// least 1): the lanes past jn, and with causal the keys past i_max, are masked in every such row,
+  /// so their scores are never read (mask_scores puts -inf there whatever they hold).
+  Value* live_vectors(Value* i_max, Value* j0, Value* jn) {
+    Value* lanes = jn;
+    if (a_.causal) lanes = smin(lanes, add(b_.CreateSub(i_max, j0), c64(1)));
+    lanes = b_.CreateBinaryIntrinsic(Intrinsic::smax, lanes, c64(1));
+    return ceil_div(lanes, width());
+  }
+
+  /// body(n) for the value n in [1, count] of `n_value` (count where it is larger), each in a
+  /// scope of cached expressions of its own: code specialized to a run-time count.
+  void emit_cases(Value* n_value, int64_t count, const std::function<void(int64_t)>& body) {
+    Function* f = b_.GetInsertBlock()->getParent();
+    BasicBlock* done = BasicBlock::Create(ctx_, "a.cases.done", f);
+    std::vector<BasicBlock*> cases;
+    for (int64_t n = 1; n <= count; ++n) cases.push_back(BasicBlock::Create(ctx_, "a.case", f));
+    SwitchInst* sw = b_.CreateSwitch(n_value, cases.back(), static_cast<unsigned>(count - 1));
+    for (int64_t n = 1; n < count; ++n) sw->addCase(b_.getInt64(static_cast<uint64_t>(n)), cases[static_cast<size_t>(n - 1)]);
+    for (int64_t n = 1; n <= count; ++n) {
+      b_.SetInsertPoint(cases[static_cast<size_t>(n - 1)]);
+      h_.push_scope();
+      body(n);
+      h_.pop_scope();
+      b_.CreateBr(done);
+    }
+    b_.SetInsertPoint(done);
+  }
 
   /// For rows `row` of `buffer` (rows of `width` elements from row `base`), their dot products with
-  /// the packed block's keys (fmuladd in order of d) into dest + r * kAttentionKeyBlock: one vector
-  /// accumulator per row, in registers over d.
-  void dots(int buffer, Value* width, Value* base, const std::vector<Value*>& row, Value* packed, Value* dest) {
-    FixedVectorType* vt = score_type();
-    std::vector<AllocaInst*> acc;
+  /// the packed block's keys (fmuladd in order of d) into dest + r * kAttentionKeyBlock: per row one
+  /// accumulator per live 64-byte vector of keys (live_vectors), in registers over d; the other
+  /// vectors of dest are 0.
+  void dots(int buffer, Value* width, Value* base, const std::vector<Value*>& row, Value* packed, Value* dest, Value* live) {
     std::vector<Value*> xrow;
-    for (size_t r = 0; r < row.size(); ++r) {
+    for (Value* r : row) xrow.push_back(at(buffer, mul(add(base, r), width)));
+    emit_cases(live, kAttentionKeyBlock / this->width(), [&](int64_t vectors) { dots_of(width, xrow, packed, dest, vectors); });
+  }
+  /// dots() with `vectors` live vectors.
+  void dots_of(Value* width, const std::vector<Value*>& xrow, Value* packed, Value* dest, int64_t vectors) {
+    FixedVectorType* vt = column_type();
+    const auto w = static_cast<unsigned>(this->width());
+    std::vector<AllocaInst*> acc;
+    for (size_t x = 0; x < xrow.size() * static_cast<size_t>(vectors); ++x) {
       acc.push_back(h_.entry_alloca(vt, "a.acc"));
       store(Constant::getNullValue(vt), acc.back());
-      xrow.push_back(at(buffer, mul(add(base, row[r]), width)));
     }
     for_range(c64(0), width, [&](Value* d) {
-      Value* kv = b_.CreateAlignedLoad(vt, gep(packed, mul(d, kAttentionKeyBlock)), vector_align(vt));
-      for (size_t r = 0; r < row.size(); ++r) {
-        Value* xd = b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), load(gep(xrow[r], d)));
-        store(emit_fmuladd(b_, xd, kv, b_.CreateLoad(vt, acc[r])), acc[r]);
+      std::vector<Value*> kv;
+      for (int64_t v = 0; v < vectors; ++v)
+        kv.push_back(b_.CreateAlignedLoad(vt, gep(packed, add(mul(d, kAttentionKeyBlock), c64(v * this->width()))), vector_align(vt)));
+      for (size_t r = 0; r < xrow.size(); ++r) {
+        Value* xd = b_.CreateVectorSplat(w, load(gep(xrow[r], d)));
+        for (int64_t v = 0; v < vectors; ++v) {
+          AllocaInst* a = acc[r * static_cast<size_t>(vectors) + static_cast<size_t>(v)];
+          store(emit_fmuladd(b_, xd, kv[static_cast<size_t>(v)], b_.CreateLoad(vt, a)), a);
+        }
       }
     });
-    for (size_t r = 0; r < row.size(); ++r)
-      b_.CreateAlignedStore(b_.CreateLoad(vt, acc[r]), gep(dest, c64(static_cast<int64_t>(r) * kAttentionKeyBlock)), vector_align(vt));
+    for (size_t r = 0; r < xrow.size(); ++r)
+      for (int64_t v = 0; v < kAttentionKeyBlock / this->width(); ++v) {
+        Value* value = v < vectors ? static_cast<Value*>(b_.CreateLoad(vt, acc[r * static_cast<size_t>(vectors) + static_cast<size_t>(v)]))
+                                   : Constant::getNullValue(vt);
+        b_.CreateAlignedStore(value, gep(dest, c64(static_cast<int64_t>(r) * kAttentionKeyBlock + v * this->width())), vector_align(vt));
+      }
   }
 
   /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
-  /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o.
-  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn) {
+  /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o. The
+  /// lanes from `live` on (live_vectors) are masked: p is exp(-inf) = 0 there, stored without an exp.
+  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn, Value* live) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
     Value* m_old = load(gep(m_, slot));
     Value* m_new = mask_scores(i, sc, j0, jn, m_old);
-    Value* block = c64(kAttentionKeyBlock);
     Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
     Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
-    for_range(c64(0), block, [&](Value* jj) {
+    for_range(c64(0), live, [&](Value* jj) {
       Value* p = gep(sc, jj);
       store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
     });
+    for_range(live, c64(kAttentionKeyBlock), [&](Value* jj) { store(fc(0), gep(sc, jj)); });
     Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
     Value* zp = gep(z_, slot);
     store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
@@ -245,23 +292,40 @@ private:
   /// vector: the same value as in order, maximum being exact). Loop var 1 is i.
   Value* mask_scores(Value* i, Value* sc, Value* j0, Value* jn, Value* start) {
     const double inf = std::numeric_limits<double>::infinity();
-    // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
-    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
-      Value* p = gep(sc, jj);
-      Value* x = b_.CreateFMul(load(p), scale_);
-      Value* j = add(j0, smin(jj, b_.CreateSub(jn, c64(1)))); // a key inside k (the mask is read there)
-      if (a_.causal) x = b_.CreateSelect(b_.CreateICmpSGT(j, i), fc(-inf), x);
-      if (a_.mask) {
+    if (!a_.mask) {
+      mask_by_lane(i, sc, j0, jn);
+    } else {
+      // all kAttentionKeyBlock lanes (a constant trip count): the keys past jn are -inf, so p is 0 there
+      for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
+        Value* p = gep(sc, jj);
+        Value* x = b_.CreateFMul(load(p), scale_);
+        Value* j = add(j0, smin(jj, b_.CreateSub(jn, c64(1)))); // a key inside k (the mask is read there)
+        if (a_.causal) x = b_.CreateSelect(b_.CreateICmpSGT(j, i), fc(-inf), x);
         h_.set_reduce_var(j);
         Value* mv = h_.eval(a_.mask);
         h_.set_reduce_var(nullptr);
         x = a_.mask->dtype == DType::Bool ? b_.CreateSelect(mv, x, fc(-inf)) : b_.CreateFAdd(x, mv);
-      }
-      x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
-      store(x, p);
-    });
+        x = b_.CreateSelect(b_.CreateICmpSLT(jj, jn), x, fc(-inf));
+        store(x, p);
+      });
+    }
     Value* block = b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type()));
     return b_.CreateBinaryIntrinsic(Intrinsic::maximum, start, b_.CreateFPMaximumReduce(block));
+  }
+
+  /// mask_scores() without a mask, as vectors: lane jj keeps its scaled score where jj < jn and
+  /// (causal) j0 + jj <= i, else -inf: one compare of the lane numbers (i32) with the last kept lane.
+  void mask_by_lane(Value* i, Value* sc, Value* j0, Value* jn) {
+    const double inf = std::numeric_limits<double>::infinity();
+    Value* last = b_.CreateSub(jn, c64(1));
+    if (a_.causal) last = smin(last, b_.CreateSub(i, j0));
+    last = b_.CreateTrunc(b_.CreateBinaryIntrinsic(Intrinsic::smax, last, c64(-1)), b_.getInt32Ty()); // in [-1, 63]
+    FixedVectorType* st = score_type();
+    std::vector<Constant*> lanes;
+    for (int64_t l = 0; l < kAttentionKeyBlock; ++l) lanes.push_back(b_.getInt32(static_cast<uint32_t>(l)));
+    Value* keep = b_.CreateICmpSLE(ConstantVector::get(lanes), b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), last));
+    Value* x = b_.CreateFMul(b_.CreateAlignedLoad(st, sc, vector_align(st)), b_.CreateVectorSplat(static_cast<unsigned>(kAttentionKeyBlock), scale_));
+    b_.CreateAlignedStore(b_.CreateSelect(keep, x, ConstantFP::get(st, -inf)), sc, vector_align(st));
   }
 
   /// The sum of the block's p in sum_lanes() order (kernel_ir.h): lane l of sum_lanes(dtype) lanes
@@ -283,10 +347,12 @@ private:
     return b_.CreateExtractElement(acc, uint64_t{0});
   }
 
-  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group, by tiles of
-  /// kColumnVectors vectors of width() columns (v's vectors past ev read with a mask), the group's rows
-  /// together: rows x kColumnVectors accumulators in registers over the block's keys.
-  void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& alpha, Value* kbase, Value* j0, Value* jn) {
+  /// o = o * a + sum over jj < jn of p_jj v[j0 + jj] for each row of the group (with causal, the keys
+  /// j0 + jj <= the row only), by tiles of kColumnVectors vectors of width() columns (v's vectors
+  /// past ev read with a mask), the group's rows together: rows x kColumnVectors accumulators in
+  /// registers over the block's keys.
+  void accumulate(const std::vector<Value*>& slot, const std::vector<Value*>& row, const std::vector<Value*>& alpha, Value* kbase,
+                  Value* j0, Value* jn) {
     FixedVectorType* vt = column_type();
     const auto w = static_cast<unsigned>(width());
     const auto cols = static_cast<size_t>(kColumnVectors);
@@ -301,18 +367,39 @@ private:
           Value* o = b_.CreateAlignedLoad(vt, op.back(), vector_align(vt));
           store(b_.CreateFMul(o, b_.CreateVectorSplat(w, alpha[r])), acc[r * cols + v]);
         }
-      for_range(c64(0), jn, [&](Value* jj) {
+      // key jj for every row (seen: null) or, on the causal diagonal, for the rows that see it
+      auto key_step = [&](Value* jj, bool diagonal) {
         Value* key = add(kbase, add(j0, jj));
         std::vector<Value*> vv;
         for (size_t v = 0; v < cols; ++v) vv.push_back(load_cols(tile_at(a_.v, ev_, key, c0, static_cast<int64_t>(v)), in[v]));
         for (size_t r = 0; r < slot.size(); ++r) {
           Value* p = b_.CreateVectorSplat(w, load(gep(sc_, add(c64(static_cast<int64_t>(r) * kAttentionKeyBlock), jj))));
-          for (size_t v = 0; v < cols; ++v) store(emit_fmuladd(b_, p, vv[v], b_.CreateLoad(vt, acc[r * cols + v])), acc[r * cols + v]);
+          Value* seen = diagonal ? b_.CreateICmpSLE(add(j0, jj), row[r]) : nullptr;
+          for (size_t v = 0; v < cols; ++v) accumulate_into(acc[r * cols + v], p, vv[v], seen);
         }
-      });
+      };
+      if (!a_.causal) {
+        for_range(c64(0), jn, [&](Value* jj) { key_step(jj, false); });
+      } else { // rows increase through the group: keys up to the first row's for all, then the diagonal
+        Value* all = clamp(add(b_.CreateSub(row.front(), j0), c64(1)), jn);
+        Value* some = clamp(add(b_.CreateSub(row.back(), j0), c64(1)), jn);
+        for_range(c64(0), all, [&](Value* jj) { key_step(jj, false); });
+        for_range(all, some, [&](Value* jj) { key_step(jj, true); });
+      }
       for (size_t x = 0; x < op.size(); ++x) b_.CreateAlignedStore(b_.CreateLoad(vt, acc[x]), op[x], vector_align(vt));
     });
   }
+
+  /// acc = fmuladd(f, x, acc), or, where `seen` (an i1, or null: always) is false, acc as it is: a
+  /// pair that causal masks is skipped, not multiplied by its 0 (which would let a non-finite x in).
+  void accumulate_into(AllocaInst* acc, Value* f, Value* x, Value* seen) {
+    Value* old = b_.CreateLoad(column_type(), acc);
+    Value* sum = emit_fmuladd(b_, f, x, old);
+    store(seen ? b_.CreateSelect(seen, sum, old) : sum, acc);
+  }
+
+  /// v clamped to [0, hi] (i64).
+  Value* clamp(Value* v, Value* hi) { return smin(b_.CreateBinaryIntrinsic(Intrinsic::smax, v, c64(0)), hi); }
 
   // --- the backward (kernel_ir.h, AttentionBackward) -------------------------------------------
 
@@ -362,16 +449,25 @@ private:
     });
   }
 
-  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns).
+  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns): kStatisticRows
+  /// rows at a time, so that their chains of dependent fmuladds overlap.
   void row_statistics(Value* bh) {
-    for_range(c64(0), l_, [&](Value* i) {
-      Value* row = mul(add(mul(bh, l_), i), ev_);
-      AllocaInst* acc = h_.entry_alloca(t_, "a.d");
-      store(fc(0), acc);
+    constexpr int64_t kStatisticRows = 8;
+    for_tiles(l_, kStatisticRows, [&](Value* i, int64_t n) {
+      std::vector<AllocaInst*> acc;
+      std::vector<Value*> row;
+      for (int64_t r = 0; r < n; ++r) {
+        acc.push_back(h_.entry_alloca(t_, "a.d"));
+        store(fc(0), acc.back());
+        row.push_back(mul(add(mul(bh, l_), add(i, c64(r))), ev_));
+      }
       for_range(c64(0), ev_, [&](Value* c) {
-        store(emit_fmuladd(b_, load(at(a_.dout, add(row, c))), load(at(a_.out, add(row, c))), load(acc)), acc);
+        for (int64_t r = 0; r < n; ++r) {
+          Value* x = add(row[static_cast<size_t>(r)], c);
+          store(emit_fmuladd(b_, load(at(a_.dout, x)), load(at(a_.out, x)), load(acc[static_cast<size_t>(r)])), acc[static_cast<size_t>(r)]);
+        }
       });
-      store(load(acc), gep(d_, i));
+      for (int64_t r = 0; r < n; ++r) store(load(acc[static_cast<size_t>(r)]), gep(d_, add(i, c64(r))));
     });
   }
 
@@ -405,18 +501,20 @@ private:
         Value* n = smin(c64(kAttentionQueryBlock), b_.CreateSub(l_, i0));
         for_row_groups(i0, add(i0, n), [&](const std::vector<Value*>& rows) {
           Value* lane0 = mul(b_.CreateSub(rows[0], i0), kAttentionKeyBlock); // the group's first row in p and g
-          dots(a_.q, e_, qbase, rows, kt_, gep(sc_, lane0));
-          if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0));
+          Value* live = live_vectors(rows.back(), j0, jn);
+          dots(a_.q, e_, qbase, rows, kt_, gep(sc_, lane0), live);
+          if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0), live);
           for (size_t r = 0; r < rows.size(); ++r) {
             Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
-            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
+            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn, mul(live, width()));
           }
         });
         Value* keys = add(kbase, j0);
         Value* chunk = add(qbase, i0); // the chunk's first row in q, dout and dq
-        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, chunk, n, sc_, keys, jn);
-        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, chunk, n, g_, keys, jn);
-        if (a_.dq >= 0) update_rows(chunk, n, keys, jn);
+        Value* lag = b_.CreateSub(i0, j0); // with causal, row i of the chunk sees key jj of the block where jj <= i + lag
+        if (a_.dv >= 0) update_keys(a_.dv, ev_, a_.dout, chunk, n, sc_, keys, jn, lag);
+        if (a_.dk >= 0) update_keys(a_.dk, e_, a_.q, chunk, n, g_, keys, jn, lag);
+        if (a_.dq >= 0) update_rows(chunk, n, keys, jn, lag);
         h_.pop_scope();
       });
     });
@@ -424,8 +522,9 @@ private:
 
   /// Query row i of batch point bh over the keys [j0, j0 + jn): its scores in sc (raw) become
   /// p = exp(s - L) (L the row's lse, +inf where -inf), and (where g is not null) its dP in g becomes
-  /// (p * (dP - D)) * scale; 0 past jn.
-  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+  /// (p * (dP - D)) * scale, 0 where s is -inf (masked keys, and those past jn). The lanes from
+  /// `live` on (live_vectors) are masked: p and g are 0 there, stored without an exp.
+  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn, Value* live) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
@@ -433,10 +532,18 @@ private:
     Value* lse = load(at(a_.lse, add(mul(bh, l_), i)));
     Value* shift = b_.CreateSelect(b_.CreateFCmpOEQ(lse, fc(-inf)), fc(inf), lse);
     Value* d = load(gep(d_, i));
-    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
-      Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(load(gep(sc, jj)), shift));
+    for_range(live, c64(kAttentionKeyBlock), [&](Value* jj) {
+      store(fc(0), gep(sc, jj));
+      if (g) store(fc(0), gep(g, jj));
+    });
+    for_range(c64(0), live, [&](Value* jj) {
+      Value* s = load(gep(sc, jj));
+      Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(s, shift));
       store(p, gep(sc, jj));
-      if (g) store(b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_), gep(g, jj));
+      if (!g) return;
+      // a masked key (s = -inf) adds nothing: g = 0 whatever dP holds (dots() left 0 in the skipped vectors)
+      Value* gj = b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_);
+      store(b_.CreateSelect(b_.CreateFCmpOEQ(s, fc(-inf)), fc(0), gj), gep(g, jj));
     });
     h_.set_loop_var(1, nullptr);
     h_.pop_scope();
@@ -499,50 +606,65 @@ private:
 
   /// dst[key j] += sum over the chunk's n rows i (in order) of coef[i][jj] * src[row i] for the block's
   /// keys jj < jn (rows of `width`; coef rows of kAttentionKeyBlock from the chunk's first row): dv
-  /// (coef p, src dout) or dk (coef g, src q). Tiles of tile_rows() keys x kColumnVectors column vectors
-  /// accumulate in registers over the chunk's rows.
-  void update_keys(int dst, Value* width, int src, Value* chunk, Value* n, Value* coef, Value* keys, Value* jn) {
+  /// (coef p, src dout) or dk (coef g, src q); with causal only the pairs jj <= i + lag. Tiles of
+  /// tile_rows() keys x kColumnVectors column vectors accumulate in registers over the chunk's rows.
+  void update_keys(int dst, Value* width, int src, Value* chunk, Value* n, Value* coef, Value* keys, Value* jn, Value* lag) {
     const auto w = static_cast<unsigned>(this->width());
     for_tiles(jn, tile_rows(), [&](Value* jj, int64_t kt) {
       auto key = [&](int64_t t) { return add(keys, add(jj, c64(t))); };
       for_column_tiles(width, [&](Value* c0, const std::vector<Value*>& in) {
         std::vector<AllocaInst*> acc = load_tile(dst, width, kt, key, c0, in);
-        for_range(c64(0), n, [&](Value* i) {
+        auto row_step = [&](Value* i, bool diagonal) {
           std::vector<Value*> x;
           for (int64_t v = 0; v < kColumnVectors; ++v) x.push_back(load_cols(tile_at(src, width, add(chunk, i), c0, v), in[static_cast<size_t>(v)]));
           Value* crow = gep(coef, add(mul(i, kAttentionKeyBlock), jj));
           for (int64_t t = 0; t < kt; ++t) {
             Value* f = b_.CreateVectorSplat(w, load(gep(crow, c64(t))));
-            for (int64_t v = 0; v < kColumnVectors; ++v) {
-              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
-              store(emit_fmuladd(b_, f, x[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
-            }
+            Value* seen = diagonal ? b_.CreateICmpSLE(add(jj, c64(t)), add(i, lag)) : nullptr;
+            for (int64_t v = 0; v < kColumnVectors; ++v)
+              accumulate_into(acc[static_cast<size_t>(t * kColumnVectors + v)], f, x[static_cast<size_t>(v)], seen);
           }
-        });
+        };
+        if (!a_.causal) {
+          for_range(c64(0), n, [&](Value* i) { row_step(i, false); });
+        } else { // rows before the tile's first key see none of it; from its last key on, all of it
+          Value* first = clamp(b_.CreateSub(jj, lag), n);
+          Value* all = clamp(b_.CreateSub(add(jj, c64(kt - 1)), lag), n);
+          for_range(first, all, [&](Value* i) { row_step(i, true); });
+          for_range(all, n, [&](Value* i) { row_step(i, false); });
+        }
         store_tile(acc, dst, width, kt, key, c0, in);
       });
     });
   }
 
   /// dq[row i] += sum over the block's keys jj < jn (in order) of g[i][jj] * k[key jj] for the chunk's
-  /// n rows: tiles of tile_rows() rows x kColumnVectors column vectors accumulate in registers over the keys.
-  void update_rows(Value* chunk, Value* n, Value* keys, Value* jn) {
+  /// n rows (with causal, the keys jj <= i + lag): tiles of tile_rows() rows x kColumnVectors column
+  /// vectors accumulate in registers over the keys.
+  void update_rows(Value* chunk, Value* n, Value* keys, Value* jn, Value* lag) {
     const auto w = static_cast<unsigned>(this->width());
     for_tiles(n, tile_rows(), [&](Value* i, int64_t rt) {
       auto row = [&](int64_t t) { return add(chunk, add(i, c64(t))); };
       for_column_tiles(e_, [&](Value* c0, const std::vector<Value*>& in) {
         std::vector<AllocaInst*> acc = load_tile(a_.dq, e_, rt, row, c0, in);
-        for_range(c64(0), jn, [&](Value* jj) {
+        auto key_step = [&](Value* jj, bool diagonal) {
           std::vector<Value*> kv;
           for (int64_t v = 0; v < kColumnVectors; ++v) kv.push_back(load_cols(tile_at(a_.k, e_, add(keys, jj), c0, v), in[static_cast<size_t>(v)]));
           for (int64_t t = 0; t < rt; ++t) {
             Value* f = b_.CreateVectorSplat(w, load(gep(g_, add(mul(add(i, c64(t)), kAttentionKeyBlock), jj))));
-            for (int64_t v = 0; v < kColumnVectors; ++v) {
-              AllocaInst* a = acc[static_cast<size_t>(t * kColumnVectors + v)];
-              store(emit_fmuladd(b_, f, kv[static_cast<size_t>(v)], b_.CreateLoad(column_type(), a)), a);
-            }
+            Value* seen = diagonal ? b_.CreateICmpSLE(jj, add(add(i, c64(t)), lag)) : nullptr;
+            for (int64_t v = 0; v < kColumnVectors; ++v)
+              accumulate_into(acc[static_cast<size_t>(t * kColumnVectors + v)], f, kv[static_cast<size_t>(v)], seen);
           }
-        });
+        };
+        if (!a_.causal) {
+          for_range(c64(0), jn, [&](Value* jj) { key_step(jj, false); });
+        } else { // keys up to the tile's first row are seen by all its rows; past its last row by none
+          Value* all = clamp(add(add(i, lag), c64(1)), jn);
+          Value* some = clamp(add(add(i, c64(rt)), lag), jn);
+          for_range(c64(0), all, [&](Value* jj) { key_step(jj, false); });
+          for_range(all, some, [&](Value* jj) { key_step(jj, true); });
+        }
         store_tile(acc, a_.dq, e_, rt, row, c0, in);
       });
     });

@@ -108,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_grad_f64_1d0887571
               const double lse = b5[bi * A_l + qrow0 + rr];
               const double pv = kiln_exp_f64(s - (lse == -A_inf ? A_inf : lse));
               Ps[rr][jj] = pv;
-              Gs[rr][jj] = (pv * (dp[y][x] - Ds[rr])) * A_scale;
+              Gs[rr][jj] = s == -A_inf ? (double)0 : (pv * (dp[y][x] - Ds[rr])) * A_scale; // a masked key adds nothing
             }
           }
         }
@@ -126,7 +126,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_grad_f64_1d0887571
             for (int kk = tid / 16; kk < nkeys; kk += 256 / 16) {
               double* const o = b9 + (bi * A_s + key0 + kk) * A_ev + c0 + tc;
               double acc = *o;
-              for (int rr = 0; rr < nrows; ++rr) acc = kiln_attn_fma(Ps[rr][kk], Stage[rr * 16 + tc], acc);
+              const int rstart = 0;
+              for (int rr = rstart; rr < nrows; ++rr) acc = kiln_attn_fma(Ps[rr][kk], Stage[rr * 16 + tc], acc);
               *o = acc;
             }
         }
@@ -143,7 +144,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_grad_f64_1d0887571
             for (int kk = tid / 16; kk < nkeys; kk += 256 / 16) {
               double* const o = b8 + (bi * A_s + key0 + kk) * A_e + c0 + tc;
               double acc = *o;
-              for (int rr = 0; rr < nrows; ++rr) acc = kiln_attn_fma(Gs[rr][kk], Stage[rr * 16 + tc], acc);
+              const int rstart = 0;
+              for (int rr = rstart; rr < nrows; ++rr) acc = kiln_attn_fma(Gs[rr][kk], Stage[rr * 16 + tc], acc);
               *o = acc;
             }
         }
@@ -185,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_grad_f64_1d0887571
               const double lse = b5[bi * A_l + qrow0 + rr];
               const double pv = kiln_exp_f64(s - (lse == -A_inf ? A_inf : lse));
               Ps[rr][jj] = pv;
-              Gs[rr][jj] = (pv * (dp[y][x] - Ds[rr])) * A_scale;
+              Gs[rr][jj] = s == -A_inf ? (double)0 : (pv * (dp[y][x] - Ds[rr])) * A_scale; // a masked key adds nothing
             }
           }
         }
@@ -203,7 +205,8 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_grad_f64_1d0887571
             for (int rr = tid / 16; rr < nrows; rr += 256 / 16) {
               double* const o = b7 + (bi * A_l + qrow0 + rr) * A_e + c0 + tc;
               double acc = *o;
-              for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(Gs[rr][kk], Stage[kk * 16 + tc], acc);
+              const int kend = nkeys;
+              for (int kk = 0; kk < kend; ++kk) acc = kiln_attn_fma(Gs[rr][kk], Stage[kk * 16 + tc], acc);
               *o = acc;
             }
         }

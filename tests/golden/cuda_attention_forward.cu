@@ -146,7 +146,9 @@ extern "C" __global__ void __launch_bounds__(256) k_attention_f32_d7c95e9c091b(c
           for (int rr = tid / 32; rr < nrows; rr += 256 / 32) {
             float* const o = b4 + (bi * A_l + qrow0 + rr) * A_ev + c0 + tc;
             float acc = (key0 == 0 ? (float)0 : *o) * As[rr];
-            for (int kk = 0; kk < nkeys; ++kk) acc = kiln_attn_fma(Ss[rr][kk], Stage[kk * 32 + tc], acc);
+            const long long seen = qrow0 + rr - key0 + 1; // causal: the keys up to the row only
+            const int kend = seen < nkeys ? (seen < 0 ? 0 : (int)seen) : nkeys;
+            for (int kk = 0; kk < kend; ++kk) acc = kiln_attn_fma(Ss[rr][kk], Stage[kk * 32 + tc], acc);
             *o = acc;
           }
       }
