@@ -449,25 +449,16 @@ private:
     });
   }
 
-  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns): kStatisticRows
-  /// rows at a time, so that their chains of dependent fmuladds overlap.
+  /// Per query row of batch point bh, D = dout . out (fmuladd in order of columns).
   void row_statistics(Value* bh) {
-    constexpr int64_t kStatisticRows = 8;
-    for_tiles(l_, kStatisticRows, [&](Value* i, int64_t n) {
-      std::vector<AllocaInst*> acc;
-      std::vector<Value*> row;
-      for (int64_t r = 0; r < n; ++r) {
-        acc.push_back(h_.entry_alloca(t_, "a.d"));
-        store(fc(0), acc.back());
-        row.push_back(mul(add(mul(bh, l_), add(i, c64(r))), ev_));
-      }
+    for_range(c64(0), l_, [&](Value* i) {
+      Value* row = mul(add(mul(bh, l_), i), ev_);
+      AllocaInst* acc = h_.entry_alloca(t_, "a.d");
+      store(fc(0), acc);
       for_range(c64(0), ev_, [&](Value* c) {
-        for (int64_t r = 0; r < n; ++r) {
-          Value* x = add(row[static_cast<size_t>(r)], c);
-          store(emit_fmuladd(b_, load(at(a_.dout, x)), load(at(a_.out, x)), load(acc[static_cast<size_t>(r)])), acc[static_cast<size_t>(r)]);
-        }
+        store(emit_fmuladd(b_, load(at(a_.dout, add(row, c))), load(at(a_.out, add(row, c))), load(acc)), acc);
       });
-      for (int64_t r = 0; r < n; ++r) store(load(acc[static_cast<size_t>(r)]), gep(d_, add(i, c64(r))));
+      store(load(acc), gep(d_, i));
     });
   }
 
@@ -506,7 +497,7 @@ private:
           if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0), live);
           for (size_t r = 0; r < rows.size(); ++r) {
             Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
-            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn, mul(live, width()));
+            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
           }
         });
         Value* keys = add(kbase, j0);
@@ -522,9 +513,8 @@ private:
 
   /// Query row i of batch point bh over the keys [j0, j0 + jn): its scores in sc (raw) become
   /// p = exp(s - L) (L the row's lse, +inf where -inf), and (where g is not null) its dP in g becomes
-  /// (p * (dP - D)) * scale, 0 where s is -inf (masked keys, and those past jn). The lanes from
-  /// `live` on (live_vectors) are masked: p and g are 0 there, stored without an exp.
-  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn, Value* live) {
+  /// (p * (dP - D)) * scale, 0 where s is -inf (masked keys, and those past jn).
+  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
@@ -532,11 +522,7 @@ private:
     Value* lse = load(at(a_.lse, add(mul(bh, l_), i)));
     Value* shift = b_.CreateSelect(b_.CreateFCmpOEQ(lse, fc(-inf)), fc(inf), lse);
     Value* d = load(gep(d_, i));
-    for_range(live, c64(kAttentionKeyBlock), [&](Value* jj) {
-      store(fc(0), gep(sc, jj));
-      if (g) store(fc(0), gep(g, jj));
-    });
-    for_range(c64(0), live, [&](Value* jj) {
+    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
       Value* s = load(gep(sc, jj));
       Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(s, shift));
       store(p, gep(sc, jj));
