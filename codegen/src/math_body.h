@@ -38,7 +38,7 @@
 ///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
 ///   erf:   in f64 for f32 too (rounded once), on |x| clamped to where erf rounds to +-1.
 ///          f32: x P(t), t = 2 x^2 / 3.93^2 - 1, P a Chebyshev fit of erf(x)/x (kErfF32,
-///          2.2e-12 relative, enough for f32) on |x| <= 3.93. f64, on |x| <= 6:
+///          2.2e-12 relative, enough for f32; by Estrin's scheme) on |x| <= 3.93. f64, on |x| <= 6:
 ///          |x| < 0.75: x + x P(x^2), P the Taylor series of erf(x)/x - 1;
 ///          0.75 <= |x| < 2: erf(a) + s Q_a(s), s = |x| - a, Taylor series about the
 ///          centre a of one of five intervals of width 1/4, erf(a) as hi + lo;
