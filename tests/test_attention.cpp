@@ -799,7 +799,9 @@ TEST(AttentionBackward, TheForwardStoresTheRowLogsumexp) {
         const double bound = (2.0 * static_cast<double>(c.S) + 8 * blocks + 16 + 4 * static_cast<double>(c.E) * scale * dot +
                               std::fabs(want[i])) * eps;
         EXPECT_NEAR(got[i], want[i], bound) << c.what << " [" << i << "]";
-        if (dtype == kFloat64) EXPECT_NEAR(got[i], exact.values[i], 1e-12 * std::max(1.0, std::fabs(exact.values[i]))) << c.what;
+        if (dtype == kFloat64) {
+          EXPECT_NEAR(got[i], exact.values[i], 1e-12 * std::max(1.0, std::fabs(exact.values[i]))) << c.what;
+        }
       }
       // rows 0, 3, 6, ... of a mask with the query dim see no key (operands())
       if (c.mask != 0 && c.mask_shape[c.mask_shape.size() - 2] == c.L) EXPECT_GT(masked_rows, 0) << c.what;

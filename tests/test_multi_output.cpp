@@ -170,7 +170,9 @@ TEST(MultiOutput, AReductionDoesNotJoinAMatmulOrAnElementwiseKernel) {
   ASSERT_EQ(plan.schedule.launches.size(), 2u); // the exp joins the matmul; the sum stays apart
   EXPECT_EQ(plan.schedule.launches[0].outputs.size() + plan.schedule.launches[1].outputs.size(), 3u);
   for (const auto& l : plan.schedule.launches)
-    if (l.kernel.gemm) EXPECT_EQ(l.kernel.reductions.size(), 1u);
+    if (l.kernel.gemm) {
+      EXPECT_EQ(l.kernel.reductions.size(), 1u);
+    }
   expect_same_bits(make);
 }
 

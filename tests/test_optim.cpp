@@ -437,7 +437,9 @@ void expect_compiled_matches_eager(MakeOpt make_opt, BetweenSteps between, int s
   EXPECT_LE(step.num_traces(), 3u);
   const optim::NamedTensors a = eager_opt.state_dict(), b = compiled_opt.state_dict();
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].first.ends_with(".step")) EXPECT_EQ(a[i].second.template item<int64_t>(), b[i].second.template item<int64_t>()) << a[i].first;
+    if (a[i].first.ends_with(".step")) {
+      EXPECT_EQ(a[i].second.template item<int64_t>(), b[i].second.template item<int64_t>()) << a[i].first;
+    }
 }
 
 TEST(CompiledStep, AdamMatchesEagerStepForStep) {

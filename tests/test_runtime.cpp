@@ -435,7 +435,9 @@ TEST(Fuel, EachUnitAllowsOneMoreFusionDecisionAndNoneChangesABit) {
     EXPECT_EQ(fusion_decisions(p.schedule), static_cast<size_t>(fuel)) << fuel;
     EXPECT_LE(p.schedule.launches.size(), previous) << fuel; // more fuel never means more kernels
     previous = p.schedule.launches.size();
-    if (fuel == 0) EXPECT_EQ(p.schedule.launches.size(), unfused_kernels);
+    if (fuel == 0) {
+      EXPECT_EQ(p.schedule.launches.size(), unfused_kernels);
+    }
     bool out_of_fuel = false;
     for (const std::string& d : p.schedule.debug_lines()) out_of_fuel = out_of_fuel || d.find("out of fusion fuel") != std::string::npos;
     EXPECT_EQ(out_of_fuel, fuel < static_cast<int64_t>(unlimited_decisions)) << fuel;
