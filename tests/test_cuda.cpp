@@ -903,8 +903,9 @@ struct AttentionProblem {
 enum class MaskKind { None, Bool, Float };
 
 /// q [bh, l, e], k [bh, s, e], v [bh, s, ev], dout [bh, l, ev]; a bool mask [bh, l, s] or a float
-/// one [1, l, s] (broadcast over the batch) whose row l / 2 keeps no key where l > 1; `inf_key`: key
-/// 100 of batch point 0 has an inf in k and in v, and its query row 0 one in dout.
+/// one [1, l, s] (broadcast over the batch) whose row l / 2 keeps no key where l > 1 (with causal, a
+/// float one also has +inf at row 0, key 40, which causal masks); `inf_key`: key 100 of batch point
+/// 0 has an inf in k and in v, and its query row 0 one in dout.
 AttentionProblem attention_problem(DType dt, std::array<int64_t, 5> size, MaskKind mask, bool causal, uint64_t seed,
                                    bool inf_key = false) {
   const auto [bh, l, s, e, ev] = size;
@@ -933,6 +934,7 @@ AttentionProblem attention_problem(DType dt, std::array<int64_t, 5> size, MaskKi
   if (l > 1)
     for (int64_t b = 0; b < numel_of(shape) / (l * s); ++b)
       for (int64_t j = 0; j < s; ++j) m[(b * l + l / 2) * s + j] = mask == MaskKind::Bool ? 0 : -kInf;
+  if (mask == MaskKind::Float && causal && s > 40) m[40] = kInf; // where causal masks (row 0, key 40): NaN on both
   p.mask = tensor_of(m, mt, shape);
   return p;
 }

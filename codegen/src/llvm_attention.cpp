@@ -151,9 +151,10 @@ private:
         Value* live = live_vectors(row.back(), j0, jn);
         scores(bh, row, live);
         std::vector<Value*> alpha;
-        // with causal, p of the vectors past the group's last row is 0 without an exp; otherwise a
-        // constant trip count (a run-time one measured ~1% slower at T = 1024)
-        Value* exp_lanes = a_.causal ? mul(live, width()) : c64(kAttentionKeyBlock);
+        // with causal and no mask, p of the vectors past the group's last row is exp(-inf) = 0 without
+        // an exp (a mask could make such a score NaN: +inf or NaN added to -inf); otherwise a constant
+        // trip count (a run-time one measured ~1% slower at T = 1024)
+        Value* exp_lanes = a_.causal && !a_.mask ? mul(live, width()) : c64(kAttentionKeyBlock);
         for (int64_t r = 0; r < a_.rows; ++r)
           alpha.push_back(softmax_step(row[r], slot[r], gep(sc_, c64(r * kAttentionKeyBlock)), j0, jn, exp_lanes));
         if (a_.out >= 0) accumulate(slot, row, alpha, kbase, j0, jn);
@@ -267,7 +268,7 @@ private:
 
   /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
   /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o. The
-  /// lanes from `live` on are masked (live_vectors): p is exp(-inf) = 0 there, stored without an exp.
+  /// lanes from `live` on are -inf (causal, no mask: live_vectors): p is 0 there, stored without an exp.
   Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn, Value* live) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
