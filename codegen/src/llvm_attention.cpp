@@ -94,6 +94,7 @@ private:
   Value* mul(Value* a, Value* b) { return b_.CreateMul(a, b, "", true, true); }
   Value* mul(Value* a, int64_t c) { return mul(a, c64(c)); }
   Value* smin(Value* a, Value* b) { return b_.CreateBinaryIntrinsic(Intrinsic::smin, a, b); }
+  Value* smax(Value* a, Value* b) { return b_.CreateBinaryIntrinsic(Intrinsic::smax, a, b); }
   Value* ceil_div(Value* a, int64_t c) { return b_.CreateUDiv(b_.CreateAdd(a, c64(c - 1)), c64(c)); }
   Value* load(Value* p) { return b_.CreateLoad(t_, p); }
   void store(Value* v, Value* p) { b_.CreateStore(v, p); }
@@ -205,7 +206,7 @@ private:
   Value* live_vectors(Value* i_max, Value* j0, Value* jn) {
     Value* lanes = jn;
     if (a_.causal) lanes = smin(lanes, add(b_.CreateSub(i_max, j0), c64(1)));
-    lanes = b_.CreateBinaryIntrinsic(Intrinsic::smax, lanes, c64(1));
+    lanes = smax(lanes, c64(1));
     return ceil_div(lanes, width());
   }
 
@@ -268,8 +269,9 @@ private:
 
   /// Query row i (slot `slot` of the task's m, z and o) over the keys [j0, j0 + jn): scales and
   /// masks its scores in sc, turns them into p, updates m and z; returns the factor a of o. The
-  /// lanes from `live` on are -inf (causal, no mask: live_vectors): p is 0 there, stored without an exp.
-  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn, Value* live) {
+  /// lanes from `exp_lanes` on are -inf (causal, no mask: live_vectors): p is 0 there, stored
+  /// without an exp.
+  Value* softmax_step(Value* i, Value* slot, Value* sc, Value* j0, Value* jn, Value* exp_lanes) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
@@ -277,11 +279,11 @@ private:
     Value* m_new = mask_scores(i, sc, j0, jn, m_old);
     Value* c = b_.CreateSelect(b_.CreateFCmpOEQ(m_new, fc(-inf)), fc(0), m_new);
     Value* alpha = emit_math(b_, MathFn::Exp, b_.CreateFSub(m_old, c));
-    for_range(c64(0), live, [&](Value* jj) {
+    for_range(c64(0), exp_lanes, [&](Value* jj) {
       Value* p = gep(sc, jj);
       store(emit_math(b_, MathFn::Exp, b_.CreateFSub(load(p), c)), p);
     });
-    for_range(live, c64(kAttentionKeyBlock), [&](Value* jj) { store(fc(0), gep(sc, jj)); });
+    for_range(exp_lanes, c64(kAttentionKeyBlock), [&](Value* jj) { store(fc(0), gep(sc, jj)); });
     Value* sum = lane_sum(b_.CreateAlignedLoad(score_type(), sc, vector_align(score_type())));
     Value* zp = gep(z_, slot);
     store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
@@ -323,7 +325,7 @@ private:
     const double inf = std::numeric_limits<double>::infinity();
     Value* last = b_.CreateSub(jn, c64(1));
     if (a_.causal) last = smin(last, b_.CreateSub(i, j0));
-    last = b_.CreateTrunc(b_.CreateBinaryIntrinsic(Intrinsic::smax, last, c64(-1)), b_.getInt32Ty()); // in [-1, 63]
+    last = b_.CreateTrunc(smax(last, c64(-1)), b_.getInt32Ty()); // in [-1, 63]
     FixedVectorType* st = score_type();
     std::vector<Constant*> lanes;
     for (int64_t l = 0; l < kAttentionKeyBlock; ++l) lanes.push_back(b_.getInt32(static_cast<uint32_t>(l)));
@@ -403,7 +405,7 @@ private:
   }
 
   /// v clamped to [0, hi] (i64).
-  Value* clamp(Value* v, Value* hi) { return smin(b_.CreateBinaryIntrinsic(Intrinsic::smax, v, c64(0)), hi); }
+  Value* clamp(Value* v, Value* hi) { return smin(smax(v, c64(0)), hi); }
 
   // --- the backward (kernel_ir.h, AttentionBackward) -------------------------------------------
 
