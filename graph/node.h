@@ -125,7 +125,11 @@ class Node;
 using NodeRef = std::shared_ptr<const Node>;
 
 /// One op application. Construct only through make_node().
-class Node : public std::enable_shared_from_this<Node> {
+// The base is enable_shared_from_this<const Node> so that weak_from_this() on the const nodes
+// everyone holds is a plain copy: libstdc++ converts a weak_ptr<Node> to weak_ptr<const Node>
+// by taking and dropping a strong reference, which can destroy the node inside make_node's walk
+// of the node table (tests/test_threads.cpp, TwoThreadsBuildingAndDroppingOneNodeAtOnce).
+class Node : public std::enable_shared_from_this<const Node> {
 public:
   OpKind op;                   ///< what it computes
   DType dtype;                 ///< element type of the result

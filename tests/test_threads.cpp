@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "kiln/functional.h"
+#include "graph/build.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
 #include "tests/random_graph.h"
@@ -124,6 +125,27 @@ TEST(Threads, SameGraphFromTwoThreadsAtOnce) {
     EXPECT_EQ(a_out, ref) << "round " << round;
     EXPECT_EQ(b_out, ref) << "round " << round;
   }
+}
+
+// Two threads build and drop the same node over and over, so one thread's lookup often finds
+// the node while the other drops the last reference to it. The lookup once took and dropped a
+// reference of its own inside the table walk (libstdc++'s weak_ptr<Node> to weak_ptr<const Node>
+// conversion locks), and when that was the last one, the node's destructor erased the table entry
+// the walk stood on (a use after free, a crash about one run in 40 under KILN_CUDA_CHECK=1).
+TEST(Threads, TwoThreadsBuildingAndDroppingOneNodeAtOnce) {
+  const graph::NodeRef x = graph::build::constant(1.0, kFloat32, {4});
+  const graph::NodeRef two = graph::build::constant(2.0, kFloat32, {4});
+  const size_t before = graph::live_node_count();
+  auto churn = [&] {
+    for (int i = 0; i < 200000; ++i) {
+      const graph::NodeRef y = graph::build::binary(graph::OpKind::Mul, x, two);
+      ASSERT_EQ(y->inputs[0], x);
+    }
+  };
+  std::thread a(churn), b(churn);
+  a.join();
+  b.join();
+  EXPECT_EQ(graph::live_node_count(), before); // every product was destroyed and left the table
 }
 
 // Two threads reading `t` with to_vector until stop(): reads that were not one value throughout

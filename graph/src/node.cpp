@@ -178,7 +178,10 @@ NodeRef make_node(OpKind op, DType dtype, Shape shape, std::vector<NodeRef> inpu
     if (n->op != op || n->dtype != dtype || n->shape != shape || n->inputs != inputs ||
         !same_attrs(n->attrs, attrs) || n->device != device)
       continue;
-    if (auto alive = n->weak_from_this().lock()) return alive; // null while it is being destroyed
+    // Null while it is being destroyed. Nothing in this loop may drop a strong reference: the
+    // last one would run ~Node, which erases its entry from the table under `it` (the recursive
+    // mutex lets it), so a found node is returned at once and weak_from_this() converts nothing.
+    if (auto alive = n->weak_from_this().lock()) return alive;
   }
   if (op == OpKind::Input) {
     int64_t next = in.next_input_id.load();
