@@ -3,6 +3,7 @@
 // safe; an unusable directory disables the cache with one warning. Each case runs
 // this binary's DISABLED_ child test in fresh processes.
 
+#include <algorithm>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -143,23 +144,25 @@ TEST(DiskCache, WellFormedEntriesWithUnloadableObjectsAreRecompiled) {
   const std::string dir = fresh_dir("unloadable");
   const ChildReport first = run_child(dir);
   ASSERT_FALSE(first.result.empty()) << first.output;
-  int replaced = 0;
-  std::string another_entry_object; // a real object file, of another kernel
+  // Kernels' entries only, in name order: a GEMM support module's entry holds two routines'
+  // modules' worth of work (rejecting one recompiles both), which would make the count below
+  // depend on the entries' hashed names.
+  std::vector<fs::path> kernels;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (replaced == 0) {
-      replace_object(e.path(), "not an object file");
-    } else if (replaced == 1) {
-      std::ifstream in(e.path(), std::ios::binary);
-      another_entry_object.assign(std::istreambuf_iterator<char>(in), {});
-    } else if (replaced == 2) {
-      // a valid ELF object, but without this kernel's symbol: strip the entry header
-      uint64_t key_len = 0;
-      std::memcpy(&key_len, another_entry_object.data() + 8, 8);
-      replace_object(e.path(), another_entry_object.substr(16 + key_len + 16));
-    }
-    ++replaced;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string head(16 + 7, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    if (head.substr(16) == "kernel ") kernels.push_back(e.path());
   }
-  ASSERT_GE(replaced, 3);
+  std::sort(kernels.begin(), kernels.end());
+  ASSERT_GE(kernels.size(), 3u);
+  replace_object(kernels[0], "not an object file");
+  std::ifstream in(kernels[1], std::ios::binary);
+  const std::string another_entry((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // a valid ELF object (another kernel's), but without this kernel's symbol: strip the entry header
+  uint64_t key_len = 0;
+  std::memcpy(&key_len, another_entry.data() + 8, 8);
+  replace_object(kernels[2], another_entry.substr(16 + key_len + 16));
   const ChildReport second = run_child(dir);
   EXPECT_EQ(second.rejects, 2u) << second.output;
   EXPECT_EQ(second.compiles, 2u) << second.output;

@@ -855,6 +855,44 @@ TEST(Reduce, Max) { check_reduce("max", [](auto& x, auto& d, bool k) { return ma
 TEST(Reduce, Min) { check_reduce("min", [](auto& x, auto& d, bool k) { return x.min(d, k); }, kNumeric, Fill::Normal, false, false); }
 TEST(Reduce, MaxWithSpecials) { check_reduce("max", [](auto& x, auto& d, bool k) { return max(x, d, k); }, kNumeric, Fill::Specials, false, false); }
 TEST(Reduce, MinWithSpecials) { check_reduce("min", [](auto& x, auto& d, bool k) { return min(x, d, k); }, kNumeric, Fill::Specials, false, false); }
+// Rows long enough for the CPU's fast max/min pass (a vector of terms or more) and short ones:
+// the signed zero PyTorch returns (max: +0 if any term is +0; min: -0 if any is -0), NaN
+// anywhere in the row, infinities and plain rows, bit for bit, in both fusion modes.
+TEST(Reduce, MaxMinOfZerosAndNaNKeepTheirBits) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DType dt : kFloats)
+    for (int64_t n : {7, 16, 40}) {
+      // rows: [0] negatives, -0s and one +0 late; [1] negatives and -0s; [2] positives, +0s and one
+      // -0 late; [3] positives and +0s; [4] a NaN at the end; [5] all -inf; [6] plain values
+      std::vector<double> v;
+      for (int row = 0; row < 7; ++row)
+        for (int64_t j = 0; j < n; ++j) {
+          const double x = static_cast<double>((j * 7 + row) % 11) + 1.0;
+          double e = row == 0 || row == 1 ? -x : x;
+          if ((row == 0 || row == 1) && j % 3 == 0) e = -0.0;
+          if (row == 0 && j == n - 2) e = 0.0;
+          if ((row == 2 || row == 3) && j % 4 == 1) e = 0.0;
+          if (row == 2 && j == n - 3) e = -0.0;
+          if (row == 4 && j == n - 1) e = nan;
+          if (row == 5) e = -inf;
+          if (row == 6) e = std::sin(static_cast<double>(j)) * 3.0;
+          v.push_back(e);
+        }
+      const Tensor x = tensor_of(v, dt, {7, n});
+      const std::string label = name_of(dt) + " rows of " + std::to_string(n);
+      const std::vector<double> hi = max(x, {1}).to_vector<double>(), lo = min(x, {1}).to_vector<double>();
+      EXPECT_TRUE(hi[0] == 0.0 && !std::signbit(hi[0])) << label << ": max " << hi[0];
+      EXPECT_TRUE(hi[1] == 0.0 && std::signbit(hi[1])) << label << ": max " << hi[1];
+      EXPECT_TRUE(lo[2] == 0.0 && std::signbit(lo[2])) << label << ": min " << lo[2];
+      EXPECT_TRUE(lo[3] == 0.0 && !std::signbit(lo[3])) << label << ": min " << lo[3];
+      EXPECT_TRUE(std::isnan(hi[4]) && std::isnan(lo[4])) << label;
+      EXPECT_EQ(hi[5], -inf) << label;
+      EXPECT_EQ(lo[5], -inf) << label;
+      EXPECT_INTERP(max(x, {1}), kExact, "max " + label);
+      EXPECT_INTERP(min(x, {1}), kExact, "min " + label);
+    }
+}
+
 TEST(Reduce, SumWithSpecials) {
   for (DType dt : kNumeric) EXPECT_INTERP(sum(make(dt, {8, 64}, 77, Fill::Specials), {1}), kExact, "sum specials " + name_of(dt));
 }
