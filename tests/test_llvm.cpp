@@ -856,6 +856,19 @@ TEST(LLVM, InnerLoopIsVectorized) {
   EXPECT_FALSE(has_wide_float_vectors(raw)); // the vectors come from the pipeline, not the emitter
 }
 
+// exp's final x * 2^n (MathOps::scale) is kiln.scalef, which the vectorizer widens and
+// lower_scalef() then defines: nothing of it is left to link, and on an AVX-512 host the
+// widened calls are vscalefps (bitwise ldexp's result, as scale_by_halves': the MathSpecialValues,
+// accuracy and CUDA-shim tests compare the bits).
+TEST(LLVM, ExpScalesByOneInstructionWhereTheTargetHasIt) {
+  const std::string ir = LlvmJit::instance().llvm_ir(unary_f32_kernel(ScalarOp::Exp));
+  EXPECT_EQ(ir.find("kiln.scalef"), std::string::npos) << ir.substr(0, 4000);
+  if (host_cpu_target().vector_bits == 512)
+    EXPECT_NE(ir.find("llvm.x86.avx512.mask.scalef.ps.512"), std::string::npos) << ir.substr(0, 4000);
+  const std::string raw = LlvmJit::instance().llvm_ir(unary_f32_kernel(ScalarOp::Exp), false);
+  EXPECT_NE(raw.find("kiln.scalef.f32"), std::string::npos); // before the pipeline: the declared call
+}
+
 // Rows shorter than a few vectors (a 14-point pooling or im2col row) run as masked vector
 // iterations; rank-1 domains (long rows) keep the plain loop. Same values either way.
 TEST(LLVM, ShortRowsRunAsMaskedVectors) {

@@ -148,6 +148,7 @@ public:
   V shl(V x, int k) { return wrapping(x, "<<", std::to_string(k), true); }
   V lshr(V x, int k) { return wrapping(x, ">>", std::to_string(k), true); }
   V ashr(V x, int k) { return binary(x.type, x, ">>", {std::to_string(k), x.type}); }
+  V scale(V x, V n) { return math::scale_by_halves(*this, x, n); }
   V call(MathFn f, V x) { return let(ft(), std::string("kiln_") + math_fn_name(f) + suffix() + "(" + x.text + ")"); }
 
   std::string suffix() const { return f64 ? "_f64" : "_f32"; }

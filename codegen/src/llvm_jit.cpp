@@ -45,6 +45,7 @@
 #include "codegen/disk_cache.h"
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
+#include "codegen/src/llvm_math.h"
 #include "codegen/src/llvm_perf_map.h"
 #include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
 #include "kiln/error.h"
@@ -190,6 +191,18 @@ bool calls_pow(const llvm::Module& m) {
 /// which glibc's pow and exp2 do not always round alike (1 ulp in f64; test_tiers). So a
 /// module that calls pow goes through InstCombine here too, after the inliner and SROA
 /// as in O3: the same rewrites, the same bits.
+/// Whether the machine's target features hold `feature` ("avx512f").
+bool has_feature(const llvm::TargetMachine& tm, llvm::StringRef feature) {
+  llvm::SmallVector<llvm::StringRef, 64> features;
+  tm.getTargetFeatureString().split(features, ',');
+  return llvm::is_contained(features, ("+" + feature).str());
+}
+
+/// lower_scalef() for tm's target: both tiers run it last.
+void lower_scalef_for(llvm::Module& m, const llvm::TargetMachine& tm) {
+  lower_scalef(m, has_feature(tm, "avx512f"), has_feature(tm, "avx512vl"));
+}
+
 void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -206,6 +219,7 @@ void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
   mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::SROAPass(llvm::SROAOptions::ModifyCFG)));
   if (calls_pow(m)) mpm.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InstCombinePass()));
   mpm.run(m, mam);
+  lower_scalef_for(m, tm);
 }
 
 /// Renames the functions of `m` named `prefix`... (defined or declared) to name + kQuickSuffix.
@@ -421,6 +435,7 @@ struct LlvmJit::Impl {
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
     pb.buildPerModuleDefaultPipeline(level).run(m, mam);
+    lower_scalef_for(m, *tm);
   }
 
   /// The disk-cache key: everything the object code depends on.

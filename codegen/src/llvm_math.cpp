@@ -10,6 +10,8 @@
 #include <string>
 
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include "codegen/src/math_body.h"
 #include "kiln/error.h"
@@ -77,8 +79,95 @@ public:
   V lshr(V x, int k) { return b_->CreateLShr(x, ConstantInt::get(x->getType(), k)); }
   V ashr(V x, int k) { return b_->CreateAShr(x, ConstantInt::get(x->getType(), k)); }
   V call(MathFn fn, V x) { return emit_math(*b_, fn, x); }
+  V scale(V x, V n) { return b_->CreateCall(scalef_function(*b_->GetInsertBlock()->getModule(), ft_), {x, n}); }
 };
 static_assert(MathOps<IrOps>);
+
+constexpr const char* kScalef = "kiln.scalef.";
+
+/// The name of kiln.scalef on `ty` (float, double or a vector of them): kiln.scalef.f32, .v16f32, ...
+std::string scalef_name(Type* ty) {
+  auto* v = dyn_cast<FixedVectorType>(ty);
+  const std::string elem = ty->getScalarType()->isDoubleTy() ? "f64" : "f32";
+  return kScalef + (v ? "v" + std::to_string(v->getNumElements()) : "") + elem;
+}
+
+} // namespace
+
+// kiln.scalef.<f32|f64>(x, n) is IrOps::scale, x * 2^n, declared only: lower_scalef() gives it
+// its code after the optimization pipeline. Its vector variants (the VFABI attribute, kept alive
+// by llvm.compiler.used until then) let the loop vectorizer widen it, so that on AVX-512 one
+// vscalefps replaces scale_by_halves' conversion, six integer ops and second multiply.
+Function* scalef_function(Module& mod, Type* ft) {
+  const std::string name = scalef_name(ft);
+  if (Function* f = mod.getFunction(name)) return f;
+  auto declare = [&](Type* t) {
+    auto* f = Function::Create(FunctionType::get(t, {t, t}, false), GlobalValue::ExternalLinkage, scalef_name(t), mod);
+    f->addFnAttr(Attribute::NoUnwind);
+    f->addFnAttr(Attribute::WillReturn);
+    f->setDoesNotAccessMemory();
+    return f;
+  };
+  Function* f = declare(ft);
+  std::string variants;
+  std::vector<GlobalValue*> keep;
+  for (unsigned lanes : ft->isDoubleTy() ? std::vector<unsigned>{8, 4, 2} : std::vector<unsigned>{16, 8, 4}) {
+    Function* v = declare(FixedVectorType::get(ft, lanes));
+    keep.push_back(v);
+    variants += (variants.empty() ? "" : ",") + ("_ZGV_LLVM_N" + std::to_string(lanes) + "vv_" + name + "(" +
+                                                 v->getName().str() + ")");
+  }
+  f->addFnAttr("vector-function-abi-variant", variants);
+  appendToCompilerUsed(mod, keep);
+  return f;
+}
+
+void lower_scalef(Module& mod, bool avx512f, bool avx512vl) {
+  std::vector<CallInst*> calls;
+  for (Function& f : mod)
+    if (f.getName().starts_with(kScalef))
+      for (User* u : f.users())
+        if (auto* c = dyn_cast<CallInst>(u)) calls.push_back(c);
+  for (CallInst* c : calls) {
+    IRBuilder<> b(c);
+    Value *x = c->getArgOperand(0), *n = c->getArgOperand(1);
+    Type* t = x->getType();
+    auto* v = dyn_cast<FixedVectorType>(t);
+    const bool f64 = t->getScalarType()->isDoubleTy();
+    const unsigned bits = v ? v->getNumElements() * (f64 ? 64 : 32) : 0;
+    Intrinsic::ID id = Intrinsic::not_intrinsic;
+    if (avx512f && bits == 512) id = f64 ? Intrinsic::x86_avx512_mask_scalef_pd_512 : Intrinsic::x86_avx512_mask_scalef_ps_512;
+    if (avx512vl && bits == 256) id = f64 ? Intrinsic::x86_avx512_mask_scalef_pd_256 : Intrinsic::x86_avx512_mask_scalef_ps_256;
+    if (avx512vl && bits == 128) id = f64 ? Intrinsic::x86_avx512_mask_scalef_pd_128 : Intrinsic::x86_avx512_mask_scalef_ps_128;
+    Value* r = nullptr;
+    if (id != Intrinsic::not_intrinsic) { // x * 2^floor(n), rounded once: all lanes, current rounding
+      Type* mask = b.getIntNTy(std::max(8u, v->getNumElements()));
+      std::vector<Value*> args{x, n, x, Constant::getAllOnesValue(mask)};
+      if (bits == 512) args.push_back(b.getInt32(4)); // _MM_FROUND_CUR_DIRECTION
+      r = b.CreateIntrinsic(id, {}, args);
+    } else { // scale_by_halves, on scalars or vectors
+      const int mant = f64 ? 52 : 23, bias = f64 ? 1023 : 127;
+      Type* it = t->getWithNewType(b.getIntNTy(f64 ? 64 : 32));
+      Value* k = b.CreateFPToSI(n, it);
+      Value* k1 = b.CreateAShr(k, ConstantInt::get(it, 1));
+      Value* k2 = b.CreateSub(k, k1);
+      auto pow2 = [&](Value* e) {
+        return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ConstantInt::get(it, bias)), ConstantInt::get(it, mant)), t);
+      };
+      r = b.CreateFMul(b.CreateFMul(x, pow2(k1)), pow2(k2));
+    }
+    c->replaceAllUsesWith(r);
+    c->eraseFromParent();
+  }
+  removeFromUsedLists(mod, [](Constant* c) { return c->getName().starts_with(kScalef); });
+  for (Function& f : make_early_inc_range(mod)) {
+    if (!f.getName().starts_with(kScalef)) continue;
+    f.removeDeadConstantUsers(); // the used list's old initializer
+    if (f.use_empty()) f.eraseFromParent();
+  }
+}
+
+namespace {
 
 /// Defines the internal function `name` computing fn on scalar type ty.
 Function* define_math(Module& mod, MathFn fn, Type* ty, const std::string& name) {

@@ -132,6 +132,9 @@ concept MathOps = std::copy_constructible<M> &&
   { m.is_nan(v) } -> std::same_as<typename M::V>;
   { m.nge(v, v) } -> std::same_as<typename M::V>; // !(x >= y): x < y, or either is NaN
   { m.sel(v, v, v) } -> std::same_as<typename M::V>; ///< cond ? x : y
+  // x * 2^n for an integral float n within twice the exponent range, the exact product rounded
+  // once (C's ldexp): math::scale_by_halves(), or one instruction where the target has one
+  { m.scale(v, v) } -> std::same_as<typename M::V>;
   // conversions and bitcasts
   { m.to_int(v) } -> std::same_as<typename M::V>;     ///< truncating, to the same-width int (in range)
   { m.to_i32(v) } -> std::same_as<typename M::V>;     ///< truncating, to a 32-bit int (in range)
@@ -220,6 +223,16 @@ template <MathOps M> typename M::V pow2(M& m, typename M::V n) {
   return m.from_bits(m.shl(m.iadd(n, m.ci(m.f64 ? 1023 : 127)), m.f64 ? 52 : 23));
 }
 
+/// x * 2^nf (nf integral, |nf| within twice the exponent range) by two exact powers of two:
+/// x * 2^(n/2) is exact (x near 1), and its product with 2^(n - n/2) rounds once, to ldexp's
+/// result, subnormal or infinite ones included.
+template <MathOps M> typename M::V scale_by_halves(M& m, typename M::V x, typename M::V nf) {
+  auto n = m.to_int(nf);
+  auto n1 = m.ashr(n, 1);
+  auto n2 = m.isub(n, n1);
+  return m.mul(m.mul(x, pow2(m, n1)), pow2(m, n2));
+}
+
 /// Cody-Waite reduction by ln2: n (as a float) and r = x - n ln2, |r| <= ln2/2,
 /// as fma(-n, lo, fma(-n, hi, x)).
 template <MathOps M> std::pair<typename M::V, typename M::V> reduce_ln2(M& m, typename M::V x) {
@@ -249,10 +262,7 @@ template <MathOps M> typename M::V exp_body(M& m, typename M::V x) {
   auto xc = m.fmin(m.sel(off, m.c(0), x), m.c(m.f64 ? 710.0 : 89.0));
   auto [nf, r] = reduce_ln2(m, xc);
   auto p = m.add(m.c(1), expm1_poly(m, r));
-  auto n = m.to_int(nf);
-  auto n1 = m.ashr(n, 1);
-  auto n2 = m.isub(n, n1);
-  auto y = m.mul(m.mul(p, pow2(m, n1)), pow2(m, n2));
+  auto y = m.scale(p, nf);
   return m.sel(off, m.sel(m.gt(m.c(0), x), m.c(0), x), y);
 }
 
