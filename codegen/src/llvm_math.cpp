@@ -22,17 +22,20 @@ using namespace llvm;
 
 namespace {
 
-/// MathOps over llvm::Value*: one float type (float or double) and the int of its width.
+/// MathOps over llvm::Value*: one float type (float or double, or a vector of them: lower_scalef)
+/// and the int of its width.
 class IrOps {
 public:
   using V = Value*;
 
-  IrOps(IRBuilder<>& b, Type* ft) : b_(&b), ft_(ft), it_(b.getIntNTy(ft->isDoubleTy() ? 64 : 32)), f64(ft->isDoubleTy()) {}
+  IrOps(IRBuilder<>& b, Type* ft)
+      : b_(&b), ft_(ft), it_(ft->getWithNewType(b.getIntNTy(ft->getScalarType()->isDoubleTy() ? 64 : 32))),
+        f64(ft->getScalarType()->isDoubleTy()) {}
 
 private:
   IRBuilder<>* b_;
-  Type* ft_;          ///< float or double
-  IntegerType* it_;   ///< the integer type of the same width
+  Type* ft_; ///< float or double (or a vector of them)
+  Type* it_; ///< the integer type of the same width (and lanes)
 
 public:
   bool f64; ///< ft_ is double
@@ -145,16 +148,9 @@ void lower_scalef(Module& mod, bool avx512f, bool avx512vl) {
       std::vector<Value*> args{x, n, x, Constant::getAllOnesValue(mask)};
       if (bits == 512) args.push_back(b.getInt32(4)); // _MM_FROUND_CUR_DIRECTION
       r = b.CreateIntrinsic(id, {}, args);
-    } else { // scale_by_halves, on scalars or vectors
-      const int mant = f64 ? 52 : 23, bias = f64 ? 1023 : 127;
-      Type* it = t->getWithNewType(b.getIntNTy(f64 ? 64 : 32));
-      Value* k = b.CreateFPToSI(n, it);
-      Value* k1 = b.CreateAShr(k, ConstantInt::get(it, 1));
-      Value* k2 = b.CreateSub(k, k1);
-      auto pow2 = [&](Value* e) {
-        return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ConstantInt::get(it, bias)), ConstantInt::get(it, mant)), t);
-      };
-      r = b.CreateFMul(b.CreateFMul(x, pow2(k1)), pow2(k2));
+    } else { // on scalars or vectors
+      IrOps m(b, t);
+      r = math::scale_by_halves(m, x, n);
     }
     c->replaceAllUsesWith(r);
     c->eraseFromParent();
