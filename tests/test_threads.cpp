@@ -22,8 +22,8 @@
 #include <regex>
 #include <thread>
 
-#include "kiln/functional.h"
 #include "graph/build.h"
+#include "kiln/functional.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
 #include "tests/random_graph.h"

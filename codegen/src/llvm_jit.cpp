@@ -182,15 +182,6 @@ bool calls_pow(const llvm::Module& m) {
   return llvm::any_of(m, [](const llvm::Function& f) { return f.getIntrinsicID() == llvm::Intrinsic::pow; });
 }
 
-/// The quick tier's IR pipeline: the always-inliner (the kernel's body and kiln's math
-/// functions) and SROA (allocas to registers). That is what makes fast instruction
-/// selection's code tolerable; the rest of O3 is the optimized tier's job.
-/// One transformation of O3 changes values, with no fast-math flag: InstCombine's
-/// library-call simplifier rewrites pow with a constant operand (pow(x, 0.5) to a sqrt,
-/// pow(x, 2) to x*x, pow(x, -1) to 1/x, pow(2^n, x) to exp2(n*x), pow(10, x) to exp10(x)),
-/// which glibc's pow and exp2 do not always round alike (1 ulp in f64; test_tiers). So a
-/// module that calls pow goes through InstCombine here too, after the inliner and SROA
-/// as in O3: the same rewrites, the same bits.
 /// Whether the machine's target features hold `feature` ("avx512f").
 bool has_feature(const llvm::TargetMachine& tm, llvm::StringRef feature) {
   llvm::SmallVector<llvm::StringRef, 64> features;
@@ -203,6 +194,15 @@ void lower_scalef_for(llvm::Module& m, const llvm::TargetMachine& tm) {
   lower_scalef(m, has_feature(tm, "avx512f"), has_feature(tm, "avx512vl"));
 }
 
+/// The quick tier's IR pipeline: the always-inliner (the kernel's body and kiln's math
+/// functions) and SROA (allocas to registers). That is what makes fast instruction
+/// selection's code tolerable; the rest of O3 is the optimized tier's job.
+/// One transformation of O3 changes values, with no fast-math flag: InstCombine's
+/// library-call simplifier rewrites pow with a constant operand (pow(x, 0.5) to a sqrt,
+/// pow(x, 2) to x*x, pow(x, -1) to 1/x, pow(2^n, x) to exp2(n*x), pow(10, x) to exp10(x)),
+/// which glibc's pow and exp2 do not always round alike (1 ulp in f64; test_tiers). So a
+/// module that calls pow goes through InstCombine here too, after the inliner and SROA
+/// as in O3: the same rewrites, the same bits.
 void quick_passes(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -388,7 +388,7 @@ struct LlvmJit::Impl {
   void target(llvm::Module& mod, llvm::TargetMachine& tm_) {
     llvm::TargetMachine* tm = &tm_; // shadows the shared one: this may run on any thread
     llvm::Module* m = &mod;
-    const bool avx512 = tm->getTargetFeatureString().contains("+avx512f");
+    const bool avx512 = has_feature(*tm, "avx512f");
     const bool math = llvm::any_of(*m, [](const llvm::Function& f) { return f.getName().starts_with("kiln."); });
     m->setDataLayout(tm->createDataLayout());
     m->setTargetTriple(tm->getTargetTriple().str());
@@ -402,7 +402,7 @@ struct LlvmJit::Impl {
       // gained nothing and lost time in remainders (Conv2d 32->64 step 44 -> 50 ms).
       if (avx512 && math) f.addFnAttr("prefer-vector-width", "512");
     }
-    lower_fmuladd(*m, tm->getTargetFeatureString().contains("+fma"));
+    lower_fmuladd(*m, has_feature(*tm, "fma"));
     std::string errors;
     llvm::raw_string_ostream os(errors);
     const bool broken = llvm::verifyModule(*m, &os);

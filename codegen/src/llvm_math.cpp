@@ -22,6 +22,8 @@ using namespace llvm;
 
 namespace {
 
+Function* scalef_function(Module& mod, Type* ft);
+
 /// MathOps over llvm::Value*: one float type (float or double, or a vector of them: lower_scalef)
 /// and the int of its width.
 class IrOps {
@@ -95,12 +97,11 @@ std::string scalef_name(Type* ty) {
   return kScalef + (v ? "v" + std::to_string(v->getNumElements()) : "") + elem;
 }
 
-} // namespace
-
-// kiln.scalef.<f32|f64>(x, n) is IrOps::scale, x * 2^n, declared only: lower_scalef() gives it
-// its code after the optimization pipeline. Its vector variants (the VFABI attribute, kept alive
-// by llvm.compiler.used until then) let the loop vectorizer widen it, so that on AVX-512 one
-// vscalefps replaces scale_by_halves' conversion, six integer ops and second multiply.
+// The declaration of kiln.scalef.<f32|f64>(x, n) in `mod`: IrOps::scale, x * 2^n, declared only:
+// lower_scalef() gives it its code after the optimization pipeline. Its vector variants (the
+// VFABI attribute, kept alive by llvm.compiler.used until then) let the loop vectorizer widen
+// it, so that on AVX-512 one vscalefps replaces scale_by_halves' conversion, six integer ops and
+// second multiply.
 Function* scalef_function(Module& mod, Type* ft) {
   const std::string name = scalef_name(ft);
   if (Function* f = mod.getFunction(name)) return f;
@@ -124,6 +125,8 @@ Function* scalef_function(Module& mod, Type* ft) {
   appendToCompilerUsed(mod, keep);
   return f;
 }
+
+} // namespace
 
 void lower_scalef(Module& mod, bool avx512f, bool avx512vl) {
   std::vector<CallInst*> calls;

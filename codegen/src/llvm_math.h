@@ -20,10 +20,6 @@ namespace kiln::codegen {
 /// module on first use.
 llvm::Value* emit_math(llvm::IRBuilder<>& b, MathFn fn, llvm::Value* x);
 
-/// The declaration of kiln.scalef on float type `ft` in `mod` (x * 2^n, n an integral float:
-/// MathOps::scale), with its vector variants for the loop vectorizer; lower_scalef() defines it.
-llvm::Function* scalef_function(llvm::Module& mod, llvm::Type* ft);
-
 /// Replaces every call of kiln.scalef in `mod`, scalar or widened by the vectorizer, by its
 /// code: vscalefps/pd where the target has it (AVX-512F; 128- and 256-bit vectors need VL), else
 /// math::scale_by_halves' ops. Run after the IR pipeline, before code generation.
