@@ -47,11 +47,12 @@ def samples_by_offset(perf_data, symbol):
 def instructions(asm_path, symbol):
     """(offset, text) of each instruction of `symbol`, assembled from the dump."""
     text = open(asm_path).read()
-    # A GEMM kernel's dump is two modules: the kernel's, then its support routines' (their local
-    # labels would clash if assembled together).
+    # A GEMM kernel's dump is several modules: the kernel's, then each part of its support
+    # routines (their local labels would clash if assembled together): take the one defining symbol.
     if SUPPORT_MARK in text:
-        kernel, support = text.split(SUPPORT_MARK, 1)
-        text = support.split("\n", 1)[1] if symbol.startswith("kiln_gemm_") else kernel
+        modules = text.split(SUPPORT_MARK)
+        modules = [modules[0]] + [m.split("\n", 1)[1] for m in modules[1:]]
+        text = next((m for m in modules if re.search(rf"^{re.escape(symbol)}:", m, re.M)), modules[0])
     with tempfile.TemporaryDirectory() as tmp:
         src, obj = os.path.join(tmp, "k.s"), os.path.join(tmp, "k.o")
         open(src, "w").write(text)
