@@ -85,6 +85,10 @@ constexpr const char* kPackAkSuffix = "_pack_ak";
 constexpr int64_t kPackARowBytes = 4096;
 constexpr int64_t kPackAMinPanels = 16;
 
+/// An a packed element by element (not contiguous in k) is packed this many k steps at a time
+/// across all the task's panels (see GemmEmitter::pack_a_block).
+constexpr int64_t kPackASteps = 8;
+
 FunctionType* micro_type(LLVMContext& ctx, Fetching fetching) {
   // (a: the packed panel or the mr row pointers, bp, kcur, first, acc_in, acc_out
   //  [Fetching::Yes: lines to prefetch: their addresses, how many (at least 1)])
@@ -599,17 +603,16 @@ private:
       Value* first = b_.CreateICmpEQ(kb, c64(0));
       Value* last = b_.CreateICmpEQ(kb, b_.CreateSub(kblocks, c64(1)));
       if_else(in_place_, [] {}, [&] {
-        for_range(c64(0), mpanels, [&](Value* ip) {
-          Value* r0 = add(i0, mul(ip, g_.mr));
-          Value* rows = smin(c64(g_.mr), b_.CreateSub(m_, r0));
-          Value* dst = gep(ap_, mul(ip, g_.mr * g_.kc));
-          auto generic = [&] { pack_a(dst, r0, rows, k0, kcur); };
-          if (!affine_a_) return generic(); // (a_base_ is bound only for a strided a)
-          if_else(direct_, [&] {
+        auto generic = [&] { pack_a_block(i0, mpanels, k0, kcur); };
+        if (!affine_a_) return generic(); // (a_base_ is bound only for a strided a)
+        if_else(direct_, [&] {
+          for_range(c64(0), mpanels, [&](Value* ip) {
+            Value* r0 = add(i0, mul(ip, g_.mr));
+            Value* rows = smin(c64(g_.mr), b_.CreateSub(m_, r0));
             Value* at = gep(a_base_, b_.CreateAdd(b_.CreateMul(r0, a_row_stride_), k0));
-            b_.CreateCall(pack_ak_, {at, a_row_stride_, rows, kcur, dst});
-          }, generic);
-        });
+            b_.CreateCall(pack_ak_, {at, a_row_stride_, rows, kcur, gep(ap_, mul(ip, g_.mr * g_.kc))});
+          });
+        }, generic);
       });
       for_range(c64(0), npanels, [&](Value* jp) {
         Value* c0 = add(j0, mul(jp, g_.nr));
@@ -681,11 +684,43 @@ private:
     return std::max(2 * g_.kc, g_.nr * ((g_.kc + line - 1) / line));
   }
 
-  /// Ap[kk][p] = a(row r0 + p, k0 + kk) for p < rows, 0 for rows <= p < mr. (Loops of a
-  /// variable trip count throughout: constant-count copies vectorize no better here and
-  /// double the compile time.)
-  void pack_a(Value* dst, Value* r0, Value* rows, Value* k0, Value* kcur) {
-    for_range(c64(0), kcur, [&](Value* kk) {
+  /// The a block's mpanels panels from row i0 over k0..k0 + kcur (pack_a), kPackASteps k steps
+  /// at a time across all the panels. An a read along its rows (the x^T of a weight gradient, a
+  /// row-major [k, m] buffer) is then read a few whole rows at a time: panel by panel, each
+  /// panel's 12 floats of kcur rows lie in kcur lines a row apart, which share a few of the L1's
+  /// sets when rows are 1.5 KiB apart (the GPT's) and missed the L1 every time.
+  void pack_a_block(Value* i0, Value* mpanels, Value* k0, Value* kcur) {
+    for_range(c64(0), kcur, [&](Value* kb) {
+      Value* kend = smin(add(kb, c64(kPackASteps)), kcur);
+      for_range(c64(0), mpanels, [&](Value* ip) {
+        Value* r0 = add(i0, mul(ip, g_.mr));
+        Value* rows = smin(c64(g_.mr), b_.CreateSub(m_, r0));
+        Value* dst = gep(ap_, mul(ip, g_.mr * g_.kc));
+        auto generic = [&] { pack_a(dst, r0, rows, k0, kb, kend); };
+        if (!affine_a_) return generic();
+        Value* whole = b_.CreateAnd(b_.CreateICmpEQ(rows, c64(g_.mr)), b_.CreateICmpEQ(a_row_stride_, c64(1)));
+        if_else(whole, [&] { copy_a_rows(dst, r0, k0, kb, kend); }, generic);
+      });
+    }, kPackASteps);
+  }
+
+  /// pack_a of a whole panel (mr rows) of an a contiguous in m: each k step's mr elements by one
+  /// vector copy (the generic loop's masked 16-lane copies cost about 15% more).
+  void copy_a_rows(Value* dst, Value* r0, Value* k0, Value* kfrom, Value* kto) {
+    auto* vt = FixedVectorType::get(t_, static_cast<unsigned>(g_.mr));
+    const Align align(static_cast<uint64_t>(elem_));
+    Value* first = gep(a_base_, b_.CreateAdd(r0, b_.CreateMul(k0, a_k_stride_)));
+    for_range(kfrom, kto, [&](Value* kk) {
+      Value* v = b_.CreateAlignedLoad(vt, gep(first, b_.CreateMul(kk, a_k_stride_)), align);
+      b_.CreateAlignedStore(v, gep(dst, mul(kk, g_.mr)), align);
+    });
+  }
+
+  /// Ap[kk][p] = a(row r0 + p, k0 + kk) for p < rows, 0 for rows <= p < mr, kfrom <= kk < kto.
+  /// (Loops of a variable trip count throughout: constant-count copies vectorize no better here
+  /// and double the compile time.)
+  void pack_a(Value* dst, Value* r0, Value* rows, Value* k0, Value* kfrom, Value* kto) {
+    for_range(kfrom, kto, [&](Value* kk) {
       h_.set_reduce_var(add(k0, kk));
       Value* row = gep(dst, mul(kk, g_.mr));
       for_range(c64(0), rows, [&](Value* p) {
