@@ -247,27 +247,30 @@ const OpenBlas& openblas() {
 struct Shape {
   int64_t m, k, n;
   bool trans_a = false; ///< A is stored transposed ([k, m]): a weight gradient x^T g
+  int64_t batch = 0;    ///< > 0: that many products of these sizes (OpenBLAS: one call each)
 };
 
 void OpenBlasGemm(benchmark::State& state, Shape s) {
   const OpenBlas& ob = openblas();
   if (!ob.why.empty()) return state.SkipWithError(ob.why.c_str());
   ob.set_threads(static_cast<int>(state.range(0)));
-  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n);
+  const auto [m, k, n, trans_a, batch] = s;
+  const int64_t products = std::max<int64_t>(batch, 1);
+  std::vector<float> a(products * m * k), b(products * k * n), c(products * m * n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.1f - 0.8f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
   constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
-  const auto [m, k, n, trans_a] = s;
   for (auto _ : state) {
-    ob.sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, kNoTrans, int(m), int(n), int(k), 1.0f, a.data(),
-             int(trans_a ? m : k), b.data(), int(n), 0.0f, c.data(), int(n));
+    for (int64_t p = 0; p < products; ++p)
+      ob.sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, kNoTrans, int(m), int(n), int(k), 1.0f, a.data() + p * m * k,
+               int(trans_a ? m : k), b.data() + p * k * n, int(n), 0.0f, c.data() + p * m * n, int(n));
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  gflops(state, 2.0 * m * k * n);
+  gflops(state, 2.0 * static_cast<double>(products) * m * k * n);
 }
 
-void KilnGemmShape(benchmark::State& state, Shape s) { kiln::bench::kiln_gemm(state, s.m, s.k, s.n, s.trans_a); }
+void KilnGemmShape(benchmark::State& state, Shape s) { kiln::bench::kiln_gemm(state, s.m, s.k, s.n, s.trans_a, s.batch); }
 
 #define KILN_GEMM_PAIR(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N})                                                      \
@@ -295,6 +298,18 @@ KILN_GEMM_PAIR_TA(512x768x128_ta, 512, 768, 128);
 // the weight gradients of TransformerBlockStep (16 x 64 tokens, 128 dims, MLP 512)
 KILN_GEMM_PAIR_TA(128x1024x512_ta, 128, 1024, 512);
 KILN_GEMM_PAIR_TA(512x1024x128_ta, 512, 1024, 128);
+// the GPT's attention products where its dropout keeps them out of the fused kernel (12 x 4
+// heads, 64 tokens, head dim 32): the scores q k^T, their product with v, and the two gradients
+// whose a is transposed
+#define KILN_GEMM_PAIR_BATCHED(name, B, M, K, N, TA)                                                          \
+  BENCHMARK_CAPTURE(OpenBlasGemm, name, Shape{M, K, N, TA, B})                                               \
+      ->Name("Gemm/" #name "/openblas")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()                   \
+      ->Unit(benchmark::kMillisecond);                                                                        \
+  BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N, TA, B})                                              \
+      ->Name("Gemm/" #name "/kiln")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)
+KILN_GEMM_PAIR_BATCHED(48x64x32x64, 48, 64, 32, 64, false);
+KILN_GEMM_PAIR_BATCHED(48x64x64x32, 48, 64, 64, 32, false);
+KILN_GEMM_PAIR_BATCHED(48x64x64x32_ta, 48, 64, 64, 32, true);
 // kiln on the shapes Gemm/1024 and Gemm/2048 do not cover (bench_gemm.cpp has those).
 #define KILN_GEMM_SHAPE(name, M, K, N)                                                                         \
   BENCHMARK_CAPTURE(KilnGemmShape, name, Shape{M, K, N})                                                      \

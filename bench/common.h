@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -25,21 +26,23 @@ inline void gflops(benchmark::State& state, double flops_per_iter) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
-/// Times kiln's C = A @ B (f32, row-major, M x K times K x N) realized per iteration, on
-/// state.range(0) threads, compiled before the timing; reports GFLOP/s.
-inline void kiln_gemm(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool trans_a = false) {
+/// Times kiln's C = A @ B (f32, row-major, M x K times K x N; `batch` such products when
+/// batch > 0, as [batch, M, K] @ [batch, K, N]) realized per iteration, on state.range(0)
+/// threads, compiled before the timing; reports GFLOP/s.
+inline void kiln_gemm(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool trans_a = false, int64_t batch = 0) {
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
   // trans_a: A is the transpose of a stored [k, m] matrix (a weight gradient's x^T g)
-  Tensor a = trans_a ? randn({k, m}, 31) : randn({m, k}, 31), b = randn({k, n}, 32);
+  auto shape = [&](int64_t rows, int64_t cols) { return batch > 0 ? IntList{batch, rows, cols} : IntList{rows, cols}; };
+  Tensor a = trans_a ? randn(shape(k, m), 31) : randn(shape(m, k), 31), b = randn(shape(k, n), 32);
   realize({a, b});
-  if (trans_a) a = a.t();
+  if (trans_a) a = a.transpose(-1, -2);
   matmul(a, b).realize(); // compiles
   for (auto _ : state) {
     Tensor c = matmul(a, b);
     c.realize();
     benchmark::DoNotOptimize(c.node().get());
   }
-  gflops(state, 2.0 * m * k * n);
+  gflops(state, 2.0 * static_cast<double>(std::max<int64_t>(batch, 1)) * m * k * n);
 }
 
 /// Runs f(lo, hi) on `threads` threads over equal parts of [0, n) (the caller's thread
