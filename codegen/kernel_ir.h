@@ -223,7 +223,8 @@ constexpr int64_t kAttentionQueryBlock = 64;
 /// (from 0) and output row o (from 0): per block, m' = max(m, the block's s_j in order), c = m'
 /// or 0 where m' is -inf, a = exp(m - c), p_j = exp(s_j - c), z = z * a + (the sum of the block's
 /// p_j in sum_lanes() order over kAttentionKeyBlock terms, 0 for the keys past s),
-/// o = o * a, then o += p_j * v[b, j, :] (fmuladd, in order of j; with causal only the keys j <= i,
+/// o = o * a, then o += (p_j * z_j) * v[b, j, :] with z_j the dropout factor (the product left out
+/// without dropout; fmuladd, in order of j; with causal only the keys j <= i,
 /// so a key the row does not see never enters it, not even as 0 * v); m = m'. Finally
 /// out[b, i, :] = o / z, or 0 where z is 0 (every key masked), and lse[b, i] = c + log(z) (-inf where
 /// z is 0). Buffers q, k, v, out and lse are contiguous [bh, l, e], [bh, s, e], [bh, s, ev],
@@ -245,6 +246,8 @@ struct AttentionSpec {
   ExprRef scale;                   ///< the scores' factor (of dtype)
   bool causal = false;             ///< mask key j > query row i
   ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
+  ExprRef dropout;                 ///< null, or the dropout factor of weight p_j (of dtype, evaluated
+                                   ///< as the mask is: 0 for a dropped weight, 1 / (1 - p) for a kept one)
   int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
                                    ///< (1, 2 or 4; plan_form() from the target; never changes a result)
   /// The backward (graph op AttentionGrad; AttentionBackward below): `out` and `lse` are then inputs
@@ -262,10 +265,11 @@ struct AttentionSpec {
 //   dq, dk and dv of b are zeroed; then per key block (in order), the blocks of k and v packed
 //   transposed, per query row i (in order; causal: rows i >= the block's first key), for the block's
 //   keys j: s_j as in the forward (scaled, masked), p_j = exp(s_j - L_i),
-//   dp_j = sum over c < ev of dout[b, i, c] * v[b, j, c] (fmuladd in order of c),
+//   dp_j = sum over c < ev of dout[b, i, c] * v[b, j, c] (fmuladd in order of c), times z_j with
+//   dropout (the forward's factor),
 //   g_j = (p_j * (dp_j - D_i)) * scale, or 0 where s_j is -inf (whatever dp_j holds, so the CPU
 //   need not compute the dots of keys no row of a group sees);
-//   then dv[b, j, :] += p_j * dout[b, i, :],
+//   then dv[b, j, :] += (p_j * z_j, or p_j without dropout) * dout[b, i, :],
 //   dk[b, j, :] += g_j * q[b, i, :] (each fmuladd, j in order) and dq[b, i, :] += g_j * k[b, j, :]
 //   (fmuladd in order of j); with causal, these three only for the pairs j <= i.
 // On the CPU a task is a batch point; per key block, the query rows go by chunks of

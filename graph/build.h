@@ -83,19 +83,36 @@ NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 /// Batched matrix product of same-rank operands whose batch dims agree (over one term, K = 1:
 /// the broadcast elementwise product, an outer product).
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
+/// Dropout on attention weights [..., L, S] (p > 0), as functional::dropout draws it: weight
+/// (b, i, j) is kept where rand(the weights' shape, seed) >= p there (the counter is its flat
+/// index) and multiplied by 1 / (1 - p), else 0. An attention node holds it in attrs f1 (p) and
+/// ints ({seed}; empty without dropout).
+struct AttentionDropout {
+  double p = 0;      ///< the probability of dropping a weight; 0: no dropout
+  uint64_t seed = 0; ///< rand's seed (a host seed token inside a compiled function)
+};
+/// The dropout of an attention node (Attention, AttentionLse or AttentionGrad).
+AttentionDropout attention_dropout(const Node& n);
+/// The factor dropout multiplies the weights [..., L, S] (`shape`) by, as a composite of primitives:
+/// cast(rand(shape, seed) >= p) * (1 / (1 - p)) in `dtype`; null without dropout.
+NodeRef attention_dropout_factor(const AttentionDropout& d, DType dtype, const Shape& shape, Device device);
 /// softmax(q k^T * scale, masked) v over the last two dims, as one Attention node (ops.def):
 /// q [..., L, E], k [..., S, E], v [..., S, Ev] with equal batch dims; `mask` null, or of their
 /// rank with dims those of [..., L, S] or 1 (a bool keep-mask, or an additive float mask of q's
-/// dtype); `causal`: key j > query i is masked. A row with every key masked is 0 (PyTorch's safe softmax).
-NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal);
+/// dtype); `causal`: key j > query i is masked. A row with every key masked is 0 (PyTorch's safe
+/// softmax). With `dropout`, the weights are dropped (AttentionDropout) before the product with v.
+NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal,
+                  const AttentionDropout& dropout = {});
 /// The attention weights of attention(q, k, v, mask, scale, causal) as a composite of primitive
 /// ops, [..., L, S]: the masked scores' softmax over the last dim, 0 in a row with every key masked
 /// (its max detached, as in a softmax). Autograd's attention rules differentiate it.
 NodeRef attention_weights(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
 /// Each query row's logsumexp of the masked scores of attention(q, k, v, mask, scale, causal), [..., L],
 /// as one AttentionLse node (ops.def): the forward kernel stores it with the Attention node of the same
-/// operands. -inf for a row with every key masked.
-NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal);
+/// operands (and the same dropout, which the logsumexp does not depend on). -inf for a row with every
+/// key masked.
+NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal,
+                      const AttentionDropout& dropout = {});
 /// attention_lse as a composite of primitives, [..., L]: c + log(sum exp(s - c)) over the masked scores
 /// s, c their max detached (0 where -inf). Autograd's AttentionLse rules differentiate it.
 NodeRef attention_logsumexp(const NodeRef& q, const NodeRef& k, const NodeRef& mask, double scale, bool causal);
@@ -107,13 +124,16 @@ enum class AttentionGradOf : int64_t { Q = 0, K = 1, V = 2 };
 /// AttentionGrad node (ops.def), `lse` the forward's attention_lse: the fused backward kernel computes
 /// it (with its siblings of the same operands in one kernel).
 NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
-                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which);
-/// The gradients of attention(q, k, v, mask, scale, causal) for the adjoint `dout` as a composite of
-/// primitives recomputing the weights P (attention_weights): {dq, dk, dv, dmask}, dmask null unless
-/// the mask is a float one. dv = P^T dout; dS = P * (dout v^T - rowsum(dout v^T * P));
-/// dq = dS k * scale; dk = dS^T q * scale; dmask = dS summed to the mask's shape.
+                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which,
+                       const AttentionDropout& dropout = {});
+/// The gradients of attention(q, k, v, mask, scale, causal, dropout) for the adjoint `dout` as a
+/// composite of primitives recomputing the weights P (attention_weights): {dq, dk, dv, dmask}, dmask
+/// null unless the mask is a float one. With Z the dropout factor (1 without dropout):
+/// dv = (P * Z)^T dout; dP = (dout v^T) * Z; dS = P * (dP - rowsum(dP * P)); dq = dS k * scale;
+/// dk = dS^T q * scale; dmask = dS summed to the mask's shape.
 std::vector<NodeRef> attention_grads_composite(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& dout,
-                                               const NodeRef& mask, double scale, bool causal);
+                                               const NodeRef& mask, double scale, bool causal,
+                                               const AttentionDropout& dropout = {});
 /// Swaps the last two dims.
 NodeRef transpose_last(const NodeRef& x);
 /// Whether x is a permute that puts its operand's last dim second to last: transpose_last's, or

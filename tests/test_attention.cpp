@@ -118,11 +118,12 @@ const std::vector<Case>& cases() {
 // (with gradients, only with is_causal or from 512 x 512 weights a batch point: otherwise the
 // composite measured faster), for differentiating the node (its gradient is the fused backward,
 // AttentionGrad).
-Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal) {
+Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double scale, bool causal,
+                      const graph::build::AttentionDropout& dropout = {}) {
   std::vector<Tensor> in{q, k, v};
   if (mask.defined()) in.push_back(mask);
   return detail::result_of(graph::build::attention(q.node(), k.node(), v.node(), mask.defined() ? mask.node() : nullptr,
-                                                   scale, causal),
+                                                   scale, causal, dropout),
                            in);
 }
 
@@ -170,8 +171,8 @@ TEST(Attention, FusedOnTheCpuIsOneAttentionNodeAndUnfusedModeTheComposite) {
   {
     FusionSetting on(true);
     EXPECT_EQ(attention(o, false, 0.3).node()->op, graph::OpKind::Attention);
-    // dropout keeps the composite (the kernel draws no random numbers)
-    EXPECT_NE(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
+    // dropout too: the kernel draws the composite's keep-mask (see AttentionDropout below)
+    EXPECT_EQ(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.5).node()->op, graph::OpKind::Attention);
     // so do operands that require grad with fewer than 512 x 512 weights a batch point, without
     // is_causal (there the composite's backward measured faster than the fused one: see the README's
     // fusion section); with is_causal the fused pair skips the masked pairs and measured faster
@@ -369,8 +370,9 @@ namespace {
 // fused backward (AttentionGrad; scaled_dot_product_attention keeps the composite when a gradient
 // flows through a small attention without is_causal), k and v broadcast to q's batch dims; with fusion off, scaled_dot_product_attention (the
 // composite, forward and backward). Positional arguments as scaled_dot_product_attention's.
+// With fusion on, `node_dropout` is the node's dropout (`dropout` is the composite's).
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = {}, double dropout = 0,
-            bool causal = false, double scale = -1) {
+            bool causal = false, double scale = -1, const graph::build::AttentionDropout& node_dropout = {}) {
   if (scale < 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   if (!options().fusion) return F::scaled_dot_product_attention(q, k, v, mask, dropout, causal, scale);
   auto full = [&](const Tensor& t) {
@@ -385,7 +387,7 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mas
     for (int64_t d : m.shape()) s.push_back(d);
     m = m.reshape(s);
   }
-  return attention_node(q, full(k), full(v), m, scale, causal);
+  return attention_node(q, full(k), full(v), m, scale, causal, node_dropout);
 }
 
 } // namespace
@@ -895,4 +897,178 @@ TEST(AttentionBackward, TheBackwardReadsTheForwardsLogsumexp) {
   }
   EXPECT_EQ(forward, 1);
   EXPECT_EQ(backward, 1);
+}
+
+// ---------------------------------------------------------------- dropout
+
+namespace {
+
+constexpr double kDropout = 0.3;
+
+// scaled_dot_product_attention of case c with dropout kDropout, its seed the first of the sequence
+// nn::manual_seed(seed) restarts: the fused kernel with fusion on, the composite with it off.
+Tensor sdpa_dropout(const Operands& o, const Case& c, double scale, uint64_t seed, bool fused) {
+  FusionSetting f(fused);
+  nn::manual_seed(seed);
+  return F::scaled_dot_product_attention(o.q, o.k, o.v, o.mask, kDropout, c.causal, scale);
+}
+
+// The seed sdpa_dropout(..., seed, ...) draws.
+uint64_t dropout_seed(uint64_t seed) {
+  nn::manual_seed(seed);
+  return nn::next_seed();
+}
+
+} // namespace
+
+// With dropout, the fused kernel draws the composite's keep-mask (rand of the weights' shape, the
+// same counters) and multiplies the kept weights by 1 / (1 - p) as the composite does: the two agree
+// within the bound of the forward scaled by 1 / (1 - p), where another mask would differ by O(max|v|);
+// and dropout changes the result.
+TEST(AttentionDropout, TheFusedKernelDrawsTheCompositesMask) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    double worst = 0;
+    uint64_t seed = 3000;
+    for (const Case& c : cases()) {
+      const Operands o = operands(c, dtype, seed += 10);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.E));
+      const Tensor fused = sdpa_dropout(o, c, scale, seed, true);
+      ASSERT_EQ(fused.node()->op, graph::OpKind::Attention) << c.what;
+      const graph::build::AttentionDropout d = graph::build::attention_dropout(*fused.node());
+      EXPECT_EQ(d.p, kDropout);
+      EXPECT_EQ(d.seed, dropout_seed(seed));
+      fused.realize();
+      const Tensor composite = sdpa_dropout(o, c, scale, seed, false).realize();
+      expect_within_bound(c, o, scale, fused, composite, eps / (1 - kDropout), worst);
+      if (c.S > 1) EXPECT_NE(values(fused), values(attention(o, c.causal, scale))) << c.what;
+    }
+    std::printf("fused vs composite with dropout (%s): largest difference %.2f eps max|v|\n", dtype_name(dtype).data(), worst);
+  }
+}
+
+// Forward and backward with dropout against the f64 interpreter (whose dropout factor is written
+// separately, from graph/random.h).
+TEST(AttentionDropout, ForwardAndBackwardMatchTheF64Interpreter) {
+  FusionSetting on(true);
+  uint64_t seed = 3300;
+  for (const Case& c : backward_cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    const graph::build::AttentionDropout d{kDropout, seed + 5};
+    std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+    const Tensor out = sdpa(in[0], in[1], in[2], o.mask, 0, c.causal, 0.7, d);
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 7, kFloat64);
+    std::vector<Tensor> checked{out};
+    for (const Tensor& g : grad({(out * w).sum()}, in)) checked.push_back(g);
+    for (size_t t = 0; t < checked.size(); ++t) {
+      const graph::InterpretResult want = graph::interpret_one(checked[t].node());
+      const std::vector<double> got = values(checked[t]);
+      ASSERT_EQ(got.size(), want.values.size());
+      double m = 0;
+      for (double x : want.values) m = std::isfinite(x) ? std::max(m, std::fabs(x)) : m;
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want.values[i], 1e-12 * std::max(1.0, m)) << c.what << " output " << t << " [" << i << "]";
+    }
+  }
+}
+
+// The fused backward with dropout against the composite's (fusion off, the same seed): within the
+// bound of the backward without dropout, scaled by 1 / (1 - p). With is_causal, which takes the fused
+// pair at any size.
+TEST(AttentionDropout, TheFusedBackwardMatchesTheComposite) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const double eps = dtype == kFloat32 ? 0x1p-23 : 0x1p-52;
+    uint64_t seed = 3600;
+    for (const Case& c : backward_cases()) {
+      if (!c.causal) continue;
+      const Operands o = operands(c, dtype, seed += 10);
+      const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 7, dtype);
+      auto grads = [&](bool fused) {
+        std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+        Operands x = o;
+        x.q = in[0], x.k = in[1], x.v = in[2];
+        const Tensor out = sdpa_dropout(x, c, 0.5, seed, fused);
+        FusionSetting f(fused);
+        std::vector<Tensor> g = grad({(out * w).sum()}, in);
+        EXPECT_EQ(holds(g[0].node(), graph::OpKind::AttentionGrad), fused) << c.what;
+        return g;
+      };
+      const std::vector<Tensor> fused = grads(true), composite = grads(false);
+      for (size_t g = 0; g < 3; ++g) {
+        const std::vector<double> f = values(fused[g]), u = values(composite[g]);
+        const double m = max_abs(u), bound = (2.0 * static_cast<double>(c.S) + 64) * eps * m / (1 - kDropout);
+        for (size_t i = 0; i < f.size(); ++i)
+          EXPECT_LE(std::fabs(f[i] - u[i]), bound) << c.what << " gradient " << g << " [" << i << "]: " << f[i] << " vs " << u[i];
+      }
+    }
+  }
+}
+
+// The node with dropout is a smooth function of q, k, v (the mask fixed by its seed): gradcheck of the
+// fused forward and backward in f64, first and second order, a bool mask and a float one.
+TEST(AttentionDropout, GradcheckInF64FirstAndSecondOrder) {
+  FusionSetting on(true);
+  const Tensor q = randn({2, 5, 3}, 81, kFloat64), k = randn({2, 7, 3}, 82, kFloat64), v = randn({2, 7, 2}, 83, kFloat64);
+  const Tensor add_mask = randn({1, 5, 7}, 84, kFloat64);
+  const graph::build::AttentionDropout d{kDropout, 85};
+  auto check = [](const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                  const char* what) {
+    const GradcheckResult r = gradcheck(f, in);
+    EXPECT_TRUE(r.ok) << what << ": " << r.report;
+  };
+  check([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{attention_node(x[0], x[1], x[2], {}, 0.6, true, d)}; },
+        {q, k, v}, "first order, causal");
+  check([&](const std::vector<Tensor>& x) {
+    const Tensor out = attention_node(x[0], x[1], x[2], x[3], 0.6, false, d);
+    return grad({(out * out).sum()}, {x[0], x[1], x[2], x[3]}, {}, false, true);
+  }, {q, k, v, add_mask}, "second order, float mask");
+  // forward mode against reverse: <grad, t> = jvp
+  const Tensor tq = randn({2, 5, 3}, 86, kFloat64), tk = randn({2, 7, 3}, 87, kFloat64), tv = randn({2, 7, 2}, 88, kFloat64);
+  const Tensor w = randn({2, 5, 2}, 89, kFloat64);
+  std::vector<Tensor> in{q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+  const std::vector<Tensor> g = grad({(attention_node(in[0], in[1], in[2], {}, 0.6, true, d) * w).sum()}, in);
+  const auto f = [&](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{(attention_node(t[0], t[1], t[2], {}, 0.6, true, d) * w).sum()};
+  };
+  const double lhs = ((g[0] * tq).sum() + (g[1] * tk).sum() + (g[2] * tv).sum()).item<double>();
+  const double rhs = jvp(f, {q, k, v}, {tq, tk, tv}).second[0].item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::fabs(rhs)));
+}
+
+// The seed is a kernel parameter: a compiled step draws a fresh mask each call (one compile), and
+// from the same point of the seed sequence the same mask as an eager call; one and two threads agree.
+TEST(AttentionDropout, ACompiledStepDrawsAFreshMaskEachCall) {
+  FusionSetting on(true);
+  const Case c = cases()[1];
+  const Operands o = operands(c, kFloat32, 3900);
+  CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{F::scaled_dot_product_attention(x[0], x[1], x[2], {}, kDropout, c.causal, 0.5)};
+  });
+  nn::manual_seed(5);
+  const std::vector<double> first = values(step({o.q, o.k, o.v})[0]), second = values(step({o.q, o.k, o.v})[0]);
+  EXPECT_NE(first, second);
+  nn::manual_seed(5);
+  EXPECT_EQ(values(step({o.q, o.k, o.v})[0]), first);
+  std::vector<double> eager_one, eager_two;
+  {
+    tbb::global_control g(tbb::global_control::max_allowed_parallelism, 1);
+    nn::manual_seed(5);
+    eager_one = values(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, kDropout, c.causal, 0.5));
+  }
+  {
+    tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+    nn::manual_seed(5);
+    eager_two = values(F::scaled_dot_product_attention(o.q, o.k, o.v, {}, kDropout, c.causal, 0.5));
+  }
+  EXPECT_EQ(eager_one, first);
+  EXPECT_EQ(eager_two, first);
+}
+
+// A v with more batch points than q and k: the composite's weights (and its mask) have q's and k's
+// batch dims only, so the composite runs.
+TEST(AttentionDropout, AValueOfMoreBatchPointsRunsTheComposite) {
+  FusionSetting on(true);
+  const Tensor q = randn({1, 4, 3}, 91), k = randn({1, 6, 3}, 92), v = randn({2, 6, 2}, 93);
+  EXPECT_NE(F::scaled_dot_product_attention(q, k, v, {}, kDropout).node()->op, graph::OpKind::Attention);
+  EXPECT_EQ(F::scaled_dot_product_attention(q, k, v).node()->op, graph::OpKind::Attention);
 }

@@ -887,7 +887,7 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
 
 // The attention kernel form (cuda_attention.cpp) on the shim against the LLVM path (llvm_attention.cpp),
 // bitwise: the forward's out and lse (together and alone) and the backward's dq, dk and dv (together,
-// alone and dk with dv), f32 and f64, causal, a bool keep-mask, an additive float mask or none (a mask
+// alone and dk with dv), f32 and f64, causal, dropout, a bool keep-mask, an additive float mask or none (a mask
 // with a fully masked query row), and sizes that are multiples neither of the 64-key and 64-row blocks
 // nor of the staged column chunks (e != ev), one query row and one key.
 
@@ -897,6 +897,7 @@ struct AttentionProblem {
   Tensor q, k, v, mask, dout;
   double scale = 0.3;
   bool causal = false;
+  graph::build::AttentionDropout dropout; ///< none unless set
   graph::NodeRef mask_node() const { return mask.defined() ? mask.node() : nullptr; }
 };
 
@@ -953,6 +954,15 @@ std::vector<AttentionProblem> attention_problems() {
     // the key blocks a row (or a forward task's rows) never sees add nothing, not even 0 * inf
     out.push_back(attention_problem(dt, {2, 70, 130, 5, 6}, MaskKind::None, true, seed += 10, true));
   }
+  // dropout (the weights' factor drawn from the kernel's seed parameter): causal with a bool mask, and
+  // neither, f32 and f64
+  for (DType dt : {kFloat32, kFloat64})
+    for (MaskKind m : {MaskKind::Bool, MaskKind::None}) {
+      AttentionProblem p = attention_problem(dt, {2, 70, 130, 24, 40}, m, m == MaskKind::Bool, seed += 10);
+      p.dropout = {0.3, seed + 5};
+      p.name += " dropout";
+      out.push_back(p);
+    }
   return out;
 }
 
@@ -996,8 +1006,12 @@ AttentionSets attention_forward_sets() {
   AttentionSets sets;
   const std::vector<AttentionProblem> problems = attention_problems();
   for (const AttentionProblem& p : problems) {
-    auto out = [&] { return detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal), {}); };
-    auto lse = [&] { return detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal), {}); };
+    auto out = [&] {
+      return detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal, p.dropout), {});
+    };
+    auto lse = [&] {
+      return detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), p.mask_node(), p.scale, p.causal, p.dropout), {});
+    };
     sets.push_back({p.name + " out and lse", {out(), lse()}});
     if (&p == &problems[3] || &p == &problems[13]) { // bool mask, causal: f32 and f64
       sets.push_back({p.name + " out", {out()}});
@@ -1014,11 +1028,13 @@ AttentionSets attention_backward_sets() {
   const std::vector<AttentionProblem> problems = attention_problems();
   for (const AttentionProblem& p : problems) {
     const graph::NodeRef mask = p.mask_node();
-    const Tensor out = detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}).realize();
-    const Tensor lse = detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal), {}).realize();
+    const Tensor out =
+        detail::result_of(gb::attention(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal, p.dropout), {}).realize();
+    const Tensor lse =
+        detail::result_of(gb::attention_lse(p.q.node(), p.k.node(), p.v.node(), mask, p.scale, p.causal, p.dropout), {}).realize();
     auto grad = [&](gb::AttentionGradOf which) {
       return detail::result_of(gb::attention_grad(p.q.node(), p.k.node(), p.v.node(), out.node(), p.dout.node(), lse.node(), mask,
-                                                  p.scale, p.causal, which),
+                                                  p.scale, p.causal, which, p.dropout),
                                {});
     };
     using G = gb::AttentionGradOf;

@@ -463,7 +463,10 @@ Tensor gpt_step(gpt::GPT& model, optim::Optimizer& opt, const Tensor& x, const T
 
 } // namespace
 
-TEST(Gpt, CompiledEagerAndUnfusedStepsAgreeBitwise) {
+// Compiled and eager steps agree bitwise, with fusion on and off. Fused against unfused, the
+// attention (its dropout too: the same mask) is the fused kernel against the composite, which differ
+// within the README's bound (Attention.*, AttentionDropout.*): the losses agree to 1e-5.
+TEST(Gpt, CompiledAndEagerStepsAgreeBitwiseAndUnfusedClosely) {
   const std::vector<int64_t> data = [] {
     std::vector<int64_t> d(500);
     for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int64_t>((i * 7 + i / 3) % 11);
@@ -485,10 +488,11 @@ TEST(Gpt, CompiledEagerAndUnfusedStepsAgreeBitwise) {
     options().fusion = true;
     return losses;
   };
-  const std::vector<float> eager = run(false, true);
+  const std::vector<float> eager = run(false, true), unfused = run(false, false);
   EXPECT_EQ(run(true, true), eager);
-  EXPECT_EQ(run(true, false), eager);
-  EXPECT_EQ(run(false, false), eager);
+  EXPECT_EQ(run(true, false), unfused);
+  ASSERT_EQ(unfused.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(unfused[i], eager[i], 1e-5 * std::fabs(eager[i])) << "step " << i;
   EXPECT_LT(eager.back(), eager.front());
 }
 

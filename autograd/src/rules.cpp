@@ -309,6 +309,11 @@ NodeRef attention_weights_of(const NodeRef& y) {
   return b::attention_weights(y->inputs[0], y->inputs[1], mask, y->attrs.f0, y->attrs.i0 != 0);
 }
 
+// The dropout factor of y's weights p (build::attention_dropout_factor), null without dropout.
+NodeRef attention_dropout_of(const NodeRef& y, const NodeRef& p) {
+  return b::attention_dropout_factor(b::attention_dropout(*y), p->dtype, p->shape, p->device);
+}
+
 // The fused backward: one AttentionGrad node per operand (build::attention_grad), which fusion gives
 // one kernel (the attention form, on the CPU and on CUDA); a float mask's gradient is the composite's
 // dS summed to its shape.
@@ -317,11 +322,13 @@ std::vector<NodeRef> attention_vjp(const NodeRef& y, const NodeRef& g) {
   const NodeRef mask = y->inputs.size() > 3 ? y->inputs[3] : nullptr;
   const double scale = y->attrs.f0;
   const bool causal = y->attrs.i0 != 0;
+  const b::AttentionDropout dropout = b::attention_dropout(*y);
   std::vector<NodeRef> out;
-  const NodeRef lse = b::attention_lse(q, k, v, mask, scale, causal); // stored by y's kernel (fusion.h)
+  const NodeRef lse = b::attention_lse(q, k, v, mask, scale, causal, dropout); // stored by y's kernel (fusion.h)
   for (auto which : {b::AttentionGradOf::Q, b::AttentionGradOf::K, b::AttentionGradOf::V})
-    out.push_back(b::attention_grad(q, k, v, y, g, lse, mask, scale, causal, which));
-  if (mask) out.push_back(mask->dtype == DType::Bool ? nullptr : b::attention_grads_composite(q, k, v, g, mask, scale, causal)[3]);
+    out.push_back(b::attention_grad(q, k, v, y, g, lse, mask, scale, causal, which, dropout));
+  if (mask)
+    out.push_back(mask->dtype == DType::Bool ? nullptr : b::attention_grads_composite(q, k, v, g, mask, scale, causal, dropout)[3]);
   return out;
 }
 
@@ -365,7 +372,8 @@ AttentionStandIns attention_stand_ins(const NodeRef& y) {
   const bool causal = y->attrs.i0 != 0;
   s.composite = y->op == OpKind::AttentionLse
                     ? b::attention_logsumexp(in[0], in[1], mask, scale, causal)
-                    : b::attention_grads_composite(in[0], in[1], in[2], in[4], mask, scale, causal)[static_cast<size_t>(y->attrs.i1)];
+                    : b::attention_grads_composite(in[0], in[1], in[2], in[4], mask, scale, causal,
+                                                   b::attention_dropout(*y))[static_cast<size_t>(y->attrs.i1)];
   return s;
 }
 
@@ -418,19 +426,22 @@ NodeRef attention_composite_jvp(const NodeRef& y, const std::vector<NodeRef>& t)
   return from_stand_ins(s, jvp({s.composite}, primals, tangents), tangents)[0];
 }
 
-// tO = tP v + P tv with tS = (tq k^T + q tk^T) * scale + tmask and tP = P * (tS - rowsum(P * tS)).
+// tO = (tP Z) v + (P Z) tv with tS = (tq k^T + q tk^T) * scale + tmask, tP = P * (tS - rowsum(P * tS))
+// and Z the dropout factor (1 without dropout).
 NodeRef attention_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
   const NodeRef &q = y->inputs[0], &k = y->inputs[1], &v = y->inputs[2];
   const NodeRef p = attention_weights_of(y);
+  const NodeRef z = attention_dropout_of(y, p);
+  auto dropped = [&](const NodeRef& w) { return z ? b::mul(w, z) : w; };
   NodeRef ts;
   if (t[0]) ts = b::scale(b::matmul(t[0], b::transpose_last(k)), y->attrs.f0);
   if (t[1]) ts = add_opt(ts, b::scale(b::matmul(q, b::transpose_last(t[1])), y->attrs.f0));
   if (t.size() > 3 && t[3]) ts = add_opt(ts, b::broadcast_to(t[3], p->shape));
-  NodeRef out = t[2] ? b::matmul(p, t[2]) : nullptr;
+  NodeRef out = t[2] ? b::matmul(dropped(p), t[2]) : nullptr;
   if (!ts) return out;
   const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
   const NodeRef dot = b::broadcast_to(b::reduce(OpKind::Sum, b::mul(p, ts), {last}), p->shape);
-  return add_opt(out, b::matmul(b::mul(p, b::sub(ts, dot)), v));
+  return add_opt(out, b::matmul(dropped(b::mul(p, b::sub(ts, dot))), v));
 }
 
 } // namespace

@@ -13,6 +13,7 @@
 //     (exact, so any order), then turns its keys into p and sums its sum_lanes() lanes (lane l:
 //     the keys l, l + lanes, ... in order from 0); one thread a row combines the lanes pairwise
 //     (lane l += lane l + h, h = lanes/2, ..., 1) and updates z = z * a + sum;
+//   * with dropout, p_j times its dropout factor z_j in Ss (z already summed);
 //   * o = o * a + sum of p_j v_j (fmaf, j in order), by chunks of CW columns of v staged in shared
 //     memory, a thread per (row, column); o is kept in the output rows themselves (global memory,
 //     the only output read back), so any ev fits.
@@ -156,6 +157,28 @@ private:
     close();
   }
 
+  /// `$T z`, the dropout factor of query row i1 = qrow0 + rr and key r0 = key0 + jj of batch point
+  /// i0 = bi (AttentionSpec::dropout; a kernel with dropout only).
+  void dropout_factor() {
+    put("$T z;");
+    open("");
+    put("const long long i0 = bi, i1 = qrow0 + rr, r0 = key0 + jj;\n(void)i0; (void)i1; (void)r0;");
+    put("z = " + body_.ref(a_.dropout) + ";");
+    close();
+  }
+
+  /// With dropout, the weights in Ss that o takes: p_j * z_j (z, the softmax's sum, has the undropped p).
+  void drop_weights() {
+    if (!a_.dropout) return;
+    open("for (int x = tid; x < 64 * 64; x += 256)");
+    put("const int rr = x / 64, jj = x % 64;");
+    open("if (rr < nrows && jj < nkeys)");
+    dropout_factor();
+    put("Ss[rr][jj] = Ss[rr][jj] * z;");
+    close();
+    close();
+  }
+
   /// The forward: a task per (batch point, 64 query rows), its key blocks in order.
   void forward() {
     put(R"(__shared__ $T Ss[64][65];
@@ -172,6 +195,7 @@ const int nrows = (int)(A_l - qrow0 < 64 ? A_l - qrow0 : 64);)");
     put("const int nkeys = (int)(keys - key0 < 64 ? keys - key0 : 64);");
     forward_scores();
     softmax_step();
+    drop_weights();
     if (a_.out >= 0) accumulate_out();
     close(); // key blocks
     finish_rows();
@@ -370,8 +394,11 @@ kiln_attn_dots<$T, $BR, $DK>($Q, bi * A_l + qrow0, nrows, $K, bi * A_s + key0, n
     mask_score();
     put(R"(const $T lse = $LSE[bi * A_l + qrow0 + rr];
 const $T pv = kiln_exp_$F(s - (lse == -A_inf ? A_inf : lse));)");
-    if (a_.dv >= 0) put("Ps[rr][jj] = pv;");
-    if (g) put("Gs[rr][jj] = s == -A_inf ? ($T)0 : (pv * (dp[y][x] - Ds[rr])) * A_scale; // a masked key adds nothing");
+    if (a_.dropout) dropout_factor();
+    if (a_.dv >= 0) put(a_.dropout ? "Ps[rr][jj] = pv * z; // dv's weight: the dropped one" : "Ps[rr][jj] = pv;");
+    if (g)
+      put(std::string("Gs[rr][jj] = s == -A_inf ? ($T)0 : (pv * (") + (a_.dropout ? "dp[y][x] * z" : "dp[y][x]") +
+          " - Ds[rr])) * A_scale; // a masked key adds nothing");
     close();
     close();
     close();

@@ -744,6 +744,7 @@ private:
       const Node* leader = groups_[g].roots[0];
       if (graph::op_category(leader->op) != OpCategory::Attention || (leader->op == OpKind::AttentionGrad) != backward ||
           leader->inputs != root->inputs || leader->attrs.f0 != root->attrs.f0 || leader->attrs.i0 != root->attrs.i0 ||
+          leader->attrs.f1 != root->attrs.f1 || leader->attrs.ints != root->attrs.ints || // the dropout
           !part_.spend_fuel())
         continue;
       decisions.push_back({FusionDecision::Kind::Store, root, leader,

@@ -517,6 +517,10 @@ std::string print_kernel(const Kernel& k) {
       const std::string m = p.ref(a->mask);
       p.out += "  mask " + m + "\n";
     }
+    if (a->dropout) {
+      const std::string z = p.ref(a->dropout);
+      p.out += "  dropout " + z + "\n";
+    }
   }
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
@@ -641,6 +645,7 @@ std::string describe_kernel(const Kernel& k) {
   if (k.scan) collect_ops(k.scan->value, ops, draws, seen);
   for (const Store& st : k.stores) collect_ops(st.value, ops, draws, seen);
   if (k.attention && k.attention->mask) collect_ops(k.attention->mask, ops, draws, seen);
+  if (k.attention && k.attention->dropout) collect_ops(k.attention->dropout, ops, draws, seen);
   std::vector<std::string> words = form_words(k, ops);
   const bool named_row = !words.empty() && (words[0] == "softmax" || words[0] == "log_softmax" || words[0] == "layernorm");
   for (const std::string& op : ops)

@@ -142,8 +142,8 @@ private:
   int domain_line_ = 0, map_line_ = 0;
   std::optional<GemmTiling> gemm_;
   std::optional<AttentionSpec> attention_; // its buffers, causal and rows (from the "attention" line)
-  std::string_view attention_sizes_, attention_scale_, attention_mask_; // the "sizes" and "mask" lines
-  int attention_line_ = 0, sizes_line_ = 0, mask_line_ = 0;
+  std::string_view attention_sizes_, attention_scale_, attention_mask_, attention_dropout_; // "sizes", "mask", "dropout"
+  int attention_line_ = 0, sizes_line_ = 0, mask_line_ = 0, dropout_line_ = 0;
   std::map<int64_t, Let> lets_;
   std::vector<ReductionText> reductions_;
   std::optional<ScanText> scan_;
@@ -194,6 +194,9 @@ private:
     } else if (starts_with(s, "mask ")) {
       attention_mask_ = trim(s.substr(5));
       mask_line_ = line;
+    } else if (starts_with(s, "dropout ")) {
+      attention_dropout_ = trim(s.substr(8));
+      dropout_line_ = line;
     } else if (starts_with(s, "reduce ")) {
       reductions_.push_back(reduction_text(s.substr(7), line));
     } else if (starts_with(s, "scan ")) {
@@ -280,7 +283,7 @@ private:
     return a;
   }
 
-  /// The attention kernel's spec, its buffers checked and its sizes, scale and mask built.
+  /// The attention kernel's spec, its buffers checked and its sizes, scale, mask and dropout built.
   AttentionSpec attention(const Kernel& k) {
     AttentionSpec a = *attention_;
     const int n = static_cast<int>(k.buffers.size());
@@ -305,6 +308,10 @@ private:
     if (mask_line_ != 0) {
       a.mask = ref(attention_mask_, mask_line_);
       if (a.mask->dtype != DType::Bool && a.mask->dtype != a.dtype) fail(mask_line_, "attention: the mask is bool or of the output's dtype");
+    }
+    if (dropout_line_ != 0) {
+      a.dropout = ref(attention_dropout_, dropout_line_);
+      if (a.dropout->dtype != a.dtype) fail(dropout_line_, "attention: the dropout factor has the output's dtype");
     }
     return a;
   }

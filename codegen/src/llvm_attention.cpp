@@ -6,9 +6,9 @@
 //     pack the key block transposed, kt[d][jj] (so a row's scores vectorize across keys);
 //     for each group of AttentionSpec::rows query rows: their scores as one vector of the
 //       block's keys per row, accumulated in registers over d (fmuladd in order of d); per
-//       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p); then
-//       o = o * a + p V_blk by tiles of two 64-byte column vectors, V's vectors shared by the group
-//       (skipped when only lse is stored).
+//       row, scaled and masked, the block max, p = exp(s - c), z = z * a + sum(p), then p times the
+//       dropout factor (with dropout); then o = o * a + p V_blk by tiles of two 64-byte column
+//       vectors, V's vectors shared by the group (skipped when only lse is stored).
 //   out = o / z (0 where z is 0: every key masked); lse = c + log(z) (-inf where z is 0).
 // Rows are independent and the key blocks fixed, so tasks, chunks and threads never change a bit.
 //
@@ -288,9 +288,23 @@ private:
     Value* zp = gep(z_, slot);
     store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
     store(m_new, gep(m_, slot));
+    if (a_.dropout) // the weights o takes are dropped, z's are not: p_j * z_j over the block's lanes
+      for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
+        Value* p = gep(sc, jj);
+        store(b_.CreateFMul(load(p), dropout_factor(add(j0, jj))), p);
+      });
     h_.set_loop_var(1, nullptr);
     h_.pop_scope();
     return alpha;
+  }
+
+  /// The dropout factor of key j for the query row bound to loop var 1 (AttentionSpec::dropout).
+  /// (Past the last key it is some factor, 0 or 1 / (1 - p), which multiplies a weight of 0.)
+  Value* dropout_factor(Value* j) {
+    h_.set_reduce_var(j);
+    Value* z = h_.eval(a_.dropout);
+    h_.set_reduce_var(nullptr);
+    return z;
   }
 
   /// Scales and masks query row i's raw scores in sc (keys [j0, j0 + jn); the lanes past jn -inf),
@@ -531,10 +545,13 @@ private:
     for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
       Value* s = load(gep(sc, jj));
       Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(s, shift));
-      store(p, gep(sc, jj));
+      Value* z = a_.dropout ? dropout_factor(add(j0, jj)) : nullptr;
+      store(z ? b_.CreateFMul(p, z) : p, gep(sc, jj)); // dv's weight: the dropped one
       if (!g) return;
       // a masked key (s = -inf) adds nothing: g = 0 whatever dP holds (dots() left 0 in the skipped vectors)
-      Value* gj = b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(load(gep(g, jj)), d)), scale_);
+      Value* dp = load(gep(g, jj));
+      if (z) dp = b_.CreateFMul(dp, z);
+      Value* gj = b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(dp, d)), scale_);
       store(b_.CreateSelect(b_.CreateFCmpOEQ(s, fc(-inf)), fc(0), gj), gep(g, jj));
     });
     h_.set_loop_var(1, nullptr);

@@ -167,6 +167,7 @@ private:
       idx[r - 1] = reduce_var(0);
       a.mask = compute(n->inputs[mask_at].get(), idx, nullptr);
     }
+    a.dropout = dropout_factor(*n, out[r - 2], n->inputs[1]->shape[r - 2]);
     // the outputs are the last buffers, after every input
     for (const Node* root : roots_) {
       const int b = static_cast<int>(kernel_.buffers.size());
@@ -180,6 +181,26 @@ private:
     launch_.domain_size = 0;
     for (const Node* root : roots_) launch_.domain_size += root->numel();
     return std::move(launch_);
+  }
+
+  // A random seed as a kernel parameter, one that replays may change (KernelLaunch::seed_params).
+  // Always a parameter: P() would bake 0 and 1 into the kernel.
+  ExprRef seed_param(int64_t seed) {
+    launch_.params.push_back(seed);
+    launch_.seed_params.push_back(static_cast<int>(launch_.params.size()) - 1);
+    return param(static_cast<int>(launch_.params.size()) - 1);
+  }
+
+  // The dropout factor of attention node n's weight (b, i, j) = (LoopVar(0), LoopVar(1), ReduceVar(0))
+  // of [batch, l, s] (build::attention_dropout_factor's arithmetic, the same random draw: the counter
+  // is the weight's flat index); null without dropout.
+  ExprRef dropout_factor(const Node& n, int64_t l, int64_t s) {
+    const graph::build::AttentionDropout d = graph::build::attention_dropout(n);
+    if (d.p <= 0) return nullptr;
+    const ExprRef counter = iadd(imul(iadd(imul(loop_var(0), P(l)), loop_var(1)), P(s)), reduce_var(0));
+    const ExprRef u = random(RandomDist::Uniform, n.dtype, seed_param(static_cast<int64_t>(d.seed)), counter);
+    const ExprRef keep = op(ScalarOp::Ge, DType::Bool, {u, constant(n.dtype, d.p)});
+    return op(ScalarOp::Where, n.dtype, {keep, constant(n.dtype, 1.0 / (1.0 - d.p)), constant(n.dtype, 0.0)});
   }
 
   // A value this kernel stores, and the index it is computed at.
@@ -461,11 +482,8 @@ private:
       const graph::Strides st = graph::contiguous_strides(n->shape);
       for (size_t d = 0; d < n->shape.size(); ++d)
         if (n->shape[d] != 1) counter = iadd(counter, imul(idx[d], P(st[d])));
-      // The seed is always a parameter (P() would bake 0 and 1 into the kernel).
-      launch_.params.push_back(n->attrs.i0);
-      launch_.seed_params.push_back(static_cast<int>(launch_.params.size()) - 1);
       const RandomDist dist = n->op == OpKind::Rand ? RandomDist::Uniform : RandomDist::Normal;
-      return random(dist, n->dtype, param(static_cast<int>(launch_.params.size()) - 1), counter);
+      return random(dist, n->dtype, seed_param(n->attrs.i0), counter);
     }
     case OpKind::Input: break;
 #define KILN_OP(e, name, arity, cat, types) KILN_IF_NOT_CATEGORY(cat, Leaf, case OpKind::e:)

@@ -85,8 +85,8 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return {matmul(p, v), p};
 }
 
-// Whether attend()'s output may come from one Attention node, the fused attention kernel: no
-// dropout and fusion on (KILN_FUSION=0 runs the composite), on the CPU or a GPU (the attention
+// Whether attend()'s output may come from one Attention node, the fused attention kernel: fusion on
+// (KILN_FUSION=0 runs the composite), on the CPU or a GPU (the attention
 // kernel form has both backends, bitwise equal). With a gradient to flow through it, only with
 // is_causal or where each batch point's [L, S] weights have kFusedBackwardMinWeights elements or
 // more: the node's backward is fused (AttentionGrad, reading the forward's row logsumexp). With
@@ -95,10 +95,13 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // slower at T = 256 and below, where the composite's GEMMs reuse the weights it stored, which fit in
 // the cache, and the fused backward recomputes the scores, and faster from T = 512 on (the README's
 // fusion section; measured on the CPU, the GPU applies the same rule, not measured there yet).
-// Its result differs from the composite's within the bound the README states.
+// Its result differs from the composite's within the bound the README states. With dropout, the kernel
+// draws the composite's keep-mask (the same rand counters, build::AttentionDropout), which needs the
+// weights' batch dims (q's and k's) to be all of them: a v of more batch points runs the composite.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
                              bool is_causal) {
-  if (dropout_p > 0 || !options().fusion) return false;
+  if (!options().fusion) return false;
+  if (dropout_p > 0 && broadcast_batch({&q, &k}) != broadcast_batch({&q, &k, &v})) return false;
   bool grads = false;
   for (const Tensor* t : {&q, &k, &v, &mask}) grads = grads || (t->defined() && t->requires_grad() && grad_mode_enabled());
   if (grads && !is_causal && q.size(-2) * k.size(-2) < kFusedBackwardMinWeights) return false;
@@ -107,8 +110,8 @@ bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // attend()'s output as one Attention node: q, k and v broadcast to their common batch dims, the
 // mask given their rank (checked by the callers).
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal,
-                       double scale) {
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
+                       bool is_causal, double scale) {
   namespace b = graph::build;
   const IntList batch = *broadcast_batch({&q, &k, &v});
   auto full = [&](const Tensor& t) {
@@ -125,13 +128,15 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     m = b::reshape(mask.node(), s);
     inputs.push_back(mask);
   }
-  return detail::result_of(b::attention(full(q), full(k), full(v), m, scale, is_causal), inputs);
+  graph::build::AttentionDropout dropout;
+  if (dropout_p > 0) dropout = {dropout_p, detail::host_seed([] { return next_seed(); })};
+  return detail::result_of(b::attention(full(q), full(k), full(v), m, scale, is_causal, dropout), inputs);
 }
 
 // attend()'s output: the fused attention kernel where it applies, else the composite.
 Tensor attention_output(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
                         bool is_causal, double scale) {
-  if (fused_attention_applies(q, k, v, mask, dropout_p, is_causal)) return fused_attention(q, k, v, mask, is_causal, scale);
+  if (fused_attention_applies(q, k, v, mask, dropout_p, is_causal)) return fused_attention(q, k, v, mask, dropout_p, is_causal, scale);
   return attend(q, k, v, mask, dropout_p, is_causal, scale).out;
 }
 

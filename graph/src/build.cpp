@@ -315,23 +315,50 @@ NodeRef matmul(const NodeRef& a, const NodeRef& b) {
   return make_node(OpKind::Matmul, a->dtype, std::move(shape), {a, b});
 }
 
-NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal) {
-  Shape shape = q->shape;
-  shape.back() = v->shape.back();
+namespace {
+
+// The attrs every attention node has: the scale, causal and the dropout (AttentionDropout).
+Attrs attention_attrs(double scale, bool causal, const AttentionDropout& dropout) {
   Attrs a;
   a.f0 = scale;
   a.i0 = causal ? 1 : 0;
-  std::vector<NodeRef> in{q, k, v};
-  if (mask) in.push_back(mask);
-  return make_node(OpKind::Attention, q->dtype, std::move(shape), std::move(in), a);
+  if (dropout.p > 0) {
+    a.f1 = dropout.p;
+    a.ints = {static_cast<int64_t>(dropout.seed)};
+  }
+  return a;
 }
 
-NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal) {
+} // namespace
+
+AttentionDropout attention_dropout(const Node& n) {
+  if (n.attrs.ints.empty()) return {};
+  return {n.attrs.f1, static_cast<uint64_t>(n.attrs.ints[0])};
+}
+
+NodeRef attention_dropout_factor(const AttentionDropout& d, DType dtype, const Shape& shape, Device device) {
+  if (d.p <= 0) return nullptr;
+  Attrs seed;
+  seed.i0 = static_cast<int64_t>(d.seed);
+  const NodeRef r = make_node(OpKind::Rand, dtype, shape, {}, seed, device);
+  const NodeRef keep = cast(binary(OpKind::Ge, r, constant_like(r, d.p)), dtype);
+  return scale(keep, 1.0 / (1.0 - d.p));
+}
+
+NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal,
+                  const AttentionDropout& dropout) {
+  Shape shape = q->shape;
+  shape.back() = v->shape.back();
+  std::vector<NodeRef> in{q, k, v};
+  if (mask) in.push_back(mask);
+  return make_node(OpKind::Attention, q->dtype, std::move(shape), std::move(in), attention_attrs(scale, causal, dropout));
+}
+
+NodeRef attention_lse(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal,
+                      const AttentionDropout& dropout) {
   Shape shape = q->shape;
   shape.pop_back();
-  Attrs a;
-  a.f0 = scale;
-  a.i0 = causal ? 1 : 0;
+  const Attrs a = attention_attrs(scale, causal, dropout);
   std::vector<NodeRef> in{q, k, v};
   if (mask) in.push_back(mask);
   return make_node(OpKind::AttentionLse, q->dtype, std::move(shape), std::move(in), a);
@@ -397,10 +424,9 @@ bool moves_last_dim_second_to_last(const Node& x) {
 }
 
 NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& out, const NodeRef& dout,
-                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which) {
-  Attrs a;
-  a.f0 = scale;
-  a.i0 = causal ? 1 : 0;
+                       const NodeRef& lse, const NodeRef& mask, double scale, bool causal, AttentionGradOf which,
+                       const AttentionDropout& dropout) {
+  Attrs a = attention_attrs(scale, causal, dropout);
   a.i1 = static_cast<int64_t>(which);
   const NodeRef& like = which == AttentionGradOf::Q ? q : which == AttentionGradOf::K ? k : v;
   std::vector<NodeRef> in{q, k, v, out, dout, lse};
@@ -409,14 +435,17 @@ NodeRef attention_grad(const NodeRef& q, const NodeRef& k, const NodeRef& v, con
 }
 
 std::vector<NodeRef> attention_grads_composite(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& dout,
-                                               const NodeRef& mask, double scale, bool causal) {
+                                               const NodeRef& mask, double scale, bool causal,
+                                               const AttentionDropout& dropout) {
   const NodeRef p = attention_weights(q, k, mask, scale, causal);
   const int64_t last = static_cast<int64_t>(p->shape.size()) - 1;
-  const NodeRef dp = matmul(dout, transpose_last(v));
+  const NodeRef z = attention_dropout_factor(dropout, p->dtype, p->shape, p->device);
+  NodeRef dp = matmul(dout, transpose_last(v));
+  if (z) dp = mul(dp, z);
   const NodeRef dot = broadcast_to(reduce(OpKind::Sum, mul(dp, p), {last}), p->shape);
   const NodeRef ds = mul(p, sub(dp, dot));
   return {build::scale(matmul(ds, k), scale), build::scale(matmul(transpose_last(ds), q), scale),
-          matmul(transpose_last(p), dout), mask && mask->dtype != DType::Bool ? sum_to(ds, mask->shape) : nullptr};
+          matmul(transpose_last(z ? mul(p, z) : p), dout), mask && mask->dtype != DType::Bool ? sum_to(ds, mask->shape) : nullptr};
 }
 
 NodeRef transpose_last(const NodeRef& x) {

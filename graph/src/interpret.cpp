@@ -762,7 +762,18 @@ private:
     return rf(dt, m + rf(dt, std::log(z)));
   }
 
-  // The output p v per query row (attention_weights_row's p).
+  // The dropout factor of weight (bi, i, j) (build::attention_dropout_factor's, rounded as its ops
+  // round): 1 / (1 - p) where rand >= p, else 0; 1 without dropout.
+  double attention_dropout_factor(const AttentionProblem& a, int64_t bi, int64_t i, int64_t j) const {
+    const build::AttentionDropout d = build::attention_dropout(*a.n);
+    if (d.p <= 0) return 1;
+    const DType dt = a.n->dtype;
+    const auto counter = static_cast<uint64_t>((bi * a.L + i) * a.S + j);
+    const double u = rf(dt, graph::random_uniform(d.seed, counter, dt == DType::Float64));
+    return u >= rf(dt, d.p) ? rf(dt, 1.0 / (1.0 - d.p)) : 0.0;
+  }
+
+  // The output p v per query row (attention_weights_row's p, times the dropout factor).
   Buf attention(const Node* n) const {
     if (n->op == OpKind::AttentionGrad) return attention_grad(n);
     const AttentionProblem a = attention_problem(n);
@@ -773,6 +784,7 @@ private:
     for (int64_t bi = 0; bi < a.batch; ++bi)
       for (int64_t i = 0; i < a.L; ++i) {
         attention_weights_row(a, bi, i, s);
+        for (int64_t j = 0; j < a.S; ++j) s[j] = rf(n->dtype, s[j] * attention_dropout_factor(a, bi, i, j));
         for (int64_t c = 0; c < a.Ev; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < a.S; ++j) acc += s[j] * v.f[(bi * a.S + j) * a.Ev + c];
@@ -792,9 +804,9 @@ private:
   }
 
   // The fused backward's math in f64 (rounded once, at the end): per row, p_j = exp(s_j - lse) with s
-  // attention_scores_row's (0 where lse is -inf: a fully masked row), D = dout . out,
-  // dS_j = p_j (dout . v_j - D); dq_i = scale sum_j dS_j k_j, dk_j = scale sum_i dS_ij q_i,
-  // dv_j = sum_i p_ij dout_i.
+  // attention_scores_row's (0 where lse is -inf: a fully masked row), D = dout . out, z_j the dropout
+  // factor (1 without dropout), dS_j = p_j (z_j (dout . v_j) - D); dq_i = scale sum_j dS_j k_j,
+  // dk_j = scale sum_i dS_ij q_i, dv_j = sum_i p_ij z_ij dout_i.
   Buf attention_grad(const Node* n) const {
     const AttentionProblem a = attention_problem(n);
     const Buf &q = in(n, 0), &k = in(n, 1), &v = in(n, 2), &out = in(n, 3), &dout = in(n, 4), &lse = in(n, 5);
@@ -813,11 +825,12 @@ private:
           if (p[j] == 0) continue;
           double dp = 0;
           for (int64_t c = 0; c < a.Ev; ++c) dp += dor[c] * v.f[static_cast<size_t>((bi * a.S + j) * a.Ev + c)];
-          const double ds = p[j] * (dp - dd) * n->attrs.f0;
+          const double z = attention_dropout_factor(a, bi, i, j);
+          const double ds = p[j] * (z * dp - dd) * n->attrs.f0;
           for (int64_t c = 0; c < width; ++c) {
             if (which == 0) g[(bi * a.L + i) * width + c] += ds * k.f[(bi * a.S + j) * a.E + c];
             if (which == 1) g[(bi * a.S + j) * width + c] += ds * q.f[(bi * a.L + i) * a.E + c];
-            if (which == 2) g[(bi * a.S + j) * width + c] += p[j] * dor[c];
+            if (which == 2) g[(bi * a.S + j) * width + c] += p[j] * z * dor[c];
           }
         }
       }
