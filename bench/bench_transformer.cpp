@@ -18,7 +18,8 @@
 // backward is always the fused one (AttentionGrad), whatever scaled_dot_product_attention picks.
 // Attention/64_causal/...: the same four at TransformerBlockStep's and the GPT's attention (batch
 // 16, 4 heads, T = 64, head dim 32, causal); Attention/256_causal/...: T = 256's shape, causal. The
-// hand loop skips the masked keys.
+// hand loop skips the masked keys. Attention/64_causal_dropout/{fused,unfused}/...: the GPT's
+// attention with its dropout (0.1): the fused kernels against the composite.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
@@ -83,6 +84,7 @@ BENCHMARK(TransformerBlockStep)
 struct AttnShape {
   int64_t batch, heads, t, d;
   bool causal;
+  double dropout = 0; ///< > 0: scaled_dot_product_attention's dropout_p (fused and unfused modes only)
 };
 
 // What an Attention/... case runs.
@@ -182,7 +184,7 @@ void attention_case(benchmark::State& state, const AttnShape& a, AttnMode mode, 
              g = randn(shape, 4).realize();
       CompiledFunction step = compile([&](const std::vector<Tensor>& x) {
         const Tensor out = mode == kNode ? attention_node(x[0], x[1], x[2], scale, a.causal)
-                                         : nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, a.causal);
+                                         : nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], {}, a.dropout, a.causal);
         if (!backward) return std::vector<Tensor>{out};
         return grad({(out * x[3]).sum()}, {x[0], x[1], x[2]});
       });
@@ -208,9 +210,11 @@ const bool kAttentionRegistered = [] {
   const char* modes[] = {"fused", "unfused", "hand_loop", "node"};
   std::vector<std::pair<std::string, AttnShape>> shapes{{"64_causal", {16, 4, 64, 32, true}}, {"256_causal", {4, 8, 256, 64, true}}};
   for (int64_t T : {256, 512, 1024}) shapes.push_back({std::to_string(T), {4, 8, T, 64, false}});
+  shapes.push_back({"64_causal_dropout", {16, 4, 64, 32, true, 0.1}}); // the GPT's, with its dropout
   for (const auto& [label, shape] : shapes)
     for (bool backward : {false, true})
       for (AttnMode mode : {kFused, kUnfused, kHandLoop, kNode}) {
+        if (shape.dropout > 0 && (mode == kHandLoop || mode == kNode)) continue; // (they draw no mask)
         const std::string name = "Attention/" + label + "/" + modes[mode] + (backward ? "/backward" : "/forward");
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { attention_case(s, shape, mode, backward); })
             ->ArgNames({"threads"})

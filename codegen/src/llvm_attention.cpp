@@ -288,8 +288,9 @@ private:
     Value* zp = gep(z_, slot);
     store(b_.CreateFAdd(b_.CreateFMul(load(zp), alpha), sum), zp);
     store(m_new, gep(m_, slot));
-    if (a_.dropout) // the weights o takes are dropped, z's are not: p_j * z_j over the block's lanes
-      for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
+    // the weights o takes are dropped, z's are not: p_j * z_j (the lanes from exp_lanes on hold p = 0)
+    if (a_.dropout)
+      for_range(c64(0), exp_lanes, [&](Value* jj) {
         Value* p = gep(sc, jj);
         store(b_.CreateFMul(load(p), dropout_factor(add(j0, jj))), p);
       });
@@ -517,7 +518,7 @@ private:
           if (need_g) dots(a_.dout, ev_, qbase, rows, vt_, gep(g_, lane0), live);
           for (size_t r = 0; r < rows.size(); ++r) {
             Value* at_r = add(lane0, c64(static_cast<int64_t>(r) * kAttentionKeyBlock));
-            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn);
+            weights(bh, rows[r], gep(sc_, at_r), need_g ? gep(g_, at_r) : nullptr, j0, jn, mul(live, width()));
           }
         });
         Value* keys = add(kbase, j0);
@@ -534,7 +535,9 @@ private:
   /// Query row i of batch point bh over the keys [j0, j0 + jn): its scores in sc (raw) become
   /// p = exp(s - L) (L the row's lse, +inf where -inf), and (where g is not null) its dP in g becomes
   /// (p * (dP - D)) * scale, 0 where s is -inf (masked keys, and those past jn).
-  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn) {
+  /// The dropout factors are drawn for the lanes below `live_lanes` only: past them every row of the
+  /// group masks its keys (live_vectors), so p is 0 and g is 0 there whatever the factor.
+  void weights(Value* bh, Value* i, Value* sc, Value* g, Value* j0, Value* jn, Value* live_lanes) {
     const double inf = std::numeric_limits<double>::infinity();
     h_.push_scope();
     h_.set_loop_var(1, i);
@@ -542,18 +545,26 @@ private:
     Value* lse = load(at(a_.lse, add(mul(bh, l_), i)));
     Value* shift = b_.CreateSelect(b_.CreateFCmpOEQ(lse, fc(-inf)), fc(inf), lse);
     Value* d = load(gep(d_, i));
-    for_range(c64(0), c64(kAttentionKeyBlock), [&](Value* jj) {
-      Value* s = load(gep(sc, jj));
-      Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(s, shift));
-      Value* z = a_.dropout ? dropout_factor(add(j0, jj)) : nullptr;
-      store(z ? b_.CreateFMul(p, z) : p, gep(sc, jj)); // dv's weight: the dropped one
-      if (!g) return;
-      // a masked key (s = -inf) adds nothing: g = 0 whatever dP holds (dots() left 0 in the skipped vectors)
-      Value* dp = load(gep(g, jj));
-      if (z) dp = b_.CreateFMul(dp, z);
-      Value* gj = b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(dp, d)), scale_);
-      store(b_.CreateSelect(b_.CreateFCmpOEQ(s, fc(-inf)), fc(0), gj), gep(g, jj));
-    });
+    auto lanes = [&](Value* from, Value* to, bool dropout) {
+      for_range(from, to, [&](Value* jj) {
+        Value* s = load(gep(sc, jj));
+        Value* p = emit_math(b_, MathFn::Exp, b_.CreateFSub(s, shift));
+        Value* z = dropout ? dropout_factor(add(j0, jj)) : nullptr;
+        store(z ? b_.CreateFMul(p, z) : p, gep(sc, jj)); // dv's weight: the dropped one
+        if (!g) return;
+        // a masked key (s = -inf) adds nothing: g = 0 whatever dP holds (dots() left 0 in the skipped vectors)
+        Value* dp = load(gep(g, jj));
+        if (z) dp = b_.CreateFMul(dp, z);
+        Value* gj = b_.CreateFMul(b_.CreateFMul(p, b_.CreateFSub(dp, d)), scale_);
+        store(b_.CreateSelect(b_.CreateFCmpOEQ(s, fc(-inf)), fc(0), gj), gep(g, jj));
+      });
+    };
+    if (!a_.dropout) {
+      lanes(c64(0), c64(kAttentionKeyBlock), false);
+    } else {
+      lanes(c64(0), live_lanes, true);
+      lanes(live_lanes, c64(kAttentionKeyBlock), false);
+    }
     h_.set_loop_var(1, nullptr);
     h_.pop_scope();
   }
