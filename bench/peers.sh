@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 . bench/openblas_env.sh
 echo "== OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 B=./build/bench/kiln_bench
-echo "== gemm and memory-bound (kiln_bench)"
-for t in 1 2; do
-  $B --benchmark_filter="^Gemm/(1024|2048|128x784x512|128x512x512|25088x288x64)/(kiln|openblas)/threads:$t|^(Elementwise8|Softmax|LayerNorm)/[^/]*/(kiln/threads:$t/fused:1|cxx_fast/threads:$t)" --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
-done
+echo "== gemm against OpenBLAS and memory-bound against the -ffast-math loops (kiln_bench, bench/pairs.py:"
+echo "   repetitions interleaved at random in one process; peer/kiln by minimum and by median)"
+python3 bench/pairs.py '^Gemm/[^/]*/(kiln|openblas)/threads:(1|2)' --peer openblas --reps 6 --bin $B
+python3 bench/pairs.py '^(Elementwise8/16M|Softmax/8192x1024|LayerNorm/8192x1024)/(kiln/threads:(1|2)/fused:1|cxx_fast/threads:(1|2))/' \
+  --peer cxx_fast --reps 10 --bin $B
 echo "== MLP step against libtorch (kiln_vs_torch)"
 ./build/bench/kiln_vs_torch --benchmark_filter='^EagerMLPStep/(1|128|1024)/(kiln_compiled|torch)/threads:(1|2)' --benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | grep median
 echo "== MLP step against XLA:CPU (the functional step, as JAX writes it; bench/mlp_jax.py)"
