@@ -1072,3 +1072,29 @@ TEST(AttentionDropout, AValueOfMoreBatchPointsRunsTheComposite) {
   EXPECT_NE(F::scaled_dot_product_attention(q, k, v, {}, kDropout).node()->op, graph::OpKind::Attention);
   EXPECT_EQ(F::scaled_dot_product_attention(q, k, v).node()->op, graph::OpKind::Attention);
 }
+
+// The kernel IR text of attention kernels with dropout (forward and backward) holds the factor (its
+// own "dropout" line) and parses back to a kernel that prints the same text and gets the same name.
+TEST(AttentionDropout, TheKernelTextParsesBack) {
+  const graph::build::AttentionDropout d{kDropout, 17};
+  std::vector<Tensor> in{randn({2, 70, 8}, 61).requires_grad_(), randn({2, 90, 8}, 62).requires_grad_(),
+                         randn({2, 90, 5}, 63).requires_grad_()};
+  const Tensor out = attention_node(in[0], in[1], in[2], {}, 0.5, true, d);
+  const std::vector<Tensor> g = grad({(out * out).sum()}, in);
+  const codegen::Schedule s = codegen::schedule({g[0].node().get(), g[1].node().get(), g[2].node().get()}, {});
+  int kernels = 0;
+  for (const codegen::KernelLaunch& l : s.launches) {
+    if (!l.kernel.attention) continue;
+    ++kernels;
+    ASSERT_TRUE(l.kernel.attention->dropout);
+    const std::string text = codegen::print_kernel(l.kernel);
+    EXPECT_NE(text.find("\n  dropout "), std::string::npos) << text;
+    codegen::Kernel k = codegen::parse_kernel(text);
+    EXPECT_EQ(codegen::print_kernel(k), text);
+    ASSERT_TRUE(k.attention && k.attention->dropout);
+    codegen::finalize(k);
+    EXPECT_EQ(k.name, l.kernel.name);
+    EXPECT_EQ(l.seed_params.size(), 1u) << text; // the seed, which replays redraw
+  }
+  EXPECT_EQ(kernels, 2); // the forward (out and lse) and the backward (dq, dk, dv)
+}
