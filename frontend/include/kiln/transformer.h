@@ -24,7 +24,8 @@ namespace kiln::nn::functional {
 /// a compiled step, from the sequence nn::manual_seed() restarts); pass 0 when not training.
 /// A query row whose every score is masked out (all false, or -inf) gives zeros and a zero
 /// gradient, as PyTorch's math backend since 2.5 (its "safe softmax"), not NaN.
-/// With fusion on and no dropout it runs as kiln's fused attention kernels, on the CPU and on CUDA (one
+/// With fusion on (with or without dropout: the kernels draw the composite's mask) it runs as kiln's
+/// fused attention kernels, on the CPU and on CUDA (one
 /// Attention node, and a fused backward): always when no gradient flows, and with one with
 /// is_causal (the kernels skip the masked pairs) or from 512 x 512 weights a batch point (below,
 /// without is_causal, the composite's backward is faster); otherwise as the composite of primitives. The two agree within the bound the README's fusion section states.
