@@ -169,6 +169,52 @@ template <class T> void check_epilogues() {
   options().fusion = saved;
 }
 
+/// x [n, h, l, d] with its heads merged: x.permute(0, 2, 1, 3).reshape({n l, h d}), the input of
+/// an attention block's output projection (a left operand whose rows and k split into a row term
+/// and a k term: GemmEmitter::pack_a_gather).
+template <class T> Tensor merged_heads(const std::vector<T>& x, int64_t n, int64_t h, int64_t l, int64_t d) {
+  return from_vector(x, {n, h, l, d}).permute({0, 2, 1, 3}).reshape({n * l, h * d});
+}
+
+/// merged_heads's element (row, col) of x.
+template <class T> T merged_at(const std::vector<T>& x, int64_t h, int64_t l, int64_t d, int64_t row, int64_t col) {
+  return x[static_cast<size_t>(((row / l * h + col / d) * l + row % l) * d + col % d)];
+}
+
+template <class T> void check_merged_heads() {
+  // (n, h, l, d, other): rows not filling a panel, k past a k block (kc 256), rows past a row
+  // block (mc 384); d = 32 makes the right operand's panels runs of consecutive columns.
+  const std::array<std::array<int64_t, 5>, 4> shapes{{{3, 3, 7, 5, 9}, {2, 4, 13, 32, 40}, {1, 9, 30, 33, 17},
+                                                      {2, 2, 200, 32, 70}}};
+  uint32_t seed = 300;
+  for (const auto& [n, h, l, d, o] : shapes) {
+    const int64_t rows = n * l, k = h * d;
+    const std::vector<T> x = normal_data<T>(n * h * l * d, seed++), w = normal_data<T>(k * o, seed++),
+                         y = normal_data<T>(rows * o, seed++);
+    const std::string what = std::to_string(n) + "x" + std::to_string(h) + "x" + std::to_string(l) + "x" + std::to_string(d);
+    // merged @ w: the merged heads as the left operand.
+    const Tensor left = matmul(merged_heads(x, n, h, l, d), from_vector(w, {k, o}));
+    ASSERT_EQ(gemm_forms(left), std::vector<bool>{true}) << what;
+    const std::vector<T> got_left = left.template to_vector<T>();
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < o; ++j) {
+        T acc = 0;
+        for (int64_t q = 0; q < k; ++q) acc = fma_step(merged_at(x, h, l, d, i, q), w[q * o + j], acc);
+        ASSERT_EQ(got_left[i * o + j], acc) << what << " left operand at " << i << "," << j;
+      }
+    // y^T @ merged: the merged heads as the right operand (a weight gradient's).
+    const Tensor right = matmul(from_vector(y, {rows, o}).t(), merged_heads(x, n, h, l, d));
+    ASSERT_EQ(gemm_forms(right), std::vector<bool>{true}) << what;
+    const std::vector<T> got_right = right.template to_vector<T>();
+    for (int64_t i = 0; i < o; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        T acc = 0;
+        for (int64_t q = 0; q < rows; ++q) acc = fma_step(y[q * o + i], merged_at(x, h, l, d, q, j), acc);
+        ASSERT_EQ(got_right[i * k + j], acc) << what << " right operand at " << i << "," << j;
+      }
+  }
+}
+
 } // namespace
 
 TEST(Gemm, MatmulsTakeTheGemmForm) {
@@ -222,6 +268,9 @@ TEST(Gemm, NonContiguousOperandsArePacked) {
       ASSERT_EQ(got[i * n + j], acc) << i << "," << j;
     }
 }
+
+TEST(Gemm, MergedHeadsArePackedByRowAndKOffsetsWithTheSameBitsF32) { check_merged_heads<float>(); }
+TEST(Gemm, MergedHeadsArePackedByRowAndKOffsetsWithTheSameBitsF64) { check_merged_heads<double>(); }
 
 TEST(Gemm, Conv2dMatchesDirectLoops) {
   struct Case {

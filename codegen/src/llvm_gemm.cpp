@@ -354,7 +354,9 @@ public:
     const Fetching fetching = affine_b_ ? Fetching::Yes : Fetching::No;
     micro_packed_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Packed, fetching), micro_type(ctx_, fetching));
     micro_rows_ = m->getOrInsertFunction(support.name() + micro_suffix(MicroForm::Rows, fetching), micro_type(ctx_, fetching));
-    gather_b_ = !affine_b_ && b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 && separable(b_expr_->args[0]);
+    gather_a_ = !affine_a_ && a_->kind == ExprKind::Load && a_->args.size() == 1 && separable(a_->args[0], g_.m_var);
+    gather_b_ = !affine_b_ && b_expr_->kind == ExprKind::Load && b_expr_->args.size() == 1 &&
+                separable(b_expr_->args[0], g_.n_var);
     epilogue_streams_ = find_epilogue_streams();
   }
 
@@ -433,6 +435,7 @@ private:
   Value* a_base_ = nullptr; // a's element (row 0, k 0) at the current batch point
   bool affine_a_ = false;    // a is a strided view of a buffer
   bool affine_b_ = false;    // b is a strided view of a buffer
+  bool gather_a_ = false;    // a is a load at a row offset plus a k offset (separable): packed by gathers
   bool gather_b_ = false;    // b is a load at a row offset plus a column offset (separable): packed by gathers
   Value *b_base_ = nullptr, *b_col_stride_ = nullptr; // b's element (k 0, column 0); column stride
   Value* b_k_stride_ = nullptr;                         // b's k stride (affine_b_)
@@ -523,18 +526,20 @@ private:
     return false;
   }
 
-  /// True when the i64 expression e is a term of k alone plus a term of b's column alone (other
-  /// vars are constant over a task): b's offset at (k, n) is then off(k, n0) + off(k0, n) - off(k0, n0).
-  /// So is an unfold read through a reshape (im2col's columns: the taps' offsets plus the windows').
-  bool separable(const ExprRef& e) const {
+  /// True when the i64 expression e is a term of k alone plus a term of the loop var `var` alone
+  /// (b's column or a's row; other vars are constant over a task): b's offset at (k, n) is then
+  /// off(k, n0) + off(k0, n) - off(k0, n0), and likewise a's. So is an unfold read through a
+  /// reshape (im2col's columns: the taps' offsets plus the windows'), and a reshape that merges a
+  /// permuted view's dims (attention's [N, H, L, D] output read as [N L, H D] rows and k).
+  static bool separable(const ExprRef& e, int var) {
     auto of_k = [](const ExprRef& x) { return mentions(x, ExprKind::ReduceVar, 0); };
-    auto of_n = [&](const ExprRef& x) { return g_.n_var >= 0 && mentions(x, ExprKind::LoopVar, g_.n_var); };
-    auto constant = [&](const ExprRef& x) { return !of_k(x) && !of_n(x); };
-    if (!of_k(e) || !of_n(e)) return true;
+    auto of_var = [&](const ExprRef& x) { return var >= 0 && mentions(x, ExprKind::LoopVar, var); };
+    auto constant = [&](const ExprRef& x) { return !of_k(x) && !of_var(x); };
+    if (!of_k(e) || !of_var(e)) return true;
     if (e->kind != ExprKind::Op || e->dtype != DType::Int64) return false;
-    if (e->op == ScalarOp::Add || e->op == ScalarOp::Sub) return separable(e->args[0]) && separable(e->args[1]);
+    if (e->op == ScalarOp::Add || e->op == ScalarOp::Sub) return separable(e->args[0], var) && separable(e->args[1], var);
     if (e->op != ScalarOp::Mul) return false;
-    return (constant(e->args[0]) && separable(e->args[1])) || (separable(e->args[0]) && constant(e->args[1]));
+    return (constant(e->args[0]) && separable(e->args[1], var)) || (separable(e->args[0], var) && constant(e->args[1]));
   }
 
   /// a's offset at row m, k (at the current batch point).
@@ -603,7 +608,13 @@ private:
       Value* first = b_.CreateICmpEQ(kb, c64(0));
       Value* last = b_.CreateICmpEQ(kb, b_.CreateSub(kblocks, c64(1)));
       if_else(in_place_, [] {}, [&] {
-        auto generic = [&] { pack_a_block(i0, mpanels, k0, kcur); };
+        auto generic = [&] {
+          if (!gather_a_) return pack_a_block(i0, mpanels, k0, kcur);
+          for_range(c64(0), mpanels, [&](Value* ip) {
+            Value* r0 = add(i0, mul(ip, g_.mr));
+            pack_a_gather(gep(ap_, mul(ip, g_.mr * g_.kc)), r0, smin(c64(g_.mr), b_.CreateSub(m_, r0)), k0, kcur);
+          });
+        };
         if (!affine_a_) return generic(); // (a_base_ is bound only for a strided a)
         if_else(direct_, [&] {
           for_range(c64(0), mpanels, [&](Value* ip) {
@@ -748,38 +759,62 @@ private:
     });
   }
 
-  /// pack_b for a separable b (gather_b_): the panel's column offsets once, then each row of the
-  /// panel by masked vector gathers at the row's own offset (columns past cols read nothing: 0).
-  /// im2col's columns are read from the padded input this way, without a column matrix.
+  /// pack_b for a separable b (gather_b_), by pack_gathered(). im2col's columns are read from the
+  /// padded input this way, without a column matrix.
   void pack_b_gather(Value* c0, Value* cols, Value* k0, Value* kcur) {
-    const int64_t vlen = vector_length(k_.reductions[0].dtype, g_.nr);
-    auto* offsets = h_.entry_alloca(ArrayType::get(i64(), static_cast<uint64_t>(g_.nr)), "g.boffs");
-    Value* first = b_offset(k0, c0);
-    for_range(c64(0), c64(g_.nr), [&](Value* q) {
+    pack_gathered(h_.buffer(b_expr_->index), [&](Value* k, Value* n) { return b_offset(k, n); }, c0, cols, g_.nr, bp_,
+                  k0, kcur);
+  }
+
+  /// pack_a for a separable a (gather_a_), by pack_gathered(): the panel's rows are its lanes.
+  /// Attention's [N, H, L, D] output merged into rows N L and k H D (the head-merging reshape
+  /// before the output projection) is read this way, not element by element through idiv/imod.
+  void pack_a_gather(Value* dst, Value* r0, Value* rows, Value* k0, Value* kcur) {
+    pack_gathered(h_.buffer(a_->index), [&](Value* k, Value* m) { return a_offset(m, k); }, r0, rows, g_.mr, dst, k0, kcur);
+  }
+
+  /// dst[kk][q] = buffer[offset(k0 + kk, lane0 + q)] for q < lanes, 0 for lanes <= q < width, over
+  /// kk < kcur, where offset is separable: the lanes' offsets relative to lane 0 once, then each k
+  /// step by masked vector gathers at the step's own offset (lanes past `lanes` read nothing). Where
+  /// the lanes are consecutive elements (a head's columns, read as a panel), by masked vector loads.
+  void pack_gathered(Value* buffer, const std::function<Value*(Value*, Value*)>& offset, Value* lane0, Value* lanes,
+                     int64_t width, Value* dst, Value* k0, Value* kcur) {
+    const int64_t vlen = vector_length(k_.reductions[0].dtype, width);
+    auto* offsets = h_.entry_alloca(ArrayType::get(i64(), static_cast<uint64_t>(width)), "g.offs");
+    Value* first = offset(k0, lane0);
+    for_range(c64(0), c64(width), [&](Value* q) {
       Value* at = b_.CreateInBoundsGEP(i64(), offsets, q);
       b_.CreateStore(c64(0), at);
-      if_else(b_.CreateICmpSLT(q, cols), [&] { b_.CreateStore(b_.CreateSub(b_offset(k0, add(c0, q)), first), at); }, [] {});
+      if_else(b_.CreateICmpSLT(q, lanes), [&] { b_.CreateStore(b_.CreateSub(offset(k0, add(lane0, q)), first), at); }, [] {});
     });
     auto* vt = FixedVectorType::get(t_, static_cast<unsigned>(vlen));
     auto* vi = FixedVectorType::get(i64(), static_cast<unsigned>(vlen));
-    const Align align(static_cast<uint64_t>(vlen * elem_));
+    const Align elem_align(static_cast<uint64_t>(elem_));
     std::vector<Value*> offs, masks;
-    for (int64_t v = 0; v < g_.nr; v += vlen) {
+    Value* consecutive = b_.getTrue();
+    for (int64_t v = 0; v < width; v += vlen) {
       offs.push_back(b_.CreateAlignedLoad(vi, b_.CreateInBoundsGEP(i64(), offsets, c64(v)), Align(8)));
       std::vector<Constant*> lane;
       for (int64_t l = 0; l < vlen; ++l) lane.push_back(b_.getInt64(v + l));
-      masks.push_back(b_.CreateICmpSLT(ConstantVector::get(lane), b_.CreateVectorSplat(static_cast<unsigned>(vlen), cols)));
+      Value* index = ConstantVector::get(lane);
+      masks.push_back(b_.CreateICmpSLT(index, b_.CreateVectorSplat(static_cast<unsigned>(vlen), lanes)));
+      // (the lanes past `lanes` hold offset 0; they count as consecutive)
+      Value* in_line = b_.CreateOr(b_.CreateICmpEQ(offs.back(), index), b_.CreateNot(masks.back()));
+      consecutive = b_.CreateAnd(consecutive, b_.CreateAndReduce(in_line));
     }
-    Value* buffer = h_.buffer(b_expr_->index);
-    for_range(c64(0), kcur, [&](Value* kk) {
-      Value* row = gep(buffer, b_offset(add(k0, kk), c0));
-      Value* dst = gep(bp_, mul(kk, g_.nr));
-      for (size_t v = 0; v < offs.size(); ++v) {
-        Value* at = b_.CreateInBoundsGEP(t_, row, offs[v]);
-        Value* got = b_.CreateMaskedGather(vt, at, Align(static_cast<uint64_t>(elem_)), masks[v], Constant::getNullValue(vt));
-        b_.CreateAlignedStore(got, gep(dst, c64(static_cast<int64_t>(v) * vlen)), align);
-      }
-    });
+    auto rows = [&](bool gather) {
+      for_range(c64(0), kcur, [&](Value* kk) {
+        Value* row = gep(buffer, offset(add(k0, kk), lane0));
+        Value* to = gep(dst, mul(kk, width));
+        for (size_t v = 0; v < offs.size(); ++v) {
+          Value* from = gather ? b_.CreateInBoundsGEP(t_, row, offs[v]) : gep(row, c64(static_cast<int64_t>(v) * vlen));
+          Value* got = gather ? b_.CreateMaskedGather(vt, from, elem_align, masks[v], Constant::getNullValue(vt))
+                              : b_.CreateMaskedLoad(vt, from, elem_align, masks[v], Constant::getNullValue(vt));
+          b_.CreateAlignedStore(got, gep(to, c64(static_cast<int64_t>(v) * vlen)), elem_align);
+        }
+      });
+    };
+    if_else(consecutive, [&] { rows(false); }, [&] { rows(true); });
   }
 
   /// The mr x nr tile at rows r0 (mvalid inside the output), columns c0 (nvalid
