@@ -139,6 +139,11 @@ public:
   Device device;               ///< where its value is computed and lives (a leaf's own; else its inputs')
   size_t hash = 0;             ///< structural hash (op, dtype, shape, inputs, attrs, device)
   SourceLine origin;           ///< the user's line that first made it (not hashed; see SourceLine)
+  /// The live grad-requiring tensors that computed this value each by ops of their own (the
+  /// frontend's detail::result counts them; an op that returns an alias of its operand does not
+  /// count). Identical computations merge into one node, so from 2 on, the gradients of those
+  /// tensors cannot be told apart: kiln::grad refuses them rather than mix their uses.
+  mutable std::atomic<int> tensor_makers{0};
 
   ~Node();
   /// Number of elements.

@@ -847,6 +847,38 @@ TEST(Errors, UnusedInput) {
   expect_near(values(gs[1]), {0, 0});
 }
 
+TEST(Errors, TensorsOfOneMergedComputationAreRefusedNotMixed) {
+  // Identical computations merge into one node and gradients are found by node, so two tensors
+  // computed alike would get one gradient (the sum over both tensors' uses; PyTorch gives each its
+  // own): grad refuses them. An op that returns an alias of its operand (a no-op reshape, a fold
+  // back to an operand) is not a second computation, and its gradient stays as before.
+  Tensor x = U({3}, 706);
+  x.requires_grad_();
+  {
+    Tensor y1 = x * 2.0, y2 = x * 2.0;
+    Tensor loss = (y1 * y1).sum() + (y2 * 3.0).sum();
+    std::string msg = error_of([&] { grad({loss}, {y1, y2}); });
+    EXPECT_NE(msg.find("inputs[0] (f64[3]) was computed by the same ops on the same operands as another live tensor"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("test_autograd.cpp"), std::string::npos) << msg;
+    msg = error_of([&] { grad({loss}, {y2}); }); // y1's uses would count too
+    EXPECT_NE(msg.find("inputs[0]"), std::string::npos) << msg;
+  }
+  {
+    Tensor y = x * 2.0; // the other one is gone: y is the only tensor of its value again
+    const Tensor alias = y.reshape({3}), folded = y.reshape({1, 3}).reshape({3});
+    expect_near(values(grad({(alias * alias).sum() + (folded * 3.0).sum()}, {y})[0]), {4 * values(x)[0] + 3,
+                                                                                   4 * values(x)[1] + 3,
+                                                                                   4 * values(x)[2] + 3});
+    const std::string msg = error_of([&] { grad({(alias * 3.0).sum()}, {y, alias}); });
+    EXPECT_NE(msg.find("inputs[1] and inputs[0] are two tensors holding the same value"), std::string::npos) << msg;
+    expect_near(values(grad({(y * 3.0).sum()}, {y, y})[1]), {3, 3, 3}); // one tensor twice is fine
+  }
+  const Tensor w = zeros({3}, kFloat64), b = zeros({3}, kFloat64); // equal constants are one value too
+  const std::string msg = error_of([&] { grad({(x * w + b).sum()}, {w, b}); });
+  EXPECT_NE(msg.find("are two tensors holding the same value"), std::string::npos) << msg;
+}
+
 TEST(Errors, IntegerOutputAndInput) {
   Tensor x = U({3}, 704);
   x.requires_grad_();

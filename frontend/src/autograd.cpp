@@ -79,6 +79,8 @@ std::vector<NodeRef> output_seeds(const std::vector<Tensor>& outputs, const std:
   return seeds;
 }
 
+void check_distinct_values(const std::vector<Tensor>& inputs, const Loc& loc);
+
 void check_grad_args(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& grad_outputs, const Loc& loc) {
   if (outputs.empty()) throw Error("grad", "needs at least one output", loc);
@@ -91,6 +93,26 @@ void check_grad_args(const std::vector<Tensor>& outputs, const std::vector<Tenso
     if (!is_floating(inputs[i].dtype()))
       fail("grad", nth("inputs", i) + " has dtype " + std::string(dtype_name(inputs[i].dtype())) +
                        ": integer and bool tensors carry no gradient", {&inputs[i]}, loc);
+  check_distinct_values(inputs, loc);
+}
+
+// Identical computations merge into one graph node (hash-consing), and gradients are found by
+// node: two tensors on one node get one gradient, the sum over both tensors' uses, where PyTorch
+// gives each its own. Refused rather than mixed.
+void check_distinct_values(const std::vector<Tensor>& inputs, const Loc& loc) {
+  const std::string why = ": kiln merges identical computations into one value and finds gradients by value, so "
+                          "their gradients cannot be told apart; compute the value once and use that tensor "
+                          "everywhere";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].node()->tensor_makers.load(std::memory_order_relaxed) > 1)
+      fail("grad", nth("inputs", i) + " (" + inputs[i].type_str() +
+                       ") was computed by the same ops on the same operands as another live tensor" + why,
+           {&inputs[i]}, loc);
+    for (size_t j = 0; j < i; ++j)
+      if (inputs[j].node() == inputs[i].node() && inputs[j].impl() != inputs[i].impl())
+        fail("grad", nth("inputs", i) + " and " + nth("inputs", j) + " are two tensors holding the same value" + why,
+             {&inputs[j], &inputs[i]}, loc);
+  }
 }
 
 } // namespace

@@ -80,22 +80,49 @@ Device common_device(const std::string& op, const std::vector<Tensor>& operands,
   return device_of_operands(op, ptrs, loc);
 }
 
-Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs) {
+namespace {
+
+/// True when `node` is one of `inputs`' nodes or one of their near operands (breadth first, a
+/// bounded walk): an op that folded to its operand or to an operand's operand (a no-op reshape,
+/// x.t().t()) made an alias of a value it was given, not a second computation of it.
+bool aliases_an_input(const graph::Node* node, const std::vector<const Tensor*>& inputs) {
+  constexpr size_t kMostVisited = 64;
+  std::vector<const graph::Node*> queue;
+  for (const Tensor* t : inputs)
+    if (t->defined()) queue.push_back(t->node().get());
+  for (size_t i = 0; i < queue.size() && i < kMostVisited; ++i) {
+    if (queue[i] == node) return true;
+    for (const graph::NodeRef& in : queue[i]->inputs) queue.push_back(in.get());
+  }
+  return false;
+}
+
+/// An op's result tensor; a grad-requiring one counts itself a maker of its node
+/// (graph::Node::tensor_makers), unless the node aliases an operand's value.
+Tensor wrap_result(graph::NodeRef node, const std::vector<const Tensor*>& inputs) {
   bool needs = false;
   for (const Tensor* t : inputs) needs = needs || (t->defined() && t->requires_grad());
   if (needs && !grad_mode_enabled()) return Tensor(graph::build::detach(node));
   Tensor r(std::move(node), needs);
   r.impl()->is_leaf = !needs;
+  const graph::NodeRef& n = r.impl()->node;
+  if (needs && (n->tensor_makers.load(std::memory_order_relaxed) == 0 || !aliases_an_input(n.get(), inputs))) {
+    n->tensor_makers.fetch_add(1, std::memory_order_relaxed);
+    r.impl()->made = n;
+  }
   return r;
 }
 
+} // namespace
+
+Tensor result(graph::NodeRef node, std::initializer_list<const Tensor*> inputs) {
+  return wrap_result(std::move(node), std::vector<const Tensor*>(inputs));
+}
+
 Tensor result_of(graph::NodeRef node, const std::vector<Tensor>& inputs) {
-  bool needs = false;
-  for (const Tensor& t : inputs) needs = needs || t.requires_grad();
-  if (needs && !grad_mode_enabled()) return Tensor(graph::build::detach(node));
-  Tensor r(std::move(node), needs);
-  r.impl()->is_leaf = !needs;
-  return r;
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  return wrap_result(std::move(node), ptrs);
 }
 
 namespace {

@@ -34,6 +34,14 @@ struct TensorImpl {
   Tensor grad;                 ///< accumulated by backward()
   bool graph_released = false; ///< backward() was called on it without retain_graph
   mutable std::mutex node_mu;  ///< guards `node` where one thread assigns while others read
+  std::weak_ptr<const graph::Node> made; ///< the node it counts itself a maker of (graph::Node::tensor_makers)
+
+  TensorImpl() = default;
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+  ~TensorImpl() {
+    if (auto n = made.lock()) n->tensor_makers.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   /// `node`, read under node_mu: what the read paths (to_vector, item, realize) and
   /// assign use, so that a read sees the old or the new value of a concurrent assign.
