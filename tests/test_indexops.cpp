@@ -267,6 +267,14 @@ TEST(IndexAdd, AddsScaledSlices) {
                              "index_add");
 }
 
+TEST(IndexAdd, AnIntegerSelfTakesAnIntegerAlphaExactly) {
+  // In self's dtype: values past f32's 24 bits stay exact (a double alpha would go through f32).
+  const int64_t big = (int64_t{1} << 40) + 1;
+  const Tensor y = index_add(zeros({3}, kInt64), 0, from_vector<int64_t>({1, 1}), from_vector<int64_t>({big, 5}), 3);
+  EXPECT_EQ(y.to_vector<int64_t>(), (std::vector<int64_t>{0, 3 * big + 15, 0}));
+  EXPECT_EQ(index_add(zeros({}, kInt32), 0, from_vector<int64_t>({0}), from_vector<int32_t>({7}), -2).item<int32_t>(), -14);
+}
+
 TEST(ScatterAdd, BitwiseTheSameOnOneAndTwoThreads) {
   // Many repeats of few targets: a sum whose rounding depends on the order.
   const Tensor src = values_of({4096, 8}, 41, kFloat32) * 1000.0;
@@ -589,6 +597,8 @@ TEST(IndexErrors, BadIndicesNameTheOpThePositionOrShapeAndTheLine) {
   const Tensor x = values_of({3, 5}, 1);
   const Tensor bad = from_vector<int64_t>({0, 1, 5, 2}, {2, 2});
   expect_error([&] { (void)gather(x, 1, bad); }, "gather", {"index 5 at position [1, 0]", "dim 1", "[0, 5)"}, __LINE__);
+  const Tensor ints = zeros({3}, kInt64), one = from_vector<int64_t>({1});
+  expect_error([&] { (void)index_add(ints, 0, one, one, 2.5); }, "index_add", {"alpha 2.500000 is not an integer"}, __LINE__);
   expect_error([&] { (void)gather(x, 1, from_vector<int64_t>({0, -6}, {1, 2})); }, "gather", {"index -6", "[0, 5)"}, __LINE__);
   // computed indices are checked in the kernel and reported when the result is read
   const int line = __LINE__ + 1;

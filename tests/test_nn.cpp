@@ -465,6 +465,19 @@ TEST(Gradients, MaxPoolSendsATiedWindowsGradientToItsFirstMaximum) {
   }
 }
 
+TEST(Gradients, MaxPoolSendsAWindowsGradientToItsLastNaN) {
+  // PyTorch's max_pool2d scan takes a NaN at once and each later one: a window with NaNs sends its
+  // gradient to its last NaN (PyTorch 1.13: [1, NaN; 5, NaN] -> [0, 0; 0, 1], and along a row
+  // [NaN, 3, NaN, 9] -> [0, 0, 1, 0]); the value is NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = from_vector(std::vector<double>{1, nan, 5, nan}, {1, 1, 2, 2}).requires_grad_();
+  const Tensor y = F::max_pool2d(x, 2);
+  EXPECT_TRUE(std::isnan(y.item<double>()));
+  EXPECT_EQ(grad({y.sum()}, {x})[0].to_vector<double>(), (std::vector<double>{0, 0, 0, 1}));
+  const Tensor row = from_vector(std::vector<double>{nan, 3, nan, 9}, {1, 1, 1, 4}).requires_grad_();
+  EXPECT_EQ(grad({F::max_pool2d(row, nn::Size2{1, 4}).sum()}, {row})[0].to_vector<double>(), (std::vector<double>{0, 0, 1, 0}));
+}
+
 TEST(Gradients, Normalizations) {
   expect_gradcheck(
       [](const std::vector<Tensor>& v) { return (F::layer_norm(v[0], {4}, v[1], v[2]) * v[3]).sum(); },

@@ -235,6 +235,14 @@ TEST(Masks, MaskedFillKeepsTheDtypeAndBroadcasts) {
                    {rnd({2, 3}, 12), rnd({2, 3}, 13)});
   expect_error([&] { (void)masked_fill(x, zeros({3}), 0); }, __LINE__, "masked_fill", {"f64[2,3]", "f32[3]", "bool"});
   expect_error([&] { (void)masked_fill(x, zeros({4}, kBool), 0); }, __LINE__, "masked_fill", {"f64[2,3]", "bool[4]", "broadcast"});
+  // a value an integer x cannot hold is refused, as PyTorch's "cannot be converted without overflow"
+  expect_error([&] { (void)xi.masked_fill(m, 1e20); }, __LINE__, "masked_fill", {"i64[3]", "cannot be converted to i64"});
+  expect_error([&] { (void)xi.masked_fill(m, kNaN); }, __LINE__, "masked_fill", {"cannot be converted to i64"});
+  expect_error([&] { (void)xi.to(kInt32).masked_fill(m, int64_t{1} << 40); }, __LINE__, "masked_fill",
+               {"i32[3]", "1099511627776 cannot be converted to i32"});
+  EXPECT_EQ(xi.to(kInt32).masked_fill(m, -2147483648.9).to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN, 1, INT32_MIN}));
+  expect_error([&] { (void)full({2}, 3e9, kInt32); }, __LINE__, "full", {"cannot be converted to i32"});
+  expect_error([&] { (void)pad(xi, {1, 1}, 1e19); }, __LINE__, "pad", {"i64[3]", "cannot be converted to i64"});
 }
 
 // ---------------------------------------------------------------- clamp and sign
@@ -259,6 +267,17 @@ TEST(Clamp, ValuesDtypesAndBoundsAsPyTorch) {
   expect_same(values(h.grad()), {0, 0, 0});
   expect_gradcheck([](const std::vector<Tensor>& v) { return (clamp(v[0], -0.5, 0.7) * v[1]).sum(); },
                    {rnd({3, 4}, 14), rnd({3, 4}, 15)});
+  // NaN in x keeps its value with gradient 0; a NaN bound makes every element NaN (PyTorch's
+  // clamp of two bounds), gradient 0
+  Tensor n = from_vector<double>({-2, 0.5, kNaN}).requires_grad_();
+  clamp(n, -1, 1).sum().backward();
+  expect_same(values(n.grad()), {0, 1, 0});
+  expect_same(values(clamp(n, kNaN, 1)), {kNaN, kNaN, kNaN});
+  expect_same(values(clamp(n, std::nullopt, kNaN)), {kNaN, kNaN, kNaN});
+  expect_same(values(grad({clamp(n, kNaN, 1).sum()}, {n})[0]), {0, 0, 0});
+  // an integer bound an integer x cannot hold is refused (it would wrap)
+  expect_error([&] { (void)clamp(xi.to(kInt32), int64_t{1} << 40); }, __LINE__, "clamp",
+               {"i32[3]", "cannot be converted to i32"});
   expect_error([&] { (void)clamp(x, std::nullopt, std::nullopt); }, __LINE__, "clamp", {"f64[8]", "min and max"});
   expect_error([&] { (void)clamp(zeros({2}, kBool), 0, 1); }, __LINE__, "clamp", {"bool[2]"});
 }

@@ -161,8 +161,9 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
 }
 
 // gy (the max's gradient, the window dims dropped) routed to the first maximal element of each
-// window of taps (the window dims `window`, row-major order): where PyTorch's max_pool2d sends it
-// through the indices its forward saves, rather than split among ties.
+// window of taps (the window dims `window`, row-major order), or to its last NaN where it holds
+// NaNs: where PyTorch's max_pool2d sends it through the indices its forward saves (its scan takes
+// a NaN at once, and each later one), rather than split among ties.
 Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& gy) {
   IntList perm, kept_shape, window_shape, back(static_cast<size_t>(taps.dim())), one_shape = taps.shape();
   int64_t points = 1;
@@ -181,10 +182,12 @@ Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& 
   IntList flat = kept_shape, grid = kept_shape;
   flat.push_back(points);
   grid.insert(grid.end(), window_shape.begin(), window_shape.end());
-  const Tensor first = argmax(taps.permute(perm).reshape(flat), -1, true); // [kept..., 1]
+  const Tensor windows = taps.permute(perm).reshape(flat);
   IntList pos_shape(kept_shape.size(), 1);
   pos_shape.push_back(points);
   const Tensor pos = arange(0, static_cast<double>(points), 1, kInt64, taps.device()).reshape(pos_shape);
+  const Tensor last_nan = where(ne(windows, windows), pos, full({}, -1, kInt64, taps.device())).max({-1}, true); // -1: no NaN
+  const Tensor first = where(last_nan >= 0, last_nan, argmax(windows, -1, true)); // [kept..., 1]
   const Tensor mask = eq(first, pos).reshape(grid).permute(back); // taps' shape
   return where(mask, gy.reshape(one_shape), 0.0);
 }

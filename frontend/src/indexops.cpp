@@ -3,6 +3,8 @@
 
 #include "kiln/indexops.h"
 
+#include <cmath>
+
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/index_check.h"
@@ -149,7 +151,14 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   if (!source.defined()) throw Error("index_add", "source is undefined", loc);
   const int64_t d = wrap_dim_or_fail("index_add", dim, self, loc);
   if (index.dim() > 1) fail("index_add", "the index must be 0-d or 1-d", {&self, &index, &source}, loc);
-  if (self.dim() == 0) return scatter_add(self, 0, index.reshape({}, loc), source.reshape({}, loc) * alpha, loc);
+  // An integer self scales by an integer alpha, in its own dtype (a double alpha would promote
+  // source to f32 and round large values); a fractional one is refused, as PyTorch 2's index_add.
+  const bool integral = is_integral(self.dtype());
+  if (integral && !(std::trunc(alpha) == alpha && std::abs(alpha) < 0x1p63))
+    fail("index_add", "alpha " + std::to_string(alpha) + " is not an integer: an integer self takes an integer alpha",
+         {&self, &index, &source}, loc);
+  const Scalar factor = integral ? Scalar(static_cast<int64_t>(alpha)) : Scalar(alpha);
+  if (self.dim() == 0) return scatter_add(self, 0, index.reshape({}, loc), source.reshape({}, loc) * factor, loc);
   IntList want = self.shape(), along(static_cast<size_t>(self.dim()), 1);
   want[d] = along[d] = index.numel();
   if (source.shape() != want)
@@ -159,7 +168,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   if (source.dtype() != self.dtype()) fail("index_add", "source must have self's dtype", {&self, &index, &source}, loc);
   if (self.dtype() == DType::Bool) fail("index_add", "not defined for bool tensors", {&self, &source}, loc);
   (void)detail::common_device("index_add", {&self, &index, &source}, loc);
-  const Tensor scaled = alpha == 1 ? source : (source * alpha).to(self.dtype(), loc);
+  const Tensor scaled = alpha == 1 ? source : (source * factor).to(self.dtype(), loc);
   if (index.numel() == 0) return self + zeros_like(self);
   const Tensor idx = checked_index("index_add", index, self.size(d), range_text("self", d, self, index), loc);
   return result(b::scatter_add(self.node(), d, idx.reshape(along, loc).expand(want, loc).node(), scaled.node()),

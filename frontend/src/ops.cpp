@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <sstream>
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
@@ -239,13 +240,39 @@ void check_integer_arange(double start, double step, int64_t n, DType dtype, con
 // ---------------------------------------------------------------- creation
 
 namespace {
+
+/// Throws kiln::Error for `op` when `value` cannot be converted to the integer `dtype` without
+/// overflow (NaN and the infinities included), as PyTorch refuses it; a floating value in range
+/// truncates toward zero. Bool and floating dtypes take any value.
+void check_fits(const char* op, const Scalar& value, DType dtype, std::initializer_list<const Tensor*> operands,
+                const Loc& loc) {
+  if (!is_integral(dtype)) return;
+  const bool i32 = dtype == DType::Int32;
+  const double lo = i32 ? -2147483648.0 : -9223372036854775808.0, hi = -lo; // hi itself does not fit
+  bool fits = true;
+  if (value.kind() == DType::Float64) {
+    const double v = std::trunc(value.to_double());
+    fits = v >= lo && v < hi; // false for NaN
+  } else if (i32) {
+    fits = value.to_int() >= INT32_MIN && value.to_int() <= INT32_MAX;
+  }
+  if (!fits) {
+    std::ostringstream text;
+    text << "value " << (value.kind() == DType::Float64 ? std::to_string(value.to_double()) : std::to_string(value.to_int()))
+         << " cannot be converted to " << dtype_name(dtype) << " without overflow";
+    fail(op, text.str(), operands, loc);
+  }
+}
+
 // full() and the creation ops made from it, each checked under its own name.
 Tensor filled(const char* op, const IntList& shape, Scalar value, DType dtype, Device device, const Loc& loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   check_shape(op, shape, loc);
   detail::check_device(op, device, loc);
+  check_fits(op, value, dtype, {}, loc);
   return Tensor(b::constant_of(value, dtype, shape, device));
 }
+
 } // namespace
 
 Tensor full(IntList shape, Scalar value, DType dtype, Device device, Loc loc) {
@@ -409,10 +436,18 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!min && !max) fail("clamp", "needs at least one of min and max", {&x}, loc);
   if (x.dtype() == DType::Bool) fail("clamp", "not defined for bool tensors", {&x}, loc);
-  // Selects, not maximum/minimum: x keeps its gradient of 1 on the bounds, and NaN compares false.
+  // An integer x takes an integer bound in its own dtype, which the bound must fit.
+  for (const std::optional<Scalar>& bound : {min, max})
+    if (bound && bound->kind() != DType::Float64) check_fits("clamp", *bound, x.dtype(), {&x}, loc);
+  auto is_nan = [](const std::optional<Scalar>& v) { return v && v->kind() == DType::Float64 && std::isnan(v->to_double()); };
+  if (is_nan(min) || is_nan(max)) // a NaN bound makes every element NaN (gradient 0), as PyTorch's clamp of two bounds
+    return x * 0 + std::numeric_limits<double>::quiet_NaN();
+  // Selects, not maximum/minimum: x keeps its gradient of 1 on the bounds. NaN compares false and
+  // stays NaN, with gradient 0 (PyTorch's: 1 only where min <= x <= max).
   Tensor y = x;
   if (min) y = where(lt(y, wrap_scalar(*min, y), loc), wrap_scalar(*min, y), y, loc);
   if (max) y = where(gt(y, wrap_scalar(*max, y), loc), wrap_scalar(*max, y), y, loc);
+  if (is_floating(y.dtype())) y = where(ne(x, x, loc), wrap_scalar(std::numeric_limits<double>::quiet_NaN(), y), y, loc);
   return y;
 }
 
@@ -716,6 +751,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (!mask.defined() || mask.dtype() != DType::Bool) fail("masked_fill", "the mask must be a bool tensor", {&x, &mask}, loc);
   (void)broadcast_or_fail("masked_fill", {&x, &mask}, loc);
+  check_fits("masked_fill", value, x.dtype(), {&x, &mask}, loc);
   // A 0-d tensor of x's dtype (not a wrapped number) keeps x's dtype, as PyTorch's masked_fill.
   return where(mask, full({}, value, x.dtype(), x.device(), loc), x, loc);
 }
@@ -730,6 +766,7 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
     before[x.dim() - 1 - k] = pads[2 * k];
     after[x.dim() - 1 - k] = pads[2 * k + 1];
   }
+  check_fits("pad", value, x.dtype(), {&x}, loc);
   graph::Shape shape = x.shape();
   for (size_t d = 0; d < shape.size(); ++d) {
     const auto e = graph::padded_extent(shape[d], before[d], after[d]);

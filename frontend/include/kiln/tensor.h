@@ -219,8 +219,9 @@ Tensor logical_not(const Tensor& x, Loc loc = Loc::current()); ///< x == 0, as b
 /// -1, 0 or 1 in x's dtype, as torch.sign (NaN and -0 give 0); the gradient is zero. Bool is unchanged.
 Tensor sign(const Tensor& x, Loc loc = Loc::current());
 /// min(max(x, min), max) with either bound omitted, as torch.clamp: the result dtype follows
-/// type promotion with the bounds, NaN stays NaN, min > max gives max, and the gradient is 1
-/// where min <= x <= max (the bounds included), else 0. At least one bound is needed.
+/// type promotion with the bounds, NaN stays NaN (gradient 0), a NaN bound makes every element
+/// NaN, min > max gives max, and the gradient is 1 where min <= x <= max (the bounds included),
+/// else 0. At least one bound is needed; an integer bound must fit an integer x's dtype.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
              Loc loc = Loc::current());
 
