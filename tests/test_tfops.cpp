@@ -427,8 +427,10 @@ TEST(ModuleList, RegistersIndexesIteratesAndInserts) {
   EXPECT_EQ(t.blocks->size(), 3u);
   EXPECT_EQ((*t.blocks)[-1].name(), "Linear");
   EXPECT_EQ(t.blocks->at<nn::Linear>(0).weight.shape(), (IntList{4, 3}));
-  EXPECT_THROW((void)t.blocks->at<nn::Linear>(1), Error); // a ReLU
-  EXPECT_THROW((void)(*t.blocks)[3], Error);
+  // errors name the caller's line (operator[]'s index carries it)
+  expect_error([&] { (void)t.blocks->at<nn::Linear>(1); }, __LINE__, "ModuleList", {"module 1 is a ReLU"});
+  expect_error([&] { (void)(*t.blocks)[3]; }, __LINE__, "ModuleList", {"index 3 is out of range for 3 modules"});
+  expect_error([&] { (void)(*t.blocks)[-4]; }, __LINE__, "ModuleList", {"index -4"});
   int count = 0;
   for (nn::Module& m : *t.blocks) count += m.name() == "Linear";
   EXPECT_EQ(count, 2);
@@ -456,7 +458,8 @@ TEST(ModuleDict, KeysReplaceAndErrors) {
   EXPECT_EQ(seen, (std::vector<std::string>{"a:Linear", "b:ReLU"}));
   EXPECT_EQ(d.pop("a")->name(), "Linear");
   EXPECT_EQ(d.size(), 1u);
-  EXPECT_THROW((void)d["a"], Error);
+  expect_error([&] { (void)d["a"]; }, __LINE__, "ModuleDict", {"no module named \"a\""});
+  expect_error([&] { (void)d.at<nn::Linear>("b"); }, __LINE__, "ModuleDict", {"module \"b\" is a ReLU"});
   EXPECT_THROW(d.insert("x.y", nn::ReLU()), Error);
   EXPECT_THROW(d.insert("", nn::ReLU()), Error);
 }

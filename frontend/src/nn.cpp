@@ -412,10 +412,12 @@ void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m) {
   for (size_t i = 0; i < slots.size(); ++i) slots[i].first = std::to_string(i);
 }
 
-Module& ModuleList::operator[](int64_t i) const {
+Module& ModuleList::operator[](ModuleIndex index) const {
   const auto n = static_cast<int64_t>(size());
+  const int64_t i = index.i;
   if (i < -n || i >= n)
-    throw Error("ModuleList", "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " modules");
+    throw Error("ModuleList", "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " modules",
+                index.loc);
   return *children()[static_cast<size_t>(i < 0 ? i + n : i)].second;
 }
 
@@ -423,10 +425,10 @@ bool ModuleDict::contains(const std::string& key) const {
   return std::any_of(children().begin(), children().end(), [&](const auto& c) { return c.first == key; });
 }
 
-Module& ModuleDict::operator[](const std::string& key) const {
+Module& ModuleDict::operator[](const ModuleKey& key) const {
   for (const auto& [k, m] : children())
-    if (k == key) return *m;
-  throw Error("ModuleDict", "no module named \"" + key + "\"");
+    if (k == key.key) return *m;
+  throw Error("ModuleDict", "no module named \"" + key.key + "\"", key.loc);
 }
 
 std::vector<std::string> ModuleDict::keys() const {

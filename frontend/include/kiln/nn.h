@@ -456,6 +456,22 @@ private:
   template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
 };
 
+/// A ModuleList index with the user's line that reads it (for its errors): converts from an integer,
+/// so that `list[i]` names the caller's line (operator[] takes no default argument).
+struct ModuleIndex {
+  int64_t i;  ///< the index (negative counts from the end)
+  Loc loc;    ///< where it is used
+  ModuleIndex(int64_t index, Loc where = Loc::current()) : i(index), loc(where) {} // NOLINT: implicit on purpose
+};
+
+/// A ModuleDict key with the user's line that reads it (for its errors), as ModuleIndex.
+struct ModuleKey {
+  std::string key; ///< the key
+  Loc loc;         ///< where it is used
+  ModuleKey(std::string k, Loc where = Loc::current()) : key(std::move(k)), loc(where) {}  // NOLINT: implicit
+  ModuleKey(const char* k, Loc where = Loc::current()) : key(k), loc(where) {}             // NOLINT: implicit
+};
+
 /// A list of submodules, as torch.nn.ModuleList: registered as "0", "1", ..., so parameters(),
 /// state_dict(), checkpoints, to() and zero_grad() see them. It has no forward: index or iterate it.
 class ModuleList : public Module {
@@ -478,12 +494,13 @@ public:
   size_t size() const { return children().size(); }
   /// True when empty.
   bool empty() const { return children().empty(); }
-  /// The i-th module (negative counts from the end); kiln::Error when out of range.
-  Module& operator[](int64_t i) const;
+  /// The i-th module (negative counts from the end); kiln::Error at the caller's line when out of range.
+  Module& operator[](ModuleIndex i) const;
   /// The i-th module as its type M; kiln::Error when it is not an M.
-  template <class M> M& at(int64_t i) const {
-    if (auto* m = dynamic_cast<M*>(&(*this)[i])) return *m;
-    throw Error("ModuleList", "module " + std::to_string(i) + " is a " + (*this)[i].name() + ", not the type asked for");
+  template <class M> M& at(int64_t i, Loc loc = Loc::current()) const {
+    Module& m = (*this)[ModuleIndex(i, loc)];
+    if (auto* typed = dynamic_cast<M*>(&m)) return *typed;
+    throw Error("ModuleList", "module " + std::to_string(i) + " is a " + m.name() + ", not the type asked for", loc);
   }
   /// Iterates over the modules (Module&) in order.
   class Iterator {
@@ -519,12 +536,13 @@ public:
   size_t size() const { return children().size(); }
   /// True when `key` is present.
   bool contains(const std::string& key) const;
-  /// The module under `key`; kiln::Error naming the key when absent.
-  Module& operator[](const std::string& key) const;
+  /// The module under `key`; kiln::Error naming the key and the caller's line when absent.
+  Module& operator[](const ModuleKey& key) const;
   /// The module under `key` as its type M; kiln::Error when absent or not an M.
-  template <class M> M& at(const std::string& key) const {
-    if (auto* m = dynamic_cast<M*>(&(*this)[key])) return *m;
-    throw Error("ModuleDict", "module \"" + key + "\" is a " + (*this)[key].name() + ", not the type asked for");
+  template <class M> M& at(const std::string& key, Loc loc = Loc::current()) const {
+    Module& m = (*this)[ModuleKey(key, loc)];
+    if (auto* typed = dynamic_cast<M*>(&m)) return *typed;
+    throw Error("ModuleDict", "module \"" + key + "\" is a " + m.name() + ", not the type asked for", loc);
   }
   /// Keys in insertion order.
   std::vector<std::string> keys() const;
