@@ -233,6 +233,21 @@ TEST(Sdpa, DropoutDropsAndRescalesWeights) {
   EXPECT_NE(o, o2);
 }
 
+TEST(Sdpa, NoKeysGiveZerosAsPyTorch) {
+  // S = 0: softmax over no keys, times no values: zeros of [..., L, Ev] (PyTorch's math form; a
+  // MultiheadAttention over an empty sequence did so already), with zero gradients for q.
+  for (bool causal : {false, true}) {
+    const Tensor q = from_vector(std::vector<double>(2 * 4 * 8, 0.5), {2, 4, 8}).requires_grad_();
+    const Tensor k = zeros({2, 0, 8}, kFloat64).requires_grad_(), v = zeros({2, 0, 3}, kFloat64).requires_grad_();
+    const Tensor out = F::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+    EXPECT_EQ(out.shape(), (IntList{2, 4, 3}));
+    EXPECT_EQ(values(out), std::vector<double>(24, 0.0));
+    const std::vector<Tensor> g = grad({(out * 2.0).sum()}, {q, k, v}, {}, /*allow_unused=*/true);
+    EXPECT_EQ(values(g[0]), std::vector<double>(64, 0.0));
+    EXPECT_EQ(g[1].shape(), (IntList{2, 0, 8}));
+  }
+}
+
 TEST(Sdpa, ErrorsNameTheShapesAndTheLine) {
   const Tensor q = zeros({2, 4, 8}), k = zeros({2, 5, 8}), v = zeros({2, 5, 3});
   const std::string op = "scaled_dot_product_attention";
@@ -245,7 +260,6 @@ TEST(Sdpa, ErrorsNameTheShapesAndTheLine) {
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, zeros({4, 5}, kInt64)); }, __LINE__, op, {"bool or of the query's dtype"});
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, zeros({4, 5}) > 0, 0, true); }, __LINE__, op, {"not both"});
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, {}, 1.0); }, __LINE__, op, {"dropout_p"});
-  expect_error([&] { F::scaled_dot_product_attention(q, zeros({2, 0, 8}), zeros({2, 0, 3})); }, __LINE__, op, {"S > 0"});
   expect_error([&] { F::scaled_dot_product_attention(zeros({2, 4, 8}, kInt64), k, v); }, __LINE__, op, {"one floating dtype"});
 }
 

@@ -100,7 +100,7 @@ Attention attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // weights' batch dims (q's and k's) to be all of them: a v of more batch points runs the composite.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double dropout_p,
                              bool is_causal) {
-  if (!options().fusion) return false;
+  if (!options().fusion || k.size(-2) == 0) return false; // no keys: the composite's zeros, as PyTorch's
   if (dropout_p > 0 && broadcast_batch({&q, &k}) != broadcast_batch({&q, &k, &v})) return false;
   bool grads = false;
   for (const Tensor* t : {&q, &k, &v, &mask}) grads = grads || (t->defined() && t->requires_grad() && grad_mode_enabled());
@@ -149,7 +149,6 @@ void check_attention_operands(const std::string& op, const Tensor& q, const Tens
     fail(op, "query, key and value must have one floating dtype", {&q, &k, &v}, loc);
   if (q.size(-1) != k.size(-1)) fail(op, "query and key must have the same last dim E", {&q, &k, &v}, loc);
   if (k.size(-2) != v.size(-2)) fail(op, "key and value must have the same number S of rows", {&q, &k, &v}, loc);
-  if (k.size(-2) == 0) fail(op, "needs at least one key (S > 0)", {&q, &k, &v}, loc);
   const std::optional<IntList> batch = broadcast_batch({&q, &k, &v});
   if (!batch) fail(op, "the batch dims of query, key and value do not broadcast", {&q, &k, &v}, loc);
   if (!mask.defined()) return;
