@@ -2,7 +2,9 @@
 // (nn::TransformerEncoderLayer, norm_first, GELU, 4x feed-forward, causal self-attention, no
 // dropout) with AdamW, at batch 16 x 64 tokens, d_model 128, 4 heads; the loss is the mean square
 // of the output. Fused against unfused (KILN_FUSION=0's one kernel per op), on 1 and 2 threads:
-// the ratio of the fused and unfused times of one run is the figure.
+// the ratio of the fused and unfused times of one run is the figure. Counters linear_ms and rest_ms:
+// a step's kernel time in the linear layers' GEMMs (the same kernels in both modes) and in the
+// rest, the part fusion changes (kernel_ms_per_step).
 //
 // Attention/<T>/{fused,unfused,hand_loop}/{forward,backward}: scaled_dot_product_attention at batch
 // 4, 8 heads, head dim 64, T queries and keys, f32: the fused attention kernel (fusion on), the
@@ -27,6 +29,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,28 @@ namespace {
 using namespace kiln;
 
 constexpr int64_t kBatch = 16, kTokens = 64, kDim = 128, kHeads = 4;
+
+/// The kernel time of one step (the mean of kProfiledSteps, run after the timed ones with the
+/// profile on) in the linear layers' GEMMs and in the rest (attention, norms, GELU, AdamW). The
+/// linear layers' GEMMs are the same kernels fused and unfused, so fusion acts on the rest alone:
+/// its fused and unfused values are fusion's effect on what it can change. They are the profile's
+/// contractions of at least 2 B T D^2 flops (the smallest, the output projection's); attention's
+/// products (unfused: the composite's batched GEMMs) have 2 B T^2 D, half as many. Nothing under
+/// KILN_PROFILE=1, whose table at exit would lose what reset() forgets.
+std::optional<std::pair<double, double>> kernel_ms_per_step(CompiledFunction& step, const Tensor& x) {
+  constexpr int kProfiledSteps = 10;
+  constexpr double kLinearFlops = 2.0 * kBatch * kTokens * kDim * kDim;
+  static_assert(kTokens < kDim, "attention's products would count as the linear layers'");
+  if (profile::enabled()) return std::nullopt;
+  profile::reset();
+  profile::enable(true);
+  for (int i = 0; i < kProfiledSteps; ++i) step({x})[0].item<float>();
+  double linear = 0, rest = 0;
+  for (const profile::KernelRow& row : profile::kernels()) (row.flops >= kLinearFlops ? linear : rest) += row.total_ms;
+  profile::enable(false);
+  profile::reset();
+  return std::pair{linear / kProfiledSteps, rest / kProfiledSteps};
+}
 
 void TransformerBlockStep(benchmark::State& state) {
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
@@ -63,6 +89,10 @@ void TransformerBlockStep(benchmark::State& state) {
     step({x}); // the second call retraces once: gradients and AdamW's moments exist from now on
     codegen::LlvmJit::instance().wait_background(); // the optimized tier's code is in
     for (auto _ : state) benchmark::DoNotOptimize(step({x})[0].item<float>());
+    if (const auto ms = kernel_ms_per_step(step, x)) {
+      state.counters["linear_ms"] = ms->first;
+      state.counters["rest_ms"] = ms->second;
+    }
     state.counters["kernels"] = static_cast<double>(step.num_kernels());
     state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(kBatch * kTokens * state.iterations()),
                                                     benchmark::Counter::kIsRate);
