@@ -329,5 +329,27 @@ KILN_GEMM_SHAPE_TA(128x768x512_ta, 128, 768, 512);
 KILN_GEMM_SHAPE_TA(512x768x128_ta, 512, 768, 128);
 KILN_GEMM_SHAPE_TA(128x1024x512_ta, 128, 1024, 512);
 KILN_GEMM_SHAPE_TA(512x1024x128_ta, 512, 1024, 128);
+// TransformerBlockStep's output projection (16 x 64 tokens, 4 heads of 32 -> 128): its left operand
+// as the block reads it, attention's [16, 4, 64, 32] output with its heads merged
+// (permute(0, 2, 1, 3).reshape({1024, 128})), against the same product of a contiguous operand
+// (Gemm/1024x128x128/kiln) and OpenBLAS's. The GEMM packs the merged heads by gathers (its rows and k
+// split into a row term and a k term); the contiguous one reads its rows in place.
+KILN_GEMM_PAIR(1024x128x128, 1024, 128, 128);
+KILN_GEMM_SHAPE(1024x128x128, 1024, 128, 128);
+void KilnGemmMergedHeads(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const Tensor heads = randn({16, 4, 64, 32}, 31), w = randn({128, 128}, 32);
+  realize({heads, w});
+  const Tensor a = heads.permute({0, 2, 1, 3}).reshape({1024, 128});
+  matmul(a, w).realize(); // compiles
+  for (auto _ : state) {
+    Tensor c = matmul(a, w);
+    c.realize();
+    benchmark::DoNotOptimize(c.node().get());
+  }
+  gflops(state, 2.0 * 1024 * 128 * 128);
+}
+BENCHMARK(KilnGemmMergedHeads)->Name("Gemm/1024x128x128_heads/kiln")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 } // namespace
