@@ -271,6 +271,49 @@ TEST(Compile, ReadingValuesWhileTracingIsAnError) {
   EXPECT_THROW(f({from_vector<float>({1, 2})}), Error);
 }
 
+TEST(Compile, AnErrorInsideTheTracedFunctionLeavesTheStateAsItWas) {
+  // The trace swaps the state it touches for its own nodes (placeholders without data); an error
+  // thrown inside the function must give the model and optimizer back their values and gradients.
+  nn::manual_seed(1);
+  nn::Linear lin(3, 2);
+  optim::SGD opt(lin.parameters(), {.lr = 0.1});
+  const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}), y = zeros({2, 2});
+  nn::functional::mse_loss(lin(x), y).backward(); // a gradient from before the call
+  const std::vector<float> weight = lin.weight.to_vector<float>(), grad = lin.weight.grad().to_vector<float>();
+  bool fail = true;
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    Tensor loss = nn::functional::mse_loss(lin(a[0]), a[1]);
+    loss.backward();
+    opt.step();
+    if (fail) throw std::runtime_error("the user's own error, after backward() and step()");
+    return std::vector<Tensor>{loss};
+  });
+  EXPECT_THROW(step({x, y}), std::runtime_error);
+  EXPECT_EQ(lin.weight.to_vector<float>(), weight);
+  EXPECT_EQ(lin.weight.grad().to_vector<float>(), grad);
+  fail = false; // the same function traces and trains now
+  (void)step({x, y})[0].item<float>();
+  EXPECT_NE(lin.weight.to_vector<float>(), weight);
+}
+
+TEST(Compile, TrainAndEvalTraceAgain) {
+  // A module's is_training() read while tracing is a guard of the trace: after eval() the
+  // function is traced again and runs as the eager call does (no dropout, running statistics).
+  nn::manual_seed(2);
+  nn::Sequential net(nn::Linear(4, 4), nn::BatchNorm1d(4), nn::Dropout(0.5));
+  const Tensor x = randn({8, 4}, 3);
+  auto f = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{net(a[0])}; });
+  (void)f({x})[0].sum().item<float>();
+  net.eval();
+  const std::vector<float> compiled = f({x})[0].to_vector<float>();
+  EXPECT_EQ(f.num_traces(), 2u);
+  EXPECT_EQ(compiled, net(x).to_vector<float>());
+  net.train();
+  (void)f({x});
+  EXPECT_EQ(f.num_traces(), 3u); // a trace per mode change (the cache keeps the latest)
+}
+
 // ---------------------------------------------------------------- the schedule cache
 
 // Bits of `make()`'s value and the plans realize() reused computing it.

@@ -428,9 +428,18 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
     tr.arg_grads.push_back(a.requires_grad());
   }
   std::vector<Tensor> results;
-  {
+  try {
     TraceGuard guard(&state);
     results = fn(inputs);
+  } catch (...) {
+    // The state the function touched holds the trace's nodes (placeholders without data): give
+    // it back its values and gradients from before the call, so that a caught error leaves the
+    // model and optimizer as they were.
+    for (Slot& s : state.slots) {
+      s.impl->node = s.start_node;
+      if (s.tracks_grad) s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
+    }
+    throw;
   }
   std::vector<graph::NodeRef> outputs;
   for (const Tensor& r : results) {

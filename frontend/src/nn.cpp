@@ -128,6 +128,13 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
+bool Module::is_training() const {
+  detail::trace_guard([this, alive = std::weak_ptr<int>(life_.token), was = training_] {
+    return alive.expired() || training_ == was;
+  });
+  return training_;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, m] : children_) m->train(on);

@@ -88,8 +88,10 @@ public:
   virtual void train(bool on = true);
   /// Same as train(false).
   void eval() { train(false); }
-  /// True in training mode (the default).
-  bool is_training() const { return training_; }
+  /// True in training mode (the default). Read inside a compiled function, it makes the trace
+  /// depend on it: after train() / eval() the function is traced again (as PyTorch's modules
+  /// branch on self.training).
+  bool is_training() const;
   /// Clears the gradient of every parameter.
   void zero_grad();
   /// Moves every parameter and buffer (and gradient) to `device` in place: the tensors
@@ -134,6 +136,15 @@ private:
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  /// Lives exactly as long as this object (a copy or move gets its own): what a compiled function's
+  /// guard on is_training() checks before it reads training_ (a dead module's mode cannot change).
+  struct LifeToken {
+    std::shared_ptr<int> token = std::make_shared<int>(0);
+    LifeToken() = default;
+    LifeToken(const LifeToken&) : LifeToken() {}
+    LifeToken& operator=(const LifeToken&) { return *this; }
+  };
+  LifeToken life_;
 
 protected:
   /// What kiln's layers compute (they override this, not forward, so that their public
