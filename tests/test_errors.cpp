@@ -413,6 +413,27 @@ TEST(Errors, AReadOnTheLineOfALazyCheckKeepsTheCheckedOp) {
                {"target -1"});
 }
 
+TEST(Errors, BackwardThroughALeafAssignedSinceIsAnError) {
+  // The graph uses w's old value; its gradient has nowhere to go (PyTorch: "modified by an inplace
+  // operation"). It was dropped without a word before.
+  Tensor w = from_vector<float>({1, 2}).requires_grad_();
+  const Tensor loss = (w * w).sum();
+  w.assign(from_vector<float>({10, 10}));
+  expect_error([&] { loss.backward(); }, __LINE__, "backward", {"f32[2]", "assigned a new value since"});
+  (w * w).sum().backward(); // from the new value: fine
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{20, 20}));
+}
+
+TEST(Errors, ReadingAValueThatDoesNotFitTheTypeIsAnError) {
+  // As libtorch's item<T>: no wrap-around, no undefined conversion of NaN or of huge floats.
+  const Tensor big = from_vector<int64_t>({5000000000});
+  expect_error([&] { (void)big.item<int32_t>(); }, __LINE__, "item", {"5000000000", "cannot be converted to i32"});
+  const Tensor f = from_vector<float>({1.5f, std::numeric_limits<float>::quiet_NaN()});
+  expect_error([&] { (void)f.to_vector<int64_t>(); }, __LINE__, "to_vector", {"element 1", "cannot be converted to i64"});
+  EXPECT_EQ(from_vector<float>({-2.9f, 3e9f}).to_vector<int64_t>(), (std::vector<int64_t>{-2, 3000000000}));
+  EXPECT_EQ(big.item<int64_t>(), 5000000000);
+}
+
 TEST(Errors, ErrorIsARuntimeError) {
   try {
     (void)(f32({2}) + f32({3}));

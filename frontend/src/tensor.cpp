@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <mutex>
@@ -160,13 +161,26 @@ void register_leaf(const std::shared_ptr<TensorImpl>& impl) {
   r.by_node[node.get()] = {node, impl};
 }
 
-std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
+namespace {
+// The live grad-requiring leaf registered under `n`, whether `n` still stands for its value or not.
+std::shared_ptr<TensorImpl> registered_leaf(const graph::Node* n) {
   LeafRegistry& r = leaves();
   std::lock_guard lock(r.mu);
   auto it = r.by_node.find(n);
   if (it == r.by_node.end() || it->second.node.expired()) return nullptr;
   auto impl = it->second.impl.lock();
-  return impl && impl->requires_grad && holds_leaf(n, *impl) ? impl : nullptr;
+  return impl && impl->requires_grad ? impl : nullptr;
+}
+} // namespace
+
+std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
+  auto impl = registered_leaf(n);
+  return impl && holds_leaf(n, *impl) ? impl : nullptr;
+}
+
+std::shared_ptr<TensorImpl> replaced_leaf_for(const graph::Node* n) {
+  auto impl = registered_leaf(n);
+  return impl && !holds_leaf(n, *impl) ? impl : nullptr;
 }
 
 namespace {
@@ -248,6 +262,41 @@ template <class T> T read_element(const void* data, DType dt, size_t i) {
   case DType::Float64: return static_cast<T>(static_cast<const double*>(data)[i]);
   }
   return T{};
+}
+
+/// True when element i of a dt buffer converts to T without overflow: always for a floating T; for
+/// an integer T, a value in its range (a floating one finite and in range after truncation).
+template <class T> bool fits_element(const void* data, DType dt, size_t i) {
+  if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, bool>) {
+    return true;
+  } else {
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = -lo; // 2^31 or 2^63: the first value past the range
+    switch (dt) {
+    case DType::Bool: return true;
+    case DType::Int32: return sizeof(T) >= 4;
+    case DType::Int64: {
+      const int64_t v = static_cast<const int64_t*>(data)[i];
+      return v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max();
+    }
+    case DType::Float32:
+    case DType::Float64: {
+      const double v = std::trunc(dt == DType::Float32 ? static_cast<double>(static_cast<const float*>(data)[i])
+                                                       : static_cast<const double*>(data)[i]);
+      return v >= lo && v < hi; // false for NaN
+    }
+    }
+    return false;
+  }
+}
+
+/// read_element, or kiln::Error for `op` when the element does not fit T (as libtorch's item<T>).
+template <class T> T read_checked(const void* data, DType dt, size_t i, const Tensor& t, const char* op, const Loc& loc) {
+  if (!fits_element<T>(data, dt, i))
+    detail::fail(op, "element " + std::to_string(i) + " (" + std::to_string(read_element<double>(data, dt, i)) +
+                         ") cannot be converted to " + std::string(dtype_name(dtype_of<T>())) + " without overflow",
+                 {&t}, loc);
+  return read_element<T>(data, dt, i);
 }
 
 } // namespace
@@ -384,7 +433,8 @@ template <class T> T Tensor::item(Loc loc) const {
   forbid_reads_while_tracing("item", *this, loc);
   if (node_snapshot(*this)->numel() != 1) detail::fail("item", "needs exactly one element", {this}, loc);
   const graph::NodeRef n = realize_snapshots({*this}, "item", loc)[0];
-  return read_element<T>(detail::memory_guard("item", loc, [&] { return host_value(*n); })->data(), n->dtype, 0);
+  return read_checked<T>(detail::memory_guard("item", loc, [&] { return host_value(*n); })->data(), n->dtype, 0, *this,
+                        "item", loc);
 }
 
 template <class T> std::vector<T> Tensor::to_vector(Loc loc) const {
@@ -394,7 +444,7 @@ template <class T> std::vector<T> Tensor::to_vector(Loc loc) const {
   std::vector<T> out = detail::host_vector<T>(n, "to_vector", [&] { return "the values of " + Tensor(node).type_str(); }, loc);
   const auto host = detail::memory_guard("to_vector", loc, [&] { return host_value(*node); });
   const void* data = host->data();
-  for (size_t i = 0; i < n; ++i) out[i] = read_element<T>(data, node->dtype, i);
+  for (size_t i = 0; i < n; ++i) out[i] = read_checked<T>(data, node->dtype, i, *this, "to_vector", loc);
   return out;
 }
 
@@ -569,6 +619,31 @@ std::vector<const graph::Node*> reachable(const graph::Node* root) {
 }
 } // namespace
 
+namespace {
+// Throws kiln::Error for backward() when the graph of `root` reaches, along a path gradients follow
+// (not below a leaf's current node, nor below a detach), a node of a leaf that was assigned a new
+// value since: its gradient would be for a value the leaf no longer holds, with nowhere to go
+// (PyTorch: "modified by an inplace operation"). Dropping it without a word loses an update.
+void check_no_replaced_leaf(const graph::Node* root, const Tensor& t, const Loc& loc) {
+  std::vector<const graph::Node*> todo{root};
+  std::unordered_set<const graph::Node*> seen{root};
+  while (!todo.empty()) {
+    const graph::Node* n = todo.back();
+    todo.pop_back();
+    if (n->op == graph::OpKind::Detach || detail::leaf_for(n)) continue;
+    if (auto replaced = detail::replaced_leaf_for(n)) {
+      const Tensor leaf(replaced->load_node(), false);
+      detail::fail("backward", "a grad-requiring leaf (" + leaf.type_str() +
+                                   ") that this graph uses was assigned a new value since (assign(), an optimizer's "
+                                   "step()); compute the loss again from its new value, then call backward()",
+                   {&t}, loc);
+    }
+    for (const graph::NodeRef& in : n->inputs)
+      if (seen.insert(in.get()).second) todo.push_back(in.get());
+  }
+}
+} // namespace
+
 void detail::check_graph_retained(const std::string& op, const Tensor& t, const Loc& loc) {
   if (t.defined() && t.impl()->graph_released)
     fail(op, "this tensor's graph was already differentiated by backward(); pass retain_graph = true to the "
@@ -589,6 +664,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
       impls.push_back(impl);
       leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
     }
+  check_no_replaced_leaf(node().get(), *this, loc);
   std::vector<Tensor> go;
   if (grad_output.defined()) go.push_back(grad_output);
   if (impls.empty()) {
