@@ -265,6 +265,14 @@ TEST(Forward, Losses) {
   const double got = F::binary_cross_entropy_with_logits(z, t).item<double>();
   EXPECT_TRUE(std::isfinite(got));
   EXPECT_NEAR(got, want / 5, 1e-12);
+  // The gradient is sigmoid(z) - t everywhere, at z = 0 too (a zero-initialized output layer's
+  // first step): PyTorch's [0.5, 0, -0.5] for targets [0, 0.5, 1] at z = 0.
+  const Tensor z0 = zeros({3}, kFloat64).requires_grad_();
+  const Tensor t0 = from_vector<double>({0, 0.5, 1});
+  const std::vector<Tensor> g = grad({F::binary_cross_entropy_with_logits(z0, t0, F::Reduction::Sum)}, {z0});
+  EXPECT_EQ(values(g[0]), (std::vector<double>{0.5, 0, -0.5}));
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(F::binary_cross_entropy_with_logits(from_vector<double>({inf}), from_vector<double>({0})).item<double>(), inf);
 }
 
 TEST(Forward, ActivationsAndErf) {

@@ -586,8 +586,12 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   require_floating("binary_cross_entropy_with_logits", logits, loc);
   if (logits.shape() != targets.shape())
     fail("binary_cross_entropy_with_logits", "logits and targets must have the same shape", {&logits, &targets}, loc);
-  // max(x, 0) - x y + log(1 + e^-|x|): no overflow for any x.
-  Tensor per = relu(logits) - logits * targets + log(1.0 + exp(-abs(logits)));
+  // (1 - y) x + log(1 + e^-x) for x >= 0, -y x + log(1 + e^x) below: no overflow for any x. The
+  // branches and |x| are selects on x >= 0, so that at x = 0 both take their right-hand
+  // derivatives (1 - y - 1/2: sigmoid(0) - y); relu' and abs' would both give 0 there, and -y.
+  const Tensor right = logits >= 0;
+  const Tensor magnitude = where(right, logits, -logits);
+  Tensor per = where(right, (1.0 - targets) * logits, -targets * logits) + log(1.0 + exp(-magnitude));
   return reduce(per, reduction);
 }
 
