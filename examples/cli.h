@@ -1,22 +1,41 @@
 // Command-line helpers shared by the example programs (train, gpt).
 #pragma once
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 namespace cli {
 
-/// Parses an integer or floating-point flag value, or exits (status 2) with
-/// "<program>: <flag> needs a number, got '<text>'".
+/// Parses a flag value of type T, or exits (status 2) with "<program>: <flag> needs ..., got '<text>'":
+/// an integer type takes a whole number in its range (no fraction, no rounding through a double), a
+/// floating type any number strtod reads.
 template <class T> T number(const char* program, const std::string& flag, const char* text) {
   char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (end == text || *end != '\0') {
-    std::cerr << program << ": " << flag << " needs a number, got '" << text << "'\n";
-    std::exit(2);
+  errno = 0;
+  if constexpr (std::is_integral_v<T>) {
+    const bool is_unsigned = std::is_unsigned_v<T>;
+    const long long v = is_unsigned ? 0 : std::strtoll(text, &end, 10);
+    const unsigned long long u = is_unsigned ? std::strtoull(text, &end, 10) : 0;
+    const bool in_range = errno == 0 && (is_unsigned ? text[0] != '-' && u <= std::numeric_limits<T>::max()
+                                                     : v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max());
+    if (end == text || *end != '\0' || !in_range) {
+      std::cerr << program << ": " << flag << " needs a whole number in [" << +std::numeric_limits<T>::min() << ", "
+                << +std::numeric_limits<T>::max() << "], got '" << text << "'\n";
+      std::exit(2);
+    }
+    return static_cast<T>(is_unsigned ? u : static_cast<unsigned long long>(v));
+  } else {
+    const double v = std::strtod(text, &end);
+    if (end == text || *end != '\0') {
+      std::cerr << program << ": " << flag << " needs a number, got '" << text << "'\n";
+      std::exit(2);
+    }
+    return static_cast<T>(v);
   }
-  return static_cast<T>(v);
 }
 
 /// The value following the flag argv[i] (advancing i), or exits (status 2) with

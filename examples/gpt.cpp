@@ -131,7 +131,10 @@ Args parse(int argc, char** argv) {
                        "--layers, --sample, --top-k, --min-lr and --clip non-negative");
   if (a.warmup == -1) a.warmup = std::min<int64_t>(100, a.steps / 10);
   if (a.warmup < 0 || a.warmup >= a.steps) throw Error("gpt", "--warmup must be in [0, --steps)");
-  if (!(a.temperature > 0)) throw Error("gpt", "--temperature must be positive");
+  if (!(a.temperature > 0) || !std::isfinite(a.temperature)) throw Error("gpt", "--temperature must be positive and finite");
+  if (!std::isfinite(a.clip) || !std::isfinite(a.lr) || !std::isfinite(a.weight_decay) || !std::isfinite(a.min_lr))
+    throw Error("gpt", "--lr, --min-lr, --weight-decay and --clip must be finite");
+  if (a.min_lr > a.lr) throw Error("gpt", "--min-lr must be at most --lr");
   if (a.resume && a.checkpoint.empty()) throw Error("gpt", "--resume needs --checkpoint PATH");
   if (a.stop_at < 0 || a.stop_at > a.steps) throw Error("gpt", "--stop-at must be in [0, --steps]");
   return a;
@@ -203,6 +206,10 @@ int run(const Args& a) {
   const std::vector<int64_t> ids = vocab.encode(text);
   const auto split = static_cast<int64_t>(static_cast<double>(ids.size()) * 0.9);
   const std::vector<int64_t> train(ids.begin(), ids.begin() + split), val(ids.begin() + split, ids.end());
+  // A window is context + 1 characters of one split (gpt::windows draws its start below size - context).
+  if (a.model.context >= static_cast<int64_t>(val.size()))
+    throw Error("gpt", "--context " + std::to_string(a.model.context) + " needs more text: the validation split of '" +
+                           a.data + "' has " + std::to_string(val.size()) + " characters (at least context + 1)");
 
   gpt::Config config = a.model;
   config.vocab = vocab.size();
@@ -224,6 +231,10 @@ int run(const Args& a) {
     first_step = std::strtoll(meta["step"].c_str(), &end, 10);
     if (meta["step"].empty() || *end != '\0' || first_step < 0)
       throw Error("gpt", "'" + a.checkpoint + "' has no valid \"step\" in its metadata");
+    const int64_t until = a.stop_at > 0 ? a.stop_at : a.steps;
+    if (first_step >= until) // nothing to train; saving would write an earlier step over the checkpoint's
+      throw Error("gpt", "'" + a.checkpoint + "' is at step " + std::to_string(first_step) + ", which --steps / --stop-at (" +
+                             std::to_string(until) + ") does not go past: nothing to resume");
     schedule.set_epoch(first_step);
     std::cout << "resumed from " << a.checkpoint << " after step " << first_step << "\n";
   }
