@@ -897,6 +897,35 @@ TEST(Reduce, SumWithSpecials) {
   for (DType dt : kNumeric) EXPECT_INTERP(sum(make(dt, {8, 64}, 77, Fill::Specials), {1}), kExact, "sum specials " + name_of(dt));
 }
 
+TEST(Reduce, LongFloatSumsRunInBlocks) {
+  // A float sum over a long last dim runs in blocks of 16384 (lower.cpp, kSumBlock), each one lane
+  // partial, the partials in order: 2^22 times 0.1f came out 2.5e-3 too small in one run of lanes
+  // (PyTorch: 3e-7). A ragged last block adds nothing past the end; the result is the same fused
+  // and unfused, on 1 and 2 threads (the order is the kernel IR's).
+  for (const int64_t n : {int64_t{1} << 22, (int64_t{1} << 22) + 77, int64_t{3} * 16384 + 1}) {
+    const double want = static_cast<double>(0.1f) * static_cast<double>(n);
+    const Tensor x = full({n}, 0.1f);
+    const double got = x.sum().item<float>();
+    EXPECT_LT(std::abs(got - want) / want, 2e-5) << n;
+    const Tensor rows = full({2, n}, 0.1f) + arange(0, 2, 1, kFloat32).reshape({2, 1}); // a row each
+    const std::vector<float> fused = rows.sum({1}).to_vector<float>();
+    EXPECT_LT(std::abs(fused[1] - (want + static_cast<double>(n))) / (want + static_cast<double>(n)), 2e-5) << n;
+    const bool saved = options().fusion;
+    options().fusion = false;
+    const std::vector<float> unfused = (full({2, n}, 0.1f) + arange(0, 2, 1, kFloat32).reshape({2, 1})).sum({1}).to_vector<float>();
+    options().fusion = saved;
+    EXPECT_EQ(fused, unfused) << n;
+    std::vector<float> two;
+    {
+      tbb::global_control g(tbb::global_control::max_allowed_parallelism, 2);
+      two = (full({2, n}, 0.1f) + arange(0, 2, 1, kFloat32).reshape({2, 1})).sum({1}).to_vector<float>();
+    }
+    EXPECT_EQ(fused, two) << n;
+  }
+  // against the f64 interpreter, with a view and a ragged block
+  EXPECT_INTERP(sum(make(DType::Float64, {3, 40000}, 78, Fill::Normal), {1}), (Tol{64, 1e-12}), "long f64 sum");
+}
+
 /// An arg-reduction over every dim of each shape, with ties and NaN.
 void check_arg(const std::string& name, bool is_max, const std::vector<DType>& dts, Fill fill) {
   uint64_t seed = 900;
