@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <unistd.h>
 
 #include "codegen/llvm_jit.h"
 #include "graph/node.h"
@@ -312,6 +316,41 @@ TEST(Compile, TrainAndEvalTraceAgain) {
   net.train();
   (void)f({x});
   EXPECT_EQ(f.num_traces(), 3u); // a trace per mode change (the cache keeps the latest)
+}
+
+// ---------------------------------------------------------------- environment variables
+
+// Run as a child by the test below: prints the options its environment gave.
+TEST(OptionsChild, DISABLED_Print) {
+  std::printf("OPTIONS fusion=%d anomaly=%d jit_tier=%d fuel=%lld debug=%d timeout=%g\n", options().fusion,
+              options().detect_anomaly, options().jit_tier, static_cast<long long>(options().fuel), options().debug,
+              options().dist_timeout);
+}
+
+// The options a child process reads from `env`, with what it printed on stderr.
+std::string child_options(const std::string& env) {
+  const std::string cmd = env + " /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_filter=OptionsChild.DISABLED_Print --gtest_also_run_disabled_tests 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[512];
+  while (p && fgets(buf, sizeof buf, p)) out += buf;
+  if (p) pclose(p);
+  return out;
+}
+
+TEST(Options, EnvironmentValuesAreReadStrictly) {
+  // atoi read "true" as 0: KILN_FUSION=true turned fusion off. Booleans take 1/0, true/false,
+  // on/off, yes/no; anything else keeps the default and says so.
+  std::string out = child_options("KILN_FUSION=true KILN_DETECT_ANOMALY=Yes KILN_JIT_TIER=off KILN_FUEL=12 KILN_DEBUG=0");
+  EXPECT_NE(out.find("OPTIONS fusion=1 anomaly=1 jit_tier=0 fuel=12 debug=0"), std::string::npos) << out;
+  out = child_options("KILN_FUSION=banana KILN_FUEL=abc KILN_DIST_TIMEOUT=abc KILN_DEBUG=0 KILN_DETECT_ANOMALY=0 KILN_JIT_TIER=1");
+  EXPECT_NE(out.find("OPTIONS fusion=1 anomaly=0 jit_tier=1 fuel=-1 debug=0 timeout=300"), std::string::npos) << out;
+  EXPECT_NE(out.find("KILN_FUSION=banana is not a boolean"), std::string::npos) << out;
+  EXPECT_NE(out.find("KILN_FUEL=abc is not an integer"), std::string::npos) << out;
+  EXPECT_NE(out.find("KILN_DIST_TIMEOUT=abc is not a positive number of seconds"), std::string::npos) << out;
+  out = child_options("KILN_FUSION=0 KILN_DEBUG=0");
+  EXPECT_NE(out.find("OPTIONS fusion=0"), std::string::npos) << out;
 }
 
 // ---------------------------------------------------------------- the schedule cache

@@ -49,10 +49,20 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 size_t aligned(size_t bytes) { return std::max<size_t>(64, (bytes + 63) / 64 * 64); }
 
+// Writes `text` to `path` under KILN_DUMP_DIR; false (said on stderr) when it cannot, such as a
+// directory that does not exist: a dump the user looks for must not vanish without a word.
+bool write_dump(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (out.flush()) return true;
+  std::fprintf(stderr, "[kiln] KILN_DUMP_DIR: cannot write %s (does the directory exist?)\n", path.c_str());
+  return false;
+}
+
 void dump(const std::string& name, const std::string& ext, const std::string& text) {
   std::fprintf(stderr, "[kiln] ---- %s%s ----\n%s\n", name.c_str(), ext.c_str(), text.c_str());
   if (options().dump_dir.empty()) return;
-  std::ofstream(options().dump_dir + "/" + name + ext) << text;
+  (void)write_dump(options().dump_dir + "/" + name + ext, text);
 }
 
 // With KILN_DUMP_DIR (and KILN_DEBUG >= 2), the picture of each new plan's schedule as
@@ -61,8 +71,8 @@ void dump_dot(const codegen::Schedule& s, const std::vector<const graph::Node*>&
   if (options().dump_dir.empty() || s.launches.empty()) return;
   static std::atomic<int> next{0};
   const std::string path = options().dump_dir + "/plan_" + std::to_string(next++) + ".dot";
-  std::ofstream(path) << codegen::schedule_dot(s, outputs);
-  std::fprintf(stderr, "[kiln] wrote %s (%zu kernels)\n", path.c_str(), s.launches.size());
+  if (write_dump(path, codegen::schedule_dot(s, outputs)))
+    std::fprintf(stderr, "[kiln] wrote %s (%zu kernels)\n", path.c_str(), s.launches.size());
 }
 
 // Points the JIT's disk cache at options().cache_dir whenever that changes, and passes
