@@ -353,6 +353,27 @@ TEST(TrainingStep, AHandWrittenUpdateLoopRealizesTheSameGraphAtEveryStep) {
   EXPECT_LE(graph::live_node_count(), live + 5); // and no history is kept
 }
 
+TEST(Optimizer, ATensorListedTwiceIsUpdatedOnceWithOneState) {
+  // SGD({p, p}) took two updates a step with two momentum buffers (PyTorch 1.13 warns that listing a
+  // tensor twice is deprecated, and takes two updates with one buffer). Once, as SGD({p}): PyTorch
+  // gives [0.0620, 0.1240] after three steps of this problem (lr 0.1, momentum 0.9).
+  Tensor p = from_vector<double>({1, 2}).requires_grad_();
+  optim::SGD opt({p, p}, {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < 3; ++s) {
+    opt.zero_grad();
+    (p * p).sum().backward();
+    opt.step();
+  }
+  const std::vector<double> got = p.to_vector<double>();
+  EXPECT_NEAR(got[0], 0.0620, 5e-5);
+  EXPECT_NEAR(got[1], 0.1240, 5e-5);
+  // tied weights: one module's parameter registered in two modules is one parameter
+  nn::Linear a(2, 2);
+  nn::Sequential tied(a, a);
+  EXPECT_EQ(tied.parameters().size(), 2u);
+  EXPECT_EQ(tied.named_parameters().size(), 4u); // the names stay (state_dict, checkpoints)
+}
+
 TEST(TrainingStep, AGraphBuiltBeforeALeafIsRealizedStillReachesIt) {
   // Realizing a leaf gives it a new node; a loss built on the old one must still
   // differentiate with respect to it (it used to get no gradient at all).

@@ -69,7 +69,8 @@ public:
   /// A multi-line description of the module tree, like printing a torch.nn.Module.
   std::string str() const;
 
-  /// All parameters, recursively, in the order of named_parameters().
+  /// All parameters, recursively, in the order of named_parameters(), each tensor once (a weight
+  /// shared by two modules, tied, is listed at its first name only, as PyTorch).
   std::vector<Tensor> parameters() const;
   /// Parameters with dotted names: own parameters first, then each submodule's.
   NamedTensors named_parameters() const;

@@ -35,7 +35,8 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 /// The base of the optimizers: the parameters, the learning rate and per-parameter state.
 class Optimizer {
 public:
-  /// Optimizes `params` (each must require grad) with learning rate `lr`; errors name `loc`.
+  /// Optimizes `params` (each must require grad; a tensor listed twice counts once, with one state)
+  /// with learning rate `lr`; errors name `loc`.
   Optimizer(std::vector<Tensor> params, double lr, Loc loc = Loc::current());
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
