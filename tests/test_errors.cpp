@@ -69,6 +69,9 @@ TEST(Errors, NamedFunctions) {
   expect_error([&] { (void)minimum(a, b); }, __LINE__, "minimum", {"f32[2,3]", "f32[4]"});
   expect_error([&] { (void)logical_and(b8({2}), b8({3})); }, __LINE__, "logical_and", {"bool[2]", "bool[3]"});
   expect_error([&] { (void)logical_or(b8({2}), b8({3})); }, __LINE__, "logical_or", {"bool[2]", "bool[3]"});
+  // a bad dim is the function's error, not that of the max it is built from
+  expect_error([&] { (void)nn::functional::softmax(b, 1); }, __LINE__, "softmax", {"dim 1 is out of range for rank 1"});
+  expect_error([&] { (void)nn::functional::log_softmax(b, -2); }, __LINE__, "log_softmax", {"dim -2"});
 }
 
 // ---------------------------------------------------------------- dtype errors
@@ -388,6 +391,10 @@ TEST(Errors, AnUnusableDeviceNamesTheCallersLine) {
   expect_error_below([&] { (void)f32({2}).to(missing); }, __LINE__, "to", {"cuda:7"});
   expect_error_below([&] { (void)zeros({2}, kFloat32, missing); }, __LINE__, "zeros", {"cuda:7"});
   expect_error_below([&] { (void)arange(0, 4, 1, kFloat32, missing); }, __LINE__, "arange", {"cuda:7"});
+  // a CPU with an index compared unequal to kCPU and was taken for cuda:3 (audit)
+  const Device cpu3{Device::Kind::CPU, 3};
+  expect_error([&] { (void)f32({2}).to(cpu3); }, __LINE__, "to", {"the CPU has no device index (got index 3)"});
+  expect_error([&] { (void)zeros({2}, kFloat32, cpu3); }, __LINE__, "zeros", {"the CPU has no device index"});
 }
 
 TEST(Errors, ATracedValueReadOutsideItsFunctionNamesTheCallersLine) {

@@ -66,6 +66,8 @@ Device device_of_operands(const std::string& op, const std::vector<const Tensor*
 } // namespace
 
 void check_device(const std::string& op, Device device, const Loc& loc) {
+  if (device.kind == Device::Kind::CPU && device.index != 0) // would compare unequal to kCPU everywhere
+    throw Error(op, "the CPU has no device index (got index " + std::to_string(device.index) + "): use kCPU", loc);
   if (device.kind != Device::Kind::CUDA) return; // nothing to check
   const UserCall call(op, loc); // the GPU runtime's error (no driver, no such device) is op's at the user's line
   runtime::require_device(device);
