@@ -1575,6 +1575,8 @@ TEST(Printing, Str) {
   EXPECT_EQ(scalar_tensor(3.5).str(), "tensor(3.5, dtype=f32)");
   EXPECT_EQ(from_vector<int64_t>({int64_t{1} << 40}, {1}).str(), "tensor([1099511627776], dtype=i64)");
   EXPECT_EQ(zeros({0}).str(), "tensor([], dtype=f32)");
+  EXPECT_EQ(zeros({0, 3}).str(), "tensor([], size=(0, 3), dtype=f32)"); // as PyTorch: the shape, not [[]]
+  EXPECT_EQ(zeros({2, 0, 3}, kInt64).str(), "tensor([], size=(2, 0, 3), dtype=i64)");
   EXPECT_EQ((from_vector<double>({1, 2}) * 0.5).str(), "tensor([0.5, 1], dtype=f64)");
   const std::string big = arange(2000).str();
   EXPECT_NE(big.find("..."), std::string::npos);

@@ -495,7 +495,13 @@ std::string Tensor::str() const {
   forbid_reads_while_tracing("str", *this, Loc::current());
   const graph::NodeRef node = realize_snapshots({*this}, "str", Loc::current())[0];
   const auto host = detail::memory_guard("str", Loc::current(), [&] { return host_value(*node); });
-  print_values(os, host->data(), node->shape, 0, 0, node->numel() > 1000, node->dtype, 7);
+  if (node->numel() == 0 && node->shape != graph::Shape{0}) { // as PyTorch: the values say nothing of the shape
+    os << "[], size=(";
+    for (size_t d = 0; d < node->shape.size(); ++d) os << (d ? ", " : "") << node->shape[d];
+    os << ")";
+  } else {
+    print_values(os, host->data(), node->shape, 0, 0, node->numel() > 1000, node->dtype, 7);
+  }
   os << ", dtype=" << dtype_name(node->dtype) << ")";
   return os.str();
 }
