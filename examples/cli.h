@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -46,6 +47,17 @@ inline const char* value(const char* program, int argc, char** argv, int& i) {
     std::exit(2);
   }
   return argv[++i];
+}
+
+/// Exits (status 2) with "<program>: --checkpoint ..." when `path` (if any) lies in a directory that
+/// does not exist, so that a run does not train for an epoch before it finds it cannot save.
+inline void check_checkpoint_dir(const char* program, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (dir.empty() || std::filesystem::is_directory(dir, ec)) return;
+  std::cerr << program << ": --checkpoint " << path << ": the directory " << dir.string() << " does not exist\n";
+  std::exit(2);
 }
 
 } // namespace cli

@@ -136,6 +136,7 @@ Args parse(int argc, char** argv) {
     throw Error("gpt", "--lr, --min-lr, --weight-decay and --clip must be finite");
   if (a.min_lr > a.lr) throw Error("gpt", "--min-lr must be at most --lr");
   if (a.resume && a.checkpoint.empty()) throw Error("gpt", "--resume needs --checkpoint PATH");
+  cli::check_checkpoint_dir("gpt", a.checkpoint);
   if (a.stop_at < 0 || a.stop_at > a.steps) throw Error("gpt", "--stop-at must be in [0, --steps]");
   return a;
 }

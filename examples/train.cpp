@@ -126,6 +126,7 @@ Args parse(int argc, char** argv) {
   if (a.epochs <= 0 || a.batch <= 0 || a.limit < 0 || a.stop_after < 0 || !(a.lr > 0))
     throw Error("train", "--epochs, --batch and --lr must be positive, --limit and --stop-after non-negative");
   if (a.resume && a.checkpoint.empty()) throw Error("train", "--resume needs --checkpoint PATH");
+  cli::check_checkpoint_dir("train", a.checkpoint);
   if (a.sync_bn && !a.ddp) throw Error("train", "--sync-bn needs --ddp");
   if (!(a.bucket_mb * 1024 * 1024 >= 1)) throw Error("train", "--bucket-mb must be positive");
   return a;
