@@ -10,18 +10,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <thread>
 
 #include "kiln/anomaly.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
+#include "tests/child_process.h"
 
 namespace kiln {
 namespace {
 
-namespace fs = std::filesystem;
 
 std::string here(int line) { return "test_anomaly.cpp:" + std::to_string(line); }
 
@@ -389,16 +388,7 @@ TEST(AnomalyChild, DISABLED_Run) {
   }
 }
 
-std::string run_child(const std::string& env) {
-  const std::string cmd = "env " + env + " " + fs::read_symlink("/proc/self/exe").string() +
-                          " --gtest_filter=AnomalyChild.DISABLED_Run --gtest_also_run_disabled_tests 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[512];
-  while (p && fgets(buf, sizeof buf, p)) out += buf;
-  if (p) pclose(p);
-  return out;
-}
+std::string run_child(const std::string& env) { return test::run_child_test(env, "AnomalyChild.DISABLED_Run"); }
 
 TEST_F(AnomalyMode, TheEnvironmentVariable) {
   const std::string on = run_child("KILN_DETECT_ANOMALY=1");

@@ -6,16 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
-
-#include <unistd.h>
 
 #include "codegen/llvm_jit.h"
 #include "graph/node.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
 #include "runtime/storage.h"
+#include "tests/child_process.h"
 
 namespace kiln {
 namespace {
@@ -328,16 +326,7 @@ TEST(OptionsChild, DISABLED_Print) {
 }
 
 // The options a child process reads from `env`, with what it printed on stderr.
-std::string child_options(const std::string& env) {
-  const std::string cmd = env + " /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_filter=OptionsChild.DISABLED_Print --gtest_also_run_disabled_tests 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[512];
-  while (p && fgets(buf, sizeof buf, p)) out += buf;
-  if (p) pclose(p);
-  return out;
-}
+std::string child_options(const std::string& env) { return test::run_child_test(env, "OptionsChild.DISABLED_Print"); }
 
 TEST(Options, EnvironmentValuesAreReadStrictly) {
   // atoi read "true" as 0: KILN_FUSION=true turned fusion off. Booleans take 1/0, true/false,

@@ -26,6 +26,7 @@
 #include "kiln/functional.h"
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
+#include "tests/child_process.h"
 #include "tests/random_graph.h"
 
 namespace fs = std::filesystem;
@@ -242,13 +243,7 @@ TEST(DeterminismChild, DISABLED_Run) {
 }
 
 std::string child_fingerprint(const std::string& env) {
-  const std::string cmd = env + " " + fs::read_symlink("/proc/self/exe").string() +
-                          " --gtest_filter=DeterminismChild.DISABLED_Run --gtest_also_run_disabled_tests 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[512];
-  while (p && fgets(buf, sizeof buf, p)) out += buf;
-  if (p) pclose(p);
+  const std::string out = test::run_child_test(env, "DeterminismChild.DISABLED_Run");
   std::smatch m;
   static const std::regex line("FINGERPRINT ([0-9a-f]+)");
   return std::regex_search(out, m, line) ? std::string(m[1]) : "no fingerprint in: " + out;
