@@ -21,7 +21,6 @@
 namespace kiln {
 namespace {
 
-
 std::string here(int line) { return "test_anomaly.cpp:" + std::to_string(line); }
 
 // The anomaly `f` raises (a failure when it raises none).
