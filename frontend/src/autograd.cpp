@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <unordered_map>
 
 #include "autograd/custom.h"
 #include "autograd/walk.h"
@@ -103,15 +104,17 @@ void check_distinct_values(const std::vector<Tensor>& inputs, const Loc& loc) {
   const std::string why = ": kiln merges identical computations into one value and finds gradients by value, so "
                           "their gradients cannot be told apart; compute the value once and use that tensor "
                           "everywhere";
+  std::unordered_map<const graph::Node*, size_t> first_on; // each value's first input (backward passes every leaf)
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].node()->tensor_makers.load(std::memory_order_relaxed) > 1)
       fail("grad", nth("inputs", i) + " (" + inputs[i].type_str() +
                        ") was computed by the same ops on the same operands as another live tensor" + why,
            {&inputs[i]}, loc);
-    for (size_t j = 0; j < i; ++j)
-      if (inputs[j].node() == inputs[i].node() && inputs[j].impl() != inputs[i].impl())
-        fail("grad", nth("inputs", i) + " and " + nth("inputs", j) + " are two tensors holding the same value" + why,
-             {&inputs[j], &inputs[i]}, loc);
+    const auto [at, fresh] = first_on.try_emplace(inputs[i].node().get(), i);
+    const size_t j = at->second;
+    if (!fresh && inputs[j].impl() != inputs[i].impl())
+      fail("grad", nth("inputs", i) + " and " + nth("inputs", j) + " are two tensors holding the same value" + why,
+           {&inputs[j], &inputs[i]}, loc);
   }
 }
 

@@ -180,9 +180,18 @@ std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n) {
   return impl && holds_leaf(n, *impl) ? impl : nullptr;
 }
 
-std::shared_ptr<TensorImpl> replaced_leaf_for(const graph::Node* n) {
-  auto impl = registered_leaf(n);
-  return impl && !holds_leaf(n, *impl) ? impl : nullptr;
+int64_t wrap_dim_or_fail(const std::string& op, int64_t dim, const Tensor& x, const Loc& loc) {
+  const auto w = graph::wrap_dim(dim, x.dim());
+  if (!w) fail(op, "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(x.dim()), {&x}, loc);
+  return *w;
+}
+
+std::vector<Tensor> distinct_tensors(std::vector<Tensor> tensors) {
+  std::vector<Tensor> out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (Tensor& t : tensors)
+    if (!t.defined() || seen.insert(t.impl().get()).second) out.push_back(std::move(t));
+  return out;
 }
 
 namespace {
@@ -638,9 +647,10 @@ void check_no_replaced_leaf(const graph::Node* root, const Tensor& t, const Loc&
   while (!todo.empty()) {
     const graph::Node* n = todo.back();
     todo.pop_back();
-    if (n->op == graph::OpKind::Detach || detail::leaf_for(n)) continue;
-    if (auto replaced = detail::replaced_leaf_for(n)) {
-      const Tensor leaf(replaced->load_node(), false);
+    if (n->op == graph::OpKind::Detach) continue;
+    if (auto impl = detail::registered_leaf(n)) {
+      if (detail::holds_leaf(n, *impl)) continue; // a leaf: gradients end here
+      const Tensor leaf(impl->load_node(), false);
       detail::fail("backward", "a grad-requiring leaf (" + leaf.type_str() +
                                    ") that this graph uses was assigned a new value since (assign(), an optimizer's "
                                    "step()); compute the loss again from its new value, then call backward()",
@@ -667,12 +677,18 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
   detail::check_graph_retained("backward", *this, loc);
   std::vector<Tensor> leaf_tensors;
   std::vector<std::shared_ptr<TensorImpl>> impls;
-  for (const graph::Node* n : reachable(node().get()))
-    if (auto impl = detail::leaf_for(n)) {
-      impls.push_back(impl);
-      leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
+  bool replaced = false; // a leaf assigned since: check_no_replaced_leaf walks the gradients' paths
+  for (const graph::Node* n : reachable(node().get())) {
+    auto impl = detail::registered_leaf(n);
+    if (!impl) continue;
+    if (!detail::holds_leaf(n, *impl)) {
+      replaced = true;
+      continue;
     }
-  check_no_replaced_leaf(node().get(), *this, loc);
+    impls.push_back(impl);
+    leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
+  }
+  if (replaced) check_no_replaced_leaf(node().get(), *this, loc);
   std::vector<Tensor> go;
   if (grad_output.defined()) go.push_back(grad_output);
   if (impls.empty()) {
