@@ -12,7 +12,6 @@
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/index_check.h"
-#include "graph/shape.h"
 #include "kiln/autograd.h"
 #include "kiln/indexops.h"
 
@@ -28,12 +27,6 @@ namespace {
 void require_floating(const std::string& op, const Tensor& x, const Loc& loc) {
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (!is_floating(x.dtype())) fail(op, "needs a floating tensor", {&x}, loc);
-}
-
-// Throws kiln::Error for `op` (not for the reduction it is built from) when dim is out of x's range.
-void require_dim(const std::string& op, const Tensor& x, int64_t dim, const Loc& loc) {
-  if (!graph::wrap_dim(dim, x.dim()))
-    fail(op, "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(x.dim()), {&x}, loc);
 }
 
 void require_integral(const std::string& op, const Tensor& t, const Loc& loc) {
@@ -226,7 +219,7 @@ Tensor shift_by_max(const Tensor& x, int64_t dim, const Loc& loc) {
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("softmax", x, loc);
-  require_dim("softmax", x, dim, loc);
+  (void)detail::wrap_dim_or_fail("softmax", dim, x, loc); // its own error, not the max's it is built from
   Tensor e = exp(shift_by_max(x, dim, loc));
   return e / e.sum({dim}, true, loc);
 }
@@ -234,7 +227,7 @@ Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   require_floating("log_softmax", x, loc);
-  require_dim("log_softmax", x, dim, loc);
+  (void)detail::wrap_dim_or_fail("log_softmax", dim, x, loc);
   Tensor z = shift_by_max(x, dim, loc);
   return z - log(exp(z).sum({dim}, true, loc));
 }

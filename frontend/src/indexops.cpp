@@ -15,14 +15,9 @@ namespace kiln {
 namespace b = graph::build;
 using detail::fail;
 using detail::result;
+using detail::wrap_dim_or_fail;
 
 namespace {
-
-int64_t wrap_dim_or_fail(const std::string& op, int64_t dim, const Tensor& x, const Loc& loc) {
-  const auto w = graph::wrap_dim(dim, x.dim());
-  if (!w) fail(op, "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(x.dim()), {&x}, loc);
-  return *w;
-}
 
 void require_index(const std::string& op, const Tensor& index, const Tensor& x, const Loc& loc) {
   if (!x.defined()) throw Error(op, "the input is undefined", loc);

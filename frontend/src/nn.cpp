@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cmath>
 #include <sstream>
-#include <unordered_set>
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
@@ -113,10 +112,8 @@ NamedTensors Module::state_dict() const {
 
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
-  std::unordered_set<const TensorImpl*> seen; // a tensor shared by two modules (tied weights) once, as PyTorch
-  for (auto& [n, t] : named_parameters())
-    if (seen.insert(t.impl().get()).second) out.push_back(t);
-  return out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return detail::distinct_tensors(std::move(out)); // a tensor shared by two modules (tied weights) once, as PyTorch
 }
 
 std::vector<Tensor> Module::buffers() const {

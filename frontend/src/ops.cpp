@@ -108,9 +108,8 @@ Tensor numeric_unary(OpKind op, const Tensor& x, const Loc& loc) {
 // ---------------------------------------------------------------- dims
 
 int64_t dim_or_fail(const std::string& op, int64_t d, const Tensor& x, const Loc& loc) {
-  auto w = graph::wrap_dim(d, x.dim());
-  if (!w) fail(op, "dim " + std::to_string(d) + " is out of range for rank " + std::to_string(x.dim()), {&x}, loc);
-  return x.dim() == 0 ? -1 : *w; // -1: a 0-d tensor has no dim to reduce
+  const int64_t w = detail::wrap_dim_or_fail(op, d, x, loc);
+  return x.dim() == 0 ? -1 : w; // -1: a 0-d tensor has no dim to reduce
 }
 
 std::vector<int64_t> dims_or_fail(const std::string& op, const IntList& dims, const Tensor& x, const Loc& loc) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "frontend/src/tensor_impl.h"
 #include "kiln/autograd.h"
@@ -35,20 +34,10 @@ std::string type_of(const Tensor& t) { return t.type_str(); }
 
 // ---------------------------------------------------------------- Optimizer
 
-namespace {
-// Each tensor once, first occurrence first: a tensor listed twice would take two updates a step
-// with two states (PyTorch keeps one state per tensor).
-std::vector<Tensor> distinct(std::vector<Tensor> params) {
-  std::vector<Tensor> out;
-  std::unordered_set<const TensorImpl*> seen;
-  for (Tensor& p : params)
-    if (!p.defined() || seen.insert(p.impl().get()).second) out.push_back(std::move(p));
-  return out;
-}
-} // namespace
-
+// Each tensor once: a tensor listed twice would take two updates a step with two states
+// (PyTorch keeps one state per tensor).
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, Loc loc)
-    : params_(distinct(std::move(params))), state_(params_.size()), lr_(lr) {
+    : params_(detail::distinct_tensors(std::move(params))), state_(params_.size()), lr_(lr) {
   check_hyper("optimizer", "learning rate", lr, lr >= 0, loc);
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_[i].defined() || !params_[i].requires_grad())

@@ -93,9 +93,10 @@ void check_graph_retained(const std::string& op, const Tensor& t, const Loc& loc
 void register_leaf(const std::shared_ptr<TensorImpl>& impl);
 /// The live leaf tensor whose current node is `n`, or null.
 std::shared_ptr<TensorImpl> leaf_for(const graph::Node* n);
-/// The live grad-requiring leaf registered under `n` whose value is no longer n's (assigned since a
-/// graph used it), or null.
-std::shared_ptr<TensorImpl> replaced_leaf_for(const graph::Node* n);
+/// `dim` wrapped into x's range, or kiln::Error for `op` at `loc` naming the dim and x's rank.
+int64_t wrap_dim_or_fail(const std::string& op, int64_t dim, const Tensor& x, const Loc& loc);
+/// `tensors` with each tensor (TensorImpl) once, first occurrences in order.
+std::vector<Tensor> distinct_tensors(std::vector<Tensor> tensors);
 /// Moves a leaf's value (and gradient) to `device` in place, keeping its identity
 /// (requires_grad, registration): what Module::to does to parameters and buffers.
 void move_in_place(const Tensor& t, Device device, const Loc& loc);
