@@ -223,6 +223,7 @@ int run(const Args& a) {
             << config.heads << " heads, " << config.dim << " dims, context " << config.context << ", batch " << a.batch
             << ", fusion " << (a.fusion ? "on" : "off") << (a.eager ? ", eager steps" : ", compiled steps") << std::endl;
 
+  const int64_t last = a.stop_at > 0 ? a.stop_at : a.steps;
   int64_t first_step = 0;
   if (a.resume) {
     if (!file_exists(a.checkpoint)) throw Error("gpt", "--resume: no checkpoint at '" + a.checkpoint + "'");
@@ -232,10 +233,9 @@ int run(const Args& a) {
     first_step = std::strtoll(meta["step"].c_str(), &end, 10);
     if (meta["step"].empty() || *end != '\0' || first_step < 0)
       throw Error("gpt", "'" + a.checkpoint + "' has no valid \"step\" in its metadata");
-    const int64_t until = a.stop_at > 0 ? a.stop_at : a.steps;
-    if (first_step >= until) // nothing to train; saving would write an earlier step over the checkpoint's
+    if (first_step >= last) // nothing to train; saving would write an earlier step over the checkpoint's
       throw Error("gpt", "'" + a.checkpoint + "' is at step " + std::to_string(first_step) + ", which --steps / --stop-at (" +
-                             std::to_string(until) + ") does not go past: nothing to resume");
+                             std::to_string(last) + ") does not go past: nothing to resume");
     schedule.set_epoch(first_step);
     std::cout << "resumed from " << a.checkpoint << " after step " << first_step << "\n";
   }
@@ -252,7 +252,6 @@ int run(const Args& a) {
   auto last_print = start;
   double loss_avg = 0, eval_secs = 0; // tokens/s counts training time only
   auto train_secs = [&] { return std::max(seconds_since(start) - eval_secs, 1e-9); };
-  const int64_t last = a.stop_at > 0 ? a.stop_at : a.steps;
   for (int64_t s = first_step; s < last; ++s) {
     auto [x, y] = gpt::windows(train, a.batch, config.context, a.seed, static_cast<uint64_t>(s));
     const Tensor loss = a.eager ? build_step(model, opt, a.clip, x, y) : step({x, y})[0];

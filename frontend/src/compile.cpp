@@ -414,6 +414,13 @@ void make_plans(Trace& tr) {
   for (const auto& o : outputs) tr.plans.push_back(runtime::make_plan_ref(o));
 }
 
+// Gives a slot's tensor back its value (and, where the trace tracks it, its gradient) from before
+// the trace: the first call replays like every later one, and a failed trace leaves no placeholder.
+void restore_start(Slot& s) {
+  s.impl->node = s.start_node;
+  if (s.tracks_grad) s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
+}
+
 Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   runtime::observe::Span span("trace", "trace step");
   Trace tr;
@@ -435,10 +442,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
     // The state the function touched holds the trace's nodes (placeholders without data): give
     // it back its values and gradients from before the call, so that a caught error leaves the
     // model and optimizer as they were.
-    for (Slot& s : state.slots) {
-      s.impl->node = s.start_node;
-      if (s.tracks_grad) s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
-    }
+    for (Slot& s : state.slots) restore_start(s);
     throw;
   }
   std::vector<graph::NodeRef> outputs;
@@ -454,7 +458,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
       tr.destinations.push_back({Destination::Value, i});
     }
     if (!s.tracks_grad) { // read only: its value is bound per replay
-      s.impl->node = s.start_node;
+      restore_start(s);
       continue;
     }
     const graph::NodeRef grad = s.impl->grad.defined() ? s.impl->grad.node() : nullptr;
@@ -464,9 +468,7 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
     } else if (!grad && s.start_grad) {
       tr.destinations.push_back({Destination::ClearGrad, i});
     }
-    // The first call replays like every later one, from the state at trace start.
-    s.impl->node = s.start_node;
-    s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
+    restore_start(s); // the first call replays like every later one, from the state at trace start
   }
   tr.slots = std::move(state.slots);
   tr.host_values = std::move(state.host_values);
