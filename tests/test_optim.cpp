@@ -828,6 +828,39 @@ TEST(Checkpoint, DataDigestIsWrittenAndVerified) {
   fs::remove_all(dir);
 }
 
+// The data digest leaves the header open: a changed lr digit or a shape [2, 3] read as [3, 2]
+// loaded without a word. The header digest covers the metadata and every tensor entry.
+TEST(Checkpoint, HeaderDigestFindsAChangedLrOrShape) {
+  const fs::path dir = temp_dir("header_digest");
+  const std::string path = (dir / "h.safetensors").string();
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 0.001});
+  checkpoint::save(path, m, &opt, {{"step", "7"}});
+  const std::vector<uint8_t> saved = read_bytes(path);
+  const std::string text(saved.begin(), saved.end());
+  EXPECT_NE(text.find("\"kiln.header_crc32\":\""), std::string::npos);
+  EXPECT_EQ(checkpoint::load(path, m, &opt).at("step"), "7") << "an intact file loads";
+  EXPECT_EQ(checkpoint::load_safetensors(path).metadata.count("kiln.header_crc32"), 0u) << "not returned as metadata";
+  auto changed = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    std::string t = text;
+    t.replace(at, from.size(), to); // same length: the header length and layout stay valid
+    write_bytes(path, std::vector<uint8_t>(t.begin(), t.end()));
+    return error_of([&] { checkpoint::load_safetensors(path); });
+  };
+  const std::string lr = changed("\"lr\":\"0.001", "\"lr\":\"0.009");
+  EXPECT_NE(lr.find("corrupt header: the CRC-32 of its metadata and tensor entries"), std::string::npos) << lr;
+  EXPECT_NE(changed("\"step\":\"7\"", "\"step\":\"9\"").find("corrupt header"), std::string::npos);
+  // A [4, 16] weight read as [16, 4]: the same bytes, so the data digest cannot tell.
+  const std::string shape = changed("\"shape\":[4,16]", "\"shape\":[16,4]");
+  EXPECT_NE(shape.find("corrupt header"), std::string::npos) << shape;
+  EXPECT_NE(error_of([&] { checkpoint::save_safetensors(path, {{"a", zeros({1})}}, {{"kiln.header_crc32", "0"}}); })
+                .find("reserved"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, DirectoryPathIsAnError) {
   const fs::path dir = temp_dir("isdir");
   nn::Sequential m = small_model();

@@ -129,6 +129,12 @@ Tensor make_tensor(const std::string& path, const std::string& name, DType dt, c
 // of the whole data buffer, 8 lowercase hex digits. Written by save_safetensors (about
 // 1 ms per 10 MB), verified by load_safetensors when present, not returned as metadata.
 const std::string kDigestKey = "kiln.data_crc32";
+// "__metadata__" key of the header's digest: the CRC-32 of header_text(), which covers what
+// the data digest does not (the other metadata, such as a checkpoint's lr, and each tensor's
+// dtype, shape and offsets), so that a changed byte anywhere in the file is found.
+const std::string kHeaderDigestKey = "kiln.header_crc32";
+
+bool digest_key(const std::string& k) { return k == kDigestKey || k == kHeaderDigestKey; }
 
 uint32_t crc32_of(uint32_t crc, const void* data, size_t n) {
   return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), n));
@@ -138,6 +144,39 @@ std::string hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", v);
   return buf;
+}
+
+// One tensor entry of the header, checked against its own dtype and shape.
+struct Entry {
+  std::string name;
+  DType dtype = DType::Float32;
+  IntList shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// What the header digest covers, independent of the JSON's spelling (order, spaces, escapes):
+// the metadata but its digests, by key, then the tensor entries, by name; each field as its
+// length, ':' and its bytes, so that no two headers give the same text.
+std::string header_text(const Metadata& metadata, std::vector<Entry> entries) {
+  std::string text;
+  auto field = [&](const std::string& s) { text += std::to_string(s.size()) + ':' + s; };
+  for (const auto& [k, v] : metadata)
+    if (!digest_key(k)) field(k), field(v);
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  for (const Entry& e : entries) {
+    field(e.name);
+    field(st_dtype(e.dtype));
+    std::string shape;
+    for (int64_t d : e.shape) shape += std::to_string(d) + ',';
+    field(shape);
+    field(std::to_string(e.begin) + '-' + std::to_string(e.end));
+  }
+  return text;
+}
+
+uint32_t header_crc(const Metadata& metadata, const std::vector<Entry>& entries) {
+  const std::string text = header_text(metadata, entries);
+  return crc32_of(crc32_of(0, nullptr, 0), text.data(), text.size());
 }
 
 // ---------------------------------------------------------------- writing
@@ -162,17 +201,19 @@ Payload payload_of(const NamedTensors& tensors) {
 
 std::string build_header(const NamedTensors& tensors, const Metadata& metadata, const Payload& payload) {
   Json h = Json::object();
-  Json meta(metadata);
-  meta[kDigestKey] = hex32(payload.crc);
-  h["__metadata__"] = std::move(meta);
-  size_t offset = 0;
+  std::vector<Entry> entries;
+  uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i].second;
-    h[tensors[i].first] = {{"dtype", st_dtype(t.dtype())},
-                           {"shape", t.shape()},
-                           {"data_offsets", {offset, offset + payload.bytes[i]}}};
+    entries.push_back({tensors[i].first, t.dtype(), t.shape(), offset, offset + payload.bytes[i]});
     offset += payload.bytes[i];
   }
+  Json meta(metadata);
+  meta[kDigestKey] = hex32(payload.crc);
+  meta[kHeaderDigestKey] = hex32(header_crc(metadata, entries));
+  h["__metadata__"] = std::move(meta);
+  for (const Entry& e : entries)
+    h[e.name] = {{"dtype", st_dtype(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
   std::string text = h.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // the data starts 8-byte aligned, as the reference writer does
   return text;
@@ -189,7 +230,7 @@ void check_names(const NamedTensors& tensors, const Metadata& metadata) {
   for (const auto& [k, v] : metadata) {
     if (!valid_utf8(k) || !valid_utf8(v))
       throw Error("save_safetensors", "metadata entry " + quoted(k) + ": " + quoted(v) + " is not valid UTF-8");
-    if (k == kDigestKey) throw Error("save_safetensors", "metadata key \"" + k + "\" is reserved (kiln writes the data's digest there)");
+    if (digest_key(k)) throw Error("save_safetensors", "metadata key \"" + k + "\" is reserved (kiln writes a digest there)");
   }
 }
 
@@ -341,14 +382,6 @@ std::vector<uint8_t> read_file(const std::string& path, const Loc& loc) {
   return bytes;
 }
 
-// One tensor entry of the header, checked against its own dtype and shape.
-struct Entry {
-  std::string name;
-  DType dtype = DType::Float32;
-  IntList shape;
-  uint64_t begin = 0, end = 0;
-};
-
 const Json* member(const Json& obj, const std::string& key) {
   auto it = obj.find(key);
   return it == obj.end() ? nullptr : &*it;
@@ -409,14 +442,32 @@ Metadata parse_metadata(const std::string& path, const Json& v) {
   return m;
 }
 
-// Verifies the data against the digest in `metadata` when there is one, and removes it.
-void check_digest(const std::string& path, Metadata& metadata, const uint8_t* data, size_t n) {
-  auto it = metadata.find(kDigestKey);
-  if (it == metadata.end()) return;
+// The digest `key` of `metadata`, removed from it ("" when there is none).
+std::string take_digest(const std::string& path, Metadata& metadata, const std::string& key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
   const std::string want = it->second;
   metadata.erase(it);
   const bool hex = want.size() == 8 && want.find_first_not_of("0123456789abcdef") == std::string::npos;
-  if (!hex) file_error(path, "corrupt header: \"" + kDigestKey + "\" must be 8 lowercase hex digits, got " + quoted(want));
+  if (!hex) file_error(path, "corrupt header: \"" + key + "\" must be 8 lowercase hex digits, got " + quoted(want));
+  return want;
+}
+
+// Verifies the header against its digest in `metadata` when there is one (before anything
+// else is read from it), and removes it.
+void check_header_digest(const std::string& path, Metadata& metadata, const std::vector<Entry>& entries) {
+  const std::string want = take_digest(path, metadata, kHeaderDigestKey);
+  if (want.empty()) return;
+  const std::string got = hex32(header_crc(metadata, entries));
+  if (got != want)
+    file_error(path, "corrupt header: the CRC-32 of its metadata and tensor entries is " + got +
+                         " but the header says " + want);
+}
+
+// Verifies the data against the digest in `metadata` when there is one, and removes it.
+void check_data_digest(const std::string& path, Metadata& metadata, const uint8_t* data, size_t n) {
+  const std::string want = take_digest(path, metadata, kDigestKey);
+  if (want.empty()) return;
   const std::string got = hex32(crc32_of(crc32_of(0, nullptr, 0), data, n));
   if (got != want)
     file_error(path, "corrupt data: the tensor data's CRC-32 is " + got + " but the header says " + want);
@@ -492,8 +543,9 @@ Contents read_safetensors(const std::string& path, const Loc& loc) {
     else entries.push_back(parse_entry(path, name, v));
   }
   const uint64_t data_start = 8 + header_len;
-  check_layout(path, entries, bytes.size() - data_start);
-  check_digest(path, out.metadata, bytes.data() + data_start, bytes.size() - data_start);
+  check_layout(path, entries, bytes.size() - data_start); // first: says what is wrong where it can
+  check_header_digest(path, out.metadata, entries);
+  check_data_digest(path, out.metadata, bytes.data() + data_start, bytes.size() - data_start);
   for (const Entry& e : entries)
     out.tensors.emplace_back(e.name, make_tensor(path, e.name, e.dtype, bytes.data() + data_start + e.begin, e.shape, loc));
   return out;
