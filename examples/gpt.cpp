@@ -89,6 +89,17 @@ void usage() {
 
 template <class T> T number(const std::string& flag, const char* text) { return cli::number<T>("gpt", flag, text); }
 
+// The flags a resumed run must share with the checkpoint's (--steps may grow: training longer).
+cli::RunFlags run_flags(const Args& a) {
+  cli::RunFlags f;
+  f.add("--batch", static_cast<long long>(a.batch)).add("--context", static_cast<long long>(a.model.context));
+  f.add("--layers", static_cast<long long>(a.model.layers)).add("--heads", static_cast<long long>(a.model.heads));
+  f.add("--dim", static_cast<long long>(a.model.dim)).add("--dropout", a.model.dropout).add("--lr", a.lr);
+  f.add("--min-lr", a.min_lr).add("--warmup", static_cast<long long>(a.warmup)).add("--weight-decay", a.weight_decay);
+  f.add("--clip", a.clip).add("--seed", static_cast<unsigned long long>(a.seed));
+  return f;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -236,12 +247,22 @@ int run(const Args& a) {
     if (first_step >= last) // nothing to train; saving would write an earlier step over the checkpoint's
       throw Error("gpt", "'" + a.checkpoint + "' is at step " + std::to_string(first_step) + ", which --steps / --stop-at (" +
                              std::to_string(last) + ") does not go past: nothing to resume");
+    if (const std::string diff = cli::resume_mismatch(meta["run"], run_flags(a)); !diff.empty())
+      throw Error("gpt", "'" + a.checkpoint + "' was trained with other flags: " + diff +
+                             "; resume with the same ones (or train afresh)");
+    if (meta["steps"] != std::to_string(a.steps) && !meta["steps"].empty())
+      std::cout << "note: the checkpoint's run had --steps " << meta["steps"] << "; the schedule now ends at "
+                << a.steps << "\n";
     schedule.set_epoch(first_step);
     std::cout << "resumed from " << a.checkpoint << " after step " << first_step << "\n";
   }
   auto save = [&](int64_t step) {
     if (!a.checkpoint.empty())
-      checkpoint::save(a.checkpoint, model, &opt, {{"model", "gpt"}, {"step", std::to_string(step)}});
+      checkpoint::save(a.checkpoint, model, &opt,
+                       {{"model", "gpt"},
+                        {"step", std::to_string(step)},
+                        {"steps", std::to_string(a.steps)},
+                        {"run", run_flags(a).str()}});
   };
 
   CompiledFunction step = compile([&](const std::vector<Tensor>& xy) {

@@ -93,6 +93,14 @@ void usage() {
 
 template <class T> T number(const std::string& flag, const char* text) { return cli::number<T>("train", flag, text); }
 
+// The flags a resumed run must share with the checkpoint's (--epochs may grow: training longer).
+cli::RunFlags run_flags(const Args& a) {
+  cli::RunFlags f;
+  f.add("--batch", static_cast<long long>(a.batch)).add("--lr", a.lr).add("--limit", static_cast<long long>(a.limit));
+  f.add("--seed", static_cast<unsigned long long>(a.seed));
+  return f;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -293,6 +301,9 @@ int run(Args a) {
     first_epoch = std::strtoll(meta["epoch"].c_str(), &end, 10);
     if (meta["epoch"].empty() || *end != '\0' || first_epoch < 0)
       throw Error("train", "'" + a.checkpoint + "' has no valid \"epoch\" in its metadata");
+    if (const std::string diff = cli::resume_mismatch(meta["run"], run_flags(a)); !diff.empty())
+      throw Error("train", "'" + a.checkpoint + "' was trained with other flags: " + diff +
+                               "; resume with the same ones (or train afresh)");
     schedule.set_epoch(first_epoch);
     if (par.leader()) std::cout << "resumed from " << a.checkpoint << " after epoch " << first_epoch << "\n";
   }
@@ -325,7 +336,8 @@ int run(Args a) {
       std::fflush(stdout);
     }
     if (!a.checkpoint.empty() && par.leader()) // atomic: a temporary file renamed over the old one
-      checkpoint::save(a.checkpoint, model, &opt, {{"model", a.model}, {"epoch", std::to_string(epoch + 1)}});
+      checkpoint::save(a.checkpoint, model, &opt,
+                       {{"model", a.model}, {"epoch", std::to_string(epoch + 1)}, {"run", run_flags(a).str()}});
   }
   if (first_epoch >= a.epochs) acc = accuracy(model, test, a.resolved, par);
   if (par.leader()) std::printf("test_accuracy: %.4f\n", acc);

@@ -5,7 +5,8 @@
 #  2. gpt --resume from a checkpoint already at --steps (it rewrote the step counter backwards);
 #  3. integer flags with a fraction or out of range (they went through a double);
 #  4. a --checkpoint in a directory that does not exist (train found out after an epoch);
-#  5. non-finite numbers and --min-lr above --lr.
+#  5. non-finite numbers and --min-lr above --lr;
+#  6. --resume with flags other than the checkpoint's run (batch, seed, lr: another trajectory).
 # Usage: examples_cli.sh TRAIN GPT. Exits 77 (skipped) without the fortunes corpus.
 set -uo pipefail
 train=$1 gpt=$2
@@ -38,7 +39,12 @@ expect_refusal "needs more text" "$gpt" "${small[@]}" --steps 3 --data "$dir/tin
 before=$(md5sum <"$dir/g.st")
 expect_refusal "nothing to resume" "$gpt" "${small[@]}" --steps 2 --checkpoint "$dir/g.st" --resume
 expect_refusal "nothing to resume" "$gpt" "${small[@]}" --steps 10 --stop-at 4 --checkpoint "$dir/g.st" --resume
+expect_refusal "--batch 4 (this run: 5)" "$gpt" "${small[@]}" --batch 5 --steps 8 --checkpoint "$dir/g.st" --resume
+expect_refusal "--seed 0 (this run: 3)" "$gpt" "${small[@]}" --seed 3 --steps 8 --checkpoint "$dir/g.st" --resume
+expect_refusal "--lr 0.001 (this run: 0.002)" "$gpt" "${small[@]}" --lr 2e-3 --steps 8 --checkpoint "$dir/g.st" --resume
 [ "$(md5sum <"$dir/g.st")" = "$before" ] || { echo "FAIL: a refused resume changed the checkpoint"; failures=$((failures + 1)); }
+"$gpt" "${small[@]}" --steps 6 --checkpoint "$dir/g.st" --resume >"$dir/out" 2>&1 && grep -q "resumed from" "$dir/out" ||
+  { echo "FAIL: gpt --resume with the same flags and more --steps did not run:"; cat "$dir/out"; failures=$((failures + 1)); }
 
 expect_refusal "needs a whole number" "$gpt" --seed 1.9
 expect_refusal "needs a whole number" "$gpt" --seed 18446744073709551616
