@@ -316,6 +316,66 @@ TEST(Compile, TrainAndEvalTraceAgain) {
   EXPECT_EQ(f.num_traces(), 3u); // a trace per mode change (the cache keeps the latest)
 }
 
+// An argument is a tensor that outlives the call: what the function assign()s to it, and the
+// gradients backward() accumulates into it, are the caller's afterwards, as in an eager call.
+// They were lost (the trace wraps arguments in placeholders of its own).
+TEST(Compile, AssignToAnArgumentReachesTheCaller) {
+  auto body = [](const std::vector<Tensor>& a) {
+    Tensor x = a[0];
+    x.assign(x * 2 + a[1]);
+    return std::vector<Tensor>{x.sum()};
+  };
+  auto f = compile(body);
+  Tensor x = from_vector<float>({1, 2}), y = from_vector<float>({10, 20});
+  EXPECT_FLOAT_EQ(f({x, y})[0].item<float>(), 36.0f); // the sum of the new value
+  EXPECT_EQ(values(x), (std::vector<float>{12, 24}));
+  EXPECT_FLOAT_EQ(f({x, y})[0].item<float>(), 102.0f);
+  EXPECT_EQ(values(x), (std::vector<float>{34, 68}));
+  EXPECT_EQ(values(y), (std::vector<float>{10, 20})) << "an argument the function only reads is unchanged";
+  EXPECT_EQ(f.num_traces(), 1u);
+  Tensor z = from_vector<float>({1, 2}); // the eager call does the same
+  body({z, y});
+  body({z, y});
+  EXPECT_EQ(values(z), values(x));
+}
+
+TEST(Compile, BackwardInsideAccumulatesIntoAnArgumentsGradient) {
+  auto f = compile([](const std::vector<Tensor>& a) {
+    (a[0] * a[0] * a[1]).sum().backward();
+    return std::vector<Tensor>{};
+  });
+  Tensor w = from_vector<float>({1, 2, 3});
+  w.requires_grad_();
+  const Tensor k = from_vector<float>({1, 1, 2});
+  f({w, k});
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{2, 4, 12}));
+  f({w, k}); // w holds a gradient now: another signature, traced again, and accumulated into
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{4, 8, 24}));
+  f({w, k});
+  EXPECT_EQ(values(w.grad()), (std::vector<float>{6, 12, 36}));
+  EXPECT_EQ(f.num_traces(), 2u);
+  auto clear = compile([](const std::vector<Tensor>& a) {
+    Tensor(a[0]).zero_grad();
+    return std::vector<Tensor>{};
+  });
+  clear({w});
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(k.grad().defined());
+}
+
+TEST(Compile, RequiresGradOnAnArgumentReachesTheCaller) {
+  auto f = compile([](const std::vector<Tensor>& a) {
+    Tensor x = a[0]; // an adversarial input: the argument itself becomes a leaf
+    x.requires_grad_();
+    (x * x).sum().backward();
+    return std::vector<Tensor>{};
+  });
+  Tensor x = from_vector<float>({1, -2});
+  f({x});
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{2, -4}));
+}
+
 // ---------------------------------------------------------------- environment variables
 
 // Run as a child by the test below: prints the options its environment gave.

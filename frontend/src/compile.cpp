@@ -150,16 +150,23 @@ namespace {
 
 using Slot = detail::CaptureState::Slot;
 
-// Where each output of a traced plan goes after a replay.
+// Where each output of a traced plan goes after a replay: a result, a slot's value or gradient, or
+// an argument's (a function may assign() to its arguments and accumulate their gradients, as an
+// eager call would). The Clear kinds have no output: the gradient becomes undefined.
 struct Destination {
-  enum Kind { Result, Value, Grad, ClearGrad } kind;
-  size_t slot = 0;
+  enum Kind { Result, Value, Grad, ClearGrad, ArgValue, ArgGrad, ClearArgGrad } kind;
+  size_t slot = 0; // the slot, or for the Arg kinds the argument's index
+  bool has_output() const { return kind != ClearGrad && kind != ClearArgGrad; }
 };
 
 // One trace: the plan(s), the placeholders standing for the arguments, and the slots.
 struct Trace {
   std::vector<graph::NodeRef> placeholders;
   std::vector<bool> arg_grads; // per argument, whether it required a gradient
+  // Per argument, the placeholder of the gradient it had at trace time (null: none), bound anew per
+  // replay, so that a backward() inside accumulates into it as an eager call would.
+  std::vector<graph::NodeRef> arg_start_grads;
+  std::vector<bool> arg_grads_after; // per argument, whether it requires a gradient after the function ran
   std::vector<Slot> slots;
   std::vector<detail::CaptureState::HostValues> host_values;
   std::vector<std::pair<uint64_t, std::function<uint64_t()>>> seeds;
@@ -178,9 +185,16 @@ struct Trace {
   std::vector<Destination> destinations; // one per output, then ClearGrad entries
 };
 
+// The gradient an argument holds (undefined when none).
+const Tensor& arg_grad(const Tensor& t) { return t.impl()->grad; }
+
 std::string signature(const std::vector<Tensor>& args) {
   std::string s;
-  for (const Tensor& t : args) s += t.type_str() + "@" + t.device().str() + (t.requires_grad() ? "g;" : ";");
+  for (const Tensor& t : args) {
+    s += t.type_str() + "@" + t.device().str() + (t.requires_grad() ? "g" : "");
+    if (arg_grad(t).defined()) s += "+" + arg_grad(t).type_str();
+    s += ";";
+  }
   return s;
 }
 
@@ -193,6 +207,10 @@ bool traced_for(const Trace& tr, const std::vector<Tensor>& args) {
     if (now.dtype != then.dtype || now.shape != then.shape || now.device != then.device ||
         args[i].requires_grad() != tr.arg_grads[i])
       return false;
+    const Tensor& g = arg_grad(args[i]);
+    const graph::NodeRef& traced_grad = tr.arg_start_grads[i];
+    if (g.defined() != (traced_grad != nullptr)) return false;
+    if (traced_grad && (g.dtype() != traced_grad->dtype || g.shape() != traced_grad->shape)) return false;
   }
   return true;
 }
@@ -429,10 +447,17 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   state.id = ++traces;
   state.first_serial = next_tensor_serial(); // tensors made from here on are the trace's own
   std::vector<Tensor> inputs;
+  std::vector<graph::NodeRef> input_nodes; // the arguments' nodes in the trace, before the function ran
   for (const Tensor& a : args) {
     tr.placeholders.push_back(graph::make_input(a.dtype(), a.shape(), nullptr, a.device()));
     inputs.emplace_back(tr.placeholders.back(), a.requires_grad());
+    // A leaf argument is one inside too: a backward() there accumulates into its gradient.
+    if (a.requires_grad() && detail::leaf_for(a.node().get()) == a.impl()) detail::register_leaf(inputs.back().impl());
+    input_nodes.push_back(inputs.back().node());
     tr.arg_grads.push_back(a.requires_grad());
+    const Tensor& g = arg_grad(a);
+    tr.arg_start_grads.push_back(g.defined() ? graph::make_input(g.dtype(), g.shape(), nullptr, g.device()) : nullptr);
+    if (g.defined()) inputs.back().impl()->grad = Tensor(tr.arg_start_grads.back());
   }
   std::vector<Tensor> results;
   try {
@@ -449,6 +474,21 @@ Trace trace(const CompiledFunction::Fn& fn, const std::vector<Tensor>& args) {
   for (const Tensor& r : results) {
     outputs.push_back(r.node());
     tr.destinations.push_back({Destination::Result});
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) { // what the function did to its arguments
+    const TensorImpl& in = *inputs[i].impl();
+    tr.arg_grads_after.push_back(in.requires_grad);
+    if (in.node != input_nodes[i]) {
+      outputs.push_back(in.node);
+      tr.destinations.push_back({Destination::ArgValue, i});
+    }
+    const graph::NodeRef& start = tr.arg_start_grads[i];
+    if (in.grad.defined() && in.grad.node() != start) {
+      outputs.push_back(in.grad.node());
+      tr.destinations.push_back({Destination::ArgGrad, i});
+    } else if (!in.grad.defined() && start) {
+      tr.destinations.push_back({Destination::ClearArgGrad, i});
+    }
   }
   for (size_t i = 0; i < state.slots.size(); ++i) {
     Slot& s = state.slots[i];
@@ -504,19 +544,28 @@ runtime::Bindings bind(const Trace& tr, const std::vector<Tensor>& args) {
   runtime::Bindings b;
   b.reserve(args.size() + 2 * tr.slots.size());
   const bool computed =
-      std::all_of(args.begin(), args.end(), [](const Tensor& t) { return detail::nothing_to_realize(t.impl()); }) &&
+      std::all_of(args.begin(), args.end(),
+                  [](const Tensor& t) {
+                    return detail::nothing_to_realize(t.impl()) &&
+                           (!arg_grad(t).defined() || detail::nothing_to_realize(arg_grad(t).impl()));
+                  }) &&
       std::all_of(tr.slots.begin(), tr.slots.end(), [](const Slot& s) {
         return detail::nothing_to_realize(s.impl) && (!s.start_grad || detail::nothing_to_realize(s.impl->grad.impl()));
       });
   if (!computed) { // a step's usual case skips building the list
     std::vector<Tensor> pending = args;
+    for (const Tensor& t : args)
+      if (arg_grad(t).defined()) pending.push_back(arg_grad(t));
     for (const Slot& s : tr.slots) {
       pending.emplace_back(s.impl->node);
       if (s.start_grad) pending.push_back(s.impl->grad);
     }
     kiln::realize(pending);
   }
-  for (size_t i = 0; i < args.size(); ++i) b[tr.placeholders[i].get()] = args[i].node()->realized();
+  for (size_t i = 0; i < args.size(); ++i) {
+    b[tr.placeholders[i].get()] = args[i].node()->realized();
+    if (tr.arg_start_grads[i]) b[tr.arg_start_grads[i].get()] = arg_grad(args[i]).node()->realized();
+  }
   // Slots that only read a value first: a gradient read through its own tensor handle
   // (g = p.grad() before p's slot took the gradient) shares its node with p's slot's
   // start_grad, and p's binding, which follows p's current gradient, must win.
@@ -642,7 +691,7 @@ void donate(const Trace& tr, const runtime::Bindings& b, Donated& d) {
   for (const Destination::Kind kind : {Destination::Grad, Destination::Value}) {
     size_t out = 0;
     for (const Destination& dest : tr.destinations) {
-      if (dest.kind == Destination::ClearGrad) continue;
+      if (!dest.has_output()) continue;
       const auto [plan, index] = tr.where[out++];
       if (plan + 1 == tr.plans.size() && dest.kind == kind) replaced.emplace_back(dest.slot, index);
     }
@@ -689,10 +738,23 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
       tr.slots[d.slot].impl->grad = Tensor();
       continue;
     }
+    if (d.kind == Destination::ClearArgGrad) {
+      args[d.slot].impl()->grad = Tensor();
+      continue;
+    }
     const graph::NodeRef& node = tr.outputs[out];
     graph::NodeRef value = graph::make_input(node->dtype, node->shape, values[out++]);
     if (d.kind == Destination::Result) {
       results.emplace_back(std::move(value));
+      continue;
+    }
+    if (d.kind == Destination::ArgGrad || d.kind == Destination::ArgValue) {
+      const std::shared_ptr<TensorImpl>& arg = args[d.slot].impl();
+      if (d.kind == Destination::ArgGrad) arg->grad = Tensor(std::move(value));
+      else {
+        arg->store_node(std::move(value)); // other threads may be reading it (see Tensor::assign)
+        if (arg->requires_grad) leaves.push_back(arg);
+      }
       continue;
     }
     TensorImpl& impl = *tr.slots[d.slot].impl;
@@ -706,6 +768,8 @@ std::vector<Tensor> replay(const Trace& tr, const std::vector<Tensor>& args) {
   }
   donated.locks.clear();
   for (const auto& impl : leaves) detail::register_leaf(impl);
+  for (size_t i = 0; i < args.size(); ++i) // requires_grad_() on an argument, as an eager call sets it
+    if (tr.arg_grads_after[i] != args[i].requires_grad()) Tensor(args[i]).requires_grad_(tr.arg_grads_after[i]);
   return results;
 }
 

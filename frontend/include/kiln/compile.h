@@ -19,7 +19,13 @@ namespace kiln {
 ///
 /// What the function does to tensors that outlive it is captured too: parameters
 /// updated with Tensor::assign() and gradients accumulated by backward() or cleared
-/// by zero_grad() are updated after each replay, exactly as an eager call would.
+/// by zero_grad() are updated after each replay, exactly as an eager call would. The
+/// arguments are such tensors: a value assign()ed to an argument, or a gradient
+/// backward() accumulates into one that requires grad, is the caller's tensor's after
+/// the call (a gradient the argument held before the call is accumulated into, and
+/// whether it held one is part of the signature). An argument that requires grad without
+/// being a leaf (computed from leaves) is an input of its own inside: gradients do not flow
+/// through it to those leaves; pass the leaves instead.
 /// Tensors that outlive it and that it only reads (a model's parameters and buffers in
 /// an evaluation function, gradients) are read as they are at each call, so changes
 /// made between calls (eager assigns, another compiled step) show; a change of their
@@ -42,6 +48,16 @@ namespace kiln {
 /// all-reduce cannot be a kernel, so the function is planned in two parts, the kernels up to
 /// the gradients and those after, and each replay runs the all-reduce on the host between them
 /// (one such call per compiled function).
+///
+/// What a compiled function returns is values, cut from the graph: the results never require
+/// grad, whatever they were computed from. Differentiate inside the function (backward(),
+/// grad()) and return the gradients, as a training step does.
+///
+/// C++ values the function reads (a captured number, a flag, a branch on a size) are read
+/// while tracing and are constants of the plan: later calls replay them as they were. Pass
+/// what changes between calls as a tensor argument (a 0-d tensor for a scalar), or compile
+/// again. kiln's own host values (optimizer learning rates, dropout seeds) are recomputed per
+/// replay (see above).
 ///
 /// A trace's kernels are planned for the threads the caller may use at trace time (oneTBB's
 /// arena and global_control limit): a product traced on one thread stays one GEMM task when
