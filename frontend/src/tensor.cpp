@@ -471,9 +471,24 @@ KILN_INSTANTIATE_READ(bool)
 
 namespace {
 
-// Prints nested brackets like PyTorch, eliding the middle of dims past 1000 elements. Reads
-// only the elements it prints (a summarized tensor of any size costs no copy).
-void print_values(std::ostream& os, const void* v, const IntList& shape, size_t dim, size_t offset,
+// A tensor of more elements than this prints only the first and last kEdge of each longer dim.
+constexpr int64_t kSummarizeAbove = 1000, kEdge = 3;
+
+// What a summarized print shows of `t`: the first and last kEdge entries along each dim longer
+// than 2 kEdge, computed alone, so that printing ones({1 << 20, 1 << 20}) computes 36 values,
+// not 4 TiB.
+Tensor printed_corners(const Tensor& t) {
+  NoGradGuard no_grad;
+  Tensor c = t.detach();
+  for (int64_t d = 0; d < c.dim(); ++d)
+    if (const int64_t n = c.shape()[static_cast<size_t>(d)]; n > 2 * kEdge)
+      c = concat({c.narrow(d, 0, kEdge), c.narrow(d, n - kEdge, kEdge)}, d);
+  return c;
+}
+
+// Prints nested brackets like PyTorch, eliding the middle of dims longer than 2 kEdge when
+// `summarize`. `v` holds either all of `shape` or (`corners`) only printed_corners' entries.
+void print_values(std::ostream& os, const void* v, const IntList& shape, bool corners, size_t dim, size_t offset,
                   bool summarize, DType dt, int indent) {
   if (dim == shape.size()) {
     if (is_floating(dt)) os << std::setprecision(6) << read_element<double>(v, dt, offset);
@@ -481,15 +496,18 @@ void print_values(std::ostream& os, const void* v, const IntList& shape, size_t 
     else os << read_element<int64_t>(v, dt, offset);
     return;
   }
+  auto held = [&](size_t d) { return corners ? std::min(shape[d], 2 * kEdge) : shape[d]; }; // entries of dim d in v
   const int64_t n = shape[dim];
-  const size_t stride = static_cast<size_t>(graph::numel(IntList(shape.begin() + dim + 1, shape.end())));
+  size_t stride = 1;
+  for (size_t d = dim + 1; d < shape.size(); ++d) stride *= static_cast<size_t>(held(d));
   os << "[";
   for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 6 && i == 3) {
+    if (summarize && n > 2 * kEdge && i == kEdge) {
       os << "...";
-      i = n - 4;
+      i = n - kEdge - 1;
     } else {
-      print_values(os, v, shape, dim + 1, offset + i * stride, summarize, dt, indent + 1);
+      const int64_t at = held(dim) == n ? i : i < kEdge ? i : i - (n - 2 * kEdge); // i's entry in v
+      print_values(os, v, shape, corners, dim + 1, offset + static_cast<size_t>(at) * stride, summarize, dt, indent + 1);
     }
     if (i + 1 < n) os << (dim + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
   }
@@ -498,20 +516,25 @@ void print_values(std::ostream& os, const void* v, const IntList& shape, size_t 
 
 } // namespace
 
-std::string Tensor::str() const {
+std::string Tensor::str(Loc loc) const {
   std::ostringstream os;
   os << "tensor(";
-  forbid_reads_while_tracing("str", *this, Loc::current());
-  const graph::NodeRef node = realize_snapshots({*this}, "str", Loc::current())[0];
-  const auto host = detail::memory_guard("str", Loc::current(), [&] { return host_value(*node); });
-  if (node->numel() == 0 && node->shape != graph::Shape{0}) { // as PyTorch: the values say nothing of the shape
+  forbid_reads_while_tracing("str", *this, loc);
+  const graph::NodeRef whole = node_snapshot(*this);
+  const bool summarize = whole->numel() > kSummarizeAbove;
+  // A value still to compute: only the printed corners are (a computed one is read in place).
+  const bool corners = summarize && !whole->realized();
+  const Tensor shown = corners ? printed_corners(*this) : *this;
+  const graph::NodeRef node = realize_snapshots({shown}, "str", loc)[0];
+  const auto host = detail::memory_guard("str", loc, [&] { return host_value(*node); });
+  if (whole->numel() == 0 && whole->shape != graph::Shape{0}) { // as PyTorch: the values say nothing of the shape
     os << "[], size=(";
-    for (size_t d = 0; d < node->shape.size(); ++d) os << (d ? ", " : "") << node->shape[d];
+    for (size_t d = 0; d < whole->shape.size(); ++d) os << (d ? ", " : "") << whole->shape[d];
     os << ")";
   } else {
-    print_values(os, host->data(), node->shape, 0, 0, node->numel() > 1000, node->dtype, 7);
+    print_values(os, host->data(), whole->shape, corners, 0, 0, summarize, whole->dtype, 7);
   }
-  os << ", dtype=" << dtype_name(node->dtype) << ")";
+  os << ", dtype=" << dtype_name(whole->dtype) << ")";
   return os.str();
 }
 

@@ -66,8 +66,9 @@ public:
   template <class T> T item(Loc loc = Loc::current()) const;
   /// All elements in row-major order, converted to T.
   template <class T> std::vector<T> to_vector(Loc loc = Loc::current()) const;
-  /// A readable form: dtype, shape and values (truncated past 1000 elements).
-  std::string str() const;
+  /// A readable form: dtype, shape and values. Past 1000 elements only the first and last 3
+  /// entries of each longer dim are shown, and only they are computed.
+  std::string str(Loc loc = Loc::current()) const;
 
   // ---- autograd (see kiln/autograd.h for grad(), jvp(), gradcheck()) ----
   /// Marks this tensor as a leaf that accumulates gradients in backward().
