@@ -91,6 +91,8 @@ TEST(Dist, EnvironmentErrorsNameTheVariables) {
   EXPECT_TRUE(contains(disagree, "RANK/WORLD_SIZE (1/1) disagree with the launcher's rank 0 of 1")) << disagree;
   const std::string bad = child_output("WORLD_SIZE=two");
   EXPECT_TRUE(contains(bad, "not non-negative integers: WORLD_SIZE='two'")) << bad;
+  const std::string huge = child_output("WORLD_SIZE=99999999999999999999"); // strtol's LONG_MAX was taken for it
+  EXPECT_TRUE(contains(huge, "not non-negative integers: WORLD_SIZE='99999999999999999999'")) << huge;
   EXPECT_TRUE(contains(child_output("RANK=0 WORLD_SIZE=1"), "[  PASSED  ] 1 test")); // consistent: one process
   // a launcher whose MPI library cannot be loaded, or is not Open MPI's
   const std::string missing = child_output("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 KILN_MPI_LIBRARY=/nonexistent/libmpi.so.40");

@@ -245,17 +245,8 @@ namespace {
 /// truncates toward zero. Bool and floating dtypes take any value.
 void check_fits(const char* op, const Scalar& value, DType dtype, std::initializer_list<const Tensor*> operands,
                 const Loc& loc) {
-  if (!is_integral(dtype)) return;
-  const bool i32 = dtype == DType::Int32;
-  const double lo = i32 ? -2147483648.0 : -9223372036854775808.0, hi = -lo; // hi itself does not fit
-  bool fits = true;
-  if (value.kind() == DType::Float64) {
-    const double v = std::trunc(value.to_double());
-    fits = v >= lo && v < hi; // false for NaN
-  } else if (i32) {
-    fits = value.to_int() >= INT32_MIN && value.to_int() <= INT32_MAX;
-  }
-  if (!fits) {
+  const bool floating = value.kind() == DType::Float64;
+  if (!(floating ? detail::fits_integer(value.to_double(), dtype) : detail::fits_integer(value.to_int(), dtype))) {
     std::ostringstream text;
     text << "value " << (value.kind() == DType::Float64 ? std::to_string(value.to_double()) : std::to_string(value.to_int()))
          << " cannot be converted to " << dtype_name(dtype) << " without overflow";

@@ -281,21 +281,12 @@ template <class T> bool fits_element(const void* data, DType dt, size_t i) {
   if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, bool>) {
     return true;
   } else {
-    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-    constexpr double hi = -lo; // 2^31 or 2^63: the first value past the range
     switch (dt) {
-    case DType::Bool: return true;
-    case DType::Int32: return sizeof(T) >= 4;
-    case DType::Int64: {
-      const int64_t v = static_cast<const int64_t*>(data)[i];
-      return v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max();
-    }
+    case DType::Bool:
+    case DType::Int32: return true; // T is int32_t or int64_t
+    case DType::Int64: return detail::fits_integer(static_cast<const int64_t*>(data)[i], dtype_of<T>());
     case DType::Float32:
-    case DType::Float64: {
-      const double v = std::trunc(dt == DType::Float32 ? static_cast<double>(static_cast<const float*>(data)[i])
-                                                       : static_cast<const double*>(data)[i]);
-      return v >= lo && v < hi; // false for NaN
-    }
+    case DType::Float64: return detail::fits_integer(read_element<double>(data, dt, i), dtype_of<T>());
     }
     return false;
   }

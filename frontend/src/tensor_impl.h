@@ -2,10 +2,12 @@
 // Internal: the shared state behind a Tensor handle, and helpers for op implementations.
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <initializer_list>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <type_traits>
@@ -146,6 +148,19 @@ template <class T, class What> std::vector<T> host_vector(size_t n, const char* 
     const uint64_t bytes = std::is_same_v<T, bool> ? (n + 7) / 8 : n * sizeof(T);
     out_of_memory(op, "host", bytes, what(), loc);
   }
+}
+
+/// True when `v` converts to the integer dtype `to` without overflow: in range after truncation
+/// toward zero (false for NaN and the infinities). Any value fits a floating or bool dtype.
+inline bool fits_integer(double v, DType to) {
+  if (!is_integral(to)) return true;
+  const double lo = to == DType::Int32 ? -2147483648.0 : -9223372036854775808.0; // -2^31, -2^63
+  const double t = std::trunc(v);
+  return t >= lo && t < -lo; // -lo itself is the first value past the range
+}
+/// True when `v` is in the range of `to` (any value fits a floating, bool or int64 dtype).
+inline bool fits_integer(int64_t v, DType to) {
+  return to != DType::Int32 || (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max());
 }
 
 } // namespace detail

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "kiln/error.h"
+#include "runtime/env.h"
 #include "runtime/poll.h"
 
 namespace kiln::runtime::comm {
@@ -96,14 +97,15 @@ State& state() {
   return s;
 }
 
-/// An integer environment variable, or nullopt when unset; `bad` is set when it is not an integer.
-std::optional<long> env_int(const char* name, std::string& bad) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0) bad += std::string(" ") + name + "='" + v + "'";
-  return x;
+/// A non-negative integer environment variable, or nullopt when unset; when set to anything else
+/// (not an integer, negative) `bad` gets its name and value, and the result is nullopt.
+std::optional<long long> env_rank(const char* name, std::string& bad) {
+  const EnvInteger e = env_integer(name);
+  if (e.malformed() || (e.value && *e.value < 0)) {
+    bad += std::string(" ") + name + "='" + e.text + "'";
+    return std::nullopt;
+  }
+  return e.value;
 }
 
 std::string mpi_error(const Mpi& m, int code) {
@@ -148,8 +150,8 @@ std::string init_mpi(State& s) {
 // Reads the launcher's environment; returns why the group cannot be had ("" when it can).
 std::string init(State& s) {
   std::string bad;
-  const auto ompi_size = env_int("OMPI_COMM_WORLD_SIZE", bad);
-  const auto rank = env_int("RANK", bad), size = env_int("WORLD_SIZE", bad);
+  const auto ompi_size = env_rank("OMPI_COMM_WORLD_SIZE", bad);
+  const auto rank = env_rank("RANK", bad), size = env_rank("WORLD_SIZE", bad);
   if (!bad.empty()) return "the environment gives ranks that are not non-negative integers:" + bad;
   s.world.backend = "single process";
   if (ompi_size && *ompi_size > 1) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "codegen/disk_cache.h"
+#include "runtime/env.h"
 
 namespace kiln {
 
@@ -33,16 +34,9 @@ bool env_flag(const char* name, bool fallback) {
 
 /// An integer variable (the whole value); unset or empty: `fallback`.
 long long env_int(const char* name, long long fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(v, &end, 10);
-  if (*end != '\0' || errno != 0) {
-    warn_ignored(name, v, "an integer");
-    return fallback;
-  }
-  return n;
+  const runtime::EnvInteger e = runtime::env_integer(name);
+  if (e.malformed()) warn_ignored(name, e.text, "an integer");
+  return e.value.value_or(fallback);
 }
 
 /// A positive number of seconds; unset or empty: `fallback`.
