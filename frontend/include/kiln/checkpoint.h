@@ -13,9 +13,11 @@
 /// holds (those of killed writers). New files get mode 0666 & ~umask; a path that is a
 /// symlink is written through to its target. The header is JSON parsed and written with
 /// nlohmann-json; names and metadata must be valid UTF-8. The "__metadata__" entry
-/// "kiln.data_crc32" holds the CRC-32 of the data (as Python's zlib.crc32, 8 hex digits):
-/// written on save, verified on load when present (files of other writers have none), and
-/// not returned in Contents::metadata. Loading validates the whole file first and throws a
+/// "kiln.data_crc32" holds the CRC-32 of the data (as Python's zlib.crc32, 8 hex digits), and
+/// "kiln.header_crc32" that of the rest of the header (the other metadata, such as a
+/// checkpoint's lr, and each tensor's name, dtype, shape and offsets): written on save,
+/// verified on load when present (files of other writers have none), and not returned in
+/// Contents::metadata. Loading validates the whole file first and throws a
 /// kiln::Error naming the file and what is wrong (not a regular file, truncated, corrupt
 /// header, size mismatch, data digest, missing or unexpected names, shapes, dtypes).
 
@@ -41,8 +43,8 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 using Metadata = std::map<std::string, std::string>;
 
 /// Writes `tensors` (realizing them) and `metadata` to `path` in the safetensors format, atomically.
-/// Names must be unique, non-empty and valid UTF-8; "__metadata__" and the metadata key
-/// "kiln.data_crc32" are reserved. Memory that cannot be had, here and in the functions below,
+/// Names must be unique, non-empty and valid UTF-8; "__metadata__" and the metadata keys
+/// "kiln.data_crc32" and "kiln.header_crc32" are reserved. Memory that cannot be had, here and in the functions below,
 /// is a kiln::OutOfMemoryError naming the function, the bytes, the tensor and `loc`.
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
                       Loc loc = Loc::current());
