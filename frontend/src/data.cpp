@@ -274,15 +274,18 @@ int64_t DistributedSampler::num_samples() const {
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
+  const char* op = "DistributedSampler::indices";
   std::vector<int64_t> order;
   if (shuffle_) {
     order = shuffled_indices(size_, seed_ + static_cast<uint64_t>(epoch_), loc_);
   } else {
-    order.resize(static_cast<size_t>(size_));
+    order = detail::host_vector<int64_t>(static_cast<size_t>(size_), op,
+                                         [&] { return "the order of " + std::to_string(size_) + " samples"; }, loc_);
     for (int64_t i = 0; i < size_; ++i) order[static_cast<size_t>(i)] = i;
   }
   const int64_t n = num_samples();
-  std::vector<int64_t> mine(static_cast<size_t>(n));
+  std::vector<int64_t> mine = detail::host_vector<int64_t>(
+      static_cast<size_t>(n), op, [&] { return "the " + std::to_string(n) + " indices of rank " + std::to_string(rank_); }, loc_);
   for (int64_t k = 0; k < n; ++k) mine[static_cast<size_t>(k)] = order[static_cast<size_t>((rank_ + k * world_) % size_)];
   return mine;
 }
