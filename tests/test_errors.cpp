@@ -317,6 +317,18 @@ TEST(Errors, OptimizersAndBackwardNameTheCallersLine) {
   expect_error([&] { (w * 2).backward(); }, __LINE__, "backward", {"not a scalar", "f32[3]"});
 }
 
+TEST(Errors, DataSetsAndLoadersNameTheCallersLine) {
+  expect_error([] { data::Dataset(std::vector<float>(4), {0}, {0}); }, __LINE__, "Dataset", {"positive", "[0]"});
+  expect_error([] { data::Dataset(std::vector<float>(5), {2}, {0, 1, 2}); }, __LINE__, "Dataset", {"5 values", "3 samples"});
+  const data::Dataset ds(std::vector<float>(6), {2}, {0, 1, 2});
+  expect_error([&] { (void)ds.batch({6}); }, __LINE__, "Dataset::batch", {"index 6", "3 samples"});
+  expect_error([&] { (void)ds.batches(0); }, __LINE__, "batches", {"batch_size must be positive, got 0"});
+  expect_error([&] { (void)ds.batches(-2, 7); }, __LINE__, "batches", {"got -2"});
+  const data::Loader loader = ds.batches(2);
+  expect_error([&] { (void)loader[2]; }, __LINE__, "batches", {"batch 2 out of range for 2 batches"});
+  expect_error([] { data::FashionMNIST("valid", "/nonexistent"); }, __LINE__, "FashionMNIST", {"\"valid\""});
+}
+
 // ---------------------------------------------------------------- indices checked in the kernel
 
 /// A lazy copy of `v`: computed by a kernel, so only the kernel that reads it can check it.

@@ -468,13 +468,8 @@ private:
   template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
 };
 
-/// A ModuleList index with the user's line that reads it (for its errors): converts from an integer,
-/// so that `list[i]` names the caller's line (operator[] takes no default argument).
-struct ModuleIndex {
-  int64_t i;  ///< the index (negative counts from the end)
-  Loc loc;    ///< where it is used
-  ModuleIndex(int64_t index, Loc where = Loc::current()) : i(index), loc(where) {} // NOLINT: implicit on purpose
-};
+/// A ModuleList index (negative counts from the end) with the user's line that reads it.
+using ModuleIndex = IndexAt;
 
 /// A ModuleDict key with the user's line that reads it (for its errors), as ModuleIndex.
 struct ModuleKey {
