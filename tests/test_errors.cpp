@@ -317,6 +317,23 @@ TEST(Errors, OptimizersAndBackwardNameTheCallersLine) {
   expect_error([&] { (w * 2).backward(); }, __LINE__, "backward", {"not a scalar", "f32[3]"});
 }
 
+TEST(Errors, SchedulesAndOptimizerStateNameTheCallersLine) {
+  Tensor w = f32({3});
+  w.requires_grad_();
+  optim::Adam adam({w});
+  expect_error([&] { adam.load_state_dict({{"0.exp_avg", f32({2})}}); }, __LINE__, "load_state_dict",
+               {"adam state does not match", "f32[2]", "missing \"0.step\""});
+  optim::SGD sgd({w}, {.lr = 1.0});
+  expect_error([&] { (void)optim::StepLR(sgd, 0); }, __LINE__, "StepLR", {"step_size must be positive, got 0"});
+  expect_error([&] { (void)optim::CosineAnnealingLR(sgd, -1); }, __LINE__, "CosineAnnealingLR", {"T_max", "got -1"});
+  expect_error([&] { (void)optim::WarmupCosineLR(sgd, 5, 5); }, __LINE__, "WarmupCosineLR", {"warmup 5, total 5"});
+  optim::CosineAnnealingLR to_negative(sgd, 4, -1.0); // lr 1 annealed towards -1: negative from epoch 3
+  expect_error([&] { to_negative.set_epoch(-1); }, __LINE__, "LRScheduler", {"non-negative, got -1"});
+  to_negative.set_epoch(2);
+  expect_error([&] { to_negative.step(); }, __LINE__, "set_lr", {"invalid learning rate: -0.7"});
+  EXPECT_EQ(to_negative.epoch(), 2) << "a refused step leaves the epoch";
+}
+
 TEST(Errors, DataSetsAndLoadersNameTheCallersLine) {
   expect_error([] { data::Dataset(std::vector<float>(4), {0}, {0}); }, __LINE__, "Dataset", {"positive", "[0]"});
   expect_error([] { data::Dataset(std::vector<float>(5), {2}, {0, 1, 2}); }, __LINE__, "Dataset", {"5 values", "3 samples"});
