@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -344,6 +347,41 @@ TEST(Errors, DataSetsAndLoadersNameTheCallersLine) {
   const data::Loader loader = ds.batches(2);
   expect_error([&] { (void)loader[2]; }, __LINE__, "batches", {"batch 2 out of range for 2 batches"});
   expect_error([] { data::FashionMNIST("valid", "/nonexistent"); }, __LINE__, "FashionMNIST", {"\"valid\""});
+}
+
+// A directory of its own for a test's files, removed when it ends.
+struct TempDir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("kiln_test_errors_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+TEST(Errors, CheckpointsNameTheCallersLine) {
+  const TempDir dir;
+  const std::string path = dir / "a.safetensors";
+  expect_error([&] { (void)checkpoint::load_safetensors(dir / "missing"); }, __LINE__, "load_safetensors",
+               {"missing': cannot open"});
+  expect_error([&] { checkpoint::save_safetensors(dir / "no/dir/x", {{"a", f32({1})}}); }, __LINE__,
+               "save_safetensors", {"cannot create a temporary file"});
+  expect_error([&] { checkpoint::save_safetensors(path, {{"a", f32({1})}, {"a", f32({1})}}); }, __LINE__,
+               "save_safetensors", {"duplicate tensor name \"a\""});
+  nn::manual_seed(0);
+  nn::Linear lin(2, 2);
+  optim::Adam adam(lin.parameters());
+  expect_error([&] { checkpoint::save(dir.path.string(), lin, &adam); }, __LINE__, "save", {"is a directory"});
+  checkpoint::save(path, lin);
+  nn::Linear wider(3, 2);
+  expect_error([&] { (void)checkpoint::load(path, wider); }, __LINE__, "load", {"does not match the model", "f32[2,3]"});
+  expect_error([&] { (void)checkpoint::load(path, lin, &adam); }, __LINE__, "load", {"no optimizer state"});
+  checkpoint::save(path, lin, &adam);
+  optim::Adam of_weight({lin.weight}); // one parameter: the file's "1.step" is not its
+  const auto load_of_weight = [&] { (void)checkpoint::load(path, lin, &of_weight); }; const int line = __LINE__;
+  expect_error(load_of_weight, line, "load", {"a.safetensors': the adam state does not match", "unexpected entry \"1.step\""});
+  const std::string msg = test::error_of(load_of_weight);
+  test::expect_no_kiln_line(msg);
+  EXPECT_EQ(msg.find("\n  at "), msg.rfind("\n  at ")) << "one line, named once: " << msg;
 }
 
 // ---------------------------------------------------------------- indices checked in the kernel
