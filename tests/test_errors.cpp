@@ -384,6 +384,20 @@ TEST(Errors, CheckpointsNameTheCallersLine) {
   EXPECT_EQ(msg.find("\n  at "), msg.rfind("\n  at ")) << "one line, named once: " << msg;
 }
 
+TEST(Errors, BatchNormRefusesIntegerStatistics) {
+  const Tensor x = f32({4, 3}), ones3 = f32({3}) + 1.0;
+  for (const bool training : {true, false})
+    expect_error([&] { (void)nn::functional::batch_norm(x, i64({3}), ones3, Tensor(), Tensor(), training); },
+                 __LINE__ - 1, "batch_norm", {"floating", "f32[4,3]", "i64[3]"});
+  expect_error([&] { (void)nn::functional::batch_norm(x, f32({3}), i32({3}) + 1); }, __LINE__, "batch_norm",
+               {"floating", "i32[3]"});
+  expect_error([&] { (void)nn::functional::batch_norm(x, Tensor(), Tensor(), b8({3})); }, __LINE__, "batch_norm",
+               {"floating", "bool[3]"});
+  nn::BatchNorm1d bn(3);
+  bn.running_var = i64({3}) + 1;
+  expect_error([&] { (void)bn(x); }, __LINE__, "BatchNorm1d", {"floating", "i64[3]"});
+}
+
 // ---------------------------------------------------------------- indices checked in the kernel
 
 /// A lazy copy of `v`: computed by a kernel, so only the kernel that reads it can check it.
