@@ -398,6 +398,32 @@ TEST(Errors, BatchNormRefusesIntegerStatistics) {
   expect_error([&] { (void)bn(x); }, __LINE__, "BatchNorm1d", {"floating", "i64[3]"});
 }
 
+// A user's module that registers its own tensors.
+struct Registers : nn::Module {
+  std::string name() const override { return "Registers"; }
+};
+
+TEST(Errors, RegisteringATakenDottedOrEmptyNameIsRefused) {
+  Registers m;
+  m.register_parameter("w", f32({2}));
+  m.register_module("sub", nn::ReLU());
+  const std::string op = "Registers::register_";
+  expect_error([&] { m.register_parameter("w", f32({2})); }, __LINE__, op + "parameter", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_buffer("w", f32({2})); }, __LINE__, op + "buffer", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_module("w", nn::ReLU()); }, __LINE__, op + "module", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_parameter("sub", f32({2})); }, __LINE__, op + "parameter", {"'sub' already exists"});
+  expect_error([&] { m.register_parameter("a.b", f32({2})); }, __LINE__, op + "parameter",
+               {"parameter name can't contain \".\"", "\"a.b\""});
+  expect_error([&] { m.register_buffer("a.b", f32({2})); }, __LINE__, op + "buffer", {"buffer name can't contain"});
+  expect_error([&] { m.register_module("a.b", nn::ReLU()); }, __LINE__, op + "module", {"module name can't contain"});
+  expect_error([&] { m.register_parameter("", f32({2})); }, __LINE__, op + "parameter", {"can't be empty"});
+  expect_error([&] { m.register_parameter("u", Tensor()); }, __LINE__, op + "parameter", {"\"u\" is undefined"});
+  expect_error([&] { m.register_module("n", std::shared_ptr<nn::ReLU>()); }, __LINE__, op + "module", {"\"n\" is null"});
+  EXPECT_EQ(m.state_dict().size(), 1u) << "a refused name registers nothing";
+  nn::Module plain;
+  expect_error([&] { plain.register_buffer("x.y", f32({1})); }, __LINE__, "Module::register_buffer", {"\"x.y\""});
+}
+
 // ---------------------------------------------------------------- indices checked in the kernel
 
 /// A lazy copy of `v`: computed by a kernel, so only the kernel that reads it can check it.
