@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -315,6 +318,110 @@ TEST(Errors, OptimizersAndBackwardNameTheCallersLine) {
   optim::SGD sgd({w});
   expect_error([&] { sgd.set_lr(-2); }, __LINE__, "set_lr", {"learning rate"});
   expect_error([&] { (w * 2).backward(); }, __LINE__, "backward", {"not a scalar", "f32[3]"});
+}
+
+TEST(Errors, SchedulesAndOptimizerStateNameTheCallersLine) {
+  Tensor w = f32({3});
+  w.requires_grad_();
+  optim::Adam adam({w});
+  expect_error([&] { adam.load_state_dict({{"0.exp_avg", f32({2})}}); }, __LINE__, "load_state_dict",
+               {"adam state does not match", "f32[2]", "missing \"0.step\""});
+  optim::SGD sgd({w}, {.lr = 1.0});
+  expect_error([&] { (void)optim::StepLR(sgd, 0); }, __LINE__, "StepLR", {"step_size must be positive, got 0"});
+  expect_error([&] { (void)optim::CosineAnnealingLR(sgd, -1); }, __LINE__, "CosineAnnealingLR", {"T_max", "got -1"});
+  expect_error([&] { (void)optim::WarmupCosineLR(sgd, 5, 5); }, __LINE__, "WarmupCosineLR", {"warmup 5, total 5"});
+  optim::CosineAnnealingLR to_negative(sgd, 4, -1.0); // lr 1 annealed towards -1: negative from epoch 3
+  expect_error([&] { to_negative.set_epoch(-1); }, __LINE__, "LRScheduler", {"non-negative, got -1"});
+  to_negative.set_epoch(2);
+  expect_error([&] { to_negative.step(); }, __LINE__, "set_lr", {"invalid learning rate: -0.7"});
+  EXPECT_EQ(to_negative.epoch(), 2) << "a refused step leaves the epoch";
+}
+
+TEST(Errors, DataSetsAndLoadersNameTheCallersLine) {
+  expect_error([] { data::Dataset(std::vector<float>(4), {0}, {0}); }, __LINE__, "Dataset", {"positive", "[0]"});
+  expect_error([] { data::Dataset(std::vector<float>(5), {2}, {0, 1, 2}); }, __LINE__, "Dataset", {"5 values", "3 samples"});
+  const data::Dataset ds(std::vector<float>(6), {2}, {0, 1, 2});
+  expect_error([&] { (void)ds.batch({6}); }, __LINE__, "Dataset::batch", {"index 6", "3 samples"});
+  expect_error([&] { (void)ds.batches(0); }, __LINE__, "batches", {"batch_size must be positive, got 0"});
+  expect_error([&] { (void)ds.batches(-2, 7); }, __LINE__, "batches", {"got -2"});
+  const data::Loader loader = ds.batches(2);
+  expect_error([&] { (void)loader[2]; }, __LINE__, "batches", {"batch 2 out of range for 2 batches"});
+  expect_error([] { data::FashionMNIST("valid", "/nonexistent"); }, __LINE__, "FashionMNIST", {"\"valid\""});
+}
+
+// A directory of its own for a test's files, removed when it ends.
+struct TempDir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("kiln_test_errors_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+TEST(Errors, CheckpointsNameTheCallersLine) {
+  const TempDir dir;
+  const std::string path = dir / "a.safetensors";
+  expect_error([&] { (void)checkpoint::load_safetensors(dir / "missing"); }, __LINE__, "load_safetensors",
+               {"missing': cannot open"});
+  expect_error([&] { checkpoint::save_safetensors(dir / "no/dir/x", {{"a", f32({1})}}); }, __LINE__,
+               "save_safetensors", {"cannot create a temporary file"});
+  expect_error([&] { checkpoint::save_safetensors(path, {{"a", f32({1})}, {"a", f32({1})}}); }, __LINE__,
+               "save_safetensors", {"duplicate tensor name \"a\""});
+  nn::manual_seed(0);
+  nn::Linear lin(2, 2);
+  optim::Adam adam(lin.parameters());
+  expect_error([&] { checkpoint::save(dir.path.string(), lin, &adam); }, __LINE__, "save", {"is a directory"});
+  checkpoint::save(path, lin);
+  nn::Linear wider(3, 2);
+  expect_error([&] { (void)checkpoint::load(path, wider); }, __LINE__, "load", {"does not match the model", "f32[2,3]"});
+  expect_error([&] { (void)checkpoint::load(path, lin, &adam); }, __LINE__, "load", {"no optimizer state"});
+  checkpoint::save(path, lin, &adam);
+  optim::Adam of_weight({lin.weight}); // one parameter: the file's "1.step" is not its
+  const auto load_of_weight = [&] { (void)checkpoint::load(path, lin, &of_weight); }; const int line = __LINE__;
+  expect_error(load_of_weight, line, "load", {"a.safetensors': the adam state does not match", "unexpected entry \"1.step\""});
+  const std::string msg = test::error_of(load_of_weight);
+  test::expect_no_kiln_line(msg);
+  EXPECT_EQ(msg.find("\n  at "), msg.rfind("\n  at ")) << "one line, named once: " << msg;
+}
+
+TEST(Errors, BatchNormRefusesIntegerStatistics) {
+  const Tensor x = f32({4, 3}), ones3 = f32({3}) + 1.0;
+  for (const bool training : {true, false})
+    expect_error([&] { (void)nn::functional::batch_norm(x, i64({3}), ones3, Tensor(), Tensor(), training); },
+                 __LINE__ - 1, "batch_norm", {"floating", "f32[4,3]", "i64[3]"});
+  expect_error([&] { (void)nn::functional::batch_norm(x, f32({3}), i32({3}) + 1); }, __LINE__, "batch_norm",
+               {"floating", "i32[3]"});
+  expect_error([&] { (void)nn::functional::batch_norm(x, Tensor(), Tensor(), b8({3})); }, __LINE__, "batch_norm",
+               {"floating", "bool[3]"});
+  nn::BatchNorm1d bn(3);
+  bn.running_var = i64({3}) + 1;
+  expect_error([&] { (void)bn(x); }, __LINE__, "BatchNorm1d", {"floating", "i64[3]"});
+}
+
+// A user's module that registers its own tensors.
+struct Registers : nn::Module {
+  std::string name() const override { return "Registers"; }
+};
+
+TEST(Errors, RegisteringATakenDottedOrEmptyNameIsRefused) {
+  Registers m;
+  m.register_parameter("w", f32({2}));
+  m.register_module("sub", nn::ReLU());
+  const std::string op = "Registers::register_";
+  expect_error([&] { m.register_parameter("w", f32({2})); }, __LINE__, op + "parameter", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_buffer("w", f32({2})); }, __LINE__, op + "buffer", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_module("w", nn::ReLU()); }, __LINE__, op + "module", {"attribute 'w' already exists"});
+  expect_error([&] { m.register_parameter("sub", f32({2})); }, __LINE__, op + "parameter", {"'sub' already exists"});
+  expect_error([&] { m.register_parameter("a.b", f32({2})); }, __LINE__, op + "parameter",
+               {"parameter name can't contain \".\"", "\"a.b\""});
+  expect_error([&] { m.register_buffer("a.b", f32({2})); }, __LINE__, op + "buffer", {"buffer name can't contain"});
+  expect_error([&] { m.register_module("a.b", nn::ReLU()); }, __LINE__, op + "module", {"module name can't contain"});
+  expect_error([&] { m.register_parameter("", f32({2})); }, __LINE__, op + "parameter", {"can't be empty"});
+  expect_error([&] { m.register_parameter("u", Tensor()); }, __LINE__, op + "parameter", {"\"u\" is undefined"});
+  expect_error([&] { m.register_module("n", std::shared_ptr<nn::ReLU>()); }, __LINE__, op + "module", {"\"n\" is null"});
+  EXPECT_EQ(m.state_dict().size(), 1u) << "a refused name registers nothing";
+  nn::Module plain;
+  expect_error([&] { plain.register_buffer("x.y", f32({1})); }, __LINE__, "Module::register_buffer", {"\"x.y\""});
 }
 
 // ---------------------------------------------------------------- indices checked in the kernel

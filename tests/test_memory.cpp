@@ -188,6 +188,16 @@ TEST(Memory, ShuffledIndicesOfAHugeCount) {
   });
 }
 
+// A count beyond what a vector can hold threw std::length_error (no limit needed: it never fits).
+TEST(Memory, IndicesBeyondWhatAVectorHolds) {
+  const int64_t n = int64_t{1} << 60;
+  EXPECT_EQ(expect_oom([&] { (void)data::shuffled_indices(n, 0); }, "shuffled_indices", __LINE__,
+                       {"cannot allocate 8.0 EiB (9223372036854775808 bytes) for a permutation of 1152921504606846976 indices"}),
+            "");
+  const data::DistributedSampler in_order(n, 0, 1, 0, false); const int line = __LINE__;
+  EXPECT_EQ(expect_oom([&] { (void)in_order.indices(); }, "DistributedSampler::indices", line, {"for the order of"}), "");
+}
+
 TEST(Memory, AHugeModuleAndOptimizerState) {
   in_limited_child(256 * kMiB, [] {}, [] {
     std::string r = expect_oom([&] { nn::Linear huge(1 << 20, 1 << 20); }, "Linear", __LINE__,

@@ -37,7 +37,11 @@ namespace kiln::checkpoint {
 
 namespace {
 
-[[noreturn]] void file_error(const std::string& path, const std::string& what) { throw Error("'" + path + "': " + what); }
+// An error about the file `path`, raised here: each public function below is a detail::UserCall, so the
+// error is reported as that function's, at its caller's line.
+[[noreturn]] void file_error(const std::string& path, const std::string& what) {
+  throw Error("checkpoint", "'" + path + "': " + what);
+}
 
 // ---------------------------------------------------------------- JSON
 
@@ -508,7 +512,9 @@ double metadata_number(const std::string& path, const std::string& key, const st
 
 // ---------------------------------------------------------------- public
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, Loc loc) {
+namespace {
+// save_safetensors, inside a public function's detail::UserCall.
+void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, const Loc& loc) {
   check_names(tensors, metadata);
   std::vector<Tensor> all;
   for (const auto& [name, t] : tensors) all.push_back(t);
@@ -517,6 +523,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     const Payload payload = payload_of(tensors);
     write_atomically(path, build_header(tensors, metadata, payload), tensors, payload);
   });
+}
+} // namespace
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, Loc loc) {
+  detail::UserCall call("save_safetensors", loc);
+  write_safetensors(path, tensors, metadata, loc);
 }
 
 namespace {
@@ -553,11 +565,13 @@ Contents read_safetensors(const std::string& path, const Loc& loc) {
 } // namespace
 
 Contents load_safetensors(const std::string& path, Loc loc) {
+  detail::UserCall call("load_safetensors", loc);
   return detail::memory_guard("load_safetensors", loc, [&] { return read_safetensors(path, loc); });
 }
 
 void save(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer, Metadata metadata,
           Loc loc) {
+  detail::UserCall call("save", loc);
   NamedTensors all = model.state_dict();
   metadata["format"] = "kiln";
   if (optimizer) {
@@ -567,7 +581,7 @@ void save(const std::string& path, const nn::Module& model, const optim::Optimiz
     std::snprintf(buf, sizeof buf, "%.17g", optimizer->lr()); // exact round trip of the lr
     metadata["lr"] = buf;
   }
-  save_safetensors(path, all, metadata, loc);
+  write_safetensors(path, all, metadata, loc);
 }
 
 namespace {
@@ -591,7 +605,8 @@ std::string compare_model(const NamedTensors& expected, const std::map<std::stri
 } // namespace
 
 Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* optimizer, Loc loc) {
-  Contents c = load_safetensors(path, loc);
+  detail::UserCall call("load", loc);
+  Contents c = detail::memory_guard("load", loc, [&] { return read_safetensors(path, loc); });
   std::map<std::string, Tensor> model_entries;
   optim::NamedTensors opt_entries;
   const std::string opt_prefix = "optimizer.";
@@ -611,12 +626,10 @@ Metadata load(const std::string& path, nn::Module& model, optim::Optimizer* opti
     auto lr_it = c.metadata.find("lr");
     lr = lr_it == c.metadata.end() ? optimizer->lr() : metadata_number(path, "lr", lr_it->second);
     if (lr < 0) file_error(path, "corrupt metadata: \"lr\" is negative (" + lr_it->second + ")");
-    try {
-      optimizer->load_state_dict(opt_entries); // validates before changing anything
-    } catch (const Error& e) {
-      file_error(path, e.what());
-    }
-    optimizer->set_lr(lr);
+    const std::string mismatch = optimizer->state_problems(opt_entries, loc);
+    if (!mismatch.empty()) file_error(path, "the " + optimizer->kind() + " state does not match:" + mismatch);
+    optimizer->load_state_dict(opt_entries, loc);
+    optimizer->set_lr(lr, loc);
   }
   std::vector<Tensor> changed;
   for (auto [name, t] : expected) {

@@ -154,9 +154,9 @@ IdxArray read_idx_checked(const std::string& path) {
   return out;
 }
 
-Dataset load_fashion_mnist(const std::string& split, const std::string& root, bool normalize) {
+Dataset load_fashion_mnist(const std::string& split, const std::string& root, bool normalize, const Loc& loc) {
   if (split != "train" && split != "test")
-    throw Error("FashionMNIST", "split must be \"train\" or \"test\", not \"" + split + "\"");
+    throw Error("FashionMNIST", "split must be \"train\" or \"test\", not \"" + split + "\"", loc);
   const std::string prefix = split == "train" ? "train" : "t10k";
   const std::string images_path = file_in(root, prefix + "-images-idx3-ubyte");
   const std::string labels_path = file_in(root, prefix + "-labels-idx1-ubyte");
@@ -170,14 +170,14 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
     file_error(labels_path, "size mismatch: " + std::to_string(labels.dims[0]) + " labels for " +
                                 std::to_string(images.dims[0]) + " images in '" + images_path + "'");
   const auto what = [&](const char* of) { return [&, of] { return std::string(of) + " of '" + images_path + "'"; }; };
-  std::vector<int64_t> y = detail::host_vector<int64_t>(labels.data.size(), "FashionMNIST", what("the labels"), Loc::current());
+  std::vector<int64_t> y = detail::host_vector<int64_t>(labels.data.size(), "FashionMNIST", what("the labels"), loc);
   std::copy(labels.data.begin(), labels.data.end(), y.begin());
   for (size_t i = 0; i < y.size(); ++i)
     if (y[i] > 9) file_error(labels_path, "label " + std::to_string(y[i]) + " of sample " + std::to_string(i) + " is not a class 0-9");
   const double mean = normalize ? kFashionMnistMean : 0.0, stdev = normalize ? kFashionMnistStd : 1.0;
-  std::vector<float> x = detail::host_vector<float>(images.data.size(), "FashionMNIST", what("the f32 images"), Loc::current());
+  std::vector<float> x = detail::host_vector<float>(images.data.size(), "FashionMNIST", what("the f32 images"), loc);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((images.data[i] / 255.0 - mean) / stdev);
-  return Dataset(std::move(x), {1, images.dims[1], images.dims[2]}, std::move(y));
+  return Dataset(std::move(x), {1, images.dims[1], images.dims[2]}, std::move(y), loc);
 }
 
 } // namespace
@@ -194,17 +194,17 @@ IdxArray read_idx(const std::string& path) {
 
 // ---------------------------------------------------------------- Dataset
 
-Dataset::Dataset(std::vector<float> samples, IntList sample_shape, std::vector<int64_t> labels)
+Dataset::Dataset(std::vector<float> samples, IntList sample_shape, std::vector<int64_t> labels, Loc loc)
     : shape_(std::move(sample_shape)) {
   sample_numel_ = 1;
   for (int64_t d : shape_) {
-    if (d <= 0) throw Error("Dataset", "sample extents must be positive");
+    if (d <= 0) throw Error("Dataset", "sample extents must be positive, got " + graph::shape_str(shape_), loc);
     sample_numel_ = graph::checked_mul(sample_numel_, d).value_or(std::numeric_limits<int64_t>::max());
   }
   const auto values = graph::checked_mul(sample_numel_, static_cast<int64_t>(labels.size()));
   if (values != static_cast<int64_t>(samples.size())) // an overflowed count matches no vector
     throw Error("Dataset", std::to_string(samples.size()) + " values do not make " + std::to_string(labels.size()) +
-                               " samples of " + std::to_string(sample_numel_));
+                               " samples of " + std::to_string(sample_numel_), loc);
   samples_ = std::make_shared<const std::vector<float>>(std::move(samples));
   labels_ = std::make_shared<const std::vector<int64_t>>(std::move(labels));
 }
@@ -221,7 +221,8 @@ Batch Dataset::batch(const std::vector<int64_t>& indices, Loc loc) const {
                                                         [&] { return "its labels i64[" + std::to_string(n) + "]"; }, loc);
   for (int64_t b = 0; b < n; ++b) {
     const int64_t i = indices[b];
-    if (i < 0 || i >= size()) throw Error("Dataset", "index " + std::to_string(i) + " out of range for " + std::to_string(size()) + " samples");
+    if (i < 0 || i >= size())
+      throw Error("Dataset::batch", "index " + std::to_string(i) + " out of range for " + std::to_string(size()) + " samples", loc);
     std::copy_n(samples_->begin() + i * sample_numel_, sample_numel_, x.begin() + b * sample_numel_);
     y[b] = (*labels_)[i];
   }
@@ -237,7 +238,7 @@ Dataset Dataset::slice(int64_t begin, int64_t end, Loc loc) const {
   std::vector<int64_t> y = detail::host_vector<int64_t>(n, "Dataset::slice", what, loc);
   std::copy(samples_->begin() + begin * sample_numel_, samples_->begin() + end * sample_numel_, x.begin());
   std::copy(labels_->begin() + begin, labels_->begin() + end, y.begin());
-  return detail::memory_guard("Dataset::slice", loc, [&] { return Dataset(std::move(x), shape_, std::move(y)); });
+  return detail::memory_guard("Dataset::slice", loc, [&] { return Dataset(std::move(x), shape_, std::move(y), loc); });
 }
 
 Loader Dataset::batches(int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last, Loc loc) const {
@@ -274,15 +275,18 @@ int64_t DistributedSampler::num_samples() const {
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
+  const char* op = "DistributedSampler::indices";
   std::vector<int64_t> order;
   if (shuffle_) {
     order = shuffled_indices(size_, seed_ + static_cast<uint64_t>(epoch_), loc_);
   } else {
-    order.resize(static_cast<size_t>(size_));
+    order = detail::host_vector<int64_t>(static_cast<size_t>(size_), op,
+                                         [&] { return "the order of " + std::to_string(size_) + " samples"; }, loc_);
     for (int64_t i = 0; i < size_; ++i) order[static_cast<size_t>(i)] = i;
   }
   const int64_t n = num_samples();
-  std::vector<int64_t> mine(static_cast<size_t>(n));
+  std::vector<int64_t> mine = detail::host_vector<int64_t>(
+      static_cast<size_t>(n), op, [&] { return "the " + std::to_string(n) + " indices of rank " + std::to_string(rank_); }, loc_);
   for (int64_t k = 0; k < n; ++k) mine[static_cast<size_t>(k)] = order[static_cast<size_t>((rank_ + k * world_) % size_)];
   return mine;
 }
@@ -291,7 +295,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
 
 Loader::Loader(Dataset dataset, int64_t batch_size, std::optional<uint64_t> shuffle_seed, bool drop_last, Loc loc)
     : dataset_(std::move(dataset)), batch_size_(batch_size), drop_last_(drop_last), loc_(loc) {
-  if (batch_size <= 0) throw Error("batches", "batch_size must be positive, got " + std::to_string(batch_size));
+  if (batch_size <= 0) throw Error("batches", "batch_size must be positive, got " + std::to_string(batch_size), loc);
   if (shuffle_seed) {
     order_ = shuffled_indices(dataset_.size(), *shuffle_seed, loc);
   } else {
@@ -315,15 +319,17 @@ int64_t Loader::size() const {
   return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0); // no n + batch_size - 1 to overflow
 }
 
-Batch Loader::operator[](int64_t i) const {
-  if (i < 0 || i >= size()) throw Error("batches", "batch " + std::to_string(i) + " out of range for " + std::to_string(size()));
+Batch Loader::operator[](IndexAt at) const {
+  const int64_t i = at.i;
+  if (i < 0 || i >= size())
+    throw Error("batches", "batch " + std::to_string(i) + " out of range for " + std::to_string(size()) + " batches", at.loc);
   const int64_t begin = i * batch_size_, end = std::min<int64_t>(begin + batch_size_, static_cast<int64_t>(order_.size()));
   return dataset_.batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end), loc_);
 }
 
 // ---------------------------------------------------------------- Fashion-MNIST
 
-FashionMNIST::FashionMNIST(const std::string& split, const std::string& root, bool normalize)
-    : Dataset(load_fashion_mnist(split, root, normalize)) {}
+FashionMNIST::FashionMNIST(const std::string& split, const std::string& root, bool normalize, Loc loc)
+    : Dataset(load_fashion_mnist(split, root, normalize, loc)) {}
 
 } // namespace kiln::data

@@ -436,8 +436,11 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   require_floating("batch_norm", x, loc);
   if (x.dim() < 2) fail("batch_norm", "expects [N, C, ...] inputs", {&x}, loc);
   const int64_t c = x.size(1);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias})
-    if (t->defined() && t->shape() != IntList{c}) fail("batch_norm", "statistics, weight and bias must be [C]", {&x, t}, loc);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias}) {
+    if (!t->defined()) continue;
+    if (t->shape() != IntList{c}) fail("batch_norm", "statistics, weight and bias must be [C]", {&x, t}, loc);
+    if (!is_floating(t->dtype())) fail("batch_norm", "statistics, weight and bias must be floating", {&x, t}, loc);
+  }
   if (!training && (!running_mean.defined() || !running_var.defined()))
     fail("batch_norm", "evaluation mode needs the running statistics", {&x}, loc);
   // The spatial dims as one ([N, C, H*W], a free reshape), so that the per-channel reductions

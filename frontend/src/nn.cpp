@@ -66,21 +66,34 @@ Tensor Module::forward_impl(const Tensor&) {
   throw Error(name() + "::forward", "this module has no single-input forward; call its own forward");
 }
 
-Tensor Module::register_parameter(std::string name, Tensor t) {
-  if (!t.defined()) throw Error("register_parameter", "parameter \"" + name + "\" is undefined");
-  if (!t.requires_grad()) t.requires_grad_();
+void Module::check_new_name(const char* kind, const std::string& name, const Loc& loc) const {
+  auto refuse = [&](const std::string& why) { throw Error(this->name() + "::register_" + kind, why, loc); };
+  if (name.empty()) refuse(std::string(kind) + " name can't be empty string \"\"");
+  if (name.find('.') != std::string::npos) refuse(std::string(kind) + " name can't contain \".\", got \"" + name + "\"");
+  auto named = [&](const auto& entries) {
+    return std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == name; });
+  };
+  if (named(params_) || named(buffers_) || named(children_)) refuse("attribute '" + name + "' already exists");
+}
+
+Tensor Module::register_parameter(std::string name, Tensor t, Loc loc) {
+  check_new_name("parameter", name, loc);
+  if (!t.defined()) throw Error(this->name() + "::register_parameter", "parameter \"" + name + "\" is undefined", loc);
+  if (!t.requires_grad()) t.requires_grad_(true, loc);
   params_.emplace_back(std::move(name), t);
   return t;
 }
 
-Tensor Module::register_buffer(std::string name, Tensor t) {
-  if (!t.defined()) throw Error("register_buffer", "buffer \"" + name + "\" is undefined");
+Tensor Module::register_buffer(std::string name, Tensor t, Loc loc) {
+  check_new_name("buffer", name, loc);
+  if (!t.defined()) throw Error(this->name() + "::register_buffer", "buffer \"" + name + "\" is undefined", loc);
   buffers_.emplace_back(std::move(name), t);
   return t;
 }
 
-void Module::add_child(std::string name, std::shared_ptr<Module> m) {
-  if (!m) throw Error("register_module", "module \"" + name + "\" is null");
+void Module::add_child(std::string name, std::shared_ptr<Module> m, const Loc& loc) {
+  check_new_name("module", name, loc);
+  if (!m) throw Error(this->name() + "::register_module", "module \"" + name + "\" is null", loc);
   children_.emplace_back(std::move(name), std::move(m));
 }
 
@@ -462,7 +475,7 @@ void ModuleDict::set(const std::string& key, std::shared_ptr<Module> m, const Lo
       slot = std::move(m);
       return;
     }
-  register_module(key, std::move(m));
+  register_module(key, std::move(m), loc);
 }
 
 } // namespace kiln::nn

@@ -90,11 +90,24 @@ NamedTensors Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const NamedTensors& state) {
+void Optimizer::load_state_dict(const NamedTensors& state, Loc loc) {
+  std::string problems;
+  std::vector<ParamState> fresh = parse_state(state, problems, loc);
+  if (!problems.empty()) throw Error("load_state_dict", "the " + kind() + " state does not match:" + problems, loc);
+  state_ = std::move(fresh);
+}
+
+std::string Optimizer::state_problems(const NamedTensors& state, Loc loc) const {
+  std::string problems;
+  (void)parse_state(state, problems, loc);
+  return problems;
+}
+
+std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& state, std::string& problems,
+                                                          const Loc& loc) const {
   const std::vector<std::string> known = slot_names();
   std::vector<ParamState> fresh(params_.size());
   std::vector<bool> has_step(params_.size());
-  std::string problems;
   auto problem = [&](const std::string& s) { problems += "\n  " + s; };
   for (const auto& [name, t] : state) {
     size_t i = 0;
@@ -104,7 +117,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     } else if (slot == "step") {
       has_step[i] = true;
       if (t.dtype() != kInt64 || t.dim() != 0) problem("\"" + name + "\" must be i64[], got " + type_of(t));
-      else if ((fresh[i].step = t.item<int64_t>()) < 0) problem("\"" + name + "\" is negative");
+      else if ((fresh[i].step = t.item<int64_t>(loc)) < 0) problem("\"" + name + "\" is negative");
     } else if (std::find(known.begin(), known.end(), slot) == known.end()) {
       problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\")");
     } else if (t.shape() != params_[i].shape() || t.dtype() != params_[i].dtype()) {
@@ -114,8 +127,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     }
   }
   problems += missing_entries(fresh, has_step);
-  if (!problems.empty()) throw Error("load_state_dict", "the " + kind() + " state does not match:" + problems);
-  state_ = std::move(fresh);
+  return fresh;
 }
 
 std::string Optimizer::missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const {
@@ -234,24 +246,24 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, Loc loc)
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer), base_lr_(optimizer.lr()) {}
 
-void LRScheduler::step() { set_epoch(epoch_ + 1); }
+void LRScheduler::step(Loc loc) { set_epoch(epoch_ + 1, loc); }
 
-void LRScheduler::set_epoch(int64_t epoch) {
-  if (epoch < 0) throw Error("LRScheduler", "the epoch must be non-negative");
+void LRScheduler::set_epoch(int64_t epoch, Loc loc) {
+  if (epoch < 0) throw Error("LRScheduler", "the epoch must be non-negative, got " + std::to_string(epoch), loc);
+  opt_.set_lr(lr_at(epoch), loc);
   epoch_ = epoch;
-  opt_.set_lr(lr_at(epoch));
 }
 
-StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma, Loc loc)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
-  if (step_size <= 0) throw Error("StepLR", "step_size must be positive");
+  if (step_size <= 0) throw Error("StepLR", "step_size must be positive, got " + std::to_string(step_size), loc);
 }
 
 double StepLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, static_cast<double>(epoch / step_size_)); }
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min, Loc loc)
     : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
-  if (t_max <= 0) throw Error("CosineAnnealingLR", "T_max must be positive");
+  if (t_max <= 0) throw Error("CosineAnnealingLR", "T_max must be positive, got " + std::to_string(t_max), loc);
 }
 
 double CosineAnnealingLR::lr_at(int64_t epoch) const {
@@ -259,12 +271,12 @@ double CosineAnnealingLR::lr_at(int64_t epoch) const {
   return eta_min_ + (base_lr_ - eta_min_) * (1.0 + c) / 2.0;
 }
 
-WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min)
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min, Loc loc)
     : LRScheduler(optimizer), warmup_(warmup), total_(total), eta_min_(eta_min) {
   if (warmup < 0 || total <= warmup)
     throw Error("WarmupCosineLR", "needs 0 <= warmup < total, got warmup " + std::to_string(warmup) + ", total " +
-                                      std::to_string(total));
-  opt_.set_lr(lr_at(0)); // the first step already warms up (PyTorch's schedulers also set it at construction)
+                                      std::to_string(total), loc);
+  opt_.set_lr(lr_at(0), loc); // the first step already warms up (PyTorch's schedulers also set it at construction)
 }
 
 double WarmupCosineLR::lr_at(int64_t epoch) const {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -141,13 +142,17 @@ std::shared_ptr<graph::Storage> host_storage(const Tensor& t, const char* op, co
 /// std::vector<T>(n) for a public function `op` called at `loc`: memory that cannot be had is an
 /// OutOfMemoryError naming the bytes and what they were for (`what()`, "the values of f32[4]").
 /// Every host vector whose size the user chose (a tensor's values, a data set, a file) is made here.
+/// A count beyond what a vector can hold (std::length_error) is memory that cannot be had too; its
+/// bytes saturate at UINT64_MAX.
 template <class T, class What> std::vector<T> host_vector(size_t n, const char* op, What what, const Loc& loc) {
   try {
     return std::vector<T>(n);
   } catch (const std::bad_alloc&) {
-    const uint64_t bytes = std::is_same_v<T, bool> ? (n + 7) / 8 : n * sizeof(T);
-    out_of_memory(op, "host", bytes, what(), loc);
+  } catch (const std::length_error&) {
   }
+  uint64_t bytes = std::is_same_v<T, bool> ? (n + 7) / 8 : 0;
+  if (!std::is_same_v<T, bool> && __builtin_mul_overflow(uint64_t{n}, uint64_t{sizeof(T)}, &bytes)) bytes = UINT64_MAX;
+  out_of_memory(op, "host", bytes, what(), loc);
 }
 
 /// True when `v` converts to the integer dtype `to` without overflow: in range after truncation

@@ -19,7 +19,8 @@
 /// verified on load when present (files of other writers have none), and not returned in
 /// Contents::metadata. Loading validates the whole file first and throws a
 /// kiln::Error naming the file and what is wrong (not a regular file, truncated, corrupt
-/// header, size mismatch, data digest, missing or unexpected names, shapes, dtypes).
+/// header, size mismatch, data digest, missing or unexpected names, shapes, dtypes). Every
+/// error of the functions below names the function and `loc`, the line that called it.
 
 #include <map>
 #include <string>

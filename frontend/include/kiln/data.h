@@ -41,8 +41,8 @@ class DistributedSampler;
 /// Copies share the (immutable) data.
 class Dataset {
 public:
-  /// From `samples` (n * numel(sample_shape) values, row-major) and n `labels`.
-  Dataset(std::vector<float> samples, IntList sample_shape, std::vector<int64_t> labels);
+  /// From `samples` (n * numel(sample_shape) values, row-major) and n `labels`; errors name `loc`.
+  Dataset(std::vector<float> samples, IntList sample_shape, std::vector<int64_t> labels, Loc loc = Loc::current());
   /// Number of samples.
   int64_t size() const { return static_cast<int64_t>(labels_->size()); }
   /// Shape of one sample ([1, 28, 28] for Fashion-MNIST).
@@ -116,8 +116,8 @@ public:
   Loader(Dataset dataset, std::vector<int64_t> order, int64_t batch_size, bool drop_last, Loc loc = Loc::current());
   /// Number of batches.
   int64_t size() const;
-  /// The i-th batch.
-  Batch operator[](int64_t i) const;
+  /// The i-th batch; an index out of range is a kiln::Error naming the line that reads it.
+  Batch operator[](IndexAt i) const;
 
   /// An input iterator over the batches.
   class iterator {
@@ -156,9 +156,10 @@ inline constexpr const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mn
 /// training set's mean and std.
 class FashionMNIST : public Dataset {
 public:
-  /// Reads `split` ("train" or "test") from `root` ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]).
+  /// Reads `split` ("train" or "test") from `root` ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]);
+  /// a bad split and memory that cannot be had name `loc`.
   explicit FashionMNIST(const std::string& split = "train", const std::string& root = kFashionMnistRoot,
-                        bool normalize = true);
+                        bool normalize = true, Loc loc = Loc::current());
 };
 
 } // namespace kiln::data

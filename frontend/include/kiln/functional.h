@@ -78,7 +78,7 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 /// Batch normalization over all dims but dim 1 of x [N, C, ...]. With `training`, normalizes by the
 /// batch mean and biased variance and, when the running statistics are defined, assign()s them
 /// (1 - momentum) * running + momentum * batch (the variance unbiased), as torch.nn.functional.batch_norm;
-/// without, normalizes by the running statistics. weight and bias [C] are optional.
+/// without, normalizes by the running statistics. weight and bias [C] are optional; all four must be floating.
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), bool training = true, double momentum = 0.1, double eps = 1e-5,
                   Loc loc = Loc::current());

@@ -105,17 +105,21 @@ public:
   /// holds keep their old dtype. The values are computed now (not inside a compile() trace).
   Module& to(DType dtype, Loc loc = Loc::current());
 
-  /// Registers `t` as a trainable parameter (marks it requires_grad) and returns it.
-  Tensor register_parameter(std::string name, Tensor t);
-  /// Registers `t` as a buffer (saved in checkpoints, not trained) and returns it.
-  Tensor register_buffer(std::string name, Tensor t);
-  /// Registers a submodule (moved into shared ownership) and returns it.
-  template <class M> std::shared_ptr<M> register_module(std::string name, M module) {
-    return register_module(std::move(name), std::make_shared<M>(std::move(module)));
+  /// Registers `t` as a trainable parameter (marks it requires_grad) and returns it. As in PyTorch, the
+  /// name must be non-empty, without '.' (state_dict() joins names with it) and not yet used by a
+  /// parameter, buffer or submodule of this module; else, or when `t` is undefined, a kiln::Error
+  /// names the module, the name and `loc`.
+  Tensor register_parameter(std::string name, Tensor t, Loc loc = Loc::current());
+  /// Registers `t` as a buffer (saved in checkpoints, not trained) and returns it; names as register_parameter.
+  Tensor register_buffer(std::string name, Tensor t, Loc loc = Loc::current());
+  /// Registers a submodule (moved into shared ownership) and returns it; names as register_parameter.
+  template <class M> std::shared_ptr<M> register_module(std::string name, M module, Loc loc = Loc::current()) {
+    return register_module(std::move(name), std::make_shared<M>(std::move(module)), loc);
   }
-  /// Registers a submodule held by a shared pointer and returns it.
-  template <class M> std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
-    add_child(std::move(name), module);
+  /// Registers a submodule held by a shared pointer (not null) and returns it; names as register_parameter.
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module, Loc loc = Loc::current()) {
+    add_child(std::move(name), module, loc);
     return module;
   }
 protected:
@@ -129,7 +133,10 @@ protected:
   }
 
 private:
-  void add_child(std::string name, std::shared_ptr<Module> m);
+  void add_child(std::string name, std::shared_ptr<Module> m, const Loc& loc);
+  // Throws the kiln::Error of register_<kind> ("parameter", "buffer", "module") at `loc` when `name`
+  // cannot be registered: empty, dotted, or taken by a parameter, buffer or submodule.
+  void check_new_name(const char* kind, const std::string& name, const Loc& loc) const;
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
   void describe(std::string& out, int indent) const;
 
@@ -468,13 +475,8 @@ private:
   template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
 };
 
-/// A ModuleList index with the user's line that reads it (for its errors): converts from an integer,
-/// so that `list[i]` names the caller's line (operator[] takes no default argument).
-struct ModuleIndex {
-  int64_t i;  ///< the index (negative counts from the end)
-  Loc loc;    ///< where it is used
-  ModuleIndex(int64_t index, Loc where = Loc::current()) : i(index), loc(where) {} // NOLINT: implicit on purpose
-};
+/// A ModuleList index (negative counts from the end) with the user's line that reads it.
+using ModuleIndex = IndexAt;
 
 /// A ModuleDict key with the user's line that reads it (for its errors), as ModuleIndex.
 struct ModuleKey {

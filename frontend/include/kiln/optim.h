@@ -67,9 +67,12 @@ public:
   NamedTensors state_dict() const;
   /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes,
   /// that every parameter has its step and every parameter that has taken a step has each
-  /// of slot_names(), and throws a kiln::Error listing every mismatch, missing and unexpected
-  /// entry. The state is loaded only if all of it matches.
-  void load_state_dict(const NamedTensors& state);
+  /// of slot_names(), and throws a kiln::Error naming `loc` and listing every mismatch, missing
+  /// and unexpected entry (those of state_problems()). The state is loaded only if all of it matches.
+  void load_state_dict(const NamedTensors& state, Loc loc = Loc::current());
+  /// What load_state_dict(state) would refuse: one "\n  " line per problem, "" when it would load.
+  /// Reading a step's value (it may be lazy) names `loc`.
+  std::string state_problems(const NamedTensors& state, Loc loc = Loc::current()) const;
 
 protected:
   /// Per-parameter state: named tensor slots and the step count.
@@ -82,6 +85,9 @@ protected:
   virtual std::vector<std::string> slot_names() const = 0;
   /// load_state_dict's list of missing entries (each on a line of its own; empty when none).
   std::string missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const;
+  /// The per-parameter state that `state` (as from state_dict()) describes; what is wrong with it
+  /// is appended to `problems`, one "\n  " line each.
+  std::vector<ParamState> parse_state(const NamedTensors& state, std::string& problems, const Loc& loc) const;
   /// The gradient of parameter i (undefined: no update). Inside a compile() trace, the
   /// trace is replayed only while that stays so.
   Tensor grad_of(size_t i);
@@ -174,10 +180,10 @@ public:
   /// Schedules `optimizer`, whose current lr is the base lr.
   explicit LRScheduler(Optimizer& optimizer);
   virtual ~LRScheduler() = default;
-  /// Advances one epoch and sets the optimizer's lr.
-  void step();
-  /// Jumps to `epoch` (for resuming) and sets the optimizer's lr.
-  void set_epoch(int64_t epoch);
+  /// Advances one epoch and sets the optimizer's lr; errors (an invalid lr) name `loc`.
+  void step(Loc loc = Loc::current());
+  /// Jumps to `epoch` (for resuming) and sets the optimizer's lr; errors name `loc`.
+  void set_epoch(int64_t epoch, Loc loc = Loc::current());
   /// Epochs stepped so far.
   int64_t epoch() const { return epoch_; }
   /// The lr of an epoch (closed form).
@@ -192,8 +198,8 @@ protected:
 /// lr = base * gamma^(epoch / step_size) (integer division), as torch.optim.lr_scheduler.StepLR.
 class StepLR : public LRScheduler {
 public:
-  /// Decays by `gamma` every `step_size` epochs.
-  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  /// Decays by `gamma` every `step_size` epochs; errors name `loc`.
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
 private:
   int64_t step_size_;
@@ -204,8 +210,8 @@ private:
 /// torch.optim.lr_scheduler.CosineAnnealingLR (equal to its recursive form up to rounding).
 class CosineAnnealingLR : public LRScheduler {
 public:
-  /// Anneals from the base lr to eta_min over t_max epochs.
-  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0);
+  /// Anneals from the base lr to eta_min over t_max epochs; errors name `loc`.
+  CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
 private:
   int64_t t_max_;
@@ -217,8 +223,8 @@ private:
 /// (epoch - warmup) / (total - warmup))) / 2 up to `total` steps, and eta_min after.
 class WarmupCosineLR : public LRScheduler {
 public:
-  /// Warms up over `warmup` steps (0: none) and decays to eta_min at step `total` (> warmup).
-  WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min = 0);
+  /// Warms up over `warmup` steps (0: none) and decays to eta_min at step `total` (> warmup); errors name `loc`.
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min = 0, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
 private:
   int64_t warmup_, total_;

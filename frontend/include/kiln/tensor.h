@@ -31,6 +31,14 @@ using IntList = std::vector<int64_t>;
 /// The caller's source line, defaulted at each op.
 using Loc = std::source_location;
 
+/// An index with the user's line that reads it (for its errors): converts from an integer, so that
+/// `list[i]` (a ModuleList, a Loader) names the caller's line (operator[] takes no default argument).
+struct IndexAt {
+  int64_t i;  ///< the index
+  Loc loc;    ///< where it is used
+  IndexAt(int64_t index, Loc where = Loc::current()) : i(index), loc(where) {} // NOLINT: implicit on purpose
+};
+
 struct TensorImpl;
 
 /// A tensor: a (shared) handle on a value computed lazily from a graph.
