@@ -98,12 +98,6 @@ Stats global_stats(const Tensor& x, const Layout& l, const Loc& loc) {
   return s;
 }
 
-// running = (1 - m) running + m batch, without gradient history (as batch_norm updates it).
-void update_running(Tensor running, const Tensor& batch, double m) {
-  NoGradGuard no_grad;
-  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
-}
-
 // The normalization with the global statistics, as a custom op whose backward all-reduces. The
 // statistics it captures are graph values of x, so the backward's result is differentiable in x
 // through them as well as directly.
@@ -155,8 +149,8 @@ Tensor SyncBatchNorm::forward_impl(const Tensor& x) {
   if (options.track_running_stats) {
     NoGradGuard no_grad;
     num_batches_tracked.assign(num_batches_tracked + 1);
-    update_running(running_mean, s.mean, options.momentum);
-    update_running(running_var, s.var * (s.count / (s.count - 1.0)), options.momentum); // unbiased, as BatchNorm
+    kiln::detail::update_running(running_mean, s.mean, options.momentum);
+    kiln::detail::update_running(running_var, s.var * (s.count / (s.count - 1.0)), options.momentum); // unbiased, as BatchNorm
   }
   return normalize(x, weight, bias, s, options.eps, l, loc);
 }

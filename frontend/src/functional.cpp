@@ -15,6 +15,15 @@
 #include "kiln/autograd.h"
 #include "kiln/indexops.h"
 
+namespace kiln::detail {
+
+void update_running(Tensor running, const Tensor& batch, double m) {
+  NoGradGuard no_grad;
+  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
+}
+
+} // namespace kiln::detail
+
 namespace kiln::nn::functional {
 
 namespace {
@@ -420,15 +429,6 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
   return weight.defined() ? y * weight : y;
 }
 
-namespace {
-
-// running = (1 - m) running + m batch, recorded without gradient history.
-void update_running(Tensor running, const Tensor& batch, double m) {
-  NoGradGuard no_grad;
-  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
-}
-
-} // namespace
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps, Loc loc) {
@@ -456,9 +456,9 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
     Tensor xc = xf - mean;
     Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
     y = xc * rsqrt(var + eps);
-    if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum);
+    if (running_mean.defined()) kiln::detail::update_running(running_mean, mean.reshape({c}), momentum);
     if (running_var.defined())
-      update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum);
+      kiln::detail::update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum);
   } else {
     y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }

@@ -155,6 +155,10 @@ template <class T, class What> std::vector<T> host_vector(size_t n, const char* 
   out_of_memory(op, "host", bytes, what(), loc);
 }
 
+/// running = (1 - m) running + m batch, recorded without gradient history: batch_norm's and
+/// SyncBatchNorm's update of a running statistic.
+void update_running(Tensor running, const Tensor& batch, double m);
+
 /// True when `v` converts to the integer dtype `to` without overflow: in range after truncation
 /// toward zero (false for NaN and the infinities). Any value fits a floating or bool dtype.
 inline bool fits_integer(double v, DType to) {
