@@ -100,6 +100,16 @@ TEST(FashionMNIST, BadSplitAndMissingRoot) {
   EXPECT_ERROR_HAS(data::FashionMNIST("validation"), "split must be");
   EXPECT_ERROR_HAS(data::FashionMNIST("train", "/nonexistent/kiln"), "/nonexistent/kiln/train-images-idx3-ubyte.gz");
   EXPECT_ERROR_HAS(data::FashionMNIST("train", "/nonexistent/kiln"), "dataset-fashion-mnist");
+  // File errors name the function called and the caller's line, not data.cpp's.
+  const int line = __LINE__ + 1;
+  const std::string e = error_of([] { (void)data::FashionMNIST("train", "/nonexistent/kiln"); });
+  EXPECT_NE(e.find("FashionMNIST: "), std::string::npos) << e;
+  EXPECT_NE(e.find("test_data.cpp:" + std::to_string(line)), std::string::npos) << e;
+  EXPECT_EQ(e.find("data.cpp:"), e.find("test_data.cpp:") + 5) << "no line of kiln's: " << e;
+  const int idx_line = __LINE__ + 1;
+  const std::string idx = error_of([] { (void)data::read_idx("/nonexistent/kiln.gz"); });
+  EXPECT_NE(idx.find("read_idx: '/nonexistent/kiln.gz': cannot open"), std::string::npos) << idx;
+  EXPECT_NE(idx.find("test_data.cpp:" + std::to_string(idx_line)), std::string::npos) << idx;
 }
 
 // ---------------------------------------------------------------- batching and shuffling

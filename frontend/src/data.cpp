@@ -19,8 +19,10 @@ namespace kiln::data {
 
 namespace {
 
+// An error about the file `path`, raised here: the public functions that read files are each a
+// detail::UserCall, so the error is reported as theirs, at their caller's line.
 [[noreturn]] void file_error(const std::string& path, const std::string& what) {
-  throw Error("'" + path + "': " + what);
+  throw Error("data", "'" + path + "': " + what);
 }
 
 std::string hex(uint32_t v, int digits) {
@@ -160,8 +162,8 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
   const std::string prefix = split == "train" ? "train" : "t10k";
   const std::string images_path = file_in(root, prefix + "-images-idx3-ubyte");
   const std::string labels_path = file_in(root, prefix + "-labels-idx1-ubyte");
-  IdxArray images = read_idx(images_path);
-  IdxArray labels = read_idx(labels_path);
+  IdxArray images = read_idx(images_path, loc);
+  IdxArray labels = read_idx(labels_path, loc);
   if (images.dims.size() != 3) file_error(images_path, "expected 3-d images, the header says " + dims_str(images.dims));
   if (std::find(images.dims.begin(), images.dims.end(), 0) != images.dims.end())
     file_error(images_path, "empty data set: the header says " + dims_str(images.dims) + " images");
@@ -184,7 +186,8 @@ Dataset load_fashion_mnist(const std::string& split, const std::string& root, bo
 
 // ---------------------------------------------------------------- IDX
 
-IdxArray read_idx(const std::string& path) {
+IdxArray read_idx(const std::string& path, Loc loc) {
+  detail::UserCall call("read_idx", loc);
   try {
     return read_idx_checked(path);
   } catch (const std::bad_alloc&) {
@@ -330,6 +333,9 @@ Batch Loader::operator[](IndexAt at) const {
 // ---------------------------------------------------------------- Fashion-MNIST
 
 FashionMNIST::FashionMNIST(const std::string& split, const std::string& root, bool normalize, Loc loc)
-    : Dataset(load_fashion_mnist(split, root, normalize, loc)) {}
+    : Dataset([&] {
+        detail::UserCall call("FashionMNIST", loc);
+        return load_fashion_mnist(split, root, normalize, loc);
+      }()) {}
 
 } // namespace kiln::data

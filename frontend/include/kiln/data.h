@@ -25,8 +25,9 @@ struct IdxArray {
 
 /// Reads an IDX file of unsigned bytes (gzip-compressed or plain). Throws kiln::Error
 /// naming the file for: a missing file, corrupt or truncated gzip data, a bad magic
-/// number, an unsupported element type, or data shorter or longer than the header says.
-IdxArray read_idx(const std::string& path);
+/// number, an unsupported element type, or data shorter or longer than the header says;
+/// the error names read_idx and `loc`.
+IdxArray read_idx(const std::string& path, Loc loc = Loc::current());
 
 /// One batch: inputs [B, ...sample shape] (f32) and labels [B] (i64).
 struct Batch {
