@@ -724,6 +724,50 @@ TEST(Promotion, ValuesOfMixedOps) {
   EXPECT_EQ((from_vector<float>({0.1f}) + 0.1).item<float>(), 0.1f + static_cast<float>(0.1));
 }
 
+// Arithmetic on bools as PyTorch's: bool + bool is logical or and bool * bool logical and (bool results,
+// maximum and minimum too, also with a C++ bool or a 0-d bool); a bool with numbers promotes.
+// torch (a = [T, T, F, F], b = [T, F, T, F], i = int32 [[1], [-2]], f = [0.5, -1.5, 2., 4.]):
+TEST(Promotion, BoolArithmeticFollowsPyTorch) {
+  const Tensor a = from_vector<bool>({true, true, false, false}), b = from_vector<bool>({true, false, true, false});
+  using B = std::vector<bool>;
+  auto expect_bool = [](const Tensor& t, const B& want, const char* what) {
+    EXPECT_EQ(t.dtype(), kBool) << what;
+    EXPECT_EQ(t.to_vector<bool>(), want) << what;
+  };
+  expect_bool(a + b, {true, true, true, false}, "a + b");                   // [T, T, T, F]
+  expect_bool(a * b, {true, false, false, false}, "a * b");                 // [T, F, F, F]
+  expect_bool(maximum(a, b), {true, true, true, false}, "maximum(a, b)");   // [T, T, T, F]
+  expect_bool(minimum(a, b), {true, false, false, false}, "minimum(a, b)"); // [T, F, F, F]
+  expect_bool(a + true, {true, true, true, true}, "a + True");              // [T, T, T, T]
+  expect_bool(a * false, {false, false, false, false}, "a * False");        // [F, F, F, F]
+  expect_bool(true * a, {true, true, false, false}, "True * a");            // [T, T, F, F]
+  expect_bool(a + scalar_tensor(true, kBool), {true, true, true, true}, "a + torch.tensor(True)");
+  // (b.reshape(4, 1) + a) -> rows [T, T, T, T], [T, T, F, F], [T, T, T, T], [T, T, F, F]
+  expect_bool(b.reshape({4, 1}) + a, {true, true, true, true, true, true, false, false, true, true, true, true, true, true, false, false},
+              "broadcast");
+  const Tensor i = from_vector<int32_t>({1, -2}, {2, 1}), f = from_vector<float>({0.5f, -1.5f, 2, 4});
+  EXPECT_EQ((a + i).dtype(), kInt32); // a + i -> [[2, 2, 1, 1], [-1, -1, -2, -2]], int32
+  EXPECT_EQ((a + i).to_vector<int32_t>(), (std::vector<int32_t>{2, 2, 1, 1, -1, -1, -2, -2}));
+  EXPECT_EQ((a * f).to_vector<float>(), (std::vector<float>{0.5f, -1.5f, 0, 0})); // a * f -> [0.5, -1.5, 0., 0.], float32
+  EXPECT_EQ((a + 2).to_vector<int64_t>(), (std::vector<int64_t>{3, 3, 2, 2}));    // a + 2 -> [3, 3, 2, 2], int64
+  EXPECT_EQ((a * 2.5).dtype(), kFloat32);                                         // a * 2.5 -> [2.5, 2.5, 0., 0.], float32
+  EXPECT_EQ((a * 2.5).to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 0, 0}));
+  EXPECT_EQ((a + scalar_tensor(3, kInt64)).to_vector<int64_t>(), (std::vector<int64_t>{4, 4, 3, 3})); // int64
+  EXPECT_EQ((a + scalar_tensor(1.5, kFloat64)).dtype(), kFloat64);
+  EXPECT_EQ(maximum(a, i).to_vector<int32_t>(), (std::vector<int32_t>{1, 1, 1, 1, 1, 1, 0, 0})); // int32
+  EXPECT_EQ((a / b).dtype(), kFloat32); // a / b -> [1., inf, 0., nan]
+  // bool - bool, bool - number and number - bool raise in PyTorch ("Subtraction, the `-` operator, with
+  // two bool tensors / with a bool tensor is not supported"), pow of bools too
+  EXPECT_THROW(a - b, Error);
+  EXPECT_THROW(a - true, Error);
+  EXPECT_THROW(a - 1, Error);
+  EXPECT_THROW(1.5 - a, Error);
+  EXPECT_THROW(f - a, Error);
+  EXPECT_THROW(pow(a, b), Error);
+  EXPECT_INTERP(a + b, kExact, "bool + bool");
+  EXPECT_INTERP(b.reshape({4, 1}) * a, kExact, "bool * bool, broadcast");
+}
+
 // ---------------------------------------------------------------- where and casts
 
 TEST(Where, BroadcastsAllOperands) {

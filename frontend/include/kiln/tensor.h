@@ -226,14 +226,14 @@ Tensor sign(const Tensor& x, Loc loc = Loc::current());
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
              Loc loc = Loc::current());
 
-Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting
-Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b
-Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting (two bools: logical or)
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b (an error with a bool operand, as PyTorch)
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b (two bools: logical and)
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< true division (integers give f32)
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a ^ b
 Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());            ///< a ^ b
-Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating
-Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating (bools: or)
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating (bools: and)
 Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
 Tensor ne(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a != b
 Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a < b
