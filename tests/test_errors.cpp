@@ -192,6 +192,7 @@ TEST(Errors, Creation) {
   expect_error([&] { (void)rand({-1}, 0); }, __LINE__, "rand", {"[-1]"});
   expect_error([&] { (void)arange(0, 5, 0, kFloat32); }, __LINE__, "arange", {"step"});
   expect_error([&] { (void)arange(5, 0, 1, kInt64); }, __LINE__, "arange", {"sign"});
+  expect_error([&] { (void)arange(0, 5, 0.5, kInt32); }, __LINE__, "arange", {"integer part", "0.5"});
   expect_error([&] { (void)from_vector<float>({1, 2, 3}, {2, 2}); }, __LINE__, "from_vector", {"[2,2]"});
 }
 

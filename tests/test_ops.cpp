@@ -1398,6 +1398,39 @@ TEST(Creation, Arange) {
   EXPECT_INTERP(arange(0, 6, 1, kInt32).reshape({2, 3}).t(), kExact, "arange reshaped and transposed");
 }
 
+// An integer arange with fractional bounds or step: ceil((end - start) / step) values (counted in double,
+// as for every dtype) trunc(start) + i * trunc(step). That is torch 1.13's rule for int32, and today's
+// PyTorch's for int64 too (pytorch#149097, fixed in aten/src/ATen/native/RangeUtils.h). torch 1.13's
+// int64 alone counted from the truncated bounds (arange(0, 5, 1.5, dtype=torch.int64) -> 5 values),
+// a bug PyTorch has since removed; kiln keeps the count of every other dtype. A step whose integer
+// part is 0 is refused as torch 1.13 refuses it ("step must be nonzero"; 0 * i would repeat start).
+TEST(Creation, ArangeOfAnIntegerDtypeTruncatesStartAndStep) {
+  struct Case {
+    double start, end, step;
+    std::vector<int64_t> want; // torch.arange(start, end, step, dtype=torch.int32).tolist()
+  };
+  const std::vector<Case> cases = {
+      {0, 5, 1.5, {0, 1, 2, 3}},         {0.5, 5, 1, {0, 1, 2, 3, 4}}, {5, 0, -1.5, {5, 4, 3, 2}},
+      {5.5, 0, -1, {5, 4, 3, 2, 1, 0}},  {0, -5, -1.5, {0, -1, -2, -3}}, {-0.5, 3, 1, {0, 1, 2, 3}},
+      {-2.5, 2.5, 1.5, {-2, -1, 0, 1}},  {1.5, 1.6, 1, {1}},           {0, 5, 2.5, {0, 2}},
+      {0, 10, 2.9, {0, 2, 4, 6}},        {0.5, 0.5, 1, {}},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {kInt32, kInt64}) {
+      const Tensor t = arange(c.start, c.end, c.step, dt);
+      const std::vector<int64_t> got = t.to(kInt64).to_vector<int64_t>();
+      EXPECT_EQ(got, c.want) << "arange(" << c.start << ", " << c.end << ", " << c.step << ", " << dtype_name(dt) << ")";
+    }
+  // torch.arange(0, 5, 0.5, dtype=torch.int64) and torch.arange(0, 0.3, 0.5, dtype=torch.int32):
+  // RuntimeError: step must be nonzero
+  for (DType dt : {kInt32, kInt64}) {
+    EXPECT_THROW(arange(0, 5, 0.5, dt), Error);
+    EXPECT_THROW(arange(0, 0.3, 0.5, dt), Error);
+    EXPECT_THROW(arange(3, 0, -0.9, dt), Error);
+  }
+  EXPECT_EQ(arange(0, 0.3, 0.5, kFloat32).numel(), 1); // floating dtypes keep the step
+}
+
 TEST(Creation, RandIsBitExact) {
   for (DType dt : kFloats) {
     Tensor r = rand({3, 17}, 1234, dt);

@@ -309,6 +309,8 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
   if (dtype == DType::Bool) throw Error("arange", "bool is not a valid dtype", loc);
+  if (is_integral(dtype) && std::trunc(step) == 0) // as torch's "step must be nonzero"
+    throw Error("arange", "an integer dtype steps by the integer part of step, and " + number_str(step) + "'s is 0", loc);
   detail::check_device("arange", device, loc);
   const auto n = graph::arange_length(start, end, step);
   if (!n)

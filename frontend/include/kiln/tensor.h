@@ -182,6 +182,9 @@ Tensor ones_like(const Tensor& like, Loc loc = Loc::current());
 /// [0, end) with step 1, i64 (like torch.arange(end)).
 Tensor arange(int64_t end, Loc loc = Loc::current());
 /// [start, end) in steps of `step`, in `dtype` (i64 for integer arguments in PyTorch; explicit here).
+/// ceil((end - start) / step) values; an integer dtype's are trunc(start) + i * trunc(step), as
+/// PyTorch's (torch 1.13's int64 alone counted from the truncated bounds, since fixed), and a step
+/// whose integer part is 0 is an error there.
 Tensor arange(double start, double end, double step, DType dtype, Device device = kCPU, Loc loc = Loc::current());
 /// Uniform [0, 1) from a seed (counter-based: the same seed gives the same values anywhere).
 Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
