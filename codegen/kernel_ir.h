@@ -247,7 +247,7 @@ struct AttentionSpec {
   bool causal = false;             ///< mask key j > query row i
   ExprRef mask;                    ///< null, or a bool keep-mask or an additive mask of dtype (see above)
   ExprRef dropout;                 ///< null, or the dropout factor of weight p_j (of dtype, evaluated
-                                   ///< as the mask is: 0 for a dropped weight, 1 / (1 - p) for a kept one)
+                                   ///< as the mask is: 0 for a dropped weight, build::dropout_scale(p) for a kept one)
   int64_t rows = 1;                ///< CPU: query rows whose scores accumulate together in vector registers
                                    ///< (1, 2 or 4; plan_form() from the target; never changes a result)
   /// The backward (graph op AttentionGrad; AttentionBackward below): `out` and `lse` are then inputs

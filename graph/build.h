@@ -83,18 +83,21 @@ NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 /// Batched matrix product of same-rank operands whose batch dims agree (over one term, K = 1:
 /// the broadcast elementwise product, an outer product).
 NodeRef matmul(const NodeRef& a, const NodeRef& b);
-/// Dropout on attention weights [..., L, S] (p > 0), as functional::dropout draws it: weight
+/// Dropout on attention weights [..., L, S] (p in (0, 1]), as functional::dropout draws it: weight
 /// (b, i, j) is kept where rand(the weights' shape, seed) >= p there (the counter is its flat
-/// index) and multiplied by 1 / (1 - p), else 0. An attention node holds it in attrs f1 (p) and
-/// ints ({seed}; empty without dropout).
+/// index) and multiplied by dropout_scale(p), else 0. An attention node holds it in attrs f1 (p)
+/// and ints ({seed}; empty without dropout).
 struct AttentionDropout {
-  double p = 0;      ///< the probability of dropping a weight; 0: no dropout
+  double p = 0;      ///< the probability of dropping a weight; 0: no dropout, 1: every weight dropped
   uint64_t seed = 0; ///< rand's seed (a host seed token inside a compiled function)
 };
+/// The factor dropout with probability p multiplies a kept value by: 1 / (1 - p), and 0 at p = 1,
+/// where nothing is kept (every value is 0, as PyTorch's, rather than 0 * inf).
+double dropout_scale(double p);
 /// The dropout of an attention node (Attention, AttentionLse or AttentionGrad).
 AttentionDropout attention_dropout(const Node& n);
 /// The factor dropout multiplies the weights [..., L, S] (`shape`) by, as a composite of primitives:
-/// cast(rand(shape, seed) >= p) * (1 / (1 - p)) in `dtype`; null without dropout.
+/// cast(rand(shape, seed) >= p) * dropout_scale(p) in `dtype`; null without dropout.
 NodeRef attention_dropout_factor(const AttentionDropout& d, DType dtype, const Shape& shape, Device device);
 /// softmax(q k^T * scale, masked) v over the last two dims, as one Attention node (ops.def):
 /// q [..., L, E], k [..., S, E], v [..., S, Ev] with equal batch dims; `mask` null, or of their

@@ -1042,6 +1042,35 @@ TEST(AttentionDropout, GradcheckInF64FirstAndSecondOrder) {
   EXPECT_NEAR(lhs, rhs, 1e-10 * std::max(1.0, std::fabs(rhs)));
 }
 
+// p = 1 drops every weight, as PyTorch's dropout_p = 1 (it takes p in [0, 1]): the kernels' factor is
+// 0, not 0 * 1 / (1 - p) = NaN, so the fused node, the composite and the f64 interpreter all give zeros,
+// forward and backward (torch: F._scaled_dot_product_attention(q, k, v, None, 1.0, False, False)
+// -> zeros, and q.grad, k.grad, v.grad zeros).
+TEST(AttentionDropout, ProbabilityOneGivesZerosFusedOrNot) {
+  auto expect_zeros = [](const Tensor& t, const std::string& what) {
+    for (double x : values(t)) ASSERT_EQ(x, 0.0) << what;
+    for (double x : graph::interpret_one(t.node()).values) ASSERT_EQ(x, 0.0) << what << " (interpreter)";
+  };
+  uint64_t seed = 4100;
+  for (const Case& c : backward_cases()) {
+    const Operands o = operands(c, kFloat64, seed += 10);
+    for (bool fused : {true, false}) {
+      FusionSetting f(fused);
+      const Tensor out = F::scaled_dot_product_attention(o.q, o.k, o.v, o.mask, 1.0, c.causal, 0.5);
+      ASSERT_EQ(out.node()->op == graph::OpKind::Attention, fused) << c.what;
+      if (fused) { EXPECT_EQ(graph::build::attention_dropout(*out.node()).p, 1.0); }
+      expect_zeros(out, c.what + (fused ? " fused" : " composite"));
+    }
+    std::vector<Tensor> in{o.q.detach().requires_grad_(), o.k.detach().requires_grad_(), o.v.detach().requires_grad_()};
+    const Tensor w = randn(with(c.batch, c.L, c.Ev), seed + 7, kFloat64);
+    const std::vector<Tensor> g = grad({(sdpa(in[0], in[1], in[2], o.mask, 0, c.causal, 0.5, {1.0, seed}) * w).sum()}, in);
+    for (const Tensor& x : g) {
+      ASSERT_TRUE(holds(x.node(), graph::OpKind::AttentionGrad)) << c.what;
+      expect_zeros(x, c.what + " fused backward");
+    }
+  }
+}
+
 // The seed is a kernel parameter: a compiled step draws a fresh mask each call (one compile), and
 // from the same point of the seed sequence the same mask as an eager call; one and two threads agree.
 TEST(AttentionDropout, ACompiledStepDrawsAFreshMaskEachCall) {

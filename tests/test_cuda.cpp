@@ -887,7 +887,7 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
 
 // The attention kernel form (cuda_attention.cpp) on the shim against the LLVM path (llvm_attention.cpp),
 // bitwise: the forward's out and lse (together and alone) and the backward's dq, dk and dv (together,
-// alone and dk with dv), f32 and f64, causal, dropout, a bool keep-mask, an additive float mask or none (a mask
+// alone and dk with dv), f32 and f64, causal, dropout (p = 1 too), a bool keep-mask, an additive float mask or none (a mask
 // with a fully masked query row), and sizes that are multiples neither of the 64-key and 64-row blocks
 // nor of the staged column chunks (e != ev), one query row and one key.
 
@@ -963,6 +963,11 @@ std::vector<AttentionProblem> attention_problems() {
       p.name += " dropout";
       out.push_back(p);
     }
+  // dropout p = 1 (every weight dropped, a factor of 0): zeros on both
+  AttentionProblem all = attention_problem(kFloat32, {2, 70, 130, 24, 40}, MaskKind::None, true, seed += 10);
+  all.dropout = {1.0, seed + 5};
+  all.name += " dropout 1";
+  out.push_back(all);
   return out;
 }
 

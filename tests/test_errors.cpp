@@ -79,15 +79,18 @@ TEST(Errors, NamedFunctions) {
 
 // ---------------------------------------------------------------- dtype errors
 
+// bool + bool and bool * bool are logical or and and (Promotion.BoolArithmeticFollowsPyTorch); the rest
+// is refused, as PyTorch refuses it, sub with any bool operand included.
 TEST(Errors, ArithmeticOnBool) {
   Tensor p = b8({2}), q = b8({2});
-  expect_error([&] { (void)(p + q); }, __LINE__, "add", {"bool[2]"});
-  expect_error([&] { (void)(p * q); }, __LINE__, "mul", {"bool[2]"});
-  expect_error([&] { (void)(p - true); }, __LINE__, "sub", {"bool[2]"});
+  expect_error([&] { (void)(p - q); }, __LINE__, "sub", {"bool[2]", "two bools", "logical_xor"});
+  expect_error([&] { (void)(p - true); }, __LINE__, "sub", {"bool[2]", "two bools"});
+  expect_error([&] { (void)(p - 1); }, __LINE__, "sub", {"bool[2]", "a bool operand", "logical_not"});
+  expect_error([&] { (void)(2.5 - p); }, __LINE__, "sub", {"bool[2]", "a bool operand"}); // scalar on the left
+  expect_error([&] { (void)(f32({2}) - p); }, __LINE__, "sub", {"f32[2]", "bool[2]"});
+  expect_error([&] { (void)pow(p, q); }, __LINE__, "pow", {"bool[2]", "cast them first"});
   expect_error([&] { (void)neg(p); }, __LINE__, "neg", {"bool[2]"});
   expect_error([&] { (void)(-p); }, __LINE__, "neg", {"bool[2]"});
-  expect_error([&] { (void)(true * p); }, __LINE__, "mul", {"bool[2]"}); // scalar on the left
-  expect_error([&] { (void)(false + p); }, __LINE__, "add", {"bool[2]"});
   expect_error([&] { (void)abs(p); }, __LINE__, "abs", {"bool[2]"});
   expect_error([&] { (void)relu(p); }, __LINE__, "relu", {"bool[2]"});
   expect_error([&] { (void)max(p); }, __LINE__, "max", {"bool[2]"});
@@ -192,6 +195,7 @@ TEST(Errors, Creation) {
   expect_error([&] { (void)rand({-1}, 0); }, __LINE__, "rand", {"[-1]"});
   expect_error([&] { (void)arange(0, 5, 0, kFloat32); }, __LINE__, "arange", {"step"});
   expect_error([&] { (void)arange(5, 0, 1, kInt64); }, __LINE__, "arange", {"sign"});
+  expect_error([&] { (void)arange(0, 5, 0.5, kInt32); }, __LINE__, "arange", {"integer part", "0.5"});
   expect_error([&] { (void)from_vector<float>({1, 2, 3}, {2, 2}); }, __LINE__, "from_vector", {"[2,2]"});
 }
 

@@ -213,7 +213,7 @@ TEST(Verify, RejectsBrokenNodes) {
   EXPECT_NE(check_node(OpKind::Lt, kFloat32, {2, 3}, {x, x}, {}), "") << "comparisons give bool";
   EXPECT_NE(check_node(OpKind::CustomOutput, kFloat32, {3, 2}, {x, y}, {}), "") << "a custom output keeps its value's shape";
   EXPECT_NE(check_node(OpKind::CustomOutput, kFloat64, {2, 3}, {x}, {}), "") << "and its dtype";
-  // an attention's dropout: none, or p in (0, 1) with one seed
+  // an attention's dropout: none, or p in (0, 1] with one seed
   NodeRef q = input(kFloat32, {4, 3}), k = input(kFloat32, {5, 3}), v = input(kFloat32, {5, 2});
   auto attention_with = [&](double p, std::vector<int64_t> ints) {
     Attrs a;
@@ -222,7 +222,8 @@ TEST(Verify, RejectsBrokenNodes) {
   };
   EXPECT_EQ(attention_with(0, {}), "");
   EXPECT_EQ(attention_with(0.1, {7}), "");
-  EXPECT_NE(attention_with(1.0, {7}), "") << "p = 1 drops every weight: 1 / (1 - p) is inf";
+  EXPECT_EQ(attention_with(1.0, {7}), "") << "p = 1 drops every weight (the factor is 0)";
+  EXPECT_NE(attention_with(1.5, {7}), "");
   EXPECT_NE(attention_with(-0.1, {7}), "");
   EXPECT_NE(attention_with(0.1, {}), "") << "a dropout without a seed";
   EXPECT_NE(attention_with(0.1, {7, 8}), "");

@@ -395,6 +395,40 @@ TEST(Forward, DropoutIsSeededScaledAndOffInEval) {
   EXPECT_EQ(d(x).to_vector<float>(), std::vector<float>(10000, 1.0f));
 }
 
+// p = 1 drops everything, as PyTorch's (which takes p in [0, 1]): x * 0, so NaN where x is not finite,
+// and a zero gradient; F::dropout and nn::Dropout, eagerly and in a compiled step.
+// torch: x = torch.tensor([1., inf, nan, -2.], requires_grad=True); y = F.dropout(x, 1.0)
+//        -> [0., nan, nan, -0.]; y.sum().backward(); x.grad -> [0., 0., 0., 0.]
+TEST(Forward, DropoutOfOneGivesZerosAndAZeroGradient) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  nn::Dropout d(1.0);
+  auto check = [&](const std::function<Tensor(const Tensor&)>& f, const char* what) {
+    SCOPED_TRACE(what);
+    Tensor x = from_vector<float>({1, inf, nan, -2}).requires_grad_();
+    auto step = [&](const std::vector<Tensor>& a) {
+      Tensor y = f(a[0]);
+      y.sum().backward();
+      return std::vector<Tensor>{y};
+    };
+    for (bool compiled : {false, true}) {
+      x.zero_grad();
+      CompiledFunction c = compile(step);
+      const std::vector<float> y = (compiled ? c({x}) : step({x}))[0].to_vector<float>();
+      ASSERT_EQ(y.size(), 4u);
+      EXPECT_EQ(y[0], 0.0f);
+      EXPECT_TRUE(std::isnan(y[1]) && std::isnan(y[2])) << y[1] << " " << y[2];
+      EXPECT_TRUE(y[3] == 0.0f && std::signbit(y[3])) << y[3];
+      EXPECT_EQ(x.grad().to_vector<float>(), std::vector<float>(4, 0.0f)) << (compiled ? "compiled" : "eager");
+    }
+  };
+  check([](const Tensor& x) { return F::dropout(x, 1.0, 5); }, "F::dropout");
+  check([&](const Tensor& x) { return d(x); }, "nn::Dropout");
+  d.eval();
+  EXPECT_EQ(d(ones({3})).to_vector<float>(), std::vector<float>(3, 1.0f));
+  EXPECT_THROW(nn::Dropout(1.0001), Error);
+  EXPECT_THROW(F::dropout(ones({3}), 1.0001, 5), Error);
+}
+
 // ---------------------------------------------------------------- gradients (f64 finite differences)
 
 TEST(Gradients, LinearAndConv2d) {
@@ -538,5 +572,5 @@ TEST(Errors, ClearMessages) {
   EXPECT_THROW(nn::Linear(0, 3), Error);
   EXPECT_THROW(nn::Conv2d(3, 4, 3, {.groups = 2}), Error);
   EXPECT_THROW(nn::Linear(3, 2)(zeros({2, 4})), Error);
-  EXPECT_THROW(nn::Dropout(1.0), Error);
+  EXPECT_THROW(nn::Dropout(-0.1), Error);
 }

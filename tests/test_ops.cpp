@@ -724,6 +724,50 @@ TEST(Promotion, ValuesOfMixedOps) {
   EXPECT_EQ((from_vector<float>({0.1f}) + 0.1).item<float>(), 0.1f + static_cast<float>(0.1));
 }
 
+// Arithmetic on bools as PyTorch's: bool + bool is logical or and bool * bool logical and (bool results,
+// maximum and minimum too, also with a C++ bool or a 0-d bool); a bool with numbers promotes.
+// torch (a = [T, T, F, F], b = [T, F, T, F], i = int32 [[1], [-2]], f = [0.5, -1.5, 2., 4.]):
+TEST(Promotion, BoolArithmeticFollowsPyTorch) {
+  const Tensor a = from_vector<bool>({true, true, false, false}), b = from_vector<bool>({true, false, true, false});
+  using B = std::vector<bool>;
+  auto expect_bool = [](const Tensor& t, const B& want, const char* what) {
+    EXPECT_EQ(t.dtype(), kBool) << what;
+    EXPECT_EQ(t.to_vector<bool>(), want) << what;
+  };
+  expect_bool(a + b, {true, true, true, false}, "a + b");                   // [T, T, T, F]
+  expect_bool(a * b, {true, false, false, false}, "a * b");                 // [T, F, F, F]
+  expect_bool(maximum(a, b), {true, true, true, false}, "maximum(a, b)");   // [T, T, T, F]
+  expect_bool(minimum(a, b), {true, false, false, false}, "minimum(a, b)"); // [T, F, F, F]
+  expect_bool(a + true, {true, true, true, true}, "a + True");              // [T, T, T, T]
+  expect_bool(a * false, {false, false, false, false}, "a * False");        // [F, F, F, F]
+  expect_bool(true * a, {true, true, false, false}, "True * a");            // [T, T, F, F]
+  expect_bool(a + scalar_tensor(true, kBool), {true, true, true, true}, "a + torch.tensor(True)");
+  // (b.reshape(4, 1) + a) -> rows [T, T, T, T], [T, T, F, F], [T, T, T, T], [T, T, F, F]
+  expect_bool(b.reshape({4, 1}) + a, {true, true, true, true, true, true, false, false, true, true, true, true, true, true, false, false},
+              "broadcast");
+  const Tensor i = from_vector<int32_t>({1, -2}, {2, 1}), f = from_vector<float>({0.5f, -1.5f, 2, 4});
+  EXPECT_EQ((a + i).dtype(), kInt32); // a + i -> [[2, 2, 1, 1], [-1, -1, -2, -2]], int32
+  EXPECT_EQ((a + i).to_vector<int32_t>(), (std::vector<int32_t>{2, 2, 1, 1, -1, -1, -2, -2}));
+  EXPECT_EQ((a * f).to_vector<float>(), (std::vector<float>{0.5f, -1.5f, 0, 0})); // a * f -> [0.5, -1.5, 0., 0.], float32
+  EXPECT_EQ((a + 2).to_vector<int64_t>(), (std::vector<int64_t>{3, 3, 2, 2}));    // a + 2 -> [3, 3, 2, 2], int64
+  EXPECT_EQ((a * 2.5).dtype(), kFloat32);                                         // a * 2.5 -> [2.5, 2.5, 0., 0.], float32
+  EXPECT_EQ((a * 2.5).to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 0, 0}));
+  EXPECT_EQ((a + scalar_tensor(3, kInt64)).to_vector<int64_t>(), (std::vector<int64_t>{4, 4, 3, 3})); // int64
+  EXPECT_EQ((a + scalar_tensor(1.5, kFloat64)).dtype(), kFloat64);
+  EXPECT_EQ(maximum(a, i).to_vector<int32_t>(), (std::vector<int32_t>{1, 1, 1, 1, 1, 1, 0, 0})); // int32
+  EXPECT_EQ((a / b).dtype(), kFloat32); // a / b -> [1., inf, 0., nan]
+  // bool - bool, bool - number and number - bool raise in PyTorch ("Subtraction, the `-` operator, with
+  // two bool tensors / with a bool tensor is not supported"), pow of bools too
+  EXPECT_THROW(a - b, Error);
+  EXPECT_THROW(a - true, Error);
+  EXPECT_THROW(a - 1, Error);
+  EXPECT_THROW(1.5 - a, Error);
+  EXPECT_THROW(f - a, Error);
+  EXPECT_THROW(pow(a, b), Error);
+  EXPECT_INTERP(a + b, kExact, "bool + bool");
+  EXPECT_INTERP(b.reshape({4, 1}) * a, kExact, "bool * bool, broadcast");
+}
+
 // ---------------------------------------------------------------- where and casts
 
 TEST(Where, BroadcastsAllOperands) {
@@ -1352,6 +1396,39 @@ TEST(Creation, Arange) {
   EXPECT_INTERP(arange(-1000, 1000, 7, kInt64) * 3, kExact, "arange i64 in a kernel");
   EXPECT_INTERP(arange(0, 17, 1, kFloat64).slice(0, 2, 17, 3), kExact, "slice of arange");
   EXPECT_INTERP(arange(0, 6, 1, kInt32).reshape({2, 3}).t(), kExact, "arange reshaped and transposed");
+}
+
+// An integer arange with fractional bounds or step: ceil((end - start) / step) values (counted in double,
+// as for every dtype) trunc(start) + i * trunc(step). That is torch 1.13's rule for int32, and today's
+// PyTorch's for int64 too (pytorch#149097, fixed in aten/src/ATen/native/RangeUtils.h). torch 1.13's
+// int64 alone counted from the truncated bounds (arange(0, 5, 1.5, dtype=torch.int64) -> 5 values),
+// a bug PyTorch has since removed; kiln keeps the count of every other dtype. A step whose integer
+// part is 0 is refused as torch 1.13 refuses it ("step must be nonzero"; 0 * i would repeat start).
+TEST(Creation, ArangeOfAnIntegerDtypeTruncatesStartAndStep) {
+  struct Case {
+    double start, end, step;
+    std::vector<int64_t> want; // torch.arange(start, end, step, dtype=torch.int32).tolist()
+  };
+  const std::vector<Case> cases = {
+      {0, 5, 1.5, {0, 1, 2, 3}},         {0.5, 5, 1, {0, 1, 2, 3, 4}}, {5, 0, -1.5, {5, 4, 3, 2}},
+      {5.5, 0, -1, {5, 4, 3, 2, 1, 0}},  {0, -5, -1.5, {0, -1, -2, -3}}, {-0.5, 3, 1, {0, 1, 2, 3}},
+      {-2.5, 2.5, 1.5, {-2, -1, 0, 1}},  {1.5, 1.6, 1, {1}},           {0, 5, 2.5, {0, 2}},
+      {0, 10, 2.9, {0, 2, 4, 6}},        {0.5, 0.5, 1, {}},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {kInt32, kInt64}) {
+      const Tensor t = arange(c.start, c.end, c.step, dt);
+      const std::vector<int64_t> got = t.to(kInt64).to_vector<int64_t>();
+      EXPECT_EQ(got, c.want) << "arange(" << c.start << ", " << c.end << ", " << c.step << ", " << dtype_name(dt) << ")";
+    }
+  // torch.arange(0, 5, 0.5, dtype=torch.int64) and torch.arange(0, 0.3, 0.5, dtype=torch.int32):
+  // RuntimeError: step must be nonzero
+  for (DType dt : {kInt32, kInt64}) {
+    EXPECT_THROW(arange(0, 5, 0.5, dt), Error);
+    EXPECT_THROW(arange(0, 0.3, 0.5, dt), Error);
+    EXPECT_THROW(arange(3, 0, -0.9, dt), Error);
+  }
+  EXPECT_EQ(arange(0, 0.3, 0.5, kFloat32).numel(), 1); // floating dtypes keep the step
 }
 
 TEST(Creation, RandIsBitExact) {

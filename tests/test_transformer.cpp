@@ -259,8 +259,21 @@ TEST(Sdpa, ErrorsNameTheShapesAndTheLine) {
                {"attn_mask must broadcast", "[2, 4, 5]", "bool[4,6]"});
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, zeros({4, 5}, kInt64)); }, __LINE__, op, {"bool or of the query's dtype"});
   expect_error([&] { F::scaled_dot_product_attention(q, k, v, zeros({4, 5}) > 0, 0, true); }, __LINE__, op, {"not both"});
-  expect_error([&] { F::scaled_dot_product_attention(q, k, v, {}, 1.0); }, __LINE__, op, {"dropout_p"});
+  expect_error([&] { F::scaled_dot_product_attention(q, k, v, {}, 1.5); }, __LINE__, op, {"dropout_p", "[0, 1]"});
   expect_error([&] { F::scaled_dot_product_attention(zeros({2, 4, 8}, kInt64), k, v); }, __LINE__, op, {"one floating dtype"});
+}
+
+// dropout_p = 1 (PyTorch takes [0, 1]) drops every weight: the output is zeros, and so is each gradient.
+// torch: F._scaled_dot_product_attention(q, k, v, None, 1.0, True, False) -> zeros; q.grad, k.grad, v.grad zeros.
+TEST(Sdpa, DropoutOfOneGivesZeros) {
+  for (bool causal : {false, true}) {
+    std::vector<Tensor> in{randn({2, 3, 4}, 1).requires_grad_(), randn({2, 5, 4}, 2).requires_grad_(),
+                           randn({2, 5, 2}, 3).requires_grad_()};
+    const Tensor out = F::scaled_dot_product_attention(in[0], in[1], in[2], {}, 1.0, causal);
+    EXPECT_EQ(out.to_vector<float>(), std::vector<float>(12, 0.0f)) << causal;
+    (out * randn({2, 3, 2}, 4)).sum().backward();
+    for (const Tensor& x : in) EXPECT_EQ(x.grad().to_vector<float>(), std::vector<float>(x.numel(), 0.0f)) << causal;
+  }
 }
 
 // ---------------------------------------------------------------- MultiheadAttention
@@ -327,6 +340,25 @@ TEST(MultiheadAttention, BatchFirstEqualsSequenceFirst) {
   auto [o3, w3] = seq.forward(x, x, x, {}, true, logical_not(causal_keep(5, 5)));
   expect_same(o3, o1);
   expect_same(w3, w1);
+}
+
+// dropout = 1 (PyTorch takes [0, 1]) drops every attention weight in training: the output is out_proj's bias.
+// torch: m = nn.MultiheadAttention(4, 2, dropout=1.0, batch_first=True); m.out_proj.bias = [0.5, -1, 2, 0.25];
+//        m(x, x, x) for x [2, 3, 4] -> the bias in every row, weights [2, 3, 3] zeros.
+TEST(MultiheadAttention, DropoutOfOneLeavesTheOutputBias) {
+  nn::MultiheadAttention mha(4, 2, 1.0, true, true);
+  Tensor(mha.out_proj->bias).assign(from_vector<float>({0.5, -1, 2, 0.25}));
+  const Tensor x = randn({2, 3, 4}, 9);
+  std::vector<float> bias_rows;
+  for (int i = 0; i < 6; ++i) bias_rows.insert(bias_rows.end(), {0.5f, -1.0f, 2.0f, 0.25f});
+  for (bool need_weights : {true, false}) {
+    auto [out, w] = mha.forward(x, x, x, {}, need_weights);
+    EXPECT_EQ(out.to_vector<float>(), bias_rows) << need_weights;
+    if (need_weights) EXPECT_EQ(w.to_vector<float>(), std::vector<float>(18, 0.0f));
+  }
+  mha.eval();
+  EXPECT_NE(mha.forward(x, x, x).first.to_vector<float>(), bias_rows);
+  expect_error([] { nn::MultiheadAttention(4, 2, 1.5); }, __LINE__, "MultiheadAttention", {"dropout", "[0, 1]"});
 }
 
 TEST(MultiheadAttention, GradcheckInF64) {

@@ -300,7 +300,7 @@ private:
   }
 
   /// The dropout factor of key j for the query row bound to loop var 1 (AttentionSpec::dropout).
-  /// (Past the last key it is some factor, 0 or 1 / (1 - p), which multiplies a weight of 0.)
+  /// (Past the last key it is some factor, 0 or dropout_scale(p), which multiplies a weight of 0.)
   Value* dropout_factor(Value* j) {
     h_.set_reduce_var(j);
     Value* z = h_.eval(a_.dropout);

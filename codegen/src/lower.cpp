@@ -200,7 +200,7 @@ private:
     const ExprRef counter = iadd(imul(iadd(imul(loop_var(0), P(l)), loop_var(1)), P(s)), reduce_var(0));
     const ExprRef u = random(RandomDist::Uniform, n.dtype, seed_param(static_cast<int64_t>(d.seed)), counter);
     const ExprRef keep = op(ScalarOp::Ge, DType::Bool, {u, constant(n.dtype, d.p)});
-    return op(ScalarOp::Where, n.dtype, {keep, constant(n.dtype, 1.0 / (1.0 - d.p)), constant(n.dtype, 0.0)});
+    return op(ScalarOp::Where, n.dtype, {keep, constant(n.dtype, graph::build::dropout_scale(d.p)), constant(n.dtype, 0.0)});
   }
 
   // A value this kernel stores, and the index it is computed at.

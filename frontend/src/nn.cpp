@@ -358,7 +358,7 @@ std::string RMSNorm::extra_repr() const {
 
 Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
     : p_(p), seed_(seed.value_or(next_seed())), calls_(std::make_shared<uint64_t>(0)) {
-  if (!(p >= 0 && p < 1)) throw Error("Dropout", "p must be in [0, 1), got " + std::to_string(p), loc);
+  if (!(p >= 0 && p <= 1)) throw Error("Dropout", "p must be in [0, 1], got " + std::to_string(p), loc);
 }
 
 Tensor Dropout::forward_impl(const Tensor& x) {

@@ -69,16 +69,34 @@ bool is_float_result(OpKind op) {
   return op == OpKind::Div;
 }
 
+// PyTorch refuses a - b where either is bool (a tensor or a C++ bool), whatever the promoted dtype.
+void check_sub_operands(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
+  if (op != OpKind::Sub || (a.dtype() != DType::Bool && c.dtype() != DType::Bool)) return;
+  fail("sub", a.dtype() == c.dtype() ? "is not defined for two bools; use logical_xor (a != b) instead"
+                                     : "is not defined for a bool operand; use logical_not to invert a mask",
+       {&a, &c}, loc);
+}
+
+// The op that `op` on two bools is, as in PyTorch: logical or for add and maximum, logical and for mul
+// and minimum (a bool result); sub and pow are not defined for bools.
+OpKind bool_arithmetic(OpKind op, const std::string& name, const Tensor& a, const Tensor& c, const Loc& loc) {
+  if (op == OpKind::Add || op == OpKind::Maximum) return OpKind::LogicalOr;
+  if (op == OpKind::Mul || op == OpKind::Minimum) return OpKind::LogicalAnd;
+  fail(name, "is not defined for bool tensors; cast them first", {&a, &c}, loc);
+}
+
 // add, sub, mul, div, pow, maximum, minimum.
 Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   DType dt = result_type({&a, &c});
+  check_sub_operands(op, a, c, loc);
   if (is_float_result(op) && !is_floating(dt)) dt = kDefaultFloat;
-  if (dt == DType::Bool) fail(name, "arithmetic on bool tensors is not supported; cast them first", {&a, &c}, loc);
+  const OpKind kind = dt == DType::Bool ? bool_arithmetic(op, name, a, c, loc) : op;
   const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
   const Device dev = detail::common_device(name, {&a, &c}, loc);
-  return result(b::binary(op, prepare(a, dt, shape, dev), prepare(c, dt, shape, dev)), {&a, &c});
+  const NodeRef n = b::binary(kind, prepare(a, dt, shape, dev), prepare(c, dt, shape, dev));
+  return dt == DType::Bool ? Tensor(n) : result(n, {&a, &c}); // bools never require grad
 }
 
 // eq ... ge, logical_and, logical_or: compared in the promoted dtype, result bool.
@@ -282,6 +300,8 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
   if (dtype == DType::Bool) throw Error("arange", "bool is not a valid dtype", loc);
+  if (is_integral(dtype) && std::trunc(step) == 0) // as torch's "step must be nonzero"
+    throw Error("arange", "an integer dtype steps by the integer part of step, and " + number_str(step) + "'s is 0", loc);
   detail::check_device("arange", device, loc);
   const auto n = graph::arange_length(start, end, step);
   if (!n)

@@ -173,7 +173,7 @@ Tensor functional::scaled_dot_product_attention(const Tensor& q, const Tensor& k
   check_attention_operands(op, q, k, v, attn_mask, loc);
   if (is_causal && attn_mask.defined())
     fail(op, "takes attn_mask or is_causal, not both (as PyTorch)", {&q, &k, &v, &attn_mask}, loc);
-  if (!(dropout_p >= 0 && dropout_p < 1)) fail(op, "dropout_p must be in [0, 1), got " + std::to_string(dropout_p), {&q}, loc);
+  if (!(dropout_p >= 0 && dropout_p <= 1)) fail(op, "dropout_p must be in [0, 1], got " + std::to_string(dropout_p), {&q}, loc);
   if (scale && !std::isfinite(*scale)) fail(op, "scale must be finite", {&q}, loc);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   return attention_output(q, k, v, attn_mask, dropout_p, is_causal, s);
@@ -187,8 +187,8 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
   if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads)
     throw Error("MultiheadAttention", "embed_dim (" + std::to_string(embed_dim) + ") must be positive and divisible by num_heads (" +
                                           std::to_string(num_heads) + ")", loc);
-  if (!(dropout >= 0 && dropout < 1))
-    throw Error("MultiheadAttention", "dropout must be in [0, 1), got " + std::to_string(dropout), loc);
+  if (!(dropout >= 0 && dropout <= 1))
+    throw Error("MultiheadAttention", "dropout must be in [0, 1], got " + std::to_string(dropout), loc);
   const detail::UserCall call("MultiheadAttention", loc);
   const graph::SourceScope at(loc);
   // Xavier-uniform over [3E, E]: bound sqrt(6 / (fan_in + fan_out)) = sqrt(6 / (4E)).

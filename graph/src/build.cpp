@@ -331,6 +331,8 @@ Attrs attention_attrs(double scale, bool causal, const AttentionDropout& dropout
 
 } // namespace
 
+double dropout_scale(double p) { return p < 1 ? 1.0 / (1.0 - p) : 0.0; }
+
 AttentionDropout attention_dropout(const Node& n) {
   if (n.attrs.ints.empty()) return {};
   return {n.attrs.f1, static_cast<uint64_t>(n.attrs.ints[0])};
@@ -342,7 +344,7 @@ NodeRef attention_dropout_factor(const AttentionDropout& d, DType dtype, const S
   seed.i0 = static_cast<int64_t>(d.seed);
   const NodeRef r = make_node(OpKind::Rand, dtype, shape, {}, seed, device);
   const NodeRef keep = cast(binary(OpKind::Ge, r, constant_like(r, d.p)), dtype);
-  return scale(keep, 1.0 / (1.0 - d.p));
+  return scale(keep, dropout_scale(d.p));
 }
 
 NodeRef attention(const NodeRef& q, const NodeRef& k, const NodeRef& v, const NodeRef& mask, double scale, bool causal,

@@ -763,14 +763,14 @@ private:
   }
 
   // The dropout factor of weight (bi, i, j) (build::attention_dropout_factor's, rounded as its ops
-  // round): 1 / (1 - p) where rand >= p, else 0; 1 without dropout.
+  // round): build::dropout_scale(p) where rand >= p, else 0; 1 without dropout.
   double attention_dropout_factor(const AttentionProblem& a, int64_t bi, int64_t i, int64_t j) const {
     const build::AttentionDropout d = build::attention_dropout(*a.n);
     if (d.p <= 0) return 1;
     const DType dt = a.n->dtype;
     const auto counter = static_cast<uint64_t>((bi * a.L + i) * a.S + j);
     const double u = rf(dt, graph::random_uniform(d.seed, counter, dt == DType::Float64));
-    return u >= rf(dt, d.p) ? rf(dt, 1.0 / (1.0 - d.p)) : 0.0;
+    return u >= rf(dt, d.p) ? rf(dt, build::dropout_scale(d.p)) : 0.0;
   }
 
   // The output p v per query row (attention_weights_row's p, times the dropout factor).

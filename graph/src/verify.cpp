@@ -202,9 +202,9 @@ std::string check_attention(OpKind op, DType dtype, const Shape& shape, const st
   if (in.size() != mask_at && in.size() != mask_at + 1)
     return grad ? "takes q, k, v, out, dout, lse and an optional mask" : "takes q, k, v and an optional mask";
   if (a.i0 != 0 && a.i0 != 1) return "i0 (causal) must be 0 or 1";
-  // the dropout (build::AttentionDropout): none (f1 = 0, no ints), or p in (0, 1) and one seed
-  if (a.ints.size() > 1 || (a.ints.empty() && a.f1 != 0) || (!a.ints.empty() && !(a.f1 > 0 && a.f1 < 1)))
-    return "the dropout must be none (f1 0, no ints) or f1 in (0, 1) with ints [seed]";
+  // the dropout (build::AttentionDropout): none (f1 = 0, no ints), or p in (0, 1] and one seed
+  if (a.ints.size() > 1 || (a.ints.empty() && a.f1 != 0) || (!a.ints.empty() && !(a.f1 > 0 && a.f1 <= 1)))
+    return "the dropout must be none (f1 0, no ints) or f1 in (0, 1] with ints [seed]";
   if (op == OpKind::Attention) return check_attention_operands(dtype, shape, in, mask_at);
   if (op == OpKind::AttentionLse) {
     if (in[0]->shape.size() < 2 || in[2]->shape.empty()) return "operands must have rank >= 2";

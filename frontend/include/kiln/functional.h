@@ -82,7 +82,8 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), bool training = true, double momentum = 0.1, double eps = 1e-5,
                   Loc loc = Loc::current());
-/// Zeroes elements with probability p (mask from `seed`) and scales the rest by 1/(1-p); identity unless training.
+/// Zeroes elements with probability p in [0, 1] (mask from `seed`) and scales the rest by 1/(1-p); p = 1 gives
+/// x * 0 (zeros, NaN for a non-finite x, as PyTorch); identity unless training.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses

@@ -332,11 +332,11 @@ private:
 };
 
 /// Zeroes elements with probability p in training mode and scales the rest by
-/// 1/(1-p); the identity in eval mode. The mask of the k-th call uses a seed
-/// derived from the module's seed and k, so calls differ and runs repeat.
+/// 1/(1-p) (p = 1 gives x * 0, zeros, as PyTorch); the identity in eval mode. The mask of
+/// the k-th call uses a seed derived from the module's seed and k, so calls differ and runs repeat.
 class Dropout : public Module {
 public:
-  /// Drop probability in [0, 1); the seed defaults to next_seed().
+  /// Drop probability in [0, 1] (as PyTorch); the seed defaults to next_seed().
   explicit Dropout(double p = 0.5, std::optional<uint64_t> seed = std::nullopt, Loc loc = Loc::current());
   /// masked and scaled x; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }

@@ -190,6 +190,9 @@ Tensor ones_like(const Tensor& like, Loc loc = Loc::current());
 /// [0, end) with step 1, i64 (like torch.arange(end)).
 Tensor arange(int64_t end, Loc loc = Loc::current());
 /// [start, end) in steps of `step`, in `dtype` (i64 for integer arguments in PyTorch; explicit here).
+/// ceil((end - start) / step) values; an integer dtype's are trunc(start) + i * trunc(step), as
+/// PyTorch's (torch 1.13's int64 alone counted from the truncated bounds, since fixed), and a step
+/// whose integer part is 0 is an error there.
 Tensor arange(double start, double end, double step, DType dtype, Device device = kCPU, Loc loc = Loc::current());
 /// Uniform [0, 1) from a seed (counter-based: the same seed gives the same values anywhere).
 Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
@@ -234,14 +237,14 @@ Tensor sign(const Tensor& x, Loc loc = Loc::current());
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
              Loc loc = Loc::current());
 
-Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting
-Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b
-Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a + b, broadcasting (two bools: logical or)
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a - b (an error with a bool operand, as PyTorch)
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b (two bools: logical and)
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< true division (integers give f32)
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a ^ b
 Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());            ///< a ^ b
-Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating
-Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating (bools: or)
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating (bools: and)
 Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
 Tensor ne(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a != b
 Tensor lt(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a < b

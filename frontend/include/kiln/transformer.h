@@ -21,7 +21,8 @@ namespace kiln::nn::functional {
 /// true, a float mask (q's dtype) is added to them. `is_causal` keeps key j for query i when j <= i
 /// (top-left aligned, as PyTorch) and excludes attn_mask. `scale` defaults to 1/sqrt(E).
 /// `dropout_p` drops attention weights (the mask's seed is drawn per call, a fresh one per replay of
-/// a compiled step, from the sequence nn::manual_seed() restarts); pass 0 when not training.
+/// a compiled step, from the sequence nn::manual_seed() restarts); pass 0 when not training. It is in
+/// [0, 1]: 1 drops every weight (zeros, as PyTorch's), fused or not.
 /// A query row whose every score is masked out (all false, or -inf) gives zeros and a zero
 /// gradient, as PyTorch's math backend since 2.5 (its "safe softmax"), not NaN.
 /// With fusion on (with or without dropout: the kernels draw the composite's mask) it runs as kiln's
@@ -43,7 +44,7 @@ namespace kiln::nn {
 /// in_proj_weight Xavier-uniform, both biases zero, out_proj.weight as a Linear's.
 class MultiheadAttention : public Module {
 public:
-  /// embed_dim must divide by num_heads; dropout (in [0, 1)) drops attention weights in training.
+  /// embed_dim must divide by num_heads; dropout (in [0, 1]) drops attention weights in training.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
                      bool batch_first = false, Loc loc = Loc::current());
   /// (output, weights) as PyTorch's forward: query [L, N, E] ([N, L, E] with batch_first, or
