@@ -70,6 +70,7 @@ NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, cons
 NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse = false);
 /// Inclusive prefix sums along `dim` (a Cumsum node): element i is ((0 + x0) + x1) + ... + xi,
 /// sequentially; `reverse` sums from the end (element i sums x[i..n-1], last first). Work: O(n).
+/// An f32 scan (cumsum, cumprod) runs in f64, each element rounded once to f32 from it.
 NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse = false);
 /// Inclusive prefix products along `dim` (a Cumprod node): ((1 * x0) * x1) * ... * xi.
 NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse = false);

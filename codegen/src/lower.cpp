@@ -89,12 +89,17 @@ private:
     const int64_t steps = x->shape[dim];
     ScanLoop scan;
     scan.op = n->op == OpKind::Cumprod ? ScalarOp::Mul : ScalarOp::Add;
-    scan.dtype = n->dtype;
+    // An f32 running scan accumulates in f64, each output rounded once from it (as PyTorch's CPU
+    // cumsum): in f32 the running sum of a million 0.1s ended 1% off. A scatter adds into its
+    // output, in its dtype.
+    const DType acc = n->dtype == DType::Float32 && !scatter ? DType::Float64 : n->dtype;
+    scan.dtype = acc;
     scan.steps = P(steps);
     Index at = idx;
     const ExprRef step = steps == 1 ? index_const(0) : reduce_var(0);
     at[dim] = reverse ? isub(P(steps - 1), step) : step;
     scan.value = compute(x, at, nullptr);
+    if (acc != n->dtype) scan.value = cast(scan.value, acc);
     if (scatter) {
       scan.target = cast(compute(n->inputs[0].get(), at, nullptr), DType::Int64);
       scan.positions = P(n->shape[dim]);
@@ -110,7 +115,9 @@ private:
     out[dim] = reverse && !scatter ? isub(P(n->shape[dim] - 1), position) : position;
     const int buffer = static_cast<int>(kernel_.buffers.size());
     kernel_.buffers.push_back({n->dtype, true});
-    kernel_.stores.push_back({buffer, contiguous_offset(n->shape, out), reduce_result(0, n->dtype)});
+    ExprRef result = reduce_result(0, acc);
+    if (acc != n->dtype) result = cast(result, n->dtype);
+    kernel_.stores.push_back({buffer, contiguous_offset(n->shape, out), result});
     launch_.outputs.push_back(n);
     finish_kernel();
     launch_.domain_size = n->numel() == 0 ? 0 : graph::numel(cols);

@@ -625,7 +625,9 @@ private:
 
   // ------------------------------------------------------------ scans
 
-  /// cumsum, cumprod, scatter_add: each column (a point off the dim) in step order, as kernels do.
+  /// cumsum, cumprod, scatter_add: each column (a point off the dim) in step order, as kernels do;
+  /// a float cumsum or cumprod accumulates in f64, each output rounded from it (scatter_add adds
+  /// into its output, rounding each step).
   Buf scan(const Node* n) const {
     const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
     const bool reverse = n->attrs.ints.at(1) != 0, mul = n->op == OpKind::Cumprod;
@@ -654,6 +656,11 @@ private:
           at = obase + t * ost[dim];
           acc_f = b.is_float ? b.f[at] : 0;
           acc_i = b.is_float ? 0 : b.i[at];
+        }
+        if (b.is_float && n->op != OpKind::ScatterAdd) { // the f64 running value, not the rounded output
+          acc_f = mul ? acc_f * v.f[from] : acc_f + v.f[from];
+          b.f[at] = rf(n->dtype, acc_f);
+          continue;
         }
         combine(at, from, acc_f, acc_i);
         acc_f = b.is_float ? b.f[at] : 0;

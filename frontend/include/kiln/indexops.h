@@ -28,11 +28,13 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1,
                  Loc loc = Loc::current());
 /// torch.cumsum: inclusive prefix sums along `dim` (bool and integers give i64, as PyTorch),
-/// summed sequentially from 0 by a scan kernel (work: O(size(dim)) per row); the gradient is
-/// the cumulative sum of the adjoint from the end.
+/// summed sequentially from 0 by a scan kernel (work: O(size(dim)) per row), an f32 input in
+/// f64 as PyTorch's CPU cumsum (each output rounded once); the gradient is the cumulative sum
+/// of the adjoint from the end.
 Tensor cumsum(const Tensor& input, int64_t dim, Loc loc = Loc::current());
 /// torch.cumprod: inclusive prefix products along `dim` (bool and integers give i64, as
-/// PyTorch), multiplied sequentially from 1 by a scan kernel. The gradient is exact where the
+/// PyTorch), multiplied sequentially from 1 by a scan kernel (an f32 input in f64, as cumsum).
+/// The gradient is exact where the
 /// input has zeros (no division by the input, unlike the usual cumsum(g * y) / x), at a cost
 /// of O(size(dim)^2) work and memory per row.
 Tensor cumprod(const Tensor& input, int64_t dim, Loc loc = Loc::current());
