@@ -753,7 +753,13 @@ TEST(Pooling, ModulesTakeTheFlagsAndDefaults) {
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d(v[0], {3, 2}, {2, 3}, {1, 0}, 1, true) * v[1]).sum(); },
                    {rnd({1, 1, 7, 6}, 50), rnd({1, 1, 4, 2}, 51)});
   expect_error([&] { (void)F::max_pool2d(x, 2, 0); }, __LINE__, "max_pool2d", {"f64[1,2,5,7]", "positive"});
-  expect_error([&] { (void)F::avg_pool2d(x, 8, std::nullopt, 0, true); }, __LINE__, "avg_pool2d", {"f64[1,2,5,7]", "larger"});
+  expect_error([&] { (void)F::avg_pool2d(x, 8); }, __LINE__, "avg_pool2d", {"f64[1,2,5,7]", "larger"});
+  // In ceil mode a window larger than the input is one partial window, as in PyTorch
+  // (torch.nn.functional.avg_pool2d(x, 8, None, 0, True) is [1, 2, 1, 1]: each map's mean).
+  const Tensor whole = F::avg_pool2d(x, 8, std::nullopt, 0, true);
+  EXPECT_EQ(whole.shape(), (IntList{1, 2, 1, 1}));
+  expect_close_rel(values(whole), values(x.mean({2, 3}, true)), "a window over the whole map");
+  EXPECT_EQ(F::max_pool2d(x, 6, std::nullopt, 0, 1, true).shape(), (IntList{1, 2, 1, 2}));
 }
 
 // ---------------------------------------------------------------- fused vs unfused, forward vs reverse mode

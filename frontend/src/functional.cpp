@@ -72,8 +72,8 @@ Tensor checked_in_kernel(const std::string& op, const Tensor& targets, int64_t c
 }
 
 // The output extent of a pooling window in ceil mode, as PyTorch's pooling_output_shape: a partial
-// last window counts when it starts inside the input or the left padding. `floor_out` (positive) is
-// the floor mode's extent, whose arithmetic did not overflow.
+// last window counts when it starts inside the input or the left padding. `floor_out` is the floor
+// mode's extent (<= 0 where no whole window fits), whose arithmetic did not overflow.
 int64_t ceil_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t floor_out, bool ceil_mode) {
   if (!ceil_mode) return floor_out;
   const int64_t out = floor_out + ((n + 2 * p - d * (k - 1) - 1) % s != 0);
@@ -89,12 +89,13 @@ std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x,
   const auto ho = graph::window_extent(x.size(2), k.h, s.h, p.h, d.h);
   const auto wo = graph::window_extent(x.size(3), k.w, s.w, p.w, d.w);
   if (!ho || !wo) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
-  if (*ho <= 0 || *wo <= 0)
+  // Ceil mode first: its one partial window may be all there is (a 3-row window over 2 rows).
+  const int64_t hc = ceil_extent(x.size(2), k.h, s.h, p.h, d.h, *ho, ceil_mode);
+  const int64_t wc = ceil_extent(x.size(3), k.w, s.w, p.w, d.w, *wo, ceil_mode);
+  if (hc <= 0 || wc <= 0)
     fail(op, "the window (" + std::to_string(k.h) + "x" + std::to_string(k.w) + ", dilation " +
                  std::to_string(d.h) + "x" + std::to_string(d.w) + ") is larger than the padded input",
          {&x}, loc);
-  const int64_t hc = ceil_extent(x.size(2), k.h, s.h, p.h, d.h, *ho, ceil_mode);
-  const int64_t wc = ceil_extent(x.size(3), k.w, s.w, p.w, d.w, *wo, ceil_mode);
   // the stacked taps [N, C, kh*kw, Ho, Wo] must be a valid shape (tiled pooling makes fewer)
   const int64_t taps = graph::checked_mul(k.h, k.w).value_or(std::numeric_limits<int64_t>::max());
   detail::check_shape(op, {x.size(0), x.size(1), taps, hc, wc}, {&x}, loc);

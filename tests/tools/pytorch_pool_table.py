@@ -25,6 +25,10 @@ CASES = [
     ("avg_ceil_rect_exclude", "avg", [1, 1, 7, 8], (3, 2), (2, 3), (1, 1), (1, 1), True, False),
     ("avg_ceil_last_window_dropped", "avg", [1, 1, 5, 5], (2, 2), (2, 2), (1, 1), (1, 1), True, True),
     ("avg_exclude_no_pad", "avg", [1, 1, 4, 4], (2, 2), (1, 1), (0, 0), (1, 1), False, False),
+    # ceil mode's one partial window is all there is: 3 rows of window over 2 rows of input
+    ("max_ceil_only_partial_window", "max", [1, 1, 2, 5], (3, 3), (2, 2), (0, 0), (1, 1), True, True),
+    ("avg_ceil_only_partial_window", "avg", [1, 1, 2, 5], (3, 3), (2, 2), (0, 0), (1, 1), True, True),
+    ("avg_ceil_only_partial_window_exclude", "avg", [1, 2, 2, 5], (3, 3), (2, 2), (0, 0), (1, 1), True, False),
 ]
 
 
