@@ -175,6 +175,10 @@ public:
 };
 
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
+/// Every step sets the lr from the schedule's closed form of the base lr (so a resumed run, via
+/// set_epoch, gets the uninterrupted run's bits). Unlike PyTorch's chainable schedulers, an lr set
+/// by hand (Optimizer::set_lr) lasts until the next step(), and two schedulers on one optimizer
+/// do not compose: the last one stepped sets the lr.
 class LRScheduler {
 public:
   /// Schedules `optimizer`, whose current lr is the base lr.
