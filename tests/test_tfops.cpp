@@ -896,6 +896,20 @@ TEST(Composites, ForwardModeAgreesWithReverseMode) {
       [&](const Tensor& x) { return F::cross_entropy(x.reshape({2, 2, 2}), t, {.label_smoothing = 0.2}); },
       [](const Tensor& x) { return x.unfold(2, 1, 1).unfold(0, 2, 1) * 2.0; },
       [](const Tensor& x) { return std(x, {1, 2}, true, true) * var(x, 0, false) + x.var(); },
+      [](const Tensor& x) {
+        return F::smooth_l1_loss(x, x * x, Reduction::None, 0.5) + F::huber_loss(x * 2.0, -x, Reduction::None, 0.3) +
+               F::l1_loss(x, ones_like(x) * 0.3, Reduction::None);
+      },
+      [](const Tensor& x) {
+        return F::kl_div(F::log_softmax(x, 2), F::softmax(x * 2.0, 2), Reduction::BatchMean) +
+               F::kl_div(x, x * 0.5, Reduction::None, true);
+      },
+      [](const Tensor& x) {
+        return F::binary_cross_entropy(sigmoid(x), sigmoid(x * 3.0), Reduction::None) +
+               F::binary_cross_entropy_with_logits(x, sigmoid(-x), {.weight = from_vector<double>({0.5, 2.0}),
+                                                                    .reduction = Reduction::None,
+                                                                    .pos_weight = from_vector<double>({2.0, 0.5})});
+      },
   };
   const Tensor x = rnd({2, 2, 2}, 53), v = rnd({2, 2, 2}, 54);
   for (size_t i = 0; i < fs.size(); ++i) {
