@@ -693,7 +693,8 @@ TEST(PointwiseLosses, EdgesAsPyTorch) {
   const Tensor z = randn({4, 3}, 61, kFloat64), zt = rand({4, 3}, 62, kFloat64);
   EXPECT_EQ(values(F::binary_cross_entropy_with_logits(z, zt, {.reduction = Reduction::None, .pos_weight = ones({3}, kFloat64)})),
             values(F::binary_cross_entropy_with_logits(z, zt, Reduction::None)));
-  EXPECT_EQ(F::binary_cross_entropy_with_logits(z, zt, {}).item<double>(), F::binary_cross_entropy_with_logits(z, zt).item<double>());
+  EXPECT_EQ(F::binary_cross_entropy_with_logits(z, zt, F::BinaryCrossEntropyWithLogitsOptions{}).item<double>(),
+            F::binary_cross_entropy_with_logits(z, zt).item<double>());
 }
 
 TEST(PointwiseLosses, GradcheckInF64) {
@@ -726,7 +727,8 @@ TEST(PointwiseLosses, ErrorsNameTheOpShapesAndLine) {
   expect_error([&] { (void)F::huber_loss(a, b); }, __LINE__, "huber_loss", {"f32[2,3]", "f32[3]", "same shape"});
   expect_error([&] { (void)F::mse_loss(a, b); }, __LINE__, "mse_loss", {"f32[2,3]", "f32[3]", "same shape"});
   expect_error([&] { (void)F::binary_cross_entropy(a, b); }, __LINE__, "binary_cross_entropy", {"f32[2,3]", "f32[3]"});
-  expect_error([&] { (void)F::binary_cross_entropy_with_logits(a, b, {}); }, __LINE__, "binary_cross_entropy_with_logits",
+  expect_error([&] { (void)F::binary_cross_entropy_with_logits(a, b, {.pos_weight = zeros({3})}); }, __LINE__,
+               "binary_cross_entropy_with_logits",
                {"f32[2,3]", "f32[3]"});
   expect_error([&] { (void)F::kl_div(a, zeros({2})); }, __LINE__, "kl_div", {"f32[2,3]", "f32[2]", "broadcast"});
   // parameters and weights
