@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "codegen/lower.h"
+#include "tests/error_of.h"
 #include "kiln/autograd.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -554,6 +555,202 @@ TEST(Gradients, DropoutMasksTheGradient) {
   y.sum().backward();
   auto g = x.grad().to_vector<double>(), yv = y.to_vector<double>();
   for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(g[i], yv[i] == 0 ? 0.0 : 2.0);
+}
+
+// ---------------------------------------------------------------- pointwise losses against PyTorch
+
+using F::Reduction;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct PointwiseLossCase {
+  const char* torch; ///< PyTorch's call
+  const char* kind;  ///< l1, smooth_l1, huber, kl_div, bce, bce_logits
+  double param;      ///< beta, delta, log_target
+  Reduction reduction;
+  std::vector<double> input, target, weight, pos_weight; ///< [2, 3], [2, 3], [3] or none, [3] or none
+  std::vector<double> loss, input_grad, target_grad;     ///< PyTorch's, target_grad empty when not checked
+};
+
+const PointwiseLossCase kPointwiseLosses[] = {
+#include "pytorch_pointwise_loss_table.inc"
+};
+
+Tensor pointwise_loss(const PointwiseLossCase& c, const Tensor& x, const Tensor& t) {
+  const std::string kind = c.kind;
+  const Tensor w = c.weight.empty() ? Tensor() : from_vector(c.weight);
+  if (kind == "l1") return F::l1_loss(x, t, c.reduction);
+  if (kind == "smooth_l1") return F::smooth_l1_loss(x, t, c.reduction, c.param);
+  if (kind == "huber") return F::huber_loss(x, t, c.reduction, c.param);
+  if (kind == "kl_div") return F::kl_div(x, t, c.reduction, c.param != 0);
+  if (kind == "bce") return F::binary_cross_entropy(x, t, w, c.reduction);
+  const Tensor p = c.pos_weight.empty() ? Tensor() : from_vector(c.pos_weight);
+  return F::binary_cross_entropy_with_logits(x, t, {.weight = w, .reduction = c.reduction, .pos_weight = p});
+}
+
+// Runs f, which must throw kiln::Error for `op` whose message holds each of `parts` and this file's `line`.
+void expect_error(const std::function<void()>& f, int line, const std::string& op, const std::vector<std::string>& parts) {
+  test::expect_error_at(f, "test_nn.cpp", line, op, parts);
+}
+
+// Equal as PyTorch's results go: the same non-finite values, finite ones to a relative 1e-12.
+void expect_torch_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w) || std::isinf(w))
+      EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : g == w) << what << " [" << i << "]: " << g << " vs PyTorch " << w;
+    else
+      EXPECT_NEAR(g, w, 1e-12 * std::max(1.0, std::fabs(w))) << what << " [" << i << "]";
+  }
+}
+
+TEST(PointwiseLosses, MatchPyTorchValuesAndGradients) {
+  std::vector<Tensor> all;
+  for (const PointwiseLossCase& c : kPointwiseLosses) {
+    const Tensor x = from_vector(c.input, {2, 3}).requires_grad_();
+    const Tensor t = from_vector(c.target, {2, 3}).requires_grad_();
+    const Tensor loss = pointwise_loss(c, x, t);
+    const Tensor u = arange(1, static_cast<double>(loss.numel()) + 1, 1, kFloat64).reshape(loss.shape());
+    const std::vector<Tensor> g = grad({(loss * u).sum()}, {x, t});
+    all.insert(all.end(), {loss, g[0], g[1]});
+  }
+  realize(all); // one schedule: far fewer kernels to compile than case by case
+  for (size_t i = 0; i < std::size(kPointwiseLosses); ++i) {
+    const PointwiseLossCase& c = kPointwiseLosses[i];
+    EXPECT_EQ(all[3 * i].shape(), c.reduction == Reduction::None ? (IntList{2, 3}) : IntList{}) << c.torch;
+    expect_torch_close(values(all[3 * i]), c.loss, std::string(c.torch) + " value");
+    expect_torch_close(values(all[3 * i + 1]), c.input_grad, std::string(c.torch) + " input gradient");
+    if (!c.target_grad.empty()) expect_torch_close(values(all[3 * i + 2]), c.target_grad, std::string(c.torch) + " target gradient");
+  }
+}
+
+TEST(PointwiseLosses, EdgesAsPyTorch) {
+  // x - t = +-inf: the loss is inf, the gradient +-1 (+-delta for huber), not NaN (PyTorch's, of
+  // F.smooth_l1_loss(x, t, reduction='none'), F.huber_loss(..., delta=0.5), F.l1_loss with x = [inf, -inf, 0.5], t = 0)
+  const Tensor x = from_vector<double>({kInf, -kInf, 0.5}).requires_grad_();
+  const Tensor t = zeros({3}, kFloat64);
+  const std::vector<std::pair<Tensor, std::vector<double>>> infinite = {
+      {F::smooth_l1_loss(x, t, Reduction::None), {1, -1, 0.5}},
+      {F::huber_loss(x, t, Reduction::None, 0.5), {0.5, -0.5, 0.5}},
+      {F::l1_loss(x, t, Reduction::None), {1, -1, 1}}};
+  for (const auto& [loss, want] : infinite) {
+    EXPECT_EQ(values(loss)[0], kInf);
+    EXPECT_EQ(values(loss)[1], kInf);
+    EXPECT_EQ(values(grad({loss.sum()}, {x})[0]), want);
+  }
+  // beta = 0 is l1: the value +0 where input equals target (F.smooth_l1_loss(a, b, reduction='none', beta=0.0)
+  // is [0.0, 4.0] for a = [1, 2], b = [1, -2]); the input's gradient there is -1, as PyTorch's (in the table
+  // above), the target's +1, where PyTorch's backward, swapping input and target, makes it -1 too
+  const Tensor a = from_vector<double>({1, 2}).requires_grad_(), b = from_vector<double>({1, -2}).requires_grad_();
+  const Tensor l1 = F::smooth_l1_loss(a, b, Reduction::None, 0.0);
+  EXPECT_EQ(values(l1), (std::vector<double>{0, 4}));
+  EXPECT_FALSE(std::signbit(values(l1)[0]));
+  const std::vector<Tensor> gl1 = grad({l1.sum()}, {a, b});
+  EXPECT_EQ(values(gl1[0]), (std::vector<double>{-1, 1}));
+  EXPECT_EQ(values(gl1[1]), (std::vector<double>{1, -1}));
+
+  // kl_div broadcasts a target [3] over input [2, 3]: F.kl_div(x, t, reduction='batchmean') is
+  // 0.3053469859354264 and its gradients -t / 2 and (log t + 1) * 2 / 2 - x.sum(0) / 2
+  const Tensor logp = from_vector<double>({-1.2, -0.7, -1.5, -0.3, -2.0, -1.9}, {2, 3}).requires_grad_();
+  const Tensor p3 = from_vector<double>({0.2, 0.5, 0.3}).requires_grad_();
+  const Tensor kl = F::kl_div(logp, p3, Reduction::BatchMean);
+  EXPECT_NEAR(kl.item<double>(), 0.3053469859354264, 1e-15);
+  expect_torch_close(values(F::kl_div(logp, p3, Reduction::None)),
+                     {-0.0818875824868201, 0.0034264097200273347, 0.08880815870221914, -0.2618875824868201,
+                      0.6534264097200273, 0.20880815870221914}, "kl_div broadcast");
+  const std::vector<Tensor> gk = grad({kl}, {logp, p3});
+  expect_torch_close(values(gk[0]), {-0.1, -0.25, -0.15, -0.1, -0.25, -0.15}, "kl_div broadcast input gradient");
+  expect_torch_close(values(gk[1]), {0.14056208756589972, 1.6568528194400547, 1.4960271956740638}, "kl_div broadcast target gradient");
+  // a 0-d input's batchmean is its sum: F.kl_div(torch.tensor(-0.5), torch.tensor(0.3), reduction='batchmean')
+  EXPECT_NEAR(F::kl_div(scalar_tensor(-0.5, kFloat64), scalar_tensor(0.3, kFloat64), Reduction::BatchMean).item<double>(),
+              -0.21119184129778082, 1e-15);
+  // a zero target adds 0 (xlogy); its gradient is -input, where PyTorch's is NaN (0 / 0 in xlogy's backward)
+  const Tensor zero_target = from_vector<double>({0.0, 0.5}).requires_grad_();
+  const Tensor in2 = from_vector<double>({-0.3, -0.7});
+  EXPECT_NEAR(F::kl_div(in2, zero_target, Reduction::Sum).item<double>(), 0.5 * (std::log(0.5) + 0.7), 1e-15);
+  expect_torch_close(values(grad({F::kl_div(in2, zero_target, Reduction::Sum)}, {zero_target})[0]),
+                     {0.3, std::log(0.5) + 1 + 0.7}, "kl_div zero target gradient");
+
+  // binary_cross_entropy at input 0 and 1 and below e^-100: each log clamped at -100, as PyTorch
+  // (F.binary_cross_entropy(p, y, reduction='none') is [100, -0, 0, 50, 100] for p = [0, 1, 0, 1, 1e-300],
+  // y = [1, 1, 0, 0.5, 1]). The gradients are the formula's, finite: none through a clamped log, -1 / p or
+  // 1 / (1 - p) through the other; PyTorch's are (p - y) / max(p (1 - p), 1e-12): [-1e12, 0, 0, 5e11, -1e12].
+  const Tensor p = from_vector<double>({0, 1, 0, 1, 1e-300}).requires_grad_();
+  const Tensor y = from_vector<double>({1, 1, 0, 0.5, 1});
+  const Tensor bce = F::binary_cross_entropy(p, y, Reduction::None);
+  EXPECT_EQ(values(bce), (std::vector<double>{100, 0, 0, 50, 100}));
+  EXPECT_EQ(values(grad({bce.sum()}, {p})[0]), (std::vector<double>{0, -1, 1, -0.5, 0}));
+  // an input outside [0, 1] already computed is an error, as PyTorch's; a lazy one gives NaN
+  const Tensor outside = from_vector<double>({0.5, 1.5}), nan = from_vector<double>({kNaN}), zero2 = zeros({2}, kFloat64);
+  expect_error([&] { (void)F::binary_cross_entropy(outside, zero2); }, __LINE__, "binary_cross_entropy",
+               {"between 0 and 1", "1.5"});
+  expect_error([&] { (void)F::binary_cross_entropy(nan, zeros({1}, kFloat64)); }, __LINE__, "binary_cross_entropy",
+               {"between 0 and 1", "nan"});
+  const Tensor lazy = from_vector<double>({0.5, 1.5}) * 1.0;
+  EXPECT_TRUE(std::isnan(F::binary_cross_entropy(lazy, zeros({2}, kFloat64)).item<double>()));
+  // a pos_weight of 1 is no pos_weight, bit for bit; the old overload is the options' default
+  const Tensor z = randn({4, 3}, 61, kFloat64), zt = rand({4, 3}, 62, kFloat64);
+  EXPECT_EQ(values(F::binary_cross_entropy_with_logits(z, zt, {.reduction = Reduction::None, .pos_weight = ones({3}, kFloat64)})),
+            values(F::binary_cross_entropy_with_logits(z, zt, Reduction::None)));
+  EXPECT_EQ(F::binary_cross_entropy_with_logits(z, zt, F::BinaryCrossEntropyWithLogitsOptions{}).item<double>(),
+            F::binary_cross_entropy_with_logits(z, zt).item<double>());
+}
+
+TEST(PointwiseLosses, GradcheckInF64) {
+  const Tensor w = rand({3}, 63, kFloat64) + 0.5, pw = rand({3}, 64, kFloat64) * 3.0;
+  const std::vector<std::pair<Fn1, std::vector<Tensor>>> cases = {
+      {[](const std::vector<Tensor>& v) { return F::l1_loss(v[0], v[1]); }, {rnd({2, 3}, 65), rnd({2, 3}, 66)}},
+      {[](const std::vector<Tensor>& v) { return F::smooth_l1_loss(v[0], v[1], Reduction::Sum, 0.7); },
+       {rnd({2, 3}, 67), rnd({2, 3}, 68)}},
+      {[](const std::vector<Tensor>& v) { return F::huber_loss(v[0], v[1], Reduction::Mean, 0.6); },
+       {rnd({2, 3}, 69), rnd({2, 3}, 70)}},
+      {[](const std::vector<Tensor>& v) { return F::kl_div(F::log_softmax(v[0], 1), v[1], Reduction::BatchMean); },
+       {rnd({2, 3}, 71), rand({2, 3}, 72, kFloat64) + 0.1}},
+      {[](const std::vector<Tensor>& v) { return F::kl_div(v[0], v[1], Reduction::Mean, true); },
+       {rnd({2, 3}, 73), rnd({3}, 74)}},
+      {[w](const std::vector<Tensor>& v) { return F::binary_cross_entropy(sigmoid(v[0]), v[1], w, Reduction::Sum); },
+       {rnd({2, 3}, 75), rand({2, 3}, 76, kFloat64)}},
+      {[w, pw](const std::vector<Tensor>& v) {
+         return F::binary_cross_entropy_with_logits(v[0], v[1], {.weight = w, .pos_weight = pw});
+       },
+       {rnd({2, 3}, 77), rand({2, 3}, 78, kFloat64)}},
+  };
+  for (const auto& [f, inputs] : cases) expect_gradcheck(f, inputs);
+}
+
+TEST(PointwiseLosses, ErrorsNameTheOpShapesAndLine) {
+  const Tensor a = zeros({2, 3}), b = zeros({3});
+  // different shapes (PyTorch broadcasts l1, smooth_l1, huber and mse with a warning; refuses the two BCEs)
+  expect_error([&] { (void)F::l1_loss(a, b); }, __LINE__, "l1_loss", {"f32[2,3]", "f32[3]", "same shape"});
+  expect_error([&] { (void)F::smooth_l1_loss(a, b); }, __LINE__, "smooth_l1_loss", {"f32[2,3]", "f32[3]", "same shape"});
+  expect_error([&] { (void)F::huber_loss(a, b); }, __LINE__, "huber_loss", {"f32[2,3]", "f32[3]", "same shape"});
+  expect_error([&] { (void)F::mse_loss(a, b); }, __LINE__, "mse_loss", {"f32[2,3]", "f32[3]", "same shape"});
+  expect_error([&] { (void)F::binary_cross_entropy(a, b); }, __LINE__, "binary_cross_entropy", {"f32[2,3]", "f32[3]"});
+  expect_error([&] { (void)F::binary_cross_entropy_with_logits(a, b, {.pos_weight = zeros({3})}); }, __LINE__,
+               "binary_cross_entropy_with_logits",
+               {"f32[2,3]", "f32[3]"});
+  expect_error([&] { (void)F::kl_div(a, zeros({2})); }, __LINE__, "kl_div", {"f32[2,3]", "f32[2]", "broadcast"});
+  // parameters and weights
+  expect_error([&] { (void)F::smooth_l1_loss(a, a, Reduction::Mean, -0.5); }, __LINE__, "smooth_l1_loss", {"beta", "-0.5"});
+  expect_error([&] { (void)F::huber_loss(a, a, Reduction::Mean, 0.0); }, __LINE__, "huber_loss", {"delta", "positive"});
+  expect_error([&] { (void)F::binary_cross_entropy(a, a, zeros({4})); }, __LINE__, "binary_cross_entropy",
+               {"f32[2,3]", "f32[4]", "broadcast to the input's shape [2,3]"});
+  expect_error([&] { (void)F::binary_cross_entropy(zeros({3}), zeros({3}), zeros({2, 3})); }, __LINE__,
+               "binary_cross_entropy", {"f32[3]", "f32[2,3]", "broadcast"});
+  expect_error([&] { (void)F::binary_cross_entropy_with_logits(a, a, {.pos_weight = zeros({2})}); }, __LINE__,
+               "binary_cross_entropy_with_logits", {"pos_weight", "f32[2]"});
+  expect_error([&] { (void)F::binary_cross_entropy_with_logits(a, a, {.weight = zeros({3}, kInt64)}); }, __LINE__,
+               "binary_cross_entropy_with_logits", {"weight", "i64[3]", "floating"});
+  // BatchMean is kl_div's only, as PyTorch's 'batchmean'
+  expect_error([&] { (void)F::l1_loss(a, a, Reduction::BatchMean); }, __LINE__, "l1_loss", {"BatchMean"});
+  expect_error([&] { (void)F::cross_entropy(a, zeros({2}, kInt64), {.reduction = Reduction::BatchMean}); }, __LINE__,
+               "cross_entropy", {"BatchMean"});
+  // an integer input, an undefined target
+  expect_error([&] { (void)F::l1_loss(zeros({2}, kInt64), zeros({2}, kInt64)); }, __LINE__, "l1_loss", {"i64[2]", "floating"});
+  expect_error([&] { (void)F::kl_div(a, Tensor()); }, __LINE__, "kl_div", {"undefined"});
+  // an error inside the ops a loss is made of is the loss's, at the user's line
+  expect_error([&] { (void)F::l1_loss(zeros({2}), zeros({2}, kBool)); }, __LINE__, "l1_loss", {"bool"});
 }
 
 // ---------------------------------------------------------------- errors

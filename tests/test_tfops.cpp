@@ -329,6 +329,18 @@ TEST(Methods, ElementwiseMethodsEqualTheFreeFunctions) {
       {x.sigmoid(), sigmoid(x)}, {x.relu(), relu(x)},   {x.reciprocal(), reciprocal(x)},
       {x.square(), square(x)},   {x.pow(3), pow(x, 3)}, {x.pow(x), pow(x, x)}};
   for (const auto& [m, f] : pairs) expect_same(values(m), values(f));
+  // the rounding methods, on values with ties: torch.tensor([2.5, -2.5, 0.5, 1.5, -0.5]).round()
+  // is [2, -2, 0, 2, -0]; floor and ceil as math's
+  const Tensor h = from_vector<double>({2.5, -2.5, 0.5, 1.5, -0.5, -1.2, 3.7});
+  expect_same(values(h.round()), {2, -2, 0, 2, -0.0, -1, 4});
+  EXPECT_TRUE(std::signbit(values(h.round())[4]));
+  expect_same(values(h.floor()), {2, -3, 0, 1, -1, -2, 3});
+  expect_same(values(h.ceil()), {3, -2, 1, 2, -0.0, -1, 4});
+  const Tensor y = rnd({2, 3}, 56) * 3.0;
+  for (const auto& [m, f] : std::vector<std::pair<Tensor, Tensor>>{{y.floor(), floor(y)}, {y.ceil(), ceil(y)}, {y.round(), round(y)}})
+    expect_same(values(m), values(f));
+  EXPECT_EQ(from_vector<int32_t>({-3, 4}).round().dtype(), kInt32); // integers unchanged
+  expect_error([] { (void)zeros({2}, kBool).floor(); }, __LINE__, "floor", {"bool[2]"});
 }
 
 TEST(Methods, OneDimSumAndMeanOverloads) {
@@ -394,6 +406,89 @@ TEST(RMSNorm, GradcheckAndErrors) {
   expect_error([] { (void)F::rms_norm(zeros({2, 3}), {2}); }, __LINE__, "rms_norm", {"f32[2,3]", "normalized_shape [2]"});
   expect_error([] { (void)F::rms_norm(zeros({2, 3}), {3}, zeros({2})); }, __LINE__, "rms_norm", {"f32[2,3]", "f32[2]"});
   expect_error([] { (void)F::rms_norm(zeros({2, 3}, kInt64), {3}); }, __LINE__, "rms_norm", {"i64[2,3]", "floating"});
+}
+
+// ---------------------------------------------------------------- var and std
+
+// Rows: plain values, a constant row (variance 0) and values of mixed signs.
+Tensor var_input() { return from_vector<double>({1.0, 2.5, -0.5, 4.0, 3, 3, 3, 3, -2.0, 0.0, 7.0, 1.5}, {3, 4}); }
+
+TEST(VarStd, ValuesAsPyTorch) {
+  const Tensor x = var_input();
+  // torch.var(x), torch.var(x, unbiased=False), torch.std(x), torch.std(x, unbiased=False)
+  EXPECT_NEAR(var(x).item<double>(), 5.505681818181818, 1e-14);
+  EXPECT_NEAR(var(x, {}, false).item<double>(), 5.046875, 1e-14);
+  EXPECT_NEAR(std(x).item<double>(), 2.346418934926544, 1e-14);
+  EXPECT_NEAR(x.std({}, false).item<double>(), 2.2465250944514286, 1e-14);
+  // torch.var(x, 1), torch.var(x, 1, unbiased=False), torch.std(x, 1), torch.std(x, 1, unbiased=False)
+  expect_near_rel(values(var(x, 1)), {3.75, 0.0, 14.895833333333336}, 1e-14);
+  expect_near_rel(values(x.var(1, false)), {2.8125, 0.0, 11.171875000000002}, 1e-14);
+  expect_near_rel(values(std(x, 1)), {1.9364916731037085, 0.0, 3.859512058969804}, 1e-14);
+  expect_near_rel(values(x.std({1}, false)), {1.6770509831248424, 0.0, 3.3424354892802346}, 1e-14);
+  // torch.var(x, 0), torch.std(x, 0); torch.var(x, [0, 1], True, True) is [[5.505681818181818]]
+  expect_near_rel(values(x.var(0)), {6.333333333333334, 2.5833333333333335, 14.083333333333332, 1.5833333333333335}, 1e-14);
+  expect_near_rel(values(std(x, -2)), {2.5166114784235836, 1.6072751268321592, 3.7527767497325675, 1.2583057392117918}, 1e-14);
+  const Tensor kept = var(x, {0, 1}, true, true);
+  EXPECT_EQ(kept.shape(), (IntList{1, 1}));
+  EXPECT_NEAR(kept.item<double>(), 5.505681818181818, 1e-14);
+  EXPECT_EQ(x.std(1, true, true).shape(), (IntList{3, 1}));
+  // one element: n - 1 = 0 gives NaN unbiased, 0 biased (torch.var(torch.tensor([2.]), 0)); none gives NaN
+  // either way (torch.var(torch.zeros(2, 0), 1)); a NaN or an infinity makes NaN (inf - inf)
+  const Tensor one = from_vector<double>({2.0});
+  EXPECT_TRUE(std::isnan(var(one).item<double>()));
+  EXPECT_TRUE(std::isnan(std(one, 0).item<double>()));
+  EXPECT_EQ(var(one, {}, false).item<double>(), 0.0);
+  EXPECT_EQ(std(one, {}, false).item<double>(), 0.0);
+  expect_same(values(var(zeros({2, 0}, kFloat64), 1)), {kNaN, kNaN});
+  expect_same(values(std(zeros({2, 0}, kFloat64), 1, false)), {kNaN, kNaN});
+  EXPECT_TRUE(std::isnan(var(from_vector<double>({1, kNaN, 2})).item<double>()));
+  EXPECT_TRUE(std::isnan(std(from_vector<double>({1, kInf})).item<double>()));
+  // a 0-d tensor is one element; f32 stays f32
+  EXPECT_TRUE(std::isnan(var(scalar_tensor(3.0)).item<double>()));
+  const Tensor x32 = x.to(kFloat32);
+  EXPECT_EQ(var(x32, 1).dtype(), kFloat32);
+  expect_near_rel(values(x32.std(1)), {1.9364916731037085, 0.0, 3.859512058969804}, 1e-6);
+}
+
+TEST(VarStd, GradientsAsPyTorch) {
+  const Tensor u = from_vector<double>({1.0, -2.0, 3.0});
+  // torch.autograd.grad((torch.var(x, 1, unbiased=ub) * u).sum(), x), and the same for std
+  const std::vector<std::pair<bool, std::vector<double>>> var_grads = {
+      {true, {-0.5, 0.5, -1.5, 1.5, 0, 0, 0, 0, -7.25, -3.25, 10.75, -0.25}},
+      {false, {-0.375, 0.375, -1.125, 1.125, 0, 0, 0, 0, -5.4375, -2.4375, 8.0625, -0.1875}}};
+  const std::vector<std::pair<bool, std::vector<double>>> std_grads = {
+      {true, {-0.12909944487358055, 0.12909944487358055, -0.38729833462074165, 0.38729833462074165, 0, 0, 0, 0,
+              -0.9392378996653785, -0.4210376791603421, 1.3926630926072854, -0.03238751378156478}},
+      {false, {-0.1118033988749895, 0.1118033988749895, -0.33541019662496846, 0.33541019662496846, 0, 0, 0, 0,
+               -0.8134038813073576, -0.36462932610329823, 1.2060816171109097, -0.028048409700253712}}};
+  for (const auto& [unbiased, want] : var_grads) {
+    const Tensor x = var_input().requires_grad_();
+    expect_near_rel(values(grad({(var(x, 1, unbiased) * u).sum()}, {x})[0]), want, 1e-14);
+  }
+  // the constant row's std is 0: its gradient is 0 there, as PyTorch's (not NaN)
+  for (const auto& [unbiased, want] : std_grads) {
+    const Tensor x = var_input().requires_grad_();
+    expect_near_rel(values(grad({(std(x, 1, unbiased) * u).sum()}, {x})[0]), want, 1e-14);
+  }
+  // one element: NaN unbiased, 0 biased (PyTorch's of torch.var(t, 0) and torch.std(t, 0), t = [2.])
+  const Tensor one = from_vector<double>({2.0}).requires_grad_();
+  EXPECT_TRUE(std::isnan(values(grad({var(one, 0)}, {one})[0])[0]));
+  EXPECT_TRUE(std::isnan(values(grad({std(one, 0)}, {one})[0])[0]));
+  expect_same(values(grad({var(one, 0, false)}, {one})[0]), {0});
+  expect_same(values(grad({std(one, 0, false)}, {one})[0]), {0});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (var(v[0], {0, 2}, true, true) * v[1]).sum(); },
+                   {rnd({3, 2, 4}, 57), rnd({1, 2, 1}, 58)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (v[0].std(-1, false) * v[1]).sum() + std(v[0]); },
+                   {rnd({3, 5}, 59), rnd({3}, 60)});
+}
+
+TEST(VarStd, ErrorsNameTheOpShapesAndLine) {
+  const Tensor x = zeros({3, 4});
+  expect_error([&] { (void)var(x, 2); }, __LINE__, "var", {"f32[3,4]", "dim 2"});
+  expect_error([&] { (void)x.std({0, -2}); }, __LINE__, "std", {"f32[3,4]", "more than once"});
+  expect_error([&] { (void)var(arange(3)); }, __LINE__, "var", {"i64[3]", "floating"});
+  expect_error([&] { (void)std(zeros({2}, kBool), 0); }, __LINE__, "std", {"bool[2]", "floating"});
+  expect_error([&] { (void)Tensor().var(); }, __LINE__, "var", {"undefined"});
 }
 
 // ---------------------------------------------------------------- ModuleList, ModuleDict, Module::to(dtype)
@@ -806,6 +901,21 @@ TEST(Composites, ForwardModeAgreesWithReverseMode) {
       [](const Tensor& x) { return F::rms_norm(x, {2, 2}); },
       [&](const Tensor& x) { return F::cross_entropy(x.reshape({2, 2, 2}), t, {.label_smoothing = 0.2}); },
       [](const Tensor& x) { return x.unfold(2, 1, 1).unfold(0, 2, 1) * 2.0; },
+      [](const Tensor& x) { return std(x, {1, 2}, true, true) * var(x, 0, false) + x.var(); },
+      [](const Tensor& x) {
+        return F::smooth_l1_loss(x, x * x, Reduction::None, 0.5) + F::huber_loss(x * 2.0, -x, Reduction::None, 0.3) +
+               F::l1_loss(x, ones_like(x) * 0.3, Reduction::None);
+      },
+      [](const Tensor& x) {
+        return F::kl_div(F::log_softmax(x, 2), F::softmax(x * 2.0, 2), Reduction::BatchMean) +
+               F::kl_div(x, x * 0.5, Reduction::None, true);
+      },
+      [](const Tensor& x) {
+        return F::binary_cross_entropy(sigmoid(x), sigmoid(x * 3.0), Reduction::None) +
+               F::binary_cross_entropy_with_logits(x, sigmoid(-x), {.weight = from_vector<double>({0.5, 2.0}),
+                                                                    .reduction = Reduction::None,
+                                                                    .pos_weight = from_vector<double>({2.0, 0.5})});
+      },
   };
   const Tensor x = rnd({2, 2, 2}, 53), v = rnd({2, 2, 2}, 54);
   for (size_t i = 0; i < fs.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <sstream>
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
@@ -43,13 +44,15 @@ void require_integral(const std::string& op, const Tensor& t, const Loc& loc) {
   if (!is_integral(t.dtype())) fail(op, "needs integer (i32 or i64) class indices", {&t}, loc);
 }
 
-Tensor reduce(const Tensor& per_element, Reduction r) {
+// Reduces per-element losses; BatchMean is kl_div's alone (it divides by the batch size itself).
+Tensor reduce(const std::string& op, const Tensor& per_element, Reduction r, const Loc& loc) {
   switch (r) {
   case Reduction::Mean: return per_element.mean();
   case Reduction::Sum: return per_element.sum();
   case Reduction::None: return per_element;
+  case Reduction::BatchMean: break;
   }
-  return per_element;
+  fail(op, "reduction BatchMean is kl_div's only (as PyTorch's 'batchmean'); use Mean, Sum or None", {}, loc);
 }
 
 // When the class indices are already computed (data from a loader), checks that
@@ -528,13 +531,10 @@ ClassTargets class_targets(const std::string& op, const Tensor& targets, int64_t
 }
 
 // Reduces per-element losses; the mean divides by the total weight of the targets, as PyTorch.
-Tensor reduce_class_loss(const Tensor& per_element, const Tensor& target_weight, Reduction r) {
-  switch (r) {
-  case Reduction::Mean: return per_element.sum() / target_weight.sum();
-  case Reduction::Sum: return per_element.sum();
-  case Reduction::None: return per_element;
-  }
-  return per_element;
+Tensor reduce_class_loss(const std::string& op, const Tensor& per_element, const Tensor& target_weight, Reduction r,
+                         const Loc& loc) {
+  if (r == Reduction::Mean) return per_element.sum() / target_weight.sum();
+  return reduce(op, per_element, r, loc);
 }
 
 // -w[t] * log_probs[t] per element of log-probabilities with the class dim last.
@@ -554,7 +554,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions o
   const Tensor lp = classes_last(log_probs);
   const ClassTargets t = class_targets("nll_loss", targets, lp.size(-1), options.ignore_index, options.weight,
                                        lp.dtype(), loc);
-  return reduce_class_loss(picked_nll(lp, t, options.weight.defined()), t.weight, options.reduction);
+  return reduce_class_loss("nll_loss", picked_nll(lp, t, options.weight.defined()), t.weight, options.reduction, loc);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction, Loc loc) {
@@ -572,33 +572,169 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOp
                                        logp.dtype(), loc);
   const bool weighted = options.weight.defined();
   Tensor nll = picked_nll(logp, t, weighted);
-  if (s == 0) return reduce_class_loss(nll, t.weight, options.reduction);
+  if (s == 0) return reduce_class_loss("cross_entropy", nll, t.weight, options.reduction, loc);
   // PyTorch's smoothing term: the mean over classes of -w[c] * log p[c], 0 where the target is ignored.
   Tensor smooth = -(weighted ? logp * options.weight.to(logp.dtype(), loc) : logp).mean(-1);
   smooth = where(ne(targets, wrap_scalar(options.ignore_index, targets), loc), smooth, 0, loc);
-  return reduce_class_loss(nll * (1.0 - s) + smooth * s, t.weight, options.reduction);
+  return reduce_class_loss("cross_entropy", nll * (1.0 - s) + smooth * s, t.weight, options.reduction, loc);
 }
+
+namespace {
+
+// An elementwise loss's input and target: a floating input and a target of its shape. PyTorch
+// broadcasts them with a warning that it "will likely lead to incorrect results"; kiln refuses.
+void check_same_shape(const std::string& op, const Tensor& input, const Tensor& target, const Loc& loc) {
+  require_floating(op, input, loc);
+  if (!target.defined()) throw Error(op, "the target is undefined", loc);
+  if (input.shape() != target.shape()) fail(op, "input and target must have the same shape", {&input, &target}, loc);
+}
+
+// An optional weight of a binary cross entropy: floating and broadcast to the input's shape.
+void check_weight(const std::string& op, const char* what, const Tensor& weight, const Tensor& input, const Loc& loc) {
+  if (!weight.defined()) return;
+  if (!is_floating(weight.dtype())) fail(op, std::string(what) + " must be floating", {&input, &weight}, loc);
+  const auto shape = graph::broadcast_shapes(input.shape(), weight.shape());
+  if (!shape || *shape != input.shape())
+    fail(op, std::string(what) + " must broadcast to the input's shape " + graph::shape_str(input.shape()),
+         {&input, &weight}, loc);
+}
+
+std::string number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+} // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  require_floating("mse_loss", input, loc);
-  if (input.shape() != target.shape()) fail("mse_loss", "input and target must have the same shape", {&input, &target}, loc);
+  detail::UserCall call("mse_loss", loc); // the errors of the ops it is made of are mse_loss's
+  check_same_shape("mse_loss", input, target, loc);
   Tensor d = input - target;
-  return reduce(d * d, reduction);
+  return reduce("mse_loss", d * d, reduction, loc);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction, Loc loc) {
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
-  require_floating("binary_cross_entropy_with_logits", logits, loc);
-  if (logits.shape() != targets.shape())
-    fail("binary_cross_entropy_with_logits", "logits and targets must have the same shape", {&logits, &targets}, loc);
+  detail::UserCall call("l1_loss", loc); // the errors of the ops it is made of are l1_loss's
+  check_same_shape("l1_loss", input, target, loc);
+  return reduce("l1_loss", abs(input - target), reduction, loc);
+}
+
+namespace {
+
+// PyTorch's smooth L1 (huber = false) or Huber loss of d = input - target per element, with the
+// threshold t (beta or delta) > 0. The quadratic branch squares d only where it is taken, so that its
+// derivative elsewhere is 0 * 0, not 0 * inf at an infinite d (PyTorch's gradient is +-1 or +-delta there).
+Tensor smooth_or_huber(const Tensor& d, double t, bool huber) {
+  const Tensor magnitude = abs(d);
+  const Tensor small = magnitude < t;
+  const Tensor q = where(small, d, 0);
+  if (huber) return where(small, 0.5 * q * q, t * (magnitude - 0.5 * t));
+  return where(small, 0.5 * q * q / t, magnitude - 0.5 * t);
+}
+
+} // namespace
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("smooth_l1_loss", loc); // the errors of the ops it is made of are smooth_l1_loss's
+  check_same_shape("smooth_l1_loss", input, target, loc);
+  if (!(beta >= 0)) fail("smooth_l1_loss", "beta must be non-negative, got " + number(beta), {&input}, loc);
+  const Tensor d = input - target;
+  if (beta > 0) return reduce("smooth_l1_loss", smooth_or_huber(d, beta, false), reduction, loc);
+  // beta = 0: |d|, whose gradient PyTorch's smooth_l1 backward makes -1 where d <= -beta, so at d = 0
+  // too; 0 - d (not -d) keeps the value there +0, as |d|.
+  return reduce("smooth_l1_loss", where(d > 0, d, 0.0 - d), reduction, loc);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("huber_loss", loc); // the errors of the ops it is made of are huber_loss's
+  check_same_shape("huber_loss", input, target, loc);
+  if (!(delta > 0)) fail("huber_loss", "delta must be positive, got " + number(delta), {&input}, loc);
+  return reduce("huber_loss", smooth_or_huber(input - target, delta, true), reduction, loc);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("kl_div", loc); // the errors of the ops it is made of are kl_div's
+  require_floating("kl_div", input, loc);
+  if (!target.defined()) throw Error("kl_div", "the target is undefined", loc);
+  if (!graph::broadcast_shapes(input.shape(), target.shape()))
+    fail("kl_div", "input and target shapes cannot be broadcast together", {&input, &target}, loc);
+  Tensor per;
+  if (log_target) {
+    per = exp(target) * (target - input);
+  } else {
+    // xlogy(target, target): 0 where target is 0 (a NaN target stays NaN). The log reads 1 there, so
+    // that its derivative (1 / 0) does not reach the gradient as 0 * inf.
+    const Tensor nonzero = target != 0;
+    per = where(nonzero, target * log(where(nonzero, target, 1)), 0) - target * input;
+  }
+  if (reduction != Reduction::BatchMean) return reduce("kl_div", per, reduction, loc);
+  // PyTorch's "batchmean": the sum over the batch size, input's first extent (none for a 0-d input)
+  const Tensor total = per.sum();
+  return input.dim() == 0 ? total : total / static_cast<double>(input.size(0));
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
+                            Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  detail::UserCall call("binary_cross_entropy", loc); // the errors of the ops it is made of are its own
+  check_same_shape("binary_cross_entropy", input, target, loc);
+  check_weight("binary_cross_entropy", "the weight", weight, input, loc);
+  if (input.node()->realized()) // computed already (data, a loaded tensor): checked as PyTorch's kernel
+    for (double v : input.to_vector<double>())
+      if (!(v >= 0 && v <= 1))
+        fail("binary_cross_entropy", "input values must be between 0 and 1, got " + number(v), {&input}, loc);
+  // log(v) clamped at -100 as PyTorch; where v is 0 the log reads 1, so that its derivative (1 / 0)
+  // does not reach the gradient as 0 * inf.
+  const auto clamped_log = [](const Tensor& v) {
+    const Tensor nonzero = v != 0;
+    return where(nonzero, clamp(log(where(nonzero, v, 1)), -100.0), -100.0);
+  };
+  Tensor per = (target - 1.0) * clamped_log(1.0 - input) - target * clamped_log(input); // PyTorch's order
+  if (weight.defined()) per = per * weight;
+  return reduce("binary_cross_entropy", per, reduction, loc);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
+  return binary_cross_entropy(input, target, Tensor(), reduction, loc);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        BinaryCrossEntropyWithLogitsOptions options, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const std::string op = "binary_cross_entropy_with_logits";
+  detail::UserCall call(op, loc); // the errors of the ops it is made of are its own
+  require_floating(op, logits, loc);
+  if (!targets.defined()) throw Error(op, "the targets are undefined", loc);
+  if (logits.shape() != targets.shape()) fail(op, "logits and targets must have the same shape", {&logits, &targets}, loc);
+  check_weight(op, "the weight", options.weight, logits, loc);
+  check_weight(op, "pos_weight", options.pos_weight, logits, loc);
   // (1 - y) x + log(1 + e^-x) for x >= 0, -y x + log(1 + e^x) below: no overflow for any x. The
   // branches and |x| are selects on x >= 0, so that at x = 0 both take their right-hand
   // derivatives (1 - y - 1/2: sigmoid(0) - y); relu' and abs' would both give 0 there, and -y.
+  // With a pos_weight p: (1 - y) x + l log(1 + e^-x) and -p y x + l log(1 + e^x), l = 1 + (p - 1) y.
   const Tensor right = logits >= 0;
   const Tensor magnitude = where(right, logits, -logits);
-  Tensor per = where(right, (1.0 - targets) * logits, -targets * logits) + log(1.0 + exp(-magnitude));
-  return reduce(per, reduction);
+  const Tensor soft = log(1.0 + exp(-magnitude));
+  Tensor per;
+  if (options.pos_weight.defined()) {
+    const Tensor& p = options.pos_weight;
+    per = where(right, (1.0 - targets) * logits, -(p * targets) * logits) + ((p - 1.0) * targets + 1.0) * soft;
+  } else {
+    per = where(right, (1.0 - targets) * logits, -targets * logits) + soft;
+  }
+  if (options.weight.defined()) per = per * options.weight;
+  return reduce(op, per, options.reduction, loc);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Reduction reduction, Loc loc) {
+  return binary_cross_entropy_with_logits(logits, targets, BinaryCrossEntropyWithLogitsOptions{.reduction = reduction},
+                                          loc);
 }
 
 } // namespace kiln::nn::functional

@@ -503,6 +503,36 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
   return keepdim ? r : reshape(r, drop_dims(xf.shape(), ds), loc);
 }
 
+namespace {
+
+// var and std: the squared deviations from the mean over dims, summed and divided by max(0, n - 1)
+// (unbiased) or n, as PyTorch 1.13; a zero divisor gives 0 / 0 = NaN, and a NaN gradient.
+Tensor variance(const std::string& op, const Tensor& x, const IntList& dims, bool unbiased, bool keepdim,
+                const Loc& loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (!x.defined()) throw Error(op, "the input is undefined", loc);
+  if (!is_floating(x.dtype())) fail(op, "needs a floating dtype (cast the input first)", {&x}, loc);
+  const int64_t n = reduced_count(x, dims_or_fail(op, dims, x, loc));
+  const Tensor xc = x - mean(x, dims, true, loc);
+  const double divisor = static_cast<double>(std::max<int64_t>(0, unbiased ? n - 1 : n));
+  return sum(xc * xc, dims, keepdim, loc) / divisor;
+}
+
+} // namespace
+
+Tensor var(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
+  return variance("var", x, dims, unbiased, keepdim, loc);
+}
+
+Tensor std(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
+  const Tensor v = variance("std", x, dims, unbiased, keepdim, loc);
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  // PyTorch's std backward divides by 2 * std and masks the result where std is 0: a selected
+  // sqrt of 1 there keeps the 0 * inf of sqrt's derivative at 0 out of the gradient.
+  const Tensor nonzero = ne(v, wrap_scalar(0, v, loc), loc);
+  return where(nonzero, sqrt(where(nonzero, v, 1, loc), loc), 0, loc);
+}
+
 // ---------------------------------------------------------------- movement
 
 Tensor reshape(const Tensor& x, IntList shape, Loc loc) {
@@ -868,6 +898,11 @@ Tensor Tensor::relu(Loc loc) const { return kiln::relu(*this, loc); }
 Tensor Tensor::reciprocal(Loc loc) const { return kiln::reciprocal(*this, loc); }
 Tensor Tensor::square(Loc loc) const { return kiln::square(*this, loc); }
 Tensor Tensor::sign(Loc loc) const { return kiln::sign(*this, loc); }
+Tensor Tensor::floor(Loc loc) const { return kiln::floor(*this, loc); }
+Tensor Tensor::ceil(Loc loc) const { return kiln::ceil(*this, loc); }
+Tensor Tensor::round(Loc loc) const { return kiln::round(*this, loc); }
+Tensor Tensor::var(IntList d, bool u, bool k, Loc loc) const { return kiln::var(*this, std::move(d), u, k, loc); }
+Tensor Tensor::std(IntList d, bool u, bool k, Loc loc) const { return kiln::std(*this, std::move(d), u, k, loc); }
 Tensor Tensor::pow(Scalar e, Loc loc) const { return kiln::pow(*this, e, loc); }
 Tensor Tensor::pow(const Tensor& e, Loc loc) const { return kiln::pow(*this, e, loc); }
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi, Loc loc) const {

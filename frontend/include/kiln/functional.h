@@ -27,8 +27,10 @@ struct Size2 {
 
 namespace kiln::nn::functional {
 
-/// How a loss combines the per-element losses.
-enum class Reduction { Mean, Sum, None };
+/// How a loss combines the per-element losses, as PyTorch's `reduction` argument: "mean" (over the
+/// elements, or the targets' weights for the class losses), "sum", "none" (the per-element losses),
+/// and "batchmean", the sum divided by the batch size (kl_div's only; other losses refuse it, as PyTorch).
+enum class Reduction { Mean, Sum, None, BatchMean };
 
 // ---------------------------------------------------------------- activations
 /// exp(x - max) / sum(exp(x - max)) along dim.
@@ -114,11 +116,56 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions o
 /// nll_loss with the default weight and ignore_index and the given reduction.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduction = Reduction::Mean,
                 Loc loc = Loc::current());
-/// (input - target)^2, reduced.
+/// (input - target)^2, reduced. The shapes must be equal (PyTorch broadcasts them, with a warning).
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                 Loc loc = Loc::current());
-/// Binary cross entropy of sigmoid(logits) against targets in [0, 1], computed stably as
-/// max(x, 0) - x * y + log(1 + exp(-|x|)).
+/// |input - target|, reduced, as torch.nn.functional.l1_loss; its gradient is sign(input - target)
+/// (0 where they are equal). The shapes must be equal (PyTorch broadcasts them, with a warning).
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+               Loc loc = Loc::current());
+/// As torch.nn.functional.smooth_l1_loss: with d = |input - target|, 0.5 d^2 / beta where d < beta, else
+/// d - 0.5 beta, reduced; beta must be >= 0, and beta = 0 is l1_loss, except that where input equals target
+/// the input's gradient is -1, as PyTorch's smooth_l1 backward, not l1_loss's 0 (the target's is +1 there,
+/// PyTorch's -1). The shapes must be equal.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0, Loc loc = Loc::current());
+/// As torch.nn.functional.huber_loss: with d = |input - target|, 0.5 d^2 where d < delta, else
+/// delta (d - 0.5 delta), reduced (smooth_l1_loss times delta, for beta = delta); delta must be > 0. The
+/// shapes must be equal.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0, Loc loc = Loc::current());
+/// Kullback-Leibler divergence of `input`, log-probabilities, from `target`, as
+/// torch.nn.functional.kl_div: per element target (log target - input), 0 where target is 0 (xlogy), or
+/// exp(target) (target - input) with log_target (the target as log-probabilities). Input and target
+/// broadcast; Mean averages over every element (PyTorch 1.13's "mean"), BatchMean divides the sum by
+/// the input's first extent (the sum for a 0-d input), the KL divergence of a batch. The gradient with
+/// respect to a target of 0 is -input (PyTorch's is NaN, 0 / 0 in xlogy's derivative).
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+              bool log_target = false, Loc loc = Loc::current());
+/// Binary cross entropy of probabilities `input` in [0, 1] against `target` of the same shape, as
+/// torch.nn.functional.binary_cross_entropy: -weight (target log(input) + (1 - target) log(1 - input)) per
+/// element, each log clamped at -100 (so input 0 or 1 gives at most 100); the optional weight broadcasts to
+/// the input's shape. An input outside [0, 1] is an error when it is already computed (as PyTorch's check),
+/// NaN when lazy. The gradients are those of this formula: where a log is clamped (input 0 or 1, or
+/// below e^-100) it passes none, where PyTorch's divides by max(input (1 - input), 1e-12).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                            Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
+/// binary_cross_entropy without a weight and with the given reduction.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc = Loc::current());
+/// Options of binary_cross_entropy_with_logits, in PyTorch's argument order (designated initializers:
+/// `{.pos_weight = w}`).
+struct BinaryCrossEntropyWithLogitsOptions {
+  Tensor weight{};                       ///< optional rescaling of each element's loss, broadcast to the input's shape
+  Reduction reduction = Reduction::Mean; ///< the mean over the elements by default
+  Tensor pos_weight{}; ///< optional weight of the positive term, broadcast to the input's shape (a [C] for [N, C])
+};
+/// Binary cross entropy of sigmoid(logits) against targets in [0, 1] of the same shape, as
+/// torch.nn.functional.binary_cross_entropy_with_logits: weight ((1 - y) softplus(x) + p y softplus(-x))
+/// per element, p the pos_weight (1 without), computed stably as (1 - y) x + l log(1 + exp(-|x|)) for
+/// x >= 0 and -p y x + l log(1 + exp(-|x|)) below, l = 1 + (p - 1) y.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        BinaryCrossEntropyWithLogitsOptions options, Loc loc = Loc::current());
+/// binary_cross_entropy_with_logits without weights and with the given reduction.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
 

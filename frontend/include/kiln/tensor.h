@@ -138,6 +138,23 @@ public:
     return mean(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
   }
   Tensor logsumexp(IntList dims, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::logsumexp
+  /// Variance over dims (all when empty), n - 1 in the divisor unless `unbiased` is false: see kiln::var.
+  Tensor var(IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const;
+  /// Standard deviation over dims (all when empty): see kiln::std.
+  Tensor std(IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const;
+  /// Variance over one dim (`x.var(1)`); a template so that `x.var({})` still means every dim, and not for bool
+  /// (`x.var(false)` does not compile rather than reduce dim 0: write `x.var({}, false)`).
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  Tensor var(I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
+  }
+  /// Standard deviation over one dim (`x.std(1)`); as the one-dim var.
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  Tensor std(I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const {
+    return std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
+  }
   Tensor max(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::max
   Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
   Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
@@ -158,6 +175,9 @@ public:
   Tensor reciprocal(Loc loc = Loc::current()) const; ///< see kiln::reciprocal
   Tensor square(Loc loc = Loc::current()) const;     ///< see kiln::square
   Tensor sign(Loc loc = Loc::current()) const;       ///< see kiln::sign
+  Tensor floor(Loc loc = Loc::current()) const;      ///< see kiln::floor
+  Tensor ceil(Loc loc = Loc::current()) const;       ///< see kiln::ceil
+  Tensor round(Loc loc = Loc::current()) const;      ///< see kiln::round
   Tensor pow(Scalar exponent, Loc loc = Loc::current()) const;        ///< see kiln::pow
   Tensor pow(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::pow
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current()) const; ///< see kiln::clamp
@@ -284,6 +304,27 @@ template <std::integral I> Tensor mean(const Tensor& x, I dim, bool keepdim = fa
 /// the max (taken as 0 where it is infinite, as torch.logsumexp: a row of -inf gives -inf, a +inf
 /// gives +inf; an empty reduction gives -inf). Integers promote to the default float dtype.
 Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false, Loc loc = Loc::current());
+/// Variance over dims (all when empty), as torch.var(input, dim, unbiased, keepdim) of PyTorch 1.13: the
+/// sum of squared deviations from the mean divided by max(0, n - 1) when `unbiased` (the default, Bessel's
+/// correction) or by n, for the n elements reduced into each result. So one element with `unbiased` (or
+/// none) gives NaN, and its gradient is NaN, as PyTorch's. Floating dtypes only.
+Tensor var(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current());
+/// The square root of var(x, dims, unbiased, keepdim), as torch.std; where it is 0 (a constant row) the
+/// gradient is 0, as PyTorch's (not the 0 * inf of sqrt's derivative there).
+Tensor std(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current());
+/// var over one dim (`var(x, 1)`); a template so that `var(x, {})` still means every dim, and not for bool
+/// (`var(x, false)` does not compile rather than reduce dim 0: write `var(x, {}, false)`).
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+Tensor var(const Tensor& x, I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.var(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
+}
+/// std over one dim (`std(x, 1)`); as the one-dim var.
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+Tensor std(const Tensor& x, I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
+}
 /// Index (i64) of the first maximum along dim.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
 /// Index (i64) of the first minimum along dim.
