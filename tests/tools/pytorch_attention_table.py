@@ -13,6 +13,8 @@ Every case records the outputs and the gradients of sum(out * u) with u[i] = 1 +
 import math
 import torch
 
+from cpp_literals import lits
+
 gen = torch.Generator().manual_seed(15)
 
 
@@ -20,16 +22,6 @@ def randn(*shape):
     return torch.randn(shape, generator=gen, dtype=torch.float64)
 
 
-def lit(v):
-    if v != v:
-        return "kNaN"
-    if v in (float("inf"), float("-inf")):
-        return "kInf" if v > 0 else "-kInf"
-    return repr(float(v))
-
-
-def lits(t):
-    return "{" + ", ".join(lit(float(v)) for v in t.flatten().tolist()) + "}"
 
 
 def shape(t):

@@ -6,6 +6,8 @@ in f64, the reference of test_tfops's ClassLosses tests. Run with Debian's pytho
 torch is needed only to regenerate the table, never by the tests."""
 import torch
 
+from cpp_literals import lits
+
 # (name, loss: "ce" or "nll", input shape, targets (nested like the shape without dim 1),
 #  weight or None, ignore_index, label_smoothing)
 CASES = [
@@ -37,16 +39,6 @@ CASES = [
 REDUCTIONS = ["none", "sum", "mean"]
 
 
-def lit(v):
-    if v != v:
-        return "kNaN"
-    if v in (float("inf"), float("-inf")):
-        return "kInf" if v > 0 else "-kInf"
-    return repr(float(v))
-
-
-def lits(vs):
-    return "{" + ", ".join(lit(float(v)) for v in vs) + "}"
 
 
 def main():

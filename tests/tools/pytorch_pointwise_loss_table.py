@@ -10,6 +10,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from cpp_literals import lits
+
 warnings.simplefilter("ignore")  # kl_div's warning about reduction='mean'
 D = torch.float64
 X = [[0.5, -1.2, 2.0], [0.1, 3.0, -0.4]]  # input - target: 0.2, -1.6, 2.0, 0 (equal), 2.0, 1.6
@@ -39,16 +41,6 @@ CASES += [("bce", 0.0, PROB, BIN, w, None, True) for w in (None, W)]
 CASES += [("bce_logits", 0.0, Z, ZY, w, p, True) for w, p in ((None, None), (W, None), (None, PW), (W, PW))]
 
 
-def lit(v):
-    if v != v:
-        return "kNaN"
-    if v in (float("inf"), float("-inf")):
-        return "kInf" if v > 0 else "-kInf"
-    return repr(float(v))
-
-
-def lits(vs):
-    return "{" + ", ".join(lit(float(v)) for v in vs) + "}"
 
 
 def call(kind, param, reduction, x, t, w, pw):
