@@ -343,6 +343,12 @@ TEST(Methods, ElementwiseMethodsEqualTheFreeFunctions) {
   expect_error([] { (void)zeros({2}, kBool).floor(); }, __LINE__, "floor", {"bool[2]"});
 }
 
+// A bool is not a dim: x.sum(true) meant dim 1 (a user's keepdim read as a dim) and now does not compile.
+template <class D> concept SumsOverOneDim = requires(const Tensor& x, D d) { x.sum(d); };
+template <class D> concept MeansOverOneDim = requires(const Tensor& x, D d) { x.mean(d); mean(x, d); };
+static_assert(SumsOverOneDim<int> && SumsOverOneDim<int64_t> && MeansOverOneDim<int>);
+static_assert(!SumsOverOneDim<bool> && !MeansOverOneDim<bool>);
+
 TEST(Methods, OneDimSumAndMeanOverloads) {
   Tensor x = iota({2, 3});
   expect_same(values(x.sum(1)), {3, 12});
@@ -717,6 +723,51 @@ TEST(ClassLosses, OutOfRangeTargetsStillFailAndShapesAreChecked) {
   expect_error([&] { (void)F::cross_entropy(zeros({}), zeros({}, kInt64)); }, __LINE__, "cross_entropy", {"f32[]"});
 }
 
+// Floating targets of the logits' shape are class probabilities (soft labels: distillation, mixup),
+// as in PyTorch since 1.10. The expected values are torch 1.13's, from
+// torch.nn.functional.cross_entropy(x, p, **kw) and torch.autograd.grad(loss.sum(), x).
+TEST(ClassLosses, ProbabilityTargetsMatchPyTorch) {
+  const Tensor p = from_vector<double>({0.2, 0.3, 0.5, 0.6, 0.1, 0.3}, {2, 3});
+  const Tensor w = from_vector<double>({1.0, 2.0, 0.5});
+  struct Case {
+    F::CrossEntropyOptions options;
+    std::vector<double> loss, grad;
+  };
+  const std::vector<Case> cases = {
+      {{}, {1.2859919530321906},
+       {-0.012354803929981659, -0.13044371336465627, 0.14279851729463794, 0.05922017057553247, 0.05291830199882577,
+        -0.11213847257435824}},
+      {{.reduction = Reduction::None}, {1.441311296657157, 1.1306726094072241},
+       {-0.024709607859963317, -0.26088742672931253, 0.2855970345892759, 0.11844034115106494, 0.10583660399765155,
+        -0.2242769451487165}},
+      {{.weight = w}, {1.6275079202134388},
+       {-0.007972544126480737, -0.2794658990328891, 0.28743844315936984, 0.04125916204675587, -0.0022276131011155116,
+        -0.03903154894564032}},
+      {{.label_smoothing = 0.2}, {1.352658619698857},
+       {-0.025688137263314995, -0.1337770466979896, 0.1594651839613046, 0.08588683724219914, 0.029584968665492442,
+        -0.11547180590769157}},
+      {{.weight = w, .reduction = Reduction::Sum, .label_smoothing = 0.2}, {3.479142250423191},
+       {-0.03852164576969398, -0.5713525046894621, 0.609874150459156, 0.16698407221005782, -0.0888689733623328,
+        -0.07811509884772504}},
+  };
+  for (const Case& c : cases) {
+    Tensor x = from_vector<double>({0.5, -1.0, 2.0, 1.5, 0.25, -0.75}, {2, 3}).requires_grad_();
+    const Tensor loss = F::cross_entropy(x, p, c.options);
+    loss.sum().backward();
+    expect_close_rel(values(loss), c.loss, "probability targets: loss");
+    expect_close_rel(values(x.grad()), c.grad, "probability targets: gradient");
+  }
+  // [N, C, d1, d2]: the class dim is dim 1 of both; the mean is over N * d1 * d2
+  const Tensor a = arange(0, 24, 1, kFloat64).reshape({2, 3, 2, 2});
+  const Tensor x4 = a / 7.0;
+  const Tensor p4 = F::softmax(concat({a.narrow(0, 1, 1), a.narrow(0, 0, 1)}, 0) / 5.0, 1); // a.flip(0) / 5
+  EXPECT_NEAR(F::cross_entropy(x4, p4).item<double>(), 0.9284321727319464, 1e-13);
+  expect_gradcheck([&](const std::vector<Tensor>& v) { return F::cross_entropy(v[0], p4, {.weight = w, .label_smoothing = 0.1}); },
+                   {rnd({2, 3, 2, 2}, 36)});
+  expect_error([&] { (void)F::cross_entropy(x4, p4, {.ignore_index = 1}); }, __LINE__, "cross_entropy",
+               {"ignore_index is not supported for probability targets"});
+}
+
 // Without weights or ignored targets, the losses are bit for bit what kiln computed before
 // ignore_index and weights existed: the mean's count is exact, the masked terms are the same.
 TEST(ClassLosses, PlainLossesKeepTheirBits) {
@@ -830,6 +881,21 @@ TEST(Pooling, MatchesPyTorchWithCeilModeAndCountIncludePad) {
     expect_close_rel(values(y), c.out, std::string(c.name) + " values");
     expect_close_rel(values(x.grad()), c.grad, std::string(c.name) + " grad");
   }
+}
+
+// Unbatched [C, H, W] inputs, as PyTorch (torch.nn.functional.conv2d(c, w, padding=1) is [3, 5, 5]):
+// the batched result of a batch of one.
+TEST(Pooling, UnbatchedInputsAreABatchOfOne) {
+  const Tensor c = rnd({2, 5, 5}, 57), w = rnd({3, 2, 3, 3}, 58);
+  const Tensor y = F::conv2d(c, w, Tensor(), 1, 1);
+  EXPECT_EQ(y.shape(), (IntList{3, 5, 5}));
+  expect_same(values(y), values(F::conv2d(c.unsqueeze(0), w, Tensor(), 1, 1)));
+  EXPECT_EQ(F::max_pool2d(c, 2).shape(), (IntList{2, 2, 2}));
+  expect_same(values(F::max_pool2d(c, 3, 2, 1, 1, true)), values(F::max_pool2d(c.unsqueeze(0), 3, 2, 1, 1, true)));
+  expect_same(values(nn::AvgPool2d(2, 1)(c)), values(F::avg_pool2d(c.unsqueeze(0), 2, 1)));
+  expect_gradcheck([&](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1]) * F::conv2d(v[0], v[1])).sum(); },
+                   {rnd({2, 4, 4}, 59), rnd({1, 2, 2, 2}, 60)});
+  expect_error([&] { (void)F::max_pool2d(rnd({5, 5}, 61), 2); }, __LINE__, "max_pool2d", {"[C, H, W]"});
 }
 
 TEST(Pooling, ModulesTakeTheFlagsAndDefaults) {

@@ -86,7 +86,7 @@ int64_t ceil_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64
 // The output extents (Ho, Wo) of a sliding window over an [N, C, H, W] input, checked.
 std::pair<int64_t, int64_t> check_window(const std::string& op, const Tensor& x, const Size2& k, const Size2& s,
                                          const Size2& p, const Size2& d, const Loc& loc, bool ceil_mode = false) {
-  if (x.dim() != 4) fail(op, "expects a [N, C, H, W] input", {&x}, loc);
+  if (x.dim() != 4) fail(op, "expects a [N, C, H, W] (or unbatched [C, H, W]) input", {&x}, loc);
   if (k.h <= 0 || k.w <= 0 || s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0)
     fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
   const auto ho = graph::window_extent(x.size(2), k.h, s.h, p.h, d.h);
@@ -313,6 +313,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
+    return conv2d(x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
   if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
   const Size2 k(weight.size(2), weight.size(3));
   const auto [ho, wo] = check_window("conv2d", x, k, stride, padding, dilation, loc);
@@ -353,6 +355,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, bool ceil_mode, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
+    return max_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, dilation, ceil_mode, loc).squeeze(0, loc);
   const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
     fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
@@ -372,6 +376,8 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Si
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
                   bool count_include_pad, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
+    return avg_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc).squeeze(0, loc);
   require_floating("avg_pool2d", x, loc);
   const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
@@ -561,12 +567,38 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, Reduction reduct
   return nll_loss(log_probs, targets, NllLossOptions{.reduction = reduction}, loc);
 }
 
+namespace {
+
+// cross_entropy with class probabilities as targets (PyTorch's soft labels): per element
+// -sum over c of w[c] * q[c] * log_softmax[c], q = (1 - s) p + s / C; the mean divides by the number
+// of elements (N * d1 * ...), not by weights.
+Tensor cross_entropy_of_probabilities(const Tensor& logits, const Tensor& probs, const CrossEntropyOptions& options,
+                                      const Loc& loc) {
+  if (options.ignore_index >= 0)
+    fail("cross_entropy", "ignore_index is not supported for probability targets", {&logits, &probs}, loc);
+  if (options.weight.defined() &&
+      (options.weight.shape() != IntList{logits.size(logits.dim() > 1 ? 1 : 0)} || !is_floating(options.weight.dtype())))
+    fail("cross_entropy", "the class weights must be a floating [C] tensor", {&logits, &options.weight}, loc);
+  const Tensor logp = log_softmax(classes_last(logits), -1, loc);
+  const double s = options.label_smoothing;
+  Tensor q = classes_last(probs).to(logp.dtype(), loc);
+  if (s > 0) q = q * (1.0 - s) + s / static_cast<double>(logp.size(-1));
+  Tensor terms = q * logp;
+  if (options.weight.defined()) terms = terms * options.weight.to(logp.dtype(), loc);
+  return reduce("cross_entropy", -terms.sum(-1), options.reduction, loc);
+}
+
+} // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
-  check_class_loss("cross_entropy", logits, targets, options.weight, loc);
   const double s = options.label_smoothing;
   if (!(s >= 0 && s <= 1)) fail("cross_entropy", "label_smoothing must be in [0, 1]", {&logits}, loc);
+  if (targets.defined() && is_floating(targets.dtype()) && is_floating(logits.dtype()) &&
+      targets.shape() == logits.shape() && logits.dim() > 0)
+    return cross_entropy_of_probabilities(logits, targets, options, loc);
+  check_class_loss("cross_entropy", logits, targets, options.weight, loc);
   const Tensor logp = log_softmax(classes_last(logits), -1, loc);
   const ClassTargets t = class_targets("cross_entropy", targets, logp.size(-1), options.ignore_index, options.weight,
                                        logp.dtype(), loc);

@@ -49,11 +49,11 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
-/// 2-d cross-correlation of x [N, C, H, W] with weight [O, C/groups, kh, kw] (im2col + matmul), with
+/// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw] (im2col + matmul), with
 /// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
               const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
-/// Max over windows of x [N, C, H, W]; padding counts as -infinity. As torch.nn.functional.max_pool2d,
+/// Max over windows of x [N, C, H, W] (or unbatched [C, H, W]); padding counts as -infinity. As torch.nn.functional.max_pool2d,
 /// ceil_mode keeps a partial last window when it starts inside the input or the left padding. Its
 /// gradient goes, as PyTorch's, to each window's first maximal element (row-major in the window),
 /// none to the others tied with it (a window of -infinity only: possibly to its padding, so lost).
@@ -62,7 +62,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 /// max_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
                   const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
-/// Mean over windows of x [N, C, H, W], as torch.nn.functional.avg_pool2d: each window divides by the
+/// Mean over windows of x [N, C, H, W] (or unbatched [C, H, W]), as torch.nn.functional.avg_pool2d: each window divides by the
 /// number of input elements it covers, plus its zero padding when count_include_pad (never
 /// ceil_mode's overhang past the padding).
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
@@ -101,6 +101,9 @@ struct CrossEntropyOptions {
 /// s / C * sum over classes c of w[c] * -log_softmax (w = 1 without weights; 0 where ignored), and
 /// the mean divides the sum by the sum of w[t] over the non-ignored targets (NaN when all are
 /// ignored). A target outside [0, C) that is not ignore_index is an error (in the kernel when lazy).
+/// Floating targets of the logits' shape are class probabilities (PyTorch's soft labels): per element
+/// -sum over c of w[c] q[c] log_softmax[c] with q = (1 - s) p + s / C, and the mean divides by the
+/// number of elements (not by weights); ignore_index is not supported there.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options = {},
                      Loc loc = Loc::current());
 /// Options of nll_loss, in PyTorch's argument order.

@@ -129,12 +129,17 @@ public:
   Tensor masked_fill(const Tensor& mask, Scalar value, Loc loc = Loc::current()) const; ///< see kiln::masked_fill
   Tensor sum(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::sum
   Tensor mean(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::mean
-  /// Sum over one dim (`x.sum(1)`); a template so that `x.sum({})` still means every dim.
-  template <std::integral I> Tensor sum(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
+  /// Sum over one dim (`x.sum(1)`); a template so that `x.sum({})` still means every dim, and not for
+  /// bool (`x.sum(true)` does not compile rather than sum dim 1: write `x.sum({}, true)`).
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  Tensor sum(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
     return sum(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
   }
-  /// Mean over one dim (`x.mean(1)`); a template so that `x.mean({})` still means every dim.
-  template <std::integral I> Tensor mean(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
+  /// Mean over one dim (`x.mean(1)`); as the one-dim sum (not for bool).
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  Tensor mean(I dim, bool keepdim = false, Loc loc = Loc::current()) const {
     return mean(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
   }
   Tensor logsumexp(IntList dims, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::logsumexp
@@ -292,12 +297,17 @@ Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = 
 Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Minimum over dims (all when empty).
 Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
-/// Sum over one dim (`sum(x, 1)`); a template so that `sum(x, {})` still means every dim.
-template <std::integral I> Tensor sum(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
+/// Sum over one dim (`sum(x, 1)`); a template so that `sum(x, {})` still means every dim (not for bool,
+/// as Tensor::sum).
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+Tensor sum(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
   return x.sum(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
 }
-/// Mean over one dim (`mean(x, 1)`); a template so that `mean(x, {})` still means every dim.
-template <std::integral I> Tensor mean(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
+/// Mean over one dim (`mean(x, 1)`); a template so that `mean(x, {})` still means every dim (not for bool).
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+Tensor mean(const Tensor& x, I dim, bool keepdim = false, Loc loc = Loc::current()) {
   return x.mean(IntList{static_cast<int64_t>(dim)}, keepdim, loc);
 }
 /// log(sum(exp(x))) over dims (all when empty), computed stably as m + log(sum(exp(x - m))) with m
