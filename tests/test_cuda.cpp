@@ -883,6 +883,34 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
   }
 }
 
+// The sequence and image layers (tests/test_layers1d.cpp) on the shim: interpolate's indices and weights
+// computed on the device from an arange (each mode), conv1d, the 1-d pools and a cropping pad, forward
+// and input gradients, bitwise as the LLVM path.
+TEST(CudaShimLayers1d, MatchLlvmBitwise) {
+  for (DType dt : kFloats) {
+    check_case({"interpolate_" + dn(dt), [dt] {
+                  const Tensor x = make(dt, {2, 3, 5, 7}, 311), s = make(dt, {2, 3, 9}, 312);
+                  std::vector<Tensor> out = {
+                      F::interpolate(x, {.scale_factor = {1.7, 0.6}}),
+                      F::interpolate(x, {.size = {4, 9}, .mode = "nearest-exact"}),
+                      F::interpolate(x, {.scale_factor = {1.5, 2.3}, .mode = "bilinear"}),
+                      F::interpolate(x, {.size = {3, 11}, .mode = "bilinear", .align_corners = true}),
+                      F::interpolate(s, {.scale_factor = {1.3}, .mode = "linear"})};
+                  Tensor xg = x.detach().requires_grad_();
+                  const Tensor y = F::interpolate(xg, {.scale_factor = {1.5, 0.7}, .mode = "bilinear"});
+                  out.push_back(grad({(y * y).sum()}, {xg})[0]);
+                  return out;
+                }}, 32);
+    check_case({"conv1d_pools_pad_" + dn(dt), [dt] {
+                  Tensor x = make(dt, {2, 4, 11}, 313).detach().requires_grad_();
+                  const Tensor w = make(dt, {6, 2, 3}, 314);
+                  const Tensor h = F::conv1d(x, w, Tensor(), 2, 1, 2, 2);
+                  const Tensor p = F::max_pool1d(pad(h, {-1, 2}), 2, std::nullopt, 0, 1, true) + F::avg_pool1d(h, 3, 2, 1, false, false);
+                  return std::vector<Tensor>{p, grad({(p * p).sum()}, {x})[0]};
+                }}, 32);
+  }
+}
+
 // ---------------------------------------------------------------- attention on the shim
 
 // The attention kernel form (cuda_attention.cpp) on the shim against the LLVM path (llvm_attention.cpp),

@@ -174,7 +174,7 @@ TEST(Errors, SliceConcatPad) {
   expect_error([&] { (void)concat({}); }, __LINE__, "concat", {"at least one"});
   expect_error([&] { (void)pad(x, {1}); }, __LINE__, "pad", {"f32[4,5]"});
   expect_error([&] { (void)pad(x, {1, 1, 1, 1, 1, 1}); }, __LINE__, "pad", {"f32[4,5]"});
-  expect_error([&] { (void)pad(x, {-1, 0}); }, __LINE__, "pad", {"f32[4,5]", "negative"});
+  expect_error([&] { (void)pad(x, {-3, -3}); }, __LINE__, "pad", {"f32[4,5]", "negative padding (-3, -3) of dim 1"}); // crops 6 of 5
 }
 
 TEST(Errors, Matmul) {

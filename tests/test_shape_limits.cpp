@@ -225,12 +225,15 @@ void slice_case(std::mt19937_64& rng) {
 void pad_case(std::mt19937_64& rng) {
   const int64_t n = static_cast<int64_t>(rng() % 4), before = small_or_extreme(rng), after = small_or_extreme(rng);
   const i128 e = i128{n} + before + after;
-  const bool ok = before >= 0 && after >= 0 && e <= kCap;
+  // negative amounts crop (as torch.nn.functional.pad), at most the extent between them
+  const i128 cut_before = before < 0 ? -i128{before} : 0, cut_after = after < 0 ? -i128{after} : 0;
+  const bool ok = cut_before + cut_after <= n && e <= kCap;
+  const i128 first = std::max<int64_t>(before, 0), kept = n - cut_before - cut_after; // where the ones are
   expect_result("pad", [&] { return pad(ones({n}), {before, after}, 7.0); },
                 ok ? std::optional(IntList{static_cast<int64_t>(e)}) : std::nullopt, [&](const Tensor& t) {
                   const std::vector<float> v = t.to_vector<float>();
                   for (size_t i = 0; i < v.size(); ++i)
-                    ASSERT_EQ(v[i], static_cast<int64_t>(i) >= before && static_cast<int64_t>(i) < before + n ? 1 : 7);
+                    ASSERT_EQ(v[i], i128(i) >= first && i128(i) < first + kept ? 1 : 7);
                 });
 }
 

@@ -206,8 +206,8 @@ Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& 
 }
 
 // The max of taps over its window dims `window` (dropped), with max_pool2d's gradient (route_to_argmax).
-Tensor window_max(const Tensor& taps, const IntList& window, Loc loc) {
-  const CustomFunction pool{"max_pool2d",
+Tensor window_max(const char* op, const Tensor& taps, const IntList& window, Loc loc) {
+  const CustomFunction pool{op,
                             [window](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].max(window, false)}; },
                             [window](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
                               return std::vector<Tensor>{route_to_argmax(in[0], window, g[0])};
@@ -310,31 +310,42 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
   return y.reshape(out, loc);
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
-              const Size2& dilation, int64_t groups, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
-    return conv2d(x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
-  if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
-  const Size2 k(weight.size(2), weight.size(3));
-  const auto [ho, wo] = check_window("conv2d", x, k, stride, padding, dilation, loc);
-  const int64_t n = x.size(0), c = x.size(1), o = weight.size(0), cg = weight.size(1);
+namespace {
+
+// The channels of a convolution's input [N, C, ...], weight [O, C/groups, ...] and bias [O], checked.
+void check_conv_channels(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t groups,
+                         const Loc& loc) {
+  const int64_t c = x.size(1), o = weight.size(0), cg = weight.size(1);
   if (groups <= 0 || c % groups != 0 || o % groups != 0 || cg * groups != c)
-    fail("conv2d", "channels do not match: input has " + std::to_string(c) + ", weight expects " +
-                       std::to_string(cg) + " x groups=" + std::to_string(groups) + " (out " + std::to_string(o) + ")",
+    fail(op, "channels do not match: input has " + std::to_string(c) + ", weight expects " + std::to_string(cg) +
+                 " x groups=" + std::to_string(groups) + " (out " + std::to_string(o) + ")",
          {&x, &weight}, loc);
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != o)) fail("conv2d", "the bias must be [out]", {&weight, &bias}, loc);
-  const int64_t g = groups;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != o)) fail(op, "the bias must be [out]", {&weight, &bias}, loc);
+}
+
+// conv2d of a batched x [N, C, H, W], its errors in the name of `op` (conv1d runs here over a unit height).
+Tensor conv2d_impl(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride,
+                   const Size2& padding, const Size2& dilation, int64_t groups, const Loc& loc) {
+  if (weight.dim() != 4) fail(op, "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
+  const Size2 k(weight.size(2), weight.size(3));
+  const auto [ho, wo] = check_window(op, x, k, stride, padding, dilation, loc);
+  check_conv_channels(op, x, weight, bias, groups, loc);
+  const int64_t n = x.size(0), o = weight.size(0), g = groups;
   auto product = [=](const Tensor& in, const Tensor& w) { return im2col_product(in, w, k, stride, padding, dilation, g, ho, wo, loc); };
   Tensor y;
   if (stride.h == 1 && stride.w == 1 && dilation.h == 1 && dilation.w == 1 && padding.h < k.h && padding.w < k.w) {
     // The input's gradient as a convolution of the output's (conv2d_input_grad) rather than the
     // columns' gradient (W^T @ dY, kernel size times the input) summed back over the taps.
     const CustomFunction conv{
-        "conv2d", [product](const std::vector<Tensor>& in) { return std::vector<Tensor>{product(in[0], in[1])}; },
+        op, [product](const std::vector<Tensor>& in) { return std::vector<Tensor>{product(in[0], in[1])}; },
         [=](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& gy) {
           Tensor dx, dw;
-          if (in[1].requires_grad()) dw = grad({product(in[0], in[1])}, {in[1]}, {gy[0]}, false, true, loc)[0];
+          if (in[1].requires_grad()) { // the product is linear in the weight: a detached stand-in keeps the
+            // weight's node in the recomputed graph (a weight that is itself a reshape, conv1d's
+            // unsqueezed one, would be folded into the product's reshape and be found unused)
+            const Tensor w = in[1].detach().requires_grad_();
+            dw = grad({product(in[0], w)}, {w}, {gy[0]}, false, true, loc)[0];
+          }
           if (in[0].requires_grad()) dx = conv2d_input_grad(gy[0].reshape({n, o, ho, wo}), in[1], k, padding, g, loc);
           return std::vector<Tensor>{dx, dw};
         },
@@ -352,36 +363,25 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   return y.reshape({n, o, ho, wo});
 }
 
-Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                  const Size2& dilation, bool ceil_mode, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
-    return max_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, dilation, ceil_mode, loc).squeeze(0, loc);
-  const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc, ceil_mode);
-  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
-    fail("max_pool2d", "padding must be at most half the kernel size", {&x}, loc);
+// max_pool2d of a batched x [N, C, H, W], its errors in the name of `op`.
+Tensor max_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
+                     const Size2& dilation, bool ceil_mode, const Loc& loc) {
+  const auto [ho, wo] = check_window(op, x, kernel, stride, padding, dilation, loc, ceil_mode);
+  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2) fail(op, "padding must be at most half the kernel size", {&x}, loc);
   const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, dilation.h, ho),
                     overhang(x.size(3), kernel.w, stride.w, padding.w, dilation.w, wo));
   if (tiles(kernel, stride, padding, dilation) && extra.h == 0 && extra.w == 0)
-    return window_max(tile_view(x, kernel, ho, wo), {3, 5}, loc);
+    return window_max(op, tile_view(x, kernel, ho, wo), {3, 5}, loc);
   const Tensor xp = pad_hw(x, padding, -std::numeric_limits<double>::infinity(), extra); // ceil's overhang too
-  return window_max(window_taps(xp, kernel, stride, dilation, ho, wo), {2, 3}, loc);
+  return window_max(op, window_taps(xp, kernel, stride, dilation, ho, wo), {2, 3}, loc);
 }
 
-Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,
-                  bool ceil_mode, Loc loc) {
-  return max_pool2d(x, kernel, kernel, padding, dilation, ceil_mode, loc);
-}
-
-Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
-                  bool count_include_pad, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
-    return avg_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc).squeeze(0, loc);
-  require_floating("avg_pool2d", x, loc);
-  const auto [ho, wo] = check_window("avg_pool2d", x, kernel, stride, padding, Size2(1), loc, ceil_mode);
-  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
-    fail("avg_pool2d", "padding must be at most half the kernel size", {&x}, loc);
+// avg_pool2d of a batched x [N, C, H, W], its errors in the name of `op`.
+Tensor avg_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
+                     bool ceil_mode, bool count_include_pad, const Loc& loc) {
+  require_floating(op, x, loc);
+  const auto [ho, wo] = check_window(op, x, kernel, stride, padding, Size2(1), loc, ceil_mode);
+  if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2) fail(op, "padding must be at most half the kernel size", {&x}, loc);
   const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, 1, ho),
                     overhang(x.size(3), kernel.w, stride.w, padding.w, 1, wo));
   const bool whole = extra.h == 0 && extra.w == 0 && (count_include_pad || (padding.h == 0 && padding.w == 0));
@@ -397,9 +397,100 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
   return sums / window_taps(mask, kernel, stride, Size2(1), ho, wo).sum({2, 3}, false, loc);
 }
 
+// The 1-d layers' checks on the user's x [N, C, L] (or [C, L]): rank, window arguments and that a
+// window fits (as check_window, which then passes on the [N, C, 1, L] view the 2-d code is given).
+void check_window_1d(const char* op, const Tensor& x, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode,
+                     const Loc& loc) {
+  if (!x.defined()) throw Error(op, "the input is undefined", loc);
+  if (x.dim() != 2 && x.dim() != 3) fail(op, "expects a [N, C, L] (or unbatched [C, L]) input", {&x}, loc);
+  if (k <= 0 || s <= 0 || d <= 0 || p < 0)
+    fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
+  const auto lo = graph::window_extent(x.size(-1), k, s, p, d);
+  if (!lo) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
+  if (ceil_extent(x.size(-1), k, s, p, d, *lo, ceil_mode) <= 0)
+    fail(op, "the window (" + std::to_string(k) + ", dilation " + std::to_string(d) + ") is larger than the padded input",
+         {&x}, loc);
+}
+
+// A 1-d layer as its 2-d form over a unit height: f([N, C, 1, L]) for x [N, C, L] (or [C, L], a batch of one).
+template <class F> Tensor over_unit_height(const Tensor& x, const Loc& loc, F f) {
+  const bool unbatched = x.dim() == 2;
+  const Tensor x4 = (unbatched ? x.unsqueeze(0, loc) : x).unsqueeze(2, loc);
+  const Tensor y = f(x4).squeeze(2, loc);
+  return unbatched ? y.squeeze(0, loc) : y;
+}
+
+} // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
+              const Size2& dilation, int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
+    return conv2d_impl("conv2d", x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
+  return conv2d_impl("conv2d", x, weight, bias, stride, padding, dilation, groups, loc);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding, int64_t dilation,
+              int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (!weight.defined() || weight.dim() != 3) fail("conv1d", "the weight must be [out, in/groups, k]", {&x, &weight}, loc);
+  check_window_1d("conv1d", x, weight.size(2), stride, padding, dilation, false, loc);
+  const Tensor xb = x.dim() == 2 ? x.unsqueeze(0, loc) : x; // the channels are dim 1 of the batched form
+  check_conv_channels("conv1d", xb, weight, bias, groups, loc);
+  return over_unit_height(x, loc, [&](const Tensor& x4) {
+    return conv2d_impl("conv1d", x4, weight.unsqueeze(2, loc), bias, Size2(1, stride), Size2(0, padding),
+                       Size2(1, dilation), groups, loc);
+  });
+}
+
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
+                  const Size2& dilation, bool ceil_mode, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
+    return max_pool_impl("max_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, dilation, ceil_mode, loc).squeeze(0, loc);
+  return max_pool_impl("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode, loc);
+}
+
+Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, const Size2& dilation,
+                  bool ceil_mode, Loc loc) {
+  return max_pool2d(x, kernel, kernel, padding, dilation, ceil_mode, loc);
+}
+
+Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
+    return avg_pool_impl("avg_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc)
+        .squeeze(0, loc);
+  return avg_pool_impl("avg_pool2d", x, kernel, stride, padding, ceil_mode, count_include_pad, loc);
+}
+
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, bool ceil_mode,
                   bool count_include_pad, Loc loc) {
   return avg_pool2d(x, kernel, kernel, padding, ceil_mode, count_include_pad, loc);
+}
+
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation,
+                  bool ceil_mode, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t s = stride.value_or(kernel);
+  check_window_1d("max_pool1d", x, kernel, s, padding, dilation, ceil_mode, loc);
+  if (padding > kernel / 2) fail("max_pool1d", "padding must be at most half the kernel size", {&x}, loc);
+  return over_unit_height(x, loc, [&](const Tensor& x4) {
+    return max_pool_impl("max_pool1d", x4, Size2(1, kernel), Size2(1, s), Size2(0, padding), Size2(1, dilation), ceil_mode, loc);
+  });
+}
+
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, bool ceil_mode,
+                  bool count_include_pad, Loc loc) {
+  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const int64_t s = stride.value_or(kernel);
+  check_window_1d("avg_pool1d", x, kernel, s, padding, 1, ceil_mode, loc);
+  require_floating("avg_pool1d", x, loc);
+  if (padding > kernel / 2) fail("avg_pool1d", "padding must be at most half the kernel size", {&x}, loc);
+  return over_unit_height(x, loc, [&](const Tensor& x4) {
+    return avg_pool_impl("avg_pool1d", x4, Size2(1, kernel), Size2(1, s), Size2(0, padding), ceil_mode, count_include_pad, loc);
+  });
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -240,6 +241,34 @@ std::string Conv2d::extra_repr() const {
          ", bias=" + (bias.defined() ? "true" : "false");
 }
 
+// ---------------------------------------------------------------- Conv1d
+
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  const int64_t g = opts.groups;
+  if (in_channels <= 0 || out_channels <= 0 || g <= 0 || in_channels % g || out_channels % g)
+    throw Error("Conv1d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
+                              ") must be positive and divisible by groups=" + std::to_string(g), loc);
+  if (kernel_size <= 0) throw Error("Conv1d", "the kernel size must be positive", loc);
+  const detail::UserCall call("Conv1d", loc);
+  const graph::SourceScope at(loc);
+  // Kaiming-uniform with a = sqrt(5) over fan_in = in/groups * k, as the bias: bound 1/sqrt(fan_in).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels / g * kernel_size));
+  weight = register_parameter("weight", uniform({out_channels, in_channels / g, kernel_size}, bound));
+  if (opts.bias) bias = register_parameter("bias", uniform({out_channels}, bound));
+}
+
+Tensor Conv1d::forward_impl(const Tensor& x) {
+  return functional::conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; }; // PyTorch's 1-tuples
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
+         ", stride=" + one(options.stride) + ", padding=" + one(options.padding) + ", dilation=" + one(options.dilation) +
+         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
 // ---------------------------------------------------------------- pooling
 
 MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation, bool ceil_mode)
@@ -267,6 +296,65 @@ std::string AvgPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
          ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
          ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
+}
+
+MaxPool1d::MaxPool1d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding, int64_t dilation, bool ceil_mode)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation),
+      ceil_mode_(ceil_mode) {}
+
+Tensor MaxPool1d::forward_impl(const Tensor& x) {
+  return functional::max_pool1d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
+
+std::string MaxPool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(kernel_) + ", stride=" + std::to_string(stride_) + ", padding=" +
+         std::to_string(padding_) + ", dilation=" + std::to_string(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
+}
+
+AvgPool1d::AvgPool1d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding, bool ceil_mode, bool count_include_pad)
+    : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
+      count_include_pad_(count_include_pad) {}
+
+Tensor AvgPool1d::forward_impl(const Tensor& x) {
+  return functional::avg_pool1d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
+}
+
+std::string AvgPool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(kernel_) + ", stride=" + std::to_string(stride_) + ", padding=" +
+         std::to_string(padding_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- Upsample
+
+namespace {
+
+// A double as Python's repr writes it: the shortest round-trip digits, and ".0" on an integer.
+std::string py_float(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (std::isfinite(v) && s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// One value as itself, several as a Python tuple.
+template <class T, class F> std::string py_value_or_tuple(const std::vector<T>& v, F str) {
+  if (v.size() == 1) return str(v[0]);
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
+  return s + ")";
+}
+
+} // namespace
+
+Tensor Upsample::forward_impl(const Tensor& x) { return functional::interpolate(x, options); }
+
+std::string Upsample::extra_repr() const {
+  const std::string what = options.size.empty()
+                               ? "scale_factor=" + py_value_or_tuple(options.scale_factor, py_float)
+                               : "size=" + py_value_or_tuple(options.size, [](int64_t v) { return std::to_string(v); });
+  return what + ", mode='" + options.mode + "'";
 }
 
 // ---------------------------------------------------------------- BatchNorm

@@ -800,21 +800,32 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
   const graph::SourceScope at(loc); // nodes made here record the caller's line
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
     fail("pad", "needs (before, after) pairs for at most every dim, got " + graph::shape_str(pads), {&x}, loc);
+  check_fits("pad", value, x.dtype(), {&x}, loc);
+  // Negative amounts crop first, as torch.nn.functional.pad (constant_pad_nd narrows, then pads): a
+  // slice, whose gradient is the pad; the crops of a dim may not add up past its extent.
+  Tensor y = x;
   std::vector<int64_t> before(x.dim(), 0), after(x.dim(), 0);
   for (size_t k = 0; k < pads.size() / 2; ++k) {
-    if (pads[2 * k] < 0 || pads[2 * k + 1] < 0) fail("pad", "negative padding is not supported", {&x}, loc);
-    before[x.dim() - 1 - k] = pads[2 * k];
-    after[x.dim() - 1 - k] = pads[2 * k + 1];
+    const int64_t d = x.dim() - 1 - static_cast<int64_t>(k), n = x.shape()[static_cast<size_t>(d)];
+    const int64_t b = pads[2 * k], e = pads[2 * k + 1];
+    const int64_t cut_b = b < 0 ? (b < -n ? n + 1 : -b) : 0;                  // n + 1: too many, whatever e is
+    const int64_t cut_e = e < 0 ? (e < -(n - std::min(cut_b, n)) ? n + 1 : -e) : 0;
+    if (cut_b + cut_e > n)
+      fail("pad", "negative padding (" + std::to_string(b) + ", " + std::to_string(e) + ") of dim " + std::to_string(d) +
+                      " crops more than its extent " + std::to_string(n),
+           {&x}, loc);
+    if (cut_b > 0 || cut_e > 0) y = y.slice(d, cut_b, n - cut_e, 1, loc);
+    before[static_cast<size_t>(d)] = std::max<int64_t>(b, 0);
+    after[static_cast<size_t>(d)] = std::max<int64_t>(e, 0);
   }
-  check_fits("pad", value, x.dtype(), {&x}, loc);
-  graph::Shape shape = x.shape();
+  graph::Shape shape = y.shape();
   for (size_t d = 0; d < shape.size(); ++d) {
-    const auto e = graph::padded_extent(shape[d], before[d], after[d]);
-    if (!e) fail("pad", "padding " + graph::shape_str(pads) + " overflows the extent of dim " + std::to_string(d), {&x}, loc);
-    shape[d] = *e;
+    const auto ext = graph::padded_extent(shape[d], before[d], after[d]);
+    if (!ext) fail("pad", "padding " + graph::shape_str(pads) + " overflows the extent of dim " + std::to_string(d), {&x}, loc);
+    shape[d] = *ext;
   }
   detail::check_shape("pad", shape, {&x}, loc);
-  return result(b::pad(x.node(), before, after, value), {&x});
+  return result(b::pad(y.node(), before, after, value), {&y});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {

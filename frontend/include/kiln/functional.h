@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -53,6 +54,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
               const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+/// 1-d cross-correlation of x [N, C, L] (or unbatched [C, L]) with weight [out, C/groups, k], as
+/// torch.nn.functional.conv1d with its defaults (no bias, stride 1, padding 0, dilation 1, one group):
+/// conv2d over a unit height, so its kernels and gradients are conv2d's.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// Max over windows of x [N, C, H, W] (or unbatched [C, H, W]); padding counts as -infinity. As torch.nn.functional.max_pool2d,
 /// ceil_mode keeps a partial last window when it starts inside the input or the left padding. Its
 /// gradient goes, as PyTorch's, to each window's first maximal element (row-major in the window),
@@ -70,6 +76,41 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 /// avg_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// Max over windows of x [N, C, L] (or unbatched [C, L]), as torch.nn.functional.max_pool1d: max_pool2d over a
+/// unit height (the same ceil_mode, padding at most half the kernel, gradient to each window's first maximum);
+/// the stride defaults to the kernel size.
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  int64_t dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
+/// Mean over windows of x [N, C, L] (or unbatched [C, L]), as torch.nn.functional.avg_pool1d: avg_pool2d over a
+/// unit height (the same ceil_mode and count_include_pad); the stride defaults to the kernel size.
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// Options of interpolate, in PyTorch's argument order (designated initializers:
+/// `{.size = {8, 8}, .mode = "bilinear"}`, `{.scale_factor = {2}}`). Give exactly one of size and scale_factor;
+/// either lists one value per spatial dim, or one value for every spatial dim (Python's int or float).
+struct InterpolateOptions {
+  IntList size{};                     ///< the output's spatial extents (empty: from scale_factor)
+  std::vector<double> scale_factor{}; ///< the output's extents are floor(input extent * scale_factor)
+  /// "nearest" (torch's legacy nearest: source floor(dst * scale)), "nearest-exact" (floor((dst + 0.5) * scale)),
+  /// or linear interpolation: "linear" of [N, C, L], "bilinear" of [N, C, H, W], "trilinear" of [N, C, D, H, W].
+  std::string mode = "nearest";
+  /// The linear modes only (unset means false): true maps the corner samples of input and output onto each
+  /// other (scale (in - 1) / (out - 1)), false their outer edges (source (dst + 0.5) * scale - 0.5).
+  std::optional<bool> align_corners{};
+  /// With scale_factor: unset or false (PyTorch 1.13's default), the source coordinates use 1 / scale_factor;
+  /// true, in / out of the computed size, as if that size had been given.
+  std::optional<bool> recompute_scale_factor{};
+};
+/// Resamples the spatial dims of x [N, C, L], [N, C, H, W] or [N, C, D, H, W] (floating), as
+/// torch.nn.functional.interpolate of PyTorch 1.13: its CPU kernels' index arithmetic (in f32 for an f32 input)
+/// and their shortcuts (the linear modes copy an extent kept; 2-d and 3-d "nearest" copy an extent kept and
+/// take dst / 2 for one doubled, whatever the scale_factor). Each dim is an index_select (two, weighted, for
+/// the linear modes), so the gradient is theirs, and it fuses and compiles as any op. The gradient is that of
+/// the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its forward does not (a
+/// scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for this rank, size
+/// and scale_factor both or neither given, align_corners with a nearest mode, an empty input (but for the
+/// batch) or output, a non-floating input.
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());

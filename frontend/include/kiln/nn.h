@@ -207,6 +207,35 @@ private:
   Size2 kernel_;
 };
 
+/// Options of Conv1d (designated initializers: `{.padding = 1}`).
+struct Conv1dOptions {
+  int64_t stride = 1;   ///< step between windows
+  int64_t padding = 0;  ///< zeros added on each side
+  int64_t dilation = 1; ///< spacing between kernel taps
+  int64_t groups = 1;   ///< channel groups (in and out channels must divide by it)
+  bool bias = true;     ///< learnable bias per output channel
+};
+
+/// 1-d convolution (cross-correlation, as PyTorch) of [N, C, L] (or unbatched [C, L]) inputs:
+/// functional::conv1d, Conv2d's computation over a unit height.
+class Conv1d : public Module {
+public:
+  /// Weight [out, in/groups, k], bias [out]; initialized as PyTorch's nn.Conv1d (bounds 1/sqrt(in/groups * k)).
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {},
+         Loc loc = Loc::current());
+  /// [N, out, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Conv1d"; } ///< "Conv1d"
+  std::string extra_repr() const override;        ///< configuration
+  Tensor weight;         ///< [out, in/groups, k]
+  Tensor bias;           ///< [out], undefined without bias
+  Conv1dOptions options; ///< stride, padding, dilation, groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t in_, out_, kernel_;
+};
+
 /// Max pooling over windows of [N, C, H, W] inputs (padding counts as -infinity).
 class MaxPool2d : public Module {
 public:
@@ -239,6 +268,55 @@ protected:
 private:
   Size2 kernel_, stride_, padding_;
   bool ceil_mode_, count_include_pad_;
+};
+
+/// Max pooling over windows of [N, C, L] (or [C, L]) inputs, as torch.nn.MaxPool1d (functional::max_pool1d).
+class MaxPool1d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  MaxPool1d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, int64_t dilation = 1,
+            bool ceil_mode = false);
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "MaxPool1d"; } ///< "MaxPool1d"
+  std::string extra_repr() const override;  ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t kernel_, stride_, padding_, dilation_;
+  bool ceil_mode_;
+};
+
+/// Average pooling over windows of [N, C, L] (or [C, L]) inputs, as torch.nn.AvgPool1d (functional::avg_pool1d).
+class AvgPool1d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  AvgPool1d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true);
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AvgPool1d"; } ///< "AvgPool1d"
+  std::string extra_repr() const override;  ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t kernel_, stride_, padding_;
+  bool ceil_mode_, count_include_pad_;
+};
+
+/// Resampling of [N, C, ...] inputs by functional::interpolate with fixed options, as torch.nn.Upsample
+/// (size or scale_factor, mode "nearest" by default, align_corners for the linear modes).
+class Upsample : public Module {
+public:
+  /// The interpolation's options; they are checked against each input, as PyTorch's.
+  explicit Upsample(functional::InterpolateOptions options = {}) : options(std::move(options)) {}
+  /// The input resampled; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Upsample"; } ///< "Upsample"
+  std::string extra_repr() const override; ///< size or scale_factor, and the mode, as PyTorch's
+  functional::InterpolateOptions options;  ///< what interpolate is given
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 };
 
 /// Options of BatchNorm1d/2d.

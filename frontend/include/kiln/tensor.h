@@ -400,6 +400,8 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0, Loc loc = Loc::current());
 /// Tensor.masked_fill. The gradient flows to x where the mask is false.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc = Loc::current());
 /// Pads with a constant: `pads` is (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
+/// A negative amount crops that many elements (first, as PyTorch: pad(x, {-3, 2}) of an extent 3 is 2 values);
+/// crops adding up past a dim's extent are an error.
 Tensor pad(const Tensor& x, IntList pads, Scalar value = 0, Loc loc = Loc::current());
 /// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
