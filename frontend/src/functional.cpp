@@ -230,7 +230,7 @@ Tensor shift_by_max(const Tensor& x, int64_t dim, const Loc& loc) {
 } // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "softmax"); // nodes made here record the caller's line
   require_floating("softmax", x, loc);
   (void)detail::wrap_dim_or_fail("softmax", dim, x, loc); // its own error, not the max's it is built from
   Tensor e = exp(shift_by_max(x, dim, loc));
@@ -238,7 +238,7 @@ Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "log_softmax"); // nodes made here record the caller's line
   require_floating("log_softmax", x, loc);
   (void)detail::wrap_dim_or_fail("log_softmax", dim, x, loc);
   Tensor z = shift_by_max(x, dim, loc);
@@ -246,7 +246,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "gelu"); // nodes made here record the caller's line
   require_floating("gelu", x, loc);
   if (approximate == "tanh") {
     const double c = std::sqrt(2.0 / M_PI);
@@ -257,7 +257,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
 }
 
 Tensor silu(const Tensor& x, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "silu"); // nodes made here record the caller's line
   require_floating("silu", x, loc);
   return x * sigmoid(x, loc);
 }
@@ -280,7 +280,7 @@ Tensor class_mask(const std::string& op, const Tensor& indices, int64_t num_clas
 } // namespace
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "one_hot"); // nodes made here record the caller's line
   require_integral("one_hot", indices, loc);
   return cast(class_mask("one_hot", indices, num_classes, loc), kInt64, loc);
 }
@@ -288,7 +288,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 // ---------------------------------------------------------------- layers
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "linear"); // nodes made here record the caller's line
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
@@ -312,7 +312,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "conv2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
     return conv2d(x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
   if (weight.dim() != 4) fail("conv2d", "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
@@ -354,7 +354,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, bool ceil_mode, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "max_pool2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
     return max_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, dilation, ceil_mode, loc).squeeze(0, loc);
   const auto [ho, wo] = check_window("max_pool2d", x, kernel, stride, padding, dilation, loc, ceil_mode);
@@ -375,7 +375,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Si
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
                   bool count_include_pad, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "avg_pool2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
     return avg_pool2d(x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc).squeeze(0, loc);
   require_floating("avg_pool2d", x, loc);
@@ -419,7 +419,7 @@ IntList normalized_dims(const std::string& op, const Tensor& x, const IntList& n
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "layer_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
   Tensor xc = x - x.mean(dims, true, loc);
   Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
@@ -429,7 +429,7 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
 
 Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, std::optional<double> eps,
                 Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "rms_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("rms_norm", x, normalized_shape, loc);
   if (weight.defined() && weight.shape() != normalized_shape)
     fail("rms_norm", "the weight must have the shape normalized_shape " + graph::shape_str(normalized_shape), {&x, &weight}, loc);
@@ -478,7 +478,7 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "dropout"); // nodes made here record the caller's line
   require_floating("dropout", x, loc);
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
   if (!training || p == 0) return x;
@@ -554,7 +554,7 @@ Tensor picked_nll(const Tensor& log_probs_last, const ClassTargets& t, bool weig
 } // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "nll_loss"); // nodes made here record the caller's line
   detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
   check_class_loss("nll_loss", log_probs, targets, options.weight, loc);
   const Tensor lp = classes_last(log_probs);
@@ -591,7 +591,7 @@ Tensor cross_entropy_of_probabilities(const Tensor& logits, const Tensor& probs,
 } // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "cross_entropy"); // nodes made here record the caller's line
   detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
   const double s = options.label_smoothing;
   if (!(s >= 0 && s <= 1)) fail("cross_entropy", "label_smoothing must be in [0, 1]", {&logits}, loc);
@@ -640,7 +640,7 @@ std::string number(double v) {
 } // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "mse_loss"); // nodes made here record the caller's line
   detail::UserCall call("mse_loss", loc); // the errors of the ops it is made of are mse_loss's
   check_same_shape("mse_loss", input, target, loc);
   Tensor d = input - target;
@@ -648,7 +648,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "l1_loss"); // nodes made here record the caller's line
   detail::UserCall call("l1_loss", loc); // the errors of the ops it is made of are l1_loss's
   check_same_shape("l1_loss", input, target, loc);
   return reduce("l1_loss", abs(input - target), reduction, loc);
@@ -670,7 +670,7 @@ Tensor smooth_or_huber(const Tensor& d, double t, bool huber) {
 } // namespace
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "smooth_l1_loss"); // nodes made here record the caller's line
   detail::UserCall call("smooth_l1_loss", loc); // the errors of the ops it is made of are smooth_l1_loss's
   check_same_shape("smooth_l1_loss", input, target, loc);
   if (!(beta >= 0)) fail("smooth_l1_loss", "beta must be non-negative, got " + number(beta), {&input}, loc);
@@ -682,7 +682,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "huber_loss"); // nodes made here record the caller's line
   detail::UserCall call("huber_loss", loc); // the errors of the ops it is made of are huber_loss's
   check_same_shape("huber_loss", input, target, loc);
   if (!(delta > 0)) fail("huber_loss", "delta must be positive, got " + number(delta), {&input}, loc);
@@ -690,7 +690,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "kl_div"); // nodes made here record the caller's line
   detail::UserCall call("kl_div", loc); // the errors of the ops it is made of are kl_div's
   require_floating("kl_div", input, loc);
   if (!target.defined()) throw Error("kl_div", "the target is undefined", loc);
@@ -713,7 +713,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
                             Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "binary_cross_entropy"); // nodes made here record the caller's line
   detail::UserCall call("binary_cross_entropy", loc); // the errors of the ops it is made of are its own
   check_same_shape("binary_cross_entropy", input, target, loc);
   check_weight("binary_cross_entropy", "the weight", weight, input, loc);
@@ -738,7 +738,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         BinaryCrossEntropyWithLogitsOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "binary_cross_entropy_with_logits"); // nodes made here record the caller's line
   const std::string op = "binary_cross_entropy_with_logits";
   detail::UserCall call(op, loc); // the errors of the ops it is made of are its own
   require_floating(op, logits, loc);

@@ -421,10 +421,13 @@ Tensor Sequential::forward_impl(const Tensor& x) {
 
 // ---------------------------------------------------------------- ModuleList, ModuleDict
 
-void ModuleList::append(std::shared_ptr<Module> m) { register_module(std::to_string(size()), std::move(m)); }
+void ModuleList::append(std::shared_ptr<Module> m, const Loc& loc) {
+  if (!m) throw Error("ModuleList::push_back", "cannot append a null module", loc);
+  register_module(std::to_string(size()), std::move(m), loc);
+}
 
-void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m) {
-  if (!m) throw Error("ModuleList", "cannot insert a null module");
+void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m, const Loc& loc) {
+  if (!m) throw Error("ModuleList::insert", "cannot insert a null module", loc);
   const auto n = static_cast<int64_t>(size());
   const int64_t at = std::clamp<int64_t>(index < 0 ? index + n : index, 0, n); // as Python's list.insert
   auto& slots = child_slots();
