@@ -18,9 +18,19 @@
 
 namespace kiln::detail {
 
-void update_running(Tensor running, const Tensor& batch, double m) {
+void update_running(Tensor running, const Tensor& batch, double m, const Tensor& factor) {
   NoGradGuard no_grad;
-  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
+  const Tensor b = batch.detach().to(running.dtype());
+  running.assign(factor.defined() ? running * (1.0 - factor) + b * factor : running * (1.0 - m) + b * m);
+}
+
+void check_batch_norm_tensors(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts, const Loc& loc) {
+  const int64_t c = x.size(1, loc);
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (t->shape() != IntList{c}) detail::fail(op, "statistics, weight and bias must be [C]", {&x, t}, loc);
+    if (!is_floating(t->dtype())) detail::fail(op, "statistics, weight and bias must be floating", {&x, t}, loc);
+  }
 }
 
 } // namespace kiln::detail
@@ -442,15 +452,23 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  return kiln::detail::batch_norm_with(x, std::move(running_mean), std::move(running_var), weight, bias, training,
+                                       momentum, Tensor(), eps, loc);
+}
+
+} // namespace kiln::nn::functional
+
+namespace kiln::detail {
+
+Tensor batch_norm_with(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, const Tensor& factor, double eps,
+                       const Loc& loc) {
+  using nn::functional::fail, nn::functional::require_floating;
+  const graph::SourceScope at(loc, "batch_norm"); // nodes made here record the caller's line
   require_floating("batch_norm", x, loc);
   if (x.dim() < 2) fail("batch_norm", "expects [N, C, ...] inputs", {&x}, loc);
   const int64_t c = x.size(1);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias}) {
-    if (!t->defined()) continue;
-    if (t->shape() != IntList{c}) fail("batch_norm", "statistics, weight and bias must be [C]", {&x, t}, loc);
-    if (!is_floating(t->dtype())) fail("batch_norm", "statistics, weight and bias must be floating", {&x, t}, loc);
-  }
+  detail::check_batch_norm_tensors("batch_norm", x, {&running_mean, &running_var, &weight, &bias}, loc);
   if (!training && (!running_mean.defined() || !running_var.defined()))
     fail("batch_norm", "evaluation mode needs the running statistics", {&x}, loc);
   // The spatial dims as one ([N, C, H*W], a free reshape), so that the per-channel reductions
@@ -466,9 +484,10 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
     Tensor xc = xf - mean;
     Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
     y = xc * rsqrt(var + eps);
-    if (running_mean.defined()) kiln::detail::update_running(running_mean, mean.reshape({c}), momentum);
+    if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum, factor);
     if (running_var.defined())
-      kiln::detail::update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum);
+      update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
+                     factor);
   } else {
     y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }
@@ -476,6 +495,10 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   if (bias.defined()) y = y + bias.reshape(bshape);
   return y.reshape(x.shape(), loc);
 }
+
+} // namespace kiln::detail
+
+namespace kiln::nn::functional {
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
   const graph::SourceScope at(loc, "dropout"); // nodes made here record the caller's line

@@ -245,7 +245,9 @@ private:
 /// Options of BatchNorm1d/2d.
 struct BatchNormOptions {
   double eps = 1e-5;          ///< added to the variance
-  double momentum = 0.1;      ///< weight of the new batch in the running statistics
+  /// Weight of the new batch in the running statistics; unset (std::nullopt, torch's momentum=None),
+  /// the running statistics are the cumulative average: the factor is 1 / num_batches_tracked.
+  std::optional<double> momentum = 0.1;
   bool affine = true;         ///< learnable scale (weight) and shift (bias)
   bool track_running_stats = true; ///< keep running statistics and use them in eval mode
 };
@@ -272,6 +274,10 @@ public:
   BatchNormOptions options;   ///< eps, momentum, ...
 protected:
   Tensor forward_impl(const Tensor& x) override;
+  /// In training mode with running statistics: counts this batch in num_batches_tracked and returns the
+  /// running statistics' update factor when momentum is unset (1 / num_batches_tracked, a 0-d f64
+  /// tensor); otherwise undefined (the factor is momentum).
+  Tensor count_batch();
 private:
   int64_t features_;
   int rank_min_, rank_max_;
