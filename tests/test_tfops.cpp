@@ -488,6 +488,74 @@ TEST(VarStd, GradientsAsPyTorch) {
                    {rnd({3, 5}, 59), rnd({3}, 60)});
 }
 
+// Near (relative 1e-14) where finite; the same infinity or NaN where not.
+void expect_near_or_same(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isfinite(want[i])) EXPECT_NEAR(got[i], want[i], 1e-14 * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
+    else expect_same({got[i]}, {want[i]}, what + " [" + std::to_string(i) + "]");
+  }
+}
+
+// torch.var(x, 1, correction=c), torch.var(x, None, correction=c), torch.std(x, 1, correction=c) and the
+// gradients of (f(x, 1, correction=c) * u).sum() of PyTorch 1.13, for c = 0, 2, n (= 4), n + 1 and -1:
+// c >= n divides by 0 (inf; NaN for the constant row), and the gradient then divides by n - c.
+struct CorrectionCase {
+  int64_t c;
+  std::vector<double> var1;
+  double full;
+  std::vector<double> std1, var_grad, std_grad;
+};
+const std::vector<CorrectionCase> kCorrectionCases = {
+    {0, {2.8125, 0.0, 11.171875000000002}, 5.046875, {1.6770509831248424, 0.0, 3.3424354892802346},
+     {-0.375, 0.375, -1.125, 1.125, -0.0, -0.0, -0.0, -0.0, -5.4375, -2.4375, 8.0625, -0.1875},
+     {-0.1118033988749895, 0.1118033988749895, -0.33541019662496846, 0.33541019662496846, 0.0, 0.0, 0.0, 0.0,
+      -0.8134038813073576, -0.36462932610329823, 1.2060816171109097, -0.028048409700253712}},
+    {2, {5.625, 0.0, 22.343750000000004}, 6.05625, {2.3717082451262845, 0.0, 4.726917600297259},
+     {-0.75, 0.75, -2.25, 2.25, -0.0, -0.0, -0.0, -0.0, -10.875, -4.875, 16.125, -0.375},
+     {-0.15811388300841897, 0.15811388300841897, -0.4743416490252569, 0.4743416490252569, 0.0, 0.0, 0.0, 0.0,
+      -1.1503268006317806, -0.5156637382142465, 1.7056569802471229, -0.03966644140109588}},
+    {4, {kInf, kNaN, kInf}, 7.5703125, {kInf, kNaN, kInf},
+     {-kInf, kInf, -kInf, kInf, kNaN, kNaN, kNaN, kNaN, -kInf, -kInf, kInf, -kInf},
+     {kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN}},
+    {5, {kInf, kNaN, kInf}, 8.651785714285714, {kInf, kNaN, kInf},
+     {1.5, -1.5, 4.5, -4.5, 0.0, 0.0, 0.0, 0.0, 21.75, 9.75, -32.25, 0.75},
+     {0.0, -0.0, 0.0, -0.0, kNaN, kNaN, kNaN, kNaN, 0.0, 0.0, -0.0, 0.0}},
+    {-1, {2.25, 0.0, 8.937500000000002}, 4.658653846153846, {1.5, 0.0, 2.98956518577535},
+     {-0.30000000000000004, 0.30000000000000004, -0.9, 0.9, -0.0, -0.0, -0.0, -0.0, -4.3500000000000005,
+      -1.9500000000000002, 6.450000000000001, -0.15000000000000002},
+     {-0.1, 0.1, -0.3, 0.3, 0.0, 0.0, 0.0, 0.0, -0.727530548706169, -0.3261343839027654, 1.078752192909147,
+      -0.025087260300212723}},
+};
+
+TEST(VarStd, CorrectionAsPyTorch) {
+  const Tensor u = from_vector<double>({1.0, -2.0, 3.0});
+  for (const CorrectionCase& k : kCorrectionCases) {
+    const std::string c = "correction " + std::to_string(k.c);
+    const Tensor x = var_input();
+    expect_near_or_same(values(var(x, 1, k.c)), k.var1, "var " + c);
+    expect_near_or_same(values(x.var({1}, k.c)), k.var1, "x.var " + c);
+    expect_near_or_same(values(var(x, {}, k.c)), {k.full}, "var all " + c);
+    expect_near_or_same(values(std(x, {1}, k.c)), k.std1, "std " + c);
+    expect_near_or_same(values(x.std(1, k.c)), k.std1, "x.std " + c);
+    const Tensor xg = var_input().requires_grad_();
+    expect_near_or_same(values(grad({(var(xg, 1, k.c) * u).sum()}, {xg})[0]), k.var_grad, "var gradient " + c);
+    expect_near_or_same(values(grad({(std(xg, 1, k.c) * u).sum()}, {xg})[0]), k.std_grad, "std gradient " + c);
+  }
+  // correction 1 and 0 are unbiased and biased, bit for bit; keepdim and the dtype as the bool forms
+  const Tensor x = var_input();
+  expect_same(values(var(x, 1, 1)), values(var(x, 1, true)));
+  expect_same(values(x.std({0, 1}, 0)), values(x.std({0, 1}, false)));
+  EXPECT_EQ(var(x, {1}, 2, true).shape(), (IntList{3, 1}));
+  EXPECT_EQ(std(x.to(kFloat32), 0, int64_t{3}).dtype(), kFloat32);
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (var(v[0], {0, 2}, 2, true) * v[1]).sum(); },
+                   {rnd({3, 2, 4}, 61), rnd({1, 2, 1}, 62)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (v[0].std(-1, 3) * v[1]).sum() + std(v[0], {}, -2); },
+                   {rnd({3, 5}, 63), rnd({3}, 64)});
+  expect_error([&] { (void)var(arange(3), {0}, 2); }, __LINE__, "var", {"i64[3]", "floating"});
+  expect_error([&] { (void)Tensor().std({}, 2); }, __LINE__, "std", {"undefined"});
+}
+
 TEST(VarStd, ErrorsNameTheOpShapesAndLine) {
   const Tensor x = zeros({3, 4});
   expect_error([&] { (void)var(x, 2); }, __LINE__, "var", {"f32[3,4]", "dim 2"});

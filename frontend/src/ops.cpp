@@ -505,32 +505,52 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
 
 namespace {
 
-// var and std: the squared deviations from the mean over dims, summed and divided by max(0, n - 1)
-// (unbiased) or n, as PyTorch 1.13; a zero divisor gives 0 / 0 = NaN, and a NaN gradient.
-Tensor variance(const std::string& op, const Tensor& x, const IntList& dims, bool unbiased, bool keepdim,
+// var and std: the squared deviations from the mean over dims, summed and divided by max(0, n - c)
+// for a correction c (unbiased: 1), as PyTorch 1.13; a zero divisor gives inf (0 / 0 = NaN for a
+// constant row), and PyTorch's gradient 2 (x - mean) / (n - c) even where n - c < 0.
+Tensor variance(const char* op, const Tensor& x, const IntList& dims, int64_t correction, bool keepdim,
                 const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (!is_floating(x.dtype())) fail(op, "needs a floating dtype (cast the input first)", {&x}, loc);
   const int64_t n = reduced_count(x, dims_or_fail(op, dims, x, loc));
-  const Tensor xc = x - mean(x, dims, true, loc);
-  const double divisor = static_cast<double>(std::max<int64_t>(0, unbiased ? n - 1 : n));
-  return sum(xc * xc, dims, keepdim, loc) / divisor;
+  const double divisor = static_cast<double>(n) - static_cast<double>(correction);
+  const Tensor m = mean(x, dims, true, loc);
+  if (divisor > 0) {
+    const Tensor xc = x - m;
+    return sum(xc * xc, dims, keepdim, loc) / divisor;
+  }
+  // n <= c: the value divides by max(0, n - c) = 0; the gradient is PyTorch's 2 (x - mean) / (n - c)
+  // without the mean's part (0, but inf * 0 = NaN at n = c), and divides by n - c, not 0, for n < c.
+  const Tensor xc = x - m.detach();
+  const Tensor squares = sum(xc * xc, dims, keepdim, loc);
+  if (divisor == 0) return squares / 0.0;
+  const Tensor q = squares / divisor;
+  return (squares / 0.0).detach() + (q - q.detach());
+}
+
+// The square root of a variance `v`. PyTorch's std backward divides by 2 * std and masks the result
+// where std is 0: a selected sqrt of 1 there keeps the 0 * inf of sqrt's derivative at 0 out of it.
+Tensor root_of_variance(const Tensor& v, const Loc& loc) {
+  const Tensor nonzero = ne(v, wrap_scalar(0, v, loc), loc);
+  return where(nonzero, sqrt(where(nonzero, v, 1, loc), loc), 0, loc);
 }
 
 } // namespace
 
 Tensor var(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
-  return variance("var", x, dims, unbiased, keepdim, loc);
+  return variance("var", x, dims, unbiased ? 1 : 0, keepdim, loc);
 }
 
 Tensor std(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
-  const Tensor v = variance("std", x, dims, unbiased, keepdim, loc);
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  // PyTorch's std backward divides by 2 * std and masks the result where std is 0: a selected
-  // sqrt of 1 there keeps the 0 * inf of sqrt's derivative at 0 out of the gradient.
-  const Tensor nonzero = ne(v, wrap_scalar(0, v, loc), loc);
-  return where(nonzero, sqrt(where(nonzero, v, 1, loc), loc), 0, loc);
+  const graph::SourceScope at(loc, "std"); // nodes made here record the caller's line
+  return root_of_variance(variance("std", x, dims, unbiased ? 1 : 0, keepdim, loc), loc);
+}
+
+Tensor Tensor::var_corrected(IntList dims, int64_t correction, bool keepdim, bool root, Loc loc) const {
+  const graph::SourceScope at(loc, root ? "std" : "var"); // nodes made here record the caller's line
+  const Tensor v = variance(root ? "std" : "var", *this, dims, correction, keepdim, loc);
+  return root ? root_of_variance(v, loc) : v;
 }
 
 // ---------------------------------------------------------------- movement

@@ -160,6 +160,30 @@ public:
   Tensor std(I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const {
     return std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
   }
+  /// Variance over dims (all when empty) with torch's integer `correction` (`x.var({1}, 2)`): see kiln::var.
+  template <std::integral C>
+    requires(!std::same_as<C, bool>)
+  Tensor var(IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(std::move(dims), static_cast<int64_t>(correction), keepdim, false, loc);
+  }
+  /// Standard deviation over dims (all when empty) with torch's integer `correction`: see kiln::std.
+  template <std::integral C>
+    requires(!std::same_as<C, bool>)
+  Tensor std(IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(std::move(dims), static_cast<int64_t>(correction), keepdim, true, loc);
+  }
+  /// Variance over one dim with an integer `correction` (`x.var(1, 2)`): see kiln::var.
+  template <std::integral I, std::integral C>
+    requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+  Tensor var(I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(IntList{static_cast<int64_t>(dim)}, static_cast<int64_t>(correction), keepdim, false, loc);
+  }
+  /// Standard deviation over one dim with an integer `correction` (`x.std(1, 2)`): see kiln::std.
+  template <std::integral I, std::integral C>
+    requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+  Tensor std(I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(IntList{static_cast<int64_t>(dim)}, static_cast<int64_t>(correction), keepdim, true, loc);
+  }
   Tensor max(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::max
   Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
   Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
@@ -193,6 +217,8 @@ public:
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
 
 private:
+  /// var (or, with `root`, std) with an integer correction: what the correction overloads call.
+  Tensor var_corrected(IntList dims, int64_t correction, bool keepdim, bool root, Loc loc) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -322,6 +348,33 @@ Tensor var(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdi
 /// The square root of var(x, dims, unbiased, keepdim), as torch.std; where it is 0 (a constant row) the
 /// gradient is 0, as PyTorch's (not the 0 * inf of sqrt's derivative there).
 Tensor std(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current());
+/// Variance with torch's integer `correction` (torch.var(input, dim, correction=c, keepdim) of 1.13):
+/// the sum of squared deviations divided by max(0, n - c); c = 1 is `unbiased`, 0 the biased variance,
+/// a negative c is allowed. For c >= n the divisor is 0: inf (NaN for a constant row), and, as
+/// PyTorch's, the gradient divides by n - c (not clamped). `var(x, {1}, 2)`; bool stays `unbiased`.
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+Tensor var(const Tensor& x, IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.var(std::move(dims), correction, keepdim, loc);
+}
+/// The square root of var(x, dims, correction, keepdim), as torch.std(input, dim, correction=c); as std.
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+Tensor std(const Tensor& x, IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.std(std::move(dims), correction, keepdim, loc);
+}
+/// var over one dim with an integer `correction` (`var(x, 1, 2)`).
+template <std::integral I, std::integral C>
+  requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+Tensor var(const Tensor& x, I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.var(dim, correction, keepdim, loc);
+}
+/// std over one dim with an integer `correction` (`std(x, 1, 2)`).
+template <std::integral I, std::integral C>
+  requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+Tensor std(const Tensor& x, I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.std(dim, correction, keepdim, loc);
+}
 /// var over one dim (`var(x, 1)`); a template so that `var(x, {})` still means every dim, and not for bool
 /// (`var(x, false)` does not compile rather than reduce dim 0: write `var(x, {}, false)`).
 template <std::integral I>
