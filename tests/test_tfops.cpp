@@ -279,7 +279,7 @@ TEST(Clamp, ValuesDtypesAndBoundsAsPyTorch) {
   expect_error([&] { (void)clamp(xi.to(kInt32), int64_t{1} << 40); }, __LINE__, "clamp",
                {"i32[3]", "cannot be converted to i32"});
   expect_error([&] { (void)clamp(x, std::nullopt, std::nullopt); }, __LINE__, "clamp", {"f64[8]", "min and max"});
-  expect_error([&] { (void)clamp(zeros({2}, kBool), 0, 1); }, __LINE__, "clamp", {"bool[2]"});
+  expect_error([&] { (void)clamp(zeros({2}, kBool), true, true); }, __LINE__, "clamp", {"bool[2]"}); // integer bounds: see Parity
 }
 
 TEST(Sign, ValuesAndAZeroGradient) {
@@ -1060,6 +1060,78 @@ TEST(Composites, ForwardModeAgreesWithReverseMode) {
     const double ujv = (u * tangent).sum().item<double>(), jtuv = (g * v).sum().item<double>();
     EXPECT_NEAR(ujv, jtuv, 1e-10 * (1 + std::fabs(ujv))) << "function " << i;
   }
+}
+
+// ---------------------------------------------------------------- bool max/min/clamp, pow's special exponents, NaN gradients
+
+// torch.max/min/amax of a bool tensor are bool (any, all); clamp of a bool tensor promotes it with the
+// bounds (i64 for integers, f32 for floats), and bool bounds alone are refused: PyTorch 1.13's.
+TEST(Parity, BoolMaxMinAndClamp) {
+  const Tensor b = from_vector<bool>({true, false, false, false}, {2, 2});
+  EXPECT_EQ(b.max().dtype(), kBool);
+  EXPECT_TRUE(b.max().item<bool>());
+  EXPECT_FALSE(min(b).item<bool>());
+  EXPECT_EQ(b.max({1}).to_vector<bool>(), (std::vector<bool>{true, false}));
+  EXPECT_EQ(b.min({0}).to_vector<bool>(), (std::vector<bool>{false, false}));
+  EXPECT_EQ(b.max({1}, true).shape(), (IntList{2, 1}));
+  EXPECT_TRUE(ones({2, 3}, kBool).min({0, 1}).item<bool>());
+  EXPECT_TRUE(scalar_tensor(true, kBool).max().item<bool>());
+  EXPECT_EQ(zeros({0, 2}, kBool).max({1}).shape(), (IntList{0}));
+  expect_error([&] { (void)zeros({0}, kBool).max(); }, __LINE__, "max", {"bool[0]", "empty"});
+  expect_error([&] { (void)b.argmax(0); }, __LINE__, "argmax", {"bool"}); // as PyTorch
+  const Tensor c = clamp(b, 0, 1);
+  EXPECT_EQ(c.dtype(), kInt64);
+  expect_same(values(c), {1, 0, 0, 0});
+  expect_same(values(b.clamp(-1)), {1, 0, 0, 0});
+  expect_same(values(clamp(b, true, 2)), {1, 1, 1, 1});
+  const Tensor f = clamp(b, false, 0.5);
+  EXPECT_EQ(f.dtype(), kFloat32);
+  expect_same(values(f), {0.5, 0, 0, 0});
+  expect_error([&] { (void)b.clamp(true); }, __LINE__, "clamp", {"bool[2,2]", "bool bounds"});
+  expect_error([&] { (void)clamp(b, std::nullopt, false); }, __LINE__, "clamp", {"bool bounds"});
+}
+
+// PyTorch computes x^0.5 as sqrt and x^-0.5 as rsqrt for a number exponent (so -inf gives NaN and -0
+// gives -0 and -inf); other exponents, and a tensor exponent, are C's pow. Values of PyTorch 1.13.
+TEST(Parity, PowOfSpecialValues) {
+  for (DType dt : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector<double>({-kInf, -0.0, 0.0, 4.0, -4.0, kInf, kNaN}).to(dt);
+    const std::string t(dtype_name(dt));
+    expect_same(values(pow(x, 0.5)), {kNaN, -0.0, 0.0, 2.0, kNaN, kInf, kNaN}, "x^0.5 " + t);
+    expect_same(values(x.pow(-0.5)), {kNaN, -kInf, kInf, 0.5, kNaN, 0.0, kNaN}, "x^-0.5 " + t);
+    expect_same(values(pow(x, 1.5)), {kInf, 0.0, 0.0, 8.0, kNaN, kInf, kNaN}, "x^1.5 " + t);
+    expect_same(values(pow(x, full({7}, 0.5, dt))), {kInf, 0.0, 0.0, 2.0, kNaN, kInf, kNaN}, "x^tensor " + t);
+    EXPECT_TRUE(std::signbit(values(pow(x, 0.5))[1])) << t; // -0, not 0
+    EXPECT_EQ(pow(x, 0.5).dtype(), dt);
+  }
+  EXPECT_EQ(pow(arange(3), 0.5).dtype(), kFloat32); // integers promote, as PyTorch's
+  expect_same(values(pow(from_vector<int64_t>({4, 0}), -0.5)), {0.5, kInf});
+  // the gradient is sqrt's, as PyTorch's pow(x, 0.5) backward: -inf at -0, NaN at -inf
+  const Tensor x = from_vector<double>({-0.0, -kInf, 4.0}).requires_grad_();
+  expect_same(values(grad({pow(x, 0.5).sum()}, {x})[0]), {-kInf, kNaN, 0.25});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (pow(v[0], 0.5) + pow(v[0], -0.5)).sum(); },
+                   {rand({5}, 70, kFloat64) + 0.5});
+}
+
+// At a NaN input relu's gradient passes through (PyTorch's threshold_backward on the result), and
+// maximum's and minimum's masks send the whole gradient to both operands: PyTorch 1.13's gradients.
+TEST(Parity, GradientsAtNaNAsPyTorch) {
+  const Tensor x = from_vector<double>({kNaN, 1.0, -1.0, 0.0}).requires_grad_();
+  const Tensor z = zeros({4}, kFloat64);
+  expect_same(values(grad({relu(x).sum()}, {x})[0]), {1, 1, 0, 0}, "relu");
+  expect_same(values(grad({maximum(x, z).sum()}, {x})[0]), {1, 1, 0, 0.5}, "maximum");
+  expect_same(values(grad({maximum(z, x).sum()}, {x})[0]), {1, 1, 0, 0.5}, "maximum, swapped");
+  expect_same(values(grad({minimum(x, z).sum()}, {x})[0]), {1, 0, 1, 0.5}, "minimum");
+  const Tensor a = from_vector<double>({kNaN, 1.0, kNaN, 2.0}).requires_grad_();
+  const Tensor c = from_vector<double>({1.0, kNaN, kNaN, 2.0}).requires_grad_();
+  for (const Tensor& y : {maximum(a, c), minimum(a, c)}) {
+    const auto g = grad({y.sum()}, {a, c});
+    expect_same(values(g[0]), {1, 1, 1, 0.5}, "first operand");
+    expect_same(values(g[1]), {1, 1, 1, 0.5}, "second operand");
+  }
+  // away from NaN nothing changed: gradcheck, ties excluded
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (relu(v[0]) + maximum(v[0], v[1]) * minimum(v[1], v[0])).sum(); },
+                   {rnd({6}, 71), rnd({6}, 72)});
 }
 
 } // namespace

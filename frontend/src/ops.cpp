@@ -173,9 +173,10 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& ds) {
 Tensor min_max(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, const Loc& loc) {
   const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
-  if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   if (reduced_count(x, dims_or_fail(name, dims, x, loc)) == 0)
     fail(name, "cannot reduce over an empty dimension (the result has no identity)", {&x}, loc);
+  if (x.dtype() == DType::Bool) // as PyTorch: any (max) or all (min), a bool result
+    return cast(reduction(op, cast(x, DType::Int32, loc), dims, keepdim, DType::Int32, loc), DType::Bool, loc);
   return reduction(op, x, dims, keepdim, x.dtype(), loc);
 }
 
@@ -417,6 +418,10 @@ Tensor pow(const Tensor& a, Scalar e, Loc loc) {
   const graph::SourceScope at(loc, "pow"); // nodes made here record the caller's line
   if (!is_floating(a.dtype()) && e.kind() != DType::Float64 && e.to_int() < 0)
     fail("pow", "integers to negative integer powers are not allowed", {&a}, loc);
+  // As PyTorch's kernel for a number exponent: x^0.5 is sqrt(x) and x^-0.5 is rsqrt(x), so -inf gives
+  // NaN and -0 gives -0 and -inf (C's pow: inf, 0 and inf). A tensor exponent stays C's pow, as PyTorch's.
+  if (e.kind() == DType::Float64 && e.to_double() == 0.5) return sqrt(a, loc);
+  if (e.kind() == DType::Float64 && e.to_double() == -0.5) return rsqrt(a, loc);
   return pow(a, wrap_scalar(e, a, loc), loc);
 }
 
@@ -442,10 +447,23 @@ Tensor sign(const Tensor& x, Loc loc) {
   return where(x > 0, one, where(x < 0, -one, zeros_of_x, loc), loc);
 }
 
+namespace {
+// The dtype PyTorch clamps a bool x in: its result type with the bounds (int64 for an integer bound,
+// the default float for a floating one); bool bounds alone are refused, as PyTorch's.
+DType bool_clamp_dtype(const Tensor& x, const std::optional<Scalar>& min, const std::optional<Scalar>& max,
+                       const Loc& loc) {
+  DType to = DType::Bool;
+  for (const std::optional<Scalar>& bound : {min, max})
+    if (bound && bound->kind() != DType::Bool) to = promote_types(to, bound->kind() == DType::Float64 ? kDefaultFloat : DType::Int64);
+  if (to == DType::Bool) fail("clamp", "not defined for a bool tensor with bool bounds", {&x}, loc);
+  return to;
+}
+} // namespace
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max, Loc loc) {
   const graph::SourceScope at(loc, "clamp"); // nodes made here record the caller's line
   if (!min && !max) fail("clamp", "needs at least one of min and max", {&x}, loc);
-  if (x.dtype() == DType::Bool) fail("clamp", "not defined for bool tensors", {&x}, loc);
+  if (x.dtype() == DType::Bool) return clamp(cast(x, bool_clamp_dtype(x, min, max, loc), loc), min, max, loc);
   // An integer x takes an integer bound in its own dtype, which the bound must fit.
   for (const std::optional<Scalar>& bound : {min, max})
     if (bound && bound->kind() != DType::Float64) check_fits("clamp", *bound, x.dtype(), {&x}, loc);

@@ -284,7 +284,9 @@ Tensor sign(const Tensor& x, Loc loc = Loc::current());
 /// min(max(x, min), max) with either bound omitted, as torch.clamp: the result dtype follows
 /// type promotion with the bounds, NaN stays NaN (gradient 0), a NaN bound makes every element
 /// NaN, min > max gives max, and the gradient is 1 where min <= x <= max (the bounds included),
-/// else 0. At least one bound is needed; an integer bound must fit an integer x's dtype.
+/// else 0. At least one bound is needed; an integer bound must fit an integer x's dtype. A bool x is
+/// clamped as i64 with an integer bound, as the default float with a floating one (PyTorch's result
+/// type); bool bounds alone are an error, as PyTorch's.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
              Loc loc = Loc::current());
 
@@ -293,7 +295,9 @@ Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///<
 Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b (two bools: logical and)
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< true division (integers give f32)
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a ^ b
-Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());            ///< a ^ b
+/// a ^ b with a number b, as PyTorch's: b = 0.5 is sqrt(a) and -0.5 is 1 / sqrt(a) (so -inf gives NaN
+/// and -0 gives -0 and -inf, where C's pow gives inf, 0, inf); other exponents as C's pow.
+Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating (bools: or)
 Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating (bools: and)
 Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
@@ -319,9 +323,10 @@ Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc = Loc::current());
 Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Mean over dims (all when empty); floating dtypes only.
 Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
-/// Maximum over dims (all when empty), NaN-propagating; error on an empty reduction.
+/// Maximum over dims (all when empty), NaN-propagating; error on an empty reduction. A bool x gives
+/// a bool result (any), as torch.max and torch.amax.
 Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
-/// Minimum over dims (all when empty).
+/// Minimum over dims (all when empty); a bool x gives a bool result (all), as torch.min.
 Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Sum over one dim (`sum(x, 1)`); a template so that `sum(x, {})` still means every dim (not for bool,
 /// as Tensor::sum).
