@@ -100,13 +100,22 @@ std::string source_lines_str(const std::vector<SourceLine>& lines, size_t max = 
 /// Adds `s` to `lines` unless it is unknown or already there.
 void add_source_line(std::vector<SourceLine>& lines, const SourceLine& s);
 
+/// The user's call the active SourceScope records: the op ("" when the scope named none) and the
+/// call's line. `known` is false outside any scope and inside autograd's (which record a line only).
+struct SourceCall {
+  std::string_view op;        ///< the op the scope named (a string with static storage), or ""
+  std::source_location where; ///< the user's line of the call
+  bool known = false;         ///< false when no scope made by a user's call is active
+};
+
 /// While it lives, nodes made on this thread record `loc` as their source line. The
 /// outermost scope wins (the user's call into kiln, not the calls kiln's own ops make
 /// inside it), unless `replace` (autograd gives a gradient its forward node's line).
 class SourceScope {
 public:
-  /// Records `loc` unless an outer scope is active.
-  explicit SourceScope(const std::source_location& loc) : SourceScope(SourceLine{loc.file_name(), loc.line()}, false) {}
+  /// Records `loc` unless an outer scope is active; `op` names the user's call made at `loc`
+  /// (for errors raised inside it that know no op or line: see current_source_call()).
+  explicit SourceScope(const std::source_location& loc, std::string_view op = {});
   /// Records `s` unless an outer scope is active and `replace` is false (an unknown `s` is ignored).
   SourceScope(const SourceLine& s, bool replace);
   ~SourceScope();
@@ -115,10 +124,13 @@ public:
 
 private:
   SourceLine saved_;
+  SourceCall saved_call_;
   bool active_ = false;
 };
 /// The line nodes made now on this thread record (unknown outside any SourceScope).
 SourceLine current_source_line();
+/// See SourceCall.
+SourceCall current_source_call();
 
 class Node;
 /// Nodes are shared and immutable (but for their realized value).

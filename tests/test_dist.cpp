@@ -974,6 +974,18 @@ TEST(SyncBatchNorm, Errors) {
   EXPECT_TRUE(contains(error_of([&] { bn.forward(zeros({3})); }), "expects [N, 3, ...] inputs"));
 }
 
+// Integer running statistics are refused as batch_norm refuses them, on one rank (BatchNorm's path)
+// and on several (checked before any communication, so every rank throws and none waits).
+TEST(SyncBatchNorm, RefusesIntegerRunningStatistics) {
+  nn::SyncBatchNorm bn(3);
+  bn.running_var = ones({3}, kInt64);
+  const std::string e = error_of([&] { bn.forward(randn({4, 3}, 1)); });
+  EXPECT_TRUE(contains(e, "SyncBatchNorm")) << e;
+  EXPECT_TRUE(contains(e, "must be floating")) << e;
+  EXPECT_TRUE(contains(e, "i64[3]")) << e;
+  EXPECT_TRUE(contains(e, "test_dist.cpp")) << e;
+}
+
 // ---------------------------------------------------------------- failures (mpirun -np 2, KILN_DIST_TIMEOUT=1)
 
 // ---------------------------------------------------------------- NCCL (emulated here)

@@ -93,7 +93,7 @@ TEST(Errors, ArithmeticOnBool) {
   expect_error([&] { (void)(-p); }, __LINE__, "neg", {"bool[2]"});
   expect_error([&] { (void)abs(p); }, __LINE__, "abs", {"bool[2]"});
   expect_error([&] { (void)relu(p); }, __LINE__, "relu", {"bool[2]"});
-  expect_error([&] { (void)max(p); }, __LINE__, "max", {"bool[2]"});
+  EXPECT_TRUE(max(p).item<bool>() == false); // max and min of bools are any and all, as PyTorch's
   expect_error([&] { (void)argmax(p, 0); }, __LINE__, "argmax", {"bool[2]"});
   expect_error([&] { (void)matmul(b8({2, 2}), b8({2, 2})); }, __LINE__, "matmul", {"bool[2,2]"});
 }
@@ -214,6 +214,52 @@ TEST(Errors, BackwardWithoutGrad) {
 TEST(Errors, RequiresGradOnIntegerTensorNamesTheLine) {
   Tensor x = i32({3});
   expect_error([&] { x.requires_grad_(); }, __LINE__, "requires_grad_", {"i32[3]"});
+}
+
+// An undefined (default-constructed) operand: the error names the op the user called and the user's
+// line, not kiln's Tensor::node(): ops, functionals, modules and reads.
+TEST(Errors, UndefinedTensorOperandNamesTheOpAndLine) {
+  namespace F = nn::functional;
+  const Tensor u, a = f32({2, 3});
+  const std::vector<std::string> undefined{"undefined"};
+  expect_error([&] { (void)(u + a); }, __LINE__, "add", undefined);
+  expect_error([&] { (void)(a * u); }, __LINE__, "mul", undefined);
+  expect_error([&] { (void)(a < u); }, __LINE__, "lt", undefined);
+  expect_error([&] { (void)matmul(a, u); }, __LINE__, "matmul", undefined);
+  expect_error([&] { (void)u.sum(); }, __LINE__, "sum", undefined);
+  expect_error([&] { (void)u.max({1}); }, __LINE__, "max", undefined);
+  expect_error([&] { (void)exp(u); }, __LINE__, "exp", undefined);
+  expect_error([&] { (void)relu(u); }, __LINE__, "relu", undefined);
+  expect_error([&] { (void)u.reshape({6}); }, __LINE__, "reshape", undefined);
+  expect_error([&] { (void)concat({a, u}, 0); }, __LINE__, "concat", undefined);
+  expect_error([&] { (void)where(b8({2, 3}), a, u); }, __LINE__, "where", undefined);
+  expect_error([&] { (void)F::softmax(u, 1); }, __LINE__, "softmax", undefined);
+  expect_error([&] { (void)F::layer_norm(u, {3}); }, __LINE__, "layer_norm", undefined);
+  expect_error([&] { (void)F::linear(a, u); }, __LINE__, "linear", undefined);
+  expect_error([&] { (void)F::mse_loss(a, u); }, __LINE__, "mse_loss", undefined);
+  nn::Linear lin(3, 2);
+  expect_error([&] { (void)lin.forward(u); }, __LINE__, "Linear", undefined);
+  expect_error([&] { (void)lin(u); }, __LINE__, "Linear", undefined);
+  expect_error([&] { (void)u.item<float>(); }, __LINE__, "item", undefined);
+  expect_error([&] { (void)u.to_vector<float>(); }, __LINE__, "to_vector", undefined);
+  expect_error([&] { realize({a, u}); }, __LINE__, "realize", undefined);
+  for (const auto& f : std::vector<std::function<void()>>{[&] { (void)(u - a); }, [&] { (void)F::softmax(u, 0); }})
+    test::expect_no_kiln_line(test::error_of(f));
+}
+
+// A null module given to a container: a kiln::Error naming the method and the user's line.
+TEST(Errors, NullModuleInAContainerNamesTheLine) {
+  nn::ModuleList list;
+  expect_error([&] { list.push_back(nullptr); }, __LINE__, "ModuleList::push_back", {"null module"});
+  expect_error([&] { list.push_back(std::shared_ptr<nn::Linear>()); }, __LINE__, "ModuleList::push_back", {"null"});
+  expect_error([&] { list.insert(0, nullptr); }, __LINE__, "ModuleList::insert", {"null module"});
+  nn::Sequential seq;
+  expect_error([&] { seq.push_back(std::shared_ptr<nn::ReLU>()); }, __LINE__, "Sequential::push_back", {"null module"});
+  nn::ModuleDict dict;
+  expect_error([&] { dict.insert("a", nullptr); }, __LINE__, "ModuleDict", {"\"a\" is null"});
+  EXPECT_TRUE(list.empty());
+  EXPECT_EQ(seq.size(), 0u);
+  EXPECT_EQ(dict.size(), 0u);
 }
 
 TEST(Errors, UndefinedTensorOperandThrows) {

@@ -347,6 +347,50 @@ TEST(Forward, BatchNormTrainUpdatesRunningStatsThenEvalUsesThem) {
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1); // eval does not count
 }
 
+// momentum = std::nullopt is torch's momentum=None: the running statistics are the cumulative average
+// (factor 1 / num_batches_tracked). PyTorch 1.13's running statistics after each of three batches of
+// BatchNorm1d(2, momentum=None), its eval output, and its state_dict's names.
+TEST(Forward, BatchNormWithoutMomentumIsTheCumulativeAverage) {
+  nn::BatchNorm1d bn(2, {.momentum = std::nullopt});
+  EXPECT_NE(bn.str().find("momentum=None"), std::string::npos) << bn.str();
+  auto batch = [](int s) {
+    std::vector<float> v;
+    for (int i = 0; i < 4; ++i)
+      for (int c = 0; c < 2; ++c) v.push_back(static_cast<float>(((i * 7 + c * 3 + s * 5) % 11) * 0.5 - 2));
+    return from_vector<float>(v, {4, 2});
+  };
+  const std::vector<std::vector<double>> means = {{0.5, 0.625}, {0.375, 0.5}, {0.7083333134651184, 0.3749999701976776}};
+  const std::vector<std::vector<double>> vars = {
+      {4.833333492279053, 3.2291667461395264}, {3.4583334922790527, 3.2291667461395264}, {3.381944417953491, 3.2291665077209473}};
+  for (int s = 0; s < 3; ++s) {
+    (void)bn(batch(s));
+    kiln::realize(bn.buffers());
+    const auto rm = bn.running_mean.to_vector<double>(), rv = bn.running_var.to_vector<double>();
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_NEAR(rm[c], means[s][c], 1e-6) << s;
+      EXPECT_NEAR(rv[c], vars[s][c], 1e-6) << s;
+    }
+    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), s + 1);
+  }
+  std::vector<std::string> names;
+  for (const auto& [n, t] : bn.state_dict()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}));
+  EXPECT_EQ(bn.state_dict().back().second.dtype(), kInt64);
+  bn.eval();
+  const std::vector<double> want = {-1.4727133512496948, -0.48692506551742554, 0.43048545718193054, 1.460775375366211,
+                                    -0.6570566892623901, 0.34780365228652954, 1.2461421489715576, -0.7651680111885071};
+  const auto y = bn(batch(0)).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << i;
+  // the count goes on from a loaded num_batches_tracked (torch: load_state_dict, then a 4th batch)
+  bn.train();
+  (void)bn(batch(5));
+  kiln::realize(bn.buffers());
+  EXPECT_NEAR(bn.running_mean.to_vector<double>()[0], 0.6875, 1e-6);
+  EXPECT_NEAR(bn.running_var.to_vector<double>()[1], 2.9427082538604736, 1e-6);
+  // a momentum keeps the exponential average (and prints as a number)
+  EXPECT_NE(nn::BatchNorm1d(2).str().find("momentum=0.1"), std::string::npos);
+}
+
 // batch_norm reduces over the spatial dims as one run (a free reshape to [N, C, H*W]): with
 // [N, C, H, W] as such, each reduction's innermost loop ran W points (28 in the CNN), most of
 // them in the scalar remainder of its vector loop.

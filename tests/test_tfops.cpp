@@ -279,7 +279,7 @@ TEST(Clamp, ValuesDtypesAndBoundsAsPyTorch) {
   expect_error([&] { (void)clamp(xi.to(kInt32), int64_t{1} << 40); }, __LINE__, "clamp",
                {"i32[3]", "cannot be converted to i32"});
   expect_error([&] { (void)clamp(x, std::nullopt, std::nullopt); }, __LINE__, "clamp", {"f64[8]", "min and max"});
-  expect_error([&] { (void)clamp(zeros({2}, kBool), 0, 1); }, __LINE__, "clamp", {"bool[2]"});
+  expect_error([&] { (void)clamp(zeros({2}, kBool), true, true); }, __LINE__, "clamp", {"bool[2]"}); // integer bounds: see Parity
 }
 
 TEST(Sign, ValuesAndAZeroGradient) {
@@ -486,6 +486,74 @@ TEST(VarStd, GradientsAsPyTorch) {
                    {rnd({3, 2, 4}, 57), rnd({1, 2, 1}, 58)});
   expect_gradcheck([](const std::vector<Tensor>& v) { return (v[0].std(-1, false) * v[1]).sum() + std(v[0]); },
                    {rnd({3, 5}, 59), rnd({3}, 60)});
+}
+
+// Near (relative 1e-14) where finite; the same infinity or NaN where not.
+void expect_near_or_same(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isfinite(want[i])) EXPECT_NEAR(got[i], want[i], 1e-14 * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
+    else expect_same({got[i]}, {want[i]}, what + " [" + std::to_string(i) + "]");
+  }
+}
+
+// torch.var(x, 1, correction=c), torch.var(x, None, correction=c), torch.std(x, 1, correction=c) and the
+// gradients of (f(x, 1, correction=c) * u).sum() of PyTorch 1.13, for c = 0, 2, n (= 4), n + 1 and -1:
+// c >= n divides by 0 (inf; NaN for the constant row), and the gradient then divides by n - c.
+struct CorrectionCase {
+  int64_t c;
+  std::vector<double> var1;
+  double full;
+  std::vector<double> std1, var_grad, std_grad;
+};
+const std::vector<CorrectionCase> kCorrectionCases = {
+    {0, {2.8125, 0.0, 11.171875000000002}, 5.046875, {1.6770509831248424, 0.0, 3.3424354892802346},
+     {-0.375, 0.375, -1.125, 1.125, -0.0, -0.0, -0.0, -0.0, -5.4375, -2.4375, 8.0625, -0.1875},
+     {-0.1118033988749895, 0.1118033988749895, -0.33541019662496846, 0.33541019662496846, 0.0, 0.0, 0.0, 0.0,
+      -0.8134038813073576, -0.36462932610329823, 1.2060816171109097, -0.028048409700253712}},
+    {2, {5.625, 0.0, 22.343750000000004}, 6.05625, {2.3717082451262845, 0.0, 4.726917600297259},
+     {-0.75, 0.75, -2.25, 2.25, -0.0, -0.0, -0.0, -0.0, -10.875, -4.875, 16.125, -0.375},
+     {-0.15811388300841897, 0.15811388300841897, -0.4743416490252569, 0.4743416490252569, 0.0, 0.0, 0.0, 0.0,
+      -1.1503268006317806, -0.5156637382142465, 1.7056569802471229, -0.03966644140109588}},
+    {4, {kInf, kNaN, kInf}, 7.5703125, {kInf, kNaN, kInf},
+     {-kInf, kInf, -kInf, kInf, kNaN, kNaN, kNaN, kNaN, -kInf, -kInf, kInf, -kInf},
+     {kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN, kNaN}},
+    {5, {kInf, kNaN, kInf}, 8.651785714285714, {kInf, kNaN, kInf},
+     {1.5, -1.5, 4.5, -4.5, 0.0, 0.0, 0.0, 0.0, 21.75, 9.75, -32.25, 0.75},
+     {0.0, -0.0, 0.0, -0.0, kNaN, kNaN, kNaN, kNaN, 0.0, 0.0, -0.0, 0.0}},
+    {-1, {2.25, 0.0, 8.937500000000002}, 4.658653846153846, {1.5, 0.0, 2.98956518577535},
+     {-0.30000000000000004, 0.30000000000000004, -0.9, 0.9, -0.0, -0.0, -0.0, -0.0, -4.3500000000000005,
+      -1.9500000000000002, 6.450000000000001, -0.15000000000000002},
+     {-0.1, 0.1, -0.3, 0.3, 0.0, 0.0, 0.0, 0.0, -0.727530548706169, -0.3261343839027654, 1.078752192909147,
+      -0.025087260300212723}},
+};
+
+TEST(VarStd, CorrectionAsPyTorch) {
+  const Tensor u = from_vector<double>({1.0, -2.0, 3.0});
+  for (const CorrectionCase& k : kCorrectionCases) {
+    const std::string c = "correction " + std::to_string(k.c);
+    const Tensor x = var_input();
+    expect_near_or_same(values(var(x, 1, k.c)), k.var1, "var " + c);
+    expect_near_or_same(values(x.var({1}, k.c)), k.var1, "x.var " + c);
+    expect_near_or_same(values(var(x, {}, k.c)), {k.full}, "var all " + c);
+    expect_near_or_same(values(std(x, {1}, k.c)), k.std1, "std " + c);
+    expect_near_or_same(values(x.std(1, k.c)), k.std1, "x.std " + c);
+    const Tensor xg = var_input().requires_grad_();
+    expect_near_or_same(values(grad({(var(xg, 1, k.c) * u).sum()}, {xg})[0]), k.var_grad, "var gradient " + c);
+    expect_near_or_same(values(grad({(std(xg, 1, k.c) * u).sum()}, {xg})[0]), k.std_grad, "std gradient " + c);
+  }
+  // correction 1 and 0 are unbiased and biased, bit for bit; keepdim and the dtype as the bool forms
+  const Tensor x = var_input();
+  expect_same(values(var(x, 1, 1)), values(var(x, 1, true)));
+  expect_same(values(x.std({0, 1}, 0)), values(x.std({0, 1}, false)));
+  EXPECT_EQ(var(x, {1}, 2, true).shape(), (IntList{3, 1}));
+  EXPECT_EQ(std(x.to(kFloat32), 0, int64_t{3}).dtype(), kFloat32);
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (var(v[0], {0, 2}, 2, true) * v[1]).sum(); },
+                   {rnd({3, 2, 4}, 61), rnd({1, 2, 1}, 62)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (v[0].std(-1, 3) * v[1]).sum() + std(v[0], {}, -2); },
+                   {rnd({3, 5}, 63), rnd({3}, 64)});
+  expect_error([&] { (void)var(arange(3), {0}, 2); }, __LINE__, "var", {"i64[3]", "floating"});
+  expect_error([&] { (void)Tensor().std({}, 2); }, __LINE__, "std", {"undefined"});
 }
 
 TEST(VarStd, ErrorsNameTheOpShapesAndLine) {
@@ -992,6 +1060,78 @@ TEST(Composites, ForwardModeAgreesWithReverseMode) {
     const double ujv = (u * tangent).sum().item<double>(), jtuv = (g * v).sum().item<double>();
     EXPECT_NEAR(ujv, jtuv, 1e-10 * (1 + std::fabs(ujv))) << "function " << i;
   }
+}
+
+// ---------------------------------------------------------------- bool max/min/clamp, pow's special exponents, NaN gradients
+
+// torch.max/min/amax of a bool tensor are bool (any, all); clamp of a bool tensor promotes it with the
+// bounds (i64 for integers, f32 for floats), and bool bounds alone are refused: PyTorch 1.13's.
+TEST(Parity, BoolMaxMinAndClamp) {
+  const Tensor b = from_vector<bool>({true, false, false, false}, {2, 2});
+  EXPECT_EQ(b.max().dtype(), kBool);
+  EXPECT_TRUE(b.max().item<bool>());
+  EXPECT_FALSE(min(b).item<bool>());
+  EXPECT_EQ(b.max({1}).to_vector<bool>(), (std::vector<bool>{true, false}));
+  EXPECT_EQ(b.min({0}).to_vector<bool>(), (std::vector<bool>{false, false}));
+  EXPECT_EQ(b.max({1}, true).shape(), (IntList{2, 1}));
+  EXPECT_TRUE(ones({2, 3}, kBool).min({0, 1}).item<bool>());
+  EXPECT_TRUE(scalar_tensor(true, kBool).max().item<bool>());
+  EXPECT_EQ(zeros({0, 2}, kBool).max({1}).shape(), (IntList{0}));
+  expect_error([&] { (void)zeros({0}, kBool).max(); }, __LINE__, "max", {"bool[0]", "empty"});
+  expect_error([&] { (void)b.argmax(0); }, __LINE__, "argmax", {"bool"}); // as PyTorch
+  const Tensor c = clamp(b, 0, 1);
+  EXPECT_EQ(c.dtype(), kInt64);
+  expect_same(values(c), {1, 0, 0, 0});
+  expect_same(values(b.clamp(-1)), {1, 0, 0, 0});
+  expect_same(values(clamp(b, true, 2)), {1, 1, 1, 1});
+  const Tensor f = clamp(b, false, 0.5);
+  EXPECT_EQ(f.dtype(), kFloat32);
+  expect_same(values(f), {0.5, 0, 0, 0});
+  expect_error([&] { (void)b.clamp(true); }, __LINE__, "clamp", {"bool[2,2]", "bool bounds"});
+  expect_error([&] { (void)clamp(b, std::nullopt, false); }, __LINE__, "clamp", {"bool bounds"});
+}
+
+// PyTorch computes x^0.5 as sqrt and x^-0.5 as rsqrt for a number exponent (so -inf gives NaN and -0
+// gives -0 and -inf); other exponents, and a tensor exponent, are C's pow. Values of PyTorch 1.13.
+TEST(Parity, PowOfSpecialValues) {
+  for (DType dt : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector<double>({-kInf, -0.0, 0.0, 4.0, -4.0, kInf, kNaN}).to(dt);
+    const std::string t(dtype_name(dt));
+    expect_same(values(pow(x, 0.5)), {kNaN, -0.0, 0.0, 2.0, kNaN, kInf, kNaN}, "x^0.5 " + t);
+    expect_same(values(x.pow(-0.5)), {kNaN, -kInf, kInf, 0.5, kNaN, 0.0, kNaN}, "x^-0.5 " + t);
+    expect_same(values(pow(x, 1.5)), {kInf, 0.0, 0.0, 8.0, kNaN, kInf, kNaN}, "x^1.5 " + t);
+    expect_same(values(pow(x, full({7}, 0.5, dt))), {kInf, 0.0, 0.0, 2.0, kNaN, kInf, kNaN}, "x^tensor " + t);
+    EXPECT_TRUE(std::signbit(values(pow(x, 0.5))[1])) << t; // -0, not 0
+    EXPECT_EQ(pow(x, 0.5).dtype(), dt);
+  }
+  EXPECT_EQ(pow(arange(3), 0.5).dtype(), kFloat32); // integers promote, as PyTorch's
+  expect_same(values(pow(from_vector<int64_t>({4, 0}), -0.5)), {0.5, kInf});
+  // the gradient is sqrt's, as PyTorch's pow(x, 0.5) backward: -inf at -0, NaN at -inf
+  const Tensor x = from_vector<double>({-0.0, -kInf, 4.0}).requires_grad_();
+  expect_same(values(grad({pow(x, 0.5).sum()}, {x})[0]), {-kInf, kNaN, 0.25});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (pow(v[0], 0.5) + pow(v[0], -0.5)).sum(); },
+                   {rand({5}, 70, kFloat64) + 0.5});
+}
+
+// At a NaN input relu's gradient passes through (PyTorch's threshold_backward on the result), and
+// maximum's and minimum's masks send the whole gradient to both operands: PyTorch 1.13's gradients.
+TEST(Parity, GradientsAtNaNAsPyTorch) {
+  const Tensor x = from_vector<double>({kNaN, 1.0, -1.0, 0.0}).requires_grad_();
+  const Tensor z = zeros({4}, kFloat64);
+  expect_same(values(grad({relu(x).sum()}, {x})[0]), {1, 1, 0, 0}, "relu");
+  expect_same(values(grad({maximum(x, z).sum()}, {x})[0]), {1, 1, 0, 0.5}, "maximum");
+  expect_same(values(grad({maximum(z, x).sum()}, {x})[0]), {1, 1, 0, 0.5}, "maximum, swapped");
+  expect_same(values(grad({minimum(x, z).sum()}, {x})[0]), {1, 0, 1, 0.5}, "minimum");
+  const Tensor a = from_vector<double>({kNaN, 1.0, kNaN, 2.0}).requires_grad_();
+  const Tensor c = from_vector<double>({1.0, kNaN, kNaN, 2.0}).requires_grad_();
+  for (const Tensor& y : {maximum(a, c), minimum(a, c)}) {
+    const auto g = grad({y.sum()}, {a, c});
+    expect_same(values(g[0]), {1, 1, 1, 0.5}, "first operand");
+    expect_same(values(g[1]), {1, 1, 1, 0.5}, "second operand");
+  }
+  // away from NaN nothing changed: gradcheck, ties excluded
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (relu(v[0]) + maximum(v[0], v[1]) * minimum(v[1], v[0])).sum(); },
+                   {rnd({6}, 71), rnd({6}, 72)});
 }
 
 } // namespace

@@ -42,9 +42,10 @@ NodeRef add_opt(const NodeRef& x, const NodeRef& y) {
 
 // ---------------------------------------------------------------- elementwise
 
-// v where the operand wins, v/2 where it ties (split evenly, as PyTorch's maximum), else 0.
-NodeRef tie_split(const NodeRef& wins, const NodeRef& ties, const NodeRef& v) {
-  return b::where(wins, v, keep_where(ties, b::scale(v, 0.5)));
+// 0 where the operand loses, v/2 where it ties (split evenly), else v: PyTorch's maximum and minimum,
+// whose masks make a NaN on either side send the whole gradient to both operands.
+NodeRef tie_split(const NodeRef& loses, const NodeRef& ties, const NodeRef& v) {
+  return b::where(loses, zeros_like(v), b::where(ties, b::scale(v, 0.5), v));
 }
 
 // d/da a^b = b a^(b-1), zero where b == 0 (so that 0^0 gives 0, not 0 * inf).
@@ -83,7 +84,7 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Sigmoid: return b::mul(v, b::mul(y, b::sub(cst(y, 1), y)));
   case OpKind::Erf: return b::mul(v, b::scale(b::unary(OpKind::Exp, b::neg(b::mul(x, x))), M_2_SQRTPI));
   case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: return zeros_like(v); // piecewise constant (as PyTorch)
-  case OpKind::Relu: return keep_where(cmp(OpKind::Gt, x, 0), v);
+  case OpKind::Relu: return b::where(cmp(OpKind::Le, x, 0), zeros_like(v), v); // NaN passes v, as PyTorch's
   case OpKind::Reciprocal: return b::neg(b::mul(v, b::mul(y, y)));
   case OpKind::Cast: return is_floating(x->dtype) && is_floating(y->dtype) ? v : nullptr; // none for int/bool
   case OpKind::Detach: return nullptr; // blocks gradients by definition
@@ -93,9 +94,9 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Div: return k == 0 ? b::div(v, c) : b::neg(b::div(b::mul(v, y), c));
   case OpKind::Pow: return k == 0 ? pow_base(x, c, v) : pow_exponent(y, v);
   case OpKind::Maximum:
-    return tie_split(k == 0 ? b::binary(OpKind::Gt, x, c) : b::binary(OpKind::Gt, c, x), b::binary(OpKind::Eq, x, c), v);
-  case OpKind::Minimum:
     return tie_split(k == 0 ? b::binary(OpKind::Lt, x, c) : b::binary(OpKind::Lt, c, x), b::binary(OpKind::Eq, x, c), v);
+  case OpKind::Minimum:
+    return tie_split(k == 0 ? b::binary(OpKind::Gt, x, c) : b::binary(OpKind::Gt, c, x), b::binary(OpKind::Eq, x, c), v);
   case OpKind::Where: // no gradient to the condition
     if (k == 0) return nullptr;
     return k == 1 ? keep_where(x, v) : b::where(x, zeros_like(v), v);

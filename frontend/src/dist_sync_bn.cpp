@@ -144,13 +144,16 @@ Tensor SyncBatchNorm::forward_impl(const Tensor& x) {
   if (!is_training() || dist::world_size(loc) == 1) return BatchNorm::forward_impl(x);
   if (!is_floating(x.dtype())) detail::fail(kOp, "expects a floating-point input", {&x}, loc);
   if (x.numel() == 0) detail::fail(kOp, "needs at least one value per channel on every rank", {&x}, loc);
+  // As batch_norm on one rank (integer running statistics are refused), before any communication.
+  kiln::detail::check_batch_norm_tensors(kOp, x, {&running_mean, &running_var, &weight, &bias}, loc);
   const Layout l(x);
   const Stats s = global_stats(x, l, loc);
   if (options.track_running_stats) {
+    const Tensor factor = count_batch(); // with momentum unset, 1 / num_batches_tracked
     NoGradGuard no_grad;
-    num_batches_tracked.assign(num_batches_tracked + 1);
-    kiln::detail::update_running(running_mean, s.mean, options.momentum);
-    kiln::detail::update_running(running_var, s.var * (s.count / (s.count - 1.0)), options.momentum); // unbiased, as BatchNorm
+    const double m = options.momentum.value_or(0);
+    kiln::detail::update_running(running_mean, s.mean, m, factor);
+    kiln::detail::update_running(running_var, s.var * (s.count / (s.count - 1.0)), m, factor); // unbiased, as BatchNorm
   }
   return normalize(x, weight, bias, s, options.eps, l, loc);
 }

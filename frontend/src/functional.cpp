@@ -18,9 +18,19 @@
 
 namespace kiln::detail {
 
-void update_running(Tensor running, const Tensor& batch, double m) {
+void update_running(Tensor running, const Tensor& batch, double m, const Tensor& factor) {
   NoGradGuard no_grad;
-  running.assign(running * (1.0 - m) + batch.detach().to(running.dtype()) * m);
+  const Tensor b = batch.detach().to(running.dtype());
+  running.assign(factor.defined() ? running * (1.0 - factor) + b * factor : running * (1.0 - m) + b * m);
+}
+
+void check_batch_norm_tensors(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts, const Loc& loc) {
+  const int64_t c = x.size(1, loc);
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (t->shape() != IntList{c}) detail::fail(op, "statistics, weight and bias must be [C]", {&x, t}, loc);
+    if (!is_floating(t->dtype())) detail::fail(op, "statistics, weight and bias must be floating", {&x, t}, loc);
+  }
 }
 
 } // namespace kiln::detail
@@ -230,7 +240,7 @@ Tensor shift_by_max(const Tensor& x, int64_t dim, const Loc& loc) {
 } // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "softmax"); // nodes made here record the caller's line
   require_floating("softmax", x, loc);
   (void)detail::wrap_dim_or_fail("softmax", dim, x, loc); // its own error, not the max's it is built from
   Tensor e = exp(shift_by_max(x, dim, loc));
@@ -238,7 +248,7 @@ Tensor softmax(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "log_softmax"); // nodes made here record the caller's line
   require_floating("log_softmax", x, loc);
   (void)detail::wrap_dim_or_fail("log_softmax", dim, x, loc);
   Tensor z = shift_by_max(x, dim, loc);
@@ -246,7 +256,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "gelu"); // nodes made here record the caller's line
   require_floating("gelu", x, loc);
   if (approximate == "tanh") {
     const double c = std::sqrt(2.0 / M_PI);
@@ -257,7 +267,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc loc) {
 }
 
 Tensor silu(const Tensor& x, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "silu"); // nodes made here record the caller's line
   require_floating("silu", x, loc);
   return x * sigmoid(x, loc);
 }
@@ -280,7 +290,7 @@ Tensor class_mask(const std::string& op, const Tensor& indices, int64_t num_clas
 } // namespace
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "one_hot"); // nodes made here record the caller's line
   require_integral("one_hot", indices, loc);
   return cast(class_mask("one_hot", indices, num_classes, loc), kInt64, loc);
 }
@@ -288,7 +298,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 // ---------------------------------------------------------------- layers
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "linear"); // nodes made here record the caller's line
   if (weight.dim() != 2) fail("linear", "the weight must be [out, in]", {&x, &weight}, loc);
   if (x.dim() == 0 || x.size(-1) != weight.size(1))
     fail("linear", "the input's last dim must equal in_features = " + std::to_string(weight.size(1)), {&x, &weight}, loc);
@@ -424,7 +434,7 @@ template <class F> Tensor over_unit_height(const Tensor& x, const Loc& loc, F f)
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "conv2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
     return conv2d_impl("conv2d", x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
   return conv2d_impl("conv2d", x, weight, bias, stride, padding, dilation, groups, loc);
@@ -432,7 +442,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
 
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding, int64_t dilation,
               int64_t groups, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "conv1d"); // nodes made here record the caller's line
   if (!weight.defined() || weight.dim() != 3) fail("conv1d", "the weight must be [out, in/groups, k]", {&x, &weight}, loc);
   check_window_1d("conv1d", x, weight.size(2), stride, padding, dilation, false, loc);
   const Tensor xb = x.dim() == 2 ? x.unsqueeze(0, loc) : x; // the channels are dim 1 of the batched form
@@ -445,7 +455,7 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, bool ceil_mode, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "max_pool2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
     return max_pool_impl("max_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, dilation, ceil_mode, loc).squeeze(0, loc);
   return max_pool_impl("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode, loc);
@@ -458,7 +468,7 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Si
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
                   bool count_include_pad, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "avg_pool2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
     return avg_pool_impl("avg_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc)
         .squeeze(0, loc);
@@ -472,7 +482,7 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Si
 
 Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation,
                   bool ceil_mode, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "max_pool1d"); // nodes made here record the caller's line
   const int64_t s = stride.value_or(kernel);
   check_window_1d("max_pool1d", x, kernel, s, padding, dilation, ceil_mode, loc);
   if (padding > kernel / 2) fail("max_pool1d", "padding must be at most half the kernel size", {&x}, loc);
@@ -483,7 +493,7 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, bool ceil_mode,
                   bool count_include_pad, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "avg_pool1d"); // nodes made here record the caller's line
   const int64_t s = stride.value_or(kernel);
   check_window_1d("avg_pool1d", x, kernel, s, padding, 1, ceil_mode, loc);
   require_floating("avg_pool1d", x, loc);
@@ -510,7 +520,7 @@ IntList normalized_dims(const std::string& op, const Tensor& x, const IntList& n
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "layer_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
   Tensor xc = x - x.mean(dims, true, loc);
   Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
@@ -520,7 +530,7 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
 
 Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, std::optional<double> eps,
                 Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "rms_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("rms_norm", x, normalized_shape, loc);
   if (weight.defined() && weight.shape() != normalized_shape)
     fail("rms_norm", "the weight must have the shape normalized_shape " + graph::shape_str(normalized_shape), {&x, &weight}, loc);
@@ -533,15 +543,23 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum, double eps, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  return kiln::detail::batch_norm_with(x, std::move(running_mean), std::move(running_var), weight, bias, training,
+                                       momentum, Tensor(), eps, loc);
+}
+
+} // namespace kiln::nn::functional
+
+namespace kiln::detail {
+
+Tensor batch_norm_with(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, const Tensor& factor, double eps,
+                       const Loc& loc) {
+  using nn::functional::fail, nn::functional::require_floating;
+  const graph::SourceScope at(loc, "batch_norm"); // nodes made here record the caller's line
   require_floating("batch_norm", x, loc);
   if (x.dim() < 2) fail("batch_norm", "expects [N, C, ...] inputs", {&x}, loc);
   const int64_t c = x.size(1);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&running_mean, &running_var, &weight, &bias}) {
-    if (!t->defined()) continue;
-    if (t->shape() != IntList{c}) fail("batch_norm", "statistics, weight and bias must be [C]", {&x, t}, loc);
-    if (!is_floating(t->dtype())) fail("batch_norm", "statistics, weight and bias must be floating", {&x, t}, loc);
-  }
+  detail::check_batch_norm_tensors("batch_norm", x, {&running_mean, &running_var, &weight, &bias}, loc);
   if (!training && (!running_mean.defined() || !running_var.defined()))
     fail("batch_norm", "evaluation mode needs the running statistics", {&x}, loc);
   // The spatial dims as one ([N, C, H*W], a free reshape), so that the per-channel reductions
@@ -557,9 +575,10 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
     Tensor xc = xf - mean;
     Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
     y = xc * rsqrt(var + eps);
-    if (running_mean.defined()) kiln::detail::update_running(running_mean, mean.reshape({c}), momentum);
+    if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum, factor);
     if (running_var.defined())
-      kiln::detail::update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum);
+      update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
+                     factor);
   } else {
     y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }
@@ -568,8 +587,12 @@ Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, cons
   return y.reshape(x.shape(), loc);
 }
 
+} // namespace kiln::detail
+
+namespace kiln::nn::functional {
+
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "dropout"); // nodes made here record the caller's line
   require_floating("dropout", x, loc);
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
   if (!training || p == 0) return x;
@@ -645,7 +668,7 @@ Tensor picked_nll(const Tensor& log_probs_last, const ClassTargets& t, bool weig
 } // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& targets, NllLossOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "nll_loss"); // nodes made here record the caller's line
   detail::UserCall call("nll_loss", loc); // one_hot's errors are nll_loss's
   check_class_loss("nll_loss", log_probs, targets, options.weight, loc);
   const Tensor lp = classes_last(log_probs);
@@ -682,7 +705,7 @@ Tensor cross_entropy_of_probabilities(const Tensor& logits, const Tensor& probs,
 } // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "cross_entropy"); // nodes made here record the caller's line
   detail::UserCall call("cross_entropy", loc); // nll_loss's and one_hot's errors are cross_entropy's
   const double s = options.label_smoothing;
   if (!(s >= 0 && s <= 1)) fail("cross_entropy", "label_smoothing must be in [0, 1]", {&logits}, loc);
@@ -731,7 +754,7 @@ std::string number(double v) {
 } // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "mse_loss"); // nodes made here record the caller's line
   detail::UserCall call("mse_loss", loc); // the errors of the ops it is made of are mse_loss's
   check_same_shape("mse_loss", input, target, loc);
   Tensor d = input - target;
@@ -739,7 +762,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "l1_loss"); // nodes made here record the caller's line
   detail::UserCall call("l1_loss", loc); // the errors of the ops it is made of are l1_loss's
   check_same_shape("l1_loss", input, target, loc);
   return reduce("l1_loss", abs(input - target), reduction, loc);
@@ -761,7 +784,7 @@ Tensor smooth_or_huber(const Tensor& d, double t, bool huber) {
 } // namespace
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "smooth_l1_loss"); // nodes made here record the caller's line
   detail::UserCall call("smooth_l1_loss", loc); // the errors of the ops it is made of are smooth_l1_loss's
   check_same_shape("smooth_l1_loss", input, target, loc);
   if (!(beta >= 0)) fail("smooth_l1_loss", "beta must be non-negative, got " + number(beta), {&input}, loc);
@@ -773,7 +796,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "huber_loss"); // nodes made here record the caller's line
   detail::UserCall call("huber_loss", loc); // the errors of the ops it is made of are huber_loss's
   check_same_shape("huber_loss", input, target, loc);
   if (!(delta > 0)) fail("huber_loss", "delta must be positive, got " + number(delta), {&input}, loc);
@@ -781,7 +804,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "kl_div"); // nodes made here record the caller's line
   detail::UserCall call("kl_div", loc); // the errors of the ops it is made of are kl_div's
   require_floating("kl_div", input, loc);
   if (!target.defined()) throw Error("kl_div", "the target is undefined", loc);
@@ -804,7 +827,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
                             Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "binary_cross_entropy"); // nodes made here record the caller's line
   detail::UserCall call("binary_cross_entropy", loc); // the errors of the ops it is made of are its own
   check_same_shape("binary_cross_entropy", input, target, loc);
   check_weight("binary_cross_entropy", "the weight", weight, input, loc);
@@ -829,7 +852,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         BinaryCrossEntropyWithLogitsOptions options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "binary_cross_entropy_with_logits"); // nodes made here record the caller's line
   const std::string op = "binary_cross_entropy_with_logits";
   detail::UserCall call(op, loc); // the errors of the ops it is made of are its own
   require_floating(op, logits, loc);

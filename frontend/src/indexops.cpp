@@ -95,7 +95,7 @@ void check_extents(const std::string& op, const Tensor& x, int64_t dim, const Te
 } // namespace
 
 Tensor gather(const Tensor& input, int64_t dim, const Tensor& index, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "gather"); // nodes made here record the caller's line
   require_index("gather", index, input, loc);
   const int64_t d = wrap_dim_or_fail("gather", dim, input, loc);
   if (input.dim() == 0 && index.dim() == 0) // a scalar: gather from its one element
@@ -108,7 +108,7 @@ Tensor gather(const Tensor& input, int64_t dim, const Tensor& index, Loc loc) {
 }
 
 Tensor index_select(const Tensor& input, int64_t dim, const Tensor& index, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "index_select"); // nodes made here record the caller's line
   require_index("index_select", index, input, loc);
   const int64_t d = wrap_dim_or_fail("index_select", dim, input, loc);
   if (index.dim() > 1) fail("index_select", "the index must be 0-d or 1-d", {&input, &index}, loc);
@@ -124,7 +124,7 @@ Tensor index_select(const Tensor& input, int64_t dim, const Tensor& index, Loc l
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "scatter_add"); // nodes made here record the caller's line
   require_index("scatter_add", index, self, loc);
   if (!src.defined()) throw Error("scatter_add", "src is undefined", loc);
   const int64_t d = wrap_dim_or_fail("scatter_add", dim, self, loc);
@@ -141,7 +141,7 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 }
 
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, double alpha, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "index_add"); // nodes made here record the caller's line
   require_index("index_add", index, self, loc);
   if (!source.defined()) throw Error("index_add", "source is undefined", loc);
   const int64_t d = wrap_dim_or_fail("index_add", dim, self, loc);
@@ -174,7 +174,7 @@ namespace {
 
 // cumsum and cumprod: the checks, then the scan along the dim (a 0-d input is a copy of itself).
 Tensor scan(const char* op, bool product, const Tensor& input, int64_t dim, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
   if (!input.defined()) throw Error(op, "the input is undefined", loc);
   const int64_t d = wrap_dim_or_fail(op, dim, input, loc);
   const Tensor x = is_floating(input.dtype()) ? input : input.to(kInt64, loc); // as PyTorch: integers in i64

@@ -180,7 +180,7 @@ template <class T> Tensor linear_axis(const Tensor& y, const Axis& a, bool align
 } // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, kOp); // nodes made here record the caller's line
   if (!x.defined()) throw Error(kOp, "the input is undefined", loc);
   if (x.dim() < 3 || x.dim() > 5) fail("expects a [N, C, L], [N, C, H, W] or [N, C, D, H, W] input", x, loc);
   if (!is_floating(x.dtype())) fail("needs a floating tensor", x, loc);

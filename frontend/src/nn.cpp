@@ -380,18 +380,26 @@ Tensor BatchNorm::forward_impl(const Tensor& x) {
     detail::fail(name_, "expects [N, " + std::to_string(features_) + (rank_max_ == 4 ? ", H, W]" : "(, L)]") + " inputs",
                  {&x}, Loc::current());
   const bool use_batch = is_training() || !options.track_running_stats;
-  if (is_training() && options.track_running_stats) {
-    NoGradGuard no_grad;
-    num_batches_tracked.assign(num_batches_tracked + 1);
-  }
+  const Tensor factor = count_batch();
   // With batch statistics, batch_norm also updates the running ones (undefined when not tracked).
-  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum, options.eps);
+  return kiln::detail::batch_norm_with(x, running_mean, running_var, weight, bias, use_batch, options.momentum.value_or(0),
+                                       factor, options.eps, Loc::current());
+}
+
+Tensor BatchNorm::count_batch() {
+  if (!is_training() || !options.track_running_stats) return Tensor();
+  NoGradGuard no_grad;
+  num_batches_tracked.assign(num_batches_tracked + 1);
+  if (options.momentum) return Tensor();
+  return 1.0 / num_batches_tracked.to(kFloat64); // torch's momentum=None: the cumulative moving average
 }
 
 std::string BatchNorm::extra_repr() const {
   std::ostringstream os;
-  os << features_ << ", eps=" << options.eps << ", momentum=" << options.momentum
-     << ", affine=" << (options.affine ? "true" : "false")
+  os << features_ << ", eps=" << options.eps << ", momentum=";
+  if (options.momentum) os << *options.momentum;
+  else os << "None";
+  os << ", affine=" << (options.affine ? "true" : "false")
      << ", track_running_stats=" << (options.track_running_stats ? "true" : "false");
   return os.str();
 }
@@ -509,10 +517,13 @@ Tensor Sequential::forward_impl(const Tensor& x) {
 
 // ---------------------------------------------------------------- ModuleList, ModuleDict
 
-void ModuleList::append(std::shared_ptr<Module> m) { register_module(std::to_string(size()), std::move(m)); }
+void ModuleList::append(std::shared_ptr<Module> m, const Loc& loc) {
+  if (!m) throw Error("ModuleList::push_back", "cannot append a null module", loc);
+  register_module(std::to_string(size()), std::move(m), loc);
+}
 
-void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m) {
-  if (!m) throw Error("ModuleList", "cannot insert a null module");
+void ModuleList::insert_at(int64_t index, std::shared_ptr<Module> m, const Loc& loc) {
+  if (!m) throw Error("ModuleList::insert", "cannot insert a null module", loc);
   const auto n = static_cast<int64_t>(size());
   const int64_t at = std::clamp<int64_t>(index < 0 ? index + n : index, 0, n); // as Python's list.insert
   auto& slots = child_slots();

@@ -11,7 +11,7 @@
 namespace kiln::nn::utils {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "clip_grad_norm_"); // nodes made here record the caller's line
   const detail::UserCall call("clip_grad_norm_", loc);
   const bool inf = std::isinf(norm_type) && norm_type > 0;
   if (!inf && !(norm_type >= 1))

@@ -87,7 +87,7 @@ OpKind bool_arithmetic(OpKind op, const std::string& name, const Tensor& a, cons
 
 // add, sub, mul, div, pow, maximum, minimum.
 Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   DType dt = result_type({&a, &c});
   check_sub_operands(op, a, c, loc);
@@ -101,7 +101,7 @@ Tensor arithmetic(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
 
 // eq ... ge, logical_and, logical_or: compared in the promoted dtype, result bool.
 Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const DType dt = result_type({&a, &c});
   const std::string name(graph::op_name(op));
   const graph::Shape shape = broadcast_or_fail(name, {&a, &c}, loc);
@@ -111,13 +111,13 @@ Tensor comparison(OpKind op, const Tensor& a, const Tensor& c, const Loc& loc) {
 
 // Float-only unary ops promote integers to the default float dtype.
 Tensor float_unary(OpKind op, const Tensor& x, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const DType dt = is_floating(x.dtype()) ? x.dtype() : kDefaultFloat;
   return result(b::unary(op, b::cast(x.node(), dt)), {&x});
 }
 
 Tensor numeric_unary(OpKind op, const Tensor& x, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   if (x.dtype() == DType::Bool)
     fail(std::string(graph::op_name(op)), "not defined for bool tensors", {&x}, loc);
   return result(b::unary(op, x.node()), {&x});
@@ -156,7 +156,7 @@ graph::Shape drop_dims(const graph::Shape& s, const std::vector<int64_t>& dims) 
 }
 
 Tensor reduction(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, DType dt, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   const auto ds = dims_or_fail(name, dims, x, loc);
   NodeRef r = b::reduce(op, b::cast(x.node(), dt), ds);
@@ -171,16 +171,17 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& ds) {
 }
 
 Tensor min_max(OpKind op, const Tensor& x, const IntList& dims, bool keepdim, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
-  if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   if (reduced_count(x, dims_or_fail(name, dims, x, loc)) == 0)
     fail(name, "cannot reduce over an empty dimension (the result has no identity)", {&x}, loc);
+  if (x.dtype() == DType::Bool) // as PyTorch: any (max) or all (min), a bool result
+    return cast(reduction(op, cast(x, DType::Int32, loc), dims, keepdim, DType::Int32, loc), DType::Bool, loc);
   return reduction(op, x, dims, keepdim, x.dtype(), loc);
 }
 
 Tensor arg_reduction(OpKind op, const Tensor& x, int64_t dim, bool keepdim, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   if (x.dtype() == DType::Bool) fail(name, "not defined for bool tensors", {&x}, loc);
   const int64_t d = dim_or_fail(name, dim, x, loc);
@@ -274,7 +275,7 @@ void check_fits(const char* op, const Scalar& value, DType dtype, std::initializ
 
 // full() and the creation ops made from it, each checked under its own name.
 Tensor filled(const char* op, const IntList& shape, Scalar value, DType dtype, Device device, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
   check_shape(op, shape, loc);
   detail::check_device(op, device, loc);
   check_fits(op, value, dtype, {}, loc);
@@ -295,7 +296,7 @@ Tensor scalar_tensor(Scalar value, DType dtype, Loc loc) { return filled("scalar
 Tensor arange(int64_t end, Loc loc) { return arange(0, static_cast<double>(end), 1, DType::Int64, kCPU, loc); }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "arange"); // nodes made here record the caller's line
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw Error("arange", "needs finite bounds and a non-zero step", loc);
   if ((end - start) * step < 0) throw Error("arange", "step has the wrong sign for the bounds", loc);
@@ -320,7 +321,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device,
 }
 
 static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype, Device device, const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, graph::op_name(op)); // nodes made here record the caller's line
   const std::string name(graph::op_name(op));
   check_shape(name, shape, loc);
   if (!is_floating(dtype)) throw Error(name, "needs a floating dtype, not " + std::string(dtype_name(dtype)), loc);
@@ -330,11 +331,11 @@ static Tensor random_tensor(OpKind op, IntList shape, uint64_t seed, DType dtype
   return Tensor(graph::make_node(op, dtype, shape, {}, a, device));
 }
 Tensor rand(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "rand"); // nodes made here record the caller's line
   return random_tensor(OpKind::Rand, shape, seed, dtype, device, loc);
 }
 Tensor randn(IntList shape, uint64_t seed, DType dtype, Device device, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "randn"); // nodes made here record the caller's line
   return random_tensor(OpKind::Randn, shape, seed, dtype, device, loc);
 }
 
@@ -414,14 +415,18 @@ Tensor logical_and(const Tensor& a, const Tensor& c, Loc loc) { return compariso
 Tensor logical_or(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::LogicalOr, a, c, loc); }
 
 Tensor pow(const Tensor& a, Scalar e, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "pow"); // nodes made here record the caller's line
   if (!is_floating(a.dtype()) && e.kind() != DType::Float64 && e.to_int() < 0)
     fail("pow", "integers to negative integer powers are not allowed", {&a}, loc);
+  // As PyTorch's kernel for a number exponent: x^0.5 is sqrt(x) and x^-0.5 is rsqrt(x), so -inf gives
+  // NaN and -0 gives -0 and -inf (C's pow: inf, 0 and inf). A tensor exponent stays C's pow, as PyTorch's.
+  if (e.kind() == DType::Float64 && e.to_double() == 0.5) return sqrt(a, loc);
+  if (e.kind() == DType::Float64 && e.to_double() == -0.5) return rsqrt(a, loc);
   return pow(a, wrap_scalar(e, a, loc), loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "where"); // nodes made here record the caller's line
   if (cond.dtype() != DType::Bool) fail("where", "the condition must be bool", {&cond, &a, &c}, loc);
   const DType dt = result_type({&a, &c});
   const graph::Shape shape = broadcast_or_fail("where", {&cond, &a, &c}, loc);
@@ -433,7 +438,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& c, Loc loc) {
 Tensor where(const Tensor& cond, const Tensor& a, Scalar c, Loc loc) { return where(cond, a, wrap_scalar(c, a, loc), loc); }
 
 Tensor sign(const Tensor& x, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "sign"); // nodes made here record the caller's line
   if (x.dtype() == DType::Bool) return x;
   const Tensor one = full({}, 1, x.dtype(), x.device(), loc), zero = zeros({}, x.dtype(), x.device(), loc);
   // The zero branch reads x (x * 0 + 0 is +0 for +-0), so that the gradient is a defined zero as
@@ -442,10 +447,23 @@ Tensor sign(const Tensor& x, Loc loc) {
   return where(x > 0, one, where(x < 0, -one, zeros_of_x, loc), loc);
 }
 
+namespace {
+// The dtype PyTorch clamps a bool x in: its result type with the bounds (int64 for an integer bound,
+// the default float for a floating one); bool bounds alone are refused, as PyTorch's.
+DType bool_clamp_dtype(const Tensor& x, const std::optional<Scalar>& min, const std::optional<Scalar>& max,
+                       const Loc& loc) {
+  DType to = DType::Bool;
+  for (const std::optional<Scalar>& bound : {min, max})
+    if (bound && bound->kind() != DType::Bool) to = promote_types(to, bound->kind() == DType::Float64 ? kDefaultFloat : DType::Int64);
+  if (to == DType::Bool) fail("clamp", "not defined for a bool tensor with bool bounds", {&x}, loc);
+  return to;
+}
+} // namespace
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "clamp"); // nodes made here record the caller's line
   if (!min && !max) fail("clamp", "needs at least one of min and max", {&x}, loc);
-  if (x.dtype() == DType::Bool) fail("clamp", "not defined for bool tensors", {&x}, loc);
+  if (x.dtype() == DType::Bool) return clamp(cast(x, bool_clamp_dtype(x, min, max, loc), loc), min, max, loc);
   // An integer x takes an integer bound in its own dtype, which the bound must fit.
   for (const std::optional<Scalar>& bound : {min, max})
     if (bound && bound->kind() != DType::Float64) check_fits("clamp", *bound, x.dtype(), {&x}, loc);
@@ -462,7 +480,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 }
 
 Tensor cast(const Tensor& x, DType dtype, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "cast"); // nodes made here record the caller's line
   if (x.dtype() == dtype) return x;
   return result(b::cast(x.node(), dtype), is_floating(dtype) ? std::initializer_list<const Tensor*>{&x}
                                                               : std::initializer_list<const Tensor*>{});
@@ -471,13 +489,13 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
 // ---------------------------------------------------------------- reductions
 
 Tensor sum(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "sum"); // nodes made here record the caller's line
   const DType dt = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
   return reduction(OpKind::Sum, x, dims, keepdim, dt, loc);
 }
 
 Tensor mean(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "mean"); // nodes made here record the caller's line
   if (!is_floating(x.dtype())) fail("mean", "needs a floating dtype (cast the input first)", {&x}, loc);
   const int64_t n = reduced_count(x, dims_or_fail("mean", dims, x, loc));
   Tensor s = sum(x, dims, keepdim, loc);
@@ -490,7 +508,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim, Loc loc) { return arg_reduction(OpKind::Argmin, x, dim, keepdim, loc); }
 
 Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "logsumexp"); // nodes made here record the caller's line
   if (x.dtype() == DType::Bool) fail("logsumexp", "not defined for bool tensors", {&x}, loc);
   const Tensor xf = is_floating(x.dtype()) ? x : cast(x, kDefaultFloat, loc);
   const auto ds = dims_or_fail("logsumexp", dims, xf, loc);
@@ -505,43 +523,63 @@ Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
 
 namespace {
 
-// var and std: the squared deviations from the mean over dims, summed and divided by max(0, n - 1)
-// (unbiased) or n, as PyTorch 1.13; a zero divisor gives 0 / 0 = NaN, and a NaN gradient.
-Tensor variance(const std::string& op, const Tensor& x, const IntList& dims, bool unbiased, bool keepdim,
+// var and std: the squared deviations from the mean over dims, summed and divided by max(0, n - c)
+// for a correction c (unbiased: 1), as PyTorch 1.13; a zero divisor gives inf (0 / 0 = NaN for a
+// constant row), and PyTorch's gradient 2 (x - mean) / (n - c) even where n - c < 0.
+Tensor variance(const char* op, const Tensor& x, const IntList& dims, int64_t correction, bool keepdim,
                 const Loc& loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (!is_floating(x.dtype())) fail(op, "needs a floating dtype (cast the input first)", {&x}, loc);
   const int64_t n = reduced_count(x, dims_or_fail(op, dims, x, loc));
-  const Tensor xc = x - mean(x, dims, true, loc);
-  const double divisor = static_cast<double>(std::max<int64_t>(0, unbiased ? n - 1 : n));
-  return sum(xc * xc, dims, keepdim, loc) / divisor;
+  const double divisor = static_cast<double>(n) - static_cast<double>(correction);
+  const Tensor m = mean(x, dims, true, loc);
+  if (divisor > 0) {
+    const Tensor xc = x - m;
+    return sum(xc * xc, dims, keepdim, loc) / divisor;
+  }
+  // n <= c: the value divides by max(0, n - c) = 0; the gradient is PyTorch's 2 (x - mean) / (n - c)
+  // without the mean's part (0, but inf * 0 = NaN at n = c), and divides by n - c, not 0, for n < c.
+  const Tensor xc = x - m.detach();
+  const Tensor squares = sum(xc * xc, dims, keepdim, loc);
+  if (divisor == 0) return squares / 0.0;
+  const Tensor q = squares / divisor;
+  return (squares / 0.0).detach() + (q - q.detach());
+}
+
+// The square root of a variance `v`. PyTorch's std backward divides by 2 * std and masks the result
+// where std is 0: a selected sqrt of 1 there keeps the 0 * inf of sqrt's derivative at 0 out of it.
+Tensor root_of_variance(const Tensor& v, const Loc& loc) {
+  const Tensor nonzero = ne(v, wrap_scalar(0, v, loc), loc);
+  return where(nonzero, sqrt(where(nonzero, v, 1, loc), loc), 0, loc);
 }
 
 } // namespace
 
 Tensor var(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
-  return variance("var", x, dims, unbiased, keepdim, loc);
+  return variance("var", x, dims, unbiased ? 1 : 0, keepdim, loc);
 }
 
 Tensor std(const Tensor& x, IntList dims, bool unbiased, bool keepdim, Loc loc) {
-  const Tensor v = variance("std", x, dims, unbiased, keepdim, loc);
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
-  // PyTorch's std backward divides by 2 * std and masks the result where std is 0: a selected
-  // sqrt of 1 there keeps the 0 * inf of sqrt's derivative at 0 out of the gradient.
-  const Tensor nonzero = ne(v, wrap_scalar(0, v, loc), loc);
-  return where(nonzero, sqrt(where(nonzero, v, 1, loc), loc), 0, loc);
+  const graph::SourceScope at(loc, "std"); // nodes made here record the caller's line
+  return root_of_variance(variance("std", x, dims, unbiased ? 1 : 0, keepdim, loc), loc);
+}
+
+Tensor Tensor::var_corrected(IntList dims, int64_t correction, bool keepdim, bool root, Loc loc) const {
+  const graph::SourceScope at(loc, root ? "std" : "var"); // nodes made here record the caller's line
+  const Tensor v = variance(root ? "std" : "var", *this, dims, correction, keepdim, loc);
+  return root ? root_of_variance(v, loc) : v;
 }
 
 // ---------------------------------------------------------------- movement
 
 Tensor reshape(const Tensor& x, IntList shape, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "reshape"); // nodes made here record the caller's line
   return result(b::reshape(x.node(), infer_shape(x, shape, loc)), {&x});
 }
 
 Tensor permute(const Tensor& x, IntList dims, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "permute"); // nodes made here record the caller's line
   if (static_cast<int64_t>(dims.size()) != x.dim())
     fail("permute", "needs " + std::to_string(x.dim()) + " dims, got " + graph::shape_str(dims), {&x}, loc);
   std::vector<int64_t> perm;
@@ -554,7 +592,7 @@ Tensor permute(const Tensor& x, IntList dims, Loc loc) {
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "transpose"); // nodes made here record the caller's line
   if (x.dim() == 0) return x;
   std::vector<int64_t> perm(x.dim());
   std::iota(perm.begin(), perm.end(), 0);
@@ -563,7 +601,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1, Loc loc) {
 }
 
 Tensor expand(const Tensor& x, IntList shape, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "expand"); // nodes made here record the caller's line
   if (shape.size() < static_cast<size_t>(x.dim()))
     fail("expand", "target " + graph::shape_str(shape) + " has fewer dims than the tensor", {&x}, loc);
   const size_t lead = shape.size() - x.dim();
@@ -578,7 +616,7 @@ Tensor expand(const Tensor& x, IntList shape, Loc loc) {
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "slice"); // nodes made here record the caller's line
   if (step <= 0) fail("slice", "step must be positive, got " + std::to_string(step), {&x}, loc);
   const int64_t d = dim_or_fail("slice", dim, x, loc);
   if (d < 0) fail("slice", "cannot slice a 0-d tensor", {&x}, loc);
@@ -597,7 +635,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "concat"); // nodes made here record the caller's line
   if (xs.empty()) throw Error("concat", "needs at least one tensor", loc);
   const int64_t d = dim_or_fail("concat", dim, xs[0], loc);
   if (d < 0) fail("concat", "cannot concatenate 0-d tensors", {&xs[0]}, loc);
@@ -646,7 +684,7 @@ int64_t split_dim(const std::string& op, const Tensor& x, int64_t dim, const Loc
 } // namespace
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "narrow"); // nodes made here record the caller's line
   const int64_t d = split_dim("narrow", x, dim, loc);
   const int64_t n = x.shape()[d];
   if (start < -n || start > n)
@@ -660,7 +698,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length, Loc l
 }
 
 Tensor detail::unfold_at(const Tensor& x, int64_t dim, int64_t size, int64_t step, int64_t at, Loc loc) {
-  const graph::SourceScope here(loc); // nodes made here record the caller's line
+  const graph::SourceScope here(loc, "unfold"); // nodes made here record the caller's line
   if (step <= 0) fail("unfold", "step must be positive, got " + std::to_string(step), {&x}, loc);
   const int64_t d = split_dim("unfold", x, dim, loc);
   const int64_t n = x.shape()[d];
@@ -676,7 +714,7 @@ Tensor unfold(const Tensor& x, int64_t dim, int64_t size, int64_t step, Loc loc)
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "chunk"); // nodes made here record the caller's line
   if (chunks <= 0) fail("chunk", "chunks must be positive, got " + std::to_string(chunks), {&x}, loc);
   const int64_t d = split_dim("chunk", x, dim, loc);
   const int64_t n = x.shape()[d];
@@ -685,7 +723,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim, Loc loc)
 }
 
 std::vector<Tensor> detail::split_by_size(const Tensor& x, int64_t split_size, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "split"); // nodes made here record the caller's line
   const int64_t d = split_dim("split", x, dim, loc);
   const int64_t n = x.shape()[d];
   if (split_size < 0 || (split_size == 0 && n != 0))
@@ -698,7 +736,7 @@ std::vector<Tensor> detail::split_by_size(const Tensor& x, int64_t split_size, i
 }
 
 std::vector<Tensor> split(const Tensor& x, const IntList& split_sizes, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "split"); // nodes made here record the caller's line
   const int64_t d = split_dim("split", x, dim, loc);
   int64_t total = 0;
   for (int64_t s : split_sizes) {
@@ -713,7 +751,7 @@ std::vector<Tensor> split(const Tensor& x, const IntList& split_sizes, int64_t d
 }
 
 std::vector<Tensor> unbind(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "unbind"); // nodes made here record the caller's line
   const int64_t d = dim_or_fail("unbind", dim, x, loc);
   if (d < 0) fail("unbind", "cannot unbind a 0-d tensor", {&x}, loc);
   const graph::Shape rest = drop_dims(x.shape(), {d});
@@ -723,7 +761,7 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "stack"); // nodes made here record the caller's line
   if (xs.empty()) throw Error("stack", "needs at least one tensor", loc);
   const auto d = graph::wrap_dim(dim, xs[0].dim() + 1);
   if (!d) fail("stack", "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(xs[0].dim()) + " + 1", {&xs[0]}, loc);
@@ -736,7 +774,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim, Loc loc) {
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "unsqueeze"); // nodes made here record the caller's line
   auto w = graph::wrap_dim(dim, x.dim() + 1);
   if (!w) fail("unsqueeze", "dim " + std::to_string(dim) + " is out of range for rank " + std::to_string(x.dim()) + " + 1", {&x}, loc);
   IntList s = x.shape();
@@ -745,7 +783,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "squeeze"); // nodes made here record the caller's line
   const int64_t w = dim_or_fail("squeeze", dim, x, loc);
   if (w < 0 || x.shape()[w] != 1) return x;
   IntList s = x.shape();
@@ -754,7 +792,7 @@ Tensor squeeze(const Tensor& x, int64_t dim, Loc loc) {
 }
 
 Tensor squeeze(const Tensor& x, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "squeeze"); // nodes made here record the caller's line
   IntList s;
   for (int64_t e : x.shape())
     if (e != 1) s.push_back(e);
@@ -778,17 +816,17 @@ template <class Keep> Tensor triangle(const char* op, const Tensor& x, Keep keep
 } // namespace
 
 Tensor tril(const Tensor& x, int64_t diagonal, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "tril"); // nodes made here record the caller's line
   return triangle("tril", x, [&](const Tensor& offset) { return le(offset, wrap_scalar(diagonal, offset), loc); }, loc);
 }
 
 Tensor triu(const Tensor& x, int64_t diagonal, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "triu"); // nodes made here record the caller's line
   return triangle("triu", x, [&](const Tensor& offset) { return ge(offset, wrap_scalar(diagonal, offset), loc); }, loc);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "masked_fill"); // nodes made here record the caller's line
   if (!mask.defined() || mask.dtype() != DType::Bool) fail("masked_fill", "the mask must be a bool tensor", {&x, &mask}, loc);
   (void)broadcast_or_fail("masked_fill", {&x, &mask}, loc);
   check_fits("masked_fill", value, x.dtype(), {&x, &mask}, loc);
@@ -797,7 +835,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc) {
 }
 
 Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "pad"); // nodes made here record the caller's line
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
     fail("pad", "needs (before, after) pairs for at most every dim, got " + graph::shape_str(pads), {&x}, loc);
   check_fits("pad", value, x.dtype(), {&x}, loc);
@@ -829,7 +867,7 @@ Tensor pad(const Tensor& x, IntList pads, Scalar value, Loc loc) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& c, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "matmul"); // nodes made here record the caller's line
   if (a.dim() == 0 || c.dim() == 0) fail("matmul", "both operands need at least 1 dim", {&a, &c}, loc);
   const DType dt = promote_types(a.dtype(), c.dtype());
   if (dt == DType::Bool) fail("matmul", "not defined for bool tensors", {&a, &c}, loc);

@@ -314,8 +314,18 @@ Tensor::Tensor(std::shared_ptr<const graph::Node> node, bool requires_grad) : im
   impl_->requires_grad = requires_grad;
 }
 
+// An undefined tensor given to an op: the error names the op the user called and the user's line, as
+// the op's SourceScope recorded them (an op that named none is "tensor").
+[[noreturn]] static void undefined_tensor() {
+  const graph::SourceCall call = graph::current_source_call();
+  const std::string msg = "use of an undefined (default-constructed) tensor";
+  if (!call.known) throw Error("tensor", msg);
+  throw Error(call.op.empty() ? "tensor" : std::string(call.op), "an operand is an undefined (default-constructed) tensor",
+              call.where);
+}
+
 const std::shared_ptr<const graph::Node>& Tensor::node() const {
-  if (!impl_) throw Error("tensor", "use of an undefined tensor");
+  if (!impl_) undefined_tensor();
   if (detail::active_capture()) detail::note_state_read(impl_, false); // state a compiled function reads
   return impl_->node;
 }
@@ -370,7 +380,7 @@ std::vector<graph::NodeRef> realize_snapshots(const std::vector<Tensor>& tensors
   std::vector<std::shared_ptr<TensorImpl>> impls;
   impls.reserve(tensors.size());
   for (const Tensor& t : tensors) {
-    (void)t.node(); // an undefined tensor throws
+    if (!t.defined()) throw Error(op, "reads an undefined (default-constructed) tensor", loc);
     impls.push_back(t.impl());
   }
   const bool capturing = detail::active_capture() != nullptr; // a traced function is realized when it is replayed
@@ -420,7 +430,9 @@ std::string graph_dot(const std::vector<Tensor>& tensors) {
 }
 
 namespace {
+// (Also refuses to read an undefined tensor, naming op and the user's line.)
 void forbid_reads_while_tracing(const char* op, const Tensor& t, const Loc& loc) {
+  if (!t.defined()) throw Error(op, "reads an undefined (default-constructed) tensor", loc);
   if (detail::active_capture())
     detail::fail(op, "values cannot be read inside a function being traced by compile()", {&t}, loc);
 }
@@ -578,7 +590,7 @@ void detail::cast_in_place(const Tensor& t, DType dtype, const Loc& loc) {
 }
 
 Tensor Tensor::to(Device device, Loc loc) const {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "to"); // nodes made here record the caller's line
   if (this->device() == device) return *this;
   detail::check_device("to", device, loc);
   if (node()->inputs.empty() && node()->op != graph::OpKind::Input) // a constant, arange or random leaf: no data
@@ -615,7 +627,7 @@ void Tensor::zero_grad() {
 Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
 void Tensor::assign(const Tensor& new_value, Loc loc) {
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "assign"); // nodes made here record the caller's line
   const graph::NodeRef current = node_snapshot(*this); // other threads may be reading this tensor
   const graph::NodeRef incoming = node_snapshot(new_value);
   if (incoming->shape != current->shape || incoming->dtype != current->dtype)
@@ -686,7 +698,7 @@ void Tensor::backward(bool retain_graph, Loc loc) const { backward(Tensor(), ret
 
 void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) const {
   detail::UserCall call("backward", loc); // grad()'s errors are backward's
-  const graph::SourceScope at(loc); // nodes made here record the caller's line
+  const graph::SourceScope at(loc, "backward"); // nodes made here record the caller's line
   if (!requires_grad()) detail::fail("backward", "the tensor does not require grad", {this}, loc);
   detail::check_graph_retained("backward", *this, loc);
   std::vector<Tensor> leaf_tensors;

@@ -156,8 +156,17 @@ template <class T, class What> std::vector<T> host_vector(size_t n, const char* 
 }
 
 /// running = (1 - m) running + m batch, recorded without gradient history: batch_norm's and
-/// SyncBatchNorm's update of a running statistic.
-void update_running(Tensor running, const Tensor& batch, double m);
+/// SyncBatchNorm's update of a running statistic. A defined `factor` (a 0-d tensor: BatchNorm's
+/// cumulative average 1 / num_batches_tracked when its momentum is unset) replaces m.
+void update_running(Tensor running, const Tensor& batch, double m, const Tensor& factor = Tensor());
+/// functional::batch_norm with the running statistics' update factor `factor` when defined (see
+/// update_running), else momentum: what BatchNorm calls.
+Tensor batch_norm_with(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, const Tensor& factor, double eps,
+                       const Loc& loc);
+/// Throws the kiln::Error of `op` at `loc` unless each defined one of `ts` (running statistics, weight,
+/// bias) is a floating [C] tensor, C = x.size(1): batch_norm's and SyncBatchNorm's check.
+void check_batch_norm_tensors(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts, const Loc& loc);
 
 /// True when `v` converts to the integer dtype `to` without overflow: in range after truncation
 /// toward zero (false for NaN and the infinities). Any value fits a floating or bool dtype.

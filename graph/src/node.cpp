@@ -70,6 +70,7 @@ Interner& interner() {
 }
 
 thread_local SourceLine current_line;
+thread_local SourceCall current_call; // the user's call current_line came from, when known
 
 } // namespace
 
@@ -95,18 +96,29 @@ void add_source_line(std::vector<SourceLine>& lines, const SourceLine& s) {
   if (s && std::find(lines.begin(), lines.end(), s) == lines.end()) lines.push_back(s);
 }
 
+SourceScope::SourceScope(const std::source_location& loc, std::string_view op)
+    : SourceScope(SourceLine{loc.file_name(), loc.line()}, false) {
+  if (active_) current_call = SourceCall{op, loc, true};
+}
+
 SourceScope::SourceScope(const SourceLine& s, bool replace) {
   if (!s || (current_line && !replace)) return;
   saved_ = current_line;
+  saved_call_ = current_call; // restored on exit; a line alone names no call
   current_line = s;
+  current_call = SourceCall{};
   active_ = true;
 }
 
 SourceScope::~SourceScope() {
-  if (active_) current_line = saved_;
+  if (!active_) return;
+  current_line = saved_;
+  current_call = saved_call_;
 }
 
 SourceLine current_source_line() { return current_line; }
+
+SourceCall current_source_call() { return current_call; }
 
 std::string_view op_name(OpKind op) { return kOpTable[static_cast<int>(op)].name; }
 int op_arity(OpKind op) { return kOpTable[static_cast<int>(op)].arity; }

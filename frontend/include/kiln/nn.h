@@ -128,7 +128,8 @@ protected:
   std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_slots() { return children_; }
   /// A module value or shared pointer as a shared pointer to a module (what the containers hold).
   template <class M> static std::shared_ptr<Module> shared_module(M module) {
-    if constexpr (requires { typename M::element_type; }) return std::shared_ptr<Module>(std::move(module));
+    if constexpr (std::is_null_pointer_v<M>) return nullptr; // the container's kiln::Error names the caller's line
+    else if constexpr (requires { typename M::element_type; }) return std::shared_ptr<Module>(std::move(module));
     else return std::make_shared<M>(std::move(module));
   }
 
@@ -322,7 +323,9 @@ protected:
 /// Options of BatchNorm1d/2d.
 struct BatchNormOptions {
   double eps = 1e-5;          ///< added to the variance
-  double momentum = 0.1;      ///< weight of the new batch in the running statistics
+  /// Weight of the new batch in the running statistics; unset (std::nullopt, torch's momentum=None),
+  /// the running statistics are the cumulative average: the factor is 1 / num_batches_tracked.
+  std::optional<double> momentum = 0.1;
   bool affine = true;         ///< learnable scale (weight) and shift (bias)
   bool track_running_stats = true; ///< keep running statistics and use them in eval mode
 };
@@ -349,6 +352,10 @@ public:
   BatchNormOptions options;   ///< eps, momentum, ...
 protected:
   Tensor forward_impl(const Tensor& x) override;
+  /// In training mode with running statistics: counts this batch in num_batches_tracked and returns the
+  /// running statistics' update factor when momentum is unset (1 / num_batches_tracked, a 0-d f64
+  /// tensor); otherwise undefined (the factor is momentum).
+  Tensor count_batch();
 private:
   int64_t features_;
   int rank_min_, rank_max_;
@@ -528,16 +535,18 @@ private:
 class Sequential : public Module {
 public:
   Sequential() = default;
-  /// From module values (moved into shared ownership) or shared pointers to modules.
+  /// From module values (moved into shared ownership) or shared pointers to modules (a literal nullptr does not compile).
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<Sequential, std::decay_t<Ms>> && ...)))
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<Sequential, std::decay_t<Ms>> && ...)) &&
+             !(std::is_null_pointer_v<std::decay_t<Ms>> || ...))
   explicit Sequential(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
-  /// Appends a module value.
-  template <class M> void push_back(M module) {
-    if constexpr (is_shared_ptr<M>::value) register_module(std::to_string(children().size()), std::move(module));
-    else register_module(std::to_string(children().size()), std::make_shared<M>(std::move(module)));
+  /// Appends a module value or shared pointer; a null one is a kiln::Error naming `loc`.
+  template <class M> void push_back(M module, Loc loc = Loc::current()) {
+    std::shared_ptr<Module> m = shared_module(std::move(module));
+    if (!m) throw Error("Sequential::push_back", "cannot append a null module", loc);
+    register_module(std::to_string(children().size()), std::move(m), loc);
   }
   /// the modules in order; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
@@ -548,9 +557,6 @@ public:
   Module& operator[](size_t i) const { return *children().at(i).second; }
 protected:
   Tensor forward_impl(const Tensor& x) override;
-private:
-  template <class T> struct is_shared_ptr : std::false_type {};
-  template <class T> struct is_shared_ptr<std::shared_ptr<T>> : std::true_type {};
 };
 
 /// A ModuleList index (negative counts from the end) with the user's line that reads it.
@@ -570,17 +576,21 @@ class ModuleList : public Module {
 public:
   /// An empty list.
   ModuleList() = default;
-  /// From module values (moved into shared ownership) or shared pointers to modules.
+  /// From module values (moved into shared ownership) or shared pointers to modules (a literal nullptr does not compile).
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<ModuleList, std::decay_t<Ms>> && ...)))
+    requires(sizeof...(Ms) > 0 && !(sizeof...(Ms) == 1 && (std::is_base_of_v<ModuleList, std::decay_t<Ms>> && ...)) &&
+             !(std::is_null_pointer_v<std::decay_t<Ms>> || ...))
   explicit ModuleList(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
-  /// Appends a module value or shared pointer.
-  template <class M> void push_back(M module) { append(shared_module(std::move(module))); }
+  /// Appends a module value or shared pointer; a null one is a kiln::Error naming `loc`.
+  template <class M> void push_back(M module, Loc loc = Loc::current()) { append(shared_module(std::move(module)), loc); }
   /// Inserts a module before position `index` (0..size(); negative counts from the end, as Python's
   /// list.insert clamps it); the later modules are renamed to keep the names "0", "1", ... in order.
-  template <class M> void insert(int64_t index, M module) { insert_at(index, shared_module(std::move(module))); }
+  /// A null module is a kiln::Error naming `loc`.
+  template <class M> void insert(int64_t index, M module, Loc loc = Loc::current()) {
+    insert_at(index, shared_module(std::move(module)), loc);
+  }
   std::string name() const override { return "ModuleList"; } ///< "ModuleList"
   /// Number of modules.
   size_t size() const { return children().size(); }
@@ -608,8 +618,8 @@ public:
   Iterator begin() const { return Iterator(children().begin()); } ///< the first module
   Iterator end() const { return Iterator(children().end()); }     ///< past the last
 private:
-  void append(std::shared_ptr<Module> m);
-  void insert_at(int64_t index, std::shared_ptr<Module> m);
+  void append(std::shared_ptr<Module> m, const Loc& loc);
+  void insert_at(int64_t index, std::shared_ptr<Module> m, const Loc& loc);
 };
 
 /// Submodules by name, in insertion order, as torch.nn.ModuleDict: registered under their names, so

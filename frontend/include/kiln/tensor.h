@@ -160,6 +160,30 @@ public:
   Tensor std(I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) const {
     return std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
   }
+  /// Variance over dims (all when empty) with torch's integer `correction` (`x.var({1}, 2)`): see kiln::var.
+  template <std::integral C>
+    requires(!std::same_as<C, bool>)
+  Tensor var(IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(std::move(dims), static_cast<int64_t>(correction), keepdim, false, loc);
+  }
+  /// Standard deviation over dims (all when empty) with torch's integer `correction`: see kiln::std.
+  template <std::integral C>
+    requires(!std::same_as<C, bool>)
+  Tensor std(IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(std::move(dims), static_cast<int64_t>(correction), keepdim, true, loc);
+  }
+  /// Variance over one dim with an integer `correction` (`x.var(1, 2)`): see kiln::var.
+  template <std::integral I, std::integral C>
+    requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+  Tensor var(I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(IntList{static_cast<int64_t>(dim)}, static_cast<int64_t>(correction), keepdim, false, loc);
+  }
+  /// Standard deviation over one dim with an integer `correction` (`x.std(1, 2)`): see kiln::std.
+  template <std::integral I, std::integral C>
+    requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+  Tensor std(I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) const {
+    return var_corrected(IntList{static_cast<int64_t>(dim)}, static_cast<int64_t>(correction), keepdim, true, loc);
+  }
   Tensor max(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::max
   Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
   Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
@@ -193,6 +217,8 @@ public:
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
 
 private:
+  /// var (or, with `root`, std) with an integer correction: what the correction overloads call.
+  Tensor var_corrected(IntList dims, int64_t correction, bool keepdim, bool root, Loc loc) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -258,7 +284,9 @@ Tensor sign(const Tensor& x, Loc loc = Loc::current());
 /// min(max(x, min), max) with either bound omitted, as torch.clamp: the result dtype follows
 /// type promotion with the bounds, NaN stays NaN (gradient 0), a NaN bound makes every element
 /// NaN, min > max gives max, and the gradient is 1 where min <= x <= max (the bounds included),
-/// else 0. At least one bound is needed; an integer bound must fit an integer x's dtype.
+/// else 0. At least one bound is needed; an integer bound must fit an integer x's dtype. A bool x is
+/// clamped as i64 with an integer bound, as the default float with a floating one (PyTorch's result
+/// type); bool bounds alone are an error, as PyTorch's.
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
              Loc loc = Loc::current());
 
@@ -267,7 +295,9 @@ Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///<
 Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a * b (two bools: logical and)
 Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< true division (integers give f32)
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///< a ^ b
-Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());            ///< a ^ b
+/// a ^ b with a number b, as PyTorch's: b = 0.5 is sqrt(a) and -0.5 is 1 / sqrt(a) (so -inf gives NaN
+/// and -0 gives -0 and -inf, where C's pow gives inf, 0, inf); other exponents as C's pow.
+Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating (bools: or)
 Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating (bools: and)
 Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
@@ -293,9 +323,10 @@ Tensor wrap_scalar(Scalar s, const Tensor& other, Loc loc = Loc::current());
 Tensor sum(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Mean over dims (all when empty); floating dtypes only.
 Tensor mean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
-/// Maximum over dims (all when empty), NaN-propagating; error on an empty reduction.
+/// Maximum over dims (all when empty), NaN-propagating; error on an empty reduction. A bool x gives
+/// a bool result (any), as torch.max and torch.amax.
 Tensor max(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
-/// Minimum over dims (all when empty).
+/// Minimum over dims (all when empty); a bool x gives a bool result (all), as torch.min.
 Tensor min(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
 /// Sum over one dim (`sum(x, 1)`); a template so that `sum(x, {})` still means every dim (not for bool,
 /// as Tensor::sum).
@@ -322,6 +353,33 @@ Tensor var(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdi
 /// The square root of var(x, dims, unbiased, keepdim), as torch.std; where it is 0 (a constant row) the
 /// gradient is 0, as PyTorch's (not the 0 * inf of sqrt's derivative there).
 Tensor std(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current());
+/// Variance with torch's integer `correction` (torch.var(input, dim, correction=c, keepdim) of 1.13):
+/// the sum of squared deviations divided by max(0, n - c); c = 1 is `unbiased`, 0 the biased variance,
+/// a negative c is allowed. For c >= n the divisor is 0: inf (NaN for a constant row), and, as
+/// PyTorch's, the gradient divides by n - c (not clamped). `var(x, {1}, 2)`; bool stays `unbiased`.
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+Tensor var(const Tensor& x, IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.var(std::move(dims), correction, keepdim, loc);
+}
+/// The square root of var(x, dims, correction, keepdim), as torch.std(input, dim, correction=c); as std.
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+Tensor std(const Tensor& x, IntList dims, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.std(std::move(dims), correction, keepdim, loc);
+}
+/// var over one dim with an integer `correction` (`var(x, 1, 2)`).
+template <std::integral I, std::integral C>
+  requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+Tensor var(const Tensor& x, I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.var(dim, correction, keepdim, loc);
+}
+/// std over one dim with an integer `correction` (`std(x, 1, 2)`).
+template <std::integral I, std::integral C>
+  requires(!std::same_as<I, bool> && !std::same_as<C, bool>)
+Tensor std(const Tensor& x, I dim, C correction, bool keepdim = false, Loc loc = Loc::current()) {
+  return x.std(dim, correction, keepdim, loc);
+}
 /// var over one dim (`var(x, 1)`); a template so that `var(x, {})` still means every dim, and not for bool
 /// (`var(x, false)` does not compile rather than reduce dim 0: write `var(x, {}, false)`).
 template <std::integral I>
