@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -214,6 +216,214 @@ TEST(Optimizer, LoadStateDictChecksEverything) {
   EXPECT_NE(e.find("\"0.step\" must be i64[]"), std::string::npos) << e;
 }
 
+// ---------------------------------------------------------------- PyTorch 1.13's updates (generated table)
+
+namespace {
+
+// Every option of every optimizer, in the order the table's designated initializers name them.
+struct OptimOptions {
+  double lr = 0;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  std::pair<double, double> betas{0.9, 0.999};
+  bool amsgrad = false;
+  double alpha = 0.99;
+  bool centered = false;
+  double lr_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 0;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+struct OptimParam {
+  IntList shape;
+  std::vector<double> p0, c;          ///< the start and the curvature
+  std::vector<std::vector<double>> d; ///< the linear term of each step
+};
+
+using Trajectory = std::vector<std::vector<std::vector<double>>>; ///< [step][parameter] values
+
+struct OptimCase {
+  const char* name;
+  std::string kind;
+  OptimOptions o;
+  int skip;         ///< the step at which the last parameter has no gradient (-1: none)
+  double gamma;     ///< StepLR(opt, 1, gamma) after every step (0: none)
+  Trajectory f64;   ///< PyTorch's parameters after each step, in f64
+  Trajectory f32;   ///< the same run in f32
+};
+
+#include "pytorch_optim_table.inc"
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const OptimOptions& o,
+                                                 std::vector<Tensor> ps) {
+  if (kind == "sgd")
+    return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening,
+                                                              .weight_decay = o.weight_decay, .nesterov = o.nesterov,
+                                                              .maximize = o.maximize});
+  if (kind == "adam")
+    return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps,
+                                                                .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
+                                                                .maximize = o.maximize});
+  if (kind == "adamw")
+    return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps,
+                                                                  .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
+                                                                  .maximize = o.maximize});
+  if (kind == "rmsprop")
+    return std::make_unique<optim::RMSprop>(ps, optim::RMSpropOptions{.lr = o.lr, .alpha = o.alpha, .eps = o.eps,
+                                                                      .weight_decay = o.weight_decay,
+                                                                      .momentum = o.momentum, .centered = o.centered,
+                                                                      .maximize = o.maximize});
+  if (kind == "adagrad")
+    return std::make_unique<optim::Adagrad>(ps, optim::AdagradOptions{.lr = o.lr, .lr_decay = o.lr_decay,
+                                                                      .weight_decay = o.weight_decay,
+                                                                      .initial_accumulator_value = o.initial_accumulator_value,
+                                                                      .eps = o.eps, .maximize = o.maximize});
+  ADD_FAILURE() << "no optimizer " << kind;
+  return nullptr;
+}
+
+Tensor table_tensor(const std::vector<double>& v, const IntList& shape, DType dtype) {
+  if (dtype == kFloat64) return from_vector(v, shape);
+  return from_vector(std::vector<float>(v.begin(), v.end()), shape);
+}
+
+// The case's loss at `step` over `ps`, with the step's linear terms `d` (one per parameter).
+Tensor table_loss(const OptimCase& c, int step, const std::vector<Tensor>& ps, const std::vector<Tensor>& cs,
+                  const std::vector<Tensor>& d) {
+  Tensor loss;
+  for (size_t j = 0; j < ps.size(); ++j) {
+    if (j + 1 == ps.size() && step == c.skip) continue;
+    Tensor term = (cs[j] * ps[j] * ps[j]).sum() / 2.0 + (d[j] * ps[j]).sum();
+    loss = loss.defined() ? loss + term : term;
+  }
+  return loss;
+}
+
+struct TableRun {
+  std::vector<Tensor> ps, cs;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<optim::StepLR> schedule;
+  TableRun(const OptimCase& c, DType dtype) {
+    for (const OptimParam& p : kOptimParams) {
+      ps.push_back(table_tensor(p.p0, p.shape, dtype).requires_grad_());
+      cs.push_back(table_tensor(p.c, p.shape, dtype));
+    }
+    opt = make_optimizer(c.kind, c.o, ps);
+    if (c.gamma > 0) schedule = std::make_unique<optim::StepLR>(*opt, 1, c.gamma);
+  }
+  std::vector<Tensor> d(int step, DType dtype) const {
+    std::vector<Tensor> out;
+    for (const OptimParam& p : kOptimParams) out.push_back(table_tensor(p.d[static_cast<size_t>(step)], p.shape, dtype));
+    return out;
+  }
+  std::vector<std::vector<double>> values() const {
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : ps) out.push_back(p.to_vector<double>());
+    return out;
+  }
+};
+
+// An eager PyTorch-style loop over the case's steps.
+Trajectory run_eager(const OptimCase& c, DType dtype) {
+  TableRun r(c, dtype);
+  Trajectory out;
+  for (size_t s = 0; s < c.f64.size(); ++s) {
+    r.opt->zero_grad();
+    table_loss(c, static_cast<int>(s), r.ps, r.cs, r.d(static_cast<int>(s), dtype)).backward();
+    r.opt->step();
+    if (r.schedule) r.schedule->step();
+    out.push_back(r.values());
+  }
+  return out;
+}
+
+// The same loop with the step compile()d (the linear terms are its arguments).
+Trajectory run_compiled(const OptimCase& c, DType dtype, size_t& traces) {
+  TableRun r(c, dtype);
+  int step_now = 0;
+  auto step = compile([&](const std::vector<Tensor>& d) {
+    r.opt->zero_grad();
+    Tensor loss = table_loss(c, step_now, r.ps, r.cs, d);
+    loss.backward();
+    r.opt->step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  Trajectory out;
+  for (size_t s = 0; s < c.f64.size(); ++s) {
+    step_now = static_cast<int>(s);
+    step(r.d(step_now, dtype));
+    if (r.schedule) r.schedule->step();
+    out.push_back(r.values());
+  }
+  traces = step.num_traces();
+  return out;
+}
+
+void expect_trajectory(const Trajectory& got, const Trajectory& want, double rel, double abs, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t s = 0; s < want.size(); ++s) {
+    ASSERT_EQ(got[s].size(), want[s].size()) << what;
+    for (size_t j = 0; j < want[s].size(); ++j) {
+      ASSERT_EQ(got[s][j].size(), want[s][j].size()) << what;
+      for (size_t k = 0; k < want[s][j].size(); ++k)
+        EXPECT_NEAR(got[s][j][k], want[s][j][k], abs + rel * std::fabs(want[s][j][k]))
+            << what << ": step " << s + 1 << ", parameter " << j << ", element " << k;
+    }
+  }
+}
+
+} // namespace
+
+// f64 within 1e-12 relative (the two differ by a few ulps at most, 6e-15 relative: not every
+// operation rounds in the same order), f32 within 1e-5 (some 20 ulps at most after five steps,
+// where a division by a small root amplifies a rounding).
+TEST(TorchTable, EveryCaseMatchesPyTorchInF64AndF32) {
+  for (const OptimCase& c : kOptimCases) {
+    expect_trajectory(run_eager(c, kFloat64), c.f64, 1e-12, 1e-15, std::string(c.name) + " (f64)");
+    expect_trajectory(run_eager(c, kFloat32), c.f32, 1e-5, 1e-6, std::string(c.name) + " (f32)");
+  }
+}
+
+TEST(TorchTable, CompiledStepsMatchPyTorch) {
+  // The step as one compiled function: slots, step counts, Adagrad's decayed lr and the StepLR
+  // schedule all follow the replays. (Not the cases that leave a parameter out at one step: which
+  // one is host control flow that a trace does not see.)
+  size_t cases = 0;
+  for (const OptimCase& c : kOptimCases) {
+    if (c.skip >= 0) continue;
+    size_t traces = 0;
+    expect_trajectory(run_compiled(c, kFloat64, traces), c.f64, 1e-12, 1e-15, std::string(c.name) + " (compiled)");
+    EXPECT_LE(traces, 2u) << c.name; // the first step (no slots yet), then replays
+    ++cases;
+  }
+  EXPECT_GE(cases, 12u);
+}
+
+TEST(TorchTable, CoversTheOptionsOfTheNewOptimizers) {
+  // The table holds what the brief of the new optimizers asks for; regenerating it must keep them.
+  std::set<std::string> seen;
+  for (const OptimCase& c : kOptimCases) {
+    const OptimOptions& o = c.o;
+    if (c.kind == "rmsprop" && o.centered) seen.insert("rmsprop centered");
+    if (c.kind == "rmsprop" && o.momentum > 0) seen.insert("rmsprop momentum");
+    if (c.kind == "rmsprop" && o.centered && o.momentum > 0 && o.weight_decay > 0) seen.insert("rmsprop all");
+    if (c.kind == "adagrad" && o.lr_decay > 0) seen.insert("adagrad lr_decay");
+    if (c.kind == "adagrad" && o.initial_accumulator_value > 0) seen.insert("adagrad initial_accumulator_value");
+    if (o.weight_decay > 0) seen.insert(c.kind + " weight_decay");
+    if (o.maximize) seen.insert(c.kind + " maximize");
+    if (c.skip >= 0) seen.insert(c.kind + " skip");
+    if (c.gamma > 0) seen.insert(c.kind + " schedule");
+  }
+  for (const char* want : {"rmsprop centered", "rmsprop momentum", "rmsprop all", "adagrad lr_decay",
+                           "adagrad initial_accumulator_value", "rmsprop weight_decay", "adagrad weight_decay",
+                           "sgd maximize", "adam maximize", "adamw maximize", "rmsprop maximize", "adagrad maximize",
+                           "rmsprop skip", "adagrad skip", "rmsprop schedule", "adagrad schedule"})
+    EXPECT_TRUE(seen.count(want)) << want;
+}
+
 // ---------------------------------------------------------------- schedules
 
 TEST(Schedules, StepAndCosine) {
@@ -302,14 +512,11 @@ float plain_step(nn::Module& m, optim::Optimizer& opt, int64_t step) {
   return loss.item<float>();
 }
 
-TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
-  // opt.step() realizes parameters, Adam's moments, BatchNorm's running statistics,
-  // gradients and the loss in one realize: step 500 computes what step 5 does.
-  nn::manual_seed(4);
-  nn::Sequential m = small_model();
-  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+// opt.step() realizes parameters, the optimizer's slots, BatchNorm's running statistics,
+// gradients and the loss in one realize: step `steps` computes what step 5 does.
+void expect_one_realize_per_step(optim::Optimizer& opt, nn::Sequential& m, int64_t steps) {
   size_t at_step5 = 0, live = 0;
-  for (int64_t s = 0; s <= 500; ++s) {
+  for (int64_t s = 0; s <= steps; ++s) {
     const auto before = runtime::executor_stats();
     plain_step(m, opt, s % 4);
     const auto after = runtime::executor_stats();
@@ -325,6 +532,30 @@ TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
   const auto before = runtime::executor_stats();
   (void)m.buffers()[0].to_vector<float>(); // running_mean: already a buffer
   EXPECT_EQ(runtime::executor_stats().launches, before.launches);
+}
+
+TEST(TrainingStep, APlainEagerLoopRealizesTheSameGraphAtEveryStep) {
+  nn::manual_seed(4);
+  nn::Sequential m = small_model();
+  optim::Adam opt(m.parameters(), {.lr = 1e-2});
+  expect_one_realize_per_step(opt, m, 500);
+}
+
+TEST(TrainingStep, APlainEagerLoopWithRMSpropRealizesOnceAStep) {
+  // Every slot RMSprop has (square_avg, grad_avg, momentum_buffer) is realized with the step.
+  nn::manual_seed(4);
+  nn::Sequential m = small_model();
+  optim::RMSprop opt(m.parameters(), {.lr = 1e-3, .weight_decay = 1e-4, .momentum = 0.9, .centered = true});
+  expect_one_realize_per_step(opt, m, 200);
+  EXPECT_EQ(opt.state().size(), 3 * m.parameters().size());
+}
+
+TEST(TrainingStep, APlainEagerLoopWithAdagradRealizesOnceAStep) {
+  // Adagrad's decayed learning rate changes every step: a host value, not a new graph.
+  nn::manual_seed(4);
+  nn::Sequential m = small_model();
+  optim::Adagrad opt(m.parameters(), {.lr = 1e-2, .lr_decay = 1e-2, .initial_accumulator_value = 0.1});
+  expect_one_realize_per_step(opt, m, 100);
 }
 
 TEST(TrainingStep, AHandWrittenUpdateLoopRealizesTheSameGraphAtEveryStep) {
@@ -400,6 +631,24 @@ TEST(TrainingStep, ChangingLrAndBiasCorrectionDoNotRecompile) {
     train_step(m, opt, s);
   }
   EXPECT_EQ(runtime::executor_stats().compiles, compiles);
+}
+
+TEST(TrainingStep, RMSpropAndAdagradDoNotRecompileAsTheLrChanges) {
+  for (int kind = 0; kind < 2; ++kind) {
+    nn::manual_seed(2);
+    nn::Sequential m = small_model();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (kind == 0) opt = std::make_unique<optim::RMSprop>(m.parameters(), optim::RMSpropOptions{.momentum = 0.5});
+    else opt = std::make_unique<optim::Adagrad>(m.parameters(), optim::AdagradOptions{.lr_decay = 0.1});
+    optim::CosineAnnealingLR schedule(*opt, 6);
+    for (int64_t s = 0; s < 3; ++s) train_step(m, *opt, s);
+    const size_t compiles = runtime::executor_stats().compiles;
+    for (int64_t s = 3; s < 8; ++s) {
+      schedule.step();
+      train_step(m, *opt, s);
+    }
+    EXPECT_EQ(runtime::executor_stats().compiles, compiles) << opt->kind();
+  }
 }
 
 TEST(TrainingStep, LossDecreases) {
@@ -496,6 +745,33 @@ TEST(CompiledStep, SgdMomentumFollowsTheLearningRateSchedule) {
   expect_compiled_matches_eager(
       [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.1, .momentum = 0.9, .nesterov = true}); },
       [](optim::Optimizer& opt, int64_t s) { opt.set_lr(0.1 * std::pow(0.7, static_cast<double>(s))); }, 7);
+}
+
+TEST(CompiledStep, RMSpropCenteredWithMomentumFollowsTheSchedule) {
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) {
+        return optim::RMSprop(std::move(p), {.lr = 1e-2, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
+      },
+      [](optim::Optimizer& opt, int64_t s) { opt.set_lr(1e-2 * std::pow(0.8, static_cast<double>(s))); }, 7);
+}
+
+TEST(CompiledStep, AdagradDecaysItsLrStepForStep) {
+  // clr = lr / (1 + (t - 1) lr_decay) is a host value recomputed before every replay.
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) {
+        return optim::Adagrad(std::move(p), {.lr = 0.1, .lr_decay = 0.2, .weight_decay = 1e-3,
+                                             .initial_accumulator_value = 0.1});
+      },
+      [](optim::Optimizer& opt, int64_t s) { opt.set_lr(0.1 * std::pow(0.9, static_cast<double>(s))); }, 7);
+}
+
+TEST(CompiledStep, MaximizeMatchesEager) {
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) { return optim::RMSprop(std::move(p), {.lr = 1e-3, .maximize = true}); },
+      [](optim::Optimizer&, int64_t) {}, 4);
+  expect_compiled_matches_eager(
+      [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.01, .momentum = 0.9, .maximize = true}); },
+      [](optim::Optimizer&, int64_t) {}, 4);
 }
 
 TEST(CompiledStep, LoadingOptimizerStateTracesAgain) {
@@ -663,6 +939,216 @@ TEST(Checkpoint, ResumeIsExact) {
   for (size_t i = 0; i < pa.size(); ++i)
     EXPECT_EQ(pa[i].second.to_vector<double>(), pc[i].second.to_vector<double>()) << pa[i].first;
   fs::remove_all(dir);
+}
+
+// Resuming from a checkpoint after 3 of 6 steps, as examples/train does (the optimizer and its
+// schedule made as in the first run, then load() and set_epoch()), gives the uninterrupted run's
+// bits: losses, parameters and optimizer state. make_opt(params) makes the optimizer (lr 1e-2).
+template <class MakeOpt>
+void expect_resume_is_exact(MakeOpt make_opt, const std::string& name) {
+  const fs::path dir = temp_dir("resume_" + name);
+  const std::string path = (dir / "ckpt.safetensors").string();
+  nn::manual_seed(21);
+  nn::Sequential a = small_model();
+  auto opt_a = make_opt(a.parameters());
+  optim::StepLR sched_a(opt_a, 2, 0.5);
+  std::vector<float> losses_a;
+  for (int64_t s = 0; s < 6; ++s) {
+    losses_a.push_back(train_step(a, opt_a, s));
+    sched_a.step();
+  }
+  nn::manual_seed(21);
+  nn::Sequential b = small_model();
+  auto opt_b = make_opt(b.parameters());
+  optim::StepLR sched_b(opt_b, 2, 0.5);
+  for (int64_t s = 0; s < 3; ++s) {
+    ASSERT_EQ(train_step(b, opt_b, s), losses_a[s]) << name;
+    sched_b.step();
+  }
+  checkpoint::save(path, b, &opt_b, {{"epoch", "3"}});
+  nn::manual_seed(999); // a fresh, differently initialized model
+  nn::Sequential c = small_model();
+  auto opt_c = make_opt(c.parameters());
+  optim::StepLR sched_c(opt_c, 2, 0.5);
+  const checkpoint::Metadata meta = checkpoint::load(path, c, &opt_c);
+  EXPECT_EQ(meta.at("optimizer"), opt_c.kind());
+  EXPECT_EQ(opt_c.lr(), opt_b.lr()) << name << ": the checkpoint's lr";
+  EXPECT_EQ(opt_c.steps(0), 3) << name;
+  sched_c.set_epoch(3);
+  for (int64_t s = 3; s < 6; ++s) {
+    ASSERT_EQ(train_step(c, opt_c, s), losses_a[s]) << name << " step " << s;
+    sched_c.step();
+  }
+  const optim::NamedTensors sa = opt_a.state_dict(), sc = opt_c.state_dict();
+  ASSERT_EQ(sa.size(), sc.size()) << name;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, sc[i].first);
+    EXPECT_EQ(sa[i].second.to_vector<double>(), sc[i].second.to_vector<double>()) << name << " " << sa[i].first;
+  }
+  auto pa = a.state_dict(), pc = c.state_dict();
+  ASSERT_EQ(pa.size(), pc.size());
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_vector<double>(), pc[i].second.to_vector<double>()) << name << " " << pa[i].first;
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, RMSpropResumeIsExact) {
+  expect_resume_is_exact(
+      [](std::vector<Tensor> p) {
+        return optim::RMSprop(std::move(p), {.lr = 1e-2, .weight_decay = 1e-3, .momentum = 0.9, .centered = true});
+      },
+      "rmsprop");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return optim::RMSprop(std::move(p), {.lr = 1e-2}); },
+                         "rmsprop_plain");
+}
+
+TEST(Checkpoint, AdagradResumeIsExact) {
+  // The step count comes back too: the decayed lr of step 4 is lr / (1 + 3 lr_decay).
+  expect_resume_is_exact(
+      [](std::vector<Tensor> p) {
+        return optim::Adagrad(std::move(p), {.lr = 1e-2, .lr_decay = 0.3, .weight_decay = 1e-3,
+                                             .initial_accumulator_value = 0.2, .maximize = true});
+      },
+      "adagrad");
+}
+
+TEST(Optimizer, NewOptimizersStateDictRoundTripsInMemory) {
+  // state_dict() of RMSprop (every slot) and Adagrad, loaded into fresh optimizers over copies of the
+  // parameters: the next steps give the same bits as the uninterrupted optimizer's.
+  for (int kind = 0; kind < 2; ++kind) {
+    auto make = [&](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+      if (kind == 0)
+        return std::make_unique<optim::RMSprop>(std::move(p), optim::RMSpropOptions{.lr = 0.05, .weight_decay = 0.1,
+                                                                                    .momentum = 0.5, .centered = true});
+      return std::make_unique<optim::Adagrad>(std::move(p), optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.5,
+                                                                                  .initial_accumulator_value = 0.5});
+    };
+    Tensor p = make_param();
+    auto opt = make({p});
+    run_steps(*opt, p, 2);
+    const optim::NamedTensors sd = opt->state_dict();
+    std::set<std::string> names;
+    for (const auto& [name, t] : sd) names.insert(name);
+    if (kind == 0) EXPECT_EQ(names, (std::set<std::string>{"0.square_avg", "0.momentum_buffer", "0.grad_avg", "0.step"}));
+    else EXPECT_EQ(names, (std::set<std::string>{"0.sum", "0.step"}));
+    Tensor q = from_vector(p.to_vector<double>()).requires_grad_();
+    auto resumed = make({q});
+    optim::NamedTensors copy; // new tensors with the same values, as from a file
+    for (const auto& [name, t] : sd) copy.emplace_back(name, from_vector(t.to_vector<double>(), t.shape()).to(t.dtype()));
+    resumed->load_state_dict(copy);
+    EXPECT_EQ(resumed->steps(0), 2);
+    EXPECT_EQ(run_steps(*resumed, q, 3), run_steps(*opt, p, 3)) << opt->kind();
+  }
+}
+
+TEST(Optimizer, AdagradStartsItsSumAtTheInitialAccumulatorValue) {
+  // One step from p = 1 (loss p^2 / 2, g = 1), initial_accumulator_value 3: sum = 4, p = 1 - 0.1 / 2.
+  Tensor p = from_vector<double>({1.0}).requires_grad_();
+  optim::Adagrad opt({p}, {.lr = 0.1, .initial_accumulator_value = 3, .eps = 0});
+  (p * p / 2.0).sum().backward();
+  opt.step();
+  EXPECT_EQ(p.item<double>(), 0.95);
+  EXPECT_EQ(opt.state_dict().at(0).second.item<double>(), 4.0); // "0.sum"
+  // A state loaded with the step at 0 and no sum (as state_dict() before the first step) starts there too.
+  Tensor q = from_vector<double>({1.0}).requires_grad_();
+  optim::Adagrad fresh({q}, {.lr = 0.1, .initial_accumulator_value = 3, .eps = 0});
+  fresh.load_state_dict({{"0.step", from_vector<int64_t>({0}, {})}});
+  (q * q / 2.0).sum().backward();
+  fresh.step();
+  EXPECT_EQ(q.item<double>(), 0.95);
+}
+
+TEST(Optimizer, StateOfAnotherOptimizerIsRefusedNamingTheLine) {
+  Tensor p = make_param();
+  optim::Adam adam({p});
+  optim::Adagrad adagrad({p});
+  optim::SGD sgd({p}, {.momentum = 0.9});
+  optim::RMSprop centered({p}, {.centered = true});
+  for (optim::Optimizer* o : std::vector<optim::Optimizer*>{&adam, &adagrad, &sgd, &centered}) run_steps(*o, p, 1);
+  optim::RMSprop rmsprop({p});
+  optim::RMSprop with_momentum({p}, {.momentum = 0.9});
+  const std::string file = "test_optim.cpp";
+  test::expect_error_at([&] { rmsprop.load_state_dict(adam.state_dict()); }, file, __LINE__, "load_state_dict",
+                        {"the rmsprop state does not match", "this is the state of another optimizer (adam or adamw), not of rmsprop",
+                         "unexpected entry \"0.exp_avg\" (rmsprop has no state \"exp_avg\")", "missing \"0.square_avg\""});
+  test::expect_error_at([&] { rmsprop.load_state_dict(adagrad.state_dict()); }, file, __LINE__, "load_state_dict",
+                        {"another optimizer (adagrad), not of rmsprop"});
+  test::expect_error_at([&] { adagrad.load_state_dict(centered.state_dict()); }, file, __LINE__, "load_state_dict",
+                        {"another optimizer (rmsprop), not of adagrad", "missing \"0.sum\""});
+  test::expect_error_at([&] { adam.load_state_dict(sgd.state_dict()); }, file, __LINE__, "load_state_dict",
+                        {"another optimizer (sgd or rmsprop), not of adam"});
+  // Another RMSprop's options: no other kind named, the slot named as one these options do not make.
+  const std::string e = error_of([&] { rmsprop.load_state_dict(centered.state_dict()); });
+  EXPECT_NE(e.find("(rmsprop has no state \"grad_avg\" with these options)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("another optimizer"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { with_momentum.load_state_dict(centered.state_dict()); }).find("missing \"0.momentum_buffer\""),
+            std::string::npos);
+  // A slot no optimizer has is unexpected, and names no other optimizer.
+  const std::string unknown = error_of([&] { rmsprop.load_state_dict({{"0.foo", zeros({3}, kFloat64)}}); });
+  EXPECT_NE(unknown.find("unexpected entry \"0.foo\" (rmsprop has no state \"foo\")"), std::string::npos) << unknown;
+  EXPECT_EQ(unknown.find("another optimizer"), std::string::npos) << unknown;
+  // Nothing was loaded by a refused call.
+  EXPECT_EQ(rmsprop.steps(0), 0);
+  EXPECT_TRUE(rmsprop.state().empty());
+}
+
+TEST(Checkpoint, ACheckpointOfAnotherOptimizerIsRefused) {
+  const fs::path dir = temp_dir("other_kind");
+  const std::string path = (dir / "c.safetensors").string();
+  nn::manual_seed(3);
+  nn::Sequential m = small_model();
+  optim::RMSprop rmsprop(m.parameters());
+  train_step(m, rmsprop, 0);
+  checkpoint::save(path, m, &rmsprop);
+  optim::Adagrad adagrad(m.parameters());
+  test::expect_error_at([&] { (void)checkpoint::load(path, m, &adagrad); }, "test_optim.cpp", __LINE__, "load",
+                        {"the checkpoint holds rmsprop state, the optimizer is adagrad"});
+  optim::Adam adam(m.parameters());
+  checkpoint::save(path, m, &adam);
+  test::expect_error_at([&] { (void)checkpoint::load(path, m, &rmsprop); }, "test_optim.cpp", __LINE__, "load",
+                        {"the checkpoint holds adam state, the optimizer is rmsprop"});
+  fs::remove_all(dir);
+}
+
+TEST(Optimizer, NewOptionsAreValidatedAsTorchNamingOptionValueAndLine) {
+  Tensor w = make_param();
+  const std::string file = "test_optim.cpp";
+  using optim::RMSprop, optim::Adagrad;
+  test::expect_error_at([&] { RMSprop({w}, {.lr = -0.01}); }, file, __LINE__, "optimizer", {"invalid learning rate: -0.01"});
+  test::expect_error_at([&] { RMSprop({w}, {.alpha = -0.5}); }, file, __LINE__, "RMSprop", {"invalid alpha: -0.5"});
+  test::expect_error_at([&] { RMSprop({w}, {.eps = -1e-8}); }, file, __LINE__, "RMSprop", {"invalid eps: -1e-08"});
+  test::expect_error_at([&] { RMSprop({w}, {.weight_decay = -0.1}); }, file, __LINE__, "RMSprop",
+                        {"invalid weight_decay: -0.1"});
+  test::expect_error_at([&] { RMSprop({w}, {.momentum = -0.9}); }, file, __LINE__, "RMSprop", {"invalid momentum: -0.9"});
+  test::expect_error_at([&] { Adagrad({w}, {.lr = -1}); }, file, __LINE__, "optimizer", {"invalid learning rate: -1"});
+  test::expect_error_at([&] { Adagrad({w}, {.lr_decay = -0.25}); }, file, __LINE__, "Adagrad", {"invalid lr_decay: -0.25"});
+  test::expect_error_at([&] { Adagrad({w}, {.weight_decay = -2}); }, file, __LINE__, "Adagrad", {"invalid weight_decay: -2"});
+  test::expect_error_at([&] { Adagrad({w}, {.initial_accumulator_value = -0.1}); }, file, __LINE__, "Adagrad",
+                        {"invalid initial_accumulator_value: -0.1"});
+  test::expect_error_at([&] { Adagrad({w}, {.eps = -1e-10}); }, file, __LINE__, "Adagrad", {"invalid eps: -1e-10"});
+  test::expect_error_at([&] { Adagrad({w}, {.eps = NAN}); }, file, __LINE__, "Adagrad", {"invalid eps: nan"});
+  // The old optimizers' messages print the value as given too (std::to_string printed -1e-10 as -0.000000).
+  test::expect_error_at([&] { optim::Adam({w}, {.eps = -1e-10}); }, file, __LINE__, "Adam", {"invalid eps: -1e-10"});
+  // What torch accepts is accepted: zeros everywhere, alpha above 1.
+  EXPECT_NO_THROW(RMSprop({w}, {.lr = 0, .alpha = 0, .eps = 0, .weight_decay = 0, .momentum = 0}));
+  EXPECT_NO_THROW(RMSprop({w}, {.alpha = 1.5}));
+  EXPECT_NO_THROW(Adagrad({w}, {.lr = 0, .lr_decay = 0, .weight_decay = 0, .initial_accumulator_value = 0, .eps = 0}));
+}
+
+TEST(Schedules, DriveRMSpropAndAdagrad) {
+  // The schedules set Optimizer's lr, which the next step reads (the table's step_lr cases check the
+  // updates against PyTorch's StepLR).
+  Tensor p = make_param();
+  optim::RMSprop rmsprop({p}, {.lr = 0.1});
+  optim::Adagrad adagrad({p}, {.lr = 0.2});
+  optim::StepLR step(rmsprop, 1, 0.5);
+  optim::CosineAnnealingLR cosine(adagrad, 2);
+  step.step();
+  cosine.step();
+  EXPECT_EQ(rmsprop.lr(), 0.05);
+  EXPECT_NEAR(adagrad.lr(), 0.1, 1e-16);
+  run_steps(rmsprop, p, 1); // and a step runs with it
+  EXPECT_EQ(rmsprop.steps(0), 1);
 }
 
 TEST(Checkpoint, SaveIntoMissingDirectoryFails) {

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
 
 #include "frontend/src/tensor_impl.h"
 #include "kiln/autograd.h"
@@ -13,8 +16,36 @@ namespace kiln::optim {
 
 namespace {
 
+// The shortest decimal that reads back as v (1e-10, not std::to_string's 0.000000).
+std::string number(double v) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 void check_hyper(const std::string& op, const std::string& name, double v, bool ok, const Loc& loc) {
-  if (!ok || !std::isfinite(v)) throw Error(op, "invalid " + name + ": " + std::to_string(v), loc);
+  if (!ok || !std::isfinite(v)) throw Error(op, "invalid " + name + ": " + number(v), loc);
+}
+
+// Every slot each kind of optimizer makes with some options: tells another optimizer's state.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& slots_of_kinds() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kinds{
+      {"sgd", {"momentum_buffer"}},
+      {"adam", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"adamw", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"rmsprop", {"square_avg", "momentum_buffer", "grad_avg"}},
+      {"adagrad", {"sum"}},
+  };
+  return kinds;
+}
+
+bool kind_has_slot(const std::string& kind, const std::string& slot) {
+  for (const auto& [k, slots] : slots_of_kinds())
+    if (k == kind) return std::find(slots.begin(), slots.end(), slot) != slots.end();
+  return false;
 }
 
 // "12.exp_avg" -> (12, "exp_avg"); false when the name has no index prefix.
@@ -59,14 +90,17 @@ Tensor Optimizer::grad_of(size_t i) {
   return g;
 }
 
-Tensor& Optimizer::slot(size_t i, const std::string& name) {
+Tensor& Optimizer::slot(size_t i, const std::string& name, double initial) {
   auto current = [this, i, name]() -> std::shared_ptr<TensorImpl> {
     auto it = state_[i].slots.find(name);
     return it == state_[i].slots.end() ? nullptr : it->second.impl();
   };
   detail::trace_guard([current, was = current()] { return current() == was; });
   auto [it, created] = state_[i].slots.try_emplace(name);
-  if (created) it->second = zeros_like(params_[i]);
+  if (created) {
+    const Tensor& p = params_[i];
+    it->second = initial == 0 ? zeros_like(p) : full(p.shape(), initial, p.dtype(), p.device());
+  }
   return it->second;
 }
 
@@ -109,6 +143,26 @@ std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& st
   std::vector<ParamState> fresh(params_.size());
   std::vector<bool> has_step(params_.size());
   auto problem = [&](const std::string& s) { problems += "\n  " + s; };
+  // The slots named in `state`, and those that no options of this kind of optimizer make.
+  std::set<std::string> slots, foreign;
+  for (const auto& [name, t] : state) {
+    size_t i = 0;
+    std::string slot;
+    if (!split_state_name(name, i, slot) || slot == "step") continue;
+    slots.insert(slot);
+    if (!kind_has_slot(kind(), slot) && std::find(known.begin(), known.end(), slot) == known.end())
+      foreign.insert(slot);
+  }
+  if (!foreign.empty()) {
+    // Another kind whose state has every slot named (Adam's and AdamW's look alike): say whose it is.
+    std::string kinds;
+    for (const auto& [k, ks] : slots_of_kinds()) {
+      bool all = k != kind();
+      for (const std::string& slot : slots) all = all && kind_has_slot(k, slot);
+      if (all) kinds += (kinds.empty() ? "" : " or ") + k;
+    }
+    if (!kinds.empty()) problem("this is the state of another optimizer (" + kinds + "), not of " + kind());
+  }
   for (const auto& [name, t] : state) {
     size_t i = 0;
     std::string slot;
@@ -119,7 +173,8 @@ std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& st
       if (t.dtype() != kInt64 || t.dim() != 0) problem("\"" + name + "\" must be i64[], got " + type_of(t));
       else if ((fresh[i].step = t.item<int64_t>(loc)) < 0) problem("\"" + name + "\" is negative");
     } else if (std::find(known.begin(), known.end(), slot) == known.end()) {
-      problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\")");
+      problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\"" +
+              (foreign.count(slot) ? std::string() : " with these options") + ")");
     } else if (t.shape() != params_[i].shape() || t.dtype() != params_[i].dtype()) {
       problem("\"" + name + "\" is " + type_of(t) + " but parameter " + std::to_string(i) + " is " + type_of(params_[i]));
     } else {
@@ -163,6 +218,7 @@ void SGD::step(Loc loc) {
     Tensor& p = params_[i];
     Tensor g = grad_of(i);
     if (!g.defined()) continue;
+    if (o.maximize) g = -g; // torch 1.13 negates first: the decay and the buffer see -g
     if (o.weight_decay != 0) g = g + p * o.weight_decay;
     if (o.momentum != 0) {
       const bool first = state_[i].slots.count("momentum_buffer") == 0; // torch: the first buffer is g
@@ -221,6 +277,7 @@ void Adam::step(Loc loc) {
       v[1] = std::sqrt(1.0 - std::pow(b2, t));
       v[2] = lr_ / (1.0 - std::pow(b1, t));
     });
+    if (options.maximize) g = -g; // torch 1.13 negates first (AdamW's decay stays a decay)
     if (wd != 0 && decoupled_) p.assign(p * h[0]);
     if (wd != 0 && !decoupled_) g = g + p * wd;
     Tensor& m = slot(i, "exp_avg");
@@ -240,7 +297,101 @@ void Adam::step(Loc loc) {
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, Loc loc)
-    : Adam(std::move(params), AdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad}, true, loc) {}
+    : Adam(std::move(params), AdamOptions{o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad, o.maximize}, true, loc) {}
+
+// ---------------------------------------------------------------- RMSprop
+
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  // torch's checks, in its order (it accepts alpha > 1 too)
+  check_hyper("RMSprop", "eps", opts.eps, opts.eps >= 0, loc);
+  check_hyper("RMSprop", "momentum", opts.momentum, opts.momentum >= 0, loc);
+  check_hyper("RMSprop", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+  check_hyper("RMSprop", "alpha", opts.alpha, opts.alpha >= 0, loc);
+}
+
+std::vector<std::string> RMSprop::slot_names() const {
+  std::vector<std::string> out{"square_avg"};
+  if (options.momentum > 0) out.push_back("momentum_buffer");
+  if (options.centered) out.push_back("grad_avg");
+  return out;
+}
+
+void RMSprop::step(Loc loc) {
+  detail::UserCall call("RMSprop::step", loc);
+  const graph::SourceScope at(loc); // the update's nodes record the caller's line
+  NoGradGuard no_grad;
+  const RMSpropOptions& o = options;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = grad_of(i);
+    if (!g.defined()) continue;
+    const Tensor lr = host_values(i, 1, [this, i](double* v) {
+      ++state_[i].step;
+      v[0] = lr_;
+    })[0];
+    if (o.maximize) g = -g;
+    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    // torch's order of operations: mul_(alpha).addcmul_(g, g, 1 - alpha), addcmul(a, a, -1),
+    // sqrt, add_(eps), addcdiv_(g, avg, -lr) (p + (-lr) (g / avg)).
+    Tensor& square_avg = slot(i, "square_avg");
+    square_avg.assign(square_avg * o.alpha + g * (1.0 - o.alpha) * g);
+    Tensor avg;
+    if (o.centered) {
+      Tensor& grad_avg = slot(i, "grad_avg");
+      grad_avg.assign(grad_avg * o.alpha + g * (1.0 - o.alpha));
+      avg = sqrt(square_avg - grad_avg * grad_avg) + o.eps;
+    } else {
+      avg = sqrt(square_avg) + o.eps;
+    }
+    if (o.momentum > 0) {
+      Tensor& buf = slot(i, "momentum_buffer");
+      buf.assign(buf * o.momentum + g / avg);
+      p.assign(p - lr * buf);
+    } else {
+      p.assign(p - lr * (g / avg));
+    }
+  }
+  detail::flush_pending();
+}
+
+// ---------------------------------------------------------------- Adagrad
+
+Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  // torch's checks, in its order
+  check_hyper("Adagrad", "lr_decay", opts.lr_decay, opts.lr_decay >= 0, loc);
+  check_hyper("Adagrad", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+  check_hyper("Adagrad", "initial_accumulator_value", opts.initial_accumulator_value,
+              opts.initial_accumulator_value >= 0, loc);
+  check_hyper("Adagrad", "eps", opts.eps, opts.eps >= 0, loc);
+}
+
+std::vector<std::string> Adagrad::slot_names() const { return {"sum"}; }
+
+void Adagrad::step(Loc loc) {
+  detail::UserCall call("Adagrad::step", loc);
+  const graph::SourceScope at(loc); // the update's nodes record the caller's line
+  NoGradGuard no_grad;
+  const AdagradOptions& o = options;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = grad_of(i);
+    if (!g.defined()) continue;
+    // The decayed learning rate of this parameter's step, in double on the host as torch's
+    // clr = lr / (1 + (step - 1) * lr_decay).
+    const Tensor clr = host_values(i, 1, [this, i, decay = o.lr_decay](double* v) {
+      const auto t = static_cast<double>(++state_[i].step);
+      v[0] = lr_ / (1.0 + (t - 1.0) * decay);
+    })[0];
+    if (o.maximize) g = -g;
+    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    Tensor& sum = slot(i, "sum", o.initial_accumulator_value);
+    sum.assign(sum + g * g); // torch's addcmul_(g, g, value=1)
+    p.assign(p - clr * (g / (sqrt(sum) + o.eps)));
+  }
+  detail::flush_pending();
+}
 
 // ---------------------------------------------------------------- schedules
 

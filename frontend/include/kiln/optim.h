@@ -1,7 +1,8 @@
 #pragma once
 /// \file optim.h
-/// Optimizers with PyTorch's update formulas (SGD with momentum, Nesterov and
-/// weight decay; Adam; AdamW) and learning-rate schedules.
+/// Optimizers with torch.optim 1.13's update formulas (SGD with momentum, Nesterov and
+/// weight decay; Adam; AdamW; RMSprop, centered or not, with momentum; Adagrad; each with
+/// PyTorch's `maximize`) and learning-rate schedules.
 ///
 /// step() records the update as graph: each parameter is assign()ed its new value
 /// and the optimizer state (momentum buffers, moments) are tensors; then it realizes,
@@ -15,7 +16,7 @@
 /// Inside a compile() trace nothing is realized.
 ///
 /// Values that change from step to step (the learning rate, Adam's bias
-/// corrections) enter the graph as 0-d input tensors, not constants, so the
+/// corrections, Adagrad's decayed learning rate) enter the graph as 0-d input tensors, not constants, so the
 /// compiled kernels are the same at every step.
 
 #include <cstdint>
@@ -45,7 +46,7 @@ public:
   /// Records one update of every parameter that has a gradient, and realizes it (see above);
   /// errors raised inside name `loc`, and the update's nodes record it as their source line.
   virtual void step(Loc loc = Loc::current()) = 0;
-  /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw").
+  /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw", "rmsprop", "adagrad").
   virtual std::string kind() const = 0;
   /// Clears every parameter's gradient (like PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
@@ -68,7 +69,8 @@ public:
   /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes,
   /// that every parameter has its step and every parameter that has taken a step has each
   /// of slot_names(), and throws a kiln::Error naming `loc` and listing every mismatch, missing
-  /// and unexpected entry (those of state_problems()). The state is loaded only if all of it matches.
+  /// and unexpected entry (those of state_problems()); the state of another kind of optimizer (Adam's
+  /// "exp_avg" given to RMSprop) is named as such. The state is loaded only if all of it matches.
   void load_state_dict(const NamedTensors& state, Loc loc = Loc::current());
   /// What load_state_dict(state) would refuse: one "\n  " line per problem, "" when it would load.
   /// Reading a step's value (it may be lazy) names `loc`.
@@ -91,11 +93,12 @@ protected:
   /// The gradient of parameter i (undefined: no update). Inside a compile() trace, the
   /// trace is replayed only while that stays so.
   Tensor grad_of(size_t i);
-  /// The slot `name` of parameter i, created as zeros like the parameter on first use.
+  /// The slot `name` of parameter i, created like the parameter, filled with `initial`
+  /// (zeros by default), on first use.
   /// Update it with Tensor::assign() (so that compile() captures the update). Inside a
   /// trace, the trace is replayed only while the slot is this same tensor (a new slot
   /// or a loaded state traces again).
-  Tensor& slot(size_t i, const std::string& name);
+  Tensor& slot(size_t i, const std::string& name, double initial = 0);
   /// n 0-d tensors in parameter i's dtype computed by fill() on the host once per step:
   /// now, or before every replay of a compiled step (kernel arguments, not constants,
   /// so a scheduled learning rate and per-step corrections stay current). fill() is
@@ -114,10 +117,11 @@ struct SGDOptions {
   double dampening = 0;       ///< dampening of the momentum's new-gradient term
   double weight_decay = 0;    ///< L2 penalty added to the gradient
   bool nesterov = false;      ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  bool maximize = false;      ///< ascend: the gradient is negated before everything else (torch 1.13)
 };
 
 /// Stochastic gradient descent, exactly torch.optim.SGD's update:
-/// g += wd p; b = g at the first step, else b = mu b + (1 - dampening) g;
+/// g = maximize ? -g : g; g += wd p; b = g at the first step, else b = mu b + (1 - dampening) g;
 /// g = nesterov ? g + mu b : b; p -= lr g.
 class SGD : public Optimizer {
 public:
@@ -137,6 +141,7 @@ struct AdamOptions {
   double eps = 1e-8;                           ///< added to the denominator
   double weight_decay = 0;                     ///< L2 penalty added to the gradient
   bool amsgrad = false;                        ///< use the maximum of past second moments
+  bool maximize = false;                       ///< ascend: the gradient is negated first (torch 1.13)
 };
 
 /// Options of AdamW: Adam's, with decoupled weight decay defaulting to 1e-2 as PyTorch.
@@ -146,9 +151,11 @@ struct AdamWOptions {
   double eps = 1e-8;                           ///< added to the denominator
   double weight_decay = 1e-2;                  ///< decoupled decay: p *= 1 - lr wd
   bool amsgrad = false;                        ///< use the maximum of past second moments
+  bool maximize = false;                       ///< ascend: the gradient is negated first (torch 1.13)
 };
 
-/// Adam, exactly torch.optim.Adam's update (single-tensor path): g += wd p (Adam only);
+/// Adam, exactly torch.optim.Adam's update (single-tensor path): g = maximize ? -g : g;
+/// g += wd p (Adam only);
 /// m += (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;
 /// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 /// With `decoupled` (AdamW), p *= 1 - lr wd first instead of adding wd p to g.
@@ -172,6 +179,60 @@ class AdamW : public Adam {
 public:
   /// AdamW over `params`.
   AdamW(std::vector<Tensor> params, AdamWOptions options = {}, Loc loc = Loc::current());
+};
+
+/// Options of RMSprop (designated initializers: `{.lr = 1e-3, .momentum = 0.9, .centered = true}`),
+/// torch.optim.RMSprop's defaults and order.
+struct RMSpropOptions {
+  double lr = 1e-2;         ///< learning rate
+  double alpha = 0.99;      ///< smoothing constant of the averages
+  double eps = 1e-8;        ///< added to the denominator
+  double weight_decay = 0;  ///< L2 penalty added to the gradient
+  double momentum = 0;      ///< momentum factor (> 0: a momentum buffer)
+  bool centered = false;    ///< normalize by the estimated variance (square_avg - grad_avg^2)
+  bool maximize = false;    ///< ascend: the gradient is negated first (torch 1.13)
+};
+
+/// RMSprop, exactly torch.optim.RMSprop's update (single-tensor path): g = maximize ? -g : g;
+/// g += wd p; v = alpha v + (1 - alpha) g^2; centered: a = alpha a + (1 - alpha) g,
+/// avg = sqrt(v - a^2) + eps, else avg = sqrt(v) + eps; with momentum: b = mu b + g / avg,
+/// p -= lr b, else p -= lr (g / avg). State: "square_avg", "momentum_buffer" (momentum > 0),
+/// "grad_avg" (centered), all starting at zero.
+class RMSprop : public Optimizer {
+public:
+  /// RMSprop over `params`.
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;           ///< one update
+  std::string kind() const override { return "rmsprop"; } ///< "rmsprop"
+  RMSpropOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "square_avg", and the buffers the options need
+};
+
+/// Options of Adagrad (designated initializers: `{.lr = 0.1, .lr_decay = 1e-3}`),
+/// torch.optim.Adagrad's defaults and order.
+struct AdagradOptions {
+  double lr = 1e-2;                     ///< learning rate
+  double lr_decay = 0;                  ///< step t uses lr / (1 + (t - 1) lr_decay)
+  double weight_decay = 0;              ///< L2 penalty added to the gradient
+  double initial_accumulator_value = 0; ///< the starting value of the sum of squares
+  double eps = 1e-10;                   ///< added to the denominator
+  bool maximize = false;                ///< ascend: the gradient is negated first (torch 1.13)
+};
+
+/// Adagrad, exactly torch.optim.Adagrad's update (dense gradients): at the parameter's step t,
+/// g = maximize ? -g : g; g += wd p; clr = lr / (1 + (t - 1) lr_decay); s += g^2;
+/// p -= clr (g / (sqrt(s) + eps)). State: "sum", starting at initial_accumulator_value (made
+/// at the parameter's first update, where PyTorch makes it at construction: the same values).
+class Adagrad : public Optimizer {
+public:
+  /// Adagrad over `params`.
+  Adagrad(std::vector<Tensor> params, AdagradOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;           ///< one update
+  std::string kind() const override { return "adagrad"; } ///< "adagrad"
+  AdagradOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "sum"
 };
 
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
