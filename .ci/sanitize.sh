@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 # (-DKILN_SANITIZE=ON: -fsanitize=address,undefined, UB is fatal), in its own
-# build directory build-asan. Zero reports is the bar: any report fails a test.
+# build directory build-asan. Zero reports is the bar: any report fails a test. The tests' own
+# sources are built with ASan alone (tests/CMakeLists.txt: UBSan there doubled their compile time).
 #
 #   .ci/sanitize.sh            configure, build and run every test
 #   .ci/sanitize.sh -R regex   extra arguments go to ctest (e.g. a subset)
