@@ -353,7 +353,7 @@ TEST(Gemm, Conv2dReadsItsColumnsInPlaceWithTheSameBits) {
 
 TEST(Gemm, Conv2dInputGradientIsAnImplicitGemmToo) {
   // The input gradient of a stride-1 convolution is a convolution of the output's gradient
-  // (functional.cpp conv2d_input_grad): no kernel writes the columns' gradient (kernel size times
+  // (functional.cpp conv_transpose_product): no kernel writes the columns' gradient (kernel size times
   // the input). Its values against autograd of the im2col product built from public ops (in f64:
   // the two sum the same terms in different orders).
   for (const int64_t g : {1, 2}) {

@@ -490,7 +490,7 @@ TEST(Gradients, LinearAndConv2d) {
 
 TEST(Gradients, Conv2dInputGradientAsATransposedConvolution) {
   // Stride 1, dilation 1: the input's gradient is a convolution of the output's (functional.cpp
-  // conv2d_input_grad): asymmetric kernels and paddings, no padding (gy padded by k - 1), padding
+  // conv_transpose_product): asymmetric kernels and paddings, no padding (gy padded by k - 1), padding
   // k - 1 (gy not padded), groups; and differentiable again (its weight's taps reversed by index_select).
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::conv2d(v[0], v[1], v[2], 1, {1, 0}, 1, 1) * v[3]).sum(); },
                    {rnd({2, 2, 6, 5}, 40), rnd({3, 2, 3, 2}, 41), rnd({3}, 42), rnd({2, 3, 6, 4}, 43)});

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -152,12 +153,24 @@ Tensor im2col_product(const Tensor& x, const Tensor& weight, const Size2& k, con
   return matmul(weight.reshape({g, o / g, cg * taps}), cols, loc);
 }
 
-// The input gradient of a stride-1, dilation-1 conv2d from the output's gy [N, O, Ho, Wo]: a
-// convolution of gy, padded by kernel - 1 - padding, with the weight's taps reversed and its in and
-// out channels swapped (per group). Another implicit GEMM, where autograd of the im2col product
-// would write the columns' gradient (kernel size times the input) and sum it back over the taps.
-Tensor conv2d_input_grad(const Tensor& gy, const Tensor& weight, const Size2& k, const Size2& padding, int64_t g,
-                         const Loc& loc) {
+// [N, C, H, W] -> [N, C, (H - 1) * s.h + 1, (W - 1) * s.w + 1] with s - 1 zeros between neighbours: a
+// reshape to unit dims, a pad of them to s and a reshape back (views, no gather).
+Tensor spread(const Tensor& x, const Size2& s) {
+  if (s.h == 1 && s.w == 1) return x;
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const Tensor t = pad(x.reshape({n, c, h, 1, w, 1}), {0, s.w - 1, 0, 0, 0, s.h - 1}, 0);
+  return t.reshape({n, c, h * s.h, w * s.w}).slice(2, 0, (h - 1) * s.h + 1).slice(3, 0, (w - 1) * s.w + 1);
+}
+
+// The transposed convolution of x [N, O, H, W] with weight [O, Cg, kh, kw] (conv2d's, whose input
+// gradient it is), without its bias: x spread by the stride, padded by dilation * (kernel - 1) - padding
+// (cropped where that is negative) and by output_padding more at the end, then a stride-1 convolution
+// with the weight's taps reversed and its in and out channels swapped (per group). Returns the product
+// [N, g, Cg, Ho * Wo]. Another implicit GEMM, where autograd of the im2col product would write the
+// columns' gradient (kernel size times the input) and sum it back over the taps.
+Tensor conv_transpose_product(const Tensor& x, const Tensor& weight, const Size2& k, const Size2& stride,
+                              const Size2& padding, const Size2& output_padding, const Size2& dilation, int64_t g,
+                              const Loc& loc) {
   const int64_t og = weight.size(0) / g, cg = weight.size(1), taps = k.h * k.w;
   const Tensor reversed = arange(static_cast<double>(taps - 1), -1, -1, kInt64, weight.device());
   // Channels swapped before the taps are reversed: the gather's result, which the GEMM reads from a
@@ -165,9 +178,53 @@ Tensor conv2d_input_grad(const Tensor& gy, const Tensor& weight, const Size2& k,
   // (read in place; swapped after, its rows were a permuted view packed element by element).
   const Tensor flipped = index_select(weight.reshape({g, og, cg, taps}).permute({0, 2, 1, 3}), 3, reversed, loc)
                              .reshape({g * cg, og, k.h, k.w}); // [g * Cg, O/g, kh, kw]
-  const Size2 p(k.h - 1 - padding.h, k.w - 1 - padding.w);
-  const int64_t h = gy.size(2) + 2 * p.h - k.h + 1, w = gy.size(3) + 2 * p.w - k.w + 1;
-  return im2col_product(gy, flipped, k, Size2(1), p, Size2(1), g, h, w, loc).reshape({gy.size(0), g * cg, h, w});
+  const Size2 q(dilation.h * (k.h - 1) - padding.h, dilation.w * (k.w - 1) - padding.w);
+  const int64_t amounts[4] = {q.w, q.w + output_padding.w, q.h, q.h + output_padding.h};
+  IntList grow, crop; // the padding first, then the cropping: a crop never passes the extent
+  for (int64_t a : amounts) {
+    grow.push_back(std::max<int64_t>(a, 0));
+    crop.push_back(std::min<int64_t>(a, 0));
+  }
+  const Tensor xp = pad(pad(spread(x, stride), grow, 0), crop, 0);
+  const int64_t h = xp.size(2) - dilation.h * (k.h - 1), w = xp.size(3) - dilation.w * (k.w - 1);
+  return im2col_product(xp, flipped, k, Size2(1), Size2(0), dilation, g, h, w, loc);
+}
+
+// A convolution's forward and input-gradient products, f(x, w) and its adjoint in x, adjoint(gy, w);
+// `weight_grad(x, gy, w)` is the weight's gradient (both are linear in the weight).
+struct ConvProducts {
+  std::function<Tensor(const Tensor&, const Tensor&)> forward, adjoint;
+  std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> weight_grad;
+};
+
+// f(x, weight) with its gradients from the products rather than from autograd of f's im2col (conv2d's
+// input gradient is a transposed convolution, conv_transpose2d's a convolution), and its tangent, as f
+// is bilinear: f(tx, w) + f(x, tw).
+Tensor conv_with_adjoint(const char* op, const Tensor& x, const Tensor& weight, const ConvProducts& p, const Loc& loc) {
+  const CustomFunction conv{
+      op, [p](const std::vector<Tensor>& in) { return std::vector<Tensor>{p.forward(in[0], in[1])}; },
+      [p](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& gy) {
+        Tensor dx, dw;
+        if (in[1].requires_grad()) dw = p.weight_grad(in[0], gy[0], in[1]);
+        if (in[0].requires_grad()) dx = p.adjoint(gy[0], in[1]);
+        return std::vector<Tensor>{dx, dw};
+      },
+      [p](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& t) {
+        Tensor ty; // undefined tangents are zero
+        if (t[0].defined()) ty = p.forward(t[0], in[1]);
+        if (t[1].defined()) ty = ty.defined() ? ty + p.forward(in[0], t[1]) : p.forward(in[0], t[1]);
+        return std::vector<Tensor>{ty};
+      }};
+  return conv({x, weight}, loc)[0];
+}
+
+// The gradient of <prod(a, w), b> in w, for prod linear in w: a detached stand-in of the weight keeps
+// its node in the recomputed graph (a weight that is itself a reshape, conv1d's unsqueezed one,
+// would be folded into the product's reshape and be found unused).
+template <class Prod> Tensor linear_weight_grad(const Prod& prod, const Tensor& a, const Tensor& b, const Tensor& weight,
+                                                const Loc& loc) {
+  const Tensor w = weight.detach().requires_grad_();
+  return grad({prod(a, w)}, {w}, {b}, false, true, loc)[0];
 }
 
 // True when windows tile the input without overlap or gaps, so pooling is a reshape and a reduction.
@@ -344,33 +401,97 @@ Tensor conv2d_impl(const char* op, const Tensor& x, const Tensor& weight, const 
   auto product = [=](const Tensor& in, const Tensor& w) { return im2col_product(in, w, k, stride, padding, dilation, g, ho, wo, loc); };
   Tensor y;
   if (stride.h == 1 && stride.w == 1 && dilation.h == 1 && dilation.w == 1 && padding.h < k.h && padding.w < k.w) {
-    // The input's gradient as a convolution of the output's (conv2d_input_grad) rather than the
-    // columns' gradient (W^T @ dY, kernel size times the input) summed back over the taps.
-    const CustomFunction conv{
-        op, [product](const std::vector<Tensor>& in) { return std::vector<Tensor>{product(in[0], in[1])}; },
-        [=](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& gy) {
-          Tensor dx, dw;
-          if (in[1].requires_grad()) { // the product is linear in the weight: a detached stand-in keeps the
-            // weight's node in the recomputed graph (a weight that is itself a reshape, conv1d's
-            // unsqueezed one, would be folded into the product's reshape and be found unused)
-            const Tensor w = in[1].detach().requires_grad_();
-            dw = grad({product(in[0], w)}, {w}, {gy[0]}, false, true, loc)[0];
-          }
-          if (in[0].requires_grad()) dx = conv2d_input_grad(gy[0].reshape({n, o, ho, wo}), in[1], k, padding, g, loc);
-          return std::vector<Tensor>{dx, dw};
+    // The input's gradient as a transposed convolution of the output's rather than the columns'
+    // gradient (W^T @ dY, kernel size times the input) summed back over the taps.
+    const ConvProducts p{
+        product,
+        [=, xs = x.shape()](const Tensor& gy, const Tensor& w) {
+          return conv_transpose_product(gy.reshape({n, o, ho, wo}), w, k, Size2(1), padding, Size2(0), Size2(1), g, loc)
+              .reshape(xs);
         },
-        [product](const std::vector<Tensor>& in, const std::vector<Tensor>&, const std::vector<Tensor>& t) {
-          Tensor ty; // bilinear: conv(tx, w) + conv(x, tw); undefined tangents are zero
-          if (t[0].defined()) ty = product(t[0], in[1]);
-          if (t[1].defined()) ty = ty.defined() ? ty + product(in[0], t[1]) : product(in[0], t[1]);
-          return std::vector<Tensor>{ty};
-        }};
-    y = conv({x, weight}, loc)[0];
+        [=](const Tensor& in, const Tensor& gy, const Tensor& w) { return linear_weight_grad(product, in, gy, w, loc); }};
+    y = conv_with_adjoint(op, x, weight, p, loc);
   } else {
     y = product(x, weight);
   }
   if (bias.defined()) y = y + bias.reshape({g, o / g, 1});
   return y.reshape({n, o, ho, wo});
+}
+
+std::string size2_str(const Size2& v) { return graph::shape_str({v.h, v.w}); }
+
+// The output extent (n - 1) * s - 2p + d(k - 1) + op + 1 of a transposed convolution, unset on overflow.
+std::optional<int64_t> transposed_extent(int64_t n, int64_t k, int64_t s, int64_t p, int64_t op, int64_t d) {
+  const auto spread = graph::checked_mul(n - 1, s), reach = graph::checked_mul(d, k - 1);
+  if (!spread || !reach) return std::nullopt;
+  const auto grown = graph::checked_add(*spread, *reach);
+  if (!grown) return std::nullopt;
+  return graph::checked_add(*grown - 2 * p, op + 1); // p and op are at most the int64 bounds / 2 here
+}
+
+// The argument checks of a transposed convolution of x [N, C, H, W] (1-d: over a unit height) with
+// weight [C, O/g, kh, kw] and bias [O], as PyTorch's: returns the output's extents (Ho, Wo).
+std::pair<int64_t, int64_t> check_conv_transpose(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                 const Size2& s, const Size2& p, const Size2& op_pad, int64_t groups,
+                                                 const Size2& d, const Loc& loc) {
+  if (s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0 || op_pad.h < 0 || op_pad.w < 0)
+    fail(op, "stride and dilation must be positive, padding and output_padding non-negative", {&x}, loc);
+  if (p.h > std::numeric_limits<int64_t>::max() / 4 || p.w > std::numeric_limits<int64_t>::max() / 4)
+    fail(op, "the padding overflows int64", {&x}, loc);
+  if ((op_pad.h >= s.h && op_pad.h >= d.h) || (op_pad.w >= s.w && op_pad.w >= d.w))
+    fail(op, "output_padding " + size2_str(op_pad) + " must be smaller than either the stride " + size2_str(s) +
+                 " or the dilation " + size2_str(d), {&x}, loc);
+  const int64_t c = x.size(1), in = weight.size(0);
+  if (groups <= 0 || in % groups != 0)
+    fail(op, "groups=" + std::to_string(groups) + " must be positive and divide the weight's in channels " +
+                 std::to_string(in), {&x, &weight}, loc);
+  if (c != in)
+    fail(op, "channels do not match: input has " + std::to_string(c) + ", the weight [in, out/groups, ...] expects " +
+                 std::to_string(in), {&x, &weight}, loc);
+  const int64_t out = weight.size(1) * groups;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out))
+    fail(op, "the bias must be [out] = [" + std::to_string(out) + "]", {&weight, &bias}, loc);
+  if (x.size(2) <= 0 || x.size(3) <= 0) fail(op, "the input's spatial extents must be positive", {&x}, loc);
+  const auto ho = transposed_extent(x.size(2), weight.size(2), s.h, p.h, op_pad.h, d.h);
+  const auto wo = transposed_extent(x.size(3), weight.size(3), s.w, p.w, op_pad.w, d.w);
+  if (!ho || !wo) fail(op, "the output size overflows int64", {&x, &weight}, loc);
+  if (*ho <= 0 || *wo <= 0)
+    fail(op, "the output size (" + std::to_string(*ho) + " x " + std::to_string(*wo) + ") is too small", {&x, &weight}, loc);
+  // the spread, padded input and its taps [N, O, kh*kw, Ho, Wo] must be valid shapes
+  const int64_t taps = graph::checked_mul(weight.size(2), weight.size(3)).value_or(std::numeric_limits<int64_t>::max());
+  detail::check_shape(op, {x.size(0), out, taps, *ho, *wo}, {&x, &weight}, loc);
+  static constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const auto spread_extent = [](int64_t n, int64_t st) { return graph::checked_mul(n, st).value_or(kMax); };
+  detail::check_shape(op, {x.size(0), c, spread_extent(x.size(2), s.h), spread_extent(x.size(3), s.w)}, {&x}, loc);
+  // and the windows' unfolds of the padded input, [N, C, span_w, Hp, Wo] and [N, C, span_h, span_w, Ho, Wo]
+  // (a large dilation makes a long span from a small input)
+  const auto span = [](int64_t k, int64_t dil) { return graph::checked_add(dil * (k - 1), 1).value_or(kMax); };
+  const int64_t span_h = span(weight.size(2), d.h), span_w = span(weight.size(3), d.w);
+  const int64_t hp = graph::checked_add(*ho, span_h - 1).value_or(kMax);
+  detail::check_shape(op, {x.size(0), c, span_w, hp, *wo}, {&x, &weight}, loc);
+  detail::check_shape(op, {x.size(0), c, span_h, span_w, *ho, *wo}, {&x, &weight}, loc);
+  return {*ho, *wo};
+}
+
+// conv_transpose2d of a batched x [N, C, H, W], its errors in the name of `op` (conv_transpose1d runs here
+// over a unit height): conv_transpose_product, whose input gradient is conv2d's product and whose weight
+// gradient is that of conv2d(gy, w) against x (the two are adjoint in the input).
+Tensor conv_transpose2d_impl(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& s,
+                             const Size2& p, const Size2& op_pad, int64_t groups, const Size2& d, const Loc& loc) {
+  if (x.dim() != 4) fail(op, "expects a [N, C, H, W] (or unbatched [C, H, W]) input", {&x}, loc);
+  if (weight.dim() != 4) fail(op, "the weight must be [in, out/groups, kh, kw]", {&x, &weight}, loc);
+  const auto [ho, wo] = check_conv_transpose(op, x, weight, bias, s, p, op_pad, groups, d, loc);
+  const Size2 k(weight.size(2), weight.size(3));
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3), g = groups, out = weight.size(1) * g;
+  auto conv = [=](const Tensor& gy, const Tensor& wt) { // conv2d of gy [N, O, Ho, Wo] back to [N, C, H, W]
+    return im2col_product(gy.reshape({n, out, ho, wo}), wt, k, s, p, d, g, h, w, loc).reshape({n, c, h, w});
+  };
+  const ConvProducts products{
+      [=](const Tensor& in, const Tensor& wt) { return conv_transpose_product(in, wt, k, s, p, op_pad, d, g, loc); },
+      conv, [=](const Tensor& in, const Tensor& gy, const Tensor& wt) { return linear_weight_grad(conv, gy, in, wt, loc); }};
+  Tensor y = conv_with_adjoint(op, x, weight, products, loc); // [N, g, O/g, Ho * Wo]
+  if (bias.defined()) y = y + bias.reshape({g, out / g, 1});
+  return y.reshape({n, out, ho, wo});
 }
 
 // max_pool2d of a batched x [N, C, H, W], its errors in the name of `op`.
@@ -388,12 +509,20 @@ Tensor max_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const
 
 // avg_pool2d of a batched x [N, C, H, W], its errors in the name of `op`.
 Tensor avg_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
-                     bool ceil_mode, bool count_include_pad, const Loc& loc) {
+                     bool ceil_mode, bool count_include_pad, const Loc& loc,
+                     std::optional<int64_t> divisor_override = std::nullopt) {
   require_floating(op, x, loc);
   const auto [ho, wo] = check_window(op, x, kernel, stride, padding, Size2(1), loc, ceil_mode);
   if (padding.h > kernel.h / 2 || padding.w > kernel.w / 2) fail(op, "padding must be at most half the kernel size", {&x}, loc);
+  if (divisor_override == 0) fail(op, "divisor_override must not be zero", {&x}, loc);
   const Size2 extra(overhang(x.size(2), kernel.h, stride.h, padding.h, 1, ho),
                     overhang(x.size(3), kernel.w, stride.w, padding.w, 1, wo));
+  if (divisor_override) { // every window's sum (padding and overhang add zeros) divides by it, as PyTorch
+    const double divisor = static_cast<double>(*divisor_override);
+    if (tiles(kernel, stride, padding, Size2(1)) && extra.h == 0 && extra.w == 0)
+      return tile_view(x, kernel, ho, wo).sum({3, 5}, false, loc) / divisor;
+    return window_taps(pad_hw(x, padding, 0, extra), kernel, stride, Size2(1), ho, wo).sum({2, 3}, false, loc) / divisor;
+  }
   const bool whole = extra.h == 0 && extra.w == 0 && (count_include_pad || (padding.h == 0 && padding.w == 0));
   if (whole) { // every window divides by kh * kw
     if (tiles(kernel, stride, padding, Size2(1))) return tile_view(x, kernel, ho, wo).mean({3, 5}, false, loc);
@@ -453,6 +582,33 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   });
 }
 
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride,
+                        const Size2& padding, const Size2& output_padding, int64_t groups, const Size2& dilation, Loc loc) {
+  const graph::SourceScope at(loc, "conv_transpose2d"); // nodes made here record the caller's line
+  if (!x.defined() || !weight.defined()) throw Error("conv_transpose2d", "the input or the weight is undefined", loc);
+  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
+    return conv_transpose2d_impl("conv_transpose2d", x.unsqueeze(0, loc), weight, bias, stride, padding, output_padding,
+                                 groups, dilation, loc)
+        .squeeze(0, loc);
+  return conv_transpose2d_impl("conv_transpose2d", x, weight, bias, stride, padding, output_padding, groups, dilation, loc);
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation, Loc loc) {
+  const char* op = "conv_transpose1d";
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  if (!x.defined() || !weight.defined()) throw Error(op, "the input or the weight is undefined", loc);
+  if (x.dim() != 2 && x.dim() != 3) fail(op, "expects a [N, C, L] (or unbatched [C, L]) input", {&x}, loc);
+  if (weight.dim() != 3) fail(op, "the weight must be [in, out/groups, k]", {&x, &weight}, loc);
+  if (output_padding >= 0 && output_padding >= stride && output_padding >= dilation) // named in 1-d terms
+    fail(op, "output_padding " + std::to_string(output_padding) + " must be smaller than either the stride " +
+                 std::to_string(stride) + " or the dilation " + std::to_string(dilation), {&x}, loc);
+  return over_unit_height(x, loc, [&](const Tensor& x4) {
+    return conv_transpose2d_impl(op, x4, weight.unsqueeze(2, loc), bias, Size2(1, stride), Size2(0, padding),
+                                 Size2(0, output_padding), groups, Size2(1, dilation), loc);
+  });
+}
+
 Tensor max_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                   const Size2& dilation, bool ceil_mode, Loc loc) {
   const graph::SourceScope at(loc, "max_pool2d"); // nodes made here record the caller's line
@@ -467,17 +623,18 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Si
 }
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding, bool ceil_mode,
-                  bool count_include_pad, Loc loc) {
+                  bool count_include_pad, std::optional<int64_t> divisor_override, Loc loc) {
   const graph::SourceScope at(loc, "avg_pool2d"); // nodes made here record the caller's line
   if (x.dim() == 3) // unbatched [C, H, W], as PyTorch
-    return avg_pool_impl("avg_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc)
+    return avg_pool_impl("avg_pool2d", x.unsqueeze(0, loc), kernel, stride, padding, ceil_mode, count_include_pad, loc,
+                         divisor_override)
         .squeeze(0, loc);
-  return avg_pool_impl("avg_pool2d", x, kernel, stride, padding, ceil_mode, count_include_pad, loc);
+  return avg_pool_impl("avg_pool2d", x, kernel, stride, padding, ceil_mode, count_include_pad, loc, divisor_override);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t, const Size2& padding, bool ceil_mode,
-                  bool count_include_pad, Loc loc) {
-  return avg_pool2d(x, kernel, kernel, padding, ceil_mode, count_include_pad, loc);
+                  bool count_include_pad, std::optional<int64_t> divisor_override, Loc loc) {
+  return avg_pool2d(x, kernel, kernel, padding, ceil_mode, count_include_pad, divisor_override, loc);
 }
 
 Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation,

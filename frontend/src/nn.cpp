@@ -269,6 +269,73 @@ std::string Conv1d::extra_repr() const {
          ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
 }
 
+// ---------------------------------------------------------------- ConvTranspose2d, ConvTranspose1d
+
+namespace {
+
+// The weight [in, out/groups, kernel...] and bias [out] of a transposed convolution module, initialized as
+// PyTorch's _ConvNd.reset_parameters: kaiming-uniform with a = sqrt(5) and the bias both give bound
+// 1/sqrt(fan_in), where fan_in is the weight's size(1) * kernel size, out/groups here.
+void make_transposed_parameters(Module& m, Tensor& weight, Tensor& bias, const char* op, int64_t in, int64_t out,
+                                int64_t groups, const IntList& kernel, bool with_bias, const Loc& loc) {
+  if (in <= 0 || out <= 0 || groups <= 0 || in % groups || out % groups)
+    throw Error(op, "channels (in " + std::to_string(in) + ", out " + std::to_string(out) +
+                        ") must be positive and divisible by groups=" + std::to_string(groups), loc);
+  int64_t fan_in = out / groups;
+  for (int64_t k : kernel) {
+    if (k <= 0) throw Error(op, "the kernel size must be positive", loc);
+    fan_in *= k;
+  }
+  const detail::UserCall call(op, loc);
+  const graph::SourceScope at(loc);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  IntList shape{in, out / groups};
+  shape.insert(shape.end(), kernel.begin(), kernel.end());
+  weight = m.register_parameter("weight", uniform(shape, bound));
+  if (with_bias) bias = m.register_parameter("bias", uniform({out}, bound));
+}
+
+} // namespace
+
+ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
+                                 ConvTranspose2dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  make_transposed_parameters(*this, weight, bias, "ConvTranspose2d", in_channels, out_channels, opts.groups,
+                             {kernel_size.h, kernel_size.w}, opts.bias, loc);
+}
+
+Tensor ConvTranspose2d::forward_impl(const Tensor& x) {
+  return functional::conv_transpose2d(x, weight, bias, options.stride, options.padding, options.output_padding,
+                                      options.groups, options.dilation);
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size2_str(kernel_) +
+         ", stride=" + size2_str(options.stride) + ", padding=" + size2_str(options.padding) +
+         ", output_padding=" + size2_str(options.output_padding) + ", dilation=" + size2_str(options.dilation) +
+         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+ConvTranspose1d::ConvTranspose1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                                 ConvTranspose1dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  make_transposed_parameters(*this, weight, bias, "ConvTranspose1d", in_channels, out_channels, opts.groups,
+                             {kernel_size}, opts.bias, loc);
+}
+
+Tensor ConvTranspose1d::forward_impl(const Tensor& x) {
+  return functional::conv_transpose1d(x, weight, bias, options.stride, options.padding, options.output_padding,
+                                      options.groups, options.dilation);
+}
+
+std::string ConvTranspose1d::extra_repr() const {
+  auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; }; // PyTorch's 1-tuples
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
+         ", stride=" + one(options.stride) + ", padding=" + one(options.padding) +
+         ", output_padding=" + one(options.output_padding) + ", dilation=" + one(options.dilation) +
+         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
 // ---------------------------------------------------------------- pooling
 
 MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation, bool ceil_mode)
@@ -284,18 +351,20 @@ std::string MaxPool2d::extra_repr() const {
          ", dilation=" + size2_str(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
 }
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode, bool count_include_pad)
+AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode, bool count_include_pad,
+                     std::optional<int64_t> divisor_override)
     : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
-      count_include_pad_(count_include_pad) {}
+      count_include_pad_(count_include_pad), divisor_override_(divisor_override) {}
 
 Tensor AvgPool2d::forward_impl(const Tensor& x) {
-  return functional::avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
+  return functional::avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_, divisor_override_);
 }
 
 std::string AvgPool2d::extra_repr() const {
   return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_) +
          ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
-         ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false") +
+         (divisor_override_ ? ", divisor_override=" + std::to_string(*divisor_override_) : "");
 }
 
 MaxPool1d::MaxPool1d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding, int64_t dilation, bool ceil_mode)

@@ -59,6 +59,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// conv2d over a unit height, so its kernels and gradients are conv2d's.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+/// 2-d transposed convolution ("deconvolution", conv2d's input gradient) of x [N, C, H, W] (or unbatched
+/// [C, H, W]) with weight [C, out/groups, kh, kw], as torch.nn.functional.conv_transpose2d in its argument order
+/// and defaults: output extents (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, where
+/// output_padding (added at the end only) must be smaller than the stride or the dilation. Its gradients are a
+/// conv2d (input) and a product of conv2d's columns (weight); it has a forward-mode (jvp) rule.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
+                        const Size2& padding = 0, const Size2& output_padding = 0, int64_t groups = 1,
+                        const Size2& dilation = 1, Loc loc = Loc::current());
+/// 1-d transposed convolution of x [N, C, L] (or unbatched [C, L]) with weight [C, out/groups, k], as
+/// torch.nn.functional.conv_transpose1d (its argument order and defaults): conv_transpose2d over a unit height.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1,
+                        Loc loc = Loc::current());
 /// Max over windows of x [N, C, H, W] (or unbatched [C, H, W]); padding counts as -infinity. As torch.nn.functional.max_pool2d,
 /// ceil_mode keeps a partial last window when it starts inside the input or the left padding. Its
 /// gradient goes, as PyTorch's, to each window's first maximal element (row-major in the window),
@@ -70,12 +83,14 @@ Tensor max_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = 
                   const Size2& dilation = 1, bool ceil_mode = false, Loc loc = Loc::current());
 /// Mean over windows of x [N, C, H, W] (or unbatched [C, H, W]), as torch.nn.functional.avg_pool2d: each window divides by the
 /// number of input elements it covers, plus its zero padding when count_include_pad (never
-/// ceil_mode's overhang past the padding).
+/// ceil_mode's overhang past the padding); with a divisor_override (non-zero), every window's sum divides by it.
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding = 0,
-                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+                  bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
 /// avg_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
-                  bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+                  bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
 /// Max over windows of x [N, C, L] (or unbatched [C, L]), as torch.nn.functional.max_pool1d: max_pool2d over a
 /// unit height (the same ceil_mode, padding at most half the kernel, gradient to each window's first maximum);
 /// the stride defaults to the kernel size.

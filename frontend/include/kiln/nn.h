@@ -237,6 +237,67 @@ private:
   int64_t in_, out_, kernel_;
 };
 
+/// Options of ConvTranspose2d, in torch.nn.ConvTranspose2d's order (designated initializers: `{.stride = 2}`).
+struct ConvTranspose2dOptions {
+  Size2 stride = 1;         ///< step between the input's points in the output
+  Size2 padding = 0;        ///< dilation * (kernel - 1) - padding zeros around the spread input
+  Size2 output_padding = 0; ///< extra rows and columns at the end (smaller than the stride or the dilation)
+  int64_t groups = 1;       ///< channel groups (in and out channels must divide by it)
+  bool bias = true;         ///< learnable bias per output channel
+  Size2 dilation = 1;       ///< spacing between kernel taps
+};
+
+/// 2-d transposed convolution of [N, C, H, W] (or unbatched [C, H, W]) inputs, as torch.nn.ConvTranspose2d
+/// (functional::conv_transpose2d).
+class ConvTranspose2d : public Module {
+public:
+  /// Weight [in, out/groups, kh, kw], bias [out]; initialized as PyTorch's (bounds 1/sqrt(out/groups * kh * kw)).
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, ConvTranspose2dOptions options = {},
+                  Loc loc = Loc::current());
+  /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ConvTranspose2d"; } ///< "ConvTranspose2d"
+  std::string extra_repr() const override;                 ///< configuration
+  Tensor weight;                  ///< [in, out/groups, kh, kw]
+  Tensor bias;                    ///< [out], undefined without bias
+  ConvTranspose2dOptions options; ///< stride, padding, output_padding, groups, dilation
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t in_, out_;
+  Size2 kernel_;
+};
+
+/// Options of ConvTranspose1d, in torch.nn.ConvTranspose1d's order (designated initializers: `{.stride = 2}`).
+struct ConvTranspose1dOptions {
+  int64_t stride = 1;         ///< step between the input's points in the output
+  int64_t padding = 0;        ///< dilation * (kernel - 1) - padding zeros around the spread input
+  int64_t output_padding = 0; ///< extra points at the end (smaller than the stride or the dilation)
+  int64_t groups = 1;         ///< channel groups (in and out channels must divide by it)
+  bool bias = true;           ///< learnable bias per output channel
+  int64_t dilation = 1;       ///< spacing between kernel taps
+};
+
+/// 1-d transposed convolution of [N, C, L] (or unbatched [C, L]) inputs, as torch.nn.ConvTranspose1d
+/// (functional::conv_transpose1d).
+class ConvTranspose1d : public Module {
+public:
+  /// Weight [in, out/groups, k], bias [out]; initialized as PyTorch's (bounds 1/sqrt(out/groups * k)).
+  ConvTranspose1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, ConvTranspose1dOptions options = {},
+                  Loc loc = Loc::current());
+  /// [N, out, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ConvTranspose1d"; } ///< "ConvTranspose1d"
+  std::string extra_repr() const override;                 ///< configuration
+  Tensor weight;                  ///< [in, out/groups, k]
+  Tensor bias;                    ///< [out], undefined without bias
+  ConvTranspose1dOptions options; ///< stride, padding, output_padding, groups, dilation
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t in_, out_, kernel_;
+};
+
 /// Max pooling over windows of [N, C, H, W] inputs (padding counts as -infinity).
 class MaxPool2d : public Module {
 public:
@@ -257,9 +318,9 @@ private:
 /// Average pooling over windows (zero padding counts in the average unless count_include_pad is false).
 class AvgPool2d : public Module {
 public:
-  /// Window size; the stride defaults to the window size (see functional::avg_pool2d for the flags).
+  /// Window size; the stride defaults to the window size (see functional::avg_pool2d for the flags and divisor_override).
   AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0, bool ceil_mode = false,
-            bool count_include_pad = true);
+            bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AvgPool2d"; } ///< "AvgPool2d"
@@ -269,6 +330,7 @@ protected:
 private:
   Size2 kernel_, stride_, padding_;
   bool ceil_mode_, count_include_pad_;
+  std::optional<int64_t> divisor_override_;
 };
 
 /// Max pooling over windows of [N, C, L] (or [C, L]) inputs, as torch.nn.MaxPool1d (functional::max_pool1d).
