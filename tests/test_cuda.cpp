@@ -884,7 +884,8 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
 }
 
 // The sequence and image layers (tests/test_layers1d.cpp) on the shim: interpolate's indices and weights
-// computed on the device from an arange (each mode), conv1d, the 1-d pools and a cropping pad, forward
+// computed on the device from an arange (each mode), conv1d, the 1-d pools and a cropping pad, the transposed
+// convolutions and avg_pool2d's divisor_override, forward
 // and input gradients, bitwise as the LLVM path.
 TEST(CudaShimLayers1d, MatchLlvmBitwise) {
   for (DType dt : kFloats) {
@@ -907,6 +908,15 @@ TEST(CudaShimLayers1d, MatchLlvmBitwise) {
                   const Tensor h = F::conv1d(x, w, Tensor(), 2, 1, 2, 2);
                   const Tensor p = F::max_pool1d(pad(h, {-1, 2}), 2, std::nullopt, 0, 1, true) + F::avg_pool1d(h, 3, 2, 1, false, false);
                   return std::vector<Tensor>{p, grad({(p * p).sum()}, {x})[0]};
+                }}, 32);
+    check_case({"conv_transpose_divisor_" + dn(dt), [dt] {
+                  Tensor x = make(dt, {2, 4, 3, 5}, 315).detach().requires_grad_();
+                  Tensor w = make(dt, {4, 3, 3, 2}, 316).detach().requires_grad_();
+                  const Tensor y = F::conv_transpose2d(x, w, make(dt, {6}, 317), {2, 3}, {1, 0}, {1, 2}, 2, {1, 2});
+                  const Tensor p = F::avg_pool2d(y, 3, 2, 1, true, false, 5);
+                  const Tensor s = F::conv_transpose1d(x.flatten(2), w.flatten(2).slice(2, 0, 3), Tensor(), 3, 1, 2, 2, 2);
+                  const auto g = grad({(p * p).sum() + (s * s).sum()}, {x, w});
+                  return std::vector<Tensor>{y, p, s, g[0], g[1]};
                 }}, 32);
   }
 }
