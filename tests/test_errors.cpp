@@ -381,9 +381,9 @@ TEST(Errors, SchedulesAndOptimizerStateNameTheCallersLine) {
   expect_error([&] { (void)optim::CosineAnnealingLR(sgd, -1); }, __LINE__, "CosineAnnealingLR", {"T_max", "got -1"});
   expect_error([&] { (void)optim::WarmupCosineLR(sgd, 5, 5); }, __LINE__, "WarmupCosineLR", {"warmup 5, total 5"});
   optim::CosineAnnealingLR to_negative(sgd, 4, -1.0); // lr 1 annealed towards -1: negative from epoch 3
-  expect_error([&] { to_negative.set_epoch(-1); }, __LINE__, "LRScheduler", {"non-negative, got -1"});
+  expect_error([&] { to_negative.set_epoch(-1); }, __LINE__, "CosineAnnealingLR", {"non-negative, got -1"});
   to_negative.set_epoch(2);
-  expect_error([&] { to_negative.step(); }, __LINE__, "set_lr", {"invalid learning rate: -0.7"});
+  expect_error([&] { to_negative.step(); }, __LINE__, "CosineAnnealingLR", {"epoch 3 gives an invalid learning rate: -0.7"});
   EXPECT_EQ(to_negative.epoch(), 2) << "a refused step leaves the epoch";
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "frontend/src/tensor_impl.h"
@@ -400,10 +401,16 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer), base_lr_(optim
 void LRScheduler::step(Loc loc) { set_epoch(epoch_ + 1, loc); }
 
 void LRScheduler::set_epoch(int64_t epoch, Loc loc) {
-  if (epoch < 0) throw Error("LRScheduler", "the epoch must be non-negative, got " + std::to_string(epoch), loc);
-  opt_.set_lr(lr_at(epoch), loc);
+  if (epoch < 0) throw Error(name(), "the epoch must be non-negative, got " + std::to_string(epoch), loc);
+  check_epoch(epoch, loc);
+  const double lr = lr_at(epoch);
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(name(), "epoch " + std::to_string(epoch) + " gives an invalid learning rate: " + number(lr), loc);
+  opt_.set_lr(lr, loc);
   epoch_ = epoch;
 }
+
+void LRScheduler::check_epoch(int64_t, const Loc&) const {}
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma, Loc loc)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
@@ -435,6 +442,196 @@ double WarmupCosineLR::lr_at(int64_t epoch) const {
   if (epoch >= total_) return eta_min_;
   const double t = static_cast<double>(epoch - warmup_) / static_cast<double>(total_ - warmup_);
   return eta_min_ + (base_lr_ - eta_min_) * (1.0 + std::cos(M_PI * t)) / 2.0;
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma, Loc loc) : LRScheduler(optimizer), gamma_(gamma) {
+  check_hyper("ExponentialLR", "gamma", gamma, gamma >= 0, loc);
+  set_epoch(0, loc);
+}
+
+double ExponentialLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, static_cast<double>(epoch)); }
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma, Loc loc)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  check_hyper("MultiStepLR", "gamma", gamma, gamma >= 0, loc);
+  for (int64_t m : milestones_)
+    if (m < 0) throw Error("MultiStepLR", "milestones must be non-negative, got " + std::to_string(m), loc);
+  std::sort(milestones_.begin(), milestones_.end()); // torch's closed form sorts them too
+  set_epoch(0, loc);                                 // a milestone 0 decays epoch 0, as torch
+}
+
+double MultiStepLR::lr_at(int64_t epoch) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+  return base_lr_ * std::pow(gamma_, static_cast<double>(passed)); // torch's bisect_right
+}
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters, Loc loc)
+    : LRScheduler(optimizer), start_(start_factor), end_(end_factor), total_iters_(total_iters) {
+  check_hyper("LinearLR", "start_factor (expected in [0, 1])", start_factor, start_factor >= 0 && start_factor <= 1,
+              loc);
+  check_hyper("LinearLR", "end_factor (expected in [0, 1])", end_factor, end_factor >= 0 && end_factor <= 1, loc);
+  if (total_iters <= 0)
+    throw Error("LinearLR", "total_iters must be positive, got " + std::to_string(total_iters), loc);
+  set_epoch(0, loc);
+}
+
+double LinearLR::lr_at(int64_t epoch) const {
+  const auto t = static_cast<double>(std::min(total_iters_, epoch));
+  return base_lr_ * (start_ + (end_ - start_) * t / static_cast<double>(total_iters_)); // torch's order
+}
+
+ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters, Loc loc)
+    : LRScheduler(optimizer), factor_(factor), total_iters_(total_iters) {
+  check_hyper("ConstantLR", "factor (expected in [0, 1])", factor, factor >= 0 && factor <= 1, loc);
+  if (total_iters < 0)
+    throw Error("ConstantLR", "total_iters must be non-negative, got " + std::to_string(total_iters), loc);
+  set_epoch(0, loc);
+}
+
+double ConstantLR::lr_at(int64_t epoch) const {
+  const double after = epoch >= total_iters_ ? 1.0 : 0.0;
+  return base_lr_ * (factor_ + after * (1.0 - factor_)); // torch's expression, bit for bit
+}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda, Loc loc)
+    : LRScheduler(optimizer), lambda_(std::move(lr_lambda)) {
+  if (!lambda_) throw Error("LambdaLR", "lr_lambda is empty", loc);
+  set_epoch(0, loc);
+}
+
+double LambdaLR::lr_at(int64_t epoch) const { return base_lr_ * lambda_(epoch); }
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps, OneCycleLROptions o, Loc loc)
+    : LRScheduler(optimizer), total_steps_(total_steps), anneal_(o.anneal_strategy) {
+  if (total_steps <= 0)
+    throw Error("OneCycleLR", "expected a positive total_steps, got " + std::to_string(total_steps), loc);
+  check_hyper("OneCycleLR", "pct_start (expected in [0, 1])", o.pct_start, o.pct_start >= 0 && o.pct_start <= 1, loc);
+  check_hyper("OneCycleLR", "max_lr", max_lr, max_lr >= 0, loc);
+  check_hyper("OneCycleLR", "div_factor", o.div_factor, o.div_factor > 0, loc);
+  check_hyper("OneCycleLR", "final_div_factor", o.final_div_factor, o.final_div_factor > 0, loc);
+  if (o.cycle_momentum)
+    throw Error("OneCycleLR", "cycle_momentum is not supported: kiln's momentum and betas are constants of the "
+                              "recorded update; pass cycle_momentum = false", loc);
+  const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
+  const double total = static_cast<double>(total_steps), up = o.pct_start * total - 1;
+  if (o.three_phase) phases_ = {{up, initial, max_lr}, {2 * o.pct_start * total - 2, max_lr, initial}, {total - 1, initial, min_lr}};
+  else phases_ = {{up, initial, max_lr}, {total - 1, max_lr, min_lr}};
+  set_epoch(0, loc);
+}
+
+void OneCycleLR::check_epoch(int64_t epoch, const Loc& loc) const {
+  if (epoch > total_steps_)
+    throw Error("OneCycleLR", "tried to step " + std::to_string(epoch + 1) + " times; total_steps is " +
+                                  std::to_string(total_steps_), loc);
+}
+
+double OneCycleLR::lr_at(int64_t epoch) const {
+  const auto step = static_cast<double>(epoch);
+  double start_step = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& ph = phases_[i];
+    if (step <= ph.end_step || i + 1 == phases_.size()) {
+      if (step > ph.end_step) return ph.end; // epoch total_steps: torch extrapolates past the end (see optim.h)
+      const double pct = (step - start_step) / (ph.end_step - start_step);
+      if (anneal_ == Anneal::linear) return (ph.end - ph.start) * pct + ph.start;
+      return ph.end + (ph.start - ph.end) / 2.0 * (std::cos(M_PI * pct) + 1);
+    }
+    start_step = ph.end_step;
+  }
+  return 0; // not reached: the last phase always matches
+}
+
+// ---------------------------------------------------------------- ReduceLROnPlateau
+
+namespace {
+
+ReduceLROnPlateauOptions checked(ReduceLROnPlateauOptions o, const Loc& loc) {
+  const char* op = "ReduceLROnPlateau";
+  check_hyper(op, "factor (expected in [0, 1))", o.factor, o.factor >= 0 && o.factor < 1, loc);
+  check_hyper(op, "patience", static_cast<double>(o.patience), o.patience >= 0, loc);
+  check_hyper(op, "threshold", o.threshold, o.threshold >= 0, loc);
+  check_hyper(op, "cooldown", static_cast<double>(o.cooldown), o.cooldown >= 0, loc);
+  check_hyper(op, "min_lr", o.min_lr, o.min_lr >= 0, loc);
+  check_hyper(op, "eps", o.eps, o.eps >= 0, loc);
+  return o;
+}
+
+} // namespace
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions o, Loc loc)
+    : options(checked(o, loc)), opt_(optimizer),
+      best_((o.mode == PlateauMode::min ? 1 : -1) * std::numeric_limits<double>::infinity()) {} // torch's mode_worse
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const ReduceLROnPlateauOptions& o = options;
+  const bool rel = o.threshold_mode == ThresholdMode::rel;
+  if (o.mode == PlateauMode::min) return rel ? a < best_ * (1.0 - o.threshold) : a < best_ - o.threshold;
+  return rel ? a > best_ * (o.threshold + 1.0) : a > best_ + o.threshold;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_epochs_ = 0; // bad epochs are not counted during cooldown
+  }
+  if (num_bad_epochs_ > options.patience) {
+    const double old_lr = opt_.lr(), new_lr = std::max(old_lr * options.factor, options.min_lr);
+    if (old_lr - new_lr > options.eps) opt_.set_lr(new_lr);
+    cooldown_counter_ = options.cooldown;
+    num_bad_epochs_ = 0;
+  }
+}
+
+SchedulerState ReduceLROnPlateau::state_dict() const {
+  return {{"plateau.best", number(best_)},
+          {"plateau.num_bad_epochs", std::to_string(num_bad_epochs_)},
+          {"plateau.cooldown_counter", std::to_string(cooldown_counter_)},
+          {"plateau.epoch", std::to_string(epoch_)},
+          {"plateau.lr", number(opt_.lr())}};
+}
+
+namespace {
+
+// The entry `key` of a saved state, read whole by parse (strtod or strtoll); problems appended.
+template <class T, class Parse>
+T state_entry(const SchedulerState& state, const std::string& key, Parse parse, std::string& problems) {
+  const auto it = state.find(key);
+  if (it == state.end()) {
+    problems += "\n  missing \"" + key + "\"";
+    return T{};
+  }
+  char* end = nullptr;
+  const T v = parse(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0') problems += "\n  \"" + key + "\" is not a number: '" + it->second + "'";
+  return v;
+}
+
+} // namespace
+
+void ReduceLROnPlateau::load_state_dict(const SchedulerState& state, Loc loc) {
+  std::string problems;
+  auto real = [&](const std::string& key) {
+    return state_entry<double>(state, key, [](const char* s, char** e) { return std::strtod(s, e); }, problems);
+  };
+  auto integer = [&](const std::string& key) {
+    return state_entry<int64_t>(state, key, [](const char* s, char** e) { return static_cast<int64_t>(std::strtoll(s, e, 10)); },
+                                problems);
+  };
+  const double best = real("plateau.best"), lr = real("plateau.lr");
+  const int64_t bad = integer("plateau.num_bad_epochs"), cooldown = integer("plateau.cooldown_counter"),
+                epoch = integer("plateau.epoch");
+  if (problems.empty() && (bad < 0 || cooldown < 0 || epoch < 0 || !(lr >= 0) || !std::isfinite(lr)))
+    problems += "\n  a negative count or an invalid lr (" + number(lr) + ")";
+  if (!problems.empty()) throw Error("ReduceLROnPlateau", "the saved state does not load:" + problems, loc);
+  opt_.set_lr(lr, loc);
+  best_ = best, num_bad_epochs_ = bad, cooldown_counter_ = cooldown, epoch_ = epoch;
 }
 
 } // namespace kiln::optim

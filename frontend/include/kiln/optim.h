@@ -236,10 +236,13 @@ protected:
 };
 
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
-/// Every step sets the lr from the schedule's closed form of the base lr (so a resumed run, via
-/// set_epoch, gets the uninterrupted run's bits). Unlike PyTorch's chainable schedulers, an lr set
-/// by hand (Optimizer::set_lr) lasts until the next step(), and two schedulers on one optimizer
-/// do not compose: the last one stepped sets the lr.
+/// Every step sets the lr from the schedule's closed form of the base lr and the epoch (so a resumed
+/// run, via set_epoch, gets the uninterrupted run's bits). Unlike PyTorch's chainable schedulers, an lr
+/// set by hand (Optimizer::set_lr) lasts until the next step(), and two schedulers on one optimizer
+/// do not compose: the last one stepped sets the lr. (PyTorch's recursive forms equal these closed forms
+/// up to rounding; tests/tools/pytorch_scheduler_table.py measures it.) Constructing a schedule sets the
+/// lr of epoch 0, as PyTorch's first step does. ReduceLROnPlateau, which depends on the metrics seen,
+/// is not one of these.
 class LRScheduler {
 public:
   /// Schedules `optimizer`, whose current lr is the base lr.
@@ -247,14 +250,20 @@ public:
   virtual ~LRScheduler() = default;
   /// Advances one epoch and sets the optimizer's lr; errors (an invalid lr) name `loc`.
   void step(Loc loc = Loc::current());
-  /// Jumps to `epoch` (for resuming) and sets the optimizer's lr; errors name `loc`.
+  /// Jumps to `epoch` (for resuming) and sets the optimizer's lr; errors (a negative epoch, one past the
+  /// schedule's end, an epoch whose lr is negative or not finite) name the schedule and `loc`.
   void set_epoch(int64_t epoch, Loc loc = Loc::current());
   /// Epochs stepped so far.
   int64_t epoch() const { return epoch_; }
   /// The lr of an epoch (closed form).
   virtual double lr_at(int64_t epoch) const = 0;
+  /// The schedule's name, as in PyTorch ("StepLR"), which its errors start with.
+  virtual std::string name() const = 0;
 
 protected:
+  /// Throws a kiln::Error naming `loc` when the schedule has no lr for `epoch` (none by default).
+  virtual void check_epoch(int64_t epoch, const Loc& loc) const;
+
   Optimizer& opt_;  ///< the scheduled optimizer
   double base_lr_;  ///< its lr at construction
   int64_t epoch_ = 0; ///< epochs stepped
@@ -266,6 +275,7 @@ public:
   /// Decays by `gamma` every `step_size` epochs; errors name `loc`.
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "StepLR"; } ///< "StepLR"
 private:
   int64_t step_size_;
   double gamma_;
@@ -278,6 +288,7 @@ public:
   /// Anneals from the base lr to eta_min over t_max epochs; errors name `loc`.
   CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min = 0, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "CosineAnnealingLR"; } ///< "CosineAnnealingLR"
 private:
   int64_t t_max_;
   double eta_min_;
@@ -291,9 +302,179 @@ public:
   /// Warms up over `warmup` steps (0: none) and decays to eta_min at step `total` (> warmup); errors name `loc`.
   WarmupCosineLR(Optimizer& optimizer, int64_t warmup, int64_t total, double eta_min = 0, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "WarmupCosineLR"; } ///< "WarmupCosineLR"
 private:
   int64_t warmup_, total_;
   double eta_min_;
+};
+
+/// lr = base * gamma^epoch, torch.optim.lr_scheduler.ExponentialLR's closed form.
+class ExponentialLR : public LRScheduler {
+public:
+  /// Decays by `gamma` (>= 0, finite; PyTorch checks nothing) every epoch; errors name `loc`.
+  ExponentialLR(Optimizer& optimizer, double gamma, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "ExponentialLR"; } ///< "ExponentialLR"
+private:
+  double gamma_;
+};
+
+/// lr = base * gamma^(the number of milestones <= epoch), torch.optim.lr_scheduler.MultiStepLR's closed
+/// form: the milestones in any order, a repeated one counted each time (PyTorch's Counter).
+class MultiStepLR : public LRScheduler {
+public:
+  /// Decays by `gamma` (>= 0, finite) at each milestone (>= 0; PyTorch ignores a negative one in its
+  /// recursive form and counts it in its closed form, kiln refuses it); errors name `loc`.
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "MultiStepLR"; } ///< "MultiStepLR"
+private:
+  std::vector<int64_t> milestones_; ///< sorted
+  double gamma_;
+};
+
+/// lr = base * (start + (end - start) min(total_iters, epoch) / total_iters), the closed form of
+/// torch.optim.lr_scheduler.LinearLR (its recursive form matches it to rounding, except that with
+/// start_factor 0 PyTorch's recursive form divides by zero at epoch 1 where this form is defined).
+class LinearLR : public LRScheduler {
+public:
+  /// Scales the base lr by a factor going linearly from `start_factor` to `end_factor` (each in [0, 1],
+  /// as PyTorch) over `total_iters` (> 0; PyTorch's closed form divides by it) epochs; errors name `loc`.
+  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5,
+           Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "LinearLR"; } ///< "LinearLR"
+private:
+  double start_, end_;
+  int64_t total_iters_;
+};
+
+/// lr = base * (factor + (epoch >= total_iters)(1 - factor)), the closed form of
+/// torch.optim.lr_scheduler.ConstantLR (PyTorch's recursive form divides by zero with factor 0 at
+/// epoch total_iters, and with total_iters 0 keeps the factor forever; this form gives the base lr).
+class ConstantLR : public LRScheduler {
+public:
+  /// Scales the base lr by `factor` (in [0, 1], as PyTorch) for the first `total_iters` (>= 0) epochs;
+  /// errors name `loc`.
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "ConstantLR"; } ///< "ConstantLR"
+private:
+  double factor_;
+  int64_t total_iters_;
+};
+
+/// lr = base * lr_lambda(epoch), as torch.optim.lr_scheduler.LambdaLR (one function: kiln's
+/// optimizers have one parameter group). lr_lambda must be a pure function of the epoch for set_epoch
+/// to resume exactly; an epoch whose lr is negative or not finite is an error naming LambdaLR.
+class LambdaLR : public LRScheduler {
+public:
+  /// Scales the base lr by lr_lambda(epoch); errors (no function) name `loc`.
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "LambdaLR"; } ///< "LambdaLR"
+private:
+  std::function<double(int64_t)> lambda_;
+};
+
+/// How OneCycleLR anneals within a phase (PyTorch's anneal_strategy 'cos' and 'linear').
+enum class Anneal { cos, linear };
+
+/// OneCycleLR's options after max_lr and total_steps (designated initializers), PyTorch's defaults,
+/// except cycle_momentum (see OneCycleLR).
+struct OneCycleLROptions {
+  double pct_start = 0.3;          ///< the fraction of the steps spent increasing the lr, in [0, 1]
+  Anneal anneal_strategy = Anneal::cos; ///< cosine or linear annealing
+  bool cycle_momentum = false;     ///< unsupported: true is an error (see OneCycleLR)
+  double div_factor = 25;          ///< initial lr = max_lr / div_factor
+  double final_div_factor = 1e4;   ///< min lr = initial lr / final_div_factor
+  bool three_phase = false;        ///< a third phase annealing from the initial lr to the min lr
+};
+
+/// The 1cycle policy, torch.optim.lr_scheduler.OneCycleLR's lr (get_lr, a closed form of the step):
+/// from max_lr / div_factor up to max_lr over the first pct_start of total_steps, then down to
+/// max_lr / div_factor / final_div_factor (three_phase: back to the initial lr at 2 pct_start, then to the
+/// min lr). Stepped once per batch; the optimizer's own lr is ignored, and construction sets the initial
+/// lr. Epochs 0..total_steps have an lr (PyTorch's limit); a later one is an error. At epoch total_steps
+/// (after the last step, the lr of no update) kiln gives the min lr, where PyTorch extrapolates its last
+/// phase past its end: back up with cos, below zero (a negative lr) with linear.
+/// PyTorch also cycles SGD's momentum or Adam's beta1 between base_momentum and max_momentum (its
+/// default cycle_momentum=True). kiln's momentum and betas are constants of the recorded update (a
+/// changing one would recompile the step every step, and a compiled step would keep the first), so
+/// kiln does not cycle them: cycle_momentum defaults to false and true is an error.
+class OneCycleLR : public LRScheduler {
+public:
+  /// Cycles the lr of `optimizer` up to `max_lr` (>= 0, finite) and down over `total_steps` (> 0) steps;
+  /// errors (options out of range, cycle_momentum) name `loc`.
+  OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps, OneCycleLROptions options = {},
+             Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< PyTorch's formula
+  std::string name() const override { return "OneCycleLR"; } ///< "OneCycleLR"
+protected:
+  void check_epoch(int64_t epoch, const Loc& loc) const override; ///< at most total_steps
+private:
+  /// One phase: it ends at step `end_step` (a double, as PyTorch's), annealing from `start` to `end`.
+  struct Phase {
+    double end_step, start, end;
+  };
+  int64_t total_steps_;
+  Anneal anneal_;
+  std::vector<Phase> phases_;
+};
+
+/// ReduceLROnPlateau's comparison of a metric with the best so far (PyTorch's mode).
+enum class PlateauMode { min, max };
+/// Whether ReduceLROnPlateau's threshold is relative or absolute (PyTorch's threshold_mode).
+enum class ThresholdMode { rel, abs };
+
+/// ReduceLROnPlateau's options (designated initializers), torch 1.13's defaults and order.
+struct ReduceLROnPlateauOptions {
+  PlateauMode mode = PlateauMode::min;  ///< min: a lower metric is better; max: a higher one
+  double factor = 0.1;                  ///< new lr = lr * factor, in [0, 1)
+  int64_t patience = 10;                ///< epochs without improvement tolerated (>= 0)
+  double threshold = 1e-4;              ///< the least improvement that counts (>= 0)
+  ThresholdMode threshold_mode = ThresholdMode::rel; ///< rel: best * (1 -+ threshold); abs: best -+ threshold
+  int64_t cooldown = 0;                 ///< epochs after a reduction before counting bad epochs again (>= 0)
+  double min_lr = 0;                    ///< the lr is not reduced below this (>= 0)
+  double eps = 1e-8;                    ///< a reduction smaller than this is skipped (>= 0)
+};
+
+/// Checkpoint metadata (as kiln::checkpoint::Metadata): ReduceLROnPlateau's saved state.
+using SchedulerState = std::map<std::string, std::string>;
+
+/// Reduces the optimizer's lr when a metric stops improving, exactly torch.optim.lr_scheduler.
+/// ReduceLROnPlateau's step(metric). Unlike the closed-form schedules, it depends on the metrics seen and
+/// on the optimizer's current lr (which it multiplies), so resuming takes its state: state_dict() gives
+/// it as strings ("plateau.best", "plateau.num_bad_epochs", "plateau.cooldown_counter", "plateau.epoch",
+/// "plateau.lr"; doubles written to read back exactly) to merge into checkpoint::save's metadata, and
+/// load_state_dict() restores it (the lr included) from checkpoint::load's.
+class ReduceLROnPlateau {
+public:
+  /// Watches the metric given to step() for `optimizer`; errors (options out of range) name `loc`.
+  explicit ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options = {}, Loc loc = Loc::current());
+  /// Records one epoch's metric and reduces the lr after more than `patience` bad epochs.
+  void step(double metric);
+  /// The best metric so far (+inf in min mode, -inf in max mode before the first step).
+  double best() const { return best_; }
+  /// Epochs since the last improvement (reset by a reduction and during cooldown).
+  int64_t num_bad_epochs() const { return num_bad_epochs_; }
+  /// Epochs of cooldown left.
+  int64_t cooldown_counter() const { return cooldown_counter_; }
+  /// Epochs stepped so far.
+  int64_t epoch() const { return epoch_; }
+  /// The state, to store with a checkpoint (see above).
+  SchedulerState state_dict() const;
+  /// Restores the state from `state` (other entries, such as the rest of a checkpoint's metadata, are
+  /// ignored) and sets the optimizer's lr to the saved one; a missing or malformed entry is a kiln::Error
+  /// naming `loc`, and nothing is restored.
+  void load_state_dict(const SchedulerState& state, Loc loc = Loc::current());
+
+  const ReduceLROnPlateauOptions options; ///< the options given
+private:
+  bool is_better(double metric) const;
+  Optimizer& opt_;
+  double best_;
+  int64_t num_bad_epochs_ = 0, cooldown_counter_ = 0, epoch_ = 0;
 };
 
 } // namespace kiln::optim
