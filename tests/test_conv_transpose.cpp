@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "error_of.h"
+#include "table_checks.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
@@ -22,37 +23,10 @@ namespace kiln {
 namespace {
 
 namespace F = nn::functional;
-using Fn1 = std::function<Tensor(const std::vector<Tensor>&)>;
-
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
-
-Tensor rnd(IntList shape, uint64_t seed) { return randn(std::move(shape), seed, kFloat64); }
-
-void expect_gradcheck(const Fn1& f, const std::vector<Tensor>& inputs) {
-  GradcheckResult r = gradcheck(f, inputs);
-  EXPECT_TRUE(r.ok) << r.report;
-}
+using namespace test; // values, rnd, expect_gradcheck, expect_close, expect_same, weights_for
 
 void expect_error(const std::function<void()>& f, int line, const std::string& op, const std::vector<std::string>& parts = {}) {
   test::expect_error_at(f, "test_conv_transpose.cpp", line, op, parts);
-}
-
-// Within `rel` of PyTorch's value, relative to max(1, |want|).
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
-}
-
-// Bitwise equal.
-void expect_same(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
-}
-
-// 1, 2, 3, ... shaped and typed like y: the weights of the tables' d(sum(y * u)).
-Tensor weights_for(const Tensor& y) {
-  return arange(1, static_cast<double>(y.numel()) + 1, 1, y.dtype()).reshape(y.shape());
 }
 
 // ---------------------------------------------------------------- against PyTorch

@@ -16,3 +16,13 @@ def lits(vs):
     if hasattr(vs, "flatten"):
         vs = vs.flatten().tolist()
     return "{" + ", ".join(lit(float(v)) for v in vs) + "}"
+
+
+def ints(vs):
+    """A braced list of integers."""
+    return "{" + ", ".join(str(int(v)) for v in vs) + "}"
+
+
+def cbool(b):
+    """A C++ bool."""
+    return "true" if b else "false"
