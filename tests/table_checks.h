@@ -1,7 +1,8 @@
 #pragma once
 /// \file table_checks.h
 /// Test helpers shared by the tests that check layers against generated PyTorch tables
-/// (test_layers1d, test_conv_transpose): values, tolerances, gradchecks and the tables' weights.
+/// (test_layers1d, test_conv_transpose): values, tolerances, gradchecks, the tables' weights, and the
+/// check that fused, unfused and compiled runs of a program give the same bits.
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "kiln/autograd.h"
+#include "kiln/compile.h"
 #include "kiln/kiln.h"
+#include "kiln/options.h"
 
 namespace kiln::test {
 
@@ -48,6 +51,40 @@ inline void expect_same(const std::vector<double>& got, const std::vector<double
 /// 1, 2, 3, ... shaped and typed like y: the weights of the tables' d(sum(y * u)).
 inline Tensor weights_for(const Tensor& y) {
   return arange(1, static_cast<double>(y.numel()) + 1, 1, y.dtype()).reshape(y.shape());
+}
+
+/// A program of the mode check: its outputs (and gradients) from its inputs.
+using Program = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// The values of program(inputs), realized together.
+inline std::vector<std::vector<double>> program_values(const Program& program, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out = program(inputs);
+  realize(out);
+  std::vector<std::vector<double>> v;
+  for (const Tensor& t : out) v.push_back(values(t));
+  return v;
+}
+
+/// program(inputs(50)) gives the same bits fused and unfused; compile(program), traced once and replayed on
+/// inputs(60) too, gives the eager bits at both.
+inline void expect_fused_unfused_and_compiled_agree(const Program& program,
+                                                    const std::function<std::vector<Tensor>(uint64_t)>& inputs) {
+  const bool fusion = options().fusion;
+  options().fusion = true;
+  const auto fused = program_values(program, inputs(50));
+  options().fusion = false;
+  const auto unfused = program_values(program, inputs(50));
+  options().fusion = fusion;
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t i = 0; i < fused.size(); ++i) expect_same(unfused[i], fused[i], "output " + std::to_string(i));
+  CompiledFunction step = compile(program);
+  for (uint64_t seed : {50, 60}) { // a replay with new values
+    const auto eager = program_values(program, inputs(seed));
+    const std::vector<Tensor> got = step(inputs(seed));
+    ASSERT_EQ(got.size(), eager.size());
+    for (size_t i = 0; i < got.size(); ++i) expect_same(values(got[i]), eager[i], "compiled output " + std::to_string(i));
+  }
+  EXPECT_EQ(step.num_traces(), 1u);
 }
 
 } // namespace kiln::test

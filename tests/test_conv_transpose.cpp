@@ -273,32 +273,9 @@ std::vector<Tensor> decoder_inputs(uint64_t seed) {
           randn({6}, seed + 2).requires_grad_(), randn({6, 2, 3}, seed + 3).requires_grad_()};
 }
 
-std::vector<std::vector<double>> run_program(uint64_t seed) {
-  const std::vector<Tensor> in = decoder_inputs(seed);
-  std::vector<Tensor> out = decoder_program(in[0], in[1], in[2], in[3]);
-  realize(out);
-  std::vector<std::vector<double>> v;
-  for (const Tensor& t : out) v.push_back(values(t));
-  return v;
-}
-
 TEST(ConvTranspose, FusedUnfusedAndCompiledAgree) {
-  const bool fusion = options().fusion;
-  options().fusion = true;
-  const auto fused = run_program(50);
-  options().fusion = false;
-  const auto unfused = run_program(50);
-  options().fusion = fusion;
-  ASSERT_EQ(fused.size(), unfused.size());
-  for (size_t i = 0; i < fused.size(); ++i) expect_same(unfused[i], fused[i], "output " + std::to_string(i));
-  CompiledFunction step = compile([](const std::vector<Tensor>& a) { return decoder_program(a[0], a[1], a[2], a[3]); });
-  for (uint64_t seed : {50, 60}) { // a replay with new values
-    const auto eager = run_program(seed);
-    const std::vector<Tensor> got = step(decoder_inputs(seed));
-    ASSERT_EQ(got.size(), eager.size());
-    for (size_t i = 0; i < got.size(); ++i) expect_same(values(got[i]), eager[i], "compiled output " + std::to_string(i));
-  }
-  EXPECT_EQ(step.num_traces(), 1u);
+  expect_fused_unfused_and_compiled_agree(
+      [](const std::vector<Tensor>& a) { return decoder_program(a[0], a[1], a[2], a[3]); }, decoder_inputs);
 }
 
 } // namespace

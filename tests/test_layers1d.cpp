@@ -366,34 +366,14 @@ std::vector<Tensor> layers_program(const Tensor& x, const Tensor& w, const Tenso
   return out;
 }
 
-std::vector<std::vector<double>> run_program(uint64_t seed) {
-  const Tensor x = randn({2, 3, 9}, seed).requires_grad_(), w = randn({4, 3, 3}, seed + 1).requires_grad_();
-  const Tensor img = randn({2, 2, 3, 4}, seed + 2).requires_grad_();
-  std::vector<Tensor> out = layers_program(x, w, img);
-  realize(out);
-  std::vector<std::vector<double>> v;
-  for (const Tensor& t : out) v.push_back(values(t));
-  return v;
+std::vector<Tensor> layers_inputs(uint64_t seed) {
+  return {randn({2, 3, 9}, seed).requires_grad_(), randn({4, 3, 3}, seed + 1).requires_grad_(),
+          randn({2, 2, 3, 4}, seed + 2).requires_grad_()};
 }
 
 TEST(Layers1d, FusedUnfusedAndCompiledAgree) {
-  const bool fusion = options().fusion;
-  options().fusion = true;
-  const auto fused = run_program(50);
-  options().fusion = false;
-  const auto unfused = run_program(50);
-  options().fusion = fusion;
-  ASSERT_EQ(fused.size(), unfused.size());
-  for (size_t i = 0; i < fused.size(); ++i) expect_same(unfused[i], fused[i], "output " + std::to_string(i));
-  CompiledFunction step = compile([](const std::vector<Tensor>& a) { return layers_program(a[0], a[1], a[2]); });
-  for (uint64_t seed : {50, 60}) { // a replay with new values
-    const auto eager = run_program(seed);
-    const std::vector<Tensor> got = step({randn({2, 3, 9}, seed).requires_grad_(), randn({4, 3, 3}, seed + 1).requires_grad_(),
-                                          randn({2, 2, 3, 4}, seed + 2).requires_grad_()});
-    ASSERT_EQ(got.size(), eager.size());
-    for (size_t i = 0; i < got.size(); ++i) expect_same(values(got[i]), eager[i], "compiled output " + std::to_string(i));
-  }
-  EXPECT_EQ(step.num_traces(), 1u);
+  expect_fused_unfused_and_compiled_agree([](const std::vector<Tensor>& a) { return layers_program(a[0], a[1], a[2]); },
+                                          layers_inputs);
 }
 
 } // namespace

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpp_literals import cbool, ints, lits  # noqa: E402
-from torch_tables import header as table_header, weights_for  # noqa: E402
+from torch_tables import header, weights_for  # noqa: E402
 
 
 # (name, input shape, weight shape, bias, stride, padding, dilation, groups)
@@ -122,7 +122,7 @@ PAD = [
 
 
 def conv1d_table(out):
-    table_header(out, "pytorch_conv1d_interp_table.py", "{name, input shape, input, weight shape, weight, bias ({}: none), stride, padding, dilation, groups,",
+    header(out, "{name, input shape, input, weight shape, weight, bias ({}: none), stride, padding, dilation, groups,",
            " output shape, output, input grad, weight grad, bias grad}")
     gen = torch.Generator().manual_seed(21)
     for name, xs, ws, with_bias, s, p, d, g in CONV1D:
@@ -138,7 +138,7 @@ def conv1d_table(out):
 
 
 def pool1d_table(out):
-    table_header(out, "pytorch_conv1d_interp_table.py", "{name, max, input shape, input, kernel, stride (0: default), padding, dilation, ceil_mode,",
+    header(out, "{name, max, input shape, input, kernel, stride (0: default), padding, dilation, ceil_mode,",
            " count_include_pad, output shape, output, input grad}")
     gen = torch.Generator().manual_seed(22)
     for name, kind, xs, k, s, p, d, ceil, include, ties in POOL1D:
@@ -161,7 +161,7 @@ def opt(v):
 
 
 def interp_table(out):
-    table_header(out, "pytorch_conv1d_interp_table.py", "{name, f32, input shape, input, size ({}: none), scale_factor ({}: none), mode, align_corners,",
+    header(out, "{name, f32, input shape, input, size ({}: none), scale_factor ({}: none), mode, align_corners,",
            " recompute_scale_factor (-1: unset, 0, 1), output shape, output, input grad, torch_grad_differs}\n"
            "// The nearest modes' input grad is that of the map their forward computes, from the sources it picks;\n"
            "// torch_grad_differs marks where PyTorch's own backward disagrees with its forward (1-d legacy nearest:\n"
@@ -197,7 +197,7 @@ def nearest_grad(shape, u, resample):
 
 
 def pad_table(out):
-    table_header(out, "pytorch_conv1d_interp_table.py", "{name, input shape, input, pads (last dim first), value,", " output shape, output, input grad}")
+    header(out, "{name, input shape, input, pads (last dim first), value,", " output shape, output, input grad}")
     gen = torch.Generator().manual_seed(24)
     for name, xs, pads, value in PAD:
         x = torch.randn(xs, generator=gen, dtype=F64).requires_grad_()

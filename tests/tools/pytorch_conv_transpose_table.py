@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpp_literals import cbool, ints, lits  # noqa: E402
-from torch_tables import header as table_header, weights_for  # noqa: E402
+from torch_tables import header, weights_for  # noqa: E402
 
 F64 = torch.float64
 
@@ -55,7 +55,7 @@ DIVISOR = [
 
 
 def conv_transpose_table(out):
-    table_header(out, "pytorch_conv_transpose_table.py", "{name, input shape, input, weight shape, weight, bias ({}: none), stride, padding, output_padding,",
+    header(out, "{name, input shape, input, weight shape, weight, bias ({}: none), stride, padding, output_padding,",
            " groups, dilation, output shape, output, input grad, weight grad, bias grad}")
     gen = torch.Generator().manual_seed(31)
     for name, xs, ws, with_bias, s, p, op, g, d in CONV_T:
@@ -72,7 +72,7 @@ def conv_transpose_table(out):
 
 
 def divisor_table(out):
-    table_header(out, "pytorch_conv_transpose_table.py", "{name, input shape, input, kernel, stride ({}: the kernel), padding, ceil_mode, count_include_pad,",
+    header(out, "{name, input shape, input, kernel, stride ({}: the kernel), padding, ceil_mode, count_include_pad,",
            " divisor_override, output shape, output, input grad}")
     gen = torch.Generator().manual_seed(32)
     for name, xs, k, s, p, ceil, include, div in DIVISOR:
