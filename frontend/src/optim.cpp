@@ -62,6 +62,14 @@ bool split_state_name(const std::string& name, size_t& index, std::string& slot)
 
 std::string type_of(const Tensor& t) { return t.type_str(); }
 
+// The gradient as torch.optim 1.13's updates begin: negated first for `maximize` (so an L2 decay and
+// every buffer see -g), then the L2 penalty weight_decay * p added (none when it is 0).
+Tensor decayed_grad(Tensor g, const Tensor& p, bool maximize, double weight_decay) {
+  if (maximize) g = -g;
+  if (weight_decay != 0) g = g + p * weight_decay;
+  return g;
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- Optimizer
@@ -219,8 +227,7 @@ void SGD::step(Loc loc) {
     Tensor& p = params_[i];
     Tensor g = grad_of(i);
     if (!g.defined()) continue;
-    if (o.maximize) g = -g; // torch 1.13 negates first: the decay and the buffer see -g
-    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
     if (o.momentum != 0) {
       const bool first = state_[i].slots.count("momentum_buffer") == 0; // torch: the first buffer is g
       Tensor& buf = slot(i, "momentum_buffer");
@@ -278,9 +285,9 @@ void Adam::step(Loc loc) {
       v[1] = std::sqrt(1.0 - std::pow(b2, t));
       v[2] = lr_ / (1.0 - std::pow(b1, t));
     });
-    if (options.maximize) g = -g; // torch 1.13 negates first (AdamW's decay stays a decay)
+    // AdamW's decay is p's (the decoupled factor), never added to the gradient
+    g = decayed_grad(g, p, options.maximize, decoupled_ ? 0 : wd);
     if (wd != 0 && decoupled_) p.assign(p * h[0]);
-    if (wd != 0 && !decoupled_) g = g + p * wd;
     Tensor& m = slot(i, "exp_avg");
     Tensor& v = slot(i, "exp_avg_sq");
     m.assign(m + (g - m) * (1.0 - b1)); // torch's lerp_(grad, 1 - beta1)
@@ -331,8 +338,7 @@ void RMSprop::step(Loc loc) {
       ++state_[i].step;
       v[0] = lr_;
     })[0];
-    if (o.maximize) g = -g;
-    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
     // torch's order of operations: mul_(alpha).addcmul_(g, g, 1 - alpha), addcmul(a, a, -1),
     // sqrt, add_(eps), addcdiv_(g, avg, -lr) (p + (-lr) (g / avg)).
     Tensor& square_avg = slot(i, "square_avg");
@@ -385,8 +391,7 @@ void Adagrad::step(Loc loc) {
       const auto t = static_cast<double>(++state_[i].step);
       v[0] = lr_ / (1.0 + (t - 1.0) * decay);
     })[0];
-    if (o.maximize) g = -g;
-    if (o.weight_decay != 0) g = g + p * o.weight_decay;
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
     Tensor& sum = slot(i, "sum", o.initial_accumulator_value);
     sum.assign(sum + g * g); // torch's addcmul_(g, g, value=1)
     p.assign(p - clr * (g / (sqrt(sum) + o.eps)));
