@@ -99,6 +99,18 @@ Tensor Optimizer::grad_of(size_t i) {
   return g;
 }
 
+void Optimizer::update_each(const char* op, const Loc& loc,
+                            const std::function<void(size_t, Tensor&, Tensor)>& update) {
+  detail::UserCall call(op, loc);
+  const graph::SourceScope at(loc); // the update's nodes record the caller's line
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = grad_of(i);
+    if (g.defined()) update(i, params_[i], std::move(g));
+  }
+  detail::flush_pending();
+}
+
 Tensor& Optimizer::slot(size_t i, const std::string& name, double initial) {
   auto current = [this, i, name]() -> std::shared_ptr<TensorImpl> {
     auto it = state_[i].slots.find(name);
@@ -219,14 +231,8 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions opts, Loc loc)
 }
 
 void SGD::step(Loc loc) {
-  detail::UserCall call("SGD::step", loc);
-  const graph::SourceScope at(loc); // the update's nodes record the caller's line
-  NoGradGuard no_grad;
   const SGDOptions& o = options;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+  update_each("SGD::step", loc, [&](size_t i, Tensor& p, Tensor g) {
     g = decayed_grad(g, p, o.maximize, o.weight_decay);
     if (o.momentum != 0) {
       const bool first = state_[i].slots.count("momentum_buffer") == 0; // torch: the first buffer is g
@@ -239,8 +245,7 @@ void SGD::step(Loc loc) {
       v[0] = lr_;
     })[0];
     p.assign(p - lr * g);
-  }
-  detail::flush_pending();
+  });
 }
 
 std::vector<std::string> SGD::slot_names() const {
@@ -268,15 +273,9 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions opts, bool decoupled, Loc loc
 }
 
 void Adam::step(Loc loc) {
-  detail::UserCall call(decoupled_ ? "AdamW::step" : "Adam::step", loc);
-  const graph::SourceScope at(loc); // the update's nodes record the caller's line
-  NoGradGuard no_grad;
   const auto [b1, b2] = options.betas;
   const double wd = options.weight_decay;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+  update_each(decoupled_ ? "AdamW::step" : "Adam::step", loc, [&](size_t i, Tensor& p, Tensor g) {
     // This step's host values: the decoupled decay factor and the bias corrections, in
     // double on the host as torch computes them for a non-capturable step.
     const std::vector<Tensor> h = host_values(i, 3, [this, i, b1, b2, wd](double* v) {
@@ -300,8 +299,7 @@ void Adam::step(Loc loc) {
     }
     Tensor denom = sqrt(second) / h[1] + options.eps;
     p.assign(p - h[2] * m / denom);
-  }
-  detail::flush_pending();
+  });
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, Loc loc)
@@ -326,14 +324,8 @@ std::vector<std::string> RMSprop::slot_names() const {
 }
 
 void RMSprop::step(Loc loc) {
-  detail::UserCall call("RMSprop::step", loc);
-  const graph::SourceScope at(loc); // the update's nodes record the caller's line
-  NoGradGuard no_grad;
   const RMSpropOptions& o = options;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+  update_each("RMSprop::step", loc, [&](size_t i, Tensor& p, Tensor g) {
     const Tensor lr = host_values(i, 1, [this, i](double* v) {
       ++state_[i].step;
       v[0] = lr_;
@@ -358,8 +350,7 @@ void RMSprop::step(Loc loc) {
     } else {
       p.assign(p - lr * (g / avg));
     }
-  }
-  detail::flush_pending();
+  });
 }
 
 // ---------------------------------------------------------------- Adagrad
@@ -377,14 +368,8 @@ Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions opts, Loc loc)
 std::vector<std::string> Adagrad::slot_names() const { return {"sum"}; }
 
 void Adagrad::step(Loc loc) {
-  detail::UserCall call("Adagrad::step", loc);
-  const graph::SourceScope at(loc); // the update's nodes record the caller's line
-  NoGradGuard no_grad;
   const AdagradOptions& o = options;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
+  update_each("Adagrad::step", loc, [&](size_t i, Tensor& p, Tensor g) {
     // The decayed learning rate of this parameter's step, in double on the host as torch's
     // clr = lr / (1 + (step - 1) * lr_decay).
     const Tensor clr = host_values(i, 1, [this, i, decay = o.lr_decay](double* v) {
@@ -395,8 +380,7 @@ void Adagrad::step(Loc loc) {
     Tensor& sum = slot(i, "sum", o.initial_accumulator_value);
     sum.assign(sum + g * g); // torch's addcmul_(g, g, value=1)
     p.assign(p - clr * (g / (sqrt(sum) + o.eps)));
-  }
-  detail::flush_pending();
+  });
 }
 
 // ---------------------------------------------------------------- schedules

@@ -93,6 +93,10 @@ protected:
   /// The gradient of parameter i (undefined: no update). Inside a compile() trace, the
   /// trace is replayed only while that stays so.
   Tensor grad_of(size_t i);
+  /// One step's frame, shared by every optimizer: as the user's call `op` at `loc` (errors and the
+  /// update's nodes name that line) and without gradients, update(i, parameter i, its gradient) for
+  /// each parameter that has a gradient (grad_of); then the updates are realized together.
+  void update_each(const char* op, const Loc& loc, const std::function<void(size_t, Tensor&, Tensor)>& update);
   /// The slot `name` of parameter i, created like the parameter, filled with `initial`
   /// (zeros by default), on first use.
   /// Update it with Tensor::assign() (so that compile() captures the update). Inside a
