@@ -416,11 +416,14 @@ void LRScheduler::step(Loc loc) { set_epoch(epoch_ + 1, loc); }
 void LRScheduler::set_epoch(int64_t epoch, Loc loc) {
   if (epoch < 0) throw Error(name(), "the epoch must be non-negative, got " + std::to_string(epoch), loc);
   check_epoch(epoch, loc);
-  const double lr = lr_at(epoch);
-  if (!(lr >= 0) || !std::isfinite(lr))
-    throw Error(name(), "epoch " + std::to_string(epoch) + " gives an invalid learning rate: " + number(lr), loc);
-  opt_.set_lr(lr, loc);
+  set_valid_lr(lr_at(epoch), std::to_string(epoch), loc);
   epoch_ = epoch;
+}
+
+void LRScheduler::set_valid_lr(double lr, const std::string& epoch, const Loc& loc) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(name(), "epoch " + epoch + " gives an invalid learning rate: " + number(lr), loc);
+  opt_.set_lr(lr, loc);
 }
 
 void LRScheduler::check_epoch(int64_t, const Loc&) const {}
@@ -604,10 +607,7 @@ double CosineAnnealingWarmRestarts::lr_at(double epoch) const {
 void CosineAnnealingWarmRestarts::step(double epoch, Loc loc) {
   if (!(epoch >= 0) || !std::isfinite(epoch))
     throw Error(name(), "expected a non-negative epoch, got " + number(epoch), loc);
-  const double lr = lr_at(epoch);
-  if (!(lr >= 0) || !std::isfinite(lr))
-    throw Error(name(), "epoch " + number(epoch) + " gives an invalid learning rate: " + number(lr), loc);
-  opt_.set_lr(lr, loc);
+  set_valid_lr(lr_at(epoch), number(epoch), loc);
   epoch_ = static_cast<int64_t>(std::floor(epoch));
 }
 

@@ -267,8 +267,6 @@ public:
   virtual double lr_at(int64_t epoch) const = 0;
   /// The schedule's name, as in PyTorch ("StepLR"), which its errors start with.
   virtual std::string name() const = 0;
-  /// The scheduled optimizer.
-  const Optimizer& optimizer() const { return opt_; }
 
 protected:
   /// Throws a kiln::Error naming `loc` when the schedule has no lr for `epoch` (none by default).
@@ -276,6 +274,9 @@ protected:
   /// Makes `lr` the optimizer's initial_lr() and this schedule's base lr (as torch's OneCycleLR and
   /// CyclicLR set the param group's lr or 'initial_lr' themselves).
   void rebase(double lr, bool overwrite);
+  /// Sets the optimizer's lr to `lr`, the lr of `epoch` (as text), or throws a kiln::Error naming the
+  /// schedule, the epoch and `loc` when it is negative or not finite.
+  void set_valid_lr(double lr, const std::string& epoch, const Loc& loc);
   friend class SequentialLR; // runs its schedules' check_epoch
 
   Optimizer& opt_;  ///< the scheduled optimizer
