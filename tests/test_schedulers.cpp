@@ -309,11 +309,11 @@ TEST(CosineAnnealingWarmRestarts, FractionalEpochsThenWholeOnes) {
   optim::CosineAnnealingWarmRestarts s(opt, 3, 2);
   s.step(2.5);
   EXPECT_EQ(s.epoch(), 2);
-  EXPECT_EQ(opt.lr(), s.lr_at(2.5));
+  EXPECT_EQ(opt.lr(), s.fractional_lr_at(2.5));
   EXPECT_NEAR(opt.lr(), 0.05 * (1 + std::cos(M_PI * 2.5 / 3)), 1e-17);
   s.step();
   EXPECT_EQ(opt.lr(), 0.1) << "epoch 3 restarts";
-  EXPECT_EQ(s.lr_at(3.0), s.lr_at(int64_t{3}));
+  EXPECT_EQ(s.fractional_lr_at(3.0), s.lr_at(3)) << "lr_at(3) is not ambiguous";
 }
 
 // At epoch total_steps, after the last update, OneCycleLR gives the min lr (PyTorch extrapolates).

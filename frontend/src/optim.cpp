@@ -596,7 +596,7 @@ double CosineAnnealingWarmRestarts::lr_at(int64_t epoch) const {
 }
 
 // torch's step(epoch) with an explicit (fractional) epoch, expression for expression.
-double CosineAnnealingWarmRestarts::lr_at(double epoch) const {
+double CosineAnnealingWarmRestarts::fractional_lr_at(double epoch) const {
   const auto t_0 = static_cast<double>(t_0_), t_mult = static_cast<double>(t_mult_);
   if (epoch < t_0) return lr_of(epoch, t_0);
   if (t_mult_ == 1) return lr_of(std::fmod(epoch, t_0), t_0); // Python's % (epoch >= 0 here)
@@ -607,7 +607,7 @@ double CosineAnnealingWarmRestarts::lr_at(double epoch) const {
 void CosineAnnealingWarmRestarts::step(double epoch, Loc loc) {
   if (!(epoch >= 0) || !std::isfinite(epoch))
     throw Error(name(), "expected a non-negative epoch, got " + number(epoch), loc);
-  set_valid_lr(lr_at(epoch), number(epoch), loc);
+  set_valid_lr(fractional_lr_at(epoch), number(epoch), loc);
   epoch_ = static_cast<int64_t>(std::floor(epoch));
 }
 

@@ -470,7 +470,7 @@ public:
   void step(double epoch, Loc loc = Loc::current());
   double lr_at(int64_t epoch) const override; ///< closed form
   /// The lr at a fractional epoch (PyTorch's step(epoch) formula).
-  double lr_at(double epoch) const;
+  double fractional_lr_at(double epoch) const;
   std::string name() const override { return "CosineAnnealingWarmRestarts"; } ///< its name
 private:
   double lr_of(double t_cur, double t_i) const;
