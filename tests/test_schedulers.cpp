@@ -1,5 +1,6 @@
 // Learning-rate schedulers against a generated table of torch 1.13's (ExponentialLR, MultiStepLR,
-// LinearLR, ConstantLR, LambdaLR, OneCycleLR, ReduceLROnPlateau), exact resume (set_epoch, and
+// LinearLR, ConstantLR, LambdaLR, OneCycleLR, ReduceLROnPlateau, PolynomialLR, CosineAnnealingWarmRestarts,
+// CyclicLR, SequentialLR), exact resume (set_epoch, and
 // ReduceLROnPlateau's saved state, through a checkpoint), a compiled step following the schedules
 // without recompiling, and their errors.
 
@@ -28,12 +29,12 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct SchedulerCase {
   const char* name;
-  std::string kind;             ///< exponential, multistep, linear, constant, lambda, onecycle, plateau
+  std::string kind;             ///< exponential, ..., plateau, polynomial, warmrestarts(_epochs), cyclic, sequential
   double lr;                    ///< the optimizer's lr at construction
   std::vector<double> reals;    ///< the kind's real arguments (see the generator)
   std::vector<int64_t> ints;    ///< the kind's integer arguments
-  std::string mode;             ///< the lambda's name, OneCycleLR's anneal, ReduceLROnPlateau's modes
-  std::vector<double> metrics;  ///< ReduceLROnPlateau's metric at each step
+  std::string mode;             ///< the lambda's name, OneCycleLR's anneal, ReduceLROnPlateau's modes, ...
+  std::vector<double> metrics;  ///< ReduceLROnPlateau's metric (warmrestarts_epochs: the epoch) at each step
   std::vector<double> lrs;      ///< torch's lr at construction and after each step
 };
 
@@ -45,6 +46,43 @@ std::function<double(int64_t)> lambda_named(const std::string& name) {
   if (name == "inverse") return [](int64_t e) { return 1.0 / (1.0 + 0.5 * static_cast<double>(e)); };
   if (name == "steps_of_3") return [](int64_t e) { return static_cast<double>(e / 3) + 0.25; };
   ADD_FAILURE() << "no lambda " << name;
+  return {};
+}
+
+// The generator's CyclicLR scale functions (SCALE_FNS), the same expressions; empty for PyTorch's modes.
+std::function<double(double)> scale_fn_named(const std::string& name) {
+  if (name == "fn_cycle") return [](double x) { return 1.0 / (1.0 + x); };
+  if (name == "fn_iterations") return [](double x) { return std::pow(0.99, x); };
+  return {};
+}
+
+optim::CyclicMode cyclic_mode(const std::string& name) {
+  if (name == "triangular2") return optim::CyclicMode::triangular2;
+  if (name == "exp_range") return optim::CyclicMode::exp_range;
+  return optim::CyclicMode::triangular;
+}
+
+// The generator's SEQUENCES, constructed in the same order.
+std::vector<std::shared_ptr<optim::LRScheduler>> sequence_named(const std::string& name, optim::Optimizer& o) {
+  using namespace optim;
+  if (name == "constant_exponential")
+    return {std::make_shared<ConstantLR>(o, 0.1, 2), std::make_shared<ExponentialLR>(o, 0.9)};
+  if (name == "linear_cosine")
+    return {std::make_shared<LinearLR>(o, 0.1, 1.0, 3), std::make_shared<CosineAnnealingLR>(o, 6, 0.001)};
+  if (name == "linear_step_polynomial")
+    return {std::make_shared<LinearLR>(o, 0.25, 1.0, 4), std::make_shared<StepLR>(o, 2, 0.5),
+            std::make_shared<PolynomialLR>(o, 4, 2.0)};
+  if (name == "linear_warm_restarts")
+    return {std::make_shared<LinearLR>(o, 0.5, 1.0, 2), std::make_shared<CosineAnnealingWarmRestarts>(o, 3, 2)};
+  if (name == "multistep_lambda")
+    return {std::make_shared<MultiStepLR>(o, std::vector<int64_t>{1, 3}, 0.5),
+            std::make_shared<LambdaLR>(o, lambda_named("pow_0.95"))};
+  if (name == "cyclic_exponential")
+    return {std::make_shared<CyclicLR>(o, 0.01, 0.1, CyclicLROptions{.step_size_up = 2}),
+            std::make_shared<ExponentialLR>(o, 0.8)};
+  if (name == "onecycle_constant")
+    return {std::make_shared<OneCycleLR>(o, 0.5, 6), std::make_shared<ConstantLR>(o, 0.5, 2)};
+  ADD_FAILURE() << "no sequence " << name;
   return {};
 }
 
@@ -62,6 +100,18 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const SchedulerCase& c, optim:
                                      .div_factor = r[2], .final_div_factor = r[3], .three_phase = n[1] != 0};
     return std::make_unique<optim::OneCycleLR>(opt, r[0], n[0], o);
   }
+  if (c.kind == "polynomial") return std::make_unique<optim::PolynomialLR>(opt, n[0], r[0]);
+  if (c.kind.rfind("warmrestarts", 0) == 0)
+    return std::make_unique<optim::CosineAnnealingWarmRestarts>(opt, n[0], n[1], r[0]);
+  if (c.kind == "cyclic") {
+    const std::function<double(double)> fn = scale_fn_named(c.mode);
+    const optim::CyclicLROptions o{
+        .step_size_up = r[2], .step_size_down = r[3] < 0 ? std::nullopt : std::optional<double>(r[3]),
+        .mode = cyclic_mode(c.mode), .gamma = r[4], .scale_fn = fn,
+        .scale_mode = c.mode == "fn_iterations" ? optim::ScaleMode::iterations : optim::ScaleMode::cycle};
+    return std::make_unique<optim::CyclicLR>(opt, r[0], r[1], o);
+  }
+  if (c.kind == "sequential") return std::make_unique<optim::SequentialLR>(opt, sequence_named(c.mode, opt), n);
   ADD_FAILURE() << "no scheduler " << c.kind;
   return nullptr;
 }
@@ -93,7 +143,8 @@ std::vector<double> run_case(const SchedulerCase& c) {
   auto s = make_schedule(c, opt);
   out.push_back(opt.lr());
   for (size_t e = 1; e < c.lrs.size(); ++e) {
-    s->step();
+    if (c.kind == "warmrestarts_epochs") dynamic_cast<optim::CosineAnnealingWarmRestarts&>(*s).step(c.metrics[e - 1]);
+    else s->step();
     out.push_back(opt.lr());
   }
   return out;
@@ -112,13 +163,13 @@ TEST(TorchTable, EverySchedulerMatchesPyTorch) {
       EXPECT_NEAR(got[e], c.lrs[e], 1e-12 * std::fabs(c.lrs[e])) << c.name << ", epoch " << e;
     kinds.insert(c.kind);
   }
-  EXPECT_EQ(kinds.size(), 7u);
+  EXPECT_EQ(kinds.size(), 12u);
 }
 
 // set_epoch(e) on a fresh schedule gives the uninterrupted run's lr at e, bit for bit.
 TEST(Resume, SetEpochGivesTheUninterruptedRunsLrs) {
   for (const SchedulerCase& c : kSchedulerCases) {
-    if (c.kind == "plateau") continue;
+    if (c.kind == "plateau" || c.kind == "warmrestarts_epochs") continue;
     const std::vector<double> run = run_case(c);
     for (size_t e = 0; e < run.size(); ++e) {
       Tensor p = param();
@@ -216,6 +267,55 @@ TEST(CompiledStep, SchedulesDriveTheOptimizerWithoutRecompiling) {
   EXPECT_EQ(opt.lr(), one_cycle.lr_at(8) / 8) << "three halvings after the first metric";
 }
 
+// The same for the schedules sequenced by SequentialLR (a warm-up, then cyclic, then warm restarts): each
+// replay reads the lr the running schedule sets.
+TEST(CompiledStep, SequentialLRDrivesTheOptimizerWithoutRecompiling) {
+  const std::vector<double> c{0.5, 1.5};
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.1});
+  auto warmup = std::make_shared<optim::LinearLR>(opt, 0.2, 1.0, 3);
+  auto cyclic = std::make_shared<optim::CyclicLR>(opt, 0.01, 0.1, optim::CyclicLROptions{.step_size_up = 2});
+  auto restarts = std::make_shared<optim::CosineAnnealingWarmRestarts>(opt, 2, 2, 0.001);
+  optim::SequentialLR schedule(opt, {warmup, cyclic, restarts}, {3, 7});
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt.zero_grad();
+    Tensor loss = (a[0] * p * p).sum() / 2.0;
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  std::vector<double> want = p.to_vector<double>();
+  std::set<double> lrs;
+  size_t compiles = 0, traces = 0;
+  for (int64_t s = 0; s < 14; ++s) {
+    const double lr = opt.lr();
+    EXPECT_EQ(lr, schedule.lr_at(s));
+    lrs.insert(lr);
+    step({from_vector(c)});
+    for (size_t k = 0; k < want.size(); ++k) want[k] -= lr * (c[k] * want[k]);
+    EXPECT_EQ(p.to_vector<double>(), want) << "step " << s;
+    if (s == 1) compiles = runtime::executor_stats().compiles, traces = step.num_traces();
+    schedule.step();
+  }
+  EXPECT_EQ(runtime::executor_stats().compiles, compiles);
+  EXPECT_EQ(step.num_traces(), traces);
+  EXPECT_GE(lrs.size(), 8u) << "the lr changed along the way";
+}
+
+// A fractional step(epoch) leaves epoch() at its floor, and the next step() is set_epoch(floor + 1).
+TEST(CosineAnnealingWarmRestarts, FractionalEpochsThenWholeOnes) {
+  Tensor p = param();
+  optim::SGD opt({p}, {.lr = 0.1});
+  optim::CosineAnnealingWarmRestarts s(opt, 3, 2);
+  s.step(2.5);
+  EXPECT_EQ(s.epoch(), 2);
+  EXPECT_EQ(opt.lr(), s.fractional_lr_at(2.5));
+  EXPECT_NEAR(opt.lr(), 0.05 * (1 + std::cos(M_PI * 2.5 / 3)), 1e-17);
+  s.step();
+  EXPECT_EQ(opt.lr(), 0.1) << "epoch 3 restarts";
+  EXPECT_EQ(s.fractional_lr_at(3.0), s.lr_at(3)) << "lr_at(3) is not ambiguous";
+}
+
 // At epoch total_steps, after the last update, OneCycleLR gives the min lr (PyTorch extrapolates).
 TEST(OneCycleLR, EndsAtTheMinLr) {
   for (const optim::Anneal a : {optim::Anneal::cos, optim::Anneal::linear}) {
@@ -268,6 +368,41 @@ TEST(Errors, SchedulersNameThemselvesTheValueAndTheCallersLine) {
                   {"patience", "-1"});
   expect_error_at([&] { (void)optim::ReduceLROnPlateau(sgd, {.min_lr = -1e-10}); }, file, __LINE__,
                   "ReduceLROnPlateau", {"min_lr", "-1e-10"});
+  expect_error_at([&] { (void)optim::PolynomialLR(sgd, 0); }, file, __LINE__, "PolynomialLR", {"total_iters", "got 0"});
+  expect_error_at([&] { (void)optim::PolynomialLR(sgd, 5, kNaN); }, file, __LINE__, "PolynomialLR", {"power", "nan"});
+  optim::PolynomialLR to_infinity(sgd, 2, -1.0);
+  expect_error_at([&] { to_infinity.set_epoch(2); }, file, __LINE__, "PolynomialLR",
+                  {"epoch 2 gives an invalid learning rate: inf"});
+  const char* warm = "CosineAnnealingWarmRestarts";
+  expect_error_at([&] { (void)optim::CosineAnnealingWarmRestarts(sgd, 0); }, file, __LINE__, warm, {"T_0", "got 0"});
+  expect_error_at([&] { (void)optim::CosineAnnealingWarmRestarts(sgd, 3, 0); }, file, __LINE__, warm,
+                  {"T_mult >= 1", "got 0"});
+  optim::CosineAnnealingWarmRestarts restarts(sgd, 3);
+  expect_error_at([&] { restarts.step(-0.5); }, file, __LINE__, warm, {"non-negative epoch, got -0.5"});
+  expect_error_at([&] { (void)optim::CyclicLR(sgd, -0.1, 0.1); }, file, __LINE__, "CyclicLR", {"base_lr", "-0.1"});
+  expect_error_at([&] { (void)optim::CyclicLR(sgd, 0.1, 0.2, {.step_size_up = 0}); }, file, __LINE__, "CyclicLR",
+                  {"step_size_up", "0"});
+  expect_error_at([&] { (void)optim::CyclicLR(sgd, 0.1, 0.2, {.step_size_down = -1}); }, file, __LINE__, "CyclicLR",
+                  {"step_size_down", "-1"});
+  expect_error_at([&] { (void)optim::CyclicLR(sgd, 0.1, 0.2, {.cycle_momentum = true}); }, file, __LINE__,
+                  "CyclicLR", {"cycle_momentum is not supported"});
+  auto first = std::make_shared<optim::ConstantLR>(sgd, 0.5, 2), second = std::make_shared<optim::ConstantLR>(sgd);
+  expect_error_at([&] { (void)optim::SequentialLR(sgd, {first, second}, {}); }, file, __LINE__, "SequentialLR",
+                  {"one more scheduler than milestones", "2 schedulers and 0 milestones"});
+  expect_error_at([&] { (void)optim::SequentialLR(sgd, {first, second, second}, {3, 3}); }, file, __LINE__,
+                  "SequentialLR", {"increasing positive milestones, got 3 at index 1"});
+  expect_error_at([&] { (void)optim::SequentialLR(sgd, {first, second}, {0}); }, file, __LINE__, "SequentialLR",
+                  {"increasing positive milestones, got 0 at index 0"});
+  expect_error_at([&] { (void)optim::SequentialLR(sgd, {}, {}); }, file, __LINE__, "SequentialLR",
+                  {"at least one scheduler"});
+  Tensor q = param();
+  optim::SGD other({q}, {.lr = 1.0});
+  auto elsewhere = std::make_shared<optim::ConstantLR>(other);
+  expect_error_at([&] { (void)optim::SequentialLR(sgd, {first, elsewhere}, {2}); }, file, __LINE__, "SequentialLR",
+                  {"same optimizer", "scheduler 1"});
+  auto short_cycle = std::make_shared<optim::OneCycleLR>(sgd, 0.1, 3);
+  optim::SequentialLR ends(sgd, {short_cycle, second}, {5});
+  expect_error_at([&] { ends.set_epoch(4); }, file, __LINE__, "OneCycleLR", {"tried to step 5 times"});
   optim::ReduceLROnPlateau plateau(sgd);
   optim::SchedulerState state = plateau.state_dict();
   state.erase("plateau.best");

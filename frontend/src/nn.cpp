@@ -546,11 +546,16 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc)
-    : Embedding(num_embeddings, embedding_dim, std::nullopt, loc) {}
+    : Embedding(num_embeddings, embedding_dim, std::nullopt, std::nullopt, 2, loc) {}
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx, Loc loc)
-    : num_(num_embeddings), dim_(embedding_dim) {
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx,
+                     std::optional<double> max_norm, double norm_type, Loc loc)
+    : num_(num_embeddings), dim_(embedding_dim), max_norm_(max_norm), norm_type_(norm_type) {
   if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("Embedding", "sizes must be positive", loc);
+  if (max_norm && !(*max_norm >= 0 && std::isfinite(*max_norm)))
+    throw Error("Embedding", "max_norm must be non-negative and finite, got " + std::to_string(*max_norm), loc);
+  if (max_norm && !(norm_type > 0))
+    throw Error("Embedding", "norm_type must be positive (or infinity), got " + std::to_string(norm_type), loc);
   if (padding_idx && (*padding_idx < -num_embeddings || *padding_idx >= num_embeddings))
     throw Error("Embedding", "padding_idx " + std::to_string(*padding_idx) + " must be within [-" +
                                  std::to_string(num_embeddings) + ", " + std::to_string(num_embeddings) + ")", loc);
@@ -567,6 +572,7 @@ Tensor Embedding::forward_impl(const Tensor& indices) {
   if (!is_integral(indices.dtype())) detail::fail("Embedding", "needs integer (i32 or i64) indices", {&indices}, Loc::current());
   IntList out = indices.shape();
   out.push_back(dim_);
+  if (max_norm_) renorm_referenced_rows(indices.reshape({indices.numel()}));
   Tensor rows = index_select(weight, 0, indices.reshape({indices.numel()}));
   // The padding row's uses read it but send no gradient back (torch's padding_idx).
   if (padding_idx_)
@@ -574,8 +580,30 @@ Tensor Embedding::forward_impl(const Tensor& indices) {
   return rows.reshape(out);
 }
 
+// torch's embedding_renorm_, as a graph over all rows (no host loop): the referenced rows with a norm over
+// max_norm are scaled, the others multiplied by exactly 1. Like an optimizer's update, assign() records it
+// (captured by compile()) without a gradient; the lookup then reads, and differentiates, the new weight.
+void Embedding::renorm_referenced_rows(const Tensor& flat) {
+  NoGradGuard no_grad;
+  const Tensor magnitude = abs(weight);
+  Tensor norm;
+  if (std::isinf(norm_type_)) norm = max(magnitude, {1}, true);
+  else if (norm_type_ == 1) norm = sum(magnitude, 1, true);
+  else if (norm_type_ == 2) norm = sqrt(sum(weight * weight, 1, true));
+  else norm = pow(sum(pow(magnitude, norm_type_), 1, true), 1.0 / norm_type_);
+  const Tensor uses = index_add(zeros({num_, 1}, weight.dtype(), weight.device()), 0, flat,
+                                ones({flat.numel(), 1}, weight.dtype(), weight.device()));
+  const Tensor scale = where(logical_and(uses > 0, norm > *max_norm_), *max_norm_ / (norm + 1e-7), 1.0);
+  weight.assign(weight * scale);
+}
+
 std::string Embedding::extra_repr() const {
-  return std::to_string(num_) + ", " + std::to_string(dim_) + (padding_idx_ ? ", padding_idx=" + std::to_string(*padding_idx_) : "");
+  std::ostringstream os;
+  os << num_ << ", " << dim_;
+  if (padding_idx_) os << ", padding_idx=" << *padding_idx_;
+  if (max_norm_) os << ", max_norm=" << *max_norm_;
+  if (norm_type_ != 2) os << ", norm_type=" << norm_type_;
+  return os.str();
 }
 
 Tensor Sequential::forward_impl(const Tensor& x) {

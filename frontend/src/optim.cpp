@@ -385,18 +385,29 @@ void Adagrad::step(Loc loc) {
 
 // ---------------------------------------------------------------- schedules
 
-LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer), base_lr_(optimizer.lr()) {}
+LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer), first_(!optimizer.initial_lr_) {
+  if (first_) opt_.initial_lr_ = opt_.lr(); // torch's group.setdefault('initial_lr', group['lr'])
+  base_lr_ = *opt_.initial_lr_;
+}
+
+void LRScheduler::rebase(double lr, bool overwrite) {
+  base_lr_ = lr;
+  if (overwrite || first_) opt_.initial_lr_ = lr;
+}
 
 void LRScheduler::step(Loc loc) { set_epoch(epoch_ + 1, loc); }
 
 void LRScheduler::set_epoch(int64_t epoch, Loc loc) {
   if (epoch < 0) throw Error(name(), "the epoch must be non-negative, got " + std::to_string(epoch), loc);
   check_epoch(epoch, loc);
-  const double lr = lr_at(epoch);
-  if (!(lr >= 0) || !std::isfinite(lr))
-    throw Error(name(), "epoch " + std::to_string(epoch) + " gives an invalid learning rate: " + number(lr), loc);
-  opt_.set_lr(lr, loc);
+  set_valid_lr(lr_at(epoch), std::to_string(epoch), loc);
   epoch_ = epoch;
+}
+
+void LRScheduler::set_valid_lr(double lr, const std::string& epoch, const Loc& loc) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(name(), "epoch " + epoch + " gives an invalid learning rate: " + number(lr), loc);
+  opt_.set_lr(lr, loc);
 }
 
 void LRScheduler::check_epoch(int64_t, const Loc&) const {}
@@ -503,6 +514,7 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
                               "recorded update; pass cycle_momentum = false", loc);
   const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   const double total = static_cast<double>(total_steps), up = o.pct_start * total - 1;
+  rebase(initial, true); // torch's OneCycleLR sets the group's 'initial_lr'
   if (o.three_phase) phases_ = {{up, initial, max_lr}, {2 * o.pct_start * total - 2, max_lr, initial}, {total - 1, initial, min_lr}};
   else phases_ = {{up, initial, max_lr}, {total - 1, max_lr, min_lr}};
   set_epoch(0, loc);
@@ -528,6 +540,130 @@ double OneCycleLR::lr_at(int64_t epoch) const {
     start_step = ph.end_step;
   }
   return 0; // not reached: the last phase always matches
+}
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power, Loc loc)
+    : LRScheduler(optimizer), total_iters_(total_iters), power_(power) {
+  if (total_iters <= 0)
+    throw Error("PolynomialLR", "total_iters must be positive, got " + std::to_string(total_iters), loc);
+  check_hyper("PolynomialLR", "power", power, true, loc);
+  set_epoch(0, loc);
+}
+
+double PolynomialLR::lr_at(int64_t epoch) const {
+  const double t = static_cast<double>(std::min(total_iters_, epoch)) / static_cast<double>(total_iters_);
+  return base_lr_ * std::pow(1.0 - t, power_); // torch's closed form, in its order
+}
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t t_0, int64_t t_mult,
+                                                         double eta_min, Loc loc)
+    : LRScheduler(optimizer), t_0_(t_0), t_mult_(t_mult), eta_min_(eta_min) {
+  const char* op = "CosineAnnealingWarmRestarts";
+  if (t_0 <= 0) throw Error(op, "expected a positive integer T_0, got " + std::to_string(t_0), loc);
+  if (t_mult < 1) throw Error(op, "expected an integer T_mult >= 1, got " + std::to_string(t_mult), loc);
+  check_hyper(op, "eta_min", eta_min, true, loc);
+  set_epoch(0, loc);
+}
+
+double CosineAnnealingWarmRestarts::lr_of(double t_cur, double t_i) const {
+  return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * t_cur / t_i)) / 2;
+}
+
+// T_cur and T_i as torch's step() counts them, epoch by epoch: exact integers (the cycle loop runs
+// log_T_mult(epoch) times).
+double CosineAnnealingWarmRestarts::lr_at(int64_t epoch) const {
+  int64_t t_cur = epoch, t_i = t_0_;
+  if (t_mult_ == 1) t_cur = epoch % t_0_;
+  else
+    while (t_cur >= t_i) t_cur -= t_i, t_i *= t_mult_;
+  return lr_of(static_cast<double>(t_cur), static_cast<double>(t_i));
+}
+
+// torch's step(epoch) with an explicit (fractional) epoch, expression for expression.
+double CosineAnnealingWarmRestarts::fractional_lr_at(double epoch) const {
+  const auto t_0 = static_cast<double>(t_0_), t_mult = static_cast<double>(t_mult_);
+  if (epoch < t_0) return lr_of(epoch, t_0);
+  if (t_mult_ == 1) return lr_of(std::fmod(epoch, t_0), t_0); // Python's % (epoch >= 0 here)
+  const double n = std::floor(std::log(epoch / t_0 * (t_mult - 1) + 1) / std::log(t_mult));
+  return lr_of(epoch - t_0 * (std::pow(t_mult, n) - 1) / (t_mult - 1), t_0 * std::pow(t_mult, n));
+}
+
+void CosineAnnealingWarmRestarts::step(double epoch, Loc loc) {
+  if (!(epoch >= 0) || !std::isfinite(epoch))
+    throw Error(name(), "expected a non-negative epoch, got " + number(epoch), loc);
+  set_valid_lr(fractional_lr_at(epoch), number(epoch), loc);
+  epoch_ = static_cast<int64_t>(std::floor(epoch));
+}
+
+CyclicLR::CyclicLR(Optimizer& optimizer, double base_lr, double max_lr, CyclicLROptions o, Loc loc)
+    : LRScheduler(optimizer), max_lr_(max_lr), scale_fn_(std::move(o.scale_fn)), scale_mode_(o.scale_mode) {
+  const char* op = "CyclicLR";
+  check_hyper(op, "base_lr", base_lr, base_lr >= 0, loc);
+  check_hyper(op, "max_lr", max_lr, max_lr >= 0, loc);
+  check_hyper(op, "step_size_up (expected > 0)", o.step_size_up, o.step_size_up > 0, loc);
+  const double down = o.step_size_down.value_or(o.step_size_up);
+  check_hyper(op, "step_size_down (expected >= 0)", down, down >= 0, loc);
+  check_hyper(op, "gamma", o.gamma, true, loc);
+  if (o.cycle_momentum)
+    throw Error(op, "cycle_momentum is not supported: kiln's momentum and betas are constants of the "
+                    "recorded update; pass cycle_momentum = false", loc);
+  total_size_ = o.step_size_up + down;
+  step_ratio_ = o.step_size_up / total_size_;
+  if (!scale_fn_) { // torch's three modes, each with its scale_mode
+    const double gamma = o.gamma;
+    scale_mode_ = o.mode == CyclicMode::exp_range ? ScaleMode::iterations : ScaleMode::cycle;
+    switch (o.mode) {
+    case CyclicMode::triangular: scale_fn_ = [](double) { return 1.0; }; break;
+    case CyclicMode::triangular2: scale_fn_ = [](double x) { return 1 / std::pow(2.0, x - 1); }; break;
+    case CyclicMode::exp_range: scale_fn_ = [gamma](double x) { return std::pow(gamma, x); }; break;
+    }
+  }
+  rebase(base_lr, false); // torch sets the group's lr to base_lr before its base class records 'initial_lr'
+  set_epoch(0, loc);
+}
+
+double CyclicLR::lr_at(int64_t epoch) const {
+  const auto e = static_cast<double>(epoch);
+  const double cycle = std::floor(1 + e / total_size_), x = 1. + e / total_size_ - cycle;
+  const double scale = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
+  const double height = (max_lr_ - base_lr_) * scale;
+  return base_lr_ + height * scale_fn_(scale_mode_ == ScaleMode::cycle ? cycle : e);
+}
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones, Loc loc)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  const char* op = "SequentialLR";
+  if (schedulers_.empty()) throw Error(op, "expects at least one scheduler", loc);
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    if (!schedulers_[i]) throw Error(op, "scheduler " + std::to_string(i) + " is null", loc);
+    if (&schedulers_[i]->opt_ != &opt_)
+      throw Error(op, "expects all schedulers to belong to the same optimizer, but scheduler " + std::to_string(i) +
+                          " schedules another one", loc);
+  }
+  if (milestones_.size() + 1 != schedulers_.size())
+    throw Error(op, "expects one more scheduler than milestones, got " + std::to_string(schedulers_.size()) +
+                        " schedulers and " + std::to_string(milestones_.size()) + " milestones", loc);
+  for (size_t i = 0; i < milestones_.size(); ++i)
+    if (milestones_[i] <= (i == 0 ? 0 : milestones_[i - 1]))
+      throw Error(op, "expects increasing positive milestones, got " + std::to_string(milestones_[i]) +
+                          " at index " + std::to_string(i), loc);
+  set_epoch(0, loc);
+}
+
+std::pair<size_t, int64_t> SequentialLR::running(int64_t epoch) const {
+  const auto i = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+  return {i, i == 0 ? epoch : epoch - milestones_[i - 1]}; // torch's bisect_right, then step(0) at the milestone
+}
+
+double SequentialLR::lr_at(int64_t epoch) const {
+  const auto [i, own] = running(epoch);
+  return schedulers_[i]->lr_at(own);
+}
+
+void SequentialLR::check_epoch(int64_t epoch, const Loc& loc) const {
+  const auto [i, own] = running(epoch);
+  schedulers_[i]->check_epoch(own, loc);
 }
 
 // ---------------------------------------------------------------- ReduceLROnPlateau

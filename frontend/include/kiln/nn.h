@@ -571,14 +571,19 @@ protected:
 /// A lookup table: integer indices [...] give rows of weight, [..., dim], read by
 /// index_select (kiln/indexops.h); the gradient adds each row's uses (scatter_add, in a
 /// fixed order). Indices outside [0, num_embeddings) are a kiln::Error naming Embedding.
+/// With max_norm, each forward first renormalizes IN PLACE (weight.assign, without gradient, as
+/// torch's embedding_renorm_) every row the indices reference whose norm_type-norm exceeds max_norm:
+/// row *= max_norm / (norm + 1e-7), the padding row included; eager and compile() alike.
 class Embedding : public Module {
 public:
   /// num_embeddings rows of embedding_dim, initialized N(0, 1) as PyTorch.
   Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc = Loc::current());
   /// With torch's padding_idx (negative counts from the end): that row starts at zero and
-  /// gets no gradient (its uses still read it).
+  /// gets no gradient (its uses still read it); and torch's max_norm (>= 0: PyTorch takes a
+  /// negative one and flips the rows' signs) with norm_type (> 0, or infinity for the largest
+  /// magnitude: PyTorch's 0 counts nonzeros and a negative one is no norm; kiln refuses them).
   Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx,
-            Loc loc = Loc::current());
+            std::optional<double> max_norm = std::nullopt, double norm_type = 2, Loc loc = Loc::current());
   /// [..., embedding_dim]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& indices, Loc loc = Loc::current()) { return forward_at(indices, loc); }
   std::string name() const override { return "Embedding"; } ///< "Embedding"
@@ -586,11 +591,19 @@ public:
   Tensor weight; ///< [num_embeddings, embedding_dim]
   /// The row that gets no gradient (wrapped into [0, num_embeddings)), if any.
   std::optional<int64_t> padding_idx() const { return padding_idx_; }
+  /// The largest norm of a row that a forward reads, if any.
+  std::optional<double> max_norm() const { return max_norm_; }
+  /// The p of max_norm's p-norm.
+  double norm_type() const { return norm_type_; }
 protected:
   Tensor forward_impl(const Tensor& indices) override;
 private:
+  /// Scales the rows of weight that `flat` ([n] indices) references down to max_norm (see above).
+  void renorm_referenced_rows(const Tensor& flat);
   int64_t num_, dim_;
   std::optional<int64_t> padding_idx_;
+  std::optional<double> max_norm_;
+  double norm_type_;
 };
 
 /// Applies its modules in order; they are named "0", "1", ...

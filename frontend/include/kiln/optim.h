@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,9 @@ public:
   void set_lr(double lr, Loc loc = Loc::current());
   /// The parameters, in the order given.
   const std::vector<Tensor>& params() const { return params_; }
+  /// The base lr of the closed-form schedules (torch's param group 'initial_lr'): the lr when the
+  /// first LRScheduler was constructed on this optimizer (OneCycleLR: its initial lr); unset before.
+  std::optional<double> initial_lr() const { return initial_lr_; }
   /// Steps taken by parameter i (its gradient was defined at that many step() calls).
   int64_t steps(size_t i) const { return state_.at(i).step; }
 
@@ -112,6 +117,8 @@ protected:
   std::vector<Tensor> params_;     ///< the parameters
   std::vector<ParamState> state_;  ///< one per parameter
   double lr_;                      ///< current learning rate
+  std::optional<double> initial_lr_; ///< see initial_lr()
+  friend class LRScheduler;        // records initial_lr_
 };
 
 /// Options of SGD (designated initializers: `{.lr = 0.1, .momentum = 0.9}`).
@@ -245,11 +252,12 @@ protected:
 /// set by hand (Optimizer::set_lr) lasts until the next step(), and two schedulers on one optimizer
 /// do not compose: the last one stepped sets the lr. (PyTorch's recursive forms equal these closed forms
 /// up to rounding; tests/tools/pytorch_scheduler_table.py measures it.) Constructing a schedule sets the
-/// lr of epoch 0, as PyTorch's first step does. ReduceLROnPlateau, which depends on the metrics seen,
-/// is not one of these.
+/// lr of epoch 0, as PyTorch's first step does. The base lr is the optimizer's initial_lr(), as PyTorch's:
+/// the lr before the first schedule on the optimizer changed it (so the schedules given to SequentialLR
+/// share it). ReduceLROnPlateau, which depends on the metrics seen, is not one of these.
 class LRScheduler {
 public:
-  /// Schedules `optimizer`, whose current lr is the base lr.
+  /// Schedules `optimizer`; its initial_lr() (recorded now if unset: its current lr) is the base lr.
   explicit LRScheduler(Optimizer& optimizer);
   virtual ~LRScheduler() = default;
   /// Advances one epoch and sets the optimizer's lr; errors (an invalid lr) name `loc`.
@@ -267,10 +275,18 @@ public:
 protected:
   /// Throws a kiln::Error naming `loc` when the schedule has no lr for `epoch` (none by default).
   virtual void check_epoch(int64_t epoch, const Loc& loc) const;
+  /// Makes `lr` the optimizer's initial_lr() and this schedule's base lr (as torch's OneCycleLR and
+  /// CyclicLR set the param group's lr or 'initial_lr' themselves).
+  void rebase(double lr, bool overwrite);
+  /// Sets the optimizer's lr to `lr`, the lr of `epoch` (as text), or throws a kiln::Error naming the
+  /// schedule, the epoch and `loc` when it is negative or not finite.
+  void set_valid_lr(double lr, const std::string& epoch, const Loc& loc);
+  friend class SequentialLR; // runs its schedules' check_epoch
 
   Optimizer& opt_;  ///< the scheduled optimizer
-  double base_lr_;  ///< its lr at construction
+  double base_lr_;  ///< the optimizer's initial_lr()
   int64_t epoch_ = 0; ///< epochs stepped
+  bool first_ = false; ///< this schedule recorded the optimizer's initial_lr()
 };
 
 /// lr = base * gamma^(epoch / step_size) (integer division), as torch.optim.lr_scheduler.StepLR.
@@ -424,6 +440,108 @@ private:
   int64_t total_steps_;
   Anneal anneal_;
   std::vector<Phase> phases_;
+};
+
+/// lr = base * (1 - min(total_iters, epoch) / total_iters)^power, the closed form of
+/// torch.optim.lr_scheduler.PolynomialLR (its recursive form matches it to rounding).
+class PolynomialLR : public LRScheduler {
+public:
+  /// Decays the base lr to 0 over `total_iters` (> 0; PyTorch divides by it) epochs with `power` (finite);
+  /// errors name `loc`.
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters = 5, double power = 1, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  std::string name() const override { return "PolynomialLR"; } ///< "PolynomialLR"
+private:
+  int64_t total_iters_;
+  double power_;
+};
+
+/// Cosine annealing with warm restarts (SGDR), torch.optim.lr_scheduler.CosineAnnealingWarmRestarts:
+/// lr = eta_min + (base - eta_min)(1 + cos(pi T_cur / T_i)) / 2, where the i-th cycle lasts T_i = T_0 T_mult^i
+/// epochs and T_cur counts the epochs since the last restart. step() and set_epoch() take whole epochs
+/// (T_cur in exact integer arithmetic, as PyTorch's step()); step(epoch) takes a fractional one, as
+/// PyTorch's step(epoch) (e.g. epoch + batch / batches), with PyTorch's formula. After step(2.5) PyTorch's
+/// step() continues from T_cur 3.5; kiln's continues from epoch 3 (floor(2.5) + 1), as set_epoch(3).
+class CosineAnnealingWarmRestarts : public LRScheduler {
+public:
+  /// Restarts after `t_0` (> 0) epochs, then after cycles `t_mult` (>= 1) times longer each, annealing
+  /// down to `eta_min` (finite); errors name `loc`.
+  CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t t_0, int64_t t_mult = 1, double eta_min = 0,
+                              Loc loc = Loc::current());
+  using LRScheduler::step;
+  /// Jumps to the fractional `epoch` (>= 0) and sets the lr there; epoch() becomes floor(epoch). Errors
+  /// (a negative epoch) name `loc`.
+  void step(double epoch, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< closed form
+  /// The lr at a fractional epoch (PyTorch's step(epoch) formula).
+  double fractional_lr_at(double epoch) const;
+  std::string name() const override { return "CosineAnnealingWarmRestarts"; } ///< its name
+private:
+  double lr_of(double t_cur, double t_i) const;
+  int64_t t_0_, t_mult_;
+  double eta_min_;
+};
+
+/// CyclicLR's scaling of the cycle's amplitude (PyTorch's mode): triangular keeps it, triangular2 halves it
+/// every cycle, exp_range multiplies it by gamma^iteration.
+enum class CyclicMode { triangular, triangular2, exp_range };
+/// What CyclicLR's custom scale_fn is given: the cycle number (from 1) or the iteration (PyTorch's scale_mode).
+enum class ScaleMode { cycle, iterations };
+
+/// CyclicLR's options after base_lr and max_lr (designated initializers), PyTorch's defaults, except
+/// cycle_momentum (see CyclicLR).
+struct CyclicLROptions {
+  double step_size_up = 2000;                 ///< iterations in the increasing half of a cycle (> 0)
+  std::optional<double> step_size_down = std::nullopt; ///< iterations in the decreasing half (>= 0); unset: step_size_up
+  CyclicMode mode = CyclicMode::triangular;   ///< the amplitude's scaling, when scale_fn is empty
+  double gamma = 1;                           ///< exp_range's factor per iteration
+  std::function<double(double)> scale_fn = nullptr; ///< a custom scaling (overrides mode), of the cycle or iteration
+  ScaleMode scale_mode = ScaleMode::cycle;    ///< what scale_fn is given
+  bool cycle_momentum = false;                ///< unsupported: true is an error (see CyclicLR)
+};
+
+/// The cyclical learning rate policy, torch.optim.lr_scheduler.CyclicLR's lr (get_lr, a closed form of the
+/// iteration): from base_lr up to max_lr over step_size_up iterations and back over step_size_down, the
+/// amplitude scaled by the mode or scale_fn. Stepped once per batch; the optimizer's own lr is ignored and
+/// construction sets base_lr (which becomes the optimizer's initial_lr() if it had none, as PyTorch's).
+/// As OneCycleLR, kiln does not cycle momentum (PyTorch's default cycle_momentum=True), since momentum
+/// is a constant of the recorded update: cycle_momentum defaults to false and true is an error.
+class CyclicLR : public LRScheduler {
+public:
+  /// Cycles the lr of `optimizer` between `base_lr` and `max_lr` (each >= 0, finite); errors (options out
+  /// of range, cycle_momentum) name `loc`.
+  CyclicLR(Optimizer& optimizer, double base_lr, double max_lr, CyclicLROptions options = {},
+           Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< PyTorch's formula
+  std::string name() const override { return "CyclicLR"; } ///< "CyclicLR"
+private:
+  double max_lr_, total_size_, step_ratio_;
+  std::function<double(double)> scale_fn_;
+  ScaleMode scale_mode_;
+};
+
+/// Runs `schedulers` one after the other, torch.optim.lr_scheduler.SequentialLR: schedule i runs from
+/// milestone i - 1 (0 for the first) and starts there from its own epoch 0, so lr(epoch) =
+/// schedulers[i].lr_at(epoch - milestones[i - 1]) with i the number of milestones <= epoch. Every schedule
+/// has the optimizer's initial_lr() as its base lr, as PyTorch's. The schedules are shared: stepping one
+/// of them directly sets the lr from its own epoch. Differences from PyTorch: the milestones must be
+/// increasing and positive (PyTorch bisects whatever it is given), and a schedule's epoch past its end
+/// (OneCycleLR's) is an error, where PyTorch's step() raises only in its own next call.
+class SequentialLR : public LRScheduler {
+public:
+  /// Sequences `schedulers` (at least one, each on `optimizer`) at `milestones` (one fewer, increasing,
+  /// positive); errors name `loc`.
+  SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones, Loc loc = Loc::current());
+  double lr_at(int64_t epoch) const override; ///< the running schedule's closed form
+  std::string name() const override { return "SequentialLR"; } ///< "SequentialLR"
+protected:
+  void check_epoch(int64_t epoch, const Loc& loc) const override; ///< the running schedule's check
+private:
+  /// The index of the schedule that runs at `epoch`, and that schedule's own epoch there.
+  std::pair<size_t, int64_t> running(int64_t epoch) const;
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
 };
 
 /// ReduceLROnPlateau's comparison of a metric with the best so far (PyTorch's mode).
