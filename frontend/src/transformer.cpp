@@ -294,12 +294,29 @@ std::string MultiheadAttention::extra_repr() const {
 
 // ---------------------------------------------------------------- TransformerEncoderLayer
 
+namespace {
+
+// The checks both layer kinds make of their options.
+void check_layer_options(const char* op, const TransformerLayerOptions& o, const Loc& loc) {
+  if (o.activation != "relu" && o.activation != "gelu")
+    throw Error(op, "activation must be \"relu\" or \"gelu\", not \"" + o.activation + "\"", loc);
+  if (o.dim_feedforward <= 0)
+    throw Error(op, "dim_feedforward must be positive, got " + std::to_string(o.dim_feedforward), loc);
+}
+
+// The feed-forward block of both layer kinds: linear2(dropout(activation(linear1(x)))), then `after`.
+Tensor feed_forward(const Tensor& x, Linear& linear1, Dropout& dropout, Linear& linear2, Dropout& after,
+                    const std::string& activation) {
+  Tensor h = linear1(x);
+  h = activation == "gelu" ? functional::gelu(h) : relu(h);
+  return after(linear2(dropout(h)));
+}
+
+} // namespace
+
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, Options opts, Loc loc)
     : options(std::move(opts)) {
-  if (options.activation != "relu" && options.activation != "gelu")
-    throw Error("TransformerEncoderLayer", "activation must be \"relu\" or \"gelu\", not \"" + options.activation + "\"", loc);
-  if (options.dim_feedforward <= 0)
-    throw Error("TransformerEncoderLayer", "dim_feedforward must be positive, got " + std::to_string(options.dim_feedforward), loc);
+  check_layer_options("TransformerEncoderLayer", options, loc);
   // Registered in PyTorch's order, so that parameters() and state dicts line up.
   self_attn = register_module("self_attn", MultiheadAttention(d_model, nhead, options.dropout, true, options.batch_first, loc));
   linear1 = register_module("linear1", Linear(d_model, options.dim_feedforward, true, loc));
@@ -317,9 +334,7 @@ Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tens
 }
 
 Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  Tensor h = (*linear1)(x);
-  h = options.activation == "gelu" ? functional::gelu(h) : relu(h);
-  return (*dropout2)((*linear2)((*dropout)(h)));
+  return feed_forward(x, *linear1, *dropout, *linear2, *dropout2, options.activation);
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
@@ -336,5 +351,168 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
 }
 
 Tensor TransformerEncoderLayer::forward_impl(const Tensor& x) { return forward(x); }
+
+// ---------------------------------------------------------------- TransformerDecoderLayer
+
+TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, Options opts, Loc loc)
+    : options(std::move(opts)) {
+  check_layer_options("TransformerDecoderLayer", options, loc);
+  // Registered in PyTorch's order, so that parameters() and state dicts line up.
+  const double p = options.dropout;
+  self_attn = register_module("self_attn", MultiheadAttention(d_model, nhead, p, true, options.batch_first, loc));
+  multihead_attn = register_module("multihead_attn", MultiheadAttention(d_model, nhead, p, true, options.batch_first, loc));
+  linear1 = register_module("linear1", Linear(d_model, options.dim_feedforward, true, loc));
+  dropout = register_module("dropout", Dropout(p, std::nullopt, loc));
+  linear2 = register_module("linear2", Linear(options.dim_feedforward, d_model, true, loc));
+  norm1 = register_module("norm1", LayerNorm({d_model}, options.layer_norm_eps, true, loc));
+  norm2 = register_module("norm2", LayerNorm({d_model}, options.layer_norm_eps, true, loc));
+  norm3 = register_module("norm3", LayerNorm({d_model}, options.layer_norm_eps, true, loc));
+  dropout1 = register_module("dropout1", Dropout(p, std::nullopt, loc));
+  dropout2 = register_module("dropout2", Dropout(p, std::nullopt, loc));
+  dropout3 = register_module("dropout3", Dropout(p, std::nullopt, loc));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                        const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                        const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                                        bool memory_is_causal, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  if (!tgt.defined() || !memory.defined()) throw Error(name(), "tgt and memory must be defined", loc);
+  auto self_block = [&](const Tensor& x) {
+    return (*dropout1)(self_attn->forward(x, x, x, tgt_key_padding_mask, false, tgt_mask, true, tgt_is_causal).first);
+  };
+  auto memory_block = [&](const Tensor& x) {
+    return (*dropout2)(multihead_attn
+                           ->forward(x, memory, memory, memory_key_padding_mask, false, memory_mask, true,
+                                     memory_is_causal)
+                           .first);
+  };
+  auto ff_block = [&](const Tensor& x) {
+    return feed_forward(x, *linear1, *dropout, *linear2, *dropout3, options.activation);
+  };
+  Tensor x = tgt;
+  if (options.norm_first) {
+    x = x + self_block((*norm1)(x));
+    x = x + memory_block((*norm2)(x));
+    return x + ff_block((*norm3)(x));
+  }
+  x = (*norm1)(x + self_block(x));
+  x = (*norm2)(x + memory_block(x));
+  return (*norm3)(x + ff_block(x));
+}
+
+// ---------------------------------------------------------------- the stacks and Transformer
+
+namespace {
+
+// `to` takes the values of `from`'s parameters and buffers (the same module structure), without a
+// gradient: PyTorch's deepcopy of a layer, for modules built alike.
+void copy_values(const Module& from, Module& to, const Loc& loc) {
+  NoGradGuard no_grad;
+  for (auto [src, dst] : {std::pair{from.named_parameters(), to.named_parameters()},
+                          std::pair{from.named_buffers(), to.named_buffers()}}) {
+    KILN_ASSERT(src.size() == dst.size(), "copy_values: modules built differently");
+    for (size_t i = 0; i < src.size(); ++i) dst[i].second.assign(src[i].second.detach(), loc);
+  }
+}
+
+// num_layers copies of `layer` (its values, dtype, device and mode), as PyTorch's _get_clones.
+template <class Layer>
+std::shared_ptr<ModuleList> copies_of(const Layer& layer, int64_t num_layers, const char* op, const Loc& loc) {
+  if (num_layers <= 0) throw Error(op, "num_layers must be positive, got " + std::to_string(num_layers), loc);
+  const Tensor& like = layer.self_attn->in_proj_weight;
+  auto list = std::make_shared<ModuleList>();
+  for (int64_t i = 0; i < num_layers; ++i) {
+    auto copy = std::make_shared<Layer>(layer.self_attn->embed_dim(), layer.self_attn->num_heads(), layer.options, loc);
+    copy->to(like.dtype(), loc).to(like.device(), loc);
+    copy_values(layer, *copy, loc);
+    copy->train(layer.is_training());
+    list->push_back(copy, loc);
+  }
+  return list;
+}
+
+} // namespace
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,
+                                       std::shared_ptr<LayerNorm> norm_, Loc loc) {
+  layers = register_module("layers", copies_of(encoder_layer, num_layers, "TransformerEncoder", loc), loc);
+  if (norm_) norm = register_module("norm", std::move(norm_), loc);
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                   bool is_causal, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  Tensor x = src;
+  for (Module& layer : *layers)
+    x = static_cast<TransformerEncoderLayer&>(layer).forward(x, mask, src_key_padding_mask, is_causal, loc);
+  return norm ? (*norm)(x) : x;
+}
+
+Tensor TransformerEncoder::forward_impl(const Tensor& x) { return forward(x); }
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
+                                       std::shared_ptr<LayerNorm> norm_, Loc loc) {
+  layers = register_module("layers", copies_of(decoder_layer, num_layers, "TransformerDecoder", loc), loc);
+  if (norm_) norm = register_module("norm", std::move(norm_), loc);
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                   const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                   const Tensor& memory_key_padding_mask, bool tgt_is_causal, bool memory_is_causal,
+                                   Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  Tensor x = tgt;
+  for (Module& layer : *layers)
+    x = static_cast<TransformerDecoderLayer&>(layer).forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                             memory_key_padding_mask, tgt_is_causal, memory_is_causal,
+                                                             loc);
+  return norm ? (*norm)(x) : x;
+}
+
+Transformer::Transformer(Options opts, Loc loc) : options(std::move(opts)) {
+  const int64_t d = options.d_model, h = options.nhead;
+  const TransformerLayerOptions& lo = options.layer;
+  encoder = register_module(
+      "encoder", TransformerEncoder(TransformerEncoderLayer(d, h, lo, loc), options.num_encoder_layers,
+                                    std::make_shared<LayerNorm>(IntList{d}, lo.layer_norm_eps, true, loc), loc),
+      loc);
+  decoder = register_module(
+      "decoder", TransformerDecoder(TransformerDecoderLayer(d, h, lo, loc), options.num_decoder_layers,
+                                    std::make_shared<LayerNorm>(IntList{d}, lo.layer_norm_eps, true, loc), loc),
+      loc);
+  // PyTorch's _reset_parameters: Xavier-uniform, bound sqrt(6 / (fan_in + fan_out)), on every matrix.
+  NoGradGuard no_grad;
+  for (auto& [n, p] : named_parameters()) {
+    if (p.dim() < 2) continue;
+    const double bound = std::sqrt(6.0 / static_cast<double>(p.size(0) + p.size(1)));
+    p.assign((rand(p.shape(), next_seed()) * 2.0 - 1.0) * bound, loc);
+  }
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask, const Tensor& tgt_mask,
+                            const Tensor& memory_mask, const Tensor& src_key_padding_mask,
+                            const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  if (!src.defined() || !tgt.defined()) throw Error(name(), "src and tgt must be defined", loc);
+  const bool batched = src.dim() == 3;
+  const int batch_dim = options.layer.batch_first ? 0 : 1;
+  if (batched && (tgt.dim() != 3 || src.size(batch_dim) != tgt.size(batch_dim)))
+    fail(name(), "the batch number of src and tgt must be equal", {&src, &tgt}, loc);
+  if (src.size(-1) != options.d_model || tgt.size(-1) != options.d_model)
+    fail(name(), "the feature number of src and tgt must be equal to d_model = " + std::to_string(options.d_model),
+         {&src, &tgt}, loc);
+  const Tensor memory = encoder->forward(src, src_mask, src_key_padding_mask, false, loc);
+  return decoder->forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, false,
+                          false, loc);
+}
+
+Tensor Transformer::generate_square_subsequent_mask(int64_t sz, DType dtype, Device device) {
+  return triu(full({sz, sz}, -std::numeric_limits<double>::infinity(), dtype, device), 1);
+}
 
 } // namespace kiln::nn
