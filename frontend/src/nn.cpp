@@ -38,6 +38,24 @@ std::string join_ints(std::initializer_list<int64_t> v) {
 
 std::string size2_str(const Size2& s) { return join_ints({s.h, s.w}); }
 
+// A convolution module's padding string known, and "same" not strided, checked where it is made (PyTorch's
+// ValueError of _ConvNd's constructor).
+template <class E> void check_padding_option(const char* op, const ConvPadding<E>& p, bool strided, const Loc& loc) {
+  if (!p.unknown.empty())
+    throw Error(op, "invalid padding string '" + p.unknown + "', should be one of {'valid', 'same'}", loc);
+  if (p.mode == PaddingMode::Same && strided) throw Error(op, "padding='same' is not supported for strided convolutions", loc);
+}
+
+// A convolution module's padding as PyTorch's repr writes it: the string, or the extents by `extents`.
+template <class E, class F> std::string padding_str(const ConvPadding<E>& p, F extents) {
+  switch (p.mode) {
+  case PaddingMode::Explicit: return extents(p.size);
+  case PaddingMode::Valid: return "valid";
+  case PaddingMode::Same: return "same";
+  }
+  return extents(p.size); // unreachable: every mode returns above
+}
+
 } // namespace
 
 void manual_seed(uint64_t seed) {
@@ -222,6 +240,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
     throw Error("Conv2d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive", loc);
+  check_padding_option("Conv2d", opts.padding, opts.stride.h != 1 || opts.stride.w != 1, loc);
   const detail::UserCall call("Conv2d", loc);
   const graph::SourceScope at(loc);
   const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
@@ -236,7 +255,7 @@ Tensor Conv2d::forward_impl(const Tensor& x) {
 
 std::string Conv2d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size2_str(kernel_) +
-         ", stride=" + size2_str(options.stride) + ", padding=" + size2_str(options.padding) +
+         ", stride=" + size2_str(options.stride) + ", padding=" + padding_str(options.padding, size2_str) +
          ", dilation=" + size2_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
          ", bias=" + (bias.defined() ? "true" : "false");
 }
@@ -250,6 +269,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
     throw Error("Conv1d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size <= 0) throw Error("Conv1d", "the kernel size must be positive", loc);
+  check_padding_option("Conv1d", opts.padding, opts.stride != 1, loc);
   const detail::UserCall call("Conv1d", loc);
   const graph::SourceScope at(loc);
   // Kaiming-uniform with a = sqrt(5) over fan_in = in/groups * k, as the bias: bound 1/sqrt(fan_in).
@@ -265,7 +285,7 @@ Tensor Conv1d::forward_impl(const Tensor& x) {
 std::string Conv1d::extra_repr() const {
   auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; }; // PyTorch's 1-tuples
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
-         ", stride=" + one(options.stride) + ", padding=" + one(options.padding) + ", dilation=" + one(options.dilation) +
+         ", stride=" + one(options.stride) + ", padding=" + padding_str(options.padding, one) + ", dilation=" + one(options.dilation) +
          ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
 }
 

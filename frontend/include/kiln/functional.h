@@ -5,9 +5,12 @@
 /// the losses. Everything is lazy graph, so gradients come from autograd and
 /// the functions fuse with their neighbours.
 
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -23,6 +26,43 @@ struct Size2 {
   /// Height and width.
   Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
 };
+
+/// PyTorch's padding strings of a convolution: Valid is no padding, Same pads dilation * (kernel - 1) in
+/// all per dim (the odd one at the end: right, bottom), so that a stride-1 output is as large as the input.
+enum class PaddingMode { Explicit, Valid, Same };
+
+/// The `padding` of a convolution as PyTorch's int, tuple or string: an integer (every spatial dim), {h, w}
+/// (2-d only), "valid", "same" or a PaddingMode. A string that is neither is an error of the convolution
+/// given it (which names the caller's line), as torch's "Invalid padding string".
+template <class Extents> struct ConvPadding {
+  PaddingMode mode = PaddingMode::Explicit; ///< Explicit: `size` on each side
+  Extents size{0};                          ///< zeros added on each side (Explicit only)
+  std::string unknown{};                    ///< a string given that is neither "valid" nor "same"
+  /// The same padding on each side of every spatial dim.
+  ConvPadding(int64_t v) : size(v) {} // NOLINT: implicit, as PyTorch's int argument
+  /// Height and width (2-d).
+  ConvPadding(int64_t h, int64_t w)
+    requires std::same_as<Extents, Size2>
+      : size(h, w) {}
+  /// Explicit extents (2-d).
+  ConvPadding(const Size2& v) // NOLINT: implicit, as PyTorch's tuple argument
+    requires std::same_as<Extents, Size2>
+      : size(v) {}
+  /// Valid or Same (Explicit means no padding).
+  ConvPadding(PaddingMode m) : mode(m) {} // NOLINT: implicit, as PyTorch's string argument
+  /// "valid" or "same", as PyTorch's string argument.
+  template <size_t N> ConvPadding(const char (&s)[N]) : ConvPadding(std::string_view(s, N - 1)) {} // NOLINT
+  /// "valid" or "same" (a runtime string).
+  explicit ConvPadding(std::string_view s)
+      : mode(s == "valid"  ? PaddingMode::Valid
+             : s == "same" ? PaddingMode::Same
+                           : PaddingMode::Explicit),
+        unknown(mode == PaddingMode::Explicit ? std::string(s) : std::string()) {}
+};
+/// The padding of conv1d and Conv1d: an integer, "valid", "same" or a PaddingMode.
+using Padding1 = ConvPadding<int64_t>;
+/// The padding of conv2d and Conv2d: an integer, {h, w}, a Size2, "valid", "same" or a PaddingMode.
+using Padding2 = ConvPadding<Size2>;
 
 } // namespace kiln::nn
 
@@ -51,14 +91,16 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
 /// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw] (im2col + matmul), with
-/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group). The padding may
+/// be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
-              const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+              const Padding2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 1-d cross-correlation of x [N, C, L] (or unbatched [C, L]) with weight [out, C/groups, k], as
 /// torch.nn.functional.conv1d with its defaults (no bias, stride 1, padding 0, dilation 1, one group):
-/// conv2d over a unit height, so its kernels and gradients are conv2d's.
+/// conv2d over a unit height, so its kernels and gradients are conv2d's. The padding may be "valid" or "same"
+/// (stride 1 only), as conv2d's.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
-              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+              const Padding1& padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 2-d transposed convolution ("deconvolution", conv2d's input gradient) of x [N, C, H, W] (or unbatched
 /// [C, H, W]) with weight [C, out/groups, kh, kw], as torch.nn.functional.conv_transpose2d in its argument order
 /// and defaults: output extents (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, where

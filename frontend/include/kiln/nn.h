@@ -180,8 +180,8 @@ protected:
 
 /// Options of Conv2d (designated initializers: `{.padding = 1}`).
 struct Conv2dOptions {
-  Size2 stride = 1;   ///< step between windows
-  Size2 padding = 0;  ///< zeros added on each side
+  Size2 stride = 1;     ///< step between windows
+  Padding2 padding = 0; ///< zeros added on each side, or "valid" (none) or "same" (stride 1 only: Ho, Wo = H, W)
   Size2 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true;   ///< learnable bias per output channel
@@ -191,7 +191,8 @@ struct Conv2dOptions {
 /// Computed by im2col: pad, one strided slice per kernel tap, and one matmul per group.
 class Conv2d : public Module {
 public:
-  /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
+  /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d. A padding string other
+  /// than "valid" and "same", or "same" with a stride, is an error here, as PyTorch's.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {},
          Loc loc = Loc::current());
   /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
@@ -211,7 +212,7 @@ private:
 /// Options of Conv1d (designated initializers: `{.padding = 1}`).
 struct Conv1dOptions {
   int64_t stride = 1;   ///< step between windows
-  int64_t padding = 0;  ///< zeros added on each side
+  Padding1 padding = 0; ///< zeros added on each side, or "valid" (none) or "same" (stride 1 only: Lo = L)
   int64_t dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1;   ///< channel groups (in and out channels must divide by it)
   bool bias = true;     ///< learnable bias per output channel
@@ -222,6 +223,7 @@ struct Conv1dOptions {
 class Conv1d : public Module {
 public:
   /// Weight [out, in/groups, k], bias [out]; initialized as PyTorch's nn.Conv1d (bounds 1/sqrt(in/groups * k)).
+  /// A padding string other than "valid" and "same", or "same" with a stride, is an error here, as PyTorch's.
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {},
          Loc loc = Loc::current());
   /// [N, out, Lo]; a direct call names the caller's line, as operator() does
