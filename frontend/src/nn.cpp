@@ -12,6 +12,7 @@
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
+#include "graph/shape.h"
 #include "kiln/autograd.h"
 #include "kiln/indexops.h"
 
@@ -315,6 +316,54 @@ void make_transposed_parameters(Module& m, Tensor& weight, Tensor& bias, const c
   if (with_bias) bias = m.register_parameter("bias", uniform({out}, bound));
 }
 
+// "[9, 11]": a list of extents as Python prints one.
+std::string py_list(const IntList& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The output_padding per spatial dim that makes a transposed convolution of x give the spatial extents
+// `output_size` (alone, or after the batch and channels of x), as PyTorch's _ConvTransposeNd._output_padding.
+// An input of the wrong rank, or a non-positive stride or dilation or a negative padding, gets the options'
+// `fallback`: the convolution reports them.
+IntList output_padding_for(const char* op, const Tensor& x, IntList output_size, const IntList& kernel,
+                           const IntList& stride, const IntList& padding, const IntList& dilation,
+                           const IntList& fallback, const Loc& loc) {
+  const auto k = static_cast<int64_t>(kernel.size());
+  if (!x.defined() || (x.dim() != k + 1 && x.dim() != k + 2)) return fallback;
+  for (size_t i = 0; i < kernel.size(); ++i)
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return fallback; // and these
+  const int64_t leading = x.dim() - k; // the batch (if any) and the channels
+  if (static_cast<int64_t>(output_size.size()) == leading + k) output_size.erase(output_size.begin(), output_size.begin() + leading);
+  if (static_cast<int64_t>(output_size.size()) != k)
+    detail::fail(op, "for " + std::to_string(x.dim()) + "-d input, output_size must have " + std::to_string(k) + " or " +
+                         std::to_string(leading + k) + " elements (got " + std::to_string(output_size.size()) + ")",
+                 {&x}, loc);
+  IntList low, high, in, result;
+  for (int64_t d = 0; d < k; ++d) {
+    const auto i = static_cast<size_t>(d);
+    // (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1, the extent without output_padding
+    const auto spread = graph::checked_mul(x.size(leading + d) - 1, stride[i]);
+    const auto reach = graph::checked_mul(dilation[i], kernel[i] - 1);
+    const auto twice_pad = graph::checked_mul(2, padding[i]);
+    const auto grown = spread && reach ? graph::checked_add(*spread, *reach) : std::nullopt;
+    const auto m = grown && twice_pad ? graph::checked_add(*grown - *twice_pad, 1) : std::nullopt;
+    if (!m || !graph::checked_add(*m, stride[i] - 1)) detail::fail(op, "the output size overflows int64", {&x}, loc);
+    in.push_back(x.size(leading + d));
+    low.push_back(*m);
+    high.push_back(*m + stride[i] - 1);
+  }
+  for (size_t i = 0; i < output_size.size(); ++i) {
+    if (output_size[i] < low[i] || output_size[i] > high[i])
+      detail::fail(op, "requested an output size of " + py_list(output_size) + ", but valid sizes range from " +
+                           py_list(low) + " to " + py_list(high) + " (for an input of " + py_list(in) + ")",
+                   {&x}, loc);
+    result.push_back(output_size[i] - low[i]);
+  }
+  return result;
+}
+
 } // namespace
 
 ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
@@ -327,6 +376,16 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
 Tensor ConvTranspose2d::forward_impl(const Tensor& x) {
   return functional::conv_transpose2d(x, weight, bias, options.stride, options.padding, options.output_padding,
                                       options.groups, options.dilation);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const ConvTranspose2dOptions& o = options;
+  const IntList op = output_padding_for("ConvTranspose2d", x, output_size, {kernel_.h, kernel_.w}, {o.stride.h, o.stride.w},
+                                        {o.padding.h, o.padding.w}, {o.dilation.h, o.dilation.w},
+                                        {o.output_padding.h, o.output_padding.w}, loc);
+  return functional::conv_transpose2d(x, weight, bias, o.stride, o.padding, {op[0], op[1]}, o.groups, o.dilation);
 }
 
 std::string ConvTranspose2d::extra_repr() const {
@@ -346,6 +405,15 @@ ConvTranspose1d::ConvTranspose1d(int64_t in_channels, int64_t out_channels, int6
 Tensor ConvTranspose1d::forward_impl(const Tensor& x) {
   return functional::conv_transpose1d(x, weight, bias, options.stride, options.padding, options.output_padding,
                                       options.groups, options.dilation);
+}
+
+Tensor ConvTranspose1d::forward(const Tensor& x, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const ConvTranspose1dOptions& o = options;
+  const IntList op = output_padding_for("ConvTranspose1d", x, output_size, {kernel_}, {o.stride}, {o.padding},
+                                        {o.dilation}, {o.output_padding}, loc);
+  return functional::conv_transpose1d(x, weight, bias, o.stride, o.padding, op[0], o.groups, o.dilation);
 }
 
 std::string ConvTranspose1d::extra_repr() const {

@@ -258,6 +258,11 @@ public:
                   Loc loc = Loc::current());
   /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// [N, out, Ho, Wo] of the spatial extents `output_size` ({Ho, Wo}, or {N, out, Ho, Wo}; unbatched {out, Ho, Wo},
+  /// where only the spatial extents are read), as torch.nn.ConvTranspose2d.forward(input, output_size): the
+  /// output_padding that gives them replaces the options' one. Each extent must lie in [m, m + stride - 1], m
+  /// the extent without output_padding; else a kiln::Error lists the valid ranges, as PyTorch's ValueError.
+  Tensor forward(const Tensor& x, const IntList& output_size, Loc loc = Loc::current());
   std::string name() const override { return "ConvTranspose2d"; } ///< "ConvTranspose2d"
   std::string extra_repr() const override;                 ///< configuration
   Tensor weight;                  ///< [in, out/groups, kh, kw]
@@ -289,6 +294,9 @@ public:
                   Loc loc = Loc::current());
   /// [N, out, Lo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// [N, out, Lo] of the extent `output_size` ({Lo}, or {N, out, Lo}; unbatched {out, Lo}), as
+  /// torch.nn.ConvTranspose1d.forward(input, output_size); see ConvTranspose2d's.
+  Tensor forward(const Tensor& x, const IntList& output_size, Loc loc = Loc::current());
   std::string name() const override { return "ConvTranspose1d"; } ///< "ConvTranspose1d"
   std::string extra_repr() const override;                 ///< configuration
   Tensor weight;                  ///< [in, out/groups, k]
