@@ -482,6 +482,14 @@ std::string AvgPool1d::extra_repr() const {
          ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
 }
 
+Tensor AdaptiveAvgPool2d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool2d(x, output_size_); }
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size2_str(output_size_); }
+
+Tensor AdaptiveAvgPool1d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool1d(x, output_size_); }
+
+std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
+
 // ---------------------------------------------------------------- Upsample
 
 namespace {

@@ -142,6 +142,16 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 /// unit height (the same ceil_mode and count_include_pad); the stride defaults to the kernel size.
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// Mean over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
+/// torch.nn.functional.adaptive_avg_pool2d: output (i, j) averages rows [floor(i H / Ho), ceil((i + 1) H / Ho))
+/// and the columns likewise, for output_size (Ho, Wo) (0 gives an empty output). Built from index_select,
+/// reshape and sum, per dim (the columns' means, then the rows'), so its rounding differs from PyTorch's one
+/// sum over the window by an ulp or so. Errors: the rank, a non-floating input, a negative output extent,
+/// an empty H or W.
+Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc = Loc::current());
+/// Mean over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
+/// torch.nn.functional.adaptive_avg_pool1d: output i averages [floor(i L / Lo), ceil((i + 1) L / Lo)).
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
 /// Options of interpolate, in PyTorch's argument order (designated initializers:
 /// `{.size = {8, 8}, .mode = "bilinear"}`, `{.scale_factor = {2}}`). Give exactly one of size and scale_factor;
 /// either lists one value per spatial dim, or one value for every spatial dim (Python's int or float).
@@ -149,10 +159,13 @@ struct InterpolateOptions {
   IntList size{};                     ///< the output's spatial extents (empty: from scale_factor)
   std::vector<double> scale_factor{}; ///< the output's extents are floor(input extent * scale_factor)
   /// "nearest" (torch's legacy nearest: source floor(dst * scale)), "nearest-exact" (floor((dst + 0.5) * scale)),
-  /// or linear interpolation: "linear" of [N, C, L], "bilinear" of [N, C, H, W], "trilinear" of [N, C, D, H, W].
+  /// linear interpolation: "linear" of [N, C, L], "bilinear" of [N, C, H, W], "trilinear" of [N, C, D, H, W],
+  /// "bicubic" of [N, C, H, W] (PyTorch's cubic convolution, A = -0.75, the border repeated), or "area"
+  /// (adaptive average pooling to the output size, any rank).
   std::string mode = "nearest";
-  /// The linear modes only (unset means false): true maps the corner samples of input and output onto each
-  /// other (scale (in - 1) / (out - 1)), false their outer edges (source (dst + 0.5) * scale - 0.5).
+  /// The interpolating modes only (linear, bilinear, bicubic, trilinear; unset means false): true maps the corner
+  /// samples of input and output onto each other (scale (in - 1) / (out - 1)), false their outer edges (source
+  /// (dst + 0.5) * scale - 0.5).
   std::optional<bool> align_corners{};
   /// With scale_factor: unset or false (PyTorch 1.13's default), the source coordinates use 1 / scale_factor;
   /// true, in / out of the computed size, as if that size had been given.
@@ -161,11 +174,12 @@ struct InterpolateOptions {
 /// Resamples the spatial dims of x [N, C, L], [N, C, H, W] or [N, C, D, H, W] (floating), as
 /// torch.nn.functional.interpolate of PyTorch 1.13: its CPU kernels' index arithmetic (in f32 for an f32 input)
 /// and their shortcuts (the linear modes copy an extent kept; 2-d and 3-d "nearest" copy an extent kept and
-/// take dst / 2 for one doubled, whatever the scale_factor). Each dim is an index_select (two, weighted, for
-/// the linear modes), so the gradient is theirs, and it fuses and compiles as any op. The gradient is that of
+/// take dst / 2 for one doubled, whatever the scale_factor; "bicubic" keeps no shortcut). Each dim is an
+/// index_select (two, weighted, for the linear modes, four for "bicubic"; "area" is adaptive_avg_pool's), so the
+/// gradient is theirs, and it fuses and compiles as any op. The gradient is that of
 /// the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its forward does not (a
 /// scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for this rank, size
-/// and scale_factor both or neither given, align_corners with a nearest mode, an empty input (but for the
+/// and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty input (but for the
 /// batch) or output, a non-floating input.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.

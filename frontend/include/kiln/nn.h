@@ -377,8 +377,41 @@ private:
   bool ceil_mode_, count_include_pad_;
 };
 
+/// Mean over adaptive windows of [N, C, H, W] (or [C, H, W]) inputs to a fixed output size, as
+/// torch.nn.AdaptiveAvgPool2d (functional::adaptive_avg_pool2d).
+class AdaptiveAvgPool2d : public Module {
+public:
+  /// The output's extents (Ho, Wo); an integer means both.
+  explicit AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {}
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool2d"; } ///< "AdaptiveAvgPool2d"
+  std::string extra_repr() const override;                   ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  Size2 output_size_;
+};
+
+/// Mean over adaptive windows of [N, C, L] (or [C, L]) inputs to a fixed output length, as
+/// torch.nn.AdaptiveAvgPool1d (functional::adaptive_avg_pool1d).
+class AdaptiveAvgPool1d : public Module {
+public:
+  /// The output's length.
+  explicit AdaptiveAvgPool1d(int64_t output_size) : output_size_(output_size) {}
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool1d"; } ///< "AdaptiveAvgPool1d"
+  std::string extra_repr() const override;                   ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t output_size_;
+};
+
 /// Resampling of [N, C, ...] inputs by functional::interpolate with fixed options, as torch.nn.Upsample
-/// (size or scale_factor, mode "nearest" by default, align_corners for the linear modes).
+/// (size or scale_factor, mode "nearest" by default, also "linear", "bilinear", "bicubic", "trilinear",
+/// "nearest-exact" and "area"; align_corners for the interpolating modes).
 class Upsample : public Module {
 public:
   /// The interpolation's options; they are checked against each input, as PyTorch's.
