@@ -565,7 +565,8 @@ template <class E>
 void check_padding_mode(const char* op, const ConvPadding<E>& p, bool strided, const Tensor& x, const Loc& loc) {
   if (!p.unknown.empty())
     fail(op, "invalid padding string '" + p.unknown + "' (give \"valid\", \"same\" or the zeros per side)", {&x}, loc);
-  if (p.mode == PaddingMode::Same && strided) fail(op, "padding='same' is not supported for strided convolutions", {&x}, loc);
+  if (p.mode == PaddingMode::Same && strided)
+    fail(op, "padding='same' is not supported for strided convolutions", {&x}, loc);
 }
 
 // x [N, C, H, W] with a "same" padding's odd zeros at the end of H and W, and the zeros on each side that
@@ -599,7 +600,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   const graph::SourceScope at(loc, "conv2d"); // nodes made here record the caller's line
   if (!x.defined() || !weight.defined()) throw Error("conv2d", "the input or the weight is undefined", loc);
   const bool unbatched = x.dim() == 3; // [C, H, W], as PyTorch: a batch of one
-  const auto [xp, p] = apply_padding("conv2d", unbatched ? x.unsqueeze(0, loc) : x, weight, padding, stride, dilation, loc);
+  const auto [xp, p] =
+      apply_padding("conv2d", unbatched ? x.unsqueeze(0, loc) : x, weight, padding, stride, dilation, loc);
   const Tensor y = conv2d_impl("conv2d", xp, weight, bias, stride, p, dilation, groups, loc);
   return unbatched ? y.squeeze(0, loc) : y;
 }

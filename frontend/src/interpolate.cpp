@@ -39,7 +39,8 @@ struct Axis {
 Mode parse_mode(const InterpolateOptions& o, const Tensor& x, const Loc& loc) {
   const bool nearest = o.mode == "nearest" || o.mode == "nearest-exact";
   if ((nearest || o.mode == "area") && o.align_corners)
-    fail("align_corners is for the interpolating modes (linear, bilinear, bicubic, trilinear) only, not \"" + o.mode + "\"",
+    fail("align_corners is for the interpolating modes (linear, bilinear, bicubic, trilinear) only, not \"" + o.mode +
+             "\"",
          x, loc);
   if (nearest) return o.mode == "nearest" ? Mode::Nearest : Mode::NearestExact;
   if (o.mode == "area") return Mode::Area;
@@ -54,7 +55,8 @@ Mode parse_mode(const InterpolateOptions& o, const Tensor& x, const Loc& loc) {
            x, loc);
     return k == 3 ? Mode::Cubic : Mode::Linear;
   }
-  fail("mode \"" + o.mode + "\" is not one of nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area", x, loc);
+  fail("mode \"" + o.mode + "\" is not one of nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area", x,
+       loc);
 }
 
 // Entry i of a per-dim list of k values, or its one value for every dim.
@@ -228,7 +230,8 @@ Tensor area_axis(const Tensor& y, const Axis& a, const Loc& loc) {
     return y.reshape(split, loc).sum(d + 1, false, loc) / static_cast<double>(in / out);
   }
   int64_t taps = 0; // the longest window, at most ceil(in / out) + 1
-  for (int64_t j = 0; j < out; ++j) taps = std::max(taps, (j + 1) * in / out + ((j + 1) * in % out != 0) - j * in / out);
+  for (int64_t j = 0; j < out; ++j)
+    taps = std::max(taps, (j + 1) * in / out + ((j + 1) * in % out != 0) - j * in / out);
   // start and end in f64: exact, as j * in stays far below 2^53 for any tensor kiln holds
   const Device dev = y.device();
   const Tensor j = arange(0, static_cast<double>(out), 1, kFloat64, dev).reshape({out, 1});
@@ -257,8 +260,12 @@ Tensor resample(const Tensor& x, const std::vector<Axis>& dims, Mode mode, bool 
     case Mode::NearestExact:
       y = nearest_axis(y, *a, mode == Mode::NearestExact, mode == Mode::Nearest && x.dim() > 3, loc);
       break;
-    case Mode::Linear: y = f32 ? linear_axis<float>(y, *a, align_corners, loc) : linear_axis<double>(y, *a, align_corners, loc); break;
-    case Mode::Cubic: y = f32 ? cubic_axis<float>(y, *a, align_corners, loc) : cubic_axis<double>(y, *a, align_corners, loc); break;
+    case Mode::Linear:
+      y = f32 ? linear_axis<float>(y, *a, align_corners, loc) : linear_axis<double>(y, *a, align_corners, loc);
+      break;
+    case Mode::Cubic:
+      y = f32 ? cubic_axis<float>(y, *a, align_corners, loc) : cubic_axis<double>(y, *a, align_corners, loc);
+      break;
     case Mode::Area: y = area_axis(y, *a, loc); break;
     }
   }
@@ -270,16 +277,21 @@ Tensor resample(const Tensor& x, const std::vector<Axis>& dims, Mode mode, bool 
 void check_adaptive(const char* op, const Tensor& x, int64_t spatial, const IntList& output_size, const Loc& loc) {
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (x.dim() != spatial + 1 && x.dim() != spatial + 2)
-    detail::fail(op, spatial == 1 ? "expects a [N, C, L] (or unbatched [C, L]) input" : "expects a [N, C, H, W] (or unbatched [C, H, W]) input",
+    detail::fail(op,
+                 spatial == 1 ? "expects a [N, C, L] (or unbatched [C, L]) input"
+                              : "expects a [N, C, H, W] (or unbatched [C, H, W]) input",
                  {&x}, loc);
   if (!is_floating(x.dtype())) detail::fail(op, "needs a floating tensor", {&x}, loc);
   for (int64_t v : output_size)
     if (v < 0)
-      detail::fail(op, "elements of output_size must be greater than or equal to 0 but received " + graph::shape_str(output_size),
+      detail::fail(op,
+                   "elements of output_size must be greater than or equal to 0 but received " +
+                       graph::shape_str(output_size),
                    {&x}, loc);
   for (int64_t d = x.dim() - spatial; d < x.dim(); ++d)
     if (x.size(d) == 0)
-      detail::fail(op, "expects non-zero extents in the spatial dims, but dim " + std::to_string(d) + " is empty", {&x}, loc);
+      detail::fail(op, "expects non-zero extents in the spatial dims, but dim " + std::to_string(d) + " is empty", {&x},
+                   loc);
 }
 
 // adaptive average pooling of x's last output_size.size() dims, checked.

@@ -44,7 +44,8 @@ std::string size2_str(const Size2& s) { return join_ints({s.h, s.w}); }
 template <class E> void check_padding_option(const char* op, const ConvPadding<E>& p, bool strided, const Loc& loc) {
   if (!p.unknown.empty())
     throw Error(op, "invalid padding string '" + p.unknown + "', should be one of {'valid', 'same'}", loc);
-  if (p.mode == PaddingMode::Same && strided) throw Error(op, "padding='same' is not supported for strided convolutions", loc);
+  if (p.mode == PaddingMode::Same && strided)
+    throw Error(op, "padding='same' is not supported for strided convolutions", loc);
 }
 
 // A convolution module's padding as PyTorch's repr writes it: the string, or the extents by `extents`.
@@ -286,8 +287,9 @@ Tensor Conv1d::forward_impl(const Tensor& x) {
 std::string Conv1d::extra_repr() const {
   auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; }; // PyTorch's 1-tuples
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
-         ", stride=" + one(options.stride) + ", padding=" + padding_str(options.padding, one) + ", dilation=" + one(options.dilation) +
-         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+         ", stride=" + one(options.stride) + ", padding=" + padding_str(options.padding, one) +
+         ", dilation=" + one(options.dilation) + ", groups=" + std::to_string(options.groups) +
+         ", bias=" + (bias.defined() ? "true" : "false");
 }
 
 // ---------------------------------------------------------------- ConvTranspose2d, ConvTranspose1d
@@ -335,10 +337,12 @@ IntList output_padding_for(const char* op, const Tensor& x, IntList output_size,
   for (size_t i = 0; i < kernel.size(); ++i)
     if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return fallback; // and these
   const int64_t leading = x.dim() - k; // the batch (if any) and the channels
-  if (static_cast<int64_t>(output_size.size()) == leading + k) output_size.erase(output_size.begin(), output_size.begin() + leading);
+  if (static_cast<int64_t>(output_size.size()) == leading + k)
+    output_size.erase(output_size.begin(), output_size.begin() + leading);
   if (static_cast<int64_t>(output_size.size()) != k)
-    detail::fail(op, "for " + std::to_string(x.dim()) + "-d input, output_size must have " + std::to_string(k) + " or " +
-                         std::to_string(leading + k) + " elements (got " + std::to_string(output_size.size()) + ")",
+    detail::fail(op,
+                 "for " + std::to_string(x.dim()) + "-d input, output_size must have " + std::to_string(k) + " or " +
+                     std::to_string(leading + k) + " elements (got " + std::to_string(output_size.size()) + ")",
                  {&x}, loc);
   IntList low, high, in, result;
   for (int64_t d = 0; d < k; ++d) {
@@ -356,8 +360,9 @@ IntList output_padding_for(const char* op, const Tensor& x, IntList output_size,
   }
   for (size_t i = 0; i < output_size.size(); ++i) {
     if (output_size[i] < low[i] || output_size[i] > high[i])
-      detail::fail(op, "requested an output size of " + py_list(output_size) + ", but valid sizes range from " +
-                           py_list(low) + " to " + py_list(high) + " (for an input of " + py_list(in) + ")",
+      detail::fail(op,
+                   "requested an output size of " + py_list(output_size) + ", but valid sizes range from " +
+                       py_list(low) + " to " + py_list(high) + " (for an input of " + py_list(in) + ")",
                    {&x}, loc);
     result.push_back(output_size[i] - low[i]);
   }
@@ -382,9 +387,9 @@ Tensor ConvTranspose2d::forward(const Tensor& x, const IntList& output_size, Loc
   const graph::SourceScope at(loc);
   const detail::UserCall call(name(), loc);
   const ConvTranspose2dOptions& o = options;
-  const IntList op = output_padding_for("ConvTranspose2d", x, output_size, {kernel_.h, kernel_.w}, {o.stride.h, o.stride.w},
-                                        {o.padding.h, o.padding.w}, {o.dilation.h, o.dilation.w},
-                                        {o.output_padding.h, o.output_padding.w}, loc);
+  const IntList op = output_padding_for("ConvTranspose2d", x, output_size, {kernel_.h, kernel_.w},
+                                        {o.stride.h, o.stride.w}, {o.padding.h, o.padding.w},
+                                        {o.dilation.h, o.dilation.w}, {o.output_padding.h, o.output_padding.w}, loc);
   return functional::conv_transpose2d(x, weight, bias, o.stride, o.padding, {op[0], op[1]}, o.groups, o.dilation);
 }
 

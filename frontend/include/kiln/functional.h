@@ -41,13 +41,10 @@ template <class Extents> struct ConvPadding {
   /// The same padding on each side of every spatial dim.
   ConvPadding(int64_t v) : size(v) {} // NOLINT: implicit, as PyTorch's int argument
   /// Height and width (2-d).
-  ConvPadding(int64_t h, int64_t w)
-    requires std::same_as<Extents, Size2>
-      : size(h, w) {}
+  ConvPadding(int64_t h, int64_t w) requires std::same_as<Extents, Size2> : size(h, w) {}
   /// Explicit extents (2-d).
   ConvPadding(const Size2& v) // NOLINT: implicit, as PyTorch's tuple argument
-    requires std::same_as<Extents, Size2>
-      : size(v) {}
+      requires std::same_as<Extents, Size2> : size(v) {}
   /// Valid or Same (Explicit means no padding).
   ConvPadding(PaddingMode m) : mode(m) {} // NOLINT: implicit, as PyTorch's string argument
   /// "valid" or "same", as PyTorch's string argument.
@@ -90,9 +87,9 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
-/// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw] (im2col + matmul), with
-/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group). The padding may
-/// be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).
+/// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw]
+/// (im2col + matmul), with torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+/// The padding may be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
               const Padding2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 1-d cross-correlation of x [N, C, L] (or unbatched [C, L]) with weight [out, C/groups, k], as

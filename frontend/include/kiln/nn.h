@@ -386,7 +386,7 @@ public:
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AdaptiveAvgPool2d"; } ///< "AdaptiveAvgPool2d"
-  std::string extra_repr() const override;                   ///< output_size
+  std::string extra_repr() const override;                          ///< output_size
 protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
@@ -402,7 +402,7 @@ public:
   /// [N, C, Lo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
   std::string name() const override { return "AdaptiveAvgPool1d"; } ///< "AdaptiveAvgPool1d"
-  std::string extra_repr() const override;                   ///< output_size
+  std::string extra_repr() const override;                          ///< output_size
 protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
