@@ -175,10 +175,10 @@ struct InterpolateOptions {
 /// index_select (two, weighted, for the linear modes, four for "bicubic"; "area" is adaptive_avg_pool's), so the
 /// gradient is theirs, and it fuses and compiles as any op. "bicubic" in f32 is within a few 1e-6 (relative to
 /// max(1, |value|)) of PyTorch's, whose kernel rounds its weights and products differently; in f64, an ulp or
-/// so. The gradient is that of the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its forward does not (a
-/// scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for this rank, size
-/// and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty input (but for the
-/// batch) or output, a non-floating input.
+/// so. The gradient is that of the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its
+/// forward does not (a scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for
+/// this rank, size and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty
+/// input (but for the batch) or output, a non-floating input.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
