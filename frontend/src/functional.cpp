@@ -551,6 +551,40 @@ void check_window_1d(const char* op, const Tensor& x, int64_t k, int64_t s, int6
          {&x}, loc);
 }
 
+// The zeros of "same" on each side of one dim, and the odd one more at its end: dilation * (kernel - 1) in
+// all, as PyTorch's _convolution_same.
+std::pair<int64_t, int64_t> same_padding(const char* op, int64_t k, int64_t d, const Tensor& x, const Loc& loc) {
+  if (k <= 0 || d <= 0) return {0, 0}; // the convolution's own checks report the kernel or the dilation
+  const auto total = graph::checked_mul(d, k - 1);
+  if (!total) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
+  return {*total / 2, *total % 2};
+}
+
+// A padding string known, and "same" only where the stride is 1, as PyTorch's conv.
+template <class E>
+void check_padding_mode(const char* op, const ConvPadding<E>& p, bool strided, const Tensor& x, const Loc& loc) {
+  if (!p.unknown.empty())
+    fail(op, "invalid padding string '" + p.unknown + "' (give \"valid\", \"same\" or the zeros per side)", {&x}, loc);
+  if (p.mode == PaddingMode::Same && strided)
+    fail(op, "padding='same' is not supported for strided convolutions", {&x}, loc);
+}
+
+// x [N, C, H, W] with a "same" padding's odd zeros at the end of H and W, and the zeros on each side that
+// the convolution adds itself.
+std::pair<Tensor, Size2> apply_padding(const char* op, const Tensor& x, const Tensor& weight, const Padding2& p,
+                                       const Size2& stride, const Size2& dilation, const Loc& loc) {
+  check_padding_mode(op, p, stride.h != 1 || stride.w != 1, x, loc);
+  switch (p.mode) {
+  case PaddingMode::Explicit: return {x, p.size};
+  case PaddingMode::Valid: return {x, Size2(0)};
+  case PaddingMode::Same: break;
+  }
+  if (weight.dim() != 4) fail(op, "the weight must be [out, in/groups, kh, kw]", {&x, &weight}, loc);
+  const auto [h, end_h] = same_padding(op, weight.size(2), dilation.h, x, loc);
+  const auto [w, end_w] = same_padding(op, weight.size(3), dilation.w, x, loc);
+  return {pad_hw(x, Size2(0), 0, Size2(end_h, end_w)), Size2(h, w)};
+}
+
 // A 1-d layer as its 2-d form over a unit height: f([N, C, 1, L]) for x [N, C, L] (or [C, L], a batch of one).
 template <class F> Tensor over_unit_height(const Tensor& x, const Loc& loc, F f) {
   const bool unbatched = x.dim() == 2;
@@ -561,24 +595,36 @@ template <class F> Tensor over_unit_height(const Tensor& x, const Loc& loc, F f)
 
 } // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Size2& padding,
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size2& stride, const Padding2& padding,
               const Size2& dilation, int64_t groups, Loc loc) {
   const graph::SourceScope at(loc, "conv2d"); // nodes made here record the caller's line
-  if (x.dim() == 3) // unbatched [C, H, W], as PyTorch: a batch of one
-    return conv2d_impl("conv2d", x.unsqueeze(0, loc), weight, bias, stride, padding, dilation, groups, loc).squeeze(0, loc);
-  return conv2d_impl("conv2d", x, weight, bias, stride, padding, dilation, groups, loc);
+  if (!x.defined() || !weight.defined()) throw Error("conv2d", "the input or the weight is undefined", loc);
+  const bool unbatched = x.dim() == 3; // [C, H, W], as PyTorch: a batch of one
+  const auto [xp, p] =
+      apply_padding("conv2d", unbatched ? x.unsqueeze(0, loc) : x, weight, padding, stride, dilation, loc);
+  const Tensor y = conv2d_impl("conv2d", xp, weight, bias, stride, p, dilation, groups, loc);
+  return unbatched ? y.squeeze(0, loc) : y;
 }
 
-Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding, int64_t dilation,
-              int64_t groups, Loc loc) {
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, const Padding1& padding,
+              int64_t dilation, int64_t groups, Loc loc) {
   const graph::SourceScope at(loc, "conv1d"); // nodes made here record the caller's line
-  if (!weight.defined() || weight.dim() != 3) fail("conv1d", "the weight must be [out, in/groups, k]", {&x, &weight}, loc);
-  check_window_1d("conv1d", x, weight.size(2), stride, padding, dilation, false, loc);
-  const Tensor xb = x.dim() == 2 ? x.unsqueeze(0, loc) : x; // the channels are dim 1 of the batched form
+  if (!x.defined() || !weight.defined()) throw Error("conv1d", "the input or the weight is undefined", loc);
+  if (weight.dim() != 3) fail("conv1d", "the weight must be [out, in/groups, k]", {&x, &weight}, loc);
+  check_padding_mode("conv1d", padding, stride != 1, x, loc);
+  int64_t p = padding.mode == PaddingMode::Explicit ? padding.size : 0;
+  Tensor xp = x;
+  if (padding.mode == PaddingMode::Same) {
+    const auto [each, end] = same_padding("conv1d", weight.size(2), dilation, x, loc);
+    p = each;
+    if (end != 0 && (x.dim() == 2 || x.dim() == 3)) xp = pad(x, {0, end}, 0); // other ranks: reported below
+  }
+  check_window_1d("conv1d", xp, weight.size(2), stride, p, dilation, false, loc);
+  const Tensor xb = xp.dim() == 2 ? xp.unsqueeze(0, loc) : xp; // the channels are dim 1 of the batched form
   check_conv_channels("conv1d", xb, weight, bias, groups, loc);
-  return over_unit_height(x, loc, [&](const Tensor& x4) {
-    return conv2d_impl("conv1d", x4, weight.unsqueeze(2, loc), bias, Size2(1, stride), Size2(0, padding),
-                       Size2(1, dilation), groups, loc);
+  return over_unit_height(xp, loc, [&](const Tensor& x4) {
+    return conv2d_impl("conv1d", x4, weight.unsqueeze(2, loc), bias, Size2(1, stride), Size2(0, p), Size2(1, dilation),
+                       groups, loc);
   });
 }
 

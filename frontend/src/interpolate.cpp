@@ -1,8 +1,9 @@
-// nn::functional::interpolate: resampling the spatial dims of [N, C, ...] one dim at a time, each an
-// index_select (two, weighted, for linear interpolation) whose indices and weights are computed on
-// the tensor's device from an arange, with PyTorch 1.13's CPU index arithmetic (upsample kernels'
-// area_pixel_compute_source_index and nearest_idx), so that gradients, fusion, compile() and the
-// CUDA path need nothing new.
+// nn::functional::interpolate and adaptive_avg_pool1d/2d: resampling the spatial dims of [N, C, ...] one dim
+// at a time, each an index_select (two, weighted, for linear interpolation, four for cubic, the longest
+// window's taps for area) whose indices and weights are computed on the tensor's device from an arange, with
+// PyTorch 1.13's CPU index arithmetic (upsample kernels' area_pixel_compute_source_index, nearest_idx and
+// cubic coefficients, adaptive pooling's start_index and end_index), so that gradients, fusion, compile()
+// and the CUDA path need nothing new.
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/node.h"
+#include "graph/shape.h"
 #include "kiln/functional.h"
 #include "kiln/indexops.h"
 
@@ -22,7 +24,7 @@ namespace {
 
 constexpr const char* kOp = "interpolate";
 
-enum class Mode { Nearest, NearestExact, Linear };
+enum class Mode { Nearest, NearestExact, Linear, Cubic, Area };
 
 // One spatial dim's resampling: its extents, and the user's scale factor where the source
 // coordinates use it (scale_factor given and recompute_scale_factor not true).
@@ -35,23 +37,26 @@ struct Axis {
 
 // The mode, checked against the input's rank (3 to 5, checked before) and align_corners.
 Mode parse_mode(const InterpolateOptions& o, const Tensor& x, const Loc& loc) {
-  if (o.mode == "nearest" || o.mode == "nearest-exact") {
-    if (o.align_corners)
-      fail("align_corners is for the linear modes (linear, bilinear, trilinear) only, not \"" + o.mode + "\"", x, loc);
-    return o.mode == "nearest" ? Mode::Nearest : Mode::NearestExact;
-  }
-  const char* linear[] = {"linear", "bilinear", "trilinear"}; // for 1, 2 and 3 spatial dims
-  for (int64_t k = 0; k < 3; ++k) {
-    if (o.mode != linear[k]) continue;
-    if (x.dim() != k + 3)
-      fail("mode \"" + o.mode + "\" needs a " + std::to_string(k + 3) + "-d input (" + std::to_string(k + 1) +
-               " spatial dims), got " + std::to_string(x.dim()) + "-d",
+  const bool nearest = o.mode == "nearest" || o.mode == "nearest-exact";
+  if ((nearest || o.mode == "area") && o.align_corners)
+    fail("align_corners is for the interpolating modes (linear, bilinear, bicubic, trilinear) only, not \"" + o.mode +
+             "\"",
+         x, loc);
+  if (nearest) return o.mode == "nearest" ? Mode::Nearest : Mode::NearestExact;
+  if (o.mode == "area") return Mode::Area;
+  // the interpolating modes, each for its rank
+  const char* modes[] = {"linear", "bilinear", "trilinear", "bicubic"};
+  const int64_t spatial[] = {1, 2, 3, 2};
+  for (int64_t k = 0; k < 4; ++k) {
+    if (o.mode != modes[k]) continue;
+    if (x.dim() != spatial[k] + 2)
+      fail("mode \"" + o.mode + "\" needs a " + std::to_string(spatial[k] + 2) + "-d input (" +
+               std::to_string(spatial[k]) + " spatial dims), got " + std::to_string(x.dim()) + "-d",
            x, loc);
-    return Mode::Linear;
+    return k == 3 ? Mode::Cubic : Mode::Linear;
   }
-  fail("mode \"" + o.mode + "\" is not one of nearest, nearest-exact, linear, bilinear, trilinear" +
-           (o.mode == "bicubic" || o.mode == "area" ? " (kiln has no \"" + o.mode + "\")" : std::string()),
-       x, loc);
+  fail("mode \"" + o.mode + "\" is not one of nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area", x,
+       loc);
 }
 
 // Entry i of a per-dim list of k values, or its one value for every dim.
@@ -154,27 +159,154 @@ Tensor nearest_axis(const Tensor& y, const Axis& a, bool exact, bool shortcuts, 
   return index_select(y, d, nearest_index(a, exact, y.device()), loc);
 }
 
+// The source coordinates of a.dim's outputs as an [out] tensor of T on `dev`, as PyTorch's
+// area_pixel_compute_source_index: align_corners maps the corner samples onto each other (scale
+// (in - 1) / (out - 1), in T); else (dst + 0.5) * scale - 0.5 in double, as PyTorch, then rounded to T and,
+// but for cubic interpolation, clamped at 0.
+template <class T> Tensor source_coordinates(const Axis& a, bool align_corners, bool cubic, Device dev) {
+  constexpr DType dt = std::is_same_v<T, float> ? kFloat32 : kFloat64;
+  const auto out = static_cast<double>(a.out);
+  if (align_corners) {
+    const T scale = a.out > 1 ? static_cast<T>(a.in - 1) / static_cast<T>(a.out - 1) : T(0);
+    return arange(0, out, 1, dt, dev) * static_cast<double>(scale);
+  }
+  const Tensor src = ((arange(0, out, 1, kFloat64, dev) + 0.5) * static_cast<double>(source_scale<T>(a)) - 0.5).to(dt);
+  return cubic ? src : clamp(src, 0.0);
+}
+
+// A per-output weight [out] shaped to broadcast against y along a.dim: [out, 1, ...].
+Tensor along(const Tensor& w, const Tensor& y, const Axis& a) {
+  IntList shape(static_cast<size_t>(y.dim() - a.dim), 1);
+  shape[0] = w.size(0);
+  return w.reshape(shape);
+}
+
 // y linearly interpolated along a.dim, as PyTorch's compute_source_index_and_lambda in x's dtype T: the
 // source coordinate src (clamped at 0), its two neighbours floor(src) and the next (the last one twice),
 // weighted 1 - l and l = src - floor(src). An extent kept is copied, as PyTorch.
 template <class T> Tensor linear_axis(const Tensor& y, const Axis& a, bool align_corners, const Loc& loc) {
   if (a.out == a.in) return y;
-  constexpr DType dt = std::is_same_v<T, float> ? kFloat32 : kFloat64;
-  const Device dev = y.device();
-  const auto out = static_cast<double>(a.out);
-  Tensor src;
-  if (align_corners) {
-    const T scale = a.out > 1 ? static_cast<T>(a.in - 1) / static_cast<T>(a.out - 1) : T(0);
-    src = arange(0, out, 1, dt, dev) * static_cast<double>(scale);
-  } else { // (dst + 0.5) * scale - 0.5 in double, as PyTorch, then rounded to T
-    src = ((arange(0, out, 1, kFloat64, dev) + 0.5) * static_cast<double>(source_scale<T>(a)) - 0.5).to(dt);
-    src = clamp(src, 0.0);
-  }
+  const Tensor src = source_coordinates<T>(a, align_corners, false, y.device());
   const Tensor base = floor(src), i0 = base.to(kInt64), i1 = clamp(i0 + 1, std::nullopt, a.in - 1);
-  IntList wshape(static_cast<size_t>(y.dim() - a.dim), 1);
-  wshape[0] = a.out;
-  const Tensor l1 = clamp(src - base, 0.0, 1.0).reshape(wshape), l0 = 1.0 - l1;
+  const Tensor l1 = along(clamp(src - base, 0.0, 1.0), y, a), l0 = 1.0 - l1;
   return index_select(y, a.dim, i0, loc) * l0 + index_select(y, a.dim, i1, loc) * l1;
+}
+
+// PyTorch's cubic convolution kernel (Keys, A = -0.75) at distance x of a tap: cubic_convolution1 for the
+// two inner taps (|x| <= 1), cubic_convolution2 for the outer ones (1 < |x| < 2), in PyTorch's operation order.
+constexpr double kCubicA = -0.75;
+Tensor cubic_inner(const Tensor& x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1.0; }
+Tensor cubic_outer(const Tensor& x) { return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA; }
+
+// y cubically interpolated along a.dim, as PyTorch 1.13's upsample_bicubic2d (HelperInterpCubic) in x's
+// dtype T: the source coordinate src (not clamped), the four taps floor(src) - 1 .. floor(src) + 2 clamped
+// to the input (the border repeated), weighted by the cubic kernel at t = src - floor(src). An extent kept is
+// not copied: PyTorch interpolates it too (its weights are 0, 1, 0, 0, and a non-finite neighbour gives NaN).
+template <class T> Tensor cubic_axis(const Tensor& y, const Axis& a, bool align_corners, const Loc& loc) {
+  const Tensor src = source_coordinates<T>(a, align_corners, true, y.device());
+  const Tensor base = floor(src), t = src - base, i0 = base.to(kInt64);
+  const Tensor weights[4] = {cubic_outer(t + 1.0), cubic_inner(t), cubic_inner(1.0 - t), cubic_outer(2.0 - t)};
+  Tensor sum;
+  for (int64_t k = 0; k < 4; ++k) { // summed in PyTorch's order
+    const Tensor tap = index_select(y, a.dim, clamp(i0 + (k - 1), 0, a.in - 1), loc) * along(weights[k], y, a);
+    sum = sum.defined() ? sum + tap : tap;
+  }
+  return sum;
+}
+
+// y averaged along a.dim over PyTorch's adaptive windows: output j averages the inputs
+// [floor(j * in / out), ceil((j + 1) * in / out)), its sum divided by its length. Windows that tile
+// the input are a reshape and a mean; else one index_select gathers the K taps of the longest window for
+// every output (a shorter window's extra taps repeat its last element and are masked out).
+Tensor area_axis(const Tensor& y, const Axis& a, const Loc& loc) {
+  const int64_t d = a.dim, in = a.in, out = a.out;
+  if (out == in) return y; // windows of one element each
+  IntList shape = y.shape();
+  shape[static_cast<size_t>(d)] = out;
+  if (out == 0) return y.slice(d, 0, 0, 1, loc);
+  if (in % out == 0) {
+    IntList split = shape;
+    split.insert(split.begin() + d + 1, in / out);
+    return y.reshape(split, loc).sum(d + 1, false, loc) / static_cast<double>(in / out);
+  }
+  int64_t taps = 0; // the longest window, at most ceil(in / out) + 1
+  for (int64_t j = 0; j < out; ++j)
+    taps = std::max(taps, (j + 1) * in / out + ((j + 1) * in % out != 0) - j * in / out);
+  // start and end in f64: exact, as j * in stays far below 2^53 for any tensor kiln holds
+  const Device dev = y.device();
+  const Tensor j = arange(0, static_cast<double>(out), 1, kFloat64, dev).reshape({out, 1});
+  const Tensor start = floor(j * static_cast<double>(in) / static_cast<double>(out));
+  const Tensor end = ceil((j + 1.0) * static_cast<double>(in) / static_cast<double>(out));
+  const Tensor at = start + arange(0, static_cast<double>(taps), 1, kFloat64, dev).reshape({1, taps}); // [out, K]
+  const Tensor idx = minimum(at, end - 1.0).to(kInt64).reshape({out * taps});
+  IntList windows = shape, mask_shape(static_cast<size_t>(y.dim() - d), 1);
+  windows[static_cast<size_t>(d)] = taps;
+  windows.insert(windows.begin() + d, out); // [..., out, K, ...]
+  mask_shape[0] = out;
+  mask_shape.insert(mask_shape.begin() + 1, taps);
+  const Tensor gathered = index_select(y, d, idx, loc).reshape(windows, loc);
+  const Tensor sums = where(lt(at, end).reshape(mask_shape), gathered, 0.0, loc).sum(d + 1, false, loc);
+  return sums / along((end - start).reshape({out}).to(y.dtype()), sums, a);
+}
+
+// x resampled along each of `dims` in `mode`, the last dim first, as PyTorch's separable kernels nest them
+// (the same products and sums).
+Tensor resample(const Tensor& x, const std::vector<Axis>& dims, Mode mode, bool align_corners, const Loc& loc) {
+  Tensor y = x;
+  const bool f32 = x.dtype() == kFloat32;
+  for (auto a = dims.rbegin(); a != dims.rend(); ++a) {
+    switch (mode) {
+    case Mode::Nearest:
+    case Mode::NearestExact:
+      y = nearest_axis(y, *a, mode == Mode::NearestExact, mode == Mode::Nearest && x.dim() > 3, loc);
+      break;
+    case Mode::Linear:
+      y = f32 ? linear_axis<float>(y, *a, align_corners, loc) : linear_axis<double>(y, *a, align_corners, loc);
+      break;
+    case Mode::Cubic:
+      y = f32 ? cubic_axis<float>(y, *a, align_corners, loc) : cubic_axis<double>(y, *a, align_corners, loc);
+      break;
+    case Mode::Area: y = area_axis(y, *a, loc); break;
+    }
+  }
+  return y;
+}
+
+// The checks of adaptive_avg_pool1d/2d (op) on x with `spatial` trailing dims, as PyTorch's: its rank,
+// a floating dtype, output extents >= 0 and input extents > 0 (only the batch and channels may be empty).
+void check_adaptive(const char* op, const Tensor& x, int64_t spatial, const IntList& output_size, const Loc& loc) {
+  if (!x.defined()) throw Error(op, "the input is undefined", loc);
+  if (x.dim() != spatial + 1 && x.dim() != spatial + 2)
+    detail::fail(op,
+                 spatial == 1 ? "expects a [N, C, L] (or unbatched [C, L]) input"
+                              : "expects a [N, C, H, W] (or unbatched [C, H, W]) input",
+                 {&x}, loc);
+  if (!is_floating(x.dtype())) detail::fail(op, "needs a floating tensor", {&x}, loc);
+  for (int64_t v : output_size)
+    if (v < 0)
+      detail::fail(op,
+                   "elements of output_size must be greater than or equal to 0 but received " +
+                       graph::shape_str(output_size),
+                   {&x}, loc);
+  for (int64_t d = x.dim() - spatial; d < x.dim(); ++d)
+    if (x.size(d) == 0)
+      detail::fail(op, "expects non-zero extents in the spatial dims, but dim " + std::to_string(d) + " is empty", {&x},
+                   loc);
+}
+
+// adaptive average pooling of x's last output_size.size() dims, checked.
+Tensor adaptive_avg_pool(const char* op, const Tensor& x, const IntList& output_size, const Loc& loc) {
+  const auto spatial = static_cast<int64_t>(output_size.size());
+  check_adaptive(op, x, spatial, output_size, loc);
+  std::vector<Axis> dims;
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t d = x.dim() - spatial + i;
+    dims.push_back({d, x.size(d), output_size[static_cast<size_t>(i)], std::nullopt});
+  }
+  IntList shape = x.shape();
+  for (const Axis& a : dims) shape[static_cast<size_t>(a.dim)] = a.out;
+  detail::check_shape(op, shape, {&x}, loc);
+  return resample(x, dims, Mode::Area, false, loc);
 }
 
 } // namespace
@@ -190,14 +322,17 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc) 
   IntList shape = x.shape();
   for (const Axis& a : dims) shape[static_cast<size_t>(a.dim)] = a.out;
   detail::check_shape(kOp, shape, {&x}, loc);
-  Tensor y = x;
-  // The last dim first, as PyTorch's separable kernels nest them (the same products and sums).
-  for (auto a = dims.rbegin(); a != dims.rend(); ++a) {
-    if (mode != Mode::Linear) y = nearest_axis(y, *a, mode == Mode::NearestExact, mode == Mode::Nearest && x.dim() > 3, loc);
-    else if (x.dtype() == kFloat32) y = linear_axis<float>(y, *a, options.align_corners.value_or(false), loc);
-    else y = linear_axis<double>(y, *a, options.align_corners.value_or(false), loc);
-  }
-  return y;
+  return resample(x, dims, mode, options.align_corners.value_or(false), loc);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc) {
+  const graph::SourceScope at(loc, "adaptive_avg_pool2d"); // nodes made here record the caller's line
+  return adaptive_avg_pool("adaptive_avg_pool2d", x, {output_size.h, output_size.w}, loc);
+}
+
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc) {
+  const graph::SourceScope at(loc, "adaptive_avg_pool1d"); // nodes made here record the caller's line
+  return adaptive_avg_pool("adaptive_avg_pool1d", x, {output_size}, loc);
 }
 
 } // namespace kiln::nn::functional

@@ -12,6 +12,7 @@
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/random.h"
+#include "graph/shape.h"
 #include "kiln/autograd.h"
 #include "kiln/indexops.h"
 
@@ -37,6 +38,25 @@ std::string join_ints(std::initializer_list<int64_t> v) {
 }
 
 std::string size2_str(const Size2& s) { return join_ints({s.h, s.w}); }
+
+// A convolution module's padding string known, and "same" not strided, checked where it is made (PyTorch's
+// ValueError of _ConvNd's constructor).
+template <class E> void check_padding_option(const char* op, const ConvPadding<E>& p, bool strided, const Loc& loc) {
+  if (!p.unknown.empty())
+    throw Error(op, "invalid padding string '" + p.unknown + "', should be one of {'valid', 'same'}", loc);
+  if (p.mode == PaddingMode::Same && strided)
+    throw Error(op, "padding='same' is not supported for strided convolutions", loc);
+}
+
+// A convolution module's padding as PyTorch's repr writes it: the string, or the extents by `extents`.
+template <class E, class F> std::string padding_str(const ConvPadding<E>& p, F extents) {
+  switch (p.mode) {
+  case PaddingMode::Explicit: return extents(p.size);
+  case PaddingMode::Valid: return "valid";
+  case PaddingMode::Same: return "same";
+  }
+  return extents(p.size); // unreachable: every mode returns above
+}
 
 } // namespace
 
@@ -222,6 +242,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
     throw Error("Conv2d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive", loc);
+  check_padding_option("Conv2d", opts.padding, opts.stride.h != 1 || opts.stride.w != 1, loc);
   const detail::UserCall call("Conv2d", loc);
   const graph::SourceScope at(loc);
   const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
@@ -236,7 +257,7 @@ Tensor Conv2d::forward_impl(const Tensor& x) {
 
 std::string Conv2d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size2_str(kernel_) +
-         ", stride=" + size2_str(options.stride) + ", padding=" + size2_str(options.padding) +
+         ", stride=" + size2_str(options.stride) + ", padding=" + padding_str(options.padding, size2_str) +
          ", dilation=" + size2_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
          ", bias=" + (bias.defined() ? "true" : "false");
 }
@@ -250,6 +271,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
     throw Error("Conv1d", "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size <= 0) throw Error("Conv1d", "the kernel size must be positive", loc);
+  check_padding_option("Conv1d", opts.padding, opts.stride != 1, loc);
   const detail::UserCall call("Conv1d", loc);
   const graph::SourceScope at(loc);
   // Kaiming-uniform with a = sqrt(5) over fan_in = in/groups * k, as the bias: bound 1/sqrt(fan_in).
@@ -265,8 +287,9 @@ Tensor Conv1d::forward_impl(const Tensor& x) {
 std::string Conv1d::extra_repr() const {
   auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; }; // PyTorch's 1-tuples
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
-         ", stride=" + one(options.stride) + ", padding=" + one(options.padding) + ", dilation=" + one(options.dilation) +
-         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+         ", stride=" + one(options.stride) + ", padding=" + padding_str(options.padding, one) +
+         ", dilation=" + one(options.dilation) + ", groups=" + std::to_string(options.groups) +
+         ", bias=" + (bias.defined() ? "true" : "false");
 }
 
 // ---------------------------------------------------------------- ConvTranspose2d, ConvTranspose1d
@@ -295,6 +318,57 @@ void make_transposed_parameters(Module& m, Tensor& weight, Tensor& bias, const c
   if (with_bias) bias = m.register_parameter("bias", uniform({out}, bound));
 }
 
+// "[9, 11]": a list of extents as Python prints one.
+std::string py_list(const IntList& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The output_padding per spatial dim that makes a transposed convolution of x give the spatial extents
+// `output_size` (alone, or after the batch and channels of x), as PyTorch's _ConvTransposeNd._output_padding.
+// An input of the wrong rank, or a non-positive stride or dilation or a negative padding, gets the options'
+// `fallback`: the convolution reports them.
+IntList output_padding_for(const char* op, const Tensor& x, IntList output_size, const IntList& kernel,
+                           const IntList& stride, const IntList& padding, const IntList& dilation,
+                           const IntList& fallback, const Loc& loc) {
+  const auto k = static_cast<int64_t>(kernel.size());
+  if (!x.defined() || (x.dim() != k + 1 && x.dim() != k + 2)) return fallback;
+  for (size_t i = 0; i < kernel.size(); ++i)
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0) return fallback; // and these
+  const int64_t leading = x.dim() - k; // the batch (if any) and the channels
+  if (static_cast<int64_t>(output_size.size()) == leading + k)
+    output_size.erase(output_size.begin(), output_size.begin() + leading);
+  if (static_cast<int64_t>(output_size.size()) != k)
+    detail::fail(op,
+                 "for " + std::to_string(x.dim()) + "-d input, output_size must have " + std::to_string(k) + " or " +
+                     std::to_string(leading + k) + " elements (got " + std::to_string(output_size.size()) + ")",
+                 {&x}, loc);
+  IntList low, high, in, result;
+  for (int64_t d = 0; d < k; ++d) {
+    const auto i = static_cast<size_t>(d);
+    // (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1, the extent without output_padding
+    const auto spread = graph::checked_mul(x.size(leading + d) - 1, stride[i]);
+    const auto reach = graph::checked_mul(dilation[i], kernel[i] - 1);
+    const auto twice_pad = graph::checked_mul(2, padding[i]);
+    const auto grown = spread && reach ? graph::checked_add(*spread, *reach) : std::nullopt;
+    const auto m = grown && twice_pad ? graph::checked_add(*grown - *twice_pad, 1) : std::nullopt;
+    if (!m || !graph::checked_add(*m, stride[i] - 1)) detail::fail(op, "the output size overflows int64", {&x}, loc);
+    in.push_back(x.size(leading + d));
+    low.push_back(*m);
+    high.push_back(*m + stride[i] - 1);
+  }
+  for (size_t i = 0; i < output_size.size(); ++i) {
+    if (output_size[i] < low[i] || output_size[i] > high[i])
+      detail::fail(op,
+                   "requested an output size of " + py_list(output_size) + ", but valid sizes range from " +
+                       py_list(low) + " to " + py_list(high) + " (for an input of " + py_list(in) + ")",
+                   {&x}, loc);
+    result.push_back(output_size[i] - low[i]);
+  }
+  return result;
+}
+
 } // namespace
 
 ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
@@ -307,6 +381,16 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
 Tensor ConvTranspose2d::forward_impl(const Tensor& x) {
   return functional::conv_transpose2d(x, weight, bias, options.stride, options.padding, options.output_padding,
                                       options.groups, options.dilation);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const ConvTranspose2dOptions& o = options;
+  const IntList op = output_padding_for("ConvTranspose2d", x, output_size, {kernel_.h, kernel_.w},
+                                        {o.stride.h, o.stride.w}, {o.padding.h, o.padding.w},
+                                        {o.dilation.h, o.dilation.w}, {o.output_padding.h, o.output_padding.w}, loc);
+  return functional::conv_transpose2d(x, weight, bias, o.stride, o.padding, {op[0], op[1]}, o.groups, o.dilation);
 }
 
 std::string ConvTranspose2d::extra_repr() const {
@@ -326,6 +410,15 @@ ConvTranspose1d::ConvTranspose1d(int64_t in_channels, int64_t out_channels, int6
 Tensor ConvTranspose1d::forward_impl(const Tensor& x) {
   return functional::conv_transpose1d(x, weight, bias, options.stride, options.padding, options.output_padding,
                                       options.groups, options.dilation);
+}
+
+Tensor ConvTranspose1d::forward(const Tensor& x, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const ConvTranspose1dOptions& o = options;
+  const IntList op = output_padding_for("ConvTranspose1d", x, output_size, {kernel_}, {o.stride}, {o.padding},
+                                        {o.dilation}, {o.output_padding}, loc);
+  return functional::conv_transpose1d(x, weight, bias, o.stride, o.padding, op[0], o.groups, o.dilation);
 }
 
 std::string ConvTranspose1d::extra_repr() const {
@@ -393,6 +486,14 @@ std::string AvgPool1d::extra_repr() const {
          std::to_string(padding_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
          ", count_include_pad=" + (count_include_pad_ ? "true" : "false");
 }
+
+Tensor AdaptiveAvgPool2d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool2d(x, output_size_); }
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size2_str(output_size_); }
+
+Tensor AdaptiveAvgPool1d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool1d(x, output_size_); }
+
+std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
 
 // ---------------------------------------------------------------- Upsample
 

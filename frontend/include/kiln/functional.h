@@ -5,9 +5,12 @@
 /// the losses. Everything is lazy graph, so gradients come from autograd and
 /// the functions fuse with their neighbours.
 
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -23,6 +26,40 @@ struct Size2 {
   /// Height and width.
   Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
 };
+
+/// PyTorch's padding strings of a convolution: Valid is no padding, Same pads dilation * (kernel - 1) in
+/// all per dim (the odd one at the end: right, bottom), so that a stride-1 output is as large as the input.
+enum class PaddingMode { Explicit, Valid, Same };
+
+/// The `padding` of a convolution as PyTorch's int, tuple or string: an integer (every spatial dim), {h, w}
+/// (2-d only), "valid", "same" or a PaddingMode. A string that is neither is an error of the convolution
+/// given it (which names the caller's line), as torch's "Invalid padding string".
+template <class Extents> struct ConvPadding {
+  PaddingMode mode = PaddingMode::Explicit; ///< Explicit: `size` on each side
+  Extents size{0};                          ///< zeros added on each side (Explicit only)
+  std::string unknown{};                    ///< a string given that is neither "valid" nor "same"
+  /// The same padding on each side of every spatial dim.
+  ConvPadding(int64_t v) : size(v) {} // NOLINT: implicit, as PyTorch's int argument
+  /// Height and width (2-d).
+  ConvPadding(int64_t h, int64_t w) requires std::same_as<Extents, Size2> : size(h, w) {}
+  /// Explicit extents (2-d).
+  ConvPadding(const Size2& v) // NOLINT: implicit, as PyTorch's tuple argument
+      requires std::same_as<Extents, Size2> : size(v) {}
+  /// Valid or Same (Explicit means no padding).
+  ConvPadding(PaddingMode m) : mode(m) {} // NOLINT: implicit, as PyTorch's string argument
+  /// "valid" or "same", as PyTorch's string argument.
+  template <size_t N> ConvPadding(const char (&s)[N]) : ConvPadding(std::string_view(s, N - 1)) {} // NOLINT
+  /// "valid" or "same" (a runtime string).
+  explicit ConvPadding(std::string_view s)
+      : mode(s == "valid"  ? PaddingMode::Valid
+             : s == "same" ? PaddingMode::Same
+                           : PaddingMode::Explicit),
+        unknown(mode == PaddingMode::Explicit ? std::string(s) : std::string()) {}
+};
+/// The padding of conv1d and Conv1d: an integer, "valid", "same" or a PaddingMode.
+using Padding1 = ConvPadding<int64_t>;
+/// The padding of conv2d and Conv2d: an integer, {h, w}, a Size2, "valid", "same" or a PaddingMode.
+using Padding2 = ConvPadding<Size2>;
 
 } // namespace kiln::nn
 
@@ -50,15 +87,17 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::curren
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
-/// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw] (im2col + matmul), with
-/// torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+/// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw]
+/// (im2col + matmul), with torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
+/// The padding may be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
-              const Size2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+              const Padding2& padding = 0, const Size2& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 1-d cross-correlation of x [N, C, L] (or unbatched [C, L]) with weight [out, C/groups, k], as
 /// torch.nn.functional.conv1d with its defaults (no bias, stride 1, padding 0, dilation 1, one group):
-/// conv2d over a unit height, so its kernels and gradients are conv2d's.
+/// conv2d over a unit height, so its kernels and gradients are conv2d's. The padding may be "valid" or "same"
+/// (stride 1 only), as conv2d's.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
-              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+              const Padding1& padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 2-d transposed convolution ("deconvolution", conv2d's input gradient) of x [N, C, H, W] (or unbatched
 /// [C, H, W]) with weight [C, out/groups, kh, kw], as torch.nn.functional.conv_transpose2d in its argument order
 /// and defaults: output extents (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, where
@@ -100,6 +139,16 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 /// unit height (the same ceil_mode and count_include_pad); the stride defaults to the kernel size.
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// Mean over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
+/// torch.nn.functional.adaptive_avg_pool2d: output (i, j) averages rows [floor(i H / Ho), ceil((i + 1) H / Ho))
+/// and the columns likewise, for output_size (Ho, Wo) (0 gives an empty output). Built from index_select,
+/// reshape and sum, per dim (the columns' means, then the rows'), so its rounding differs from PyTorch's one
+/// sum over the window by an ulp or so. Errors: the rank, a non-floating input, a negative output extent,
+/// an empty H or W. Unlike PyTorch's, output_size has no "None" entry (keep that extent): give the extent.
+Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc = Loc::current());
+/// Mean over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
+/// torch.nn.functional.adaptive_avg_pool1d: output i averages [floor(i L / Lo), ceil((i + 1) L / Lo)).
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
 /// Options of interpolate, in PyTorch's argument order (designated initializers:
 /// `{.size = {8, 8}, .mode = "bilinear"}`, `{.scale_factor = {2}}`). Give exactly one of size and scale_factor;
 /// either lists one value per spatial dim, or one value for every spatial dim (Python's int or float).
@@ -107,10 +156,13 @@ struct InterpolateOptions {
   IntList size{};                     ///< the output's spatial extents (empty: from scale_factor)
   std::vector<double> scale_factor{}; ///< the output's extents are floor(input extent * scale_factor)
   /// "nearest" (torch's legacy nearest: source floor(dst * scale)), "nearest-exact" (floor((dst + 0.5) * scale)),
-  /// or linear interpolation: "linear" of [N, C, L], "bilinear" of [N, C, H, W], "trilinear" of [N, C, D, H, W].
+  /// linear interpolation: "linear" of [N, C, L], "bilinear" of [N, C, H, W], "trilinear" of [N, C, D, H, W],
+  /// "bicubic" of [N, C, H, W] (PyTorch's cubic convolution, A = -0.75, the border repeated), or "area"
+  /// (adaptive average pooling to the output size, any rank).
   std::string mode = "nearest";
-  /// The linear modes only (unset means false): true maps the corner samples of input and output onto each
-  /// other (scale (in - 1) / (out - 1)), false their outer edges (source (dst + 0.5) * scale - 0.5).
+  /// The interpolating modes only (linear, bilinear, bicubic, trilinear; unset means false): true maps the corner
+  /// samples of input and output onto each other (scale (in - 1) / (out - 1)), false their outer edges (source
+  /// (dst + 0.5) * scale - 0.5).
   std::optional<bool> align_corners{};
   /// With scale_factor: unset or false (PyTorch 1.13's default), the source coordinates use 1 / scale_factor;
   /// true, in / out of the computed size, as if that size had been given.
@@ -119,12 +171,14 @@ struct InterpolateOptions {
 /// Resamples the spatial dims of x [N, C, L], [N, C, H, W] or [N, C, D, H, W] (floating), as
 /// torch.nn.functional.interpolate of PyTorch 1.13: its CPU kernels' index arithmetic (in f32 for an f32 input)
 /// and their shortcuts (the linear modes copy an extent kept; 2-d and 3-d "nearest" copy an extent kept and
-/// take dst / 2 for one doubled, whatever the scale_factor). Each dim is an index_select (two, weighted, for
-/// the linear modes), so the gradient is theirs, and it fuses and compiles as any op. The gradient is that of
-/// the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its forward does not (a
-/// scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for this rank, size
-/// and scale_factor both or neither given, align_corners with a nearest mode, an empty input (but for the
-/// batch) or output, a non-floating input.
+/// take dst / 2 for one doubled, whatever the scale_factor; "bicubic" keeps no shortcut). Each dim is an
+/// index_select (two, weighted, for the linear modes, four for "bicubic"; "area" is adaptive_avg_pool's), so the
+/// gradient is theirs, and it fuses and compiles as any op. "bicubic" in f32 is within a few 1e-6 (relative to
+/// max(1, |value|)) of PyTorch's, whose kernel rounds its weights and products differently; in f64, an ulp or
+/// so. The gradient is that of the values, also where PyTorch's 1-d "nearest" backward takes shortcuts its
+/// forward does not (a scale_factor giving the input's extent or twice it). Errors: a mode unknown or not for
+/// this rank, size and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty
+/// input (but for the batch) or output, a non-floating input.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),

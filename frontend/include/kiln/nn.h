@@ -180,8 +180,8 @@ protected:
 
 /// Options of Conv2d (designated initializers: `{.padding = 1}`).
 struct Conv2dOptions {
-  Size2 stride = 1;   ///< step between windows
-  Size2 padding = 0;  ///< zeros added on each side
+  Size2 stride = 1;     ///< step between windows
+  Padding2 padding = 0; ///< zeros added on each side, or "valid" (none) or "same" (stride 1 only: Ho, Wo = H, W)
   Size2 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true;   ///< learnable bias per output channel
@@ -191,7 +191,8 @@ struct Conv2dOptions {
 /// Computed by im2col: pad, one strided slice per kernel tap, and one matmul per group.
 class Conv2d : public Module {
 public:
-  /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d.
+  /// Weight [out, in/groups, kh, kw], bias [out]; initialized as PyTorch's nn.Conv2d. A padding string other
+  /// than "valid" and "same", or "same" with a stride, is an error here, as PyTorch's.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {},
          Loc loc = Loc::current());
   /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
@@ -211,7 +212,7 @@ private:
 /// Options of Conv1d (designated initializers: `{.padding = 1}`).
 struct Conv1dOptions {
   int64_t stride = 1;   ///< step between windows
-  int64_t padding = 0;  ///< zeros added on each side
+  Padding1 padding = 0; ///< zeros added on each side, or "valid" (none) or "same" (stride 1 only: Lo = L)
   int64_t dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1;   ///< channel groups (in and out channels must divide by it)
   bool bias = true;     ///< learnable bias per output channel
@@ -222,6 +223,7 @@ struct Conv1dOptions {
 class Conv1d : public Module {
 public:
   /// Weight [out, in/groups, k], bias [out]; initialized as PyTorch's nn.Conv1d (bounds 1/sqrt(in/groups * k)).
+  /// A padding string other than "valid" and "same", or "same" with a stride, is an error here, as PyTorch's.
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {},
          Loc loc = Loc::current());
   /// [N, out, Lo]; a direct call names the caller's line, as operator() does
@@ -256,6 +258,11 @@ public:
                   Loc loc = Loc::current());
   /// [N, out, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// [N, out, Ho, Wo] of the spatial extents `output_size` ({Ho, Wo}, or {N, out, Ho, Wo}; unbatched {out, Ho, Wo},
+  /// where only the spatial extents are read), as torch.nn.ConvTranspose2d.forward(input, output_size): the
+  /// output_padding that gives them replaces the options' one. Each extent must lie in [m, m + stride - 1], m
+  /// the extent without output_padding; else a kiln::Error lists the valid ranges, as PyTorch's ValueError.
+  Tensor forward(const Tensor& x, const IntList& output_size, Loc loc = Loc::current());
   std::string name() const override { return "ConvTranspose2d"; } ///< "ConvTranspose2d"
   std::string extra_repr() const override;                 ///< configuration
   Tensor weight;                  ///< [in, out/groups, kh, kw]
@@ -287,6 +294,9 @@ public:
                   Loc loc = Loc::current());
   /// [N, out, Lo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// [N, out, Lo] of the extent `output_size` ({Lo}, or {N, out, Lo}; unbatched {out, Lo}), as
+  /// torch.nn.ConvTranspose1d.forward(input, output_size); see ConvTranspose2d's.
+  Tensor forward(const Tensor& x, const IntList& output_size, Loc loc = Loc::current());
   std::string name() const override { return "ConvTranspose1d"; } ///< "ConvTranspose1d"
   std::string extra_repr() const override;                 ///< configuration
   Tensor weight;                  ///< [in, out/groups, k]
@@ -367,8 +377,41 @@ private:
   bool ceil_mode_, count_include_pad_;
 };
 
+/// Mean over adaptive windows of [N, C, H, W] (or [C, H, W]) inputs to a fixed output size, as
+/// torch.nn.AdaptiveAvgPool2d (functional::adaptive_avg_pool2d).
+class AdaptiveAvgPool2d : public Module {
+public:
+  /// The output's extents (Ho, Wo); an integer means both.
+  explicit AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {}
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool2d"; } ///< "AdaptiveAvgPool2d"
+  std::string extra_repr() const override;                          ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  Size2 output_size_;
+};
+
+/// Mean over adaptive windows of [N, C, L] (or [C, L]) inputs to a fixed output length, as
+/// torch.nn.AdaptiveAvgPool1d (functional::adaptive_avg_pool1d).
+class AdaptiveAvgPool1d : public Module {
+public:
+  /// The output's length.
+  explicit AdaptiveAvgPool1d(int64_t output_size) : output_size_(output_size) {}
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool1d"; } ///< "AdaptiveAvgPool1d"
+  std::string extra_repr() const override;                          ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t output_size_;
+};
+
 /// Resampling of [N, C, ...] inputs by functional::interpolate with fixed options, as torch.nn.Upsample
-/// (size or scale_factor, mode "nearest" by default, align_corners for the linear modes).
+/// (size or scale_factor, mode "nearest" by default, also "linear", "bilinear", "bicubic", "trilinear",
+/// "nearest-exact" and "area"; align_corners for the interpolating modes).
 class Upsample : public Module {
 public:
   /// The interpolation's options; they are checked against each input, as PyTorch's.
