@@ -25,6 +25,33 @@ void update_running(Tensor running, const Tensor& batch, double m, const Tensor&
   running.assign(factor.defined() ? running * (1.0 - factor) + b * factor : running * (1.0 - m) + b * m);
 }
 
+namespace {
+
+/// x standardized over dims, and the mean and biased variance (kept dims) it used.
+struct Standardized {
+  Tensor y; ///< (x - mean) / sqrt(var + eps)
+  Tensor mean; ///< over dims, keepdim
+  Tensor var; ///< biased, over dims, keepdim
+};
+
+// The one normalization of layer_norm, batch_norm, group_norm and instance_norm: they differ in the dims.
+Standardized standardize(const Tensor& x, const IntList& dims, double eps, const Loc& loc) {
+  Tensor mean = x.mean(dims, true, loc);
+  Tensor xc = x - mean;
+  Tensor var = (xc * xc).mean(dims, true, loc);
+  return {xc * rsqrt(var + eps), mean, var};
+}
+
+// x * weight + bias with weight and bias [C] (each optional) broadcast along dim 1 of x [N, C, ...].
+Tensor per_channel_affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  IntList bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = x.size(1);
+  Tensor y = weight.defined() ? x * weight.reshape(bshape) : x;
+  return bias.defined() ? y + bias.reshape(bshape) : y;
+}
+
+} // namespace
+
 void check_batch_norm_tensors(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts, const Loc& loc) {
   const int64_t c = x.size(1, loc);
   for (const Tensor* t : ts) {
@@ -679,8 +706,7 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
                   double eps, Loc loc) {
   const graph::SourceScope at(loc, "layer_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
-  Tensor xc = x - x.mean(dims, true, loc);
-  Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
+  Tensor y = kiln::detail::standardize(x, dims, eps, loc).y;
   if (weight.defined()) y = y * weight;
   return bias.defined() ? y + bias : y;
 }
@@ -728,20 +754,16 @@ Tensor batch_norm_with(const Tensor& x, Tensor running_mean, Tensor running_var,
   if (training) {
     const int64_t n = c == 0 ? 0 : x.numel() / c; // no channel: no values (and no division by zero)
     if (n <= 1) fail("batch_norm", "needs more than one value per channel in training mode", {&x}, loc);
-    Tensor mean = xf.mean(dims, true, loc);
-    Tensor xc = xf - mean;
-    Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
-    y = xc * rsqrt(var + eps);
-    if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum, factor);
+    const Standardized s = standardize(xf, dims, eps, loc); // the biased variance, for normalizing
+    y = s.y;
+    if (running_mean.defined()) update_running(running_mean, s.mean.reshape({c}), momentum, factor);
     if (running_var.defined())
-      update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
+      update_running(running_var, s.var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
                      factor);
   } else {
     y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }
-  if (weight.defined()) y = y * weight.reshape(bshape);
-  if (bias.defined()) y = y + bias.reshape(bshape);
-  return y.reshape(x.shape(), loc);
+  return per_channel_affine(y, weight, bias).reshape(x.shape(), loc);
 }
 
 } // namespace kiln::detail
