@@ -202,7 +202,13 @@ TEST(NormsManip, MethodsAreTheFreeFunctions) {
   expect_same(values(x.repeat_interleave(2)), values(repeat_interleave(x, 2)), "repeat_interleave");
   expect_same(values(x.repeat({1, 2})), values(tile(x, {2})), "repeat");
   EXPECT_EQ(flip(from_vector<int64_t>({1, 2, 3}), {0}).to_vector<int64_t>(), (std::vector<int64_t>{3, 2, 1}));
-  EXPECT_EQ(roll(from_vector<int64_t>({1, 2, 3}), {1}).dtype(), kInt64);
+  EXPECT_EQ(roll(from_vector<int64_t>({1, 2, 3}), {1}).to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 2}));
+  const Tensor mask = from_vector<int64_t>({1, 0, 0}) == from_vector<int64_t>({1, 1, 1});
+  EXPECT_EQ(flip(mask, {0}).repeat({2}).to_vector<bool>(), (std::vector<bool>{false, false, true, false, false, true}));
+  // integer inputs: x1 - x2 + eps is floating, as PyTorch's (sqrt(3) * 1e-6 in f32)
+  const Tensor d = F::pairwise_distance(from_vector<int64_t>({1, 1, 1}), from_vector<int64_t>({1, 1, 1}));
+  EXPECT_EQ(d.dtype(), kFloat32);
+  EXPECT_NEAR(d.item<double>(), std::sqrt(3.0) * 1e-6, 1e-12);
 }
 
 // Each expect_error keeps the failing call on the line its __LINE__ names:
