@@ -25,6 +25,33 @@ void update_running(Tensor running, const Tensor& batch, double m, const Tensor&
   running.assign(factor.defined() ? running * (1.0 - factor) + b * factor : running * (1.0 - m) + b * m);
 }
 
+namespace {
+
+/// x standardized over dims, and the mean and biased variance (kept dims) it used.
+struct Standardized {
+  Tensor y; ///< (x - mean) / sqrt(var + eps)
+  Tensor mean; ///< over dims, keepdim
+  Tensor var; ///< biased, over dims, keepdim
+};
+
+// The one normalization of layer_norm, batch_norm, group_norm and instance_norm: they differ in the dims.
+Standardized standardize(const Tensor& x, const IntList& dims, double eps, const Loc& loc) {
+  Tensor mean = x.mean(dims, true, loc);
+  Tensor xc = x - mean;
+  Tensor var = (xc * xc).mean(dims, true, loc);
+  return {xc * rsqrt(var + eps), mean, var};
+}
+
+// x * weight + bias with weight and bias [C] (each optional) broadcast along dim 1 of x [N, C, ...].
+Tensor per_channel_affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  IntList bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = x.size(1);
+  Tensor y = weight.defined() ? x * weight.reshape(bshape) : x;
+  return bias.defined() ? y + bias.reshape(bshape) : y;
+}
+
+} // namespace
+
 void check_batch_norm_tensors(const char* op, const Tensor& x, std::initializer_list<const Tensor*> ts, const Loc& loc) {
   const int64_t c = x.size(1, loc);
   for (const Tensor* t : ts) {
@@ -725,8 +752,7 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
                   double eps, Loc loc) {
   const graph::SourceScope at(loc, "layer_norm"); // nodes made here record the caller's line
   const IntList dims = normalized_dims("layer_norm", x, normalized_shape, loc);
-  Tensor xc = x - x.mean(dims, true, loc);
-  Tensor y = xc * rsqrt((xc * xc).mean(dims, true, loc) + eps);
+  Tensor y = kiln::detail::standardize(x, dims, eps, loc).y;
   if (weight.defined()) y = y * weight;
   return bias.defined() ? y + bias : y;
 }
@@ -774,25 +800,85 @@ Tensor batch_norm_with(const Tensor& x, Tensor running_mean, Tensor running_var,
   if (training) {
     const int64_t n = c == 0 ? 0 : x.numel() / c; // no channel: no values (and no division by zero)
     if (n <= 1) fail("batch_norm", "needs more than one value per channel in training mode", {&x}, loc);
-    Tensor mean = xf.mean(dims, true, loc);
-    Tensor xc = xf - mean;
-    Tensor var = (xc * xc).mean(dims, true, loc); // biased, for normalizing
-    y = xc * rsqrt(var + eps);
-    if (running_mean.defined()) update_running(running_mean, mean.reshape({c}), momentum, factor);
+    const Standardized s = standardize(xf, dims, eps, loc); // the biased variance, for normalizing
+    y = s.y;
+    if (running_mean.defined()) update_running(running_mean, s.mean.reshape({c}), momentum, factor);
     if (running_var.defined())
-      update_running(running_var, var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
+      update_running(running_var, s.var.reshape({c}) * (static_cast<double>(n) / static_cast<double>(n - 1)), momentum,
                      factor);
   } else {
     y = (xf - running_mean.reshape(bshape).to(x.dtype())) * rsqrt(running_var.reshape(bshape).to(x.dtype()) + eps);
   }
-  if (weight.defined()) y = y * weight.reshape(bshape);
-  if (bias.defined()) y = y + bias.reshape(bshape);
-  return y.reshape(x.shape(), loc);
+  return per_channel_affine(y, weight, bias).reshape(x.shape(), loc);
 }
 
 } // namespace kiln::detail
 
 namespace kiln::nn::functional {
+
+// ---------------------------------------------------------------- group_norm, instance_norm
+
+namespace {
+
+// The product of x's dims from 2 on (1 for [N, C]): the elements of one channel of one sample.
+int64_t spatial_size(const Tensor& x) {
+  int64_t m = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) m *= x.size(d);
+  return m;
+}
+
+// weight and bias [C] of x [N, C, ...], each optional, floating.
+void check_channel_affine(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const Loc& loc) {
+  for (const Tensor* t : {&weight, &bias})
+    if (t->defined() && (t->shape() != IntList{x.size(1)} || !is_floating(t->dtype())))
+      fail(op, "the weight and bias must be floating [C] tensors, C = " + std::to_string(x.size(1)), {&x, t}, loc);
+}
+
+} // namespace
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps, Loc loc) {
+  const char* op = "group_norm";
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  require_floating(op, x, loc);
+  if (x.dim() < 2) fail(op, "expects [N, C, ...] inputs", {&x}, loc);
+  const int64_t n = x.size(0), c = x.size(1);
+  if (num_groups <= 0 || c % num_groups != 0)
+    fail(op,
+         "the number of channels " + std::to_string(c) +
+             " must be divisible by num_groups=" + std::to_string(num_groups),
+         {&x}, loc);
+  check_channel_affine(op, x, weight, bias, loc);
+  // each group of each sample as one row: layer_norm's standardization over it
+  const Tensor rows = x.reshape({n, num_groups, c / num_groups * spatial_size(x)}, loc);
+  const Tensor y = kiln::detail::standardize(rows, {2}, eps, loc).y.reshape(x.shape(), loc);
+  return kiln::detail::per_channel_affine(y, weight, bias);
+}
+
+Tensor instance_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
+                     bool use_input_stats, double momentum, double eps, Loc loc) {
+  const char* op = "instance_norm";
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  require_floating(op, x, loc);
+  if (x.dim() < 2) fail(op, "expects [N, C, ...] inputs", {&x}, loc);
+  kiln::detail::check_batch_norm_tensors(op, x, {&running_mean, &running_var, &weight, &bias}, loc);
+  if (!use_input_stats) {
+    if (!running_mean.defined() || !running_var.defined())
+      fail(op, "needs the running statistics when use_input_stats is false", {&x}, loc);
+    return kiln::detail::batch_norm_with(x, running_mean, running_var, weight, bias, false, momentum, Tensor(), eps,
+                                         loc);
+  }
+  const int64_t n = x.size(0), c = x.size(1), m = spatial_size(x);
+  if (m <= 1) fail(op, "needs more than one spatial element per channel to use the input statistics", {&x}, loc);
+  const kiln::detail::Standardized s = kiln::detail::standardize(x.reshape({n, c, m}, loc), {2}, eps, loc);
+  // As PyTorch (batch_norm of [1, N*C, ...] with the statistics repeated N times, then averaged back): the
+  // running statistics move toward the batch's average of the per-sample ones.
+  if (running_mean.defined()) kiln::detail::update_running(running_mean, s.mean.reshape({n, c}).mean({0}), momentum);
+  if (running_var.defined())
+    kiln::detail::update_running(
+        running_var, (s.var * (static_cast<double>(m) / static_cast<double>(m - 1))).reshape({n, c}).mean({0}),
+        momentum);
+  return kiln::detail::per_channel_affine(s.y.reshape(x.shape(), loc), weight, bias);
+}
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
   const graph::SourceScope at(loc, "dropout"); // nodes made here record the caller's line

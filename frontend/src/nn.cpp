@@ -597,6 +597,75 @@ std::string LayerNorm::extra_repr() const {
   return os.str();
 }
 
+// ---------------------------------------------------------------- GroupNorm, InstanceNorm
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine, Loc loc)
+    : groups_(num_groups), channels_(num_channels), eps_(eps) {
+  if (num_groups <= 0 || num_channels <= 0 || num_channels % num_groups != 0)
+    throw Error("GroupNorm",
+                "num_channels " + std::to_string(num_channels) + " must be divisible by num_groups " +
+                    std::to_string(num_groups) + " (both positive)",
+                loc);
+  const detail::UserCall call("GroupNorm", loc);
+  const graph::SourceScope at(loc);
+  if (affine) {
+    weight = register_parameter("weight", ones({num_channels}));
+    bias = register_parameter("bias", zeros({num_channels}));
+  }
+}
+
+Tensor GroupNorm::forward_impl(const Tensor& x) {
+  if (x.dim() >= 2 && x.size(1) != channels_)
+    detail::fail("GroupNorm", "expects [N, " + std::to_string(channels_) + ", ...] inputs", {&x}, Loc::current());
+  return functional::group_norm(x, groups_, weight, bias, eps_);
+}
+
+std::string GroupNorm::extra_repr() const {
+  std::ostringstream os;
+  os << groups_ << ", " << channels_ << ", eps=" << eps_ << ", affine=" << (weight.defined() ? "true" : "false");
+  return os.str();
+}
+
+InstanceNorm::InstanceNorm(int64_t features, double eps, double momentum, bool affine, bool track_running_stats,
+                           int rank, std::string name, Loc loc)
+    : features_(features), eps_(eps), momentum_(momentum), rank_(rank), name_(std::move(name)) {
+  if (features <= 0) throw Error(name_, "the number of features must be positive", loc);
+  const detail::UserCall call(name_, loc);
+  const graph::SourceScope at(loc);
+  if (affine) {
+    weight = register_parameter("weight", ones({features}));
+    bias = register_parameter("bias", zeros({features}));
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({features}));
+    running_var = register_buffer("running_var", ones({features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+
+Tensor InstanceNorm::forward_impl(const Tensor& x) {
+  const std::string dims = rank_ == 3 ? "L]" : "H, W]";
+  if (x.dim() != rank_ && x.dim() != rank_ - 1)
+    detail::fail(name_, "expects [N, C, " + dims + " (or unbatched [C, " + dims + ") inputs", {&x}, Loc::current());
+  const bool unbatched = x.dim() == rank_ - 1;
+  const Tensor xb = unbatched ? x.unsqueeze(0) : x;
+  // Without weights or statistics of their own, any channel count does (PyTorch warns there).
+  if (xb.size(1) != features_ && (weight.defined() || running_mean.defined()))
+    detail::fail(name_, "expects " + std::to_string(features_) + " channels", {&x}, Loc::current());
+  const bool use_input_stats = is_training() || !running_mean.defined();
+  const Tensor y =
+      functional::instance_norm(xb, running_mean, running_var, weight, bias, use_input_stats, momentum_, eps_);
+  return unbatched ? y.squeeze(0) : y;
+}
+
+std::string InstanceNorm::extra_repr() const {
+  std::ostringstream os;
+  os << features_ << ", eps=" << eps_ << ", momentum=" << momentum_
+     << ", affine=" << (weight.defined() ? "true" : "false")
+     << ", track_running_stats=" << (running_mean.defined() ? "true" : "false");
+  return os.str();
+}
+
 // ---------------------------------------------------------------- RMSNorm
 
 RMSNorm::RMSNorm(IntList normalized_shape, std::optional<double> eps, bool elementwise_affine, Loc loc)

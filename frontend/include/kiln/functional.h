@@ -194,9 +194,39 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), bool training = true, double momentum = 0.1, double eps = 1e-5,
                   Loc loc = Loc::current());
+/// Group normalization of x [N, C, ...] (C divisible by num_groups), as torch.nn.functional.group_norm: the
+/// channels split into num_groups groups, each group of each sample normalized by its mean and biased
+/// variance (layer_norm over the group's channels and spatial dims), then scaled by weight [C] and shifted
+/// by bias [C] per channel (both optional).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5, Loc loc = Loc::current());
+/// Instance normalization of x [N, C, ...], as torch.nn.functional.instance_norm: with use_input_stats,
+/// each channel of each sample normalized by its own mean and biased variance over the spatial dims
+/// (more than one spatial element needed), and, where defined, the running statistics [C] assign()ed
+/// (1 - momentum) * running + momentum * (the statistic averaged over the batch; the variance unbiased);
+/// without, normalized by the running statistics, as batch_norm's evaluation mode. Then weight [C] and
+/// bias [C] per channel (both optional).
+Tensor instance_norm(const Tensor& x, Tensor running_mean = Tensor(), Tensor running_var = Tensor(),
+                     const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5, Loc loc = Loc::current());
 /// Zeroes elements with probability p in [0, 1] (mask from `seed`) and scales the rest by 1/(1-p); p = 1 gives
 /// x * 0 (zeros, NaN for a non-finite x, as PyTorch); identity unless training.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- norms and distances
+/// x divided by its p-norm along dim (at least eps), as torch.nn.functional.normalize: x / max(norm, eps),
+/// the norm kiln::norm's; where the norm is below eps, no gradient flows through it (clamp_min's).
+Tensor normalize(const Tensor& x, double p = 2, int64_t dim = 1, double eps = 1e-12, Loc loc = Loc::current());
+/// The cosine of the angle between x1 and x2 along dim, which broadcast (a floating common dtype), as
+/// torch.nn.functional.cosine_similarity of PyTorch 1.13: sum((x1 / max(|x1|, eps)) * (x2 / max(|x2|, eps)))
+/// over dim, the 2-norms taken along dim. The gradient is PyTorch's (whose clamp_min_ runs in place under
+/// no_grad): through a norm below eps it is x / eps, the norm's gradient evaluated at the clamped value.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8,
+                         Loc loc = Loc::current());
+/// The p-norm of x1 - x2 + eps along the last dim of their broadcast shape, as
+/// torch.nn.functional.pairwise_distance (kiln::norm's orders and gradients).
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6, bool keepdim = false,
+                         Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses
 /// Options of cross_entropy, in PyTorch's argument order (designated initializers: `{.ignore_index = 0}`).

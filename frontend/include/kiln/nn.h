@@ -521,6 +521,70 @@ private:
   std::optional<double> eps_;
 };
 
+/// Group normalization of [N, C, ...] inputs, as torch.nn.GroupNorm: see functional::group_norm.
+class GroupNorm : public Module {
+public:
+  /// num_channels divisible by num_groups; with `affine`, a weight (ones) and bias (zeros) of [num_channels].
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true, Loc loc = Loc::current());
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "GroupNorm"; } ///< "GroupNorm"
+  std::string extra_repr() const override;                   ///< configuration
+  Tensor weight; ///< [C] scale (ones), undefined unless affine
+  Tensor bias;   ///< [C] shift (zeros), undefined unless affine
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t groups_, channels_;
+  double eps_;
+};
+
+/// Instance normalization, as torch.nn.InstanceNorm1d/2d: each channel of each sample normalized by its
+/// own statistics (see functional::instance_norm), in training mode and, without track_running_stats,
+/// in eval mode too; with track_running_stats, training updates running_mean and running_var and eval
+/// mode normalizes by them. An unbatched input (one rank less) is normalized as a batch of one.
+class InstanceNorm : public Module {
+public:
+  /// For `features` channels and batched inputs of rank `rank` (set by the subclasses).
+  InstanceNorm(int64_t features, double eps, double momentum, bool affine, bool track_running_stats, int rank,
+               std::string name, Loc loc);
+  /// normalized x, same shape; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return name_; } ///< "InstanceNorm1d" or "InstanceNorm2d"
+  std::string extra_repr() const override;             ///< configuration
+  Tensor weight;              ///< [C] scale (ones), undefined unless affine
+  Tensor bias;                ///< [C] shift (zeros), undefined unless affine
+  Tensor running_mean;        ///< [C] buffer (zeros), undefined unless track_running_stats
+  Tensor running_var;         ///< [C] buffer (ones), undefined unless track_running_stats
+  /// 0-d i64 buffer with track_running_stats, as PyTorch's state_dict (which instance norm never counts up)
+  Tensor num_batches_tracked;
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  int64_t features_;
+  double eps_, momentum_;
+  int rank_;
+  std::string name_;
+};
+
+/// InstanceNorm over [N, C, L] (or unbatched [C, L]) inputs.
+class InstanceNorm1d : public InstanceNorm {
+public:
+  /// For `features` channels; PyTorch's defaults (no affine, no running statistics).
+  explicit InstanceNorm1d(int64_t features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                          bool track_running_stats = false, Loc loc = Loc::current())
+      : InstanceNorm(features, eps, momentum, affine, track_running_stats, 3, "InstanceNorm1d", loc) {}
+};
+
+/// InstanceNorm over [N, C, H, W] (or unbatched [C, H, W]) inputs.
+class InstanceNorm2d : public InstanceNorm {
+public:
+  /// For `features` channels; PyTorch's defaults (no affine, no running statistics).
+  explicit InstanceNorm2d(int64_t features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                          bool track_running_stats = false, Loc loc = Loc::current())
+      : InstanceNorm(features, eps, momentum, affine, track_running_stats, 4, "InstanceNorm2d", loc) {}
+};
+
 /// Zeroes elements with probability p in training mode and scales the rest by
 /// 1/(1-p) (p = 1 gives x * 0, zeros, as PyTorch); the identity in eval mode. The mask of
 /// the k-th call uses a seed derived from the module's seed and k, so calls differ and runs repeat.

@@ -211,6 +211,21 @@ public:
   Tensor pow(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::pow
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current()) const; ///< see kiln::clamp
 
+  // ---- rearrangement and vector norms (see the free functions)
+  Tensor flip(IntList dims, Loc loc = Loc::current()) const; ///< see kiln::flip
+  Tensor roll(IntList shifts, IntList dims = {}, Loc loc = Loc::current()) const; ///< see kiln::roll
+  /// This tensor repeated sizes[i] times along dim i, as torch.Tensor.repeat: `sizes` may be longer
+  /// than the rank (leading dims of extent 1 are added first), not shorter; a repeat of 0 gives an empty
+  /// dim, a negative one is an error. (torch has no free function repeat; kiln::tile is the lenient form.)
+  Tensor repeat(IntList sizes, Loc loc = Loc::current()) const;
+  Tensor tile(IntList reps, Loc loc = Loc::current()) const; ///< see kiln::tile
+  /// see kiln::repeat_interleave
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt, Loc loc = Loc::current()) const;
+  /// see kiln::repeat_interleave
+  Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> dim = std::nullopt,
+                           Loc loc = Loc::current()) const;
+  Tensor norm(double p = 2, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::norm
+
   /// The graph node currently holding this tensor's value (internal).
   const std::shared_ptr<const graph::Node>& node() const;
   /// Shared state (internal).
@@ -393,6 +408,17 @@ template <std::integral I>
 Tensor std(const Tensor& x, I dim, bool unbiased = true, bool keepdim = false, Loc loc = Loc::current()) {
   return x.std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim, loc);
 }
+// ---------------------------------------------------------------- vector norms
+/// The vector p-norm (sum |x|^ord)^(1/ord) over dims (all when empty), as torch.linalg.vector_norm of
+/// PyTorch 1.13: ord inf is max |x|, -inf min |x|, 0 the count of non-zeros, a negative ord gives 0 where
+/// an element is 0. Floating x only; inf, -inf and a negative ord over an empty dim are an error (no
+/// identity). The gradient is PyTorch's: 0 where the norm is 0 (the subgradient at 0, not sqrt's
+/// 0 * inf), 0 at zero elements for ord < 1, none for ord 0, split evenly among ties for +-inf.
+Tensor linalg_vector_norm(const Tensor& x, double ord = 2, IntList dims = {}, bool keepdim = false,
+                          Loc loc = Loc::current());
+/// torch.norm(input, p, dim, keepdim) with a number p: linalg_vector_norm of the same arguments.
+Tensor norm(const Tensor& x, double p = 2, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+
 /// Index (i64) of the first maximum along dim.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
 /// Index (i64) of the first minimum along dim.
@@ -461,6 +487,28 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc = 
 /// A negative amount crops that many elements (first, as PyTorch: pad(x, {-3, 2}) of an extent 3 is 2 values);
 /// crops adding up past a dim's extent are an error.
 Tensor pad(const Tensor& x, IntList pads, Scalar value = 0, Loc loc = Loc::current());
+// ---------------------------------------------------------------- rearrangement
+// Compositions of the movement ops (a gather, slices and a concat, an expand and a reshape): their
+// gradients, fusion and compile() come with them.
+/// The elements in reverse order along each of dims, as torch.flip (a dim listed twice is an error,
+/// none returns x).
+Tensor flip(const Tensor& x, IntList dims, Loc loc = Loc::current());
+/// The elements shifted by shifts[i] along dims[i] (wrapping around: a negative shift moves toward
+/// the front, one past the extent wraps), as torch.roll; without dims, x is rolled flattened by the
+/// one shift and reshaped back.
+Tensor roll(const Tensor& x, IntList shifts, IntList dims = {}, Loc loc = Loc::current());
+/// torch.tile: Tensor::repeat, with ones added in front of `reps` when it is shorter than the rank.
+Tensor tile(const Tensor& x, IntList reps, Loc loc = Loc::current());
+/// Each element repeated `repeats` times along dim, next to itself ([a, b] -> [a, a, b, b]), as
+/// torch.repeat_interleave; without dim, x is flattened first.
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim = std::nullopt,
+                         Loc loc = Loc::current());
+/// repeat_interleave with a count per element along dim: `repeats` an integer 0-d or 1-d tensor of one
+/// value or of the dim's extent. Its values are read on the host (they decide the result's shape), so
+/// the call cannot be traced by compile() (pass an integer there), as the output's size in PyTorch.
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt,
+                         Loc loc = Loc::current());
+
 /// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 
