@@ -57,7 +57,8 @@ Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0, Loc
 /// either way); the gradient stays finite for large x, where PyTorch's is too.
 Tensor mish(const Tensor& x, Loc loc = Loc::current());
 /// x min(max(x + 3, 0), 6) / 6 (so -inf gives NaN, as PyTorch's); the gradient is x / 3 + 1/2 on [-3, 3], the
-/// kinks included (PyTorch's: -1/2 at -3, 3/2 at 3), 0 below and 1 above.
+/// kinks included (PyTorch's scalar kernel's: -1/2 at -3, 3/2 at 3; its vectorized f64 kernel gives 1 at 3), 0
+/// below and 1 above.
 Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
 /// min(max(x + 3, 0), 6) / 6; the gradient is 1/6 strictly inside (-3, 3) and 0 elsewhere, the kinks and NaN
 /// included (PyTorch's f64 gradient is float(1/6), 1.7e-8 off; kiln's is the f64 1/6).
