@@ -158,7 +158,8 @@ struct Gen {
     if (kind < 14) { // float unary (integers and bool promote to f32)
       static const std::vector<std::pair<const char*, Tensor (*)(const Tensor&, Loc)>> ops = {
           {"exp", exp},   {"log", kiln::log},     {"sqrt", sqrt},       {"rsqrt", rsqrt},        {"sin", sin},
-          {"cos", cos},   {"tanh", tanh},   {"sigmoid", sigmoid}, {"reciprocal", reciprocal}};
+          {"cos", cos},   {"tanh", tanh},   {"sigmoid", sigmoid}, {"reciprocal", reciprocal}, {"expm1", expm1},
+          {"log1p", log1p}};
       const auto& [name, f] = rng.pick(ops);
       push(f(x, Loc::current()), std::string(name) + " " + xs);
       return true;
@@ -699,8 +700,14 @@ struct ErrorBound {
     case OpKind::CustomOutput: // the identity of its value
     case OpKind::CheckIndex: return E(0);
     case OpKind::Exp: return b::add(unless_exact(E(0), b::mul(absv(n), E(0))), ulps(n, 4));
+    case OpKind::Expm1: // expm1' = expm1 + 1
+      return b::add(unless_exact(E(0), b::mul(un(OpKind::Abs, b::add(f64(n), c(1, s))), E(0))), ulps(n, 4));
     case OpKind::Log:
       return inf_if(near_zero(X(0), E(0)), b::add(unless_exact(E(0), b::div(E(0), absv(X(0)))), ulps(n, 4)));
+    case OpKind::Log1p: { // log1p' = 1 / (1 + x), singular at -1
+      const NodeRef u = b::add(f64(X(0)), c(1, s));
+      return inf_if(near_zero(u, E(0)), b::add(unless_exact(E(0), b::div(E(0), absv(u))), ulps(n, 4)));
+    }
     case OpKind::Sqrt:
       return inf_if(near_zero(X(0), E(0)),
                     b::add(unless_exact(E(0), b::div(E(0), b::mul(absv(n), c(2, s)))), unless_exact(E(0), ulp(n))));

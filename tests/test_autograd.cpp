@@ -96,6 +96,8 @@ TEST(GradcheckOps, Unary) {
       {"abs", [](const Tensor& x) { return abs(x); }, false},
       {"exp", [](const Tensor& x) { return exp(x); }, false},
       {"log", [](const Tensor& x) { return log(x); }, true},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, false},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, true},
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, true},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, true},
       {"sin", [](const Tensor& x) { return sin(x); }, false},
@@ -440,7 +442,7 @@ TEST(ForwardMode, AgreesWithReverseModeForEveryOp) {
       {"positive domain",
        [](const Vec& in) -> Vec {
          const Tensor& x = in[0];
-         return {log(x) + sqrt(x) + rsqrt(x) + pow(x, x) + pow(x, 1.5) + square(x)};
+         return {log(x) + sqrt(x) + rsqrt(x) + pow(x, x) + pow(x, 1.5) + square(x) + log1p(x) * expm1(x)};
        },
        {U({5}, 502, 0.3, 2)}},
       {"binary broadcasting",

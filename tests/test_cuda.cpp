@@ -131,7 +131,7 @@ void add_unary(std::vector<Case>& cases) {
   using Fn = Tensor (*)(const Tensor&, Loc);
   const std::vector<std::pair<const char*, Fn>> ops = {
       {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"sin", sin}, {"cos", cos}, {"tanh", tanh},
-      {"sigmoid", sigmoid}, {"reciprocal", reciprocal}, {"logical_not", logical_not}};
+      {"sigmoid", sigmoid}, {"reciprocal", reciprocal}, {"logical_not", logical_not}, {"expm1", expm1}, {"log1p", log1p}};
   for (const auto& [name, fn] : ops)
     for (DType dt : kAll)
       for (bool sp : {false, true}) {
@@ -157,7 +157,7 @@ void add_unary(std::vector<Case>& cases) {
                          v.push_back(x), v.push_back(-x);
                        const Tensor x = tensor_of(v, dt, {static_cast<int64_t>(v.size())});
                        return std::vector<Tensor>{exp(x), log(abs(x)), sin(x), cos(x), tanh(x * 0.01), sigmoid(x),
-                                                  exp(x * 0.125), tanh(x * 0.001)};
+                                                  exp(x * 0.125), tanh(x * 0.001), expm1(x), log1p(x)};
                      }});
 }
 
@@ -1184,6 +1184,10 @@ TEST(CudaShimMath, ThousandsOfInputsMatchLlvmBitwise) {
                                                  erf(t(math_points(-7, 7, 2000, 520))),
                                                  erf(t(math_points(0.7, 2.1, 2000, 521))),
                                                  erf(t(math_points(-1e-3, 1e-3, 500, 522))),
+                                                 expm1(t(math_points(-big, big, 1500, 523))),
+                                                 expm1(t(math_points(-1e-3, 1e-3, 500, 524))),
+                                                 log1p(t(lg)),
+                                                 log1p(t(math_points(-1, 1, 2000, 525))),
                                                  randn({33, 70}, 2, dt),
                                                  randn({4000}, 3, dt)};
                     }),

@@ -278,7 +278,7 @@ TEST(Differential, GeneratorCoversTheOpTable) {
       empty = empty || n->numel() == 0;
     }
   }
-  for (const char* op : {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "neg", "abs",
+  for (const char* op : {"exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "neg", "abs",
                          "relu", "logical_not", "cast", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
                          "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "where", "sum", "max", "min",
                          "argmax", "argmin", "reshape", "permute", "expand", "slice", "pad", "concat", "matmul"})

@@ -167,6 +167,8 @@ template <class T> double max_ulp(ScalarOp o, const std::vector<T>& xs, long dou
 
 long double ref_exp(long double x) { return std::exp(x); }
 long double ref_log(long double x) { return std::log(x); }
+long double ref_expm1(long double x) { return std::expm1(x); }
+long double ref_log1p(long double x) { return std::log1p(x); }
 long double ref_sin(long double x) { return std::sin(x); }
 long double ref_cos(long double x) { return std::cos(x); }
 long double ref_tanh(long double x) { return std::tanh(x); }
@@ -273,9 +275,9 @@ template <class T> void check_float_unary() {
     ScalarOp op;
     long double (*ref)(long double);
   };
-  const Approx approx[] = {{ScalarOp::Exp, ref_exp}, {ScalarOp::Log, ref_log},   {ScalarOp::Sin, ref_sin},
-                           {ScalarOp::Cos, ref_cos}, {ScalarOp::Tanh, ref_tanh}, {ScalarOp::Sigmoid, ref_sigmoid},
-                           {ScalarOp::Erf, ref_erf}};
+  const Approx approx[] = {{ScalarOp::Exp, ref_exp},     {ScalarOp::Log, ref_log},     {ScalarOp::Sin, ref_sin},
+                           {ScalarOp::Cos, ref_cos},     {ScalarOp::Tanh, ref_tanh},   {ScalarOp::Sigmoid, ref_sigmoid},
+                           {ScalarOp::Erf, ref_erf},     {ScalarOp::Expm1, ref_expm1}, {ScalarOp::Log1p, ref_log1p}};
   for (const Approx& a : approx) {
     const std::vector<T> got = run(a.op);
     for (int64_t i = 0; i < n; ++i) {
@@ -332,8 +334,28 @@ TEST(LLVM, MathSpecialValues) {
   EXPECT_EQ(onef(ScalarOp::Erf, -4.0f), -1.0f);
   EXPECT_TRUE(std::signbit(one(ScalarOp::Erf, -0.0)));
   EXPECT_EQ(one(ScalarOp::Erf, 1e-310), std::erf(1e-310)); // subnormal: erf(x) = 2x/sqrt(pi), rounded once
+  EXPECT_EQ(one(ScalarOp::Expm1, 709.78), std::expm1(709.78));
+  EXPECT_EQ(one(ScalarOp::Expm1, 709.8), kInf);
+  EXPECT_EQ(one(ScalarOp::Expm1, kInf), kInf);
+  EXPECT_EQ(one(ScalarOp::Expm1, -kInf), -1.0);
+  EXPECT_EQ(one(ScalarOp::Expm1, -50.0), -1.0);
+  EXPECT_TRUE(std::signbit(one(ScalarOp::Expm1, -0.0)));
+  EXPECT_EQ(one(ScalarOp::Expm1, 1e-310), 1e-310); // subnormal: expm1(x) = x
+  EXPECT_EQ(onef(ScalarOp::Expm1, 88.7f), std::expm1(88.7f)); // beyond 2^127: the exp path
+  EXPECT_EQ(onef(ScalarOp::Expm1, 88.8f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::signbit(onef(ScalarOp::Expm1, -0.0f)));
+  EXPECT_EQ(one(ScalarOp::Log1p, -1.0), -kInf);
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Log1p, -1.5)));
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Log1p, -kInf)));
+  EXPECT_EQ(one(ScalarOp::Log1p, kInf), kInf);
+  EXPECT_EQ(one(ScalarOp::Log1p, 1e-310), 1e-310);
+  EXPECT_EQ(one(ScalarOp::Log1p, std::numeric_limits<double>::max()), std::log1p(std::numeric_limits<double>::max()));
+  EXPECT_TRUE(std::signbit(one(ScalarOp::Log1p, -0.0)));
+  EXPECT_EQ(onef(ScalarOp::Log1p, -1.0f), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(onef(ScalarOp::Log1p, std::numeric_limits<float>::max()), std::log1p(std::numeric_limits<float>::max()));
+  EXPECT_TRUE(std::signbit(onef(ScalarOp::Log1p, -0.0f)));
   for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf,
-                   ScalarOp::Relu}) {
+                   ScalarOp::Relu, ScalarOp::Expm1, ScalarOp::Log1p}) {
     EXPECT_TRUE(std::isnan(one(o, kNaN))) << op_name(o);
     EXPECT_TRUE(std::isnan(onef(o, NAN))) << op_name(o);
   }
@@ -792,6 +814,15 @@ template <class T> void check_accuracy() {
                            {1e-300, 1, 200000, true}}, 7);
   // f32 (in f64, one series below 2 truncated at 2^-35 relative): within 0.5 + 2^-11 ulp
   EXPECT_LE(max_ulp<T>(ScalarOp::Erf, xs_erf, ref_erf, "erf"), f64 ? 1.0 : 0.5005);
+  // expm1: the whole range, dense near 0 (where exp(x) - 1 would cancel) and where the exp path takes over
+  auto xs_expm1 = sample<T>({{e_lo, e_hi, 400000}, {-1, 1, 200000}, {1e-300, 1, 200000, true},
+                             {f64 ? 40.0 : 20.0, f64 ? 50.0 : 26.0, 100000}, {-45, 0, 100000}}, 8);
+  // 2^n expm1(r) + (2^n - 1): expm1(r)'s rounding doubles where n = 1 (x near 0.4)
+  EXPECT_LE(max_ulp<T>(ScalarOp::Expm1, xs_expm1, ref_expm1, "expm1"), f64 ? 2.0 : 1.5);
+  // log1p: every positive binade, (-1, 1), tiny of both signs and the approach to -1
+  auto xs_log1p = positive_bit_patterns<T>(400000, 9);
+  for (T x : sample<T>({{-1, 1, 300000}, {1e-300, 1, 200000, true}, {-1, -0.999, 100000}}, 10)) xs_log1p.push_back(x);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Log1p, xs_log1p, ref_log1p, "log1p"), f64 ? 1.0 : 0.5005); // f32: in f64, rounded once
 }
 
 TEST(LLVM, MathAccuracyF32) { check_accuracy<float>(); }
@@ -799,7 +830,8 @@ TEST(LLVM, MathAccuracyF64) { check_accuracy<double>(); }
 
 TEST(LLVM, MathVectorAndScalarLanesAgree) {
   // one call runs mostly vector code; chunks of 1, 2, 3, ... run mostly the scalar remainder
-  for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf}) {
+  for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf,
+                     ScalarOp::Expm1, ScalarOp::Log1p}) {
     Kernel k;
     k.buffers = {{kFloat32}, {kFloat32, true}};
     k.num_params = 1;

@@ -381,6 +381,9 @@ void check_binary_loop(const Fn2& f, const std::function<double(double, double)>
 
 TEST(Unary, Exp) { check_unary("exp", [](auto& x) { return exp(x); }, kAll, kTranscendental); }
 TEST(Unary, Log) { check_unary("log", [](auto& x) { return log(x); }, kAll, kTranscendental, Fill::Positive); }
+TEST(Unary, Expm1) { check_unary("expm1", [](auto& x) { return expm1(x); }, kAll, kTranscendental); }
+TEST(Unary, Log1p) { check_unary("log1p", [](auto& x) { return log1p(x); }, kAll, kTranscendental, Fill::Positive); }
+TEST(Unary, Log1pBelowMinusOne) { check_unary("log1p", [](auto& x) { return log1p(x); }, kFloats, kTranscendental); }
 TEST(Unary, LogOfNegatives) { check_unary("log", [](auto& x) { return log(x); }, kFloats, kTranscendental); }
 TEST(Unary, Sqrt) { check_unary("sqrt", [](auto& x) { return sqrt(x); }, kAll, kExact, Fill::Positive); }
 TEST(Unary, Rsqrt) { check_unary("rsqrt", [](auto& x) { return rsqrt(x); }, kAll, {1, 0}, Fill::Positive); }
@@ -420,6 +423,7 @@ TEST(Unary, LogicalNot) { check_unary("logical_not", [](auto& x) { return logica
 TEST(Unary, SpecialValues) {
   const std::vector<std::pair<std::string, Fn1>> ops = {
       {"exp", [](auto& x) { return exp(x); }},           {"log", [](auto& x) { return log(x); }},
+      {"expm1", [](auto& x) { return expm1(x); }},       {"log1p", [](auto& x) { return log1p(x); }},
       {"sqrt", [](auto& x) { return sqrt(x); }},         {"rsqrt", [](auto& x) { return rsqrt(x); }},
       {"tanh", [](auto& x) { return tanh(x); }},         {"sigmoid", [](auto& x) { return sigmoid(x); }},
       {"reciprocal", [](auto& x) { return reciprocal(x); }}, {"neg", [](auto& x) { return neg(x); }},
@@ -488,6 +492,10 @@ TEST(Unary, WideRanges) {
     check_range("log", [](auto& x) { return log(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol);
     check_range("sqrt", [](auto& x) { return sqrt(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, kExact);
     check_range("rsqrt", [](auto& x) { return rsqrt(x); }, dt, f ? -37 : -307, f ? 38 : 308, true, {1, 0});
+    check_range("expm1", [](auto& x) { return expm1(x); }, dt, f ? -104 : -745, f ? 89 : 710, false, tol);
+    check_range("expm1 small", [](auto& x) { return expm1(x); }, dt, f ? -44 : -320, 0, true, tol, true);
+    check_range("log1p", [](auto& x) { return log1p(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol);
+    check_range("log1p small", [](auto& x) { return log1p(x); }, dt, f ? -44 : -320, -0.1, true, tol, true);
     check_range("tanh", [](auto& x) { return tanh(x); }, dt, -30, 30, false, tol);
     check_range("tanh small", [](auto& x) { return tanh(x); }, dt, -20, 0, true, tol, true);
     check_range("erf", [](auto& x) { return erf(x); }, dt, -7, 7, false, tol);

@@ -75,7 +75,9 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Neg: return b::neg(v);
   case OpKind::Abs: return b::where(cmp(OpKind::Gt, x, 0), v, keep_where(cmp(OpKind::Lt, x, 0), b::neg(v)));
   case OpKind::Exp: return b::mul(v, y);
+  case OpKind::Expm1: return b::mul(v, b::add(y, cst(y, 1)));
   case OpKind::Log: return b::div(v, x);
+  case OpKind::Log1p: return b::div(v, b::add(x, cst(x, 1)));
   case OpKind::Sqrt: return b::div(v, b::scale(y, 2));
   case OpKind::Rsqrt: return b::mul(v, b::scale(b::mul(y, b::mul(y, y)), -0.5)); // -x^(-3/2) / 2
   case OpKind::Sin: return b::mul(v, b::unary(OpKind::Cos, x));

@@ -1017,7 +1017,9 @@ private:
     case ScalarOp::Neg: return neg(a(0), in);
     case ScalarOp::Abs: return abs(a(0), in);
     case ScalarOp::Exp: return math("exp", a(0), in);
+    case ScalarOp::Expm1: return math("expm1", a(0), in);
     case ScalarOp::Log: return math("log", a(0), in);
+    case ScalarOp::Log1p: return math("log1p", a(0), in);
     case ScalarOp::Sin: return math("sin", a(0), in);
     case ScalarOp::Cos: return math("cos", a(0), in);
     case ScalarOp::Tanh: return math("tanh", a(0), in);

@@ -767,8 +767,9 @@ private:
 
   /// True when e calls a math function (each shared subtree looked at once).
   static bool has_math_function(const ExprRef& e) {
-    static constexpr ScalarOp kCostly[] = {ScalarOp::Exp,  ScalarOp::Log,     ScalarOp::Sin, ScalarOp::Cos,
-                                           ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf, ScalarOp::Pow};
+    static constexpr ScalarOp kCostly[] = {ScalarOp::Exp,  ScalarOp::Expm1,   ScalarOp::Log, ScalarOp::Log1p,
+                                           ScalarOp::Sin,  ScalarOp::Cos,     ScalarOp::Tanh, ScalarOp::Sigmoid,
+                                           ScalarOp::Erf,  ScalarOp::Pow};
     std::unordered_set<const Expr*> seen;
     std::function<bool(const ExprRef&)> visit = [&](const ExprRef& x) {
       if (!seen.insert(x.get()).second) return false;
@@ -1228,7 +1229,9 @@ private:
     case ScalarOp::Neg: return neg(a(0), in);
     case ScalarOp::Abs: return abs(a(0), in);
     case ScalarOp::Exp: return math(MathFn::Exp, a(0), in);
+    case ScalarOp::Expm1: return math(MathFn::Expm1, a(0), in);
     case ScalarOp::Log: return math(MathFn::Log, a(0), in);
+    case ScalarOp::Log1p: return math(MathFn::Log1p, a(0), in);
     case ScalarOp::Sin: return math(MathFn::Sin, a(0), in);
     case ScalarOp::Cos: return math(MathFn::Cos, a(0), in);
     case ScalarOp::Tanh: return math(MathFn::Tanh, a(0), in);

@@ -17,9 +17,9 @@
 ///
 /// Accuracy: max ulp error against long double over ~1e6 points each, measured by
 /// test_llvm (MathAccuracy*), whole ranges incl. subnormal inputs/outputs:
-///            exp    log    sin*   cos*   tanh   sigmoid  erf
-///   f32      0.96   0.81   1.43   1.47   1.49   2.29     0.50
-///   f64      0.96   0.80   2.10   2.14   2.48   2.28     0.73
+///            exp    log    sin*   cos*   tanh   sigmoid  erf    expm1  log1p
+///   f32      0.96   0.81   1.43   1.47   1.49   2.29     0.50   1.40   0.50
+///   f64      0.96   0.80   2.10   2.14   2.48   2.28     0.73   1.80   0.79
 /// (*) for |x| <= 1e5; sin_cos_body() gives the limits of its argument reduction
 /// (accurate to |x| ~ 1.6e6, bounded but meaningless beyond).
 ///
@@ -28,7 +28,10 @@
 ///          trailing zero bits so n*hi is exact), e^r by its Taylor polynomial on
 ///          |r| <= ln2/2, times 2^n built from bits in two halves 2^(n/2) * 2^(n - n/2)
 ///          so that overflow gives inf and the subnormal range is rounded once.
-///   expm1: the same reduction; 2^n * expm1(r) + (2^n - 1), one FMA, relative accuracy near 0.
+///   expm1: the same reduction; 2^n * expm1(r) + (2^n - 1), one FMA, relative accuracy near 0
+///          (exp's 2^n (1 + expm1(r)) where 2^n > 2^32 / 2^64, so that 2^n cannot overflow first).
+///   log1p: u = 1 + x and its exact rounding error c (Fast2Sum), log(u) + c/u with c/u added in
+///          log's low part (fdlibm's); f32 in f64, rounded once.
 ///   log:   x = 2^k m with m in [sqrt(1/2), sqrt(2)); log(m) = log1p(f) with f = m - 1,
 ///          s = f / (2 + f), log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2))) (the fdlibm
 ///          arrangement, with R from the atanh series); subnormals are scaled by 2^24 / 2^54.
@@ -52,6 +55,7 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "graph/random.h"
@@ -65,6 +69,7 @@ namespace kiln::codegen {
   X(Exp, "exp", exp_body) \
   X(Expm1, "expm1", expm1_body) \
   X(Log, "log", log_body) \
+  X(Log1p, "log1p", log1p_body) \
   X(Sin, "sin", sin_body) \
   X(Cos, "cos", cos_body) \
   X(Tanh, "tanh", tanh_body) \
@@ -266,20 +271,27 @@ template <MathOps M> typename M::V exp_body(M& m, typename M::V x) {
   return m.sel(off, m.sel(m.gt(m.c(0), x), m.c(0), x), y);
 }
 
-/// expm1, internal to tanh: exact domain x <= 88 (f32) / 709 (f64); above that it
-/// returns +inf (true overflow starts at 88.72 / 709.78).
+/// expm1 (e^x - 1, the user's op and tanh's core): 2^n expm1(r) + (2^n - 1) as one fma; where
+/// 2^n > 2^32 (f32) / 2^64 (f64) the -1 is far below half an ulp and exp's 2^n (1 + expm1(r))
+/// takes over (2^n alone would overflow at n = 128 / 1024 before the result does). Beyond
+/// 89 / 710 it is +inf (as exp), below -20 / -40 it rounds to -1; expm1(-0) = -0.
 template <MathOps M> typename M::V expm1_body(M& m, typename M::V x) {
-  const double hi = m.f64 ? 709.0 : 88.0;
+  const double hi = m.f64 ? 710.0 : 89.0;
   auto xc = clamp(m, x, m.f64 ? -40.0 : -20.0, hi); // below: expm1 rounds to -1
   auto [nf, r] = reduce_ln2(m, xc);
   auto er = expm1_poly(m, r);
   auto t = pow2(m, m.to_int(nf));
   auto y = m.fma(t, er, m.sub(t, m.c(1)));
+  y = m.sel(m.gt(nf, m.c(m.f64 ? 64.0 : 32.0)), m.scale(m.add(m.c(1), er), nf), y);
   y = m.sel(m.gt(x, m.c(hi)), m.c(kInf), y);
+  y = m.sel(m.eq(x, m.c(0)), x, y); // keeps -0 (the reduction gives +0)
   return m.sel(m.is_nan(x), x, y);
 }
 
-template <MathOps M> typename M::V log_body(M& m, typename M::V x) {
+/// log(x), plus `correction` (a term far below log(x)'s ulp, log1p's) added to the low part before the final
+/// sums, so that it costs no rounding of its own; none for log itself (the same IR as before log1p).
+template <MathOps M>
+typename M::V log_with_correction(M& m, typename M::V x, const std::optional<typename M::V>& correction) {
   const int mant = m.f64 ? 52 : 23, bias = m.f64 ? 1023 : 127, scale = m.f64 ? 54 : 24;
   // Subnormals: scale into the normal range first.
   auto tiny = m.lt(x, m.c(m.f64 ? 0x1p-1022 : 0x1p-126));
@@ -303,12 +315,33 @@ template <MathOps M> typename M::V log_body(M& m, typename M::V x) {
   auto kf = m.to_float(k);
   // tail = s (hfsq + z h) + k ln2_lo: the products z h and s (...) fused, k ln2_lo rounded;
   // y = k ln2_hi + (f - (hfsq - tail)), k ln2_hi fused (exact anyway: ln2_hi's zero bits).
-  auto tail = m.fma(s, m.fma(z, h, hfsq), m.mul(kf, m.c(ln2_lo(m.f64))));
+  auto klo = m.mul(kf, m.c(ln2_lo(m.f64)));
+  if (correction) klo = m.add(klo, *correction);
+  auto tail = m.fma(s, m.fma(z, h, hfsq), klo);
   auto y = m.fma(kf, m.c(ln2_hi(m.f64)), m.sub(f, m.sub(hfsq, tail)));
   y = m.sel(m.eq(x, m.c(0)), m.c(-kInf), y);
   y = m.sel(m.lt(x, m.c(0)), m.c(kNaN), y);
   y = m.sel(m.eq(x, m.c(kInf)), m.c(kInf), y);
   return m.sel(m.is_nan(x), x, y);
+}
+
+template <MathOps M> typename M::V log_body(M& m, typename M::V x) { return log_with_correction(m, x, std::nullopt); }
+
+/// log1p(x) = log(1 + x) as fdlibm's: u = 1 + x rounded, and its rounding error c = x - (u - 1) (or
+/// 1 - (u - x) where |x| > 1: Fast2Sum, exact), log(u) + c / u with c / u added in log's low part (c / u is
+/// below log(u)'s ulp). Where u == 1, x itself (-0, subnormals and NaN included). f32 computes it in f64 and
+/// rounds once. log1p(-1) = -inf, below -1 NaN, log1p(inf) = inf.
+template <MathOps M> typename M::V log1p_body(M& m, typename M::V x) {
+  if (!m.f64) {
+    M w = m.wide();
+    return m.from_f64(log1p_body(w, m.to_f64(x)));
+  }
+  auto u = m.add(m.c(1), x);
+  auto big = m.gt(m.fabs(x), m.c(1));
+  auto c = m.sel(big, m.sub(m.c(1), m.sub(u, x)), m.sub(x, m.sub(u, m.c(1))));
+  auto y = log_with_correction(m, u, std::optional(m.div(c, u)));
+  // log's own selects give u = 0 (x = -1) -inf and u = inf inf, where c / u is NaN
+  return m.sel(m.eq(u, m.c(1)), x, y);
 }
 
 /// sin (is_cos false) or cos of x.

@@ -356,6 +356,141 @@ Tensor silu(const Tensor& x, Loc loc) {
   return x * sigmoid(x, loc);
 }
 
+namespace {
+
+// The value `outside` (with no gradient) where `cond` holds, else `inside`: PyTorch's piecewise activations
+// whose backward is 0 at their kinks (hardtanh, hardsigmoid), where a clamp's gradient would be 1.
+Tensor flat_where(const Tensor& cond, const Tensor& outside, const Tensor& inside) {
+  return where(cond, outside.detach(), inside);
+}
+
+// x where keep holds, else 0: the argument of a branch that where() discards, so that its gradient
+// (0 times the branch's derivative) stays 0 where that derivative would overflow (exp of a large x).
+Tensor kept_or_zero(const Tensor& keep, const Tensor& x) { return where(keep, x, 0.0); }
+
+// PyTorch's elu kernel: x <= 0 ? neg_scale * expm1(x * input_scale) : x * scale.
+Tensor elu_form(const Tensor& x, double neg_scale, double scale, double input_scale) {
+  const Tensor neg = x <= 0.0;
+  return where(neg, expm1(kept_or_zero(neg, x) * input_scale) * neg_scale, x * scale);
+}
+
+} // namespace
+
+Tensor leaky_relu(const Tensor& x, double negative_slope, Loc loc) {
+  const graph::SourceScope at(loc, "leaky_relu");
+  require_floating("leaky_relu", x, loc);
+  return where(x > 0.0, x, x * negative_slope);
+}
+
+Tensor elu(const Tensor& x, double alpha, Loc loc) {
+  const graph::SourceScope at(loc, "elu");
+  require_floating("elu", x, loc);
+  return elu_form(x, alpha, 1.0, 1.0);
+}
+
+Tensor selu(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "selu");
+  require_floating("selu", x, loc);
+  const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+  return elu_form(x, alpha * scale, scale, 1.0);
+}
+
+Tensor celu(const Tensor& x, double alpha, Loc loc) {
+  const graph::SourceScope at(loc, "celu");
+  require_floating("celu", x, loc);
+  if (alpha == 0) fail("celu", "alpha cannot be 0", {&x}, loc);
+  return elu_form(x, alpha, 1.0, 1.0 / alpha);
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold, Loc loc) {
+  const graph::SourceScope at(loc, "softplus");
+  require_floating("softplus", x, loc);
+  const Tensor bx = x * beta, linear = bx > threshold;
+  return where(linear, x, log1p(exp(kept_or_zero(logical_not(linear), bx))) / beta);
+}
+
+Tensor mish(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "mish");
+  require_floating("mish", x, loc);
+  return x * tanh(softplus(x, 1.0, 20.0, loc));
+}
+
+Tensor hardswish(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "hardswish");
+  require_floating("hardswish", x, loc);
+  // PyTorch's x * min(max(x + 3, 0), 6) / 6 piece by piece, so that its backward's kinks come out
+  return where(x < -3.0, x * 0.0, where(x <= 3.0, x * (x + 3.0) / 6.0, x * 6.0 / 6.0));
+}
+
+Tensor hardsigmoid(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "hardsigmoid");
+  require_floating("hardsigmoid", x, loc);
+  const Tensor y = clamp(x + 3.0, 0.0, 6.0) / 6.0;
+  return flat_where(logical_not(logical_and(x > -3.0, x < 3.0)), y, y);
+}
+
+Tensor hardtanh(const Tensor& x, double min_val, double max_val, Loc loc) {
+  const graph::SourceScope at(loc, "hardtanh");
+  require_floating("hardtanh", x, loc);
+  return flat_where(logical_or(x <= min_val, x >= max_val), clamp(x, min_val, max_val), x);
+}
+
+Tensor relu6(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "relu6");
+  require_floating("relu6", x, loc);
+  return hardtanh(x, 0.0, 6.0, loc);
+}
+
+Tensor logsigmoid(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "logsigmoid");
+  require_floating("logsigmoid", x, loc);
+  // at 0, minimum's tie gives 1/2 and abs's 0: PyTorch's 1/2
+  return minimum(x, zeros_like(x)) - log1p(exp(-abs(x)));
+}
+
+Tensor softsign(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "softsign");
+  require_floating("softsign", x, loc);
+  return x / (abs(x) + 1.0);
+}
+
+Tensor glu(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "glu");
+  require_floating("glu", x, loc);
+  if (x.dim() == 0) fail("glu", "glu does not support scalars because halving size must be even", {&x}, loc);
+  const int64_t d = detail::wrap_dim_or_fail("glu", dim, x, loc), n = x.size(d);
+  if (n % 2 != 0)
+    fail("glu", "Halving dimension must be even, but dimension " + std::to_string(d) + " is size " + std::to_string(n),
+         {&x}, loc);
+  return x.narrow(d, 0, n / 2) * sigmoid(x.narrow(d, n / 2, n / 2));
+}
+
+Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc) {
+  const graph::SourceScope at(loc, "prelu");
+  require_floating("prelu", x, loc);
+  if (!weight.defined()) throw Error("prelu", "the weight is undefined", loc);
+  if (weight.dim() > 1)
+    fail("prelu", "Expected `weight` to be a scalar or 1D tensor, but got ndim = " + std::to_string(weight.dim()),
+         {&x, &weight}, loc);
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1, n = weight.numel();
+  if (n != 1 && n != channels)
+    fail("prelu", "Mismatch of parameter numbers and input channel size. Found parameter numbers = " +
+                      std::to_string(n) + " and channel size = " + std::to_string(channels) + ".", {&x, &weight}, loc);
+  // [C] along dim 1: C then a 1 for each dim after it; one element broadcasts as it is
+  IntList shape = {n};
+  if (n != 1)
+    for (int64_t i = 2; i < x.dim(); ++i) shape.push_back(1);
+  const Tensor w = n == 1 ? weight.reshape({}) : weight.reshape(shape);
+  return where(x > 0.0, x, w * x);
+}
+
+Tensor softmin(const Tensor& x, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "softmin");
+  require_floating("softmin", x, loc);
+  (void)detail::wrap_dim_or_fail("softmin", dim, x, loc);
+  return softmax(-x, dim, loc);
+}
+
 // ---------------------------------------------------------------- encodings
 
 namespace {

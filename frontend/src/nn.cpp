@@ -715,6 +715,58 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
     throw Error("GELU", "approximate must be \"none\" or \"tanh\", not \"" + approximate_ + "\"", loc);
 }
 
+// ---------------------------------------------------------------- activations
+
+namespace {
+
+// A float as Python's repr writes it ("1.0", "0.01", "1e-05"), as PyTorch's module reprs show their floats:
+// the shortest digits that read back as v (std::to_chars), with ".0" after an integral value.
+std::string python_float(double v) {
+  char buf[32];
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0"; // n: inf and nan stay as they are
+  return s;
+}
+
+} // namespace
+
+std::string LeakyReLU::extra_repr() const { return "negative_slope=" + python_float(slope_); }
+std::string ELU::extra_repr() const { return "alpha=" + python_float(alpha_); }
+
+CELU::CELU(double alpha, Loc loc) : alpha_(alpha) {
+  if (alpha == 0) throw Error("CELU", "alpha cannot be 0", loc);
+}
+
+std::string CELU::extra_repr() const { return "alpha=" + python_float(alpha_); }
+
+std::string Softplus::extra_repr() const {
+  std::ostringstream os; // PyTorch's defaults are ints: "beta=1, threshold=20"
+  os << "beta=" << beta_ << ", threshold=" << threshold_;
+  return os.str();
+}
+
+Hardtanh::Hardtanh(double min_val, double max_val, Loc loc) : min_(min_val), max_(max_val) {
+  if (!(max_val > min_val))
+    throw Error("Hardtanh", "max_val (" + python_float(max_val) + ") must be greater than min_val (" +
+                                python_float(min_val) + ")", loc);
+}
+
+std::string Hardtanh::extra_repr() const { return "min_val=" + python_float(min_) + ", max_val=" + python_float(max_); }
+std::string GLU::extra_repr() const { return "dim=" + std::to_string(dim_); }
+
+PReLU::PReLU(int64_t num_parameters, double init, Loc loc) {
+  if (num_parameters <= 0)
+    throw Error("PReLU", "num_parameters must be positive, got " + std::to_string(num_parameters), loc);
+  const detail::UserCall call("PReLU", loc);
+  const graph::SourceScope at(loc);
+  weight = register_parameter("weight", full({num_parameters}, init));
+}
+
+std::string PReLU::extra_repr() const { return "num_parameters=" + std::to_string(weight.numel()); }
+std::string Softmin::extra_repr() const { return "dim=" + std::to_string(dim_); }
+std::string Softmax::extra_repr() const { return "dim=" + std::to_string(dim_); }
+std::string LogSoftmax::extra_repr() const { return "dim=" + std::to_string(dim_); }
+
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Loc loc)
     : Embedding(num_embeddings, embedding_dim, std::nullopt, std::nullopt, 2, loc) {}
 

@@ -375,6 +375,8 @@ Tensor abs(const Tensor& x, Loc loc) { return numeric_unary(OpKind::Abs, x, loc)
 Tensor relu(const Tensor& x, Loc loc) { return numeric_unary(OpKind::Relu, x, loc); }
 Tensor exp(const Tensor& x, Loc loc) { return float_unary(OpKind::Exp, x, loc); }
 Tensor log(const Tensor& x, Loc loc) { return float_unary(OpKind::Log, x, loc); }
+Tensor expm1(const Tensor& x, Loc loc) { return float_unary(OpKind::Expm1, x, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return float_unary(OpKind::Log1p, x, loc); }
 Tensor sqrt(const Tensor& x, Loc loc) { return float_unary(OpKind::Sqrt, x, loc); }
 Tensor rsqrt(const Tensor& x, Loc loc) { return float_unary(OpKind::Rsqrt, x, loc); }
 Tensor sin(const Tensor& x, Loc loc) { return float_unary(OpKind::Sin, x, loc); }
@@ -937,6 +939,8 @@ Tensor Tensor::neg(Loc loc) const { return kiln::neg(*this, loc); }
 Tensor Tensor::abs(Loc loc) const { return kiln::abs(*this, loc); }
 Tensor Tensor::exp(Loc loc) const { return kiln::exp(*this, loc); }
 Tensor Tensor::log(Loc loc) const { return kiln::log(*this, loc); }
+Tensor Tensor::expm1(Loc loc) const { return kiln::expm1(*this, loc); }
+Tensor Tensor::log1p(Loc loc) const { return kiln::log1p(*this, loc); }
 Tensor Tensor::sqrt(Loc loc) const { return kiln::sqrt(*this, loc); }
 Tensor Tensor::rsqrt(Loc loc) const { return kiln::rsqrt(*this, loc); }
 Tensor Tensor::sin(Loc loc) const { return kiln::sin(*this, loc); }

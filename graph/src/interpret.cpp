@@ -247,7 +247,9 @@ private:
     case OpKind::Neg: return -x;
     case OpKind::Abs: return std::fabs(x);
     case OpKind::Exp: return static_cast<double>(std::exp(lx));
+    case OpKind::Expm1: return static_cast<double>(std::expm1(lx));
     case OpKind::Log: return static_cast<double>(std::log(lx));
+    case OpKind::Log1p: return static_cast<double>(std::log1p(lx));
     case OpKind::Sqrt: return std::sqrt(x);
     case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
     case OpKind::Sin: return static_cast<double>(std::sin(lx));

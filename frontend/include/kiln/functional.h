@@ -79,6 +79,43 @@ Tensor log_softmax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 Tensor gelu(const Tensor& x, const std::string& approximate = "none", Loc loc = Loc::current());
 /// x * sigmoid(x).
 Tensor silu(const Tensor& x, Loc loc = Loc::current());
+/// x for x > 0, else negative_slope * x (the gradient at 0 is negative_slope, as PyTorch's).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, Loc loc = Loc::current());
+/// x for x > 0, else alpha (e^x - 1) through kiln::expm1 (the gradient at 0 is alpha, as PyTorch's).
+Tensor elu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
+/// scale * elu(x, alpha) with PyTorch's alpha = 1.6732632423543772 and scale = 1.0507009873554805.
+Tensor selu(const Tensor& x, Loc loc = Loc::current());
+/// x for x > 0, else alpha (e^(x / alpha) - 1); alpha 0 is an error (as PyTorch's).
+Tensor celu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
+/// log(1 + e^(beta x)) / beta through kiln::log1p (exact for very negative x), and x itself where
+/// beta x > threshold (as PyTorch's, whose gradient there is 1).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0, Loc loc = Loc::current());
+/// x tanh(softplus(x)). Values are PyTorch's log1p(e^x) form's (beyond softplus's threshold of 20 the tanh is 1
+/// either way); the gradient stays finite for large x, where PyTorch's is too.
+Tensor mish(const Tensor& x, Loc loc = Loc::current());
+/// x min(max(x + 3, 0), 6) / 6 (so -inf gives NaN, as PyTorch's); the gradient is x / 3 + 1/2 on [-3, 3], the
+/// kinks included (PyTorch's scalar kernel's: -1/2 at -3, 3/2 at 3; its vectorized f64 kernel gives 1 at 3), 0
+/// below and 1 above.
+Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
+/// min(max(x + 3, 0), 6) / 6; the gradient is 1/6 strictly inside (-3, 3) and 0 elsewhere, the kinks and NaN
+/// included (PyTorch's f64 gradient is float(1/6), 1.7e-8 off; kiln's is the f64 1/6).
+Tensor hardsigmoid(const Tensor& x, Loc loc = Loc::current());
+/// clamp(x, min_val, max_val) (min_val > max_val gives max_val, NaN stays NaN); the gradient is 1 strictly between
+/// the bounds (and at NaN) and 0 at and beyond them, as PyTorch's.
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0, Loc loc = Loc::current());
+/// hardtanh(x, 0, 6): the gradient is 0 at 0 and at 6, as PyTorch's.
+Tensor relu6(const Tensor& x, Loc loc = Loc::current());
+/// log(sigmoid(x)) as min(x, 0) - log1p(e^-|x|), stable for large |x| (PyTorch's formula; gradient 1/2 at 0).
+Tensor logsigmoid(const Tensor& x, Loc loc = Loc::current());
+/// x / (1 + |x|) (inf gives NaN, as PyTorch's).
+Tensor softsign(const Tensor& x, Loc loc = Loc::current());
+/// a * sigmoid(b) for the two halves a, b of x along dim; an odd size there, or a 0-d x, is an error.
+Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has
+/// one channel) broadcast along dim 1; the gradient at 0 is the weight, as PyTorch's.
+Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
+/// softmax(-x, dim).
+Tensor softmin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- encodings
 /// One-hot encoding of integer `indices` [...] as i64 [..., num_classes] (as torch.nn.functional.one_hot).

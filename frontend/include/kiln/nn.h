@@ -675,6 +675,238 @@ protected:
   Tensor forward_impl(const Tensor& x) override { return sigmoid(x); }
 };
 
+// Activations (each is its functional:: function; see functional.h for PyTorch's edge behaviour). The module
+// reprs print numbers as PyTorch's do: "ELU(alpha=1.0)", "Softplus(beta=1, threshold=20)".
+
+/// x for x > 0, else negative_slope * x.
+class LeakyReLU : public Module {
+public:
+  /// The slope of the negative side.
+  explicit LeakyReLU(double negative_slope = 0.01) : slope_(negative_slope) {}
+  /// leaky_relu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LeakyReLU"; } ///< "LeakyReLU"
+  std::string extra_repr() const override; ///< negative_slope
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::leaky_relu(x, slope_); }
+private:
+  double slope_;
+};
+
+/// x for x > 0, else alpha (e^x - 1).
+class ELU : public Module {
+public:
+  /// The scale of the negative side.
+  explicit ELU(double alpha = 1.0) : alpha_(alpha) {}
+  /// elu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ELU"; } ///< "ELU"
+  std::string extra_repr() const override; ///< alpha
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::elu(x, alpha_); }
+private:
+  double alpha_;
+};
+
+/// scale * elu(x, alpha) with PyTorch's constants.
+class SELU : public Module {
+public:
+  /// selu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "SELU"; } ///< "SELU"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::selu(x); }
+};
+
+/// x for x > 0, else alpha (e^(x / alpha) - 1).
+class CELU : public Module {
+public:
+  /// alpha (0 is an error).
+  explicit CELU(double alpha = 1.0, Loc loc = Loc::current());
+  /// celu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "CELU"; } ///< "CELU"
+  std::string extra_repr() const override; ///< alpha
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::celu(x, alpha_); }
+private:
+  double alpha_;
+};
+
+/// log(1 + e^(beta x)) / beta, x itself where beta x > threshold.
+class Softplus : public Module {
+public:
+  /// beta and the threshold of the linear part (as PyTorch's).
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta_(beta), threshold_(threshold) {}
+  /// softplus(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softplus"; } ///< "Softplus"
+  std::string extra_repr() const override; ///< beta, threshold
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::softplus(x, beta_, threshold_); }
+private:
+  double beta_, threshold_;
+};
+
+/// x tanh(softplus(x)).
+class Mish : public Module {
+public:
+  /// mish(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Mish"; } ///< "Mish"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::mish(x); }
+};
+
+/// x min(max(x + 3, 0), 6) / 6.
+class Hardswish : public Module {
+public:
+  /// hardswish(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Hardswish"; } ///< "Hardswish"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::hardswish(x); }
+};
+
+/// min(max(x + 3, 0), 6) / 6.
+class Hardsigmoid : public Module {
+public:
+  /// hardsigmoid(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Hardsigmoid"; } ///< "Hardsigmoid"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::hardsigmoid(x); }
+};
+
+/// clamp(x, min_val, max_val), with PyTorch's gradient (0 at the bounds).
+class Hardtanh : public Module {
+public:
+  /// The bounds; max_val must be greater than min_val (as PyTorch's module asserts).
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0, Loc loc = Loc::current());
+  /// hardtanh(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Hardtanh"; } ///< "Hardtanh"
+  std::string extra_repr() const override; ///< min_val, max_val
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::hardtanh(x, min_, max_); }
+private:
+  double min_, max_;
+};
+
+/// hardtanh(x, 0, 6).
+class ReLU6 : public Hardtanh {
+public:
+  ReLU6() : Hardtanh(0.0, 6.0) {} ///< the bounds 0 and 6
+  /// relu6(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ReLU6"; } ///< "ReLU6"
+  std::string extra_repr() const override { return ""; } ///< none, as PyTorch's
+};
+
+/// log(sigmoid(x)), stable for large |x|.
+class LogSigmoid : public Module {
+public:
+  /// logsigmoid(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LogSigmoid"; } ///< "LogSigmoid"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::logsigmoid(x); }
+};
+
+/// x / (1 + |x|).
+class Softsign : public Module {
+public:
+  /// softsign(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softsign"; } ///< "Softsign"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::softsign(x); }
+};
+
+/// a * sigmoid(b) for the halves a, b of x along dim.
+class GLU : public Module {
+public:
+  /// The dim to halve.
+  explicit GLU(int64_t dim = -1) : dim_(dim) {}
+  /// glu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "GLU"; } ///< "GLU"
+  std::string extra_repr() const override; ///< dim
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::glu(x, dim_); }
+private:
+  int64_t dim_;
+};
+
+/// x for x > 0, else weight * x, with a learnable weight of 1 or C (channel dim 1) elements.
+class PReLU : public Module {
+public:
+  /// num_parameters weights (1, or the input's channels), each `init` (as PyTorch's).
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25, Loc loc = Loc::current());
+  /// prelu(x, weight); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "PReLU"; } ///< "PReLU"
+  std::string extra_repr() const override; ///< num_parameters
+  Tensor weight; ///< [num_parameters], a parameter
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::prelu(x, weight); }
+};
+
+/// softmax(-x) along dim.
+class Softmin : public Module {
+public:
+  /// The dim to normalize over (PyTorch's implicit dim is deprecated: kiln needs one).
+  explicit Softmin(int64_t dim) : dim_(dim) {}
+  /// softmin(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softmin"; } ///< "Softmin"
+  std::string extra_repr() const override; ///< dim
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::softmin(x, dim_); }
+private:
+  int64_t dim_;
+};
+
+/// softmax along dim.
+class Softmax : public Module {
+public:
+  /// The dim to normalize over (PyTorch's implicit dim is deprecated: kiln needs one).
+  explicit Softmax(int64_t dim) : dim_(dim) {}
+  /// softmax(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softmax"; } ///< "Softmax"
+  std::string extra_repr() const override; ///< dim
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::softmax(x, dim_); }
+private:
+  int64_t dim_;
+};
+
+/// log_softmax along dim.
+class LogSoftmax : public Module {
+public:
+  /// The dim to normalize over (PyTorch's implicit dim is deprecated: kiln needs one).
+  explicit LogSoftmax(int64_t dim) : dim_(dim) {}
+  /// log_softmax(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LogSoftmax"; } ///< "LogSoftmax"
+  std::string extra_repr() const override; ///< dim
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::log_softmax(x, dim_); }
+private:
+  int64_t dim_;
+};
+
+/// x itself.
+class Identity : public Module {
+public:
+  /// x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Identity"; } ///< "Identity"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return x; }
+};
+
 /// A lookup table: integer indices [...] give rows of weight, [..., dim], read by
 /// index_select (kiln/indexops.h); the gradient adds each row's uses (scatter_add, in a
 /// fixed order). Indices outside [0, num_embeddings) are a kiln::Error naming Embedding.

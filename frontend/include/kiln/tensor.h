@@ -194,6 +194,8 @@ public:
   Tensor abs(Loc loc = Loc::current()) const;        ///< see kiln::abs
   Tensor exp(Loc loc = Loc::current()) const;        ///< see kiln::exp
   Tensor log(Loc loc = Loc::current()) const;        ///< see kiln::log
+  Tensor expm1(Loc loc = Loc::current()) const;      ///< see kiln::expm1
+  Tensor log1p(Loc loc = Loc::current()) const;      ///< see kiln::log1p
   Tensor sqrt(Loc loc = Loc::current()) const;       ///< see kiln::sqrt
   Tensor rsqrt(Loc loc = Loc::current()) const;      ///< see kiln::rsqrt
   Tensor sin(Loc loc = Loc::current()) const;        ///< see kiln::sin
@@ -276,6 +278,11 @@ Tensor neg(const Tensor& x, Loc loc = Loc::current());        ///< -x
 Tensor abs(const Tensor& x, Loc loc = Loc::current());        ///< |x|
 Tensor exp(const Tensor& x, Loc loc = Loc::current());        ///< e^x (integers promote to f32)
 Tensor log(const Tensor& x, Loc loc = Loc::current());        ///< natural log
+/// e^x - 1, accurate near 0 where exp(x) - 1 cancels (within 1 ulp; -0 stays -0).
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());
+/// log(1 + x), accurate near 0 where log(1 + x) loses x's low bits (within 1 ulp in f32, 2 in f64;
+/// -1 gives -inf, below -1 NaN, -0 stays -0).
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());
 Tensor sqrt(const Tensor& x, Loc loc = Loc::current());       ///< square root
 Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());      ///< 1 / sqrt(x)
 Tensor sin(const Tensor& x, Loc loc = Loc::current());        ///< sine
