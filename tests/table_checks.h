@@ -1,12 +1,13 @@
 #pragma once
 /// \file table_checks.h
 /// Test helpers shared by the tests that check layers against generated PyTorch tables
-/// (test_layers1d, test_conv_transpose): values, tolerances, gradchecks, the tables' weights, and the
+/// (test_layers1d, test_conv_transpose, test_transformer, ...): values, tolerances, gradchecks, the tables' weights, and the
 /// check that fused, unfused and compiled runs of a program give the same bits.
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,24 @@ inline void expect_fused_unfused_and_compiled_agree(const Program& program,
     for (size_t i = 0; i < got.size(); ++i) expect_same(values(got[i]), eager[i], "compiled output " + std::to_string(i));
   }
   EXPECT_EQ(step.num_traces(), 1u);
+}
+
+/// One named parameter of a PyTorch module's state dict, as the tables print it.
+struct NamedValues {
+  const char* name;           ///< its dotted name ("self_attn.in_proj_weight")
+  IntList shape;              ///< its shape
+  std::vector<double> values; ///< its values
+};
+
+/// Loads PyTorch's named parameters into `m` (the names must map 1:1 to m's named_parameters()).
+inline void load_params(nn::Module& m, const std::vector<NamedValues>& params) {
+  std::map<std::string, Tensor> mine;
+  for (const auto& [n, t] : m.named_parameters()) mine[n] = t;
+  ASSERT_EQ(mine.size(), params.size());
+  for (const NamedValues& p : params) {
+    ASSERT_TRUE(mine.count(p.name)) << p.name;
+    mine[p.name].assign(from_vector(p.values, p.shape));
+  }
 }
 
 } // namespace kiln::test

@@ -17,6 +17,7 @@
 #include "examples/gpt.h"
 #include "kiln/kiln.h"
 #include "error_of.h"
+#include "table_checks.h"
 
 using namespace kiln;
 namespace F = kiln::nn::functional;
@@ -80,11 +81,7 @@ struct SdpaCase {
   std::vector<double> out, dq, dk, dv;
 };
 
-struct NamedValues {
-  const char* name;
-  IntList shape;
-  std::vector<double> values;
-};
+using test::NamedValues;
 
 struct MhaCase {
   const char* name;
@@ -128,17 +125,7 @@ const LayerCase kLayers[] = {
 };
 #undef KILN_LAYER_TABLE
 
-// Loads PyTorch's named parameters into `m` through its state dict (the names must map 1:1).
-void load_params(nn::Module& m, const std::vector<NamedValues>& params) {
-  std::map<std::string, Tensor> mine;
-  for (const auto& [n, t] : m.named_parameters()) mine[n] = t;
-  ASSERT_EQ(mine.size(), params.size());
-  for (const NamedValues& p : params) {
-    ASSERT_TRUE(mine.count(p.name)) << p.name;
-    Tensor t = mine[p.name];
-    t.assign(from_vector(p.values, p.shape));
-  }
-}
+using test::load_params;
 
 // The causal keep-mask [L, S] (key j <= query i), built independently of kiln's attention.
 Tensor causal_keep(int64_t L, int64_t S) { return tril(ones({L, S}, kFloat64)) != 0.0; }

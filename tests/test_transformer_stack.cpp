@@ -24,12 +24,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity(); // in the table's masks
 
-struct NamedValues {
-  const char* name;
-  IntList shape;
-  std::vector<double> values;
-};
-
 struct NamedMask {
   const char* name;
   int kind; // 1 bool (true: ignore), 2 float (added)
@@ -55,17 +49,6 @@ struct StackCase {
 const StackCase kCases[] = {
 #include "pytorch_transformer_stack_table.inc"
 };
-
-// Assigns the table's parameters by name; every parameter of `m` must be in it.
-void load_params(nn::Module& m, const std::vector<NamedValues>& params) {
-  std::map<std::string, Tensor> mine;
-  for (const auto& [n, t] : m.named_parameters()) mine[n] = t;
-  ASSERT_EQ(mine.size(), params.size());
-  for (const NamedValues& p : params) {
-    ASSERT_TRUE(mine.count(p.name)) << p.name;
-    mine[p.name].assign(from_vector(p.values, p.shape));
-  }
-}
 
 void expect_error(const std::function<void()>& f, int line, const std::string& op, const std::vector<std::string>& parts) {
   test::expect_error_at(f, "test_transformer_stack.cpp", line, op, parts);
