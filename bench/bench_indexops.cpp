@@ -13,11 +13,14 @@
 //                                or across rows (dim 0 of [1M, 16]) against a sequential loop, and
 //   Scan/Copy/kiln_add           x + 1 over the same bytes: a kiln elementwise kernel, the ceiling
 //                                of any kiln kernel that writes a fresh output of that size
+//   Sort/Argsort/{kiln,std_stable_sort}/len:{1000,1000000}  argsort of 1M f32 with ties in rows of
+//                                1000 or as one row, against std::stable_sort of each row's indices
 // All on 1 and 2 threads.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -28,6 +31,7 @@
 namespace {
 
 constexpr int64_t kRows = 8192, kDim = 256, kTokens = 65536;
+constexpr int64_t kSortElems = 1000000;
 
 void set_bytes(benchmark::State& state, int64_t bytes_per_iter) {
   state.SetBytesProcessed(state.iterations() * bytes_per_iter);
@@ -220,5 +224,43 @@ void CxxCumsum(benchmark::State& state) {
   set_bytes(state, 2 * kScanLong * kScanCols * int64_t{sizeof(float)});
 }
 BENCHMARK(CxxCumsum)->Name("Scan/Cumsum/cxx_loop")->ArgsProduct({{0, 1}, {1}})->ArgNames({"dim", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// 1M f32 with ties (1000 values) as rows of `len` (1000: short rows; 1M: one row).
+std::vector<float> sort_keys() {
+  std::vector<float> v(kSortElems);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 2654435761ull >> 7) % 1000) * 0.25f;
+  return v;
+}
+
+void KilnSort(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(1));
+  const int64_t len = state.range(0);
+  const kiln::Tensor x = kiln::from_vector(sort_keys(), {kSortElems / len, len});
+  for (auto _ : state) {
+    kiln::Tensor i = kiln::argsort(x, 1);
+    i.realize();
+    benchmark::DoNotOptimize(i.node().get());
+  }
+  set_bytes(state, kSortElems * int64_t{sizeof(float) + sizeof(int64_t)});
+}
+BENCHMARK(KilnSort)->Name("Sort/Argsort/kiln")->ArgsProduct({{1000, kSortElems}, {1, 2}})->ArgNames({"len", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxStableSort(benchmark::State& state) {
+  const int64_t len = state.range(0);
+  const std::vector<float> x = sort_keys();
+  std::vector<int64_t> idx(x.size());
+  for (auto _ : state) {
+    for (int64_t r = 0; r < kSortElems / len; ++r) {
+      int64_t* row = idx.data() + r * len;
+      const float* key = x.data() + r * len;
+      for (int64_t k = 0; k < len; ++k) row[k] = k;
+      std::stable_sort(row, row + len, [&](int64_t a, int64_t b) { return key[a] < key[b]; });
+    }
+    benchmark::DoNotOptimize(idx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kSortElems * int64_t{sizeof(float) + sizeof(int64_t)});
+}
+BENCHMARK(CxxStableSort)->Name("Sort/Argsort/std_stable_sort")->ArgsProduct({{1000, kSortElems}, {1}})->ArgNames({"len", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 } // namespace

@@ -192,6 +192,16 @@ constexpr int64_t kScanColumns = 16;
 ///     p = target (at ReduceVar(0) = s): where 0 <= p < positions, the store runs with
 ///     MapVar(0) = p and ReduceResult(0) = (the output element there) op value. Other p
 ///     (reported by a Check in `target` where the index is checked) touch nothing.
+///   * an argsort (`sort` set; graph op Argsort): the keys k_s = value at ReduceVar(0) = s for s in
+///     [0, steps) (of `dtype`) are put in stable sorted order - ascending, or descending with
+///     `descending` - where NaN sorts above every number, -0.0 equals +0.0 and false < true; for
+///     each position p in [0, steps), the store runs with MapVar(0) = p and ReduceResult(0) (an i64,
+///     not of `dtype`) = the s of the p-th key in that order. `op` is unused (Add). The order is a
+///     function of the keys alone, so every backend gives the same positions: the CPU copies each
+///     column's keys to scratch memory (sort_scratch_bytes(); buffers[buffers.size()] points at it,
+///     64-byte aligned, as for the GEMM form) and merge-sorts them there (codegen/src/sort_runtime.h,
+///     O(steps log steps) a column); CUDA gives each (column, s) a thread that counts the keys
+///     before k_s (O(steps) each) and stores s at that position.
 /// So the scatter's output is read back by the kernel: the one exception to "outputs are never
 /// read". `op` applies without contraction or reassociation (a float Add is one rounded add per
 /// step), so every backend and every column split gives the same bits. Work: steps (+
@@ -205,7 +215,10 @@ struct ScanLoop {
   ExprRef positions;                     ///< a scatter's extent of output positions (i64); null for a running scan
   /// The axis is the output's innermost (unit stride): the CPU then runs one column at a time,
   /// streaming along it, since a block of columns would touch kScanColumns far-apart rows per step.
+  /// (An argsort goes column by column on the CPU either way.)
   bool inner_axis = false;
+  bool sort = false;       ///< an argsort (see above): red0 is the i64 position of a key
+  bool descending = false; ///< an argsort's order: largest first
 };
 
 /// Keys per block of an attention kernel's online softmax. It is part of the arithmetic (where the
@@ -302,6 +315,16 @@ std::pair<int64_t, int64_t> gemm_blocks(const Kernel& k, const std::vector<int64
 
 /// Bytes of scratch a CPU GEMM-form kernel needs per call (packed panels and the tile accumulators); 0 for others.
 int64_t gemm_scratch_bytes(const Kernel& k);
+/// Where an argsort kernel's CPU scratch holds each part for a column of n keys (ScanLoop::sort): the
+/// keys (of the key dtype's memory type) and a second array of them for the merges, then the
+/// positions (i64) and a second array of them; byte offsets, each a multiple of 64.
+struct SortScratch {
+  int64_t keys = 0, keys_tmp = 0, idx = 0, idx_tmp = 0, bytes = 0;
+};
+SortScratch sort_scratch(DType key, int64_t n);
+/// Bytes of scratch a CPU argsort kernel needs per call at launch parameters `params` (one column's
+/// SortScratch, reused column after column); 0 for other kernels.
+int64_t sort_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params);
 /// Bytes of scratch a CPU attention kernel needs per call at launch parameters `params` (a packed key
 /// block, the block's scores, the query block's output rows, running maxima and sums); 0 for others.
 int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params);

@@ -187,13 +187,10 @@ std::string generate(gpt::GPT& model, const gpt::Vocab& vocab, const Args& a) {
     const std::vector<int64_t> window(ids.end() - t, ids.end());
     const Tensor logits = model(from_vector(window, {1, t})).narrow(1, t - 1, 1).flatten(); // the last position
     std::vector<double> l = logits.to_vector<double>();
-    for (double& v : l) v /= a.temperature;
-    if (a.top_k > 0 && a.top_k < static_cast<int64_t>(l.size())) {
-      std::vector<double> sorted = l;
-      std::nth_element(sorted.begin(), sorted.begin() + (a.top_k - 1), sorted.end(), std::greater<>());
-      for (double& v : l)
-        if (v < sorted[static_cast<size_t>(a.top_k - 1)]) v = -INFINITY;
-    }
+    // the k likeliest: those at least the k-th largest logit (topk's last value; ties at it are kept)
+    const bool top = a.top_k > 0 && a.top_k < static_cast<int64_t>(l.size());
+    const double least = top ? topk(logits, a.top_k).first.to_vector<double>().back() : -INFINITY;
+    for (double& v : l) v = v >= least ? v / a.temperature : -INFINITY;
     const double m = *std::max_element(l.begin(), l.end());
     for (double& v : l) v = std::exp(v - m);
     std::discrete_distribution<int64_t> pick(l.begin(), l.end());

@@ -81,6 +81,13 @@ NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& 
 /// The JVP of cumprod(x, dim, reverse) for the tangent t: the same products as cumprod_vjp's,
 /// summed over k <= i (reverse: k >= i).
 NodeRef cumprod_jvp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& t);
+/// The positions that sort x along `dim` (an Argsort node, ops.def): i64 of x's shape, element i of a
+/// column the position along `dim` of the column's i-th smallest element (`descending`: largest). The
+/// order is stable (equal keys keep their input order, as torch.sort(stable=True)), NaN sorts above every
+/// number (last ascending, first descending; NaNs among themselves in input order), -0.0 equals +0.0,
+/// false < true. Any dtype; no gradient (an integer result). The sorted values are gather(x, dim, it).
+/// Work: O(n log n) per column on the CPU, O(n^2) on CUDA (README, "Sorting").
+NodeRef argsort(const NodeRef& x, int64_t dim, bool descending = false);
 /// Batched matrix product of same-rank operands whose batch dims agree (over one term, K = 1:
 /// the broadcast elementwise product, an outer product).
 NodeRef matmul(const NodeRef& a, const NodeRef& b);

@@ -819,6 +819,9 @@ struct ErrorBound {
       const double count = static_cast<double>(x->shape[static_cast<size_t>(d)]);
       return b::add(b::add(e, b::mul(sum(absv(x)), c(count * eps, s))), ulp(n));
     }
+    case OpKind::Argsort: // exact where its column's keys are (the generator makes none: it keeps its programs)
+      return inf_if(un(OpKind::LogicalNot, is_zero(b::broadcast_to(b::reduce(OpKind::Max, E(0), {n->attrs.ints[0]}), s))),
+                    c(0, s));
     case OpKind::Cumprod: { // relative errors add up along the products; none near a zero factor
       const int64_t d = n->attrs.ints[0];
       const bool rev = n->attrs.ints[1] != 0;

@@ -257,6 +257,12 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = max f32 over r0 < p0:\n    yield 1:f32\n"
        "    store b0[m0] = red0\n",
        "line 3: a scan combines by add or mul, not 'max'"},
+      {"kernel k(out b0: i64; params 1)\n  domain [1:i64]\n  scan red0 = argsort f32 over r0 < p0 into m0 < p0:\n"
+       "    yield 1:f32\n    at m0 = r0\n    store b0[m0] = red0\n",
+       "line 3: an argsort has no 'into'"},
+      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = argsort descending f32 over r0 < p0:\n"
+       "    yield 1:f32\n    store b0[m0] = red0\n",
+       "line 5: a store's offset is i64 and its value has the buffer's dtype"}, // an argsort's red0 is an i64 position
       {head + "    v0: f32 = load b0(i0)\n    store b1[i0] = v0\n  reduce red0 = sum over [p0]:\n",
        "reduction without a 'yield'"},
       {head + "  wibble\n", "line 3: unexpected 'wibble'"},

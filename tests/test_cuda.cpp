@@ -714,10 +714,12 @@ bool run_launches(const codegen::Schedule& s, const ShimLibrary& lib, unsigned b
     if (l.domain_size == 0) continue;
     const codegen::CudaLaunchConfig cfg = codegen::cuda_launch_config(l.kernel, l.params);
     const unsigned b = cfg.fixed_block ? cfg.block : block;
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (l.domain_size + b - 1) / b));
+    // an argsort has a thread per key of each column (domain point)
+    const int64_t points = l.domain_size * (l.kernel.scan && l.kernel.scan->sort ? codegen::eval_index(l.kernel.scan->steps, l.params) : 1);
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(3, (points + b - 1) / b));
     // one block per 256 points, or per 1024 in the vector form of an elementwise kernel
     const auto blocks = [&](int64_t per_thread) {
-      return static_cast<unsigned>(((l.domain_size + per_thread - 1) / per_thread + 255) / 256);
+      return static_cast<unsigned>(((points + per_thread - 1) / per_thread + 255) / 256);
     };
     if (!cfg.fixed_block) EXPECT_TRUE(cfg.grid == blocks(1) || cfg.grid == blocks(4)) << l.kernel.name << ": " << cfg.grid;
     std::vector<long long> params(l.params.begin(), l.params.end());
@@ -881,6 +883,58 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
                   return std::vector<Tensor>{floor(x), ceil(x), round(x), round(t), round(ties), floor(t) + ceil(t)};
                 }}, 32);
   }
+}
+
+/// The argsort kernels of the shim's sort cases: every dtype with ties, NaN, +-inf, -0.0 (floats) or
+/// extremes (integers), ascending and descending, along the last dim, dim 0 and a transposed view, rows
+/// longer than the test's blocks, and the values' gather fused with its users.
+std::vector<Tensor> sort_outputs(DType dt) {
+  const Tensor x = make(dt, {5, 300}, 321, true);
+  std::vector<Tensor> out = {argsort(x, 1), argsort(x, 1, true), argsort(x, 0), argsort(x.t(), -1, true),
+                             sort(x, 1).first, argsort(x.slice(1, 0, 1), 1)};
+  if (is_floating(dt)) {
+    const Tensor ties = floor(x * 2.0); // a few values, many times each, and the specials
+    out.push_back(argsort(ties, 1));
+    out.push_back(argsort(ties, 0, true));
+    out.push_back(exp(topk(ties, 7, 1).first) + 1.0);
+  } else if (dt != kBool) {
+    out.push_back(topk(x, 3, 0, false).second);
+    out.push_back(topk(x, 11, 1).first);
+  }
+  return out;
+}
+
+// Not in all_cases() either (CudaNvrtc's time): the argsort kernel, a thread per (column, key) counting
+// the keys that sort before its own, on the shim and the LLVM path (a merge sort), bitwise.
+TEST(CudaShimSort, MatchLlvmBitwise) {
+  for (DType dt : kAll) check_case({"sort_" + dn(dt), [dt] { return sort_outputs(dt); }}, 32);
+  check_case({"sort_one_column", [] { return std::vector<Tensor>{argsort(make(kFloat32, {700}, 322, true), 0, true)}; }}, 64);
+}
+
+// Argsort kernels of CudaShimSort compile with NVRTC for sm_90 and compute_90, without warnings: each
+// dtype ascending along rows and descending down columns, and a dim of one key. Not all 27 of them
+// (6 s here): the suite's KILN_CUDA_CHECK=1 run compiles every kernel it runs.
+TEST(CudaNvrtc, CompilesTheArgsortKernels) {
+  std::string why;
+  if (!codegen::nvrtc_available(&why)) GTEST_SKIP() << "NVRTC unavailable: " << why;
+  std::map<std::string, Kernel> kernels;
+  for (DType dt : kAll) {
+    const Tensor x = make(dt, {5, 300}, 321, true);
+    std::vector<Tensor> ts = {argsort(x, 1), argsort(x, 0, true)};
+    if (dt == kFloat32) ts.push_back(argsort(x.slice(1, 0, 1), 1));
+    for (const KernelLaunch& l : schedule_of(ts).launches)
+      if (l.kernel.scan && l.kernel.scan->sort) kernels.emplace(l.kernel.name, l.kernel);
+  }
+  EXPECT_EQ(kernels.size(), 11u);
+  std::vector<const Kernel*> batch;
+  for (const auto& [name, k] : kernels) batch.push_back(&k);
+  const double ms = compile_batch(batch, !codegen::ptxas_path().empty());
+  std::printf("[ note ] NVRTC compiled %zu argsort kernels (%.0f ms in NVRTC)\n", kernels.size(), ms);
+}
+
+TEST(CudaGolden, Argsort) {
+  const Tensor x = from_vector(std::vector<float>(12, 1.0f), {3, 4});
+  check_golden("cuda_argsort.cu", schedule_text({sort(x * 2.0, 0, true).first}));
 }
 
 // The sequence and image layers (tests/test_layers1d.cpp) on the shim: interpolate's indices and weights

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -244,6 +245,25 @@ TEST(GpuRuntime, IndexOpsMatchTheCpuBitwise) {
     EXPECT_EQ(e.op(), "gather") << e.what();
     EXPECT_NE(std::string(e.what()).find("index 70"), std::string::npos) << e.what();
   }
+}
+
+// sort, argsort and topk (the argsort kernel: a thread per key on the GPU, a merge sort on the CPU):
+// values, indices and the values' gradient bitwise the CPU's, ties, NaN and -0.0 included, along the
+// last dim and dim 0, rows longer than a block of threads.
+TEST(GpuRuntime, SortMatchesTheCpuBitwise) {
+  std::vector<float> v(37 * 300);
+  for (size_t k = 0; k < v.size(); ++k) v[k] = k % 97 == 5 ? NAN : k % 89 == 3 ? -0.0f : static_cast<float>((k * 7919) % 41) - 20;
+  const Tensor x = from_vector(v, {37, 300});
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return argsort(t[0], 1); }, "argsort");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return argsort(t[0] * 2.0, 0, true); }, "argsort of a computed value");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return exp(sort(t[0], 1, true).first * 0.1); }, "sorted values");
+  expect_same_on_gpu({x}, [](const std::vector<Tensor>& t) { return topk(t[0], 5, 0, false).second; }, "topk indices");
+  auto grad_on = [&](Device d) {
+    const Tensor leaf = x.to(d).detach().requires_grad_();
+    const Tensor w = arange(0, 5 * 300, 1, kFloat32, d).reshape({5, 300});
+    return grad({(topk(leaf, 5, 0).first * w).sum()}, {leaf})[0].to(kCPU).to_vector<float>();
+  };
+  expect_bitwise(grad_on(kGpu), grad_on(kCPU), "topk's gradient");
 }
 
 TEST(GpuRuntime, EmbeddingTrainingStepMatchesTheCpuBitwise) {

@@ -1,6 +1,6 @@
 // libkiln as users link it (kiln::kiln, the public headers only; see frontend/cmake/package.cmake):
 // the version header and kiln::version(), that a shared build really runs from libkiln.so, and
-// that its JIT still resolves what kernels call (libm's powf, the GEMM support routines) and gives
+// that its JIT still resolves what kernels call (libm's powf, the GEMM support routines, the sort routine) and gives
 // the same bits fused and unfused through the shared library.
 
 #include <gtest/gtest.h>
@@ -41,6 +41,17 @@ TEST(Package, JitResolvesLibmThroughTheSharedLibrary) {
   ASSERT_EQ(y.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_EQ(y[i], std::pow(x[i], 2.5f)) << "at " << x[i];
+}
+
+// An argsort kernel calls kiln's sort routine (codegen/src/sort_runtime.h), which the JIT defines by
+// address: found through the shared library as in a static binary, rows short and long.
+TEST(Package, JitResolvesTheSortRoutineThroughTheSharedLibrary) {
+  const auto [values, indices] = sort(from_vector<float>({3, 1, NAN, 2, 1, -0.0f}), 0, true);
+  EXPECT_EQ(indices.to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 3, 1, 4, 5}));
+  std::vector<int64_t> many(5000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>((i * 7919) % 1000);
+  const std::vector<int64_t> top = topk(from_vector(many), 3, 0, false).second.to_vector<int64_t>();
+  EXPECT_EQ(top, (std::vector<int64_t>{0, 1000, 2000})); // the three 0s, in input order
 }
 
 // Losses of a few compiled Adam steps of a small MLP (GEMM kernels and their support module).

@@ -463,7 +463,7 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
 #include "graph/ops.def"
 #undef KILN_OP
     return elementwise_vjp(y, g);
-  case OpKind::Argmax: case OpKind::Argmin:
+  case OpKind::Argmax: case OpKind::Argmin: case OpKind::Argsort:
     break; // i64 results carry no gradient: the walk never sends an adjoint here
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_vjp(y, g);
   case OpKind::Reshape: return {b::reshape(g, y->inputs[0]->shape)};
@@ -499,7 +499,7 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
 #include "graph/ops.def"
 #undef KILN_OP
     return elementwise_jvp(y, t);
-  case OpKind::Argmax: case OpKind::Argmin:
+  case OpKind::Argmax: case OpKind::Argmin: case OpKind::Argsort:
     break; // i64 results carry no tangent: the walk never asks
   case OpKind::Sum: case OpKind::Max: case OpKind::Min: return reduce_jvp(y, t[0]);
   case OpKind::Reshape: return b::reshape(t[0], y->shape);

@@ -239,6 +239,7 @@ public:
     if (tiled) emit_gemm();
     else if (rows) emit_rows();
     else if (attention) emit_attention();
+    else if (k_.form == KernelForm::Scan && k_.scan->sort) emit_sort();
     else emit_domain();
     scopes_.pop_back();
     return head + body_ + "}\n";
@@ -770,6 +771,57 @@ private:
     reduce_rank_ = -1;
   }
 
+  /// An argsort (kernel_ir.h, ScanLoop::sort): a grid-stride loop over the (column, key) pairs, the
+  /// key fastest. A pair's thread ranks its key k_own among its column's: the keys before it count
+  /// unless k_own sorts strictly before them, the keys after it only where they sort strictly before
+  /// k_own (stability), and it stores own at position rank. O(steps) a thread, O(steps^2) a column;
+  /// the keys are read through the kernel's own expression (a load: fusion gives them a buffer).
+  void emit_sort() {
+    const ScanLoop& sc = *k_.scan;
+    const Store& st = k_.stores.at(0);
+    line("const long long cols = " + emit_domain_extents() + ";");
+    line("const long long steps = " + ref(sc.steps) + ";");
+    line("const long long n = cols * steps;");
+    line("const long long stride = (long long)blockDim.x * gridDim.x;");
+    open("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < n; flat += stride)");
+    line("const long long own = flat % steps;");
+    if (!k_.domain.empty()) line("unsigned long long rest = (unsigned long long)(flat / steps);");
+    emit_split_index();
+    if (!mentions(st.offset, ExprKind::MapVar, 0)) { // one key a column (lowering's constant position): itself
+      line("const long long red0 = own;");
+      scan_store(st);
+      close();
+      return;
+    }
+    reduce_rank_ = 1;
+    line(reg_type(sc.dtype) + " key;");
+    open("");
+    if (mentions(sc.value, ExprKind::ReduceVar, 0)) line("const long long r0 = own;");
+    line("key = " + ref(sc.value) + ";");
+    close();
+    line("long long rank = 0;");
+    open("for (long long r0 = 0; r0 < own; ++r0)");
+    line("rank += !" + sorts_before(sc, "key", ref(sc.value)) + ";");
+    close();
+    open("for (long long r0 = own + 1; r0 < steps; ++r0)");
+    line("rank += " + sorts_before(sc, ref(sc.value), "key") + ";");
+    close();
+    reduce_rank_ = -1;
+    line("const long long m0 = rank;");
+    line("const long long red0 = own;");
+    scan_store(st);
+    close();
+  }
+
+  /// Whether key a sorts strictly before key b in the argsort's order: NaN above every number
+  /// (so a NaN is first descending, last ascending), -0 equal to +0 (IEEE comparison), false < true.
+  static std::string sorts_before(const ScanLoop& sc, const std::string& a, const std::string& b) {
+    const std::string cmp = a + (sc.descending ? " > " : " < ") + b;
+    if (!is_floating(sc.dtype)) return "(" + cmp + ")";
+    const std::string& nan = sc.descending ? a : b, & other = sc.descending ? b : a;
+    return "(" + cmp + " || (" + nan + " != " + nan + " && " + other + " == " + other + "))";
+  }
+
   /// The scan's store, with m0 and red0 declared by the caller.
   void scan_store(const Store& st) {
     map_rank_ = 1;
@@ -1156,6 +1208,7 @@ CudaLaunchConfig cuda_launch_config(const Kernel& k, const std::vector<int64_t>&
   }
   int64_t points = 1;
   for (const ExprRef& e : k.domain) points *= eval_index(e, params);
+  if (k.form == KernelForm::Scan && k.scan->sort) points *= eval_index(k.scan->steps, params); // a thread per key
   if (limits.sm_count > 0 && limits.max_threads_per_sm >= kGemmThreads) // the forms below use 256-thread blocks
     max_grid = std::min<int64_t>(max_grid, kMaxWaves * limits.sm_count * (limits.max_threads_per_sm / kGemmThreads));
   if (k.form == KernelForm::Attention) return cuda_attention_launch_config(k, params, max_grid);

@@ -117,6 +117,7 @@ private:
   std::unordered_set<const Node*> matmul_of_; // kernel roots that contain a matmul
   std::unordered_set<const Node*> needs_buffer_; // operands of matmuls (see buffer_matmul_operands)
   std::unordered_set<const Node*> attention_operands_; // operands of attention (see buffer_attention_operands)
+  std::unordered_set<const Node*> sort_keys_;          // operands of argsorts (see buffer_sort_keys)
   std::unordered_map<const Node*, int> depth_;   // ops between a node and its kernel's root (0: the root)
   std::unordered_set<const Node*> cut_;          // roots cut by the depth or buffer bound
   mutable std::unordered_map<const Node*, bool> at_root_index_; // read_at_root_index(), once per node
@@ -261,6 +262,7 @@ private:
   void decide_placement(const Node* n, int depth) {
     if (graph::op_category(n->op) == OpCategory::Contraction) buffer_matmul_operands(n);
     if (graph::op_category(n->op) == OpCategory::Attention) buffer_attention_operands(n);
+    if (n->op == OpKind::Argsort) buffer_sort_keys(n);
     if (outputs_.count(n)) return materialize(n, "requested output");
     // The code generators walk a kernel's expressions recursively: a long chain of
     // ops (an unrolled loop) is cut into kernels of bounded depth.
@@ -276,6 +278,7 @@ private:
     if (needs_buffer_.count(n))
       return materialize(n, "a matmul operand: computed once rather than once per output row or column");
     if (attention_operands_.count(n)) return materialize(n, "an attention operand: read from a buffer of its own");
+    if (sort_keys_.count(n)) return materialize(n, "an argsort's keys: read from a buffer of its own");
     switch (graph::op_category(n->op)) {
     case OpCategory::Reduce: return decide_reduce(n);
     case OpCategory::Contraction: return decide_matmul(n);
@@ -485,6 +488,13 @@ private:
   void buffer_attention_operands(const Node* a) {
     for (const auto& in : a->inputs)
       if (!is_source(in.get())) attention_operands_.insert(in.get());
+  }
+
+  // An argsort reads its keys from a buffer (a view of one is index arithmetic): its CUDA kernel
+  // reads each key once per key of its column, so a fused producer would run that often too.
+  void buffer_sort_keys(const Node* s) {
+    const Node* x = s->inputs[0].get();
+    if (!is_source(below_views(x))) sort_keys_.insert(x);
   }
 
   static const Node* below_views(const Node* n) {

@@ -532,8 +532,8 @@ std::string print_kernel(const Kernel& k) {
   }
   if (const auto& sc = k.scan) {
     const std::string steps = p.ref(sc->steps);
-    p.out += "  scan red0 = " + std::string(op_name(sc->op)) + " " + std::string(dtype_name(sc->dtype)) +
-             " over r0 < " + steps;
+    const std::string what = sc->sort ? std::string(sc->descending ? "argsort descending" : "argsort") : std::string(op_name(sc->op));
+    p.out += "  scan red0 = " + what + " " + std::string(dtype_name(sc->dtype)) + " over r0 < " + steps;
     if (sc->target) p.out += " into m0 < " + p.ref(sc->positions);
     p.out += std::string(sc->inner_axis ? " inner_axis" : "") + ":\n";
     const std::string v = p.ref(sc->value);
@@ -564,6 +564,17 @@ int64_t gemm_scratch_bytes(const Kernel& k) {
   const int64_t elem = k.reductions[0].dtype == DType::Float64 ? 8 : 4;
   // packed a block (mc x kc), packed b panel (kc x nr), accumulators (mc x nc), one tile
   return elem * (g.mc * g.kc + g.kc * g.nr + g.mc * g.nc + g.mr * g.nr) + 256;
+}
+
+SortScratch sort_scratch(DType key, int64_t n) {
+  auto region = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  const int64_t keys = region(n * static_cast<int64_t>(dtype_size(key))), idx = region(n * 8);
+  return {0, keys, 2 * keys, 2 * keys + idx, 2 * keys + 2 * idx};
+}
+
+int64_t sort_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params) {
+  if (!k.scan || !k.scan->sort) return 0;
+  return sort_scratch(k.scan->dtype, eval_index(k.scan->steps, params)).bytes + 64;
 }
 
 int64_t attention_scratch_bytes(const Kernel& k, const std::vector<int64_t>& params) {
@@ -619,7 +630,8 @@ std::vector<std::string> form_words(const Kernel& k, const std::vector<std::stri
   const auto& r = k.reductions;
   if (k.attention) return {k.attention->backward ? "attention_grad" : "attention"};
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
-  if (k.scan) return {k.scan->target ? "scatter" : k.scan->op == ScalarOp::Mul ? "cumprod" : "cumsum"};
+  if (k.scan)
+    return {k.scan->sort ? "argsort" : k.scan->target ? "scatter" : k.scan->op == ScalarOp::Mul ? "cumprod" : "cumsum"};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
   if (row && r[0].op == ReduceOp::Max && r[1].op == ReduceOp::Sum && has(ops, "exp"))
     return {has(ops, "log") ? "log_softmax" : "softmax"};

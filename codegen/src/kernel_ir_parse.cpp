@@ -123,11 +123,13 @@ private:
     std::string_view extents, value;
     int line;
   };
-  // "scan red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]:", its yield and "at m0 = TARGET"
+  // "scan red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]:", its yield and "at m0 = TARGET";
+  // an argsort's OP is "argsort" or "argsort descending"
   struct ScanText {
     ScalarOp op;
     DType dtype;
     bool inner_axis = false;
+    bool sort = false, descending = false;
     std::string_view steps, positions, value, target;
     int line;
   };
@@ -351,21 +353,30 @@ private:
 
   static ScanText scan_text(std::string_view s, int line) {
     if (!s.ends_with(":")) fail(line, "expected ':' after the scan");
-    const std::vector<std::string_view> w = words(s.substr(0, s.size() - 1));
+    std::vector<std::string_view> w = words(s.substr(0, s.size() - 1));
+    ScanText t{};
+    t.line = line;
+    t.op = ScalarOp::Add;
+    // red0 = argsort [descending] DTYPE over r0 < STEPS [inner_axis]: the word after argsort taken out
+    if (w.size() > 2 && w[2] == "argsort") {
+      t.sort = true;
+      if (w.size() > 3 && w[3] == "descending") t.descending = true, w.erase(w.begin() + 3);
+    }
     // red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]
     if (w.size() < 8 || w[0] != "red0" || w[1] != "=" || w[4] != "over" || w[5] != "r0" || w[6] != "<")
       fail(line, "expected 'scan red0 = OP DTYPE over r0 < STEPS ...:'");
-    ScanText t{};
-    t.line = line;
-    OpKind op;
-    const std::optional<ScalarOp> combine = graph::op_from_name(w[2], op) ? scalar_op(op) : std::nullopt;
-    if (!combine || (*combine != ScalarOp::Add && *combine != ScalarOp::Mul))
-      fail(line, "a scan combines by add or mul, not '" + std::string(w[2]) + "'");
-    t.op = *combine;
+    if (!t.sort) {
+      OpKind op;
+      const std::optional<ScalarOp> combine = graph::op_from_name(w[2], op) ? scalar_op(op) : std::nullopt;
+      if (!combine || (*combine != ScalarOp::Add && *combine != ScalarOp::Mul))
+        fail(line, "a scan combines by add or mul, not '" + std::string(w[2]) + "'");
+      t.op = *combine;
+    }
     t.dtype = parse_dtype(w[3], line);
     t.steps = w[7];
     size_t i = 8;
     if (i < w.size() && w[i] == "into") {
+      if (t.sort) fail(line, "an argsort has no 'into'");
       if (i + 3 >= w.size() || w[i + 1] != "m0" || w[i + 2] != "<") fail(line, "expected 'into m0 < POSITIONS'");
       t.positions = w[i + 3];
       i += 4;
@@ -440,7 +451,7 @@ private:
     if (const int64_t v = numbered(s, "v"); v >= 0) return built_let(v, line);
     if (scan_ && s == "red0") {
       if (visible_reductions_ == 0) fail(line, "red0 is used before it is computed");
-      return make_expr(ExprKind::ReduceResult, scan_->dtype, {}, 0);
+      return make_expr(ExprKind::ReduceResult, scan_->sort ? DType::Int64 : scan_->dtype, {}, 0);
     }
     if (const int64_t v = numbered(s, "red"); v >= 0) {
       if (v >= static_cast<int64_t>(reductions_.size())) fail(line, "red" + std::to_string(v) + " is not a reduction");
@@ -504,6 +515,8 @@ private:
     sc.op = t.op;
     sc.dtype = t.dtype;
     sc.inner_axis = t.inner_axis;
+    sc.sort = t.sort;
+    sc.descending = t.descending;
     const int outer = visible_reductions_;
     visible_reductions_ = 0; // the scan's own value and target do not read its result
     sc.steps = extents(t.steps, t.line).at(0);

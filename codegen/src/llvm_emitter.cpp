@@ -21,6 +21,7 @@
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
+#include "codegen/src/sort_runtime.h"
 #include "kiln/error.h"
 
 namespace kiln::codegen {
@@ -137,7 +138,9 @@ private:
   }
 
   /// True for the forms whose kernels get scratch memory after their buffers.
-  bool has_scratch() const { return k_.form == KernelForm::Gemm || k_.form == KernelForm::Attention; }
+  bool has_scratch() const {
+    return k_.form == KernelForm::Gemm || k_.form == KernelForm::Attention || (k_.form == KernelForm::Scan && k_.scan->sort);
+  }
 
   // --- GEMM form (llvm_gemm.cpp) and attention (llvm_attention.cpp) ---------------
 
@@ -646,7 +649,7 @@ private:
   /// while they fit, then at most one block of each smaller power of two. A column's result
   /// never depends on its block: its steps run in order either way.
   void emit_scan_row(Value* j, Value* n) {
-    if (k_.scan->inner_axis) { // one column at a time, streaming along the contiguous axis
+    if (k_.scan->inner_axis || k_.scan->sort) { // one column at a time, streaming along the contiguous axis
       for_range(c64(0), n, [&](Value* t) { emit_scan_block(b_.CreateAdd(j, t, "", true, true), c64(1)); });
       return;
     }
@@ -680,6 +683,7 @@ private:
   /// The columns j0 + [0, width) (j0 null: the one column of an empty domain), steps outermost.
   void emit_scan_block(Value* j0, Value* width) {
     const ScanLoop& sc = *k_.scan;
+    if (sc.sort) return emit_sort_column(j0);
     KILN_ASSERT(k_.stores.size() == 1 && k_.reductions.empty() && k_.map.empty() && sc.value->dtype == sc.dtype,
                 "a scan kernel has one store and no reductions or map: " + k_.name);
     const Store& st = k_.stores[0];
@@ -735,6 +739,51 @@ private:
         });
       });
     }
+    reduce_vars_.clear();
+    map_vars_.clear();
+    scopes_.pop_back();
+  }
+
+  /// The argsort of column j0 (null: the one column of an empty domain; kernel_ir.h, ScanLoop::sort):
+  /// its keys into the scratch memory (sort_scratch()), one call of the dtype's routine
+  /// (sort_runtime.h) writing their sorted positions there, then a store per position.
+  void emit_sort_column(Value* j0) {
+    const ScanLoop& sc = *k_.scan;
+    KILN_ASSERT(k_.stores.size() == 1 && k_.reductions.empty() && k_.map.empty() && sc.value->dtype == sc.dtype && scratch_,
+                "an argsort kernel has one store, no reductions or map, and scratch memory: " + k_.name);
+    scopes_.emplace_back();
+    if (j0) loop_vars_[k_.domain.size() - 1] = j0;
+    Value* steps = expr(sc.steps);
+    // the offsets of sort_scratch(): keys, keys_tmp, idx, idx_tmp, each region a multiple of 64 bytes
+    auto region = [&](Value* bytes) { return b_.CreateAnd(b_.CreateAdd(bytes, c64(63)), c64(~int64_t{63})); };
+    Value* keys_bytes = region(b_.CreateMul(steps, c64(static_cast<int64_t>(dtype_size(sc.dtype)))));
+    Value* idx_bytes = region(b_.CreateMul(steps, c64(8)));
+    auto at_byte = [&](Value* off) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_, off); };
+    Value* keys = scratch_;
+    Value* keys_tmp = at_byte(keys_bytes);
+    Value* idx = at_byte(b_.CreateShl(keys_bytes, 1));
+    Value* idx_tmp = at_byte(b_.CreateAdd(b_.CreateShl(keys_bytes, 1), idx_bytes));
+    Type* mt = mem_type(ctx_, sc.dtype);
+    for_range(c64(0), steps, [&](Value* s) {
+      scopes_.emplace_back(); // the key's values
+      reduce_vars_ = {s};
+      Value* v = expr(sc.value);
+      if (sc.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      b_.CreateStore(v, b_.CreateInBoundsGEP(mt, keys, s));
+      scopes_.pop_back();
+    });
+    Type* ptr = b_.getPtrTy();
+    FunctionCallee routine = mod_.getOrInsertFunction(
+        argsort_routine(sc.dtype), FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64(), i64(), ptr, ptr}, false));
+    if (auto* f = dyn_cast<Function>(routine.getCallee())) f->addFnAttr(Attribute::NoUnwind);
+    b_.CreateCall(routine, {keys, idx, steps, c64(sc.descending ? 1 : 0), keys_tmp, idx_tmp});
+    for_range(c64(0), steps, [&](Value* p) {
+      scopes_.emplace_back(); // the store's values
+      map_vars_ = {p};
+      results_ = {b_.CreateLoad(i64(), b_.CreateInBoundsGEP(i64(), idx, p))};
+      emit_stores();
+      scopes_.pop_back();
+    });
     reduce_vars_.clear();
     map_vars_.clear();
     scopes_.pop_back();

@@ -47,6 +47,7 @@
 #include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
 #include "codegen/src/llvm_perf_map.h"
+#include "codegen/src/sort_runtime.h"
 #include "codegen_hash.h" // generated: KILN_CODEGEN_HASH
 #include "kiln/error.h"
 
@@ -344,6 +345,13 @@ struct LlvmJit::Impl {
                          jit->getDataLayout().getGlobalPrefix()),
                      "process symbols");
     jit->getMainJITDylib().addGenerator(std::move(gen));
+    // kiln's own routines that kernels call (an argsort's, sort_runtime.h), by address: a static
+    // binary need not export them, nor the shared library keep them visible.
+    llvm::orc::SymbolMap routines;
+    for (const auto& [name, address] : sort_routines())
+      routines[jit->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                                              llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
+    check(jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(routines))), "defining kiln's routines");
   }
 
   /// Compiles a function on an extended value type (13 x i7), before the first background

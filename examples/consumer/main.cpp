@@ -29,6 +29,12 @@ int main() {
     opt.step();
     return std::vector<Tensor>{loss};
   });
+  // JIT code calling into libkiln (the argsort kernel's sort routine) resolves through the installed library
+  const std::vector<int64_t> order = argsort(from_vector<float>({3, 1, 2, 1})).to_vector<int64_t>();
+  if (order != std::vector<int64_t>{1, 3, 2, 0}) {
+    std::fprintf(stderr, "consumer: argsort gave the wrong order\n");
+    return 1;
+  }
   std::vector<float> losses;
   for (int i = 0; i < 40; ++i)
     losses.push_back(step({x, y})[0].item<float>());

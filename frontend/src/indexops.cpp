@@ -1,5 +1,6 @@
-// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum and cumprod: the
-// user-facing checks, then graph::build's Gather node and its scans (ScatterAdd, Cumsum, Cumprod).
+// Indexing along a dim (gather, index_select, scatter_add, index_add), cumsum, cumprod and the sorts:
+// the user-facing checks, then graph::build's Gather node and its scans (ScatterAdd, Cumsum, Cumprod,
+// Argsort).
 
 #include "kiln/indexops.h"
 
@@ -187,5 +188,67 @@ Tensor scan(const char* op, bool product, const Tensor& input, int64_t dim, cons
 Tensor cumsum(const Tensor& input, int64_t dim, Loc loc) { return scan("cumsum", false, input, dim, loc); }
 
 Tensor cumprod(const Tensor& input, int64_t dim, Loc loc) { return scan("cumprod", true, input, dim, loc); }
+
+namespace {
+
+// sort (and msort, as `op`): the stable argsort along the dim, then the values gathered by it. A 0-d
+// input is sorted as one element.
+std::pair<Tensor, Tensor> sorted(const char* op, const Tensor& input, int64_t dim, bool descending, const Loc& loc) {
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  if (!input.defined()) throw Error(op, "the input is undefined", loc);
+  const int64_t d = wrap_dim_or_fail(op, dim, input, loc);
+  if (input.dim() == 0) {
+    const auto [values, indices] = sorted(op, input.reshape({1}, loc), 0, descending, loc);
+    return {values.reshape({}, loc), indices.reshape({}, loc)};
+  }
+  const graph::NodeRef order = b::argsort(input.node(), d, descending); // positions in range: no index check
+  return {result(b::gather(input.node(), d, order), {&input}), Tensor(order)};
+}
+
+} // namespace
+
+std::pair<Tensor, Tensor> sort(const Tensor& input, int64_t dim, bool descending, bool /*stable: always*/, Loc loc) {
+  return sorted("sort", input, dim, descending, loc);
+}
+
+Tensor argsort(const Tensor& input, int64_t dim, bool descending, bool /*stable: always*/, Loc loc) {
+  const graph::SourceScope at(loc, "argsort"); // nodes made here record the caller's line
+  if (!input.defined()) throw Error("argsort", "the input is undefined", loc);
+  const int64_t d = wrap_dim_or_fail("argsort", dim, input, loc);
+  if (input.dim() == 0) return argsort(input.reshape({1}, loc), 0, descending, true, loc).reshape({}, loc);
+  return Tensor(b::argsort(input.node(), d, descending));
+}
+
+std::pair<Tensor, Tensor> topk(const Tensor& input, int64_t k, int64_t dim, bool largest, bool /*sorted: always*/, Loc loc) {
+  const graph::SourceScope at(loc, "topk"); // nodes made here record the caller's line
+  if (!input.defined()) throw Error("topk", "the input is undefined", loc);
+  if (input.dtype() == DType::Bool) fail("topk", "not defined for bool tensors (as PyTorch's)", {&input}, loc);
+  const int64_t d = wrap_dim_or_fail("topk", dim, input, loc);
+  const int64_t n = input.dim() == 0 ? 1 : input.size(d);
+  if (k < 0 || k > n)
+    fail("topk", "k = " + std::to_string(k) + " is out of range for dim " + std::to_string(d) + " of extent " +
+                     std::to_string(n) + ": valid values are [0, " + std::to_string(n) + "]",
+         {&input}, loc);
+  if (input.dim() == 0) return sorted("topk", input, 0, largest, loc); // itself, for k 0 or 1, as PyTorch
+  const graph::NodeRef order = b::argsort(input.node(), d, largest);
+  graph::Shape first = input.shape();
+  first[static_cast<size_t>(d)] = k;
+  const size_t rank = first.size();
+  const graph::NodeRef top = b::slice(order, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), first);
+  return {result(b::gather(input.node(), d, top), {&input}), Tensor(top)};
+}
+
+Tensor msort(const Tensor& input, Loc loc) { return sorted("msort", input, 0, false, loc).first; }
+
+std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending, bool stable, Loc loc) const {
+  return kiln::sort(*this, dim, descending, stable, loc);
+}
+Tensor Tensor::argsort(int64_t dim, bool descending, bool stable, Loc loc) const {
+  return kiln::argsort(*this, dim, descending, stable, loc);
+}
+std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted, Loc loc) const {
+  return kiln::topk(*this, k, dim, largest, sorted, loc);
+}
+Tensor Tensor::msort(Loc loc) const { return kiln::msort(*this, loc); }
 
 } // namespace kiln

@@ -285,6 +285,12 @@ NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind
 
 NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cumprod, x, dim, reverse); }
 
+NodeRef argsort(const NodeRef& x, int64_t dim, bool descending) {
+  Attrs a;
+  a.ints = {dim, descending ? 1 : 0};
+  return make_node(OpKind::Argsort, DType::Int64, x->shape, {x}, std::move(a));
+}
+
 NodeRef cumprod_vjp(const NodeRef& x, int64_t dim, bool reverse, const NodeRef& g) {
   if (x->numel() == 0) return constant_like(x, 0);
   const size_t rank = x->shape.size();

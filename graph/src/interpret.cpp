@@ -5,6 +5,7 @@
 
 #include "graph/interpret.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -631,6 +632,7 @@ private:
   /// a float cumsum or cumprod accumulates in f64, each output rounded from it (scatter_add adds
   /// into its output, rounding each step).
   Buf scan(const Node* n) const {
+    if (n->op == OpKind::Argsort) return argsort(n);
     const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
     const bool reverse = n->attrs.ints.at(1) != 0, mul = n->op == OpKind::Cumprod;
     const Node* x = n->inputs.back().get();
@@ -668,6 +670,36 @@ private:
         acc_f = b.is_float ? b.f[at] : 0;
         acc_i = b.is_float ? 0 : b.i[at];
       }
+    });
+    return b;
+  }
+
+  /// argsort: each column's positions ordered by std::stable_sort, NaN above every number
+  /// (descending: first), -0 equal to +0 (the comparison of the values as doubles, or as int64).
+  Buf argsort(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const bool descending = n->attrs.ints.at(1) != 0;
+    const Buf& v = in(n, 0);
+    const Strides st = contiguous_strides(n->shape);
+    const int64_t steps = n->shape[dim];
+    Buf b = make_buf(DType::Int64, n->numel());
+    Shape cols = n->shape;
+    cols[dim] = 1;
+    std::vector<int64_t> order(static_cast<size_t>(steps));
+    for_each_index(cols, [&](const std::vector<int64_t>& idx, int64_t) {
+      int64_t base = 0;
+      for (size_t d = 0; d < idx.size(); ++d) base += idx[d] * st[d];
+      auto at = [&](int64_t j) { return base + j * st[dim]; };
+      // a before c (ascending: a < c with NaN largest; descending the other way round)
+      auto before = [&](int64_t j, int64_t k) {
+        if (!v.is_float) return descending ? v.i[at(j)] > v.i[at(k)] : v.i[at(j)] < v.i[at(k)];
+        const double x = v.f[at(j)], y = v.f[at(k)];
+        if (descending) return (std::isnan(x) && !std::isnan(y)) || x > y;
+        return (!std::isnan(x) && std::isnan(y)) || x < y;
+      };
+      for (int64_t j = 0; j < steps; ++j) order[static_cast<size_t>(j)] = j;
+      std::stable_sort(order.begin(), order.end(), before);
+      for (int64_t j = 0; j < steps; ++j) b.i[at(j)] = order[static_cast<size_t>(j)];
     });
     return b;
   }

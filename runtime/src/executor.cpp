@@ -161,7 +161,13 @@ void plan_memory(Plan& p) {
 
 // Bytes of scratch memory one task of launch `l` needs at `params` (0: it runs no tasks).
 size_t task_scratch_bytes(const codegen::KernelLaunch& l, const std::vector<int64_t>& params) {
-  return static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel) + codegen::attention_scratch_bytes(l.kernel, params));
+  return static_cast<size_t>(codegen::gemm_scratch_bytes(l.kernel) + codegen::attention_scratch_bytes(l.kernel, params) +
+                             codegen::sort_scratch_bytes(l.kernel, params));
+}
+
+// True for a CPU kernel that takes scratch memory after its buffers (GemmTiling, AttentionSpec, ScanLoop::sort).
+bool takes_scratch(const codegen::KernelLaunch& l) {
+  return l.kernel.gemm || l.kernel.attention || (l.kernel.scan && l.kernel.scan->sort);
 }
 
 // Scratch memory for the tasks of one execution, taken before its first launch: one block per
@@ -172,37 +178,44 @@ struct ReservedScratch {
   size_t stride = 0; // bytes per thread index
 };
 
-// A GEMM-form or attention kernel's tasks (output blocks), one or more per chunk, each chunk
-// with scratch memory appended to the buffers (see GemmTiling, AttentionSpec): the thread's
-// own, or its block of `reserved` where that is given.
-void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
-               void* const* bufs, const ReservedScratch& reserved) {
+// Runs [begin, end) of a kernel that takes scratch memory (takes_scratch), appended to the
+// buffers: the thread's own, or its block of `reserved` where that is given.
+void run_with_scratch(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
+                      void* const* bufs, const ReservedScratch& reserved, int64_t begin, int64_t end) {
   const size_t bytes = task_scratch_bytes(l, params);
   const size_t nbufs = l.inputs.size() + l.outputs.size();
-  auto chunk = [&](int64_t begin, int64_t end) {
-    thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
-    thread_local size_t capacity = 0;
-    std::vector<void*> args(bufs, bufs + nbufs);
-    if (reserved.blocks && bytes <= reserved.stride) {
-      const auto at = reinterpret_cast<uintptr_t>(reserved.blocks->data());
-      const auto slot = static_cast<size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
-      args.push_back(reinterpret_cast<void*>((at + 4095) / 4096 * 4096 + slot * reserved.stride));
-      return fn(begin, end, args.data(), params.data());
-    }
-    if (capacity < bytes) {
-      const size_t want = (bytes + 4095) / 4096 * 4096;
-      scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
-      capacity = scratch ? want : 0;
-      if (!scratch)
-        detail::out_of_memory("realize", "host", want, l.kernel.attention ? "the scratch memory of attention" : "the scratch memory of a matrix product",
-                              std::source_location::current());
-    }
-    args.push_back(scratch.get());
-    fn(begin, end, args.data(), params.data());
-  };
-  if (l.gemm_tasks == 1) return chunk(0, 1);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.gemm_tasks, 1),
-                    [&](const tbb::blocked_range<int64_t>& r) { chunk(r.begin(), r.end()); });
+  thread_local std::unique_ptr<std::byte[], void (*)(std::byte*)> scratch{nullptr, [](std::byte*) {}};
+  thread_local size_t capacity = 0;
+  std::vector<void*> args(bufs, bufs + nbufs);
+  if (reserved.blocks && bytes <= reserved.stride) {
+    const auto at = reinterpret_cast<uintptr_t>(reserved.blocks->data());
+    const auto slot = static_cast<size_t>(std::max(0, tbb::this_task_arena::current_thread_index()));
+    args.push_back(reinterpret_cast<void*>((at + 4095) / 4096 * 4096 + slot * reserved.stride));
+    return fn(begin, end, args.data(), params.data());
+  }
+  if (capacity < bytes) {
+    const size_t want = (bytes + 4095) / 4096 * 4096;
+    scratch = {static_cast<std::byte*>(std::aligned_alloc(4096, want)), [](std::byte* p) { std::free(p); }};
+    capacity = scratch ? want : 0;
+    if (!scratch)
+      detail::out_of_memory("realize", "host", want,
+                            l.kernel.attention ? "the scratch memory of attention"
+                            : l.kernel.scan    ? "the scratch memory of a sort"
+                                               : "the scratch memory of a matrix product",
+                            std::source_location::current());
+  }
+  args.push_back(scratch.get());
+  fn(begin, end, args.data(), params.data());
+}
+
+// A GEMM-form or attention kernel's tasks (output blocks), one or more per chunk, each chunk
+// with scratch memory (run_with_scratch; see GemmTiling, AttentionSpec).
+void run_tasks(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vector<int64_t>& params,
+               void* const* bufs, const ReservedScratch& reserved) {
+  if (l.gemm_tasks == 1) return run_with_scratch(fn, l, params, bufs, reserved, 0, 1);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.gemm_tasks, 1), [&](const tbb::blocked_range<int64_t>& r) {
+    run_with_scratch(fn, l, params, bufs, reserved, r.begin(), r.end());
+  });
 }
 
 // Runs the flattened domain in chunks of roughly equal work, each starting at a multiple of
@@ -216,6 +229,12 @@ void run(codegen::CpuKernelFn fn, const codegen::KernelLaunch& l, const std::vec
   const int64_t work = std::max<int64_t>(1, l.work_per_point);
   const int64_t grain = std::max<int64_t>(l.min_chunk, (int64_t{1} << 15) / work);
   const int64_t* p = params.data();
+  if (takes_scratch(l)) { // an argsort: its columns in chunks, each with the thread's scratch
+    auto chunk = [&](int64_t begin, int64_t end) { run_with_scratch(fn, l, params, bufs, reserved, begin, end); };
+    if (n <= grain) return chunk(0, n);
+    return tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                             [&](const tbb::blocked_range<int64_t>& r) { chunk(r.begin(), r.end()); });
+  }
   if (n <= grain) return fn(0, n, bufs, p);
   // TBB splits a range in halves down to the grain; it splits units of chunk_multiple points
   const int64_t unit = std::max<int64_t>(1, l.chunk_multiple);
@@ -430,12 +449,13 @@ template <class What> std::shared_ptr<graph::Storage> plan_storage(Device device
 }
 
 ReservedScratch reserve_scratch(const Plan& plan) {
+  if (plan.device != kCPU) return {}; // only CPU kernels take scratch memory
   size_t most = 0;
   for (const codegen::KernelLaunch& l : plan.schedule.launches)
-    if (l.kernel.gemm || l.kernel.attention) most = std::max(most, task_scratch_bytes(l, l.params));
+    if (takes_scratch(l)) most = std::max(most, task_scratch_bytes(l, l.params));
   if (most == 0) return {};
   const size_t stride = (most + 4095) / 4096 * 4096, threads = static_cast<size_t>(tbb::this_task_arena::max_concurrency());
-  return {plan_storage(kCPU, stride * threads + 4096, [] { return std::string("the scratch memory of matrix products"); }), stride};
+  return {plan_storage(kCPU, stride * threads + 4096, [] { return std::string("the scratch memory of matrix products and sorts"); }), stride};
 }
 
 std::shared_ptr<graph::Storage> output_storage(const Plan& plan, const codegen::KernelLaunch& l, const graph::Node* out) {

@@ -2,11 +2,12 @@
 /// \file indexops.h
 /// Indexing along a dim, as in PyTorch: gather / index_select read rows chosen by an integer
 /// index; scatter_add / index_add add rows into chosen places (the gradients of the first two);
-/// cumsum, cumprod. Indices are checked: a value outside [0, size) is a kiln::Error naming the op, the
-/// index's shape and your line (checked on the host for an index already computed, with its
-/// position; inside the kernel for a lazy one, reported when the result is realized). Kernels
-/// never read or write out of range, and scatter_add sums in a fixed order, so results are
-/// bitwise reproducible across thread counts, fused and unfused runs and the CUDA source.
+/// cumsum, cumprod; sort, argsort, topk, msort. Indices are checked: a value outside [0, size)
+/// is a kiln::Error naming the op, the index's shape and your line (checked on the host for an
+/// index already computed, with its position; inside the kernel for a lazy one, reported when the
+/// result is realized). Kernels never read or write out of range, scatter_add sums in a fixed order
+/// and sorts are stable, so results are bitwise reproducible across thread counts, fused and
+/// unfused runs and the CUDA source.
 
 #include "kiln/tensor.h"
 
@@ -38,5 +39,32 @@ Tensor cumsum(const Tensor& input, int64_t dim, Loc loc = Loc::current());
 /// input has zeros (no division by the input, unlike the usual cumsum(g * y) / x), at a cost
 /// of O(size(dim)^2) work and memory per row.
 Tensor cumprod(const Tensor& input, int64_t dim, Loc loc = Loc::current());
+
+/// torch.sort: (values, indices) of the input sorted along `dim`, ascending (or `descending`).
+/// kiln's sort is always stable - equal elements keep their input order, as torch.sort(stable=True)
+/// and torch's CPU sort - so `stable` is accepted and changes nothing. NaN sorts above every number
+/// (last ascending, first descending, as PyTorch), -0.0 and +0.0 are equal (kept in input order), and
+/// bool (false < true) and integer inputs sort too. `auto [values, indices] = sort(x, 1);`. indices
+/// are i64 of the input's shape; values = gather(input, dim, indices), so the gradient scatters the
+/// adjoint back to where each value came from (and forward mode gathers the tangent). A 0-d input gives
+/// itself and index 0. One argsort kernel per call (the input read from a buffer), O(n log n) a row on
+/// the CPU (a merge sort), O(n^2) work a row on CUDA (README, "Sorting"); what uses the values fuses
+/// with the gather as usual.
+std::pair<Tensor, Tensor> sort(const Tensor& input, int64_t dim = -1, bool descending = false, bool stable = false,
+                               Loc loc = Loc::current());
+/// torch.argsort: sort(input, dim, descending).second (stable, whatever `stable` says).
+Tensor argsort(const Tensor& input, int64_t dim = -1, bool descending = false, bool stable = false,
+               Loc loc = Loc::current());
+/// torch.topk: (values, indices) of the k largest elements along `dim` (`largest` false: the k
+/// smallest), in sorted order: the first k of a stable descending (ascending) sort. So ties come in
+/// input order - torch leaves the order of ties unspecified, kiln's is this one - and NaN counts as
+/// the largest value, as PyTorch's. `sorted` false is accepted: the order is the sorted one anyway
+/// (PyTorch's is then unspecified). 0 <= k <= size(dim), else a kiln::Error naming topk, the input's
+/// shape, k and your line; not defined for bool (as PyTorch). A 0-d input takes k 0 or 1 and gives
+/// itself and index 0 (as PyTorch). The gradient of the values scatters back, as sort's.
+std::pair<Tensor, Tensor> topk(const Tensor& input, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true,
+                               Loc loc = Loc::current());
+/// torch.msort: sort(input, 0).first, the values sorted along dim 0.
+Tensor msort(const Tensor& input, Loc loc = Loc::current());
 
 } // namespace kiln

@@ -13,6 +13,7 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/device.h"
@@ -188,6 +189,16 @@ public:
   Tensor min(IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const;  ///< see kiln::min
   Tensor argmax(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmax
   Tensor argmin(int64_t dim, bool keepdim = false, Loc loc = Loc::current()) const;     ///< see kiln::argmin
+  /// (values, indices) sorted along dim, stably: see kiln::sort (kiln/indexops.h).
+  std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false, bool stable = false,
+                                 Loc loc = Loc::current()) const;
+  /// The indices that sort along dim, stably: see kiln::argsort.
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false, Loc loc = Loc::current()) const;
+  /// The k largest (smallest) along dim and their indices: see kiln::topk.
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true,
+                                 Loc loc = Loc::current()) const;
+  /// Sorted along dim 0: see kiln::msort.
+  Tensor msort(Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;             ///< cast
   Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::matmul
   Tensor neg(Loc loc = Loc::current()) const;        ///< see kiln::neg
