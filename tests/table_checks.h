@@ -29,6 +29,37 @@ inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(
 /// A standard-normal f64 tensor of `shape` drawn from `seed`.
 inline Tensor rnd(IntList shape, uint64_t seed) { return randn(std::move(shape), seed, kFloat64); }
 
+/// A tensor of dtype `dt` and `shape` ({}: 0-d) holding `v`, each value converted as static_cast does.
+inline Tensor tensor_of(const std::vector<double>& v, DType dt, IntList shape) {
+  switch (dt) {
+  case DType::Float32: return from_vector(std::vector<float>(v.begin(), v.end()), shape);
+  case DType::Float64: return from_vector(v, shape);
+  case DType::Int32: {
+    std::vector<int32_t> x;
+    for (double d : v) x.push_back(static_cast<int32_t>(d));
+    return from_vector(x, shape);
+  }
+  case DType::Int64: {
+    std::vector<int64_t> x;
+    for (double d : v) x.push_back(static_cast<int64_t>(d));
+    return from_vector(x, shape);
+  }
+  case DType::Bool: {
+    std::vector<bool> x;
+    for (double d : v) x.push_back(d != 0);
+    return from_vector(x, shape);
+  }
+  }
+  return {};
+}
+
+/// The number of elements of a tensor of `shape`.
+inline int64_t numel_of(const IntList& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 /// gradcheck(f, inputs) passes, its report printed where it does not.
 inline void expect_gradcheck(const Fn1& f, const std::vector<Tensor>& inputs) {
   GradcheckResult r = gradcheck(f, inputs);
@@ -52,6 +83,23 @@ inline void expect_same(const std::vector<double>& got, const std::vector<double
 /// 1, 2, 3, ... shaped and typed like y: the weights of the tables' d(sum(y * u)).
 inline Tensor weights_for(const Tensor& y) {
   return arange(1, static_cast<double>(y.numel()) + 1, 1, y.dtype()).reshape(y.shape());
+}
+
+/// A convolution's table case (fields name, shape, input, weight_shape, weight, bias ({}: none),
+/// out_shape, out, grad, weight_grad, bias_grad) through conv(x, w, b): PyTorch's shape, values and
+/// gradients of sum(out * u) (weights_for), each within 1e-12.
+template <class Case>
+void expect_conv_case(const Case& c, const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& conv) {
+  Tensor x = from_vector(c.input, c.shape).requires_grad_();
+  Tensor w = from_vector(c.weight, c.weight_shape).requires_grad_();
+  Tensor b = c.bias.empty() ? Tensor() : from_vector(c.bias).requires_grad_();
+  const Tensor y = conv(x, w, b);
+  ASSERT_EQ(y.shape(), c.out_shape) << c.name;
+  (y * weights_for(y)).sum().backward();
+  expect_close(values(y), c.out, 1e-12, std::string(c.name) + " values");
+  expect_close(values(x.grad()), c.grad, 1e-12, std::string(c.name) + " input grad");
+  expect_close(values(w.grad()), c.weight_grad, 1e-12, std::string(c.name) + " weight grad");
+  if (b.defined()) expect_close(values(b.grad()), c.bias_grad, 1e-12, std::string(c.name) + " bias grad");
 }
 
 /// A program of the mode check: its outputs (and gradients) from its inputs.

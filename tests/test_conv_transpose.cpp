@@ -58,16 +58,7 @@ Tensor conv_transpose_of(const ConvTransposeCase& c, const Tensor& x, const Tens
 
 TEST(ConvTranspose, MatchesPyTorch) {
   for (const ConvTransposeCase& c : kConvTranspose) {
-    Tensor x = from_vector(c.input, c.shape).requires_grad_();
-    Tensor w = from_vector(c.weight, c.weight_shape).requires_grad_();
-    Tensor b = c.bias.empty() ? Tensor() : from_vector(c.bias).requires_grad_();
-    const Tensor y = conv_transpose_of(c, x, w, b);
-    ASSERT_EQ(y.shape(), c.out_shape) << c.name;
-    (y * weights_for(y)).sum().backward();
-    expect_close(values(y), c.out, 1e-12, std::string(c.name) + " values");
-    expect_close(values(x.grad()), c.grad, 1e-12, std::string(c.name) + " input grad");
-    expect_close(values(w.grad()), c.weight_grad, 1e-12, std::string(c.name) + " weight grad");
-    if (b.defined()) expect_close(values(b.grad()), c.bias_grad, 1e-12, std::string(c.name) + " bias grad");
+    expect_conv_case(c, [&](const Tensor& x, const Tensor& w, const Tensor& b) { return conv_transpose_of(c, x, w, b); });
   }
 }
 

@@ -42,6 +42,7 @@
 #include "kiln/options.h"
 #include "runtime/executor.h"
 #include "tests/random_graph.h"
+#include "tests/table_checks.h"
 
 namespace kiln {
 namespace {
@@ -79,34 +80,8 @@ std::vector<double> values(DType dt, int64_t n, uint64_t seed, bool specials = f
   return v;
 }
 
-Tensor tensor_of(const std::vector<double>& v, DType dt, IntList shape) {
-  switch (dt) {
-  case DType::Float32: return from_vector(std::vector<float>(v.begin(), v.end()), shape);
-  case DType::Float64: return from_vector(v, shape);
-  case DType::Int32: {
-    std::vector<int32_t> x;
-    for (double d : v) x.push_back(static_cast<int32_t>(d));
-    return from_vector(x, shape);
-  }
-  case DType::Int64: {
-    std::vector<int64_t> x;
-    for (double d : v) x.push_back(static_cast<int64_t>(d));
-    return from_vector(x, shape);
-  }
-  case DType::Bool: {
-    std::vector<bool> x;
-    for (double d : v) x.push_back(d != 0);
-    return from_vector(x, shape);
-  }
-  }
-  return {};
-}
-
-int64_t numel_of(const IntList& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+using test::tensor_of;
+using test::numel_of;
 
 Tensor make(DType dt, IntList shape, uint64_t seed, bool specials = false, bool positive = false) {
   return tensor_of(values(dt, numel_of(shape), seed, specials, positive), dt, shape);

@@ -22,6 +22,7 @@
 #include "kiln/kiln.h"
 #include "runtime/executor.h"
 #include "tests/random_graph.h"
+#include "tests/table_checks.h"
 
 namespace kiln {
 namespace {
@@ -87,30 +88,7 @@ std::vector<double> values(DType dt, int64_t n, uint64_t seed, Fill fill) {
   return v;
 }
 
-/// A tensor holding `v` (converted to dtype `dt`) in `shape`.
-Tensor tensor_of(const std::vector<double>& v, DType dt, IntList shape) {
-  if (shape.empty()) return tensor_of(v, dt, {1}).reshape({}); // 0-d, whatever from_vector's default shape is
-  switch (dt) {
-  case DType::Float32: return from_vector(std::vector<float>(v.begin(), v.end()), shape);
-  case DType::Float64: return from_vector(v, shape);
-  case DType::Int32: {
-    std::vector<int32_t> x;
-    for (double d : v) x.push_back(static_cast<int32_t>(d));
-    return from_vector(x, shape);
-  }
-  case DType::Int64: {
-    std::vector<int64_t> x;
-    for (double d : v) x.push_back(static_cast<int64_t>(d));
-    return from_vector(x, shape);
-  }
-  case DType::Bool: {
-    std::vector<bool> x;
-    for (double d : v) x.push_back(d != 0);
-    return from_vector(x, shape);
-  }
-  }
-  return {};
-}
+using test::tensor_of;
 
 /// A contiguous tensor of deterministic values.
 Tensor make(DType dt, IntList shape, uint64_t seed, Fill fill = Fill::Normal) {

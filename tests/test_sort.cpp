@@ -79,31 +79,8 @@ DType dtype_of(const std::string& s) {
   return kBool;
 }
 
-/// A tensor of `dt` holding the values (exact in it: the table's and gen()'s are).
-Tensor tensor_of(const std::vector<double>& v, DType dt, const IntList& shape) {
-  switch (dt) {
-  case DType::Float32: return from_vector(std::vector<float>(v.begin(), v.end()), shape);
-  case DType::Float64: return from_vector(v, shape);
-  case DType::Int32: return from_vector(std::vector<int32_t>(v.begin(), v.end()), shape);
-  case DType::Int64: {
-    std::vector<int64_t> x;
-    for (double d : v) x.push_back(static_cast<int64_t>(d));
-    return from_vector(x, shape);
-  }
-  case DType::Bool: {
-    std::vector<bool> x;
-    for (double d : v) x.push_back(d != 0);
-    return from_vector(x, shape);
-  }
-  }
-  return {};
-}
-
-int64_t numel_of(const IntList& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+using test::tensor_of;
+using test::numel_of;
 
 /// tests/tools/pytorch_sort_table.py's gen(): many ties, and NaN, +-inf and -0.0 in floats.
 std::vector<double> gen(const std::string& dtype, int64_t n, uint64_t seed) {
