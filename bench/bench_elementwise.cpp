@@ -1,5 +1,6 @@
 // Elementwise throughput: one kiln `add` over 16M floats against a plain C++
-// loop (-O3 -march=native), on one and two threads, in the same binary.
+// loop (-O3 -march=native), on one and two threads, in the same binary; and
+// compute-bound math functions (Unary/1M/...) over 1M floats held in cache.
 
 #include <benchmark/benchmark.h>
 #include <tbb/global_control.h>
@@ -51,5 +52,23 @@ void CxxAdd(benchmark::State& state) {
   set_bytes(state, 3 * kN * sizeof(float));
 }
 BENCHMARK(CxxAdd)->Name("Add/16M/cxx_loop")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+/// One kiln math function over 1M floats in [-4, 4] (4 MB in, 4 MB out: compute-bound, so
+/// the time is the function's instruction count); `op` picks the function.
+template <kiln::Tensor (*op)(const kiln::Tensor&, kiln::Loc)> void KilnUnary(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  constexpr int64_t n = int64_t{1} << 20;
+  kiln::Tensor x = kiln::rand({n}, 3) * 8.0 - 4.0;
+  x.realize();
+  for (auto _ : state) {
+    kiln::Tensor y = op(x, kiln::Loc::current());
+    y.realize();
+    benchmark::DoNotOptimize(y.node().get());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(KilnUnary<kiln::tanh>)->Name("Unary/1M/tanh/kiln")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnUnary<kiln::expm1>)->Name("Unary/1M/expm1/kiln")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(KilnUnary<kiln::exp>)->Name("Unary/1M/exp/kiln")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 } // namespace

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -455,13 +456,30 @@ codegen::Schedule schedule_of(const std::vector<Tensor>& ts, bool fusion = true)
 
 std::string golden_dir() { return std::string(KILN_SOURCE_DIR) + "/tests/golden"; }
 
-/// The emitted source without the prelude (which has a golden file of its own).
+/// The names of the prelude functions in `prelude` (from their include guards).
+std::vector<std::string> prelude_functions_in(const std::string& prelude) {
+  std::vector<std::string> names;
+  const std::string guard = "#ifndef KILN_CUDA_FN_";
+  for (size_t at = prelude.find(guard); at != std::string::npos; at = prelude.find(guard, at + 1)) {
+    const size_t from = at + guard.size();
+    names.push_back(prelude.substr(from, prelude.find('\n', from) - from));
+  }
+  return names;
+}
+
+/// The emitted source with its prelude (golden file cuda_prelude.cuh) replaced by the list of
+/// the math functions it brought.
 std::string kernel_text(const Kernel& k) {
   const std::string s = codegen::emit_cuda(k);
-  const std::string& prelude = codegen::cuda_prelude();
-  const size_t at = s.find(prelude);
+  const size_t at = s.find("#ifndef KILN_CUDA_PRELUDE\n");
+  const std::string_view end_marker = codegen::cuda_prelude_end_marker();
+  const size_t end = s.find(end_marker);
   EXPECT_NE(at, std::string::npos);
-  return s.substr(0, at) + "// (kiln prelude: see cuda_prelude.cuh)\n" + s.substr(at + prelude.size());
+  EXPECT_NE(end, std::string::npos);
+  std::string fns;
+  for (const std::string& f : prelude_functions_in(s.substr(at, end - at))) fns += " " + f;
+  return s.substr(0, at) + "// (kiln prelude, see cuda_prelude.cuh; math functions:" + (fns.empty() ? " none" : fns) +
+         ")\n" + s.substr(end + end_marker.size());
 }
 
 void check_golden(const std::string& file, const std::string& text) {
@@ -486,6 +504,30 @@ std::string schedule_text(const std::vector<Tensor>& ts) {
 }
 
 TEST(CudaGolden, Prelude) { check_golden("cuda_prelude.cuh", codegen::cuda_prelude()); }
+
+// A kernel's prelude holds the math functions its code calls, and the ones those call
+// (sigmoid calls exp; tanh has expm1's core inlined), and no others.
+TEST(CudaPrelude, BringsOnlyTheFunctionsAKernelCallsAndTheirCallees) {
+  const Tensor x = from_vector(std::vector<float>(8, 0.5f), {8});
+  const codegen::Schedule s = schedule_of({erf(x) + tanh(x) * sigmoid(x)});
+  ASSERT_EQ(s.launches.size(), 1u);
+  const std::string src = codegen::emit_cuda(s.launches[0].kernel);
+  const std::vector<std::string> fns = prelude_functions_in(src);
+  const std::vector<std::string> all = prelude_functions_in(codegen::cuda_prelude());
+  for (const char* f : {"kiln_erf_f32", "kiln_tanh_f32", "kiln_sigmoid_f32", "kiln_exp_f32"})
+    EXPECT_NE(std::find(fns.begin(), fns.end(), f), fns.end()) << f;
+  for (const char* f : {"kiln_sin_f32", "kiln_log_f64", "kiln_randn_f32", "kiln_expm1_f32"})
+    EXPECT_EQ(std::find(fns.begin(), fns.end(), f), fns.end()) << f;
+  EXPECT_LT(fns.size(), all.size() / 3);
+  EXPECT_LT(src.size(), codegen::cuda_prelude().size() / 2);
+  // Each function brought is defined before the kernel uses it, in the prelude's order.
+  std::ptrdiff_t previous = -1;
+  for (const std::string& f : fns) {
+    const std::ptrdiff_t at = std::find(all.begin(), all.end(), f) - all.begin();
+    EXPECT_GT(at, previous) << f;
+    previous = at;
+  }
+}
 
 TEST(CudaGolden, ElementwiseChain) {
   const Tensor x = from_vector(std::vector<float>(12, 1.0f), {3, 4});

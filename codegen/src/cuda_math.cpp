@@ -7,13 +7,17 @@
 // bitwise. test_cuda's CudaShimMath checks thousands of inputs per function.
 #include "codegen/src/cuda_math.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "codegen/src/math_body.h"
+#include "kiln/error.h"
 
 namespace kiln::codegen {
 
@@ -177,24 +181,73 @@ std::string device_function(bool f64, const std::string& name, const std::vector
          ") {\n" + b.out + "  return " + result.text + ";\n}\n";
 }
 
+/// One function of the prelude's second part: its name (kiln_exp_f32) and its text, inside an
+/// include guard of its own, so that kernels sharing a translation unit (the CPU shim) may each
+/// bring a different selection.
+struct PreludeFunction {
+  std::string name;
+  std::string text;
+};
+
+PreludeFunction guarded(std::string name, const std::string& text) {
+  std::string guard = "KILN_CUDA_FN_" + name;
+  std::string out = "#ifndef " + guard + "\n#define " + guard + "\n" + text + "#endif\n";
+  return {std::move(name), std::move(out)};
+}
+
 /// The math functions of math_body.h, each for double and float (f32 erf calls f64 erf,
 /// which calls f64 exp: so the functions come in kMathFns's order, double first), then
-/// rand/randn.
-std::string math_functions() {
-  std::string out;
+/// rand/randn. Every function calls only functions before it (checked in functions_of()).
+std::vector<PreludeFunction> math_functions() {
+  std::vector<PreludeFunction> out;
+  const char* suffix[2] = {"_f32", "_f64"};
   for (MathFn fn : kMathFns)
     for (bool f64 : {true, false}) {
       const CExpr x{"x", f64 ? CType::F64 : CType::F32};
-      out += device_function(f64, math_fn_name(fn), {x}, [&](CudaOps& m) { return math::body(m, fn, x); });
+      const std::string text = device_function(f64, math_fn_name(fn), {x}, [&](CudaOps& m) { return math::body(m, fn, x); });
+      out.push_back(guarded(std::string("kiln_") + math_fn_name(fn) + suffix[f64], text));
     }
   const CExpr seed{"seed", CType::I64}, counter{"c", CType::I64};
   for (bool f64 : {false, true}) {
-    out += device_function(f64, "uniform", {seed, counter},
-                           [&](CudaOps& m) { return math::random_uniform(m, seed, counter); });
-    out += device_function(f64, "randn", {seed, counter},
-                           [&](CudaOps& m) { return math::random_normal(m, seed, counter); });
+    out.push_back(guarded(std::string("kiln_uniform") + suffix[f64],
+                          device_function(f64, "uniform", {seed, counter},
+                                          [&](CudaOps& m) { return math::random_uniform(m, seed, counter); })));
+    out.push_back(guarded(std::string("kiln_randn") + suffix[f64],
+                          device_function(f64, "randn", {seed, counter},
+                                          [&](CudaOps& m) { return math::random_normal(m, seed, counter); })));
   }
   return out;
+}
+
+/// The identifiers starting with "kiln_" that `code` mentions.
+std::set<std::string, std::less<>> kiln_names_in(std::string_view code) {
+  std::set<std::string, std::less<>> names;
+  const auto is_ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = code.find("kiln_"); at != std::string_view::npos; at = code.find("kiln_", at + 1)) {
+    if (at > 0 && is_ident(code[at - 1])) continue;
+    size_t end = at;
+    while (end < code.size() && is_ident(code[end])) ++end;
+    names.emplace(code.substr(at, end - at));
+  }
+  return names;
+}
+
+/// math_functions(), built once, after checking that each calls only earlier ones (so that a
+/// selection in this order compiles, and one backward pass finds everything a selection calls).
+const std::vector<PreludeFunction>& functions_of_prelude() {
+  static const std::vector<PreludeFunction> fns = [] {
+    std::vector<PreludeFunction> all = math_functions();
+    std::set<std::string, std::less<>> seen;
+    for (const PreludeFunction& f : all) {
+      for (const std::string& callee : kiln_names_in(f.text))
+        for (const PreludeFunction& g : all)
+          KILN_ASSERT(g.name != callee || callee == f.name || seen.count(callee),
+                      "prelude function " + f.name + " calls " + callee + ", which comes after it");
+      seen.insert(f.name);
+    }
+    return all;
+  }();
+  return fns;
 }
 
 // Integer ops wrap (two's complement through unsigned arithmetic); casts from
@@ -273,21 +326,42 @@ template <class T> KILN_DF T kiln_ipow(T x, T e) {
 }
 )";
 
-std::string build_prelude() {
+constexpr const char* kPreludeEnd = "// ---- end of kiln prelude ----\n";
+
+/// The prelude with the math functions i of functions_of_prelude() for which used[i] (all of them
+/// if `used` is empty).
+std::string prelude_with(const std::vector<bool>& used) {
   std::string s = "#ifndef KILN_CUDA_PRELUDE\n#define KILN_CUDA_PRELUDE\n";
   s += "// ---- kiln prelude: op semantics shared by every kernel (codegen/src/cuda_math.cpp) ----\n";
   s += kFixedPart;
-  s += "// ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----\n";
-  s += math_functions();
   s += "#endif // KILN_CUDA_PRELUDE\n";
-  return s;
+  s += "// ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----\n";
+  const std::vector<PreludeFunction>& fns = functions_of_prelude();
+  for (size_t i = 0; i < fns.size(); ++i)
+    if (used.empty() || used[i]) s += fns[i].text;
+  return s + kPreludeEnd;
 }
 
 } // namespace
 
 const std::string& cuda_prelude() {
-  static const std::string text = build_prelude();
+  static const std::string text = prelude_with({});
   return text;
 }
+
+std::string cuda_prelude_for(std::string_view code) {
+  // Backwards: a function's callees come before it, so they are added to `names` in time.
+  std::set<std::string, std::less<>> names = kiln_names_in(code);
+  const std::vector<PreludeFunction>& fns = functions_of_prelude();
+  std::vector<bool> used(fns.size());
+  for (size_t i = fns.size(); i-- > 0;)
+    if (names.count(fns[i].name)) {
+      used[i] = true;
+      names.merge(kiln_names_in(fns[i].text));
+    }
+  return prelude_with(used);
+}
+
+std::string_view cuda_prelude_end_marker() { return kPreludeEnd; }
 
 } // namespace kiln::codegen

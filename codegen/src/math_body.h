@@ -37,7 +37,8 @@
 ///          arrangement, with R from the atanh series); subnormals are scaled by 2^24 / 2^54.
 ///   sin/cos: n = round(x * 2/pi), r = x - n pi/2 with pi/2 in three (f64) parts, done
 ///          in f64 for f32 too; sin and cos polynomials on |r| <= pi/4, quadrant by n mod 4.
-///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|), |x| clamped where tanh rounds to 1.
+///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|) (expm1's core: 2|x| is too small for its
+///          large-x and -0 handling), |x| clamped where tanh rounds to 1.
 ///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
 ///   erf:   in f64 for f32 too (rounded once), on |x| clamped to where erf rounds to +-1.
 ///          f32: x P(t), t = 2 x^2 / 3.93^2 - 1, P a Chebyshev fit of erf(x)/x (kErfF32,
@@ -271,7 +272,18 @@ template <MathOps M> typename M::V exp_body(M& m, typename M::V x) {
   return m.sel(off, m.sel(m.gt(m.c(0), x), m.c(0), x), y);
 }
 
-/// expm1 (e^x - 1, the user's op and tanh's core): 2^n expm1(r) + (2^n - 1) as one fma; where
+/// expm1's core, 2^n expm1(r) + (2^n - 1) as one fma, for x <= 88 (f32) / 709 (f64), where 2^n cannot
+/// overflow; NaN stays NaN, x = -0 gives +0. tanh calls it directly: its 2|x| <= 44 never needs the
+/// large-x handling of expm1_body.
+template <MathOps M> typename M::V expm1_core(M& m, typename M::V x) {
+  auto xc = clamp(m, x, m.f64 ? -40.0 : -20.0, m.f64 ? 709.0 : 88.0); // below: expm1 rounds to -1
+  auto [nf, r] = reduce_ln2(m, xc);
+  auto er = expm1_poly(m, r);
+  auto t = pow2(m, m.to_int(nf));
+  return m.sel(m.is_nan(x), x, m.fma(t, er, m.sub(t, m.c(1))));
+}
+
+/// expm1 (e^x - 1, the user's op): 2^n expm1(r) + (2^n - 1) as one fma; where
 /// 2^n > 2^32 (f32) / 2^64 (f64) the -1 is far below half an ulp and exp's 2^n (1 + expm1(r))
 /// takes over (2^n alone would overflow at n = 128 / 1024 before the result does). Beyond
 /// 89 / 710 it is +inf (as exp), below -20 / -40 it rounds to -1; expm1(-0) = -0.
@@ -394,7 +406,7 @@ template <MathOps M> typename M::V tanh_body(M& m, typename M::V x) {
   auto ax = m.fabs(x);
   const double big = m.f64 ? 22.0 : 10.0;
   auto axc = m.sel(m.gt(ax, m.c(big)), m.c(big), ax);
-  auto e = m.call(MathFn::Expm1, m.add(axc, axc));
+  auto e = expm1_core(m, m.add(axc, axc));
   auto t = m.div(e, m.add(e, m.c(2)));
   if (m.f64) return m.copysign(t, x);
   // tanh's Taylor coefficients of x^3, x^5, ..., x^21.

@@ -73,7 +73,10 @@ template <class T> KILN_DF T kiln_ipow(T x, T e) {
   if (x == -1) return (e & 1) ? -1 : 1;
   return 0;
 }
+#endif // KILN_CUDA_PRELUDE
 // ---- kiln's math functions and random numbers (codegen/src/math_body.h) ----
+#ifndef KILN_CUDA_FN_kiln_exp_f64
+#define KILN_CUDA_FN_kiln_exp_f64
 KILN_DF double kiln_exp_f64(double x) {
   const bool t0 = !(x >= (-0x1.75p+9));
   const double t1 = t0 ? 0x0p+0 : x;
@@ -115,6 +118,9 @@ KILN_DF double kiln_exp_f64(double x) {
   const double t37 = t0 ? t36 : t34;
   return t37;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_exp_f32
+#define KILN_CUDA_FN_kiln_exp_f32
 KILN_DF float kiln_exp_f32(float x) {
   const bool t0 = !(x >= (-0x1.ap+6f));
   const float t1 = t0 ? 0x0p+0f : x;
@@ -150,6 +156,9 @@ KILN_DF float kiln_exp_f32(float x) {
   const float t31 = t0 ? t30 : t28;
   return t31;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_expm1_f64
+#define KILN_CUDA_FN_kiln_expm1_f64
 KILN_DF double kiln_expm1_f64(double x) {
   const double t0 = fmax(x, (-0x1.4p+5));
   const double t1 = fmin(t0, 0x1.63p+9);
@@ -201,6 +210,9 @@ KILN_DF double kiln_expm1_f64(double x) {
   const double t47 = t46 ? x : t45;
   return t47;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_expm1_f32
+#define KILN_CUDA_FN_kiln_expm1_f32
 KILN_DF float kiln_expm1_f32(float x) {
   const float t0 = fmaxf(x, (-0x1.4p+4f));
   const float t1 = fminf(t0, 0x1.64p+6f);
@@ -246,6 +258,9 @@ KILN_DF float kiln_expm1_f32(float x) {
   const float t41 = t40 ? x : t39;
   return t41;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_log_f64
+#define KILN_CUDA_FN_kiln_log_f64
 KILN_DF double kiln_log_f64(double x) {
   const bool t0 = x < 0x1p-1022;
   const double t1 = x * 0x1p+54;
@@ -292,6 +307,9 @@ KILN_DF double kiln_log_f64(double x) {
   const double t42 = t41 ? x : t40;
   return t42;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_log_f32
+#define KILN_CUDA_FN_kiln_log_f32
 KILN_DF float kiln_log_f32(float x) {
   const bool t0 = x < 0x1p-126f;
   const float t1 = x * 0x1p+24f;
@@ -332,6 +350,9 @@ KILN_DF float kiln_log_f32(float x) {
   const float t36 = t35 ? x : t34;
   return t36;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_log1p_f64
+#define KILN_CUDA_FN_kiln_log1p_f64
 KILN_DF double kiln_log1p_f64(double x) {
   const double t0 = 0x1p+0 + x;
   const double t1 = fabs(x);
@@ -390,6 +411,9 @@ KILN_DF double kiln_log1p_f64(double x) {
   const double t54 = t53 ? x : t52;
   return t54;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_log1p_f32
+#define KILN_CUDA_FN_kiln_log1p_f32
 KILN_DF float kiln_log1p_f32(float x) {
   const double t0 = (double)x;
   const double t1 = 0x1p+0 + t0;
@@ -450,6 +474,9 @@ KILN_DF float kiln_log1p_f32(float x) {
   const float t56 = (float)t55;
   return t56;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_sin_f64
+#define KILN_CUDA_FN_kiln_sin_f64
 KILN_DF double kiln_sin_f64(double x) {
   const double t0 = fabs(x);
   const bool t1 = t0 < __longlong_as_double(0x7ff0000000000000LL);
@@ -502,6 +529,9 @@ KILN_DF double kiln_sin_f64(double x) {
   const double t48 = t1 ? t47 : __longlong_as_double(0x7ff8000000000000LL);
   return t48;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_sin_f32
+#define KILN_CUDA_FN_kiln_sin_f32
 KILN_DF float kiln_sin_f32(float x) {
   const float t0 = fabsf(x);
   const bool t1 = t0 < __int_as_float(0x7f800000);
@@ -545,6 +575,9 @@ KILN_DF float kiln_sin_f32(float x) {
   const float t39 = t1 ? t38 : __int_as_float(0x7fc00000);
   return t39;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_cos_f64
+#define KILN_CUDA_FN_kiln_cos_f64
 KILN_DF double kiln_cos_f64(double x) {
   const double t0 = fabs(x);
   const bool t1 = t0 < __longlong_as_double(0x7ff0000000000000LL);
@@ -596,6 +629,9 @@ KILN_DF double kiln_cos_f64(double x) {
   const double t47 = t1 ? t46 : __longlong_as_double(0x7ff8000000000000LL);
   return t47;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_cos_f32
+#define KILN_CUDA_FN_kiln_cos_f32
 KILN_DF float kiln_cos_f32(float x) {
   const float t0 = fabsf(x);
   const bool t1 = t0 < __int_as_float(0x7f800000);
@@ -638,42 +674,103 @@ KILN_DF float kiln_cos_f32(float x) {
   const float t38 = t1 ? t37 : __int_as_float(0x7fc00000);
   return t38;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_tanh_f64
+#define KILN_CUDA_FN_kiln_tanh_f64
 KILN_DF double kiln_tanh_f64(double x) {
   const double t0 = fabs(x);
   const bool t1 = t0 > 0x1.6p+4;
   const double t2 = t1 ? 0x1.6p+4 : t0;
   const double t3 = t2 + t2;
-  const double t4 = kiln_expm1_f64(t3);
-  const double t5 = t4 + 0x1p+1;
-  const double t6 = t4 / t5;
-  const double t7 = copysign(t6, x);
-  return t7;
+  const double t4 = fmax(t3, (-0x1.4p+5));
+  const double t5 = fmin(t4, 0x1.628p+9);
+  const double t6 = t5 * 0x1.71547652b82fep+0;
+  const double t7 = rint(t6);
+  const double t8 = -t7;
+  const double t9 = fma(t8, 0x1.62e42feep-1, t5);
+  const double t10 = -t7;
+  const double t11 = fma(t10, 0x1.a39ef35793c76p-33, t9);
+  const double t12 = fma(0x1.93974a8c07c9dp-37, t11, 0x1.6124613a86d09p-33);
+  const double t13 = fma(t12, t11, 0x1.1eed8eff8d898p-29);
+  const double t14 = fma(t13, t11, 0x1.ae64567f544e4p-26);
+  const double t15 = fma(t14, t11, 0x1.27e4fb7789f5cp-22);
+  const double t16 = fma(t15, t11, 0x1.71de3a556c734p-19);
+  const double t17 = fma(t16, t11, 0x1.a01a01a01a01ap-16);
+  const double t18 = fma(t17, t11, 0x1.a01a01a01a01ap-13);
+  const double t19 = fma(t18, t11, 0x1.6c16c16c16c17p-10);
+  const double t20 = fma(t19, t11, 0x1.1111111111111p-7);
+  const double t21 = fma(t20, t11, 0x1.5555555555555p-5);
+  const double t22 = fma(t21, t11, 0x1.5555555555555p-3);
+  const double t23 = fma(t22, t11, 0x1p-1);
+  const double t24 = t11 * t11;
+  const double t25 = fma(t24, t23, t11);
+  const long long t26 = (long long)t7;
+  const long long t27 = (long long)((unsigned long long)t26 + (unsigned long long)1023LL);
+  const long long t28 = (long long)((unsigned long long)t27 << 52);
+  const double t29 = __longlong_as_double(t28);
+  const double t30 = t29 - 0x1p+0;
+  const double t31 = fma(t29, t25, t30);
+  const bool t32 = t3 != t3;
+  const double t33 = t32 ? t3 : t31;
+  const double t34 = t33 + 0x1p+1;
+  const double t35 = t33 / t34;
+  const double t36 = copysign(t35, x);
+  return t36;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_tanh_f32
+#define KILN_CUDA_FN_kiln_tanh_f32
 KILN_DF float kiln_tanh_f32(float x) {
   const float t0 = fabsf(x);
   const bool t1 = t0 > 0x1.4p+3f;
   const float t2 = t1 ? 0x1.4p+3f : t0;
   const float t3 = t2 + t2;
-  const float t4 = kiln_expm1_f32(t3);
-  const float t5 = t4 + 0x1p+1f;
-  const float t6 = t4 / t5;
-  const float t7 = t0 * t0;
-  const float t8 = fmaf(0x1.967e18p-14f, t7, (-0x1.f57d78p-13f));
-  const float t9 = fmaf(t8, t7, 0x1.355824p-11f);
-  const float t10 = fmaf(t9, t7, (-0x1.7da364p-10f));
-  const float t11 = fmaf(t10, t7, 0x1.d6d3dp-9f);
-  const float t12 = fmaf(t11, t7, (-0x1.226e36p-7f));
-  const float t13 = fmaf(t12, t7, 0x1.664f48p-6f);
-  const float t14 = fmaf(t13, t7, (-0x1.ba1ba2p-5f));
-  const float t15 = fmaf(t14, t7, 0x1.111112p-3f);
-  const float t16 = fmaf(t15, t7, (-0x1.555556p-2f));
-  const float t17 = t0 * t7;
-  const float t18 = fmaf(t17, t16, t0);
-  const bool t19 = t0 < 0x1.19999ap-1f;
-  const float t20 = t19 ? t18 : t6;
-  const float t21 = copysignf(t20, x);
-  return t21;
+  const float t4 = fmaxf(t3, (-0x1.4p+4f));
+  const float t5 = fminf(t4, 0x1.6p+6f);
+  const float t6 = t5 * 0x1.715476p+0f;
+  const float t7 = rintf(t6);
+  const float t8 = -t7;
+  const float t9 = fmaf(t8, 0x1.62e4p-1f, t5);
+  const float t10 = -t7;
+  const float t11 = fmaf(t10, 0x1.7f7d1cp-20f, t9);
+  const float t12 = fmaf(0x1.a01a02p-16f, t11, 0x1.a01a02p-13f);
+  const float t13 = fmaf(t12, t11, 0x1.6c16c2p-10f);
+  const float t14 = fmaf(t13, t11, 0x1.111112p-7f);
+  const float t15 = fmaf(t14, t11, 0x1.555556p-5f);
+  const float t16 = fmaf(t15, t11, 0x1.555556p-3f);
+  const float t17 = fmaf(t16, t11, 0x1p-1f);
+  const float t18 = t11 * t11;
+  const float t19 = fmaf(t18, t17, t11);
+  const int t20 = (int)t7;
+  const int t21 = (int)((unsigned)t20 + (unsigned)127);
+  const int t22 = (int)((unsigned)t21 << 23);
+  const float t23 = __int_as_float(t22);
+  const float t24 = t23 - 0x1p+0f;
+  const float t25 = fmaf(t23, t19, t24);
+  const bool t26 = t3 != t3;
+  const float t27 = t26 ? t3 : t25;
+  const float t28 = t27 + 0x1p+1f;
+  const float t29 = t27 / t28;
+  const float t30 = t0 * t0;
+  const float t31 = fmaf(0x1.967e18p-14f, t30, (-0x1.f57d78p-13f));
+  const float t32 = fmaf(t31, t30, 0x1.355824p-11f);
+  const float t33 = fmaf(t32, t30, (-0x1.7da364p-10f));
+  const float t34 = fmaf(t33, t30, 0x1.d6d3dp-9f);
+  const float t35 = fmaf(t34, t30, (-0x1.226e36p-7f));
+  const float t36 = fmaf(t35, t30, 0x1.664f48p-6f);
+  const float t37 = fmaf(t36, t30, (-0x1.ba1ba2p-5f));
+  const float t38 = fmaf(t37, t30, 0x1.111112p-3f);
+  const float t39 = fmaf(t38, t30, (-0x1.555556p-2f));
+  const float t40 = t0 * t30;
+  const float t41 = fmaf(t40, t39, t0);
+  const bool t42 = t0 < 0x1.19999ap-1f;
+  const float t43 = t42 ? t41 : t29;
+  const float t44 = copysignf(t43, x);
+  return t44;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_sigmoid_f64
+#define KILN_CUDA_FN_kiln_sigmoid_f64
 KILN_DF double kiln_sigmoid_f64(double x) {
   const double t0 = fabs(x);
   const double t1 = -t0;
@@ -684,6 +781,9 @@ KILN_DF double kiln_sigmoid_f64(double x) {
   const double t6 = t5 / t3;
   return t6;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_sigmoid_f32
+#define KILN_CUDA_FN_kiln_sigmoid_f32
 KILN_DF float kiln_sigmoid_f32(float x) {
   const float t0 = fabsf(x);
   const float t1 = -t0;
@@ -694,6 +794,9 @@ KILN_DF float kiln_sigmoid_f32(float x) {
   const float t6 = t5 / t3;
   return t6;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_erf_f64
+#define KILN_CUDA_FN_kiln_erf_f64
 KILN_DF double kiln_erf_f64(double x) {
   const double t0 = fabs(x);
   const double t1 = fmin(t0, 0x1.8p+2);
@@ -846,6 +949,9 @@ KILN_DF double kiln_erf_f64(double x) {
   const double t148 = t147 ? x : t146;
   return t148;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_erf_f32
+#define KILN_CUDA_FN_kiln_erf_f32
 KILN_DF float kiln_erf_f32(float x) {
   const double t0 = (double)x;
   const double t1 = fabs(t0);
@@ -884,6 +990,9 @@ KILN_DF float kiln_erf_f32(float x) {
   const float t34 = (float)t33;
   return t34;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_uniform_f32
+#define KILN_CUDA_FN_kiln_uniform_f32
 KILN_DF float kiln_uniform_f32(long long seed, long long c) {
   const long long t0 = (long long)((unsigned long long)c * (unsigned long long)(long long)0xd1b54a32d192ed03ULL);
   const long long t1 = (long long)((unsigned long long)seed * (unsigned long long)(long long)0x9e3779b97f4a7c15ULL);
@@ -902,6 +1011,9 @@ KILN_DF float kiln_uniform_f32(long long seed, long long c) {
   const float t14 = t13 * 0x1p-24f;
   return t14;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_randn_f32
+#define KILN_CUDA_FN_kiln_randn_f32
 KILN_DF float kiln_randn_f32(long long seed, long long c) {
   const long long t0 = (long long)((unsigned long long)c << 1);
   const long long t1 = (long long)((unsigned long long)t0 * (unsigned long long)(long long)0xd1b54a32d192ed03ULL);
@@ -944,6 +1056,9 @@ KILN_DF float kiln_randn_f32(long long seed, long long c) {
   const float t38 = t35 * t37;
   return t38;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_uniform_f64
+#define KILN_CUDA_FN_kiln_uniform_f64
 KILN_DF double kiln_uniform_f64(long long seed, long long c) {
   const long long t0 = (long long)((unsigned long long)c * (unsigned long long)(long long)0xd1b54a32d192ed03ULL);
   const long long t1 = (long long)((unsigned long long)seed * (unsigned long long)(long long)0x9e3779b97f4a7c15ULL);
@@ -962,6 +1077,9 @@ KILN_DF double kiln_uniform_f64(long long seed, long long c) {
   const double t14 = t13 * 0x1p-53;
   return t14;
 }
+#endif
+#ifndef KILN_CUDA_FN_kiln_randn_f64
+#define KILN_CUDA_FN_kiln_randn_f64
 KILN_DF double kiln_randn_f64(long long seed, long long c) {
   const long long t0 = (long long)((unsigned long long)c << 1);
   const long long t1 = (long long)((unsigned long long)t0 * (unsigned long long)(long long)0xd1b54a32d192ed03ULL);
@@ -1004,4 +1122,5 @@ KILN_DF double kiln_randn_f64(long long seed, long long c) {
   const double t38 = t35 * t37;
   return t38;
 }
-#endif // KILN_CUDA_PRELUDE
+#endif
+// ---- end of kiln prelude ----
