@@ -1,7 +1,7 @@
 #pragma once
 /// \file kiln.h
 /// kiln's umbrella header: tensors, ops, autograd, compile, nn, optim, data, checkpoints,
-/// attention and transformer layers, distributed training, options, devices, version. Pulls in no LLVM,
+/// attention, transformer and recurrent layers, distributed training, options, devices, version. Pulls in no LLVM,
 /// TBB or CUDA header.
 
 #include "kiln/version.h" // first: it stops a compile that is not C++20 with a clear message
@@ -23,6 +23,7 @@
 #include "kiln/optim.h"
 #include "kiln/options.h"
 #include "kiln/profile.h"
+#include "kiln/rnn.h"
 #include "kiln/scalar.h"
 #include "kiln/tensor.h"
 #include "kiln/transformer.h"
