@@ -18,7 +18,7 @@ GEN = torch.Generator().manual_seed(11)
 
 
 def randn(*shape):
-    return torch.randn(*shape, generator=GEN, dtype=torch.float64)
+    return torch.randn(shape, generator=GEN, dtype=torch.float64)
 
 
 def grads(out, inputs):
@@ -150,6 +150,12 @@ def einsum_cases():
         ("ij,jk->ik", [(2, 0), (0, 3)]),
         ("...->...", [(2, 3)]),
         ("ij,kl,jl->ik", [(2, 3), (4, 5), (3, 5)]),
+        (",i->i", [(), (3,)]),
+        ("ij,ji->", [(3, 4), (4, 3)]),
+        ("bij,bjk->kbi", [(2, 3, 4), (2, 4, 5)]),
+        ("i,j,k->ijk", [(2,), (3,), (4,)]),
+        ("ab,ab,ab->a", [(2, 3), (2, 3), (1, 3)]),
+        ("bij,bjk->bik", [(0, 3, 4), (0, 4, 2)]),
     ]
 
 
