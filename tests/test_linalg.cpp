@@ -185,6 +185,7 @@ TEST(Linalg, EinsumContractsWithOneMatmul) {
   const std::string forward = graph_text({y});
   EXPECT_EQ(count_of(forward, "matmul"), 1u) << forward;
   EXPECT_LT(largest_shape(forward), 2 * 3 * 5 * 7) << forward;
+  EXPECT_EQ(forward, graph_text({matmul(a, b)})); // the very graph of the matmul code
   const std::vector<Tensor> g = grad({(y * weights_for(y)).sum()}, {a, b});
   const std::string backward = graph_text(g);
   EXPECT_EQ(count_of(backward, "matmul"), 2u) << backward; // one per gradient
@@ -194,6 +195,7 @@ TEST(Linalg, EinsumContractsWithOneMatmul) {
   const std::string att = graph_text({einsum("bhqd,bhkd->bhqk", {q, k})});
   EXPECT_EQ(count_of(att, "matmul"), 1u) << att;
   EXPECT_LT(largest_shape(att), 2 * 2 * 3 * 4 * 5) << att;
+  EXPECT_EQ(att, graph_text({matmul(q, k.transpose(-2, -1))}));
   const std::string chain = graph_text({einsum("ij,jk,kl->il", {rnd({3, 4}, 34), rnd({4, 5}, 35), rnd({5, 6}, 36)})});
   EXPECT_EQ(count_of(chain, "matmul"), 2u) << chain;
   EXPECT_LT(largest_shape(chain), 3 * 4 * 5) << chain;
