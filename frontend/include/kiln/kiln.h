@@ -18,6 +18,7 @@
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/indexops.h"
+#include "kiln/linalg.h"
 #include "kiln/nn.h"
 #include "kiln/nn_utils.h"
 #include "kiln/optim.h"

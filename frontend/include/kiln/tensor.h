@@ -201,6 +201,25 @@ public:
   Tensor msort(Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;             ///< cast
   Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::matmul
+  // ---- matrix products and diagonals (kiln/linalg.h)
+  Tensor mm(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::mm
+  Tensor bmm(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::bmm
+  Tensor mv(const Tensor& vec, Loc loc = Loc::current()) const; ///< see kiln::mv
+  Tensor dot(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::dot
+  Tensor outer(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::outer
+  Tensor kron(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::kron
+  Tensor trace(Loc loc = Loc::current()) const; ///< see kiln::trace
+  /// see kiln::diagonal
+  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1, Loc loc = Loc::current()) const;
+  Tensor diag(int64_t offset = 0, Loc loc = Loc::current()) const; ///< see kiln::diag
+  /// see kiln::diag_embed
+  Tensor diag_embed(int64_t offset = 0, int64_t dim1 = -2, int64_t dim2 = -1, Loc loc = Loc::current()) const;
+  /// see kiln::cross
+  Tensor cross(const Tensor& other, std::optional<int64_t> dim = std::nullopt, Loc loc = Loc::current()) const;
+  /// see kiln::addmm (this tensor is the input)
+  Tensor addmm(const Tensor& m1, const Tensor& m2, Scalar beta = 1, Scalar alpha = 1, Loc loc = Loc::current()) const;
+  /// see kiln::baddbmm (this tensor is the input)
+  Tensor baddbmm(const Tensor& b1, const Tensor& b2, Scalar beta = 1, Scalar alpha = 1, Loc loc = Loc::current()) const;
   Tensor neg(Loc loc = Loc::current()) const;        ///< see kiln::neg
   Tensor abs(Loc loc = Loc::current()) const;        ///< see kiln::abs
   Tensor exp(Loc loc = Loc::current()) const;        ///< see kiln::exp
