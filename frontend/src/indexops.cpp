@@ -26,12 +26,6 @@ void require_index(const std::string& op, const Tensor& index, const Tensor& x, 
   if (!is_integral(index.dtype())) fail(op, "the index must be an integer tensor (i32 or i64)", {&x, &index}, loc);
 }
 
-std::string shape_text(const IntList& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // The index's position of flat element k, as "[i, j]".
 std::string position(const IntList& shape, int64_t k) {
   IntList at(shape.size());
@@ -39,7 +33,7 @@ std::string position(const IntList& shape, int64_t k) {
     at[d] = shape[d] == 0 ? 0 : k % shape[d];
     k = shape[d] == 0 ? 0 : k / shape[d];
   }
-  return shape_text(at);
+  return detail::list_str(at);
 }
 
 // The first of n values outside [0, bound), or n.
@@ -75,8 +69,8 @@ Tensor checked_index(const std::string& op, const Tensor& index, int64_t bound, 
 
 // "dim 1 of the input [3, 5] (index [4, 3])": what an index value is checked against.
 std::string range_text(const char* of, int64_t dim, const Tensor& x, const Tensor& index) {
-  return "dim " + std::to_string(dim) + " of the " + of + " " + shape_text(x.shape()) + " (index " +
-         shape_text(index.shape()) + ")";
+  return "dim " + std::to_string(dim) + " of the " + of + " " + detail::list_str(x.shape()) + " (index " +
+         detail::list_str(index.shape()) + ")";
 }
 
 // The shared checks of gather and scatter_add: the index's rank and extents against `x` (the
@@ -158,7 +152,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   IntList want = self.shape(), along(static_cast<size_t>(self.dim()), 1);
   want[d] = along[d] = index.numel();
   if (source.shape() != want)
-    fail("index_add", "source must be " + shape_text(want) + " (self's shape with index.numel() along dim " +
+    fail("index_add", "source must be " + detail::list_str(want) + " (self's shape with index.numel() along dim " +
                           std::to_string(d) + ")",
          {&self, &index, &source}, loc);
   if (source.dtype() != self.dtype()) fail("index_add", "source must have self's dtype", {&self, &index, &source}, loc);

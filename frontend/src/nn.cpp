@@ -318,13 +318,6 @@ void make_transposed_parameters(Module& m, Tensor& weight, Tensor& bias, const c
   if (with_bias) bias = m.register_parameter("bias", uniform({out}, bound));
 }
 
-// "[9, 11]": a list of extents as Python prints one.
-std::string py_list(const IntList& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 // The output_padding per spatial dim that makes a transposed convolution of x give the spatial extents
 // `output_size` (alone, or after the batch and channels of x), as PyTorch's _ConvTransposeNd._output_padding.
 // An input of the wrong rank, or a non-positive stride or dilation or a negative padding, gets the options'
@@ -361,8 +354,8 @@ IntList output_padding_for(const char* op, const Tensor& x, IntList output_size,
   for (size_t i = 0; i < output_size.size(); ++i) {
     if (output_size[i] < low[i] || output_size[i] > high[i])
       detail::fail(op,
-                   "requested an output size of " + py_list(output_size) + ", but valid sizes range from " +
-                       py_list(low) + " to " + py_list(high) + " (for an input of " + py_list(in) + ")",
+                   "requested an output size of " + detail::list_str(output_size) + ", but valid sizes range from " +
+                       detail::list_str(low) + " to " + detail::list_str(high) + " (for an input of " + detail::list_str(in) + ")",
                    {&x}, loc);
     result.push_back(output_size[i] - low[i]);
   }
@@ -591,9 +584,7 @@ Tensor LayerNorm::forward_impl(const Tensor& x) { return functional::layer_norm(
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
-  os << "normalized_shape=[";
-  for (size_t i = 0; i < shape_.size(); ++i) os << (i ? ", " : "") << shape_[i];
-  os << "], eps=" << eps_ << ", elementwise_affine=" << (weight.defined() ? "true" : "false");
+  os << "normalized_shape=" << detail::list_str(shape_) << ", eps=" << eps_ << ", elementwise_affine=" << (weight.defined() ? "true" : "false");
   return os.str();
 }
 
@@ -680,9 +671,7 @@ Tensor RMSNorm::forward_impl(const Tensor& x) { return functional::rms_norm(x, s
 
 std::string RMSNorm::extra_repr() const {
   std::ostringstream os;
-  os << "normalized_shape=[";
-  for (size_t i = 0; i < shape_.size(); ++i) os << (i ? ", " : "") << shape_[i];
-  os << "], eps=";
+  os << "normalized_shape=" << detail::list_str(shape_) << ", eps=";
   if (eps_) os << *eps_;
   else os << "None";
   os << ", elementwise_affine=" << (weight.defined() ? "true" : "false");

@@ -16,12 +16,6 @@ namespace {
 
 using detail::fail;
 
-std::string shape_str(const IntList& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // uniform(-bound, bound), seeded from the module sequence (PyTorch's reset_parameters of the RNNs).
 Tensor uniform(IntList shape, double bound) { return (rand(std::move(shape), next_seed()) * 2.0 - 1.0) * bound; }
 
@@ -130,7 +124,7 @@ void RNNCellBase::check_cell_inputs(const Tensor& input, std::initializer_list<c
   const IntList want = input.dim() == 2 ? IntList{input.size(0), hidden_size_} : IntList{hidden_size_};
   for (const Tensor* s : states) {
     if (!s->defined()) continue;
-    if (s->shape() != want) fail(op, "the hidden state must be " + shape_str(want), {&input, s}, loc);
+    if (s->shape() != want) fail(op, "the hidden state must be " + detail::list_str(want), {&input, s}, loc);
     if (s->dtype() != input.dtype()) fail(op, "the hidden state must have the input's dtype", {&input, s}, loc);
   }
 }
@@ -266,7 +260,7 @@ void RNNBase::check_run_inputs(const Tensor& input, const std::vector<Tensor>& s
     const std::string what = i == 0 ? "h0" : "c0";
     if (s.shape() != want)
       fail(op,
-           what + " must be " + shape_str(want) + " (num_layers * num_directions" + (batched ? ", N" : "") +
+           what + " must be " + detail::list_str(want) + " (num_layers * num_directions" + (batched ? ", N" : "") +
                ", hidden_size)",
            {&input, &s}, loc);
     if (s.dtype() != dt) fail(op, what + " must have the input's dtype", {&input, &s}, loc);

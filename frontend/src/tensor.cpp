@@ -24,6 +24,12 @@ namespace detail {
 
 std::string operand_str(const Tensor& t) { return t.defined() ? t.type_str() : "undefined"; }
 
+std::string list_str(const IntList& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
 void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
           const Loc& loc) {
   std::string msg = what;

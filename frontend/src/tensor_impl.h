@@ -70,6 +70,8 @@ namespace detail {
 
 /// "f32[2,3]" of a tensor.
 std::string operand_str(const Tensor& t);
+/// "[9, 11]": a list of extents as Python prints one (error messages, reprs).
+std::string list_str(const IntList& v);
 /// Throws kiln::Error for `op`, listing the operands' types.
 [[noreturn]] void fail(const std::string& op, const std::string& what, std::initializer_list<const Tensor*> operands,
                        const Loc& loc);

@@ -22,12 +22,6 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // attention without is_causal takes the fused kernels (fused_attention_applies).
 constexpr int64_t kFusedBackwardMinWeights = int64_t{512} * 512;
 
-std::string shape_str(const IntList& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // The broadcast of the batch dims (all but the last two) of q, k and v; empty when they do not broadcast.
 std::optional<IntList> broadcast_batch(std::initializer_list<const Tensor*> ts) {
   IntList out;
@@ -158,7 +152,7 @@ void check_attention_operands(const std::string& op, const Tensor& q, const Tens
   scores.push_back(q.size(-2));
   scores.push_back(k.size(-2));
   if (!broadcasts_to(mask.shape(), scores))
-    fail(op, "attn_mask must broadcast to the scores' shape " + shape_str(scores), {&q, &k, &v, &mask}, loc);
+    fail(op, "attn_mask must broadcast to the scores' shape " + detail::list_str(scores), {&q, &k, &v, &mask}, loc);
 }
 
 } // namespace
@@ -230,7 +224,7 @@ void check_mha_mask(const std::string& what, const Tensor& m, const IntList& wan
   if (m.dtype() != kBool && m.dtype() != dtype)
     fail("MultiheadAttention", what + " must be bool or of the query's dtype", {&query, &m}, loc);
   if (m.shape() != want1 && m.shape() != want2)
-    fail("MultiheadAttention", what + " must be " + shape_str(want1) + (want2.empty() ? "" : " or " + shape_str(want2)),
+    fail("MultiheadAttention", what + " must be " + detail::list_str(want1) + (want2.empty() ? "" : " or " + detail::list_str(want2)),
          {&query, &m}, loc);
 }
 
