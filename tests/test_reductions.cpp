@@ -13,37 +13,24 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "tests/call_table.h"
 #include "tests/error_of.h"
 #include "tests/table_checks.h"
 
 namespace kiln {
 namespace {
 
+using test::Call;
+using test::Case;
 using test::expect_error_at;
 using test::values;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-struct TableTensor {
-  DType dtype;
-  IntList shape;
-  std::vector<double> values;
-};
-
-struct Case {
-  const char* name;
-  const char* call;
-  std::vector<TableTensor> inputs, outputs;
-  bool with_grad;
-  std::vector<std::vector<double>> grads;
-};
+using test::kInf;
+using test::kNaN;
 
 const std::vector<Case> kCases = {
 #include "tests/pytorch_reductions_table.inc"
 };
-
-using Call = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 std::vector<Tensor> two(const std::pair<Tensor, Tensor>& p) { return {p.first, p.second}; }
 
@@ -153,67 +140,9 @@ const std::map<std::string, Call>& calls() {
   return m;
 }
 
-// Equal to PyTorch's within 1e-12 relative to max(1, |want|), NaN where it is NaN and infinities exactly.
-void expect_matches(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i]) || std::isinf(want[i]))
-      EXPECT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i])
-          << what << " [" << i << "]: " << got[i] << " vs " << want[i];
-    else EXPECT_NEAR(got[i], want[i], 1e-12 * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
-  }
-}
+TEST(Reductions, MatchPyTorch) { test::expect_call_table(kCases, calls()); }
 
-std::vector<Tensor> inputs_of(const Case& c) {
-  std::vector<Tensor> xs;
-  for (const TableTensor& t : c.inputs) {
-    Tensor x = test::tensor_of(t.values, t.dtype, t.shape);
-    if (c.with_grad && t.dtype == kFloat64) x.requires_grad_();
-    xs.push_back(x);
-  }
-  return xs;
-}
-
-void check_outputs(const Case& c, const std::vector<Tensor>& outs) {
-  ASSERT_EQ(outs.size(), c.outputs.size()) << c.name;
-  for (size_t k = 0; k < outs.size(); ++k) {
-    const std::string what = std::string(c.name) + " output " + std::to_string(k);
-    EXPECT_EQ(outs[k].dtype(), c.outputs[k].dtype) << what;
-    EXPECT_EQ(outs[k].shape(), c.outputs[k].shape) << what;
-    expect_matches(values(outs[k]), c.outputs[k].values, what);
-  }
-}
-
-void check_grads(const Case& c, const std::vector<Tensor>& xs, const std::vector<Tensor>& outs) {
-  Tensor loss = zeros({}, kFloat64);
-  for (const Tensor& o : outs)
-    if (o.dtype() == kFloat64) loss = loss + (o * test::weights_for(o)).sum();
-  std::vector<Tensor> wrt;
-  for (const Tensor& x : xs)
-    if (x.dtype() == kFloat64) wrt.push_back(x);
-  const std::vector<Tensor> g = grad({loss}, wrt, {}, /*allow_unused=*/true);
-  size_t k = 0;
-  for (size_t i = 0; i < xs.size(); ++i)
-    if (xs[i].dtype() == kFloat64)
-      expect_matches(values(g[k++]), c.grads[i], std::string(c.name) + " grad " + std::to_string(i));
-}
-
-TEST(Reductions, MatchPyTorch) {
-  for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name);
-    ASSERT_TRUE(calls().count(c.call)) << "no kiln call for " << c.call;
-    const std::vector<Tensor> xs = inputs_of(c);
-    const std::vector<Tensor> outs = calls().at(c.call)(xs);
-    check_outputs(c, outs);
-    if (c.with_grad) check_grads(c, xs, outs);
-  }
-}
-
-TEST(Reductions, EveryCallIsInTheTable) {
-  std::map<std::string, int> used;
-  for (const Case& c : kCases) ++used[c.call];
-  for (const auto& [id, call] : calls()) EXPECT_TRUE(used.count(id)) << id << " has no table case";
-}
+TEST(Reductions, EveryCallIsInTheTable) { test::expect_every_call_used(kCases, calls()); }
 
 // Distinct values (no ties, no zeros unless asked): finite differences see one smooth branch.
 Tensor spread(IntList shape, uint64_t seed) { return test::rnd(std::move(shape), seed) * 3 + 0.1; }

@@ -7,10 +7,11 @@ each case's outputs and the gradients of sum(out * u) over its floating outputs 
 each f64 input. A case names a call; tests/test_reductions.cpp makes the same call under the same name. Run with
 Debian's python3-torch from the repository root:
     cd tests/tools && /usr/bin/python3 pytorch_reductions_table.py > ../pytorch_reductions_table.inc"""
+import sys
+
 import torch
 
-from cpp_literals import ints, lits
-from torch_tables import header, weights_for
+from call_tables import write_cases
 
 NAN, INF = float("nan"), float("inf")
 GEN = torch.Generator().manual_seed(11)
@@ -239,50 +240,9 @@ def cases():
     return c
 
 
-DTYPES = {torch.float64: "kFloat64", torch.float32: "kFloat32", torch.int64: "kInt64", torch.bool: "kBool"}
-
-
-def value_list(x):
-    return lits(x.to(torch.float64)) if x.dtype == torch.bool else lits(x.to(torch.float64))
-
-
-def tensor(x):
-    return "{" + DTYPES[x.dtype] + ", " + ints(x.shape) + ", " + value_list(x) + "}"
-
-
-def outputs_of(r):
-    return list(r) if isinstance(r, tuple) else [r]
-
-
-def gradients(outs, inputs):
-    """d(sum over floating outputs of sum(out * u)) for each f64 input (zeros where torch gives none)."""
-    xs = [x for x in inputs if x.dtype == torch.float64]
-    floats = [o for o in outs if o.dtype == torch.float64 and o.requires_grad]
-    if not xs or not floats:
-        return [[] for _ in inputs]
-    loss = sum((o * weights_for(o)).sum() for o in floats)
-    g = torch.autograd.grad(loss, xs, allow_unused=True)
-    g = [torch.zeros_like(x) if gi is None else gi for x, gi in zip(xs, g)]
-    it = iter(g)
-    return [next(it).flatten().tolist() if x.dtype == torch.float64 else [] for x in inputs]
-
-
 def main():
-    out = __import__("sys").stdout
-    header(out, "Reductions, NaN handling and scans of PyTorch 1.13 in f64 (bool and i64 where noted).",
-               "name, call, inputs {dtype, shape, values}, outputs {dtype, shape, values}, with_grad, "
-               "grads (one per input: d(sum over floating outputs of sum(out * u)), empty for a non-f64 input)")
-    names = set()
-    for name, call, inputs, grad in cases():
-        assert name not in names, name
-        names.add(name)
-        xs = [x.clone().requires_grad_(grad) if x.dtype == torch.float64 else x for x in inputs]
-        outs = [o.detach() if o.dtype != torch.float64 else o for o in outputs_of(CALLS[call](*xs))]
-        grad = grad and any(o.dtype == torch.float64 for o in outs)
-        gs = gradients(outs, xs) if grad else [[] for _ in xs]
-        out.write("{\"%s\", \"%s\",\n {%s},\n {%s},\n %s,\n {%s}},\n" % (
-            name, call, ", ".join(tensor(x.detach()) for x in inputs), ", ".join(tensor(o.detach()) for o in outs),
-            "true" if grad else "false", ", ".join(lits(g) for g in gs)))
+    write_cases(sys.stdout, "Reductions, NaN handling and scans of PyTorch 1.13 in f64 (bool and i64 where noted).",
+                CALLS, cases())
 
 
 if __name__ == "__main__":
