@@ -19,8 +19,8 @@ def outputs_of(r):
 
 
 def gradients(outs, inputs):
-    """d(sum over floating outputs of sum(out * u)) for each f64 input (zeros where torch gives none)."""
-    xs = [x for x in inputs if x.dtype == torch.float64]
+    """d(sum over floating outputs of sum(out * u)) for each input requiring grad (zeros where torch gives none)."""
+    xs = [x for x in inputs if x.requires_grad]
     floats = [o for o in outs if o.dtype == torch.float64 and o.requires_grad]
     if not xs or not floats:
         return [[] for _ in inputs]
@@ -28,20 +28,22 @@ def gradients(outs, inputs):
     g = torch.autograd.grad(loss, xs, allow_unused=True)
     g = [torch.zeros_like(x) if gi is None else gi for x, gi in zip(xs, g)]
     it = iter(g)
-    return [next(it).flatten().tolist() if x.dtype == torch.float64 else [] for x in inputs]
+    return [next(it).flatten().tolist() if x.requires_grad else [] for x in inputs]
 
 
 def write_cases(out, what, calls, cases):
-    """The table of `cases`, (name, call id, inputs, with gradients), each run through calls[call id]."""
+    """The table of `cases`, (name, call id, inputs, with gradients: a bool, or one per input), each run through
+    calls[call id]. The gradients are those of the f64 inputs that want them (empty lists for the others)."""
     header(out, what, "name, call, inputs {dtype, shape, values}, outputs {dtype, shape, values}, with_grad, "
                       "grads (one per input: d(sum over floating outputs of sum(out * u)), empty for a non-f64 input)")
     names = set()
     for name, call, inputs, grad in cases:
         assert name not in names, name
         names.add(name)
-        xs = [x.clone().requires_grad_(grad) if x.dtype == torch.float64 else x for x in inputs]
+        wants = grad if isinstance(grad, list) else [grad] * len(inputs)
+        xs = [x.clone().requires_grad_(w) if x.dtype == torch.float64 else x for x, w in zip(inputs, wants)]
         outs = [o.detach() if o.dtype != torch.float64 else o for o in outputs_of(calls[call](*xs))]
-        grad = grad and any(o.dtype == torch.float64 for o in outs)
+        grad = any(wants) and any(o.dtype == torch.float64 and o.requires_grad for o in outs)
         gs = gradients(outs, xs) if grad else [[] for _ in xs]
         out.write("{\"%s\", \"%s\",\n {%s},\n {%s},\n %s,\n {%s}},\n" % (
             name, call, ", ".join(tensor(x.detach()) for x in inputs), ", ".join(tensor(o.detach()) for o in outs),
