@@ -175,15 +175,23 @@ Interpolation interpolation_of(const char* op, const std::string& s, const Tenso
   fail(op, "interpolation must be one of linear, lower, higher, midpoint or nearest, not '" + s + "'", {&x}, loc);
 }
 
-void check_quantile_args(const char* op, const Tensor& x, const Tensor& q, const Loc& loc) {
+// The checks of quantile's arguments; q's values are read unless `q_checked` (a number q checked already).
+void check_quantile_args(const char* op, const Tensor& x, const Tensor& q, bool q_checked, const Loc& loc) {
   require_floating(op, x, loc);
   if (!q.defined()) throw Error(op, "q is undefined", loc);
   if (q.dim() > 1) fail(op, "q must be a scalar or a 1-d tensor", {&x, &q}, loc);
   if (q.dtype() != x.dtype()) fail(op, "q must have the input's dtype", {&x, &q}, loc);
   if (x.numel() == 0) fail(op, "the input must not be empty", {&x, &q}, loc);
-  if (detail::active_capture()) return; // q's values cannot be read inside a trace
+  if (q_checked || detail::active_capture()) return; // q's values cannot be read inside a trace
   for (double v : q.to_vector<double>(loc))
     if (!(v >= 0 && v <= 1)) fail(op, "q values must be in [0, 1], got " + std::to_string(v), {&x, &q}, loc);
+}
+
+// A number q made a 0-d tensor of x's dtype, checked.
+Tensor number_q(const char* op, const Tensor& x, double q, const Loc& loc) {
+  require_floating(op, x, loc);
+  if (!(q >= 0 && q <= 1)) fail(op, "q must be in [0, 1], got " + std::to_string(q), {&x}, loc);
+  return full({}, q, x.dtype(), x.device(), loc);
 }
 
 // Where each q falls in the sorted rows (of n elements, `valid` of them not NaN): PyTorch's ranks.
@@ -217,14 +225,10 @@ Tensor quantile_rows(const Tensor& xm, const Tensor& q1, bool ignore_nan, Interp
   return lerp(v, gather(sorted, -1, ceil(ranks, loc).to(kInt64, loc), loc), w, loc);
 }
 
-} // namespace
-
-namespace {
-
 Tensor quantile_of(const char* op, const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
-                   const std::string& interpolation, bool ignore_nan, const Loc& loc) {
+                   const std::string& interpolation, bool ignore_nan, bool q_checked, const Loc& loc) {
   const Scope scope(op, loc);
-  check_quantile_args(op, x, q, loc);
+  check_quantile_args(op, x, q, q_checked, loc);
   const Interpolation mode = interpolation_of(op, interpolation, x, loc);
   Tensor xm = x.reshape({-1}, loc);
   IntList shape = keepdim ? IntList(static_cast<size_t>(x.dim()), 1) : IntList{};
@@ -464,26 +468,25 @@ std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool
 
 Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
                 const std::string& interpolation, Loc loc) {
-  return quantile_of("quantile", x, q, dim, keepdim, interpolation, false, loc);
+  return quantile_of("quantile", x, q, dim, keepdim, interpolation, false, false, loc);
 }
 
 Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim, const std::string& interpolation,
                 Loc loc) {
   const Scope scope("quantile", loc);
-  require_floating("quantile", x, loc);
-  return quantile_of("quantile", x, full({}, q, x.dtype(), x.device(), loc), dim, keepdim, interpolation, false, loc);
+  return quantile_of("quantile", x, number_q("quantile", x, q, loc), dim, keepdim, interpolation, false, true, loc);
 }
 
 Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
                    const std::string& interpolation, Loc loc) {
-  return quantile_of("nanquantile", x, q, dim, keepdim, interpolation, true, loc);
+  return quantile_of("nanquantile", x, q, dim, keepdim, interpolation, true, false, loc);
 }
 
 Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
                    const std::string& interpolation, Loc loc) {
   const Scope scope("nanquantile", loc);
-  require_floating("nanquantile", x, loc);
-  return quantile_of("nanquantile", x, full({}, q, x.dtype(), x.device(), loc), dim, keepdim, interpolation, true, loc);
+  return quantile_of("nanquantile", x, number_q("nanquantile", x, q, loc), dim, keepdim, interpolation, true, true,
+                     loc);
 }
 
 // ---------------------------------------------------------------- scans
