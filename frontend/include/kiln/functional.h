@@ -349,4 +349,78 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
 
+/// max(0, -target (input1 - input2) + margin), reduced, as torch.nn.functional.margin_ranking_loss: the three
+/// must have one rank and broadcast; target holds 1 or -1. The gradient at the kink is 1 (PyTorch's clamp_min).
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0,
+                           Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
+/// input where target is 1, max(0, margin - input) where it is -1 (both terms where it is neither), reduced, as
+/// torch.nn.functional.hinge_embedding_loss (input and target broadcast).
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                            Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
+/// log(1 + exp(-target input)), reduced, as torch.nn.functional.soft_margin_loss (broadcast).
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                        Loc loc = Loc::current());
+/// -(target logsigmoid(input) + (1 - target) logsigmoid(-input)), times the optional weight, averaged over the
+/// last (class) dim, then reduced over the samples, as torch.nn.functional.multilabel_soft_margin_loss.
+Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                                   Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
+/// Options of multi_margin_loss, in PyTorch's argument order.
+struct MultiMarginLossOptions {
+  int64_t p = 1;                         ///< 1 or 2: the power of each hinge
+  double margin = 1.0;                   ///< the margin
+  Tensor weight{};                       ///< optional floating [C]: each sample's loss times weight[target]
+  Reduction reduction = Reduction::Mean; ///< mean over the samples by default
+};
+/// The multi-class hinge loss of input [N, C] (or [C]) and integer targets [N] (or one), as
+/// torch.nn.functional.multi_margin_loss: per sample sum over i != y of max(0, margin - x[y] + x[i])^p (times
+/// weight[y]) / C. The gradient at a hinge of 0 is 0, as PyTorch's. A target outside [0, C) is an error (in the
+/// kernel when lazy).
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, MultiMarginLossOptions options = {},
+                         Loc loc = Loc::current());
+/// The multi-label hinge loss of input [N, C] (or [C]) and integer targets of its shape, as
+/// torch.nn.functional.multilabel_margin_loss: each row of targets lists class indices up to its first -1; per
+/// sample the sum over listed classes j and unlisted classes i of max(0, 1 - (x[j] - x[i])), divided by C.
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                              Loc loc = Loc::current());
+/// Options of triplet_margin_loss, in PyTorch's argument order.
+struct TripletMarginLossOptions {
+  double margin = 1.0;                   ///< the margin
+  double p = 2;                          ///< the norm of the distances (pairwise_distance's)
+  double eps = 1e-6;                     ///< added to the differences (pairwise_distance's)
+  bool swap = false;                     ///< use min(d(a, n), d(p, n)) as the negative distance
+  Reduction reduction = Reduction::Mean; ///< mean over the triplets by default
+};
+/// max(0, margin + d(anchor, positive) - d(anchor, negative)), reduced, as torch.nn.functional.triplet_margin_loss:
+/// d is pairwise_distance (p, eps) along the last dim; the three have one rank, 1 or 2.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           TripletMarginLossOptions options = {}, Loc loc = Loc::current());
+/// 1 - cos(x1, x2) where target is 1, max(0, cos - margin) where it is -1, reduced, as
+/// torch.nn.functional.cosine_embedding_loss: x1, x2 [N, D] with target [N], or [D] with a 0-d target; the cosine
+/// is PyTorch's sum(x1 x2) / sqrt((|x1|^2 + 1e-12)(|x2|^2 + 1e-12)).
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin = 0,
+                             Reduction reduction = Reduction::Mean, Loc loc = Loc::current());
+/// Options of poisson_nll_loss, in PyTorch's argument order.
+struct PoissonNllLossOptions {
+  bool log_input = true;                 ///< input is log(rate) (else the rate itself)
+  bool full = false;                     ///< add Stirling's term target log(target) - target + log(2 pi target) / 2
+  double eps = 1e-8;                     ///< added to the rate inside the log when !log_input
+  Reduction reduction = Reduction::Mean; ///< mean over the elements by default
+};
+/// The Poisson negative log likelihood, as torch.nn.functional.poisson_nll_loss: exp(input) - target input with
+/// log_input, else input - target log(input + eps); with `full`, Stirling's term where target > 1. Broadcast.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, PoissonNllLossOptions options = {},
+                        Loc loc = Loc::current());
+/// Options of gaussian_nll_loss, in PyTorch's argument order.
+struct GaussianNllLossOptions {
+  bool full = false;                     ///< add log(2 pi) / 2
+  double eps = 1e-6;                     ///< var is clamped at eps (the gradient passes as if it were not)
+  Reduction reduction = Reduction::Mean; ///< mean over the elements by default
+};
+/// The Gaussian negative log likelihood (log(var) + (input - target)^2 / var) / 2, as
+/// torch.nn.functional.gaussian_nll_loss: var has input's shape, or input's without its last dim, or with a last
+/// extent of 1 (one variance for the last dim); target broadcasts. A negative var is an error when var is already
+/// computed (PyTorch's check); a lazy one is clamped at eps.
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                         GaussianNllLossOptions options = {}, Loc loc = Loc::current());
+
 } // namespace kiln::nn::functional

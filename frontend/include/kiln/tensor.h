@@ -461,6 +461,141 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc:
 /// Index (i64) of the first minimum along dim.
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
 
+// ---------------------------------------------------------------- more reductions, NaN handling, scans
+// Composites of the ops above and of kiln/indexops.h (reductions.cpp), as PyTorch 1.13's functions of the
+// same names; each error names the function, the operands and the caller's line.
+/// The product of every element, as torch.prod: integers and bool give i64, no element gives 1. The gradient
+/// is PyTorch's, without dividing by the input: exact with one zero (the product of the others there) and
+/// with several (0); it is itself differentiable (a custom rule built from cumprod).
+Tensor prod(const Tensor& x, Loc loc = Loc::current());
+/// The product along one dim (negative counts from the end), as torch.prod(input, dim, keepdim).
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// The maximum over dims (all when empty), as torch.amax: the gradient is split evenly among ties.
+Tensor amax(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// The minimum over dims (all when empty), as torch.amin: the gradient is split evenly among ties.
+Tensor amin(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// (amin, amax) over one dim, or over all without it, as torch.aminmax.
+std::pair<Tensor, Tensor> aminmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                                  Loc loc = Loc::current());
+/// True (bool) where any element is non-zero (NaN counts), as torch.any; false for none.
+Tensor any(const Tensor& x, Loc loc = Loc::current());
+/// torch.any along one dim.
+Tensor any(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// True (bool) where every element is non-zero, as torch.all; true for none.
+Tensor all(const Tensor& x, Loc loc = Loc::current());
+/// torch.all along one dim.
+Tensor all(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// The number (i64) of non-zero elements over dims (all when empty), as torch.count_nonzero.
+Tensor count_nonzero(const Tensor& x, IntList dims = {}, Loc loc = Loc::current());
+/// sum with NaN counted as 0, as torch.nansum (the gradient is 0 at NaN).
+Tensor nansum(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// The mean of the non-NaN elements, as torch.nanmean (NaN where all are NaN); floating only.
+Tensor nanmean(const Tensor& x, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current());
+/// True (bool) where x is NaN (never for integers and bool).
+Tensor isnan(const Tensor& x, Loc loc = Loc::current());
+/// True where x is +inf or -inf.
+Tensor isinf(const Tensor& x, Loc loc = Loc::current());
+/// True where x is neither NaN nor infinite (always for integers and bool).
+Tensor isfinite(const Tensor& x, Loc loc = Loc::current());
+/// True where x is +inf.
+Tensor isposinf(const Tensor& x, Loc loc = Loc::current());
+/// True where x is -inf.
+Tensor isneginf(const Tensor& x, Loc loc = Loc::current());
+/// x with NaN, +inf and -inf replaced, as torch.nan_to_num: by `nan` (0), `posinf` and `neginf` (unset: the
+/// largest and lowest finite value of x's dtype). Integers and bool come back unchanged. The gradient is 0
+/// where an element was replaced.
+Tensor nan_to_num(const Tensor& x, double nan = 0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt, Loc loc = Loc::current());
+/// The lower median of every element, as torch.median(input): NaN when any element is NaN (or there are
+/// none). The gradient is split evenly among the elements equal to it, as PyTorch's.
+Tensor median(const Tensor& x, Loc loc = Loc::current());
+/// (values, indices) of the lower median along dim, as torch.median(input, dim, keepdim): where a row has a
+/// NaN, NaN and the index of its first NaN; else the index among ties is PyTorch's (that of the stable sort).
+/// The gradient goes to that index.
+std::pair<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// median of the non-NaN elements, as torch.nanmedian (NaN where all are NaN).
+Tensor nanmedian(const Tensor& x, Loc loc = Loc::current());
+/// median along dim of the non-NaN elements, as torch.nanmedian(input, dim, keepdim) (a row of NaN: NaN, index 0).
+std::pair<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim = false, Loc loc = Loc::current());
+/// (values, indices) of the k-th smallest (1 <= k <= the extent) along dim, as torch.kthvalue; NaN is the
+/// largest. Among ties the index is the first of the stable sort (PyTorch's quickselect may pick another tie).
+std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false,
+                                   Loc loc = Loc::current());
+/// The q-quantiles along dim (of every element without it), as torch.quantile: q a 0-d or 1-d tensor of x's
+/// floating dtype with values in [0, 1] (a 1-d q puts its dim first in the result); interpolation between the
+/// sorted neighbours "linear", "lower", "higher", "nearest" (ties to even) or "midpoint". A row holding a NaN
+/// gives NaN. The gradient flows through the sort to the elements picked.
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                const std::string& interpolation = "linear", Loc loc = Loc::current());
+/// quantile with a number q in [0, 1].
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                const std::string& interpolation = "linear", Loc loc = Loc::current());
+/// quantile of the non-NaN elements, as torch.nanquantile (NaN where all are NaN).
+Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   const std::string& interpolation = "linear", Loc loc = Loc::current());
+/// nanquantile with a number q in [0, 1].
+Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   const std::string& interpolation = "linear", Loc loc = Loc::current());
+/// (values, indices) of the running maximum along dim, as torch.cummax: the index of the last element equal
+/// to the maximum so far; from the first NaN on, NaN and the index of the last NaN so far. The gradient goes to
+/// those indices. O(n^2) work and memory per row of n.
+std::pair<Tensor, Tensor> cummax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+/// The running minimum along dim, as torch.cummin (ties and NaN as cummax).
+std::pair<Tensor, Tensor> cummin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+/// log(cumsum(exp(x))) along dim, as torch.logcumsumexp, computed stably (a logsumexp of each prefix:
+/// O(n^2) work and memory per row of n); floating only.
+Tensor logcumsumexp(const Tensor& x, int64_t dim, Loc loc = Loc::current());
+/// The n-th forward difference along dim, as torch.diff: `prepend` and `append` (optional, x's rank and
+/// extents off dim) are joined to x first; bool gives x[i + 1] != x[i].
+Tensor diff(const Tensor& x, int64_t n = 1, int64_t dim = -1, const Tensor& prepend = Tensor(),
+            const Tensor& append = Tensor(), Loc loc = Loc::current());
+/// start + weight (end - start), as torch.lerp (PyTorch's two-sided formula, exact at weight 1); start and end
+/// floating of one dtype, broadcast.
+Tensor lerp(const Tensor& start, const Tensor& end, double weight, Loc loc = Loc::current());
+/// lerp with a tensor weight (broadcast; differentiable).
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight, Loc loc = Loc::current());
+/// input + value * t1 * t2, as torch.addcmul.
+Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1, Loc loc = Loc::current());
+/// input + value * t1 / t2, as torch.addcdiv (integer t1 and t2 are an error, as PyTorch's).
+Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1, Loc loc = Loc::current());
+/// x * log(y), 0 where x is 0 (unless y is NaN), as torch.xlogy (x and y broadcast; integers give f32). The
+/// gradients are PyTorch's (a custom rule): log(y) for x (0 where x is 0 and y <= 0) and x / y for y.
+Tensor xlogy(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+/// xlogy with a number y.
+Tensor xlogy(const Tensor& x, Scalar y, Loc loc = Loc::current());
+/// clamp(x, min), as torch.clamp_min.
+Tensor clamp_min(const Tensor& x, Scalar min, Loc loc = Loc::current());
+/// clamp(x, nullopt, max), as torch.clamp_max.
+Tensor clamp_max(const Tensor& x, Scalar max, Loc loc = Loc::current());
+/// (var, mean) over dims, as torch.var_mean (see var).
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false,
+                                   Loc loc = Loc::current());
+/// (std, mean) over dims, as torch.std_mean (see std).
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, IntList dims = {}, bool unbiased = true, bool keepdim = false,
+                                   Loc loc = Loc::current());
+namespace detail {
+/// var_mean (or, with `root`, std_mean) with an integer correction: what the templates below call.
+std::pair<Tensor, Tensor> moments_corrected(const Tensor& x, IntList dims, int64_t correction, bool keepdim, bool root,
+                                            Loc loc);
+} // namespace detail
+/// var_mean with torch's integer `correction` (`var_mean(x, {1}, 0)`).
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, IntList dims, C correction, bool keepdim = false,
+                                   Loc loc = Loc::current()) {
+  return detail::moments_corrected(x, std::move(dims), static_cast<int64_t>(correction), keepdim, false, loc);
+}
+/// std_mean with torch's integer `correction`.
+template <std::integral C>
+  requires(!std::same_as<C, bool>)
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, IntList dims, C correction, bool keepdim = false,
+                                   Loc loc = Loc::current()) {
+  return detail::moments_corrected(x, std::move(dims), static_cast<int64_t>(correction), keepdim, true, loc);
+}
+/// log(exp(a) + exp(b)) computed stably, as torch.logaddexp (a and b broadcast; floating); the gradients are
+/// sigmoid(a - b) and sigmoid(b - a), 1/2 each at a tie.
+Tensor logaddexp(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
 // ---------------------------------------------------------------- movement
 /// Same elements in a new shape (one extent may be -1).
 Tensor reshape(const Tensor& x, IntList shape, Loc loc = Loc::current());
