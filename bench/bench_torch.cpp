@@ -12,6 +12,9 @@
 //   CNNStep/128/torch                      examples/train's CNN (kiln's CNNStep/128/kiln): conv,
 //                                          BatchNorm, ReLU and max-pool modules (oneDNN's
 //                                          convolutions), F::cross_entropy, optim::Adam
+//   LSTMStep/32x16x64x128/torch            bench_rnn.cpp's LSTM sequence model (kiln's
+//                                          LSTMStep/.../kiln): nn::LSTM, nn::Linear,
+//                                          F::cross_entropy, optim::Adam
 //
 // Each iteration is zero_grad; forward; loss; backward; step; loss.item(). Threads: the
 // first argument, through torch::set_num_threads (OpenMP; with Debian's OpenMP build of
@@ -29,6 +32,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
@@ -37,6 +41,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "bench/rnn_step.h"
 
 namespace {
 
@@ -161,6 +167,36 @@ void TorchCnnStep(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(kBatch * state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// bench_rnn.cpp's LSTM sequence model as a PyTorch user writes it (the same sizes, Adam lr 1e-3, fixed
+// random inputs and classes): the eager step, after two warm-up steps.
+void TorchLstmStep(benchmark::State& state) {
+  namespace nn = torch::nn;
+  const bench::RnnStepSizes& z = bench::kRnnSteps;
+  torch::set_num_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(3);
+  nn::LSTM lstm(nn::LSTMOptions(z.input, z.hidden).num_layers(2));
+  nn::Linear head(z.hidden, z.classes);
+  std::vector<torch::Tensor> params = lstm->parameters();
+  for (const torch::Tensor& p : head->parameters()) params.push_back(p);
+  torch::optim::Adam opt(params, torch::optim::AdamOptions(1e-3));
+  const torch::Tensor x = torch::randn({z.time, z.batch, z.input});
+  const torch::Tensor y = torch::randint(0, z.classes, {z.time * z.batch}, torch::kLong);
+  auto step = [&] {
+    opt.zero_grad();
+    const torch::Tensor out = std::get<0>(lstm->forward(x));
+    torch::Tensor loss = F::cross_entropy(head->forward(out.reshape({z.time * z.batch, z.hidden})), y);
+    loss.backward();
+    opt.step();
+    return loss.item<float>();
+  };
+  const float first = step();
+  step();
+  if (!std::isfinite(first)) state.SkipWithError("the loss is not finite");
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  state.counters["sequences/s"] =
+      benchmark::Counter(static_cast<double>(z.batch * state.iterations()), benchmark::Counter::kIsRate);
+}
+
 // What a comparison must state: the libraries' versions and the settings they were loaded with.
 const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -185,6 +221,8 @@ std::string openblas_info() {
   benchmark::RegisterBenchmark("MLPGemms/128/torch", [](benchmark::State& s) { TorchMlpGemms(s, 128); })
       ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("CNNStep/128/torch", TorchCnnStep)
+      ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("LSTMStep/32x16x64x128/torch", TorchLstmStep)
       ->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   for (int64_t batch : {1, 128, 1024}) {
     const std::string b = std::to_string(batch);
