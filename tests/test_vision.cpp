@@ -89,9 +89,11 @@ TEST(MaxPoolWithIndices, MatchesPyTorch) {
     EXPECT_EQ(ints_of(i), c.indices) << c.name;
     expect_values_and_grad(x, y, c.out_shape, c.out, c.grad, c.name);
     // the values are max_pool's
-    const Tensor plain = c.kernel.size() == 1 ? F::max_pool1d(x, c.kernel[0], opt(c.stride), c.padding[0], c.dilation[0], c.ceil_mode)
-                                              : F::max_pool2d(x, {c.kernel[0], c.kernel[1]}, opt2(c.stride).value_or(Size2(c.kernel[0], c.kernel[1])),
-                                                              {c.padding[0], c.padding[1]}, {c.dilation[0], c.dilation[1]}, c.ceil_mode);
+    const Tensor plain =
+        c.kernel.size() == 1
+            ? F::max_pool1d(x, c.kernel[0], opt(c.stride), c.padding[0], c.dilation[0], c.ceil_mode)
+            : F::max_pool2d(x, {c.kernel[0], c.kernel[1]}, opt2(c.stride).value_or(Size2(c.kernel[0], c.kernel[1])),
+                            {c.padding[0], c.padding[1]}, {c.dilation[0], c.dilation[1]}, c.ceil_mode);
     expect_same(values(y), values(plain), std::string(c.name) + " max_pool");
   }
 }
@@ -190,8 +192,8 @@ TEST(AdaptiveMaxPool, ModulesAndEmptyShapes) {
   EXPECT_EQ(pool.str(), "AdaptiveMaxPool2d(output_size=(3, 2))");
   EXPECT_EQ(pool1.str(), "AdaptiveMaxPool1d(output_size=4)");
   expect_same(values(pool(x)), values(F::adaptive_max_pool2d(x, {3, 2})), "AdaptiveMaxPool2d");
-  expect_same(values(pool.forward_with_indices(x).second), values(F::adaptive_max_pool2d_with_indices(x, {3, 2}).second),
-              "AdaptiveMaxPool2d indices");
+  expect_same(values(pool.forward_with_indices(x).second),
+              values(F::adaptive_max_pool2d_with_indices(x, {3, 2}).second), "AdaptiveMaxPool2d indices");
   expect_same(values(pool1(s)), values(F::adaptive_max_pool1d(s, 4)), "AdaptiveMaxPool1d");
   EXPECT_EQ(pool1.forward_with_indices(s).second.shape(), (IntList{2, 3, 4}));
   // as PyTorch: an empty batch, and an output extent of 0
@@ -221,8 +223,9 @@ const LpCase kLp[] = {
 TEST(LpPool, MatchesPyTorch) {
   for (const LpCase& c : kLp) {
     Tensor x = from_vector(c.input, c.shape).requires_grad_();
-    const Tensor y = c.kernel.size() == 1 ? F::lp_pool1d(x, c.norm_type, c.kernel[0], opt(c.stride), c.ceil_mode)
-                                          : F::lp_pool2d(x, c.norm_type, {c.kernel[0], c.kernel[1]}, opt2(c.stride), c.ceil_mode);
+    const Tensor y = c.kernel.size() == 1
+                         ? F::lp_pool1d(x, c.norm_type, c.kernel[0], opt(c.stride), c.ceil_mode)
+                         : F::lp_pool2d(x, c.norm_type, {c.kernel[0], c.kernel[1]}, opt2(c.stride), c.ceil_mode);
     expect_values_and_grad(x, y, c.out_shape, c.out, c.grad, c.name);
   }
 }
@@ -406,7 +409,8 @@ const BagCase kBag[] = {
 TEST(EmbeddingBag, FunctionalMatchesPyTorch) {
   for (const BagCase& c : kBag) {
     Tensor w = from_vector(c.weight, c.weight_shape).requires_grad_();
-    Tensor psw = c.per_sample_weights.empty() ? Tensor() : from_vector(c.per_sample_weights, c.index_shape).requires_grad_();
+    Tensor psw =
+        c.per_sample_weights.empty() ? Tensor() : from_vector(c.per_sample_weights, c.index_shape).requires_grad_();
     const F::EmbeddingBagOptions o{.offsets = c.offsets.empty() ? Tensor() : from_vector(c.offsets),
                                    .max_norm = c.max_norm < 0 ? std::nullopt : std::optional<double>(c.max_norm),
                                    .mode = c.mode,
@@ -418,7 +422,8 @@ TEST(EmbeddingBag, FunctionalMatchesPyTorch) {
     expect_close(values(y), c.out, 1e-12, std::string(c.name) + " values");
     (y * weights_for(y)).sum().backward();
     expect_close(values(w.grad()), c.weight_grad, 1e-12, std::string(c.name) + " weight grad");
-    if (psw.defined()) expect_close(values(psw.grad()), c.per_sample_weights_grad, 1e-12, std::string(c.name) + " psw grad");
+    if (psw.defined())
+      expect_close(values(psw.grad()), c.per_sample_weights_grad, 1e-12, std::string(c.name) + " psw grad");
   }
 }
 
@@ -440,25 +445,38 @@ TEST(EmbeddingBag, ModuleLazyOffsetsAndI32) {
 // ---------------------------------------------------------------- gradchecks
 
 TEST(Vision, Gradcheck) {
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool2d_with_indices(v[0], 3, 2, 1).first * v[1]).sum(); },
-                   {rnd({1, 2, 5, 6}, 10), rnd({1, 2, 3, 3}, 11)});
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::adaptive_max_pool2d(v[0], {3, 2}) * v[1]).sum(); },
-                   {rnd({2, 5, 7}, 12), rnd({2, 3, 2}, 13)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::max_pool2d_with_indices(v[0], 3, 2, 1).first * v[1]).sum(); },
+      {rnd({1, 2, 5, 6}, 10), rnd({1, 2, 3, 3}, 11)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        return (F::adaptive_max_pool2d(v[0], {3, 2}) * v[1]).sum();
+      },
+      {rnd({2, 5, 7}, 12), rnd({2, 3, 2}, 13)});
   const Tensor idx = F::max_pool1d_with_indices(rnd({2, 3, 8}, 14), 2).second;
   expect_gradcheck([idx](const std::vector<Tensor>& v) { return (F::max_unpool1d(v[0], idx, 2) * v[1]).sum(); },
                    {rnd({2, 3, 4}, 15), rnd({2, 3, 8}, 16)});
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::lp_pool2d(v[0], 3, 2, std::nullopt, true) * v[1]).sum(); },
-                   {abs(rnd({1, 2, 5, 5}, 17)) + 0.5, rnd({1, 2, 3, 3}, 18)});
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::fold(v[0], {5, 6}, {2, 3}, 1, 1, {2, 1}) * v[1]).sum(); },
-                   {rnd({1, 12, 18}, 19), rnd({1, 2, 5, 6}, 20)});
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::unfold(v[0], {2, 3}, {2, 1}, 1, 2) * v[1]).sum(); },
-                   {rnd({1, 2, 5, 6}, 21), rnd({1, 12, 9}, 22)});
-  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::channel_shuffle(F::pixel_shuffle(v[0], 2), 2) * v[1]).sum(); },
-                   {rnd({1, 8, 2, 3}, 23), rnd({1, 2, 4, 6}, 24)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::lp_pool2d(v[0], 3, 2, std::nullopt, true) * v[1]).sum(); },
+      {abs(rnd({1, 2, 5, 5}, 17)) + 0.5, rnd({1, 2, 3, 3}, 18)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        return (F::fold(v[0], {5, 6}, {2, 3}, 1, 1, {2, 1}) * v[1]).sum();
+      },
+      {rnd({1, 12, 18}, 19), rnd({1, 2, 5, 6}, 20)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        return (F::unfold(v[0], {2, 3}, {2, 1}, 1, 2) * v[1]).sum();
+      },
+      {rnd({1, 2, 5, 6}, 21), rnd({1, 12, 9}, 22)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::channel_shuffle(F::pixel_shuffle(v[0], 2), 2) * v[1]).sum(); },
+      {rnd({1, 8, 2, 3}, 23), rnd({1, 2, 4, 6}, 24)});
   const Tensor bags = from_vector<int64_t>({1, 3, 3, 0, 2}), offsets = from_vector<int64_t>({0, 2, 2});
   expect_gradcheck(
       [=](const std::vector<Tensor>& v) {
-        return (F::embedding_bag(bags, v[0], {.offsets = offsets, .mode = "sum", .per_sample_weights = v[1]}) * v[2]).sum();
+        return (F::embedding_bag(bags, v[0], {.offsets = offsets, .mode = "sum", .per_sample_weights = v[1]}) * v[2])
+            .sum();
       },
       {rnd({4, 3}, 25), rnd({5}, 26), rnd({3, 3}, 27)});
 }
@@ -466,9 +484,10 @@ TEST(Vision, Gradcheck) {
 // ---------------------------------------------------------------- fused, unfused and compiled
 
 std::vector<Tensor> vision_program(const std::vector<Tensor>& in) {
-  const auto [pooled, idx] = F::max_pool2d_with_indices(in[0], 3, 2, 1, 1, true);       // [2, 4, 4, 4]
-  const Tensor up = F::max_unpool2d(pooled, idx, 3, 2, 1, {2, 4, 7, 7});                  // [2, 4, 7, 7]
-  const Tensor shuffled = F::pixel_unshuffle(F::channel_shuffle(F::pixel_shuffle(up.slice(2, 0, 6).slice(3, 0, 6), 2), 1), 3);
+  const auto [pooled, idx] = F::max_pool2d_with_indices(in[0], 3, 2, 1, 1, true); // [2, 4, 4, 4]
+  const Tensor up = F::max_unpool2d(pooled, idx, 3, 2, 1, {2, 4, 7, 7}); // [2, 4, 7, 7]
+  const Tensor shuffled =
+      F::pixel_unshuffle(F::channel_shuffle(F::pixel_shuffle(up.slice(2, 0, 6).slice(3, 0, 6), 2), 1), 3);
   const Tensor lp = F::lp_pool2d(shuffled, 2, 2, std::nullopt, true);
   const Tensor folded = F::fold(F::unfold(in[0], 2, 1, 1, 2), {7, 7}, 2, 1, 1, 2);
   const Tensor adaptive = F::adaptive_max_pool2d(folded, {3, 2});
