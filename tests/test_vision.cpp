@@ -1,8 +1,8 @@
 // PyTorch-parity of the pooling variants, vision rearrangements and lookups: max_pool1d/2d_with_indices,
 // max_unpool1d/2d, adaptive_max_pool1d/2d, lp_pool1d/2d, pixel_shuffle, pixel_unshuffle, channel_shuffle,
-// unfold, fold, embedding and embedding_bag (and their modules): values, indices and gradients against
-// PyTorch 1.13 in f64 (a generated table), f64 gradchecks, fused against unfused and compile(), and error
-// messages naming the op, the shapes and this file's line.
+// unfold, fold, embedding, embedding_bag, conv3d, max_pool3d and avg_pool3d (and their modules): values, indices
+// and gradients against PyTorch 1.13 in f64 (a generated table), f64 gradchecks, fused against unfused and
+// compile(), and error messages naming the op, the shapes and this file's line.
 
 #include <gtest/gtest.h>
 
@@ -442,6 +442,88 @@ TEST(EmbeddingBag, ModuleLazyOffsetsAndI32) {
   expect_same(values(bag(rows)), values(F::embedding_bag(rows, bag.weight, {.mode = "max", .padding_idx = 6})), "2-d");
 }
 
+// ---------------------------------------------------------------- conv3d, max_pool3d, avg_pool3d
+
+struct Conv3dCase {
+  const char* name;
+  IntList shape;
+  std::vector<double> input;
+  IntList weight_shape;
+  std::vector<double> weight, bias; ///< bias {}: none
+  IntList stride, padding, dilation;
+  int64_t groups;
+  IntList out_shape;
+  std::vector<double> out, grad, weight_grad, bias_grad;
+};
+
+const Conv3dCase kConv3d[] = {
+#define KILN_CONV3D
+#include "pytorch_vision_table.inc"
+#undef KILN_CONV3D
+};
+
+nn::Size3 size3(const IntList& v) { return {v[0], v[1], v[2]}; }
+
+TEST(Conv3d, MatchesPyTorch) {
+  for (const Conv3dCase& c : kConv3d) {
+    expect_conv_case(c, [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return F::conv3d(x, w, b, size3(c.stride), size3(c.padding), size3(c.dilation), c.groups);
+    });
+  }
+}
+
+struct Pool3dCase {
+  const char* name;
+  const char* op;
+  IntList shape;
+  std::vector<double> input;
+  IntList kernel, stride, padding, dilation; ///< stride {}: the kernel
+  bool ceil_mode, count_include_pad;
+  int64_t divisor_override; ///< 0: none
+  IntList out_shape;
+  std::vector<double> out, grad;
+};
+
+const Pool3dCase kPool3d[] = {
+#define KILN_POOL3D
+#include "pytorch_vision_table.inc"
+#undef KILN_POOL3D
+};
+
+TEST(Pool3d, MatchesPyTorch) {
+  for (const Pool3dCase& c : kPool3d) {
+    Tensor x = from_vector(c.input, c.shape).requires_grad_();
+    const std::optional<nn::Size3> stride = c.stride.empty() ? std::nullopt : std::optional<nn::Size3>(size3(c.stride));
+    const Tensor y =
+        std::string(c.op) == "max"
+            ? F::max_pool3d(x, size3(c.kernel), stride, size3(c.padding), size3(c.dilation), c.ceil_mode)
+            : F::avg_pool3d(x, size3(c.kernel), stride, size3(c.padding), c.ceil_mode, c.count_include_pad,
+                            c.divisor_override ? std::optional<int64_t>(c.divisor_override) : std::nullopt);
+    expect_values_and_grad(x, y, c.out_shape, c.out, c.grad, c.name);
+  }
+}
+
+TEST(Conv3d, ModulesAndEmptyBatch) {
+  nn::Conv3d conv(2, 4, {2, 3, 1}, {.stride = {1, 2, 1}, .padding = 1, .groups = 2});
+  EXPECT_EQ(conv.str(),
+            "Conv3d(2, 4, kernel_size=(2, 3, 1), stride=(1, 2, 1), padding=(1, 1, 1), dilation=(1, 1, 1), groups=2, "
+            "bias=true)");
+  EXPECT_EQ(conv.weight.shape(), (IntList{4, 1, 2, 3, 1}));
+  const Tensor x = rnd({2, 2, 3, 5, 4}, 41);
+  expect_same(values(conv(x)), values(F::conv3d(x, conv.weight, conv.bias, {1, 2, 1}, 1, 1, 2)), "Conv3d");
+  nn::MaxPool3d maxp(2, std::nullopt, 0, 1, true);
+  nn::AvgPool3d avgp({3, 2, 2}, 2, 1, false, false);
+  EXPECT_EQ(maxp.str(), "MaxPool3d(kernel_size=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0), dilation=(1, 1, 1), "
+                        "ceil_mode=true)");
+  EXPECT_EQ(avgp.str(), "AvgPool3d(kernel_size=(3, 2, 2), stride=(2, 2, 2), padding=(1, 1, 1), ceil_mode=false, "
+                        "count_include_pad=false)");
+  expect_same(values(maxp(x)), values(F::max_pool3d(x, 2, std::nullopt, 0, 1, true)), "MaxPool3d");
+  expect_same(values(avgp(x)), values(F::avg_pool3d(x, {3, 2, 2}, 2, 1, false, false)), "AvgPool3d");
+  EXPECT_EQ(F::conv3d(zeros({0, 2, 3, 5, 4}, kFloat64), conv.weight, conv.bias, {1, 2, 1}, 1, 1, 2).shape(),
+            (IntList{0, 4, 4, 3, 6}));
+  EXPECT_EQ(F::max_pool3d(zeros({0, 2, 4, 4, 4}, kFloat64), 2).shape(), (IntList{0, 2, 2, 2, 2}));
+}
+
 // ---------------------------------------------------------------- gradchecks
 
 TEST(Vision, Gradcheck) {
@@ -472,6 +554,16 @@ TEST(Vision, Gradcheck) {
   expect_gradcheck(
       [](const std::vector<Tensor>& v) { return (F::channel_shuffle(F::pixel_shuffle(v[0], 2), 2) * v[1]).sum(); },
       {rnd({1, 8, 2, 3}, 23), rnd({1, 2, 4, 6}, 24)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) {
+        return (F::conv3d(v[0], v[1], v[2], {2, 1, 1}, 1) * v[3]).sum();
+      },
+      {rnd({1, 2, 3, 3, 4}, 42), rnd({2, 2, 2, 2, 3}, 43), rnd({2}, 44), rnd({1, 2, 2, 4, 4}, 45)});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::max_pool3d(v[0], 2, 1, 1) * v[1]).sum(); },
+                   {rnd({1, 1, 3, 3, 4}, 46), rnd({1, 1, 4, 4, 5}, 47)});
+  expect_gradcheck(
+      [](const std::vector<Tensor>& v) { return (F::avg_pool3d(v[0], 3, 2, 1, true, false) * v[1]).sum(); },
+      {rnd({1, 2, 4, 5, 4}, 48), rnd({1, 2, 3, 3, 3}, 49)});
   const Tensor bags = from_vector<int64_t>({1, 3, 3, 0, 2}), offsets = from_vector<int64_t>({0, 2, 2});
   expect_gradcheck(
       [=](const std::vector<Tensor>& v) {
@@ -493,14 +585,18 @@ std::vector<Tensor> vision_program(const std::vector<Tensor>& in) {
   const Tensor adaptive = F::adaptive_max_pool2d(folded, {3, 2});
   const Tensor bag = F::embedding_bag(from_vector<int64_t>({0, 3, 1, 2, 2}), in[1],
                                       {.offsets = from_vector<int64_t>({0, 2}), .mode = "max"});
-  const Tensor loss = (lp * lp).sum() + (adaptive * adaptive).sum() + (bag * bag).sum();
-  std::vector<Tensor> out = {idx.to(kFloat64), up, lp, adaptive, bag, loss};
-  for (const Tensor& g : grad({loss}, {in[0], in[1]})) out.push_back(g);
+  const Tensor conv = F::conv3d(in[2], in[3], Tensor(), {1, 2, 1}, 1); // [1, 2, 5, 3, 5]
+  const Tensor pooled3 = F::max_pool3d(conv, 2, 1, 1, 1, true) + F::avg_pool3d(conv, 2, 1, 1, true, false);
+  const Tensor loss = (lp * lp).sum() + (adaptive * adaptive).sum() + (bag * bag).sum() + (pooled3 * pooled3).sum();
+  std::vector<Tensor> out = {idx.to(kFloat64), up, lp, adaptive, bag, pooled3, loss};
+  for (const Tensor& g : grad({loss}, {in[0], in[1], in[2], in[3]})) out.push_back(g);
   return out;
 }
 
 std::vector<Tensor> vision_inputs(uint64_t seed) {
-  return {randn({2, 4, 7, 7}, seed, kFloat64).requires_grad_(), randn({4, 3}, seed + 1, kFloat64).requires_grad_()};
+  return {randn({2, 4, 7, 7}, seed, kFloat64).requires_grad_(), randn({4, 3}, seed + 1, kFloat64).requires_grad_(),
+          randn({1, 3, 4, 4, 4}, seed + 2, kFloat64).requires_grad_(),
+          randn({2, 3, 2, 2, 2}, seed + 3, kFloat64).requires_grad_()};
 }
 
 TEST(Vision, FusedUnfusedAndCompiledAgree) { expect_fused_unfused_and_compiled_agree(vision_program, vision_inputs); }
@@ -550,6 +646,14 @@ TEST(Vision, Errors) {
   expect_error([&] { (void)F::embedding_bag(idx, w, {.offsets = from_vector<int64_t>({0}), .mode = "sum", .per_sample_weights = rnd({3}, 38)}); }, __LINE__, "embedding_bag", {"per_sample_weights must have the input's shape", "f64[3]"});
   expect_error([&] { (void)F::embedding_bag(idx, w, {.offsets = from_vector<int64_t>({0}), .mode = "min"}); }, __LINE__, "embedding_bag", {"mode must be \"sum\", \"mean\" or \"max\", not \"min\""});
   expect_error([&] { (void)F::embedding_bag(from_vector<int64_t>({0, 9}), w, {.offsets = from_vector<int64_t>({0})}); }, __LINE__, "embedding_bag", {"index 9", "[0, 5)"});
+  const Tensor v3 = rnd({1, 2, 3, 4, 5}, 50);
+  expect_error([&] { (void)F::conv3d(v3, rnd({2, 2, 4, 2, 2}, 51)); }, __LINE__, "conv3d", {"larger than the padded input", "f64[1,2,3,4,5]"});
+  expect_error([&] { (void)F::conv3d(v3, rnd({2, 3, 2, 2, 2}, 52)); }, __LINE__, "conv3d", {"channels do not match", "f64[2,3,2,2,2]"});
+  expect_error([&] { (void)F::conv3d(v3, rnd({2, 2, 2, 2}, 53)); }, __LINE__, "conv3d", {"the weight must be [out, in/groups, kd, kh, kw]"});
+  expect_error([&] { (void)F::max_pool3d(v3, 2, 2, {2, 0, 0}); }, __LINE__, "max_pool3d", {"padding must be at most half the kernel size", "f64[1,2,3,4,5]"});
+  expect_error([&] { (void)F::max_pool3d(s, 2); }, __LINE__, "max_pool3d", {"expects a [N, C, D, H, W]", "f64[1,2,7]"});
+  expect_error([&] { (void)F::avg_pool3d(v3, {2, 0, 1}); }, __LINE__, "avg_pool3d", {"kernel, stride and dilation must be positive"});
+  expect_error([&] { (void)F::avg_pool3d(v3, 2, std::nullopt, 0, false, true, 0); }, __LINE__, "avg_pool3d", {"divisor_override must not be zero"});
   // the modules name themselves
   expect_error([&] { (void)nn::EmbeddingBag(5, 3, std::nullopt, 2, "median"); }, __LINE__, "EmbeddingBag", {"mode must be"});
   expect_error([&] { (void)nn::PixelShuffle(3)(x); }, __LINE__, "PixelShuffle", {"must be divisible by upscale_factor^2 = 9"});

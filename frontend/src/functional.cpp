@@ -5,6 +5,7 @@
 #include "kiln/functional.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -928,6 +929,137 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
   if (padding > kernel / 2) fail("avg_pool1d", "padding must be at most half the kernel size", {&x}, loc);
   return over_unit_height(x, loc, [&](const Tensor& x4) {
     return avg_pool_impl("avg_pool1d", x4, Size2(1, kernel), Size2(1, s), Size2(0, padding), ceil_mode, count_include_pad, loc);
+  });
+}
+
+namespace {
+
+// The output extents (Do, Ho, Wo) of windows over x [N, C, D, H, W] (batched), checked in x's own terms as
+// check_window does for 2-d (whose checks the 2-d code run on x's depth slices then passes).
+std::array<int64_t, 3> check_window3(const char* op, const Tensor& x, const Size3& k, const Size3& s, const Size3& p,
+                                     const Size3& d, bool ceil_mode, const Loc& loc) {
+  if (x.dim() != 5) fail(op, "expects a [N, C, D, H, W] (or unbatched [C, D, H, W]) input", {&x}, loc);
+  const int64_t ks[3] = {k.d, k.h, k.w}, ss[3] = {s.d, s.h, s.w}, ps[3] = {p.d, p.h, p.w}, ds[3] = {d.d, d.h, d.w};
+  std::array<int64_t, 3> out{};
+  for (int i = 0; i < 3; ++i) {
+    if (ks[i] <= 0 || ss[i] <= 0 || ds[i] <= 0 || ps[i] < 0)
+      fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
+    const auto e = graph::window_extent(x.size(2 + i), ks[i], ss[i], ps[i], ds[i]);
+    if (!e) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
+    out[i] = ceil_extent(x.size(2 + i), ks[i], ss[i], ps[i], ds[i], *e, ceil_mode);
+    if (out[i] <= 0)
+      fail(op,
+           "the window (" + graph::shape_str({k.d, k.h, k.w}) + ", dilation " + graph::shape_str({d.d, d.h, d.w}) +
+               ") is larger than the padded input",
+           {&x}, loc);
+  }
+  return out;
+}
+
+// The depth windows of x [N, C, D, ...] as [N, C, kd, Do, ...]: x padded along D by p (and by ceil mode's
+// overhang at the end) with `value`, then one unfold, as window_taps does per dim.
+Tensor depth_taps(const Tensor& x, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out, Scalar value,
+                  const Loc& loc) {
+  const int64_t extra = overhang(x.size(2), k, s, p, d, out), span = d * (k - 1) + 1;
+  IntList pads(static_cast<size_t>(2 * (x.dim() - 3)), 0); // the dims after D untouched
+  pads.push_back(p);
+  pads.push_back(p + extra);
+  Tensor t = pad(x, pads, value).slice(2, 0, (out - 1) * s + span);
+  t = detail::unfold_at(t, 2, span, s, 2, loc); // [N, C, span, Do, ...]
+  return d > 1 ? t.slice(2, 0, span, d) : t;
+}
+
+// A 3-d layer of a batched x: unbatched [C, D, H, W] is a batch of one, as PyTorch.
+template <class F> Tensor batched3(const Tensor& x, const Loc& loc, F f) {
+  if (x.dim() == 4) return f(x.unsqueeze(0, loc)).squeeze(0, loc);
+  return f(x);
+}
+
+// conv3d of a batched x: the depth taps moved into the channels, [N * Do, C * kd, H, W], and a conv2d with the
+// weight [O, C/g * kd, kh, kw] (its im2col, GEMM and gradients), whose [N * Do, O, Ho, Wo] is moved back.
+Tensor conv3d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& s, const Size3& p,
+                   const Size3& d, int64_t groups, const Loc& loc) {
+  const char* op = "conv3d";
+  if (weight.dim() != 5) fail(op, "the weight must be [out, in/groups, kd, kh, kw]", {&x, &weight}, loc);
+  const Size3 k(weight.size(2), weight.size(3), weight.size(4));
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, d, false, loc);
+  check_conv_channels(op, x, weight, bias, groups, loc);
+  const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
+  const Tensor taps =
+      depth_taps(x, k.d, s.d, p.d, d.d, dout, 0, loc).permute({0, 3, 1, 2, 4, 5}, loc); // [N, Do, C, kd, H, W]
+  const Tensor x2 = taps.reshape({n * dout, c * k.d, x.size(3), x.size(4)}, loc);
+  const Tensor w2 = weight.reshape({o, weight.size(1) * k.d, k.h, k.w}, loc);
+  const Tensor y = conv2d_impl(op, x2, w2, bias, Size2(s.h, s.w), Size2(p.h, p.w), Size2(d.h, d.w), groups, loc);
+  return y.reshape({n, dout, o, hout, wout}, loc).permute({0, 2, 1, 3, 4}, loc);
+}
+
+// The padding of 3-d pooling: at most half the kernel in each dim, as PyTorch's.
+void check_half_kernel(const char* op, const Tensor& x, const Size3& k, const Size3& p, const Loc& loc) {
+  if (p.d > k.d / 2 || p.h > k.h / 2 || p.w > k.w / 2)
+    fail(op, "padding must be at most half the kernel size", {&x}, loc);
+}
+
+// max_pool3d of a batched x: max_pool2d of every depth tap's slice, then the max over the depth taps. Both
+// route the gradient to their first maximum, so it goes to the window's first in (d, h, w) order, as PyTorch's.
+Tensor max_pool3d_impl(const Tensor& x, const Size3& k, const Size3& s, const Size3& p, const Size3& d, bool ceil_mode,
+                       const Loc& loc) {
+  const char* op = "max_pool3d";
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, d, ceil_mode, loc);
+  check_half_kernel(op, x, k, p, loc);
+  const int64_t n = x.size(0), c = x.size(1);
+  const Tensor taps = depth_taps(x, k.d, s.d, p.d, d.d, dout, -std::numeric_limits<double>::infinity(), loc);
+  const Tensor planes = max_pool_impl(op, taps.reshape({n, c * k.d * dout, x.size(3), x.size(4)}, loc), Size2(k.h, k.w),
+                                      Size2(s.h, s.w), Size2(p.h, p.w), Size2(d.h, d.w), ceil_mode, loc);
+  return window_max(op, planes.reshape({n, c, k.d, dout, hout, wout}, loc), {2}, loc);
+}
+
+// avg_pool3d of a batched x: avg_pool2d of each depth slice, then the mean over the depth windows, each dividing
+// by the depth it covers (PyTorch's divisor is the product of the three). With a divisor_override, the sums.
+Tensor avg_pool3d_impl(const Tensor& x, const Size3& k, const Size3& s, const Size3& p, bool ceil_mode,
+                       bool count_include_pad, std::optional<int64_t> divisor_override, const Loc& loc) {
+  const char* op = "avg_pool3d";
+  require_floating(op, x, loc);
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, Size3(1), ceil_mode, loc);
+  check_half_kernel(op, x, k, p, loc);
+  if (divisor_override == 0) fail(op, "divisor_override must not be zero", {&x}, loc);
+  const int64_t n = x.size(0), c = x.size(1), depth = x.size(2);
+  const Tensor planes = avg_pool_impl(op, x.reshape({n, c * depth, x.size(3), x.size(4)}, loc), Size2(k.h, k.w),
+                                      Size2(s.h, s.w), Size2(p.h, p.w), ceil_mode, count_include_pad, loc,
+                                      divisor_override ? std::optional<int64_t>(1) : std::nullopt);
+  const Tensor sums =
+      depth_taps(planes.reshape({n, c, depth, hout, wout}, loc), k.d, s.d, p.d, 1, dout, 0, loc).sum({2}, false, loc);
+  if (divisor_override) return sums / static_cast<double>(*divisor_override);
+  const Tensor covered = pad(ones({depth}, x.dtype(), x.device(), loc), {p.d, p.d}, count_include_pad ? 1 : 0);
+  const Tensor counts = depth_taps(covered.reshape({1, 1, depth + 2 * p.d}, loc), k.d, s.d, 0, 1, dout, 0, loc);
+  return sums / counts.sum({2}, false, loc).reshape({1, 1, dout, 1, 1}, loc);
+}
+
+} // namespace
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& stride, const Size3& padding,
+              const Size3& dilation, int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc, "conv3d"); // nodes made here record the caller's line
+  if (!x.defined() || !weight.defined()) throw Error("conv3d", "the input or the weight is undefined", loc);
+  return batched3(
+      x, loc, [&](const Tensor& xb) { return conv3d_impl(xb, weight, bias, stride, padding, dilation, groups, loc); });
+}
+
+Tensor max_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride, const Size3& padding,
+                  const Size3& dilation, bool ceil_mode, Loc loc) {
+  const graph::SourceScope at(loc, "max_pool3d"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("max_pool3d", "the input is undefined", loc);
+  return batched3(x, loc, [&](const Tensor& xb) {
+    return max_pool3d_impl(xb, kernel, stride.value_or(kernel), padding, dilation, ceil_mode, loc);
+  });
+}
+
+Tensor avg_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride, const Size3& padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override, Loc loc) {
+  const graph::SourceScope at(loc, "avg_pool3d"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("avg_pool3d", "the input is undefined", loc);
+  return batched3(x, loc, [&](const Tensor& xb) {
+    return avg_pool3d_impl(xb, kernel, stride.value_or(kernel), padding, ceil_mode, count_include_pad, divisor_override,
+                           loc);
   });
 }
 

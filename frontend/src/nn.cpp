@@ -572,6 +572,64 @@ std::string LPPool1d::extra_repr() const {
          ", stride=" + std::to_string(stride_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
 }
 
+// ---------------------------------------------------------------- 3-d layers
+
+namespace {
+
+std::string size3_str(const Size3& s) { return join_ints({s.d, s.h, s.w}); }
+
+} // namespace
+
+Conv3d::Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Conv3dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  const int64_t g = opts.groups;
+  if (in_channels <= 0 || out_channels <= 0 || g <= 0 || in_channels % g || out_channels % g)
+    throw Error("Conv3d",
+                "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
+                    ") must be positive and divisible by groups=" + std::to_string(g),
+                loc);
+  if (kernel_size.d <= 0 || kernel_size.h <= 0 || kernel_size.w <= 0)
+    throw Error("Conv3d", "the kernel size must be positive", loc);
+  const detail::UserCall call("Conv3d", loc);
+  const graph::SourceScope at(loc);
+  const int64_t fan_in = in_channels / g * kernel_size.d * kernel_size.h * kernel_size.w;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in)); // kaiming-uniform, a = sqrt(5), as Conv2d
+  weight = register_parameter(
+      "weight", uniform({out_channels, in_channels / g, kernel_size.d, kernel_size.h, kernel_size.w}, bound));
+  if (opts.bias) bias = register_parameter("bias", uniform({out_channels}, bound));
+}
+
+Tensor Conv3d::forward_impl(const Tensor& x) {
+  return functional::conv3d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv3d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
+         ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +
+         ", dilation=" + size3_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+Tensor MaxPool3d::forward_impl(const Tensor& x) {
+  return functional::max_pool3d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
+
+std::string MaxPool3d::extra_repr() const {
+  return "kernel_size=" + size3_str(kernel_) + ", stride=" + size3_str(stride_) + ", padding=" + size3_str(padding_) +
+         ", dilation=" + size3_str(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
+}
+
+Tensor AvgPool3d::forward_impl(const Tensor& x) {
+  return functional::avg_pool3d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_, divisor_override_);
+}
+
+std::string AvgPool3d::extra_repr() const {
+  return "kernel_size=" + size3_str(kernel_) + ", stride=" + size3_str(stride_) + ", padding=" + size3_str(padding_) +
+         ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false") +
+         (divisor_override_ ? ", divisor_override=" + std::to_string(*divisor_override_) : "");
+}
+
 // ---------------------------------------------------------------- vision rearrangements
 
 Tensor PixelShuffle::forward_impl(const Tensor& x) { return functional::pixel_shuffle(x, factor_); }

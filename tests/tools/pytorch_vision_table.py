@@ -11,6 +11,9 @@ tables, each opened by its own `#if defined(...)` section name):
     KILN_EMBEDDING         embedding (padding_idx, max_norm, norm_type): values, renormed weight, weight grad
     KILN_EMBEDDING_BAG     embedding_bag (modes, offsets, include_last_offset, per_sample_weights, padding_idx,
                            2-d input): values, weight grad, per_sample_weights grad
+    KILN_CONV3D            conv3d (stride, padding, dilation, groups, unbatched): values, input, weight and bias grads
+    KILN_POOL3D            max_pool3d and avg_pool3d (ceil_mode, padding, dilation, count_include_pad,
+                           divisor_override, ties, unbatched): values, input grad
 Run with Debian's python3-torch (1.13) from the repository root:
     python3 tests/tools/pytorch_vision_table.py tests
 torch is needed only to regenerate the table, never by the tests."""
@@ -136,6 +139,30 @@ BAG = [
     ("2d_max", [[1, 2, 3], [4, 4, 0]], None, 5, 3, "max", False, False, None, None),
     ("2d_sum_weights", [[1, 2], [0, 4], [3, 3]], None, 5, 2, "sum", True, False, None, None),
     ("max_norm_sum", [0, 1, 3, 1], [0, 2], 4, 3, "sum", False, False, None, 1.0),
+]
+
+# (name, input shape, weight shape [out, in/groups, kd, kh, kw], bias, stride, padding, dilation, groups)
+CONV3D = [
+    ("plain", [2, 2, 4, 5, 4], [3, 2, 2, 3, 2], True, [1, 1, 1], [0, 0, 0], [1, 1, 1], 1),
+    ("stride_padding", [1, 2, 5, 6, 5], [2, 2, 3, 3, 3], True, [2, 1, 2], [1, 1, 0], [1, 1, 1], 1),
+    ("dilation_groups", [1, 4, 6, 5, 5], [4, 2, 2, 2, 3], False, [1, 2, 1], [0, 1, 1], [2, 1, 2], 2),
+    ("unbatched", [2, 3, 4, 4], [2, 2, 2, 2, 2], True, [1, 1, 1], [1, 0, 1], [1, 1, 1], 1),
+]
+
+# (name, op, input shape, kernel, stride (None), padding, dilation, ceil_mode, count_include_pad, divisor_override,
+#  tied values)
+POOL3D = [
+    ("max_plain", "max", [2, 2, 4, 4, 5], [2, 2, 2], None, [0, 0, 0], [1, 1, 1], False, True, None, False),
+    ("max_ties_padding_ceil", "max", [1, 2, 5, 6, 5], [3, 2, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], True, True, None,
+     True),
+    ("max_dilation", "max", [1, 1, 7, 6, 6], [2, 3, 2], [1, 2, 2], [1, 1, 0], [3, 1, 2], False, True, None, False),
+    ("max_unbatched_ties", "max", [2, 4, 4, 4], [2, 2, 2], [1, 1, 1], [0, 0, 0], [1, 1, 1], False, True, None, True),
+    ("avg_plain", "avg", [2, 2, 4, 4, 6], [2, 2, 3], None, [0, 0, 0], [1, 1, 1], False, True, None, False),
+    ("avg_padding_ceil", "avg", [1, 2, 5, 6, 7], [3, 2, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], True, True, None, False),
+    ("avg_exclude_pad_ceil", "avg", [1, 2, 5, 6, 7], [3, 2, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], True, False, None,
+     False),
+    ("avg_divisor_override", "avg", [1, 1, 4, 5, 5], [2, 3, 2], [2, 1, 2], [1, 1, 1], [1, 1, 1], True, True, 5, False),
+    ("avg_unbatched", "avg", [2, 5, 4, 4], [3, 2, 2], [1, 2, 1], [1, 0, 1], [1, 1, 1], False, False, None, False),
 ]
 
 
@@ -279,13 +306,46 @@ def bag_table(out):
             lits(psw.grad) if weighted else "{}"))
 
 
+def conv3d_table(out):
+    header(out, "{name, input shape, input, weight shape, weight, bias ({}: none), stride, padding, dilation, groups,",
+           " output shape, output, input grad, weight grad, bias grad}")
+    gen = torch.Generator().manual_seed(59)
+    for name, xs, ws, with_bias, st, p, d, g in CONV3D:
+        x = normal(gen, xs).requires_grad_()
+        w = normal(gen, ws).requires_grad_()
+        b = normal(gen, [ws[0]]).requires_grad_() if with_bias else None
+        y = F.conv3d(x, w, b, st, p, d, g)
+        (y * weights_for(y)).sum().backward()
+        out.write('{"%s", %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s},\n' % (
+            name, ints(xs), lits(x.detach()), ints(ws), lits(w.detach()), lits(b.detach()) if with_bias else "{}",
+            ints(st), ints(p), ints(d), g, ints(y.shape), lits(y.detach()), lits(x.grad), lits(w.grad),
+            lits(b.grad) if with_bias else "{}"))
+
+
+def pool3d_table(out):
+    header(out, "{name, op, input shape, input, kernel, stride ({}: the kernel), padding, dilation, ceil_mode,",
+           " count_include_pad, divisor_override (0: none), output shape, output, input grad}")
+    gen = torch.Generator().manual_seed(60)
+    for name, op, xs, k, st, p, d, ceil, include, divisor, tied in POOL3D:
+        x = (ties(gen, xs) if tied else normal(gen, xs)).requires_grad_()
+        if op == "max":
+            y = F.max_pool3d(x, k, st, p, d, ceil)
+        else:
+            y = F.avg_pool3d(x, k, st, p, ceil, include, divisor)
+        (y * weights_for(y)).sum().backward()
+        out.write('{"%s", "%s", %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s},\n' % (
+            name, op, ints(xs), lits(x.detach()), ints(k), opt_ints(st), ints(p), ints(d), cbool(ceil), cbool(include),
+            divisor or 0, ints(y.shape), lits(y.detach()), lits(x.grad)))
+
+
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "tests"
     with open(os.path.join(folder, "pytorch_vision_table.inc"), "w") as out:
         for section, write in [("KILN_MAX_POOL_INDICES", max_pool_table), ("KILN_MAX_UNPOOL", unpool_table),
                                ("KILN_ADAPTIVE_MAX", adaptive_table), ("KILN_LP_POOL", lp_table),
                                ("KILN_SHUFFLE", shuffle_table), ("KILN_FOLD", fold_table),
-                               ("KILN_EMBEDDING", embed_table), ("KILN_EMBEDDING_BAG", bag_table)]:
+                               ("KILN_EMBEDDING", embed_table), ("KILN_EMBEDDING_BAG", bag_table),
+                               ("KILN_CONV3D", conv3d_table), ("KILN_POOL3D", pool3d_table)]:
             out.write("#if defined(%s)\n" % section)
             write(out)
             out.write("#endif\n")

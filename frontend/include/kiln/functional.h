@@ -28,6 +28,17 @@ struct Size2 {
   Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
 };
 
+/// Three extents (depth, height, width); one integer means all three.
+struct Size3 {
+  int64_t d = 1; ///< depth
+  int64_t h = 1; ///< height
+  int64_t w = 1; ///< width
+  /// All three equal.
+  Size3(int64_t v) : d(v), h(v), w(v) {} // NOLINT: implicit, as PyTorch's int-or-tuple arguments
+  /// Depth, height and width.
+  Size3(int64_t d_, int64_t h_, int64_t w_) : d(d_), h(h_), w(w_) {}
+};
+
 /// PyTorch's padding strings of a convolution: Valid is no padding, Same pads dilation * (kernel - 1) in
 /// all per dim (the odd one at the end: right, bottom), so that a stride-1 output is as large as the input.
 enum class PaddingMode { Explicit, Valid, Same };
@@ -165,6 +176,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// (stride 1 only), as conv2d's.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               const Padding1& padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+/// 3-d cross-correlation of x [N, C, D, H, W] (or unbatched [C, D, H, W]) with weight [O, C/groups, kd, kh, kw],
+/// as torch.nn.functional.conv3d with its defaults: the depth windows moved into the channels ([N * Do, C * kd,
+/// H, W]) and conv2d's im2col and GEMM, so its gradients are conv2d's. The padding is explicit zeros per dim
+/// (no "same" or "valid" strings).
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size3& stride = 1,
+              const Size3& padding = 0, const Size3& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 2-d transposed convolution ("deconvolution", conv2d's input gradient) of x [N, C, H, W] (or unbatched
 /// [C, H, W]) with weight [C, out/groups, kh, kw], as torch.nn.functional.conv_transpose2d in its argument order
 /// and defaults: output extents (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, where
@@ -196,6 +213,19 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 /// avg_pool2d with the stride omitted (or std::nullopt): PyTorch's default, the kernel size.
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
+/// Max over windows of x [N, C, D, H, W] (or unbatched [C, D, H, W]), as torch.nn.functional.max_pool3d:
+/// max_pool2d of each depth tap's slice, then the max over the depth taps (ceil_mode, padding at most half the
+/// kernel, and the gradient to each window's first maximum in (d, h, w) order, as max_pool2d's). The stride
+/// defaults to the kernel size.
+Tensor max_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride = std::nullopt,
+                  const Size3& padding = 0, const Size3& dilation = 1, bool ceil_mode = false,
+                  Loc loc = Loc::current());
+/// Mean over windows of x [N, C, D, H, W] (or unbatched [C, D, H, W]), as torch.nn.functional.avg_pool3d
+/// (avg_pool2d's ceil_mode, count_include_pad and divisor_override): avg_pool2d of each depth slice, then the
+/// mean over the depth windows (PyTorch sums the window at once: an ulp apart).
+Tensor avg_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride = std::nullopt,
+                  const Size3& padding = 0, bool ceil_mode = false, bool count_include_pad = true,
                   std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
 /// Max over windows of x [N, C, L] (or unbatched [C, L]), as torch.nn.functional.max_pool1d: max_pool2d over a
 /// unit height (the same ceil_mode, padding at most half the kernel, gradient to each window's first maximum);

@@ -413,6 +413,80 @@ private:
   int64_t output_size_;
 };
 
+/// Options of Conv3d (designated initializers: `{.padding = 1}`).
+struct Conv3dOptions {
+  Size3 stride = 1; ///< step between windows
+  Size3 padding = 0; ///< zeros added on each side of each spatial dim
+  Size3 dilation = 1; ///< spacing between kernel taps
+  int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
+  bool bias = true; ///< learnable bias per output channel
+};
+
+/// 3-d convolution (cross-correlation, as PyTorch) of [N, C, D, H, W] (or [C, D, H, W]) inputs, as
+/// torch.nn.Conv3d (functional::conv3d).
+class Conv3d : public Module {
+public:
+  /// Weight [out, in/groups, kd, kh, kw], bias [out]; initialized as PyTorch's nn.Conv3d.
+  Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Conv3dOptions options = {},
+         Loc loc = Loc::current());
+  /// [N, out, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Conv3d"; } ///< "Conv3d"
+  std::string extra_repr() const override; ///< configuration
+  Tensor weight; ///< [out, in/groups, kd, kh, kw]
+  Tensor bias; ///< [out], undefined without bias
+  Conv3dOptions options; ///< stride, padding, dilation, groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t in_, out_;
+  Size3 kernel_;
+};
+
+/// Max pooling over windows of [N, C, D, H, W] (or [C, D, H, W]) inputs, as torch.nn.MaxPool3d
+/// (functional::max_pool3d).
+class MaxPool3d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  MaxPool3d(Size3 kernel_size, std::optional<Size3> stride = std::nullopt, Size3 padding = 0, Size3 dilation = 1,
+            bool ceil_mode = false)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation),
+        ceil_mode_(ceil_mode) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "MaxPool3d"; } ///< "MaxPool3d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size3 kernel_, stride_, padding_, dilation_;
+  bool ceil_mode_;
+};
+
+/// Average pooling over windows of [N, C, D, H, W] (or [C, D, H, W]) inputs, as torch.nn.AvgPool3d
+/// (functional::avg_pool3d).
+class AvgPool3d : public Module {
+public:
+  /// Window size; the stride defaults to the window size (see functional::avg_pool3d for the flags).
+  AvgPool3d(Size3 kernel_size, std::optional<Size3> stride = std::nullopt, Size3 padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
+        count_include_pad_(count_include_pad), divisor_override_(divisor_override) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AvgPool3d"; } ///< "AvgPool3d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size3 kernel_, stride_, padding_;
+  bool ceil_mode_, count_include_pad_;
+  std::optional<int64_t> divisor_override_;
+};
+
 /// Max unpooling of [N, C, H, W] (or [C, H, W]) inputs with max_pool2d_with_indices's indices, as
 /// torch.nn.MaxUnpool2d (functional::max_unpool2d).
 class MaxUnpool2d : public Module {
