@@ -155,6 +155,9 @@ TEST(MaxUnpool, InvertsMaxPoolAndTakesI32Indices) {
   EXPECT_EQ(unpool1.str(), "MaxUnpool1d(kernel_size=3, stride=2, padding=0)");
   expect_same(values(unpool1.forward(v1, i1, {7})), values(F::max_unpool1d(v1, i1, 3, 2, 0, {7})), "MaxUnpool1d");
   EXPECT_EQ(unpool1.forward(v1, i1).shape(), (IntList{2, 7}));
+  // an empty batch, as PyTorch
+  EXPECT_EQ(F::max_unpool2d(zeros({0, 2, 2, 2}, kFloat64), zeros({0, 2, 2, 2}, kInt64), 2).shape(),
+            (IntList{0, 2, 4, 4}));
 }
 
 // ---------------------------------------------------------------- adaptive_max_pool

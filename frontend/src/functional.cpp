@@ -1171,8 +1171,9 @@ Tensor max_unpool_impl(const char* op, const Tensor& x, const Tensor& indices, c
   for (int64_t e : extents) size *= e;
   check_unpool_indices(op, x, indices, size, loc);
   const bool unbatched = x.dim() == spatial + 1;
-  const int64_t n = unbatched ? 1 : x.size(0), c = x.size(unbatched ? 0 : 1),
-                l = x.numel() / std::max<int64_t>(1, n * c);
+  const int64_t n = unbatched ? 1 : x.size(0), c = x.size(unbatched ? 0 : 1);
+  int64_t l = 1; // the input plane
+  for (int64_t d = x.dim() - spatial; d < x.dim(); ++d) l *= x.size(d);
   IntList out = {n, c};
   out.insert(out.end(), extents.begin(), extents.end());
   detail::check_shape(op, out, {&x}, loc);

@@ -19,7 +19,7 @@ namespace {
 
 using kiln::detail::fail;
 
-// x's leading dims before its last three ([*, C, H, W]), and their count.
+// x's leading dims, before its last three ([*, C, H, W]).
 IntList batch_dims(const Tensor& x) {
   IntList s = x.shape();
   return IntList(s.begin(), s.end() - 3);
