@@ -151,7 +151,7 @@ struct EmbeddingBagOptions {
   double norm_type = 2; ///< the p of max_norm's norm
   std::string mode = "mean"; ///< "sum", "mean" or "max" over each bag's rows
   Tensor per_sample_weights{}; ///< mode "sum" only: a weight per index (the input's shape, the weight's dtype)
-  bool include_last_offset = false; ///< the offsets end with the end of the last bag (B + 1 of them)
+  bool include_last_offset = false; ///< the offsets end with the last bag's end (B + 1; what lies past is in no bag)
   std::optional<int64_t> padding_idx{}; ///< that row's uses count in no bag (nor in a mean's count)
 };
 /// Sums, means or maxima of bags of rows of weight [num_embeddings, dim], as torch.nn.functional.embedding_bag:
