@@ -5,6 +5,7 @@
 #include "kiln/functional.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "frontend/src/tensor_impl.h"
+#include "frontend/src/windows.h"
 #include "graph/build.h"
 #include "graph/index_check.h"
 #include "kiln/autograd.h"
@@ -267,11 +269,16 @@ Tensor tile_view(const Tensor& x, const Size2& k, int64_t ho, int64_t wo) {
   return t.reshape({x.size(0), x.size(1), ho, k.h, wo, k.w});
 }
 
-// gy (the max's gradient, the window dims dropped) routed to the first maximal element of each
-// window of taps (the window dims `window`, row-major order), or to its last NaN where it holds
-// NaNs: where PyTorch's max_pool2d sends it through the indices its forward saves (its scan takes
-// a NaN at once, and each later one), rather than split among ties.
-Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& gy) {
+// taps with its window dims `window` moved last and flattened: [kept..., K] (the kept dims in order), and
+// the permutation `back` and shape `grid` that undo it.
+struct FlatWindows {
+  Tensor windows; ///< [kept..., K]
+  IntList back; ///< undoes the permutation
+  IntList grid; ///< [kept..., window extents...]
+  IntList one; ///< taps' shape with the window dims 1
+};
+
+FlatWindows flatten_windows(const Tensor& taps, const IntList& window) {
   IntList perm, kept_shape, window_shape, back(static_cast<size_t>(taps.dim())), one_shape = taps.shape();
   int64_t points = 1;
   for (int64_t d = 0; d < taps.dim(); ++d) { // the kept dims first, then the window's
@@ -289,17 +296,39 @@ Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& 
   IntList flat = kept_shape, grid = kept_shape;
   flat.push_back(points);
   grid.insert(grid.end(), window_shape.begin(), window_shape.end());
-  const Tensor windows = taps.permute(perm).reshape(flat);
-  IntList pos_shape(kept_shape.size(), 1);
-  pos_shape.push_back(points);
-  const Tensor pos = arange(0, static_cast<double>(points), 1, kInt64, taps.device()).reshape(pos_shape);
-  const Tensor last_nan = where(ne(windows, windows), pos, full({}, -1, kInt64, taps.device())).max({-1}, true); // -1: no NaN
-  const Tensor first = where(last_nan >= 0, last_nan, argmax(windows, -1, true)); // [kept..., 1]
-  const Tensor mask = eq(first, pos).reshape(grid).permute(back); // taps' shape
-  return where(mask, gy.reshape(one_shape), 0.0);
+  return {taps.permute(perm).reshape(flat), back, grid, one_shape};
 }
 
-// The max of taps over its window dims `window` (dropped), with max_pool2d's gradient (route_to_argmax).
+// 0, 1, ..., K - 1 along the last dim of windows [kept..., K], broadcast over the others.
+Tensor window_positions(const Tensor& windows) {
+  const int64_t points = windows.size(-1);
+  IntList pos_shape(static_cast<size_t>(windows.dim() - 1), 1);
+  pos_shape.push_back(points);
+  return arange(0, static_cast<double>(points), 1, kInt64, windows.device()).reshape(pos_shape);
+}
+
+// The position in [0, K) of each flattened window's first maximal element, or of its last NaN where it
+// holds NaNs: [kept..., 1], what PyTorch's max pooling saves (its scan takes a NaN at once, and each later one).
+Tensor first_max(const Tensor& windows) {
+  const Tensor pos = window_positions(windows);
+  const Tensor last_nan =
+      where(ne(windows, windows), pos, full({}, -1, kInt64, windows.device())).max({-1}, true); // -1: no NaN
+  return where(last_nan >= 0, last_nan, argmax(windows, -1, true));
+}
+
+// gy (the max's gradient, the window dims dropped) routed to each window's first_max element, rather
+// than split among ties.
+Tensor route_to_argmax(const Tensor& taps, const IntList& window, const Tensor& gy) {
+  const FlatWindows f = flatten_windows(taps, window);
+  const Tensor mask =
+      eq(first_max(f.windows), window_positions(f.windows)).reshape(f.grid).permute(f.back); // taps' shape
+  return where(mask, gy.reshape(f.one), 0.0);
+}
+
+} // namespace
+
+namespace windows {
+
 Tensor window_max(const char* op, const Tensor& taps, const IntList& window, Loc loc) {
   const CustomFunction pool{op,
                             [window](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].max(window, false)}; },
@@ -309,7 +338,15 @@ Tensor window_max(const char* op, const Tensor& taps, const IntList& window, Loc
   return pool({taps}, loc)[0];
 }
 
-} // namespace
+Tensor window_pick(const Tensor& taps, const IntList& window, const Tensor& where) {
+  const FlatWindows f = flatten_windows(taps.detach(), window);
+  const Tensor from = flatten_windows(where.expand(taps.shape()), window).windows;
+  return gather(from, -1, first_max(f.windows)).squeeze(-1);
+}
+
+} // namespace windows
+
+using windows::window_max;
 
 // ---------------------------------------------------------------- activations
 
@@ -669,6 +706,25 @@ Tensor max_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const
   return window_max(op, window_taps(xp, kernel, stride, dilation, ho, wo), {2, 3}, loc);
 }
 
+// max_pool_impl and the flat index h * W + w in x's plane of the element each window picks (window_pick), as
+// PyTorch's max_pool2d_with_indices: i64 [N, C, Ho, Wo]. A window of -infinity only picks its first element
+// inside the input, where PyTorch's scan starts, not its padding.
+std::pair<Tensor, Tensor> max_pool_with_indices_impl(const char* op, const Tensor& x, const Size2& kernel,
+                                                     const Size2& stride, const Size2& padding, const Size2& dilation,
+                                                     bool ceil_mode, const Loc& loc) {
+  const Tensor values = max_pool_impl(op, x, kernel, stride, padding, dilation, ceil_mode, loc);
+  const int64_t h = x.size(2), w = x.size(3), ho = values.size(2), wo = values.size(3);
+  const Size2 extra(overhang(h, kernel.h, stride.h, padding.h, dilation.h, ho),
+                    overhang(w, kernel.w, stride.w, padding.w, dilation.w, wo));
+  const Tensor taps = window_taps(pad_hw(x.detach(), padding, -std::numeric_limits<double>::infinity(), extra), kernel,
+                                  stride, dilation, ho, wo);
+  const Tensor plane = arange(0, static_cast<double>(h * w), 1, kInt64, x.device()).reshape({1, 1, h, w});
+  const Tensor at = window_taps(pad_hw(plane, padding, -1, extra), kernel, stride, dilation, ho, wo);
+  const Tensor picked = windows::window_pick(taps, {2, 3}, at);
+  const Tensor first_inside = where(at >= 0, at, full({}, h * w, kInt64, x.device())).min({2, 3}, false, loc);
+  return {values, where(picked < 0, first_inside, picked)};
+}
+
 // avg_pool2d of a batched x [N, C, H, W], its errors in the name of `op`.
 Tensor avg_pool_impl(const char* op, const Tensor& x, const Size2& kernel, const Size2& stride, const Size2& padding,
                      bool ceil_mode, bool count_include_pad, const Loc& loc,
@@ -747,12 +803,20 @@ std::pair<Tensor, Size2> apply_padding(const char* op, const Tensor& x, const Te
   return {pad_hw(x, Size2(0), 0, Size2(end_h, end_w)), Size2(h, w)};
 }
 
+// x [N, C, L] (or [C, L]) as [N, C, 1, L]; from_unit_height undoes it.
+Tensor to_unit_height(const Tensor& x, const Loc& loc) {
+  return (x.dim() == 2 ? x.unsqueeze(0, loc) : x).unsqueeze(2, loc);
+}
+
+// y [N, C, 1, Lo] as [N, C, Lo] (or [C, Lo] for an unbatched input).
+Tensor from_unit_height(const Tensor& y, bool unbatched, const Loc& loc) {
+  const Tensor y3 = y.squeeze(2, loc);
+  return unbatched ? y3.squeeze(0, loc) : y3;
+}
+
 // A 1-d layer as its 2-d form over a unit height: f([N, C, 1, L]) for x [N, C, L] (or [C, L], a batch of one).
 template <class F> Tensor over_unit_height(const Tensor& x, const Loc& loc, F f) {
-  const bool unbatched = x.dim() == 2;
-  const Tensor x4 = (unbatched ? x.unsqueeze(0, loc) : x).unsqueeze(2, loc);
-  const Tensor y = f(x4).squeeze(2, loc);
-  return unbatched ? y.squeeze(0, loc) : y;
+  return from_unit_height(f(to_unit_height(x, loc)), x.dim() == 2, loc);
 }
 
 } // namespace
@@ -866,6 +930,375 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
   return over_unit_height(x, loc, [&](const Tensor& x4) {
     return avg_pool_impl("avg_pool1d", x4, Size2(1, kernel), Size2(1, s), Size2(0, padding), ceil_mode, count_include_pad, loc);
   });
+}
+
+namespace {
+
+// The output extents (Do, Ho, Wo) of windows over x [N, C, D, H, W] (batched), checked in x's own terms as
+// check_window does for 2-d (whose checks the 2-d code run on x's depth slices then passes).
+std::array<int64_t, 3> check_window3(const char* op, const Tensor& x, const Size3& k, const Size3& s, const Size3& p,
+                                     const Size3& d, bool ceil_mode, const Loc& loc) {
+  if (x.dim() != 5) fail(op, "expects a [N, C, D, H, W] (or unbatched [C, D, H, W]) input", {&x}, loc);
+  const int64_t ks[3] = {k.d, k.h, k.w}, ss[3] = {s.d, s.h, s.w}, ps[3] = {p.d, p.h, p.w}, ds[3] = {d.d, d.h, d.w};
+  std::array<int64_t, 3> out{};
+  for (int i = 0; i < 3; ++i) {
+    if (ks[i] <= 0 || ss[i] <= 0 || ds[i] <= 0 || ps[i] < 0)
+      fail(op, "kernel, stride and dilation must be positive and padding non-negative", {&x}, loc);
+    const auto e = graph::window_extent(x.size(2 + i), ks[i], ss[i], ps[i], ds[i]);
+    if (!e) fail(op, "the window arithmetic (padding, dilation x kernel) overflows int64", {&x}, loc);
+    out[i] = ceil_extent(x.size(2 + i), ks[i], ss[i], ps[i], ds[i], *e, ceil_mode);
+    if (out[i] <= 0)
+      fail(op,
+           "the window (" + graph::shape_str({k.d, k.h, k.w}) + ", dilation " + graph::shape_str({d.d, d.h, d.w}) +
+               ") is larger than the padded input",
+           {&x}, loc);
+  }
+  return out;
+}
+
+// The depth windows of x [N, C, D, ...] as [N, C, kd, Do, ...]: x padded along D by p (and by ceil mode's
+// overhang at the end) with `value`, then one unfold, as window_taps does per dim.
+Tensor depth_taps(const Tensor& x, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out, Scalar value,
+                  const Loc& loc) {
+  const int64_t extra = overhang(x.size(2), k, s, p, d, out), span = d * (k - 1) + 1;
+  IntList pads(static_cast<size_t>(2 * (x.dim() - 3)), 0); // the dims after D untouched
+  pads.push_back(p);
+  pads.push_back(p + extra);
+  Tensor t = pad(x, pads, value).slice(2, 0, (out - 1) * s + span);
+  t = detail::unfold_at(t, 2, span, s, 2, loc); // [N, C, span, Do, ...]
+  return d > 1 ? t.slice(2, 0, span, d) : t;
+}
+
+// A 3-d layer of a batched x: unbatched [C, D, H, W] is a batch of one, as PyTorch.
+template <class F> Tensor batched3(const Tensor& x, const Loc& loc, F f) {
+  if (x.dim() == 4) return f(x.unsqueeze(0, loc)).squeeze(0, loc);
+  return f(x);
+}
+
+// conv3d of a batched x: the depth taps moved into the channels, [N * Do, C * kd, H, W], and a conv2d with the
+// weight [O, C/g * kd, kh, kw] (its im2col, GEMM and gradients), whose [N * Do, O, Ho, Wo] is moved back.
+Tensor conv3d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& s, const Size3& p,
+                   const Size3& d, int64_t groups, const Loc& loc) {
+  const char* op = "conv3d";
+  if (weight.dim() != 5) fail(op, "the weight must be [out, in/groups, kd, kh, kw]", {&x, &weight}, loc);
+  const Size3 k(weight.size(2), weight.size(3), weight.size(4));
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, d, false, loc);
+  check_conv_channels(op, x, weight, bias, groups, loc);
+  const int64_t n = x.size(0), c = x.size(1), o = weight.size(0);
+  const Tensor taps =
+      depth_taps(x, k.d, s.d, p.d, d.d, dout, 0, loc).permute({0, 3, 1, 2, 4, 5}, loc); // [N, Do, C, kd, H, W]
+  const Tensor x2 = taps.reshape({n * dout, c * k.d, x.size(3), x.size(4)}, loc);
+  const Tensor w2 = weight.reshape({o, weight.size(1) * k.d, k.h, k.w}, loc);
+  const Tensor y = conv2d_impl(op, x2, w2, bias, Size2(s.h, s.w), Size2(p.h, p.w), Size2(d.h, d.w), groups, loc);
+  return y.reshape({n, dout, o, hout, wout}, loc).permute({0, 2, 1, 3, 4}, loc);
+}
+
+// The padding of 3-d pooling: at most half the kernel in each dim, as PyTorch's.
+void check_half_kernel(const char* op, const Tensor& x, const Size3& k, const Size3& p, const Loc& loc) {
+  if (p.d > k.d / 2 || p.h > k.h / 2 || p.w > k.w / 2)
+    fail(op, "padding must be at most half the kernel size", {&x}, loc);
+}
+
+// max_pool3d of a batched x: max_pool2d of every depth tap's slice, then the max over the depth taps. Both
+// route the gradient to their first maximum, so it goes to the window's first in (d, h, w) order, as PyTorch's.
+Tensor max_pool3d_impl(const Tensor& x, const Size3& k, const Size3& s, const Size3& p, const Size3& d, bool ceil_mode,
+                       const Loc& loc) {
+  const char* op = "max_pool3d";
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, d, ceil_mode, loc);
+  check_half_kernel(op, x, k, p, loc);
+  const int64_t n = x.size(0), c = x.size(1);
+  const Tensor taps = depth_taps(x, k.d, s.d, p.d, d.d, dout, -std::numeric_limits<double>::infinity(), loc);
+  const Tensor planes = max_pool_impl(op, taps.reshape({n, c * k.d * dout, x.size(3), x.size(4)}, loc), Size2(k.h, k.w),
+                                      Size2(s.h, s.w), Size2(p.h, p.w), Size2(d.h, d.w), ceil_mode, loc);
+  return window_max(op, planes.reshape({n, c, k.d, dout, hout, wout}, loc), {2}, loc);
+}
+
+// avg_pool3d of a batched x: avg_pool2d of each depth slice, then the mean over the depth windows, each dividing
+// by the depth it covers (PyTorch's divisor is the product of the three). With a divisor_override, the sums.
+Tensor avg_pool3d_impl(const Tensor& x, const Size3& k, const Size3& s, const Size3& p, bool ceil_mode,
+                       bool count_include_pad, std::optional<int64_t> divisor_override, const Loc& loc) {
+  const char* op = "avg_pool3d";
+  require_floating(op, x, loc);
+  const auto [dout, hout, wout] = check_window3(op, x, k, s, p, Size3(1), ceil_mode, loc);
+  check_half_kernel(op, x, k, p, loc);
+  if (divisor_override == 0) fail(op, "divisor_override must not be zero", {&x}, loc);
+  const int64_t n = x.size(0), c = x.size(1), depth = x.size(2);
+  const Tensor planes = avg_pool_impl(op, x.reshape({n, c * depth, x.size(3), x.size(4)}, loc), Size2(k.h, k.w),
+                                      Size2(s.h, s.w), Size2(p.h, p.w), ceil_mode, count_include_pad, loc,
+                                      divisor_override ? std::optional<int64_t>(1) : std::nullopt);
+  const Tensor sums =
+      depth_taps(planes.reshape({n, c, depth, hout, wout}, loc), k.d, s.d, p.d, 1, dout, 0, loc).sum({2}, false, loc);
+  if (divisor_override) return sums / static_cast<double>(*divisor_override);
+  const Tensor covered = pad(ones({depth}, x.dtype(), x.device(), loc), {p.d, p.d}, count_include_pad ? 1 : 0);
+  const Tensor counts = depth_taps(covered.reshape({1, 1, depth + 2 * p.d}, loc), k.d, s.d, 0, 1, dout, 0, loc);
+  return sums / counts.sum({2}, false, loc).reshape({1, 1, dout, 1, 1}, loc);
+}
+
+} // namespace
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& stride, const Size3& padding,
+              const Size3& dilation, int64_t groups, Loc loc) {
+  const graph::SourceScope at(loc, "conv3d"); // nodes made here record the caller's line
+  if (!x.defined() || !weight.defined()) throw Error("conv3d", "the input or the weight is undefined", loc);
+  return batched3(
+      x, loc, [&](const Tensor& xb) { return conv3d_impl(xb, weight, bias, stride, padding, dilation, groups, loc); });
+}
+
+Tensor max_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride, const Size3& padding,
+                  const Size3& dilation, bool ceil_mode, Loc loc) {
+  const graph::SourceScope at(loc, "max_pool3d"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("max_pool3d", "the input is undefined", loc);
+  return batched3(x, loc, [&](const Tensor& xb) {
+    return max_pool3d_impl(xb, kernel, stride.value_or(kernel), padding, dilation, ceil_mode, loc);
+  });
+}
+
+Tensor avg_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride, const Size3& padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override, Loc loc) {
+  const graph::SourceScope at(loc, "avg_pool3d"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("avg_pool3d", "the input is undefined", loc);
+  return batched3(x, loc, [&](const Tensor& xb) {
+    return avg_pool3d_impl(xb, kernel, stride.value_or(kernel), padding, ceil_mode, count_include_pad, divisor_override,
+                           loc);
+  });
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Size2& kernel, std::optional<Size2> stride,
+                                                  const Size2& padding, const Size2& dilation, bool ceil_mode,
+                                                  Loc loc) {
+  const char* op = "max_pool2d_with_indices";
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  if (!x.defined()) throw Error(op, "the input is undefined", loc);
+  const bool unbatched = x.dim() == 3; // [C, H, W], as PyTorch
+  auto [v, i] = max_pool_with_indices_impl(op, unbatched ? x.unsqueeze(0, loc) : x, kernel, stride.value_or(kernel),
+                                           padding, dilation, ceil_mode, loc);
+  if (unbatched) return {v.squeeze(0, loc), i.squeeze(0, loc)};
+  return {v, i};
+}
+
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel, std::optional<int64_t> stride,
+                                                  int64_t padding, int64_t dilation, bool ceil_mode, Loc loc) {
+  const char* op = "max_pool1d_with_indices";
+  const graph::SourceScope at(loc, op); // nodes made here record the caller's line
+  const int64_t s = stride.value_or(kernel);
+  check_window_1d(op, x, kernel, s, padding, dilation, ceil_mode, loc);
+  if (padding > kernel / 2) fail(op, "padding must be at most half the kernel size", {&x}, loc);
+  auto [v, i] = max_pool_with_indices_impl(op, to_unit_height(x, loc), Size2(1, kernel), Size2(1, s), Size2(0, padding),
+                                           Size2(1, dilation), ceil_mode, loc);
+  return {from_unit_height(v, x.dim() == 2, loc), from_unit_height(i, x.dim() == 2, loc)};
+}
+
+namespace {
+
+// The output extents of max_unpool (op) over x's last k.size() dims, as PyTorch's _unpool_output_size:
+// (n - 1) s - 2p + k each, or output_size's (its spatial extents, or the whole shape), each strictly within
+// one stride of that.
+IntList unpool_extents(const char* op, const Tensor& x, const IntList& k, const IntList& s, const IntList& p,
+                       IntList output_size, const Loc& loc) {
+  const size_t dims = k.size();
+  IntList out;
+  for (size_t d = 0; d < dims; ++d) {
+    if (k[d] <= 0 || s[d] <= 0 || p[d] < 0)
+      fail(op, "kernel and stride must be positive and padding non-negative", {&x}, loc);
+    out.push_back((x.size(x.dim() - static_cast<int64_t>(dims) + static_cast<int64_t>(d)) - 1) * s[d] + k[d] -
+                  2 * p[d]);
+  }
+  if (output_size.empty()) return out;
+  if (output_size.size() == dims + 2) output_size.erase(output_size.begin(), output_size.begin() + 2);
+  if (output_size.size() != dims)
+    fail(op,
+         "output_size " + graph::shape_str(output_size) + " must have " + std::to_string(dims) + " or " +
+             std::to_string(dims + 2) + " elements",
+         {&x}, loc);
+  for (size_t d = 0; d < dims; ++d)
+    if (output_size[d] <= out[d] - s[d] || output_size[d] >= out[d] + s[d])
+      fail(op,
+           "output_size " + graph::shape_str(output_size) + " is not valid: each extent must lie strictly between " +
+               graph::shape_str(out) + " minus and plus the stride " + graph::shape_str(s),
+           {&x}, loc);
+  return output_size;
+}
+
+// x [N, C, L] scattered into zeros [N, C, size] at `index` (i64 [N, C, L]), where the last of equal indices wins
+// (PyTorch's loop writes them in order): the stably sorted indices keep the last of each run. The gradient is gy
+// gathered at every index, the overwritten ones' too (PyTorch's max_unpool backward).
+Tensor unpool_flat(const Tensor& x, const Tensor& index, int64_t size) {
+  const CustomFunction unpool{
+      "max_unpool",
+      [index, size](const std::vector<Tensor>& in) {
+        const int64_t n = in[0].size(0), c = in[0].size(1), l = in[0].size(2);
+        const Tensor out = zeros({n, c, size}, in[0].dtype(), in[0].device());
+        if (l == 0) return std::vector<Tensor>{out};
+        const auto [sorted, perm] = sort(index, -1);
+        const Tensor last =
+            concat({ne(sorted.slice(2, 0, l - 1), sorted.slice(2, 1, l)), ones({n, c, 1}, kBool, in[0].device())}, 2);
+        return std::vector<Tensor>{scatter_add(out, 2, sorted, where(last, gather(in[0], 2, perm), 0.0))};
+      },
+      [index](const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+        return std::vector<Tensor>{gather(g[0], 2, index)};
+      }};
+  return unpool({x})[0];
+}
+
+// Indices already computed must lie in [0, size), as PyTorch's max_unpool checks ("Found an invalid max index").
+void check_unpool_indices(const char* op, const Tensor& x, const Tensor& indices, int64_t size, const Loc& loc) {
+  if (!indices.node()->realized() || detail::active_capture())
+    return; // a lazy index is checked by scatter_add's kernel
+  for (int64_t v : indices.to_vector<int64_t>(loc))
+    if (v < 0 || v >= size)
+      fail(op,
+           "found an invalid max index " + std::to_string(v) + " (the output plane has " + std::to_string(size) +
+               " elements)",
+           {&x, &indices}, loc);
+}
+
+// max_unpool1d/2d (op) of x [N, C, spatial...] (or unbatched) over its last k.size() dims.
+Tensor max_unpool_impl(const char* op, const Tensor& x, const Tensor& indices, const IntList& k, const IntList& s,
+                       const IntList& p, const IntList& output_size, const Loc& loc) {
+  // scatter_add's range errors are op's (a module calling it keeps them its own: KilnLines)
+  const detail::UserCall call(op, loc, detail::UserCall::Claim::KilnLines);
+  if (!x.defined() || !indices.defined()) throw Error(op, "the input or the indices are undefined", loc);
+  const auto spatial = static_cast<int64_t>(k.size());
+  if (x.dim() != spatial + 1 && x.dim() != spatial + 2)
+    fail(op,
+         spatial == 1 ? "expects a [N, C, L] (or unbatched [C, L]) input"
+                      : "expects a [N, C, H, W] (or unbatched [C, H, W]) input",
+         {&x, &indices}, loc);
+  if (!is_integral(indices.dtype())) fail(op, "the indices must be integers (i32 or i64)", {&x, &indices}, loc);
+  if (indices.shape() != x.shape()) fail(op, "the indices must have the input's shape", {&x, &indices}, loc);
+  const IntList extents = unpool_extents(op, x, k, s, p, output_size, loc);
+  int64_t size = 1;
+  for (int64_t e : extents) size *= e;
+  check_unpool_indices(op, x, indices, size, loc);
+  const bool unbatched = x.dim() == spatial + 1;
+  const int64_t n = unbatched ? 1 : x.size(0), c = x.size(unbatched ? 0 : 1);
+  int64_t l = 1; // the input plane
+  for (int64_t d = x.dim() - spatial; d < x.dim(); ++d) l *= x.size(d);
+  IntList out = {n, c};
+  out.insert(out.end(), extents.begin(), extents.end());
+  detail::check_shape(op, out, {&x}, loc);
+  const Tensor y =
+      unpool_flat(x.reshape({n, c, l}, loc), indices.to(kInt64).reshape({n, c, l}, loc), size).reshape(out, loc);
+  return unbatched ? y.squeeze(0, loc) : y;
+}
+
+} // namespace
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Size2& kernel, std::optional<Size2> stride,
+                    const Size2& padding, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc, "max_unpool2d"); // nodes made here record the caller's line
+  const Size2 s = stride.value_or(kernel);
+  return max_unpool_impl("max_unpool2d", x, indices, {kernel.h, kernel.w}, {s.h, s.w}, {padding.h, padding.w},
+                         output_size, loc);
+}
+
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel, std::optional<int64_t> stride,
+                    int64_t padding, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc, "max_unpool1d"); // nodes made here record the caller's line
+  return max_unpool_impl("max_unpool1d", x, indices, {kernel}, {stride.value_or(kernel)}, {padding}, output_size, loc);
+}
+
+namespace {
+
+// PyTorch's lp_pool from avg, the mean of x^p over windows of `taps` elements: (sign(avg) relu(|avg|) taps)^(1/p).
+Tensor lp_from_average(const Tensor& avg, double p, int64_t taps) {
+  return pow(sign(avg) * relu(abs(avg)) * static_cast<double>(taps), 1.0 / p);
+}
+
+} // namespace
+
+Tensor lp_pool2d(const Tensor& x, double norm_type, const Size2& kernel, std::optional<Size2> stride, bool ceil_mode,
+                 Loc loc) {
+  const graph::SourceScope at(loc, "lp_pool2d"); // nodes made here record the caller's line
+  require_floating("lp_pool2d", x, loc);
+  const bool unbatched = x.dim() == 3; // [C, H, W], as PyTorch
+  const Tensor xb = unbatched ? x.unsqueeze(0, loc) : x;
+  const Tensor avg =
+      avg_pool_impl("lp_pool2d", pow(xb, norm_type), kernel, stride.value_or(kernel), Size2(0), ceil_mode, true, loc);
+  const Tensor y = lp_from_average(avg, norm_type, kernel.h * kernel.w);
+  return unbatched ? y.squeeze(0, loc) : y;
+}
+
+Tensor lp_pool1d(const Tensor& x, double norm_type, int64_t kernel, std::optional<int64_t> stride, bool ceil_mode,
+                 Loc loc) {
+  const graph::SourceScope at(loc, "lp_pool1d"); // nodes made here record the caller's line
+  const int64_t s = stride.value_or(kernel);
+  check_window_1d("lp_pool1d", x, kernel, s, 0, 1, ceil_mode, loc);
+  require_floating("lp_pool1d", x, loc);
+  return over_unit_height(x, loc, [&](const Tensor& x4) {
+    const Tensor avg =
+        avg_pool_impl("lp_pool1d", pow(x4, norm_type), Size2(1, kernel), Size2(1, s), Size2(0), ceil_mode, true, loc);
+    return lp_from_average(avg, norm_type, kernel);
+  });
+}
+
+Tensor unfold(const Tensor& x, const Size2& kernel_size, const Size2& dilation, const Size2& padding,
+              const Size2& stride, Loc loc) {
+  const graph::SourceScope at(loc, "unfold"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("unfold", "the input is undefined", loc);
+  const bool unbatched = x.dim() == 3; // [C, H, W], as PyTorch
+  const Tensor xb = unbatched ? x.unsqueeze(0, loc) : x;
+  const auto [ho, wo] = check_window("unfold", xb, kernel_size, stride, padding, dilation, loc);
+  const Tensor cols = window_taps(pad_hw(xb, padding, 0), kernel_size, stride, dilation, ho, wo)
+                          .reshape({xb.size(0), xb.size(1) * kernel_size.h * kernel_size.w, ho * wo}, loc);
+  return unbatched ? cols.squeeze(0, loc) : cols;
+}
+
+namespace {
+
+// The checks of fold on cols [N, C * kh * kw, L] (batched): returns the number of blocks (Ho, Wo) along the
+// output's padded extents, whose product must be L.
+std::pair<int64_t, int64_t> check_fold(const Tensor& cols, const Size2& out, const Size2& k, const Size2& d,
+                                       const Size2& p, const Size2& s, const Loc& loc) {
+  if (k.h <= 0 || k.w <= 0 || s.h <= 0 || s.w <= 0 || d.h <= 0 || d.w <= 0 || p.h < 0 || p.w < 0 || out.h <= 0 ||
+      out.w <= 0)
+    fail("fold", "output_size, kernel, stride and dilation must be positive and padding non-negative", {&cols}, loc);
+  const int64_t taps = graph::checked_mul(k.h, k.w).value_or(0);
+  if (taps == 0 || cols.size(1) % taps != 0)
+    fail("fold",
+         "the input's dim 1 (" + std::to_string(cols.size(1)) + ") must be divisible by the kernel's size " +
+             size2_str(k),
+         {&cols}, loc);
+  const auto ho = graph::window_extent(out.h, k.h, s.h, p.h, d.h), wo = graph::window_extent(out.w, k.w, s.w, p.w, d.w);
+  if (!ho || !wo) fail("fold", "the window arithmetic (padding, dilation x kernel) overflows int64", {&cols}, loc);
+  if (*ho <= 0 || *wo <= 0 || *ho * *wo != cols.size(2))
+    fail("fold",
+         "output_size " + size2_str(out) + ", kernel " + size2_str(k) + ", dilation " + size2_str(d) + ", padding " +
+             size2_str(p) + " and stride " + size2_str(s) + " give " + std::to_string(*ho) + " x " +
+             std::to_string(*wo) + " blocks, but the input's dim 2 has " + std::to_string(cols.size(2)),
+         {&cols}, loc);
+  return {*ho, *wo};
+}
+
+// col2im of cols [N, C * kh * kw, Ho * Wo]: each tap's [N, C, Ho, Wo] spread by the stride and placed at its
+// offset in the padded output, added in tap order (PyTorch's col2im's order, so the same bits), then cropped.
+Tensor col2im(const Tensor& cols, const Size2& out, const Size2& k, const Size2& d, const Size2& p, const Size2& s,
+              int64_t ho, int64_t wo) {
+  const int64_t n = cols.size(0), c = cols.size(1) / (k.h * k.w), hp = out.h + 2 * p.h, wp = out.w + 2 * p.w;
+  const Tensor t = cols.reshape({n, c, k.h, k.w, ho, wo});
+  Tensor sum;
+  for (int64_t i = 0; i < k.h; ++i)
+    for (int64_t j = 0; j < k.w; ++j) {
+      const Tensor tap = spread(t.slice(2, i, i + 1).slice(3, j, j + 1).reshape({n, c, ho, wo}), s);
+      const Tensor placed = pad(tap, {j * d.w, wp - j * d.w - tap.size(3), i * d.h, hp - i * d.h - tap.size(2)}, 0);
+      sum = sum.defined() ? sum + placed : placed;
+    }
+  return sum.slice(2, p.h, p.h + out.h).slice(3, p.w, p.w + out.w);
+}
+
+} // namespace
+
+Tensor fold(const Tensor& x, const Size2& output_size, const Size2& kernel_size, const Size2& dilation,
+            const Size2& padding, const Size2& stride, Loc loc) {
+  const graph::SourceScope at(loc, "fold"); // nodes made here record the caller's line
+  if (!x.defined()) throw Error("fold", "the input is undefined", loc);
+  if (x.dim() != 2 && x.dim() != 3)
+    fail("fold", "expects a [N, C * kh * kw, L] (or unbatched [C * kh * kw, L]) input", {&x}, loc);
+  const bool unbatched = x.dim() == 2;
+  const Tensor xb = unbatched ? x.unsqueeze(0, loc) : x;
+  const auto [ho, wo] = check_fold(xb, output_size, kernel_size, dilation, padding, stride, loc);
+  const Tensor y = col2im(xb, output_size, kernel_size, dilation, padding, stride, ho, wo);
+  return unbatched ? y.squeeze(0, loc) : y;
 }
 
 namespace {

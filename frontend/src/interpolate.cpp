@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frontend/src/tensor_impl.h"
+#include "frontend/src/windows.h"
 #include "graph/node.h"
 #include "graph/shape.h"
 #include "kiln/functional.h"
@@ -214,6 +215,35 @@ template <class T> Tensor cubic_axis(const Tensor& y, const Axis& a, bool align_
   return sum;
 }
 
+// PyTorch's adaptive windows of `out` outputs over `in` inputs: output j covers [floor(j * in / out),
+// ceil((j + 1) * in / out)). `index` [out * K] lists the K taps of the longest window for every output (a shorter
+// window's extra taps repeat its last element), `real` [out, K] marks the taps inside the window, `length` [out]
+// is each window's length (f64).
+struct AdaptiveTaps {
+  Tensor index, real, length;
+  int64_t taps = 0;
+};
+
+AdaptiveTaps adaptive_taps(int64_t in, int64_t out, Device dev) {
+  int64_t taps = 0; // the longest window, at most ceil(in / out) + 1
+  for (int64_t j = 0; j < out; ++j)
+    taps = std::max(taps, (j + 1) * in / out + ((j + 1) * in % out != 0) - j * in / out);
+  // start and end in f64: exact, as j * in stays far below 2^53 for any tensor kiln holds
+  const Tensor j = arange(0, static_cast<double>(out), 1, kFloat64, dev).reshape({out, 1});
+  const Tensor start = floor(j * static_cast<double>(in) / static_cast<double>(out));
+  const Tensor end = ceil((j + 1.0) * static_cast<double>(in) / static_cast<double>(out));
+  const Tensor at = start + arange(0, static_cast<double>(taps), 1, kFloat64, dev).reshape({1, taps}); // [out, K]
+  return {minimum(at, end - 1.0).to(kInt64).reshape({out * taps}), lt(at, end), (end - start).reshape({out}), taps};
+}
+
+// y with dim d replaced by the adaptive windows' taps [out, K] (index_select, so the gradient adds back).
+Tensor adaptive_windows(const Tensor& y, int64_t d, const AdaptiveTaps& t, const Loc& loc) {
+  IntList windows = y.shape();
+  windows[static_cast<size_t>(d)] = t.taps;
+  windows.insert(windows.begin() + d, t.index.numel() / std::max<int64_t>(1, t.taps)); // [..., out, K, ...]
+  return index_select(y, d, t.index, loc).reshape(windows, loc);
+}
+
 // y averaged along a.dim over PyTorch's adaptive windows: output j averages the inputs
 // [floor(j * in / out), ceil((j + 1) * in / out)), its sum divided by its length. Windows that tile
 // the input are a reshape and a mean; else one index_select gathers the K taps of the longest window for
@@ -229,24 +259,13 @@ Tensor area_axis(const Tensor& y, const Axis& a, const Loc& loc) {
     split.insert(split.begin() + d + 1, in / out);
     return y.reshape(split, loc).sum(d + 1, false, loc) / static_cast<double>(in / out);
   }
-  int64_t taps = 0; // the longest window, at most ceil(in / out) + 1
-  for (int64_t j = 0; j < out; ++j)
-    taps = std::max(taps, (j + 1) * in / out + ((j + 1) * in % out != 0) - j * in / out);
-  // start and end in f64: exact, as j * in stays far below 2^53 for any tensor kiln holds
-  const Device dev = y.device();
-  const Tensor j = arange(0, static_cast<double>(out), 1, kFloat64, dev).reshape({out, 1});
-  const Tensor start = floor(j * static_cast<double>(in) / static_cast<double>(out));
-  const Tensor end = ceil((j + 1.0) * static_cast<double>(in) / static_cast<double>(out));
-  const Tensor at = start + arange(0, static_cast<double>(taps), 1, kFloat64, dev).reshape({1, taps}); // [out, K]
-  const Tensor idx = minimum(at, end - 1.0).to(kInt64).reshape({out * taps});
-  IntList windows = shape, mask_shape(static_cast<size_t>(y.dim() - d), 1);
-  windows[static_cast<size_t>(d)] = taps;
-  windows.insert(windows.begin() + d, out); // [..., out, K, ...]
+  const AdaptiveTaps t = adaptive_taps(in, out, y.device());
+  const Tensor gathered = adaptive_windows(y, d, t, loc);
+  IntList mask_shape(static_cast<size_t>(y.dim() - d), 1);
   mask_shape[0] = out;
-  mask_shape.insert(mask_shape.begin() + 1, taps);
-  const Tensor gathered = index_select(y, d, idx, loc).reshape(windows, loc);
-  const Tensor sums = where(lt(at, end).reshape(mask_shape), gathered, 0.0, loc).sum(d + 1, false, loc);
-  return sums / along((end - start).reshape({out}).to(y.dtype()), sums, a);
+  mask_shape.insert(mask_shape.begin() + 1, t.taps);
+  const Tensor sums = where(t.real.reshape(mask_shape), gathered, 0.0, loc).sum(d + 1, false, loc);
+  return sums / along(t.length.to(y.dtype()), sums, a);
 }
 
 // x resampled along each of `dims` in `mode`, the last dim first, as PyTorch's separable kernels nest them
@@ -309,6 +328,40 @@ Tensor adaptive_avg_pool(const char* op, const Tensor& x, const IntList& output_
   return resample(x, dims, Mode::Area, false, loc);
 }
 
+// Adaptive max pooling of x [N, C, H, W] to ho x wo, and the flat index h * W + w in x's plane of the element
+// each window takes (window_pick: its first maximum, row-major, or its last NaN), as PyTorch's
+// adaptive_max_pool2d. The windows are adaptive_windows of the rows, then of the columns: a shorter window's
+// repeated taps come after the element they repeat, so they never change which element is picked.
+std::pair<Tensor, Tensor> adaptive_max_impl(const char* op, const Tensor& x, int64_t ho, int64_t wo, const Loc& loc) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const Device dev = x.device();
+  if (ho == 0 || wo == 0) return {zeros({n, c, ho, wo}, x.dtype(), dev, loc), zeros({n, c, ho, wo}, kInt64, dev, loc)};
+  const AdaptiveTaps rows = adaptive_taps(h, ho, dev), cols = adaptive_taps(w, wo, dev);
+  const auto windows_of = [&](const Tensor& t) { // [N, C, Ho, Kh, Wo, Kw]
+    return adaptive_windows(adaptive_windows(t, 2, rows, loc), 4, cols, loc);
+  };
+  const Tensor taps = windows_of(x);
+  const Tensor plane = arange(0, static_cast<double>(h * w), 1, kInt64, dev).reshape({1, 1, h, w});
+  return {windows::window_max(op, taps, {3, 5}, loc), windows::window_pick(taps, {3, 5}, windows_of(plane))};
+}
+
+// adaptive_max_impl of x [N, C, spatial...] or unbatched (checked as adaptive_avg_pool's), `spatial` 1 (over a
+// unit height) or 2.
+std::pair<Tensor, Tensor> adaptive_max_pool(const char* op, const Tensor& x, const IntList& output_size,
+                                            const Loc& loc) {
+  const auto spatial = static_cast<int64_t>(output_size.size());
+  check_adaptive(op, x, spatial, output_size, loc);
+  const bool unbatched = x.dim() == spatial + 1;
+  Tensor x4 = unbatched ? x.unsqueeze(0, loc) : x;
+  if (spatial == 1) x4 = x4.unsqueeze(2, loc);
+  auto [v, i] = adaptive_max_impl(op, x4, spatial == 1 ? 1 : output_size[0], output_size.back(), loc);
+  for (Tensor* t : {&v, &i}) {
+    if (spatial == 1) *t = t->squeeze(2, loc);
+    if (unbatched) *t = t->squeeze(0, loc);
+  }
+  return {v, i};
+}
+
 } // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc) {
@@ -333,6 +386,24 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc) {
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc) {
   const graph::SourceScope at(loc, "adaptive_avg_pool1d"); // nodes made here record the caller's line
   return adaptive_avg_pool("adaptive_avg_pool1d", x, {output_size}, loc);
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, const Size2& output_size, Loc loc) {
+  const graph::SourceScope at(loc, "adaptive_max_pool2d"); // nodes made here record the caller's line
+  return adaptive_max_pool("adaptive_max_pool2d", x, {output_size.h, output_size.w}, loc);
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x, const Size2& output_size, Loc loc) {
+  return adaptive_max_pool2d_with_indices(x, output_size, loc).first;
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& x, int64_t output_size, Loc loc) {
+  const graph::SourceScope at(loc, "adaptive_max_pool1d"); // nodes made here record the caller's line
+  return adaptive_max_pool("adaptive_max_pool1d", x, {output_size}, loc);
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size, Loc loc) {
+  return adaptive_max_pool1d_with_indices(x, output_size, loc).first;
 }
 
 } // namespace kiln::nn::functional

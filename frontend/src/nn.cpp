@@ -488,6 +488,171 @@ Tensor AdaptiveAvgPool1d::forward_impl(const Tensor& x) { return functional::ada
 
 std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
 
+std::pair<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::max_pool2d_with_indices(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
+
+std::pair<Tensor, Tensor> MaxPool1d::forward_with_indices(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::max_pool1d_with_indices(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
+
+Tensor MaxUnpool2d::forward(const Tensor& x, const Tensor& indices, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::max_unpool2d(x, indices, kernel_, stride_, padding_, output_size);
+}
+
+std::string MaxUnpool2d::extra_repr() const {
+  return "kernel_size=" + size2_str(kernel_) + ", stride=" + size2_str(stride_) + ", padding=" + size2_str(padding_);
+}
+
+Tensor MaxUnpool1d::forward(const Tensor& x, const Tensor& indices, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::max_unpool1d(x, indices, kernel_, stride_, padding_, output_size);
+}
+
+std::string MaxUnpool1d::extra_repr() const {
+  return "kernel_size=" + std::to_string(kernel_) + ", stride=" + std::to_string(stride_) +
+         ", padding=" + std::to_string(padding_);
+}
+
+Tensor AdaptiveMaxPool2d::forward_impl(const Tensor& x) { return functional::adaptive_max_pool2d(x, output_size_); }
+
+std::pair<Tensor, Tensor> AdaptiveMaxPool2d::forward_with_indices(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::adaptive_max_pool2d_with_indices(x, output_size_);
+}
+
+std::string AdaptiveMaxPool2d::extra_repr() const { return "output_size=" + size2_str(output_size_); }
+
+Tensor AdaptiveMaxPool1d::forward_impl(const Tensor& x) { return functional::adaptive_max_pool1d(x, output_size_); }
+
+std::pair<Tensor, Tensor> AdaptiveMaxPool1d::forward_with_indices(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::adaptive_max_pool1d_with_indices(x, output_size_);
+}
+
+std::string AdaptiveMaxPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
+
+namespace {
+
+std::string py_float(double v); // a double as Python's repr writes it (defined with Upsample's)
+
+} // namespace
+
+Tensor LPPool2d::forward_impl(const Tensor& x) {
+  return functional::lp_pool2d(x, norm_type_, kernel_, stride_, ceil_mode_);
+}
+
+std::string LPPool2d::extra_repr() const {
+  return "norm_type=" + py_float(norm_type_) + ", kernel_size=" + size2_str(kernel_) +
+         ", stride=" + size2_str(stride_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
+}
+
+Tensor LPPool1d::forward_impl(const Tensor& x) {
+  return functional::lp_pool1d(x, norm_type_, kernel_, stride_, ceil_mode_);
+}
+
+std::string LPPool1d::extra_repr() const {
+  return "norm_type=" + py_float(norm_type_) + ", kernel_size=" + std::to_string(kernel_) +
+         ", stride=" + std::to_string(stride_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- 3-d layers
+
+namespace {
+
+std::string size3_str(const Size3& s) { return join_ints({s.d, s.h, s.w}); }
+
+} // namespace
+
+Conv3d::Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Conv3dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  const int64_t g = opts.groups;
+  if (in_channels <= 0 || out_channels <= 0 || g <= 0 || in_channels % g || out_channels % g)
+    throw Error("Conv3d",
+                "channels (in " + std::to_string(in_channels) + ", out " + std::to_string(out_channels) +
+                    ") must be positive and divisible by groups=" + std::to_string(g),
+                loc);
+  if (kernel_size.d <= 0 || kernel_size.h <= 0 || kernel_size.w <= 0)
+    throw Error("Conv3d", "the kernel size must be positive", loc);
+  const detail::UserCall call("Conv3d", loc);
+  const graph::SourceScope at(loc);
+  const int64_t fan_in = in_channels / g * kernel_size.d * kernel_size.h * kernel_size.w;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in)); // kaiming-uniform, a = sqrt(5), as Conv2d
+  weight = register_parameter(
+      "weight", uniform({out_channels, in_channels / g, kernel_size.d, kernel_size.h, kernel_size.w}, bound));
+  if (opts.bias) bias = register_parameter("bias", uniform({out_channels}, bound));
+}
+
+Tensor Conv3d::forward_impl(const Tensor& x) {
+  return functional::conv3d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv3d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
+         ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +
+         ", dilation=" + size3_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+Tensor MaxPool3d::forward_impl(const Tensor& x) {
+  return functional::max_pool3d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+}
+
+std::string MaxPool3d::extra_repr() const {
+  return "kernel_size=" + size3_str(kernel_) + ", stride=" + size3_str(stride_) + ", padding=" + size3_str(padding_) +
+         ", dilation=" + size3_str(dilation_) + ", ceil_mode=" + (ceil_mode_ ? "true" : "false");
+}
+
+Tensor AvgPool3d::forward_impl(const Tensor& x) {
+  return functional::avg_pool3d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_, divisor_override_);
+}
+
+std::string AvgPool3d::extra_repr() const {
+  return "kernel_size=" + size3_str(kernel_) + ", stride=" + size3_str(stride_) + ", padding=" + size3_str(padding_) +
+         ", ceil_mode=" + (ceil_mode_ ? "true" : "false") +
+         ", count_include_pad=" + (count_include_pad_ ? "true" : "false") +
+         (divisor_override_ ? ", divisor_override=" + std::to_string(*divisor_override_) : "");
+}
+
+// ---------------------------------------------------------------- vision rearrangements
+
+Tensor PixelShuffle::forward_impl(const Tensor& x) { return functional::pixel_shuffle(x, factor_); }
+
+std::string PixelShuffle::extra_repr() const { return "upscale_factor=" + std::to_string(factor_); }
+
+Tensor PixelUnshuffle::forward_impl(const Tensor& x) { return functional::pixel_unshuffle(x, factor_); }
+
+std::string PixelUnshuffle::extra_repr() const { return "downscale_factor=" + std::to_string(factor_); }
+
+Tensor ChannelShuffle::forward_impl(const Tensor& x) { return functional::channel_shuffle(x, groups_); }
+
+std::string ChannelShuffle::extra_repr() const { return "groups=" + std::to_string(groups_); }
+
+Tensor Unfold::forward_impl(const Tensor& x) { return functional::unfold(x, kernel_, dilation_, padding_, stride_); }
+
+std::string Unfold::extra_repr() const {
+  return "kernel_size=" + size2_str(kernel_) + ", dilation=" + size2_str(dilation_) +
+         ", padding=" + size2_str(padding_) + ", stride=" + size2_str(stride_);
+}
+
+Tensor Fold::forward_impl(const Tensor& x) {
+  return functional::fold(x, output_size_, kernel_, dilation_, padding_, stride_);
+}
+
+std::string Fold::extra_repr() const {
+  return "output_size=" + size2_str(output_size_) + ", kernel_size=" + size2_str(kernel_) +
+         ", dilation=" + size2_str(dilation_) + ", padding=" + size2_str(padding_) + ", stride=" + size2_str(stride_);
+}
+
 // ---------------------------------------------------------------- Upsample
 
 namespace {
@@ -779,33 +944,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optiona
 }
 
 Tensor Embedding::forward_impl(const Tensor& indices) {
-  if (!indices.defined()) throw Error("Embedding", "the indices are undefined");
-  if (!is_integral(indices.dtype())) detail::fail("Embedding", "needs integer (i32 or i64) indices", {&indices}, Loc::current());
-  IntList out = indices.shape();
-  out.push_back(dim_);
-  if (max_norm_) renorm_referenced_rows(indices.reshape({indices.numel()}));
-  Tensor rows = index_select(weight, 0, indices.reshape({indices.numel()}));
-  // The padding row's uses read it but send no gradient back (torch's padding_idx).
-  if (padding_idx_)
-    rows = where((indices.reshape({indices.numel(), 1}) == *padding_idx_).expand({indices.numel(), dim_}), rows.detach(), rows);
-  return rows.reshape(out);
-}
-
-// torch's embedding_renorm_, as a graph over all rows (no host loop): the referenced rows with a norm over
-// max_norm are scaled, the others multiplied by exactly 1. Like an optimizer's update, assign() records it
-// (captured by compile()) without a gradient; the lookup then reads, and differentiates, the new weight.
-void Embedding::renorm_referenced_rows(const Tensor& flat) {
-  NoGradGuard no_grad;
-  const Tensor magnitude = abs(weight);
-  Tensor norm;
-  if (std::isinf(norm_type_)) norm = max(magnitude, {1}, true);
-  else if (norm_type_ == 1) norm = sum(magnitude, 1, true);
-  else if (norm_type_ == 2) norm = sqrt(sum(weight * weight, 1, true));
-  else norm = pow(sum(pow(magnitude, norm_type_), 1, true), 1.0 / norm_type_);
-  const Tensor uses = index_add(zeros({num_, 1}, weight.dtype(), weight.device()), 0, flat,
-                                ones({flat.numel(), 1}, weight.dtype(), weight.device()));
-  const Tensor scale = where(logical_and(uses > 0, norm > *max_norm_), *max_norm_ / (norm + 1e-7), 1.0);
-  weight.assign(weight * scale);
+  return functional::embedding(indices, weight, padding_idx_, max_norm_, norm_type_);
 }
 
 std::string Embedding::extra_repr() const {
@@ -814,6 +953,54 @@ std::string Embedding::extra_repr() const {
   if (padding_idx_) os << ", padding_idx=" << *padding_idx_;
   if (max_norm_) os << ", max_norm=" << *max_norm_;
   if (norm_type_ != 2) os << ", norm_type=" << norm_type_;
+  return os.str();
+}
+
+EmbeddingBag::EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, std::optional<double> max_norm,
+                           double norm_type, std::string mode, bool include_last_offset,
+                           std::optional<int64_t> padding_idx, Loc loc)
+    : num_(num_embeddings), dim_(embedding_dim) {
+  if (num_embeddings <= 0 || embedding_dim <= 0) throw Error("EmbeddingBag", "sizes must be positive", loc);
+  if (padding_idx && (*padding_idx < -num_embeddings || *padding_idx >= num_embeddings))
+    throw Error("EmbeddingBag",
+                "padding_idx " + std::to_string(*padding_idx) + " must be within [-" + std::to_string(num_embeddings) +
+                    ", " + std::to_string(num_embeddings) + ")",
+                loc);
+  if (mode != "sum" && mode != "mean" && mode != "max")
+    throw Error("EmbeddingBag", "mode must be \"sum\", \"mean\" or \"max\", not \"" + mode + "\"", loc);
+  const std::optional<int64_t> pad =
+      padding_idx ? std::optional<int64_t>(*padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx)
+                  : std::nullopt;
+  options_ = {.max_norm = max_norm,
+              .norm_type = norm_type,
+              .mode = std::move(mode),
+              .include_last_offset = include_last_offset,
+              .padding_idx = pad};
+  const detail::UserCall call("EmbeddingBag", loc);
+  const graph::SourceScope at(loc);
+  Tensor w = randn({num_embeddings, embedding_dim}, next_seed());
+  if (pad) w = where(arange(num_embeddings).reshape({num_embeddings, 1}) == *pad, zeros_like(w), w);
+  weight = register_parameter("weight", w);
+}
+
+Tensor EmbeddingBag::forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  functional::EmbeddingBagOptions o = options_;
+  o.offsets = offsets;
+  o.per_sample_weights = per_sample_weights;
+  return functional::embedding_bag(input, weight, o);
+}
+
+Tensor EmbeddingBag::forward_impl(const Tensor& input) { return functional::embedding_bag(input, weight, options_); }
+
+std::string EmbeddingBag::extra_repr() const {
+  std::ostringstream os;
+  os << num_ << ", " << dim_;
+  if (options_.max_norm) os << ", max_norm=" << *options_.max_norm;
+  if (options_.norm_type != 2) os << ", norm_type=" << options_.norm_type;
+  os << ", mode=" << options_.mode;
+  if (options_.padding_idx) os << ", padding_idx=" << *options_.padding_idx;
   return os.str();
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -25,6 +26,17 @@ struct Size2 {
   Size2(int64_t v) : h(v), w(v) {} // NOLINT: implicit, as PyTorch's int-or-tuple arguments
   /// Height and width.
   Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+};
+
+/// Three extents (depth, height, width); one integer means all three.
+struct Size3 {
+  int64_t d = 1; ///< depth
+  int64_t h = 1; ///< height
+  int64_t w = 1; ///< width
+  /// All three equal.
+  Size3(int64_t v) : d(v), h(v), w(v) {} // NOLINT: implicit, as PyTorch's int-or-tuple arguments
+  /// Depth, height and width.
+  Size3(int64_t d_, int64_t h_, int64_t w_) : d(d_), h(h_), w(w_) {}
 };
 
 /// PyTorch's padding strings of a convolution: Valid is no padding, Same pads dilation * (kernel - 1) in
@@ -121,6 +133,35 @@ Tensor softmin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 /// One-hot encoding of integer `indices` [...] as i64 [..., num_classes] (as torch.nn.functional.one_hot).
 Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc = Loc::current());
 
+/// The rows of weight [num_embeddings, dim] at integer `input` [...], as [..., dim], as
+/// torch.nn.functional.embedding (index_select: the gradient adds each row's uses, scatter_add's fixed order;
+/// an index outside [0, num_embeddings) is an error naming embedding). With padding_idx (negative counts from
+/// the end), that row's uses read it but send it no gradient. With max_norm, the rows the input references whose
+/// norm_type-norm exceeds max_norm are first scaled IN PLACE (weight.assign, without gradient, as torch's
+/// embedding_renorm_) by max_norm / (norm + 1e-7); max_norm >= 0 and finite, norm_type > 0 or infinity.
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2, Loc loc = Loc::current());
+/// Options of embedding_bag, in PyTorch's argument order (designated initializers: `{.offsets = o, .mode = "sum"}`).
+struct EmbeddingBagOptions {
+  /// i32 or i64 [B] (or [B + 1] with include_last_offset): where each bag of a 1-d input starts; undefined for
+  /// a 2-d input, whose rows are the bags. Offsets already computed are checked (offsets[0] == 0, not
+  /// decreasing, at most the input's length).
+  Tensor offsets{};
+  std::optional<double> max_norm{}; ///< as embedding's: the referenced rows renormalized in place first
+  double norm_type = 2; ///< the p of max_norm's norm
+  std::string mode = "mean"; ///< "sum", "mean" or "max" over each bag's rows
+  Tensor per_sample_weights{}; ///< mode "sum" only: a weight per index (the input's shape, the weight's dtype)
+  bool include_last_offset = false; ///< the offsets end with the last bag's end (B + 1; what lies past is in no bag)
+  std::optional<int64_t> padding_idx{}; ///< that row's uses count in no bag (nor in a mean's count)
+};
+/// Sums, means or maxima of bags of rows of weight [num_embeddings, dim], as torch.nn.functional.embedding_bag:
+/// [B, dim] for B bags, an empty bag (or one of padding only) giving zeros. The input is 1-d with
+/// options.offsets, or 2-d [B, N] (B bags of N). "max" sends each output element's gradient to the first
+/// maximal row of its bag (PyTorch's max_indices); its slots take the longest bag's length, read from offsets
+/// already computed (else the input's length, a bound). scale_grad_by_freq and sparse are not offered.
+Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingBagOptions& options = {},
+                     Loc loc = Loc::current());
+
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
@@ -135,6 +176,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// (stride 1 only), as conv2d's.
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               const Padding1& padding = 0, int64_t dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
+/// 3-d cross-correlation of x [N, C, D, H, W] (or unbatched [C, D, H, W]) with weight [O, C/groups, kd, kh, kw],
+/// as torch.nn.functional.conv3d with its defaults: the depth windows moved into the channels ([N * Do, C * kd,
+/// H, W]) and conv2d's im2col and GEMM, so its gradients are conv2d's. The padding is explicit zeros per dim
+/// (no "same" or "valid" strings).
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size3& stride = 1,
+              const Size3& padding = 0, const Size3& dilation = 1, int64_t groups = 1, Loc loc = Loc::current());
 /// 2-d transposed convolution ("deconvolution", conv2d's input gradient) of x [N, C, H, W] (or unbatched
 /// [C, H, W]) with weight [C, out/groups, kh, kw], as torch.nn.functional.conv_transpose2d in its argument order
 /// and defaults: output extents (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1, where
@@ -167,6 +214,19 @@ Tensor avg_pool2d(const Tensor& x, const Size2& kernel, const Size2& stride, con
 Tensor avg_pool2d(const Tensor& x, const Size2& kernel, std::nullopt_t stride = std::nullopt, const Size2& padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true,
                   std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
+/// Max over windows of x [N, C, D, H, W] (or unbatched [C, D, H, W]), as torch.nn.functional.max_pool3d:
+/// max_pool2d of each depth tap's slice, then the max over the depth taps (ceil_mode, padding at most half the
+/// kernel, and the gradient to each window's first maximum in (d, h, w) order, as max_pool2d's). The stride
+/// defaults to the kernel size.
+Tensor max_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride = std::nullopt,
+                  const Size3& padding = 0, const Size3& dilation = 1, bool ceil_mode = false,
+                  Loc loc = Loc::current());
+/// Mean over windows of x [N, C, D, H, W] (or unbatched [C, D, H, W]), as torch.nn.functional.avg_pool3d
+/// (avg_pool2d's ceil_mode, count_include_pad and divisor_override): avg_pool2d of each depth slice, then the
+/// mean over the depth windows (PyTorch sums the window at once: an ulp apart).
+Tensor avg_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride = std::nullopt,
+                  const Size3& padding = 0, bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt, Loc loc = Loc::current());
 /// Max over windows of x [N, C, L] (or unbatched [C, L]), as torch.nn.functional.max_pool1d: max_pool2d over a
 /// unit height (the same ceil_mode, padding at most half the kernel, gradient to each window's first maximum);
 /// the stride defaults to the kernel size.
@@ -176,6 +236,55 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 /// unit height (the same ceil_mode and count_include_pad); the stride defaults to the kernel size.
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
                   bool ceil_mode = false, bool count_include_pad = true, Loc loc = Loc::current());
+/// max_pool2d and, as torch.nn.functional.max_pool2d(..., return_indices=True) (torch's
+/// max_pool2d_with_indices), the i64 index h * W + w in its input plane of the element each window takes
+/// (its first maximum in row-major order, or its last NaN: the one its gradient goes to). The stride defaults
+/// to the kernel size. `auto [y, i] = max_pool2d_with_indices(x, 2);`
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Size2& kernel,
+                                                  std::optional<Size2> stride = std::nullopt, const Size2& padding = 0,
+                                                  const Size2& dilation = 1, bool ceil_mode = false,
+                                                  Loc loc = Loc::current());
+/// max_pool1d and the i64 position in its input row of the element each window takes, as
+/// torch.nn.functional.max_pool1d(..., return_indices=True).
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel,
+                                                  std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                                                  int64_t dilation = 1, bool ceil_mode = false,
+                                                  Loc loc = Loc::current());
+/// The partial inverse of max_pool2d, as torch.nn.functional.max_unpool2d: zeros [N, C, Ho, Wo] (or unbatched
+/// [C, Ho, Wo]) with each element of x [N, C, H, W] placed at its flat index h * Wo + w of `indices` (x's shape,
+/// i32 or i64; max_pool2d_with_indices's), the last one winning where indices repeat. The output extents are
+/// (H - 1) * stride - 2 * padding + kernel, or output_size's ({Ho, Wo} or the whole shape), which must lie
+/// strictly within one stride of those. The gradient gathers the output's at the indices. The stride defaults
+/// to the kernel size. An index outside the plane is an error (of max_unpool2d: on the host for indices
+/// already computed, else in the kernel).
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Size2& kernel,
+                    std::optional<Size2> stride = std::nullopt, const Size2& padding = 0,
+                    const IntList& output_size = {}, Loc loc = Loc::current());
+/// The partial inverse of max_pool1d on x [N, C, L] (or [C, L]), as torch.nn.functional.max_unpool1d (see
+/// max_unpool2d; output_size is {Lo} or the whole shape).
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel,
+                    std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, const IntList& output_size = {},
+                    Loc loc = Loc::current());
+/// Power-average pooling of x [N, C, H, W] (or [C, H, W]), as torch.nn.functional.lp_pool2d of PyTorch 1.13:
+/// with a = avg_pool2d(x^p, kernel, stride, 0, ceil_mode), (sign(a) relu(|a|) kh kw)^(1/p), so a ceil_mode
+/// partial window's sum is scaled by kh kw over the count it covers, as PyTorch's. The stride defaults to the
+/// kernel size.
+Tensor lp_pool2d(const Tensor& x, double norm_type, const Size2& kernel, std::optional<Size2> stride = std::nullopt,
+                 bool ceil_mode = false, Loc loc = Loc::current());
+/// Power-average pooling of x [N, C, L] (or [C, L]), as torch.nn.functional.lp_pool1d (see lp_pool2d).
+Tensor lp_pool1d(const Tensor& x, double norm_type, int64_t kernel, std::optional<int64_t> stride = std::nullopt,
+                 bool ceil_mode = false, Loc loc = Loc::current());
+/// im2col, as torch.nn.functional.unfold (its argument order): the sliding blocks of x [N, C, H, W] (or [C, H, W])
+/// as columns [N, C * kh * kw, L] (L blocks, row-major), each column's rows (c, i, j) the tap (i, j) of
+/// channel c, zero padding counted. The views conv2d's im2col reads, so its gradient is their sum. Not to be
+/// confused with kiln::unfold (Tensor.unfold: the windows along one dim).
+Tensor unfold(const Tensor& x, const Size2& kernel_size, const Size2& dilation = 1, const Size2& padding = 0,
+              const Size2& stride = 1, Loc loc = Loc::current());
+/// col2im, as torch.nn.functional.fold: the columns x [N, C * kh * kw, L] (or [C * kh * kw, L]) summed back
+/// into [N, C, output_size] (or [C, ...]), each tap added in order where unfold read it (the same bits as
+/// PyTorch's col2im); L must be the number of blocks that fit in the padded output_size. unfold's adjoint.
+Tensor fold(const Tensor& x, const Size2& output_size, const Size2& kernel_size, const Size2& dilation = 1,
+            const Size2& padding = 0, const Size2& stride = 1, Loc loc = Loc::current());
 /// Mean over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
 /// torch.nn.functional.adaptive_avg_pool2d: output (i, j) averages rows [floor(i H / Ho), ceil((i + 1) H / Ho))
 /// and the columns likewise, for output_size (Ho, Wo) (0 gives an empty output). Built from index_select,
@@ -186,6 +295,28 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc = 
 /// Mean over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
 /// torch.nn.functional.adaptive_avg_pool1d: output i averages [floor(i L / Lo), ceil((i + 1) L / Lo)).
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
+/// [*, C r^2, H, W] -> [*, C, H r, W r], as torch.nn.functional.pixel_shuffle (a reshape, a permute and a
+/// reshape); the channels must be divisible by r^2.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor, Loc loc = Loc::current());
+/// [*, C, H r, W r] -> [*, C r^2, H, W], pixel_shuffle's inverse, as torch.nn.functional.pixel_unshuffle.
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc::current());
+/// The channels of x [N, C, *] regrouped: [N, g, C / g, *] with the two group dims swapped, as
+/// torch.nn.functional.channel_shuffle (ShuffleNet); C must be divisible by groups.
+Tensor channel_shuffle(const Tensor& x, int64_t groups, Loc loc = Loc::current());
+/// Max over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
+/// torch.nn.functional.adaptive_max_pool2d (adaptive_avg_pool2d's windows and checks). Its gradient goes to the
+/// element adaptive_max_pool2d_with_indices names.
+Tensor adaptive_max_pool2d(const Tensor& x, const Size2& output_size, Loc loc = Loc::current());
+/// adaptive_max_pool2d and, as its return_indices=True, the i64 index h * W + w in the input plane of each
+/// window's first maximum (row-major), or of its last NaN.
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, const Size2& output_size,
+                                                           Loc loc = Loc::current());
+/// Max over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
+/// torch.nn.functional.adaptive_max_pool1d.
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
+/// adaptive_max_pool1d and the i64 position in the input row of each window's first maximum (or last NaN).
+std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& x, int64_t output_size,
+                                                           Loc loc = Loc::current());
 /// Options of interpolate, in PyTorch's argument order (designated initializers:
 /// `{.size = {8, 8}, .mode = "bilinear"}`, `{.scale_factor = {2}}`). Give exactly one of size and scale_factor;
 /// either lists one value per spatial dim, or one value for every spatial dim (Python's int or float).

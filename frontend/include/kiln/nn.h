@@ -316,6 +316,8 @@ public:
             bool ceil_mode = false);
   /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// The values and their indices, as return_indices=True (functional::max_pool2d_with_indices).
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x, Loc loc = Loc::current());
   std::string name() const override { return "MaxPool2d"; } ///< "MaxPool2d"
   std::string extra_repr() const override;  ///< configuration
 protected:
@@ -351,6 +353,8 @@ public:
             bool ceil_mode = false);
   /// [N, C, Lo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// The values and their indices, as return_indices=True (functional::max_pool1d_with_indices).
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x, Loc loc = Loc::current());
   std::string name() const override { return "MaxPool1d"; } ///< "MaxPool1d"
   std::string extra_repr() const override;  ///< configuration
 protected:
@@ -407,6 +411,268 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 private:
   int64_t output_size_;
+};
+
+/// Options of Conv3d (designated initializers: `{.padding = 1}`).
+struct Conv3dOptions {
+  Size3 stride = 1; ///< step between windows
+  Size3 padding = 0; ///< zeros added on each side of each spatial dim
+  Size3 dilation = 1; ///< spacing between kernel taps
+  int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
+  bool bias = true; ///< learnable bias per output channel
+};
+
+/// 3-d convolution (cross-correlation, as PyTorch) of [N, C, D, H, W] (or [C, D, H, W]) inputs, as
+/// torch.nn.Conv3d (functional::conv3d).
+class Conv3d : public Module {
+public:
+  /// Weight [out, in/groups, kd, kh, kw], bias [out]; initialized as PyTorch's nn.Conv3d.
+  Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Conv3dOptions options = {},
+         Loc loc = Loc::current());
+  /// [N, out, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Conv3d"; } ///< "Conv3d"
+  std::string extra_repr() const override; ///< configuration
+  Tensor weight; ///< [out, in/groups, kd, kh, kw]
+  Tensor bias; ///< [out], undefined without bias
+  Conv3dOptions options; ///< stride, padding, dilation, groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t in_, out_;
+  Size3 kernel_;
+};
+
+/// Max pooling over windows of [N, C, D, H, W] (or [C, D, H, W]) inputs, as torch.nn.MaxPool3d
+/// (functional::max_pool3d).
+class MaxPool3d : public Module {
+public:
+  /// Window size; the stride defaults to the window size.
+  MaxPool3d(Size3 kernel_size, std::optional<Size3> stride = std::nullopt, Size3 padding = 0, Size3 dilation = 1,
+            bool ceil_mode = false)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), dilation_(dilation),
+        ceil_mode_(ceil_mode) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "MaxPool3d"; } ///< "MaxPool3d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size3 kernel_, stride_, padding_, dilation_;
+  bool ceil_mode_;
+};
+
+/// Average pooling over windows of [N, C, D, H, W] (or [C, D, H, W]) inputs, as torch.nn.AvgPool3d
+/// (functional::avg_pool3d).
+class AvgPool3d : public Module {
+public:
+  /// Window size; the stride defaults to the window size (see functional::avg_pool3d for the flags).
+  AvgPool3d(Size3 kernel_size, std::optional<Size3> stride = std::nullopt, Size3 padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding), ceil_mode_(ceil_mode),
+        count_include_pad_(count_include_pad), divisor_override_(divisor_override) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AvgPool3d"; } ///< "AvgPool3d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size3 kernel_, stride_, padding_;
+  bool ceil_mode_, count_include_pad_;
+  std::optional<int64_t> divisor_override_;
+};
+
+/// Max unpooling of [N, C, H, W] (or [C, H, W]) inputs with max_pool2d_with_indices's indices, as
+/// torch.nn.MaxUnpool2d (functional::max_unpool2d).
+class MaxUnpool2d : public Module {
+public:
+  /// The pooling's window; the stride defaults to the window size.
+  MaxUnpool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+  /// [N, C, Ho, Wo] (output_size: {Ho, Wo} or the whole shape; empty: the default extents)
+  Tensor forward(const Tensor& x, const Tensor& indices, const IntList& output_size = {}, Loc loc = Loc::current());
+  std::string name() const override { return "MaxUnpool2d"; } ///< "MaxUnpool2d"
+  std::string extra_repr() const override; ///< configuration
+private:
+  Size2 kernel_, stride_, padding_;
+};
+
+/// Max unpooling of [N, C, L] (or [C, L]) inputs with max_pool1d_with_indices's indices, as torch.nn.MaxUnpool1d
+/// (functional::max_unpool1d).
+class MaxUnpool1d : public Module {
+public:
+  /// The pooling's window; the stride defaults to the window size.
+  MaxUnpool1d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0)
+      : kernel_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+  /// [N, C, Lo] (output_size: {Lo} or the whole shape; empty: the default extent)
+  Tensor forward(const Tensor& x, const Tensor& indices, const IntList& output_size = {}, Loc loc = Loc::current());
+  std::string name() const override { return "MaxUnpool1d"; } ///< "MaxUnpool1d"
+  std::string extra_repr() const override; ///< configuration
+private:
+  int64_t kernel_, stride_, padding_;
+};
+
+/// Max over adaptive windows of [N, C, H, W] (or [C, H, W]) inputs to a fixed output size, as
+/// torch.nn.AdaptiveMaxPool2d (functional::adaptive_max_pool2d).
+class AdaptiveMaxPool2d : public Module {
+public:
+  /// The output's extents (Ho, Wo); an integer means both.
+  explicit AdaptiveMaxPool2d(Size2 output_size) : output_size_(output_size) {}
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// The values and their indices, as return_indices=True (functional::adaptive_max_pool2d_with_indices).
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x, Loc loc = Loc::current());
+  std::string name() const override { return "AdaptiveMaxPool2d"; } ///< "AdaptiveMaxPool2d"
+  std::string extra_repr() const override; ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size2 output_size_;
+};
+
+/// Max over adaptive windows of [N, C, L] (or [C, L]) inputs to a fixed output length, as
+/// torch.nn.AdaptiveMaxPool1d (functional::adaptive_max_pool1d).
+class AdaptiveMaxPool1d : public Module {
+public:
+  /// The output's length.
+  explicit AdaptiveMaxPool1d(int64_t output_size) : output_size_(output_size) {}
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// The values and their indices, as return_indices=True (functional::adaptive_max_pool1d_with_indices).
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x, Loc loc = Loc::current());
+  std::string name() const override { return "AdaptiveMaxPool1d"; } ///< "AdaptiveMaxPool1d"
+  std::string extra_repr() const override; ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t output_size_;
+};
+
+/// Power-average pooling of [N, C, H, W] (or [C, H, W]) inputs, as torch.nn.LPPool2d (functional::lp_pool2d).
+class LPPool2d : public Module {
+public:
+  /// The power p, the window; the stride defaults to the window size.
+  LPPool2d(double norm_type, Size2 kernel_size, std::optional<Size2> stride = std::nullopt, bool ceil_mode = false)
+      : norm_type_(norm_type), kernel_(kernel_size), stride_(stride.value_or(kernel_size)), ceil_mode_(ceil_mode) {}
+  /// [N, C, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LPPool2d"; } ///< "LPPool2d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  double norm_type_;
+  Size2 kernel_, stride_;
+  bool ceil_mode_;
+};
+
+/// Power-average pooling of [N, C, L] (or [C, L]) inputs, as torch.nn.LPPool1d (functional::lp_pool1d).
+class LPPool1d : public Module {
+public:
+  /// The power p, the window; the stride defaults to the window size.
+  LPPool1d(double norm_type, int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, bool ceil_mode = false)
+      : norm_type_(norm_type), kernel_(kernel_size), stride_(stride.value_or(kernel_size)), ceil_mode_(ceil_mode) {}
+  /// [N, C, Lo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LPPool1d"; } ///< "LPPool1d"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  double norm_type_;
+  int64_t kernel_, stride_;
+  bool ceil_mode_;
+};
+
+/// [*, C r^2, H, W] -> [*, C, H r, W r], as torch.nn.PixelShuffle (functional::pixel_shuffle).
+class PixelShuffle : public Module {
+public:
+  /// The factor r.
+  explicit PixelShuffle(int64_t upscale_factor) : factor_(upscale_factor) {}
+  /// [*, C, H r, W r]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "PixelShuffle"; } ///< "PixelShuffle"
+  std::string extra_repr() const override; ///< upscale_factor
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t factor_;
+};
+
+/// [*, C, H r, W r] -> [*, C r^2, H, W], as torch.nn.PixelUnshuffle (functional::pixel_unshuffle).
+class PixelUnshuffle : public Module {
+public:
+  /// The factor r.
+  explicit PixelUnshuffle(int64_t downscale_factor) : factor_(downscale_factor) {}
+  /// [*, C r^2, H, W]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "PixelUnshuffle"; } ///< "PixelUnshuffle"
+  std::string extra_repr() const override; ///< downscale_factor
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t factor_;
+};
+
+/// The channels of [N, C, *] inputs regrouped, as torch.nn.ChannelShuffle (functional::channel_shuffle).
+class ChannelShuffle : public Module {
+public:
+  /// The number of groups (dividing C).
+  explicit ChannelShuffle(int64_t groups) : groups_(groups) {}
+  /// [N, C, *]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ChannelShuffle"; } ///< "ChannelShuffle"
+  std::string extra_repr() const override; ///< groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t groups_;
+};
+
+/// The sliding blocks of [N, C, H, W] (or [C, H, W]) inputs as columns, as torch.nn.Unfold (functional::unfold).
+class Unfold : public Module {
+public:
+  /// The block's size, dilation, padding and stride, in PyTorch's order.
+  explicit Unfold(Size2 kernel_size, Size2 dilation = 1, Size2 padding = 0, Size2 stride = 1)
+      : kernel_(kernel_size), dilation_(dilation), padding_(padding), stride_(stride) {}
+  /// [N, C * kh * kw, L]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Unfold"; } ///< "Unfold"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size2 kernel_, dilation_, padding_, stride_;
+};
+
+/// Columns summed back into [N, C, H, W] (or [C, H, W]) images, as torch.nn.Fold (functional::fold).
+class Fold : public Module {
+public:
+  /// The output's extents, then the block's size, dilation, padding and stride, in PyTorch's order.
+  Fold(Size2 output_size, Size2 kernel_size, Size2 dilation = 1, Size2 padding = 0, Size2 stride = 1)
+      : output_size_(output_size), kernel_(kernel_size), dilation_(dilation), padding_(padding), stride_(stride) {}
+  /// [N, C, H, W]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Fold"; } ///< "Fold"
+  std::string extra_repr() const override; ///< configuration
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  Size2 output_size_, kernel_, dilation_, padding_, stride_;
 };
 
 /// Resampling of [N, C, ...] inputs by functional::interpolate with fixed options, as torch.nn.Upsample
@@ -935,14 +1201,35 @@ public:
   /// The p of max_norm's p-norm.
   double norm_type() const { return norm_type_; }
 protected:
-  Tensor forward_impl(const Tensor& indices) override;
+  Tensor forward_impl(const Tensor& indices) override; ///< functional::embedding
 private:
-  /// Scales the rows of weight that `flat` ([n] indices) references down to max_norm (see above).
-  void renorm_referenced_rows(const Tensor& flat);
   int64_t num_, dim_;
   std::optional<int64_t> padding_idx_;
   std::optional<double> max_norm_;
   double norm_type_;
+};
+
+/// Sums, means or maxima of bags of embeddings, as torch.nn.EmbeddingBag (functional::embedding_bag): a weight
+/// [num_embeddings, embedding_dim] initialized N(0, 1) as PyTorch (the padding row zero).
+class EmbeddingBag : public Module {
+public:
+  /// PyTorch's arguments but scale_grad_by_freq and sparse: max_norm and norm_type as Embedding's, mode "sum",
+  /// "mean" or "max", include_last_offset, padding_idx (negative counts from the end).
+  EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, std::optional<double> max_norm = std::nullopt,
+               double norm_type = 2, std::string mode = "mean", bool include_last_offset = false,
+               std::optional<int64_t> padding_idx = std::nullopt, Loc loc = Loc::current());
+  /// [B, embedding_dim] for a 1-d input with offsets, or a 2-d input [B, N] without; per_sample_weights for
+  /// mode "sum" only.
+  Tensor forward(const Tensor& input, const Tensor& offsets = Tensor(), const Tensor& per_sample_weights = Tensor(),
+                 Loc loc = Loc::current());
+  std::string name() const override { return "EmbeddingBag"; } ///< "EmbeddingBag"
+  std::string extra_repr() const override; ///< sizes and options
+  Tensor weight; ///< [num_embeddings, embedding_dim]
+protected:
+  Tensor forward_impl(const Tensor& input) override; ///< a 2-d input, without offsets
+private:
+  int64_t num_, dim_;
+  functional::EmbeddingBagOptions options_; ///< without offsets and per_sample_weights
 };
 
 /// Applies its modules in order; they are named "0", "1", ...
