@@ -110,7 +110,7 @@ void check_class_range(const std::string& op, const Tensor& targets, int64_t cla
 Tensor checked_in_kernel(const std::string& op, const Tensor& targets, int64_t classes, const Loc& loc) {
   if (targets.node()->realized()) return targets; // checked on the host already
   const auto [reported_op, where] = kiln::detail::reported_call(op, loc);
-  const int64_t site = graph::index_site({reported_op, "target", classes, where});
+  const int64_t site = graph::index_site({reported_op, "target", classes, where, ""});
   return Tensor(graph::build::check_index(targets.node(), classes, site));
 }
 
