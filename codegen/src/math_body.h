@@ -366,6 +366,7 @@ template <MathOps M> struct LogParts {
   typename M::V kf, f, hfsq, s, w;
 };
 
+/// The LogParts of x > 0 (subnormals scaled first); garbage elsewhere (callers select log's specials).
 template <MathOps M> LogParts<M> log_parts(M& m, typename M::V x) {
   const int mant = m.f64 ? 52 : 23, bias = m.f64 ? 1023 : 127, scale = m.f64 ? 54 : 24;
   // Subnormals: scale into the normal range first.
@@ -437,6 +438,7 @@ template <MathOps M> struct PiO2Reduced {
   typename M::V r, q, finite;
 };
 
+/// x's PiO2Reduced (n = round(x 2/pi) and r in f64, pi/2 in three parts (f32: two), as documented below).
 template <MathOps M> PiO2Reduced<M> reduce_pio2(M& m, typename M::V x) {
   M d = m.wide();
   auto finite = m.lt(m.fabs(x), m.c(kInf));
