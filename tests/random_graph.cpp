@@ -157,11 +157,24 @@ struct Gen {
 
     if (kind < 14) { // float unary (integers and bool promote to f32)
       static const std::vector<std::pair<const char*, Tensor (*)(const Tensor&, Loc)>> ops = {
-          {"exp", exp},   {"log", kiln::log},     {"sqrt", sqrt},       {"rsqrt", rsqrt},        {"sin", sin},
-          {"cos", cos},   {"tanh", tanh},   {"sigmoid", sigmoid}, {"reciprocal", reciprocal}, {"expm1", expm1},
-          {"log1p", log1p}};
+          {"exp", exp},     {"log", kiln::log},   {"sqrt", sqrt},
+          {"rsqrt", rsqrt}, {"sin", sin},         {"cos", cos},
+          {"tanh", tanh},   {"sigmoid", sigmoid}, {"reciprocal", reciprocal},
+          {"expm1", expm1}, {"log1p", log1p},     {"tan", tan},
+          {"atan", atan},   {"asin", asin},       {"acos", acos},
+          {"sinh", sinh},   {"cosh", cosh},       {"asinh", asinh},
+          {"acosh", acosh}, {"atanh", atanh},     {"log2", log2},
+          {"log10", log10}, {"exp2", exp2},       {"trunc", trunc}};
       const auto& [name, f] = rng.pick(ops);
-      push(f(x, Loc::current()), std::string(name) + " " + xs);
+      const std::string n(name);
+      // the inverse functions on their domains mostly (else NaN would spread through the rest)
+      if (n == "asin" || n == "acos" || n == "atanh") {
+        push(f(sin(x), Loc::current()), n + " sin " + xs);
+      } else if (n == "acosh") {
+        push(f(exp(x) + 1.0, Loc::current()), n + " (exp " + xs + " + 1)");
+      } else {
+        push(f(x, Loc::current()), n + " " + xs);
+      }
       return true;
     }
     if (kind < 22) { // numeric unary
@@ -177,11 +190,14 @@ struct Gen {
     }
     if (kind < 40) { // arithmetic
       static const std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&, Loc)>> ops = {
-          {"add", kiln::add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"maximum", maximum}, {"minimum", minimum}};
+          {"add", kiln::add}, {"sub", sub},         {"mul", mul},
+          {"div", div},       {"maximum", maximum}, {"minimum", minimum},
+          {"atan2", atan2},   {"fmod", kiln::fmod}, {"remainder", remainder}};
       const auto& [name, f] = rng.pick(ops);
       const Tensor xx = dt == kBool ? cast(x, kInt32) : x;
       std::string what = std::string(name) + " " + xs + ", ";
-      if (rng.chance(0.25) && std::string(name) != "maximum" && std::string(name) != "minimum") {
+      const std::string nm(name);
+      if (rng.chance(0.25) && (nm == "add" || nm == "sub" || nm == "mul" || nm == "div")) {
         const Scalar c = random_scalar(xx.dtype());
         what += std::to_string(c.to_double());
         const std::string n(name);
@@ -190,6 +206,10 @@ struct Gen {
       }
       Tensor y = partner(xx, what);
       if (y.dtype() == kBool) y = cast(y, kInt64);
+      if (nm == "fmod" || nm == "remainder") { // a divisor of 0 (often, from integers) gives NaN, which would spread
+        y = y + 0.5;
+        what += " + 0.5";
+      }
       push(f(xx, y, Loc::current()), what);
       return true;
     }
@@ -428,7 +448,8 @@ struct Gen {
     const int64_t r = x.dim();
     if (kind < 25) {
       static const std::vector<std::pair<const char*, Tensor (*)(const Tensor&, Loc)>> ops = {
-          {"sin", sin}, {"cos", cos}, {"tanh", tanh}, {"sigmoid", sigmoid}, {"neg", neg}, {"square", square}};
+          {"sin", sin}, {"cos", cos},       {"tanh", tanh}, {"sigmoid", sigmoid},
+          {"neg", neg}, {"square", square}, {"atan", atan}, {"asinh", asinh}};
       const auto& [name, f] = rng.pick(ops);
       push(f(x, Loc::current()), std::string(name) + " " + xs);
       return true;
@@ -719,8 +740,41 @@ struct ErrorBound {
     case OpKind::Tanh: return b::add(E(0), ulps(n, 4));
     case OpKind::Sigmoid: return b::add(b::mul(E(0), c(0.25, s)), ulps(n, 6));
     case OpKind::Erf: return b::add(b::mul(E(0), c(1.13, s)), ulps(n, 2)); // erf' <= 2/sqrt(pi)
+    case OpKind::Tan: { // tan' = 1 + tan^2; first order only while that stays below |tan| + 1
+      const NodeRef e = b::mul(E(0), b::add(c(1, s), b::mul(f64(n), f64(n))));
+      const NodeRef unsure = bin(OpKind::LogicalOr, bin(OpKind::Gt, absv(X(0)), c(1e5, s)),
+                                 bin(OpKind::Gt, b::mul(e, c(4, s)), b::add(absv(n), c(1, s))));
+      return inf_if(unsure, b::add(e, ulps(n, 4)));
+    }
+    case OpKind::Atan: return b::add(E(0), ulps(n, 2)); // atan' <= 1
+    case OpKind::Asinh: return b::add(E(0), ulps(n, 4)); // asinh' <= 1
+    case OpKind::Asin:
+    case OpKind::Acos: { // 1 / sqrt(1 - x^2), singular at +-1
+      const NodeRef u = b::sub(c(1, s), absv(X(0)));
+      const NodeRef d = un(OpKind::Sqrt, absv(b::mul(u, b::add(c(1, s), absv(X(0))))));
+      return inf_if(near_zero(u, E(0)), b::add(unless_exact(E(0), b::div(b::mul(E(0), c(2, s)), d)), ulps(n, 4)));
+    }
+    case OpKind::Acosh: { // 1 / sqrt(x^2 - 1), singular at 1
+      const NodeRef u = b::sub(f64(X(0)), c(1, s));
+      const NodeRef d = un(OpKind::Sqrt, absv(b::mul(u, b::add(f64(X(0)), c(1, s)))));
+      return inf_if(near_zero(u, E(0)), b::add(unless_exact(E(0), b::div(b::mul(E(0), c(2, s)), d)), ulps(n, 4)));
+    }
+    case OpKind::Atanh: { // 1 / (1 - x^2), singular at +-1
+      const NodeRef u = b::sub(c(1, s), absv(X(0)));
+      return inf_if(near_zero(u, E(0)), b::add(unless_exact(E(0), b::div(b::mul(E(0), c(2, s)), absv(u))), ulps(n, 4)));
+    }
+    case OpKind::Sinh:
+    case OpKind::Cosh: // derivative cosh / sinh <= |sinh| + 1 <= |y| + 1, to first order (E(0) <= 1/4)
+      return inf_if(bin(OpKind::Gt, E(0), c(0.25, s)),
+                    b::add(unless_exact(E(0), b::mul(b::mul(E(0), c(2, s)), b::add(absv(n), c(1, s)))), ulps(n, 4)));
+    case OpKind::Log2:
+    case OpKind::Log10: // log2' = 1 / (x ln2) < 1.45 / x
+      return inf_if(near_zero(X(0), E(0)),
+                    b::add(unless_exact(E(0), b::div(b::mul(E(0), c(1.45, s)), absv(X(0)))), ulps(n, 4)));
+    case OpKind::Exp2: return b::add(unless_exact(E(0), b::mul(absv(n), E(0))), ulps(n, 4)); // exp2' = y ln2 < y
     case OpKind::Floor:
     case OpKind::Ceil:
+    case OpKind::Trunc:
     case OpKind::Round: return unless_exact(E(0), b::add(E(0), c(1, s))); // exact; an inexact input may cross a step
     case OpKind::Reciprocal:
       return inf_if(near_zero(X(0), E(0)),
@@ -755,6 +809,23 @@ struct ErrorBound {
       const NodeRef ta = unless_exact(E(0), b::mul(E(0), absv(b::div(b::mul(f64(X(1)), f64(n)), f64(X(0))))));
       const NodeRef tb = unless_exact(E(1), b::mul(E(1), absv(b::mul(f64(n), un(OpKind::Log, absv(X(0)))))));
       return inf_if(near_zero(X(0), E(0)), b::add(b::add(ta, tb), ulps(n, 8)));
+    }
+    case OpKind::Atan2: { // |partials| <= 1 / r, r = |(x, y)|; the cut along x < 0 needs y's sign certain
+      const NodeRef e = b::add(E(0), E(1));
+      const NodeRef r = un(OpKind::Sqrt, b::add(b::mul(f64(X(0)), f64(X(0))), b::mul(f64(X(1)), f64(X(1)))));
+      const NodeRef cut =
+          bin(OpKind::LogicalAnd, un(OpKind::LogicalNot, certain(X(0), E(0))), bin(OpKind::Lt, f64(X(1)), c(0, s)));
+      const NodeRef unsure = bin(OpKind::LogicalOr, cut, near_zero(r, e));
+      return inf_if(unsure, b::add(unless_exact(e, b::div(b::mul(e, c(2, s)), r)), ulps(n, 2)));
+    }
+    case OpKind::Fmod:
+    case OpKind::Remainder: { // x - k y, k = trunc / floor(x / y): E(0) + |k| E(1), unless x / y may cross an
+                              // integer (a jump by y); exact on exact operands (remainder's m + y rounds once)
+      const NodeRef q = b::div(f64(X(0)), f64(X(1)));
+      const NodeRef e = b::add(E(0), unless_exact(E(1), b::mul(b::add(absv(q), c(1, s)), E(1))));
+      const NodeRef gap = b::mul(absv(b::sub(q, un(OpKind::Round, q))), absv(X(1))); // to the nearest jump, in x
+      const NodeRef unsure = bin(OpKind::LogicalOr, near_zero(X(1), E(1)), bin(OpKind::Lt, gap, b::mul(e, c(2, s))));
+      return b::add(inf_if(b::where(is_zero(e), bin(OpKind::Ne, e, e), unsure), unless_exact(e, e)), ulp(n));
     }
     case OpKind::Maximum:
     case OpKind::Minimum: return fl ? bin(OpKind::Maximum, E(0), E(1)) : b::add(E(0), E(1));

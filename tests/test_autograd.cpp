@@ -6,6 +6,7 @@
 #include <kiln/kiln.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <unordered_set>
 #include <utility>
@@ -118,6 +119,83 @@ TEST(GradcheckOps, Unary) {
     Tensor x = c.positive ? U({2, 3}, seed++, 0.3, 2) : away_from_zero({2, 3}, seed++);
     EXPECT_GRADCHECK([&](const Vec& in) { return unary_of(c.f, in); }, {x});
   }
+}
+
+/// The functions added with atan, each on its domain: first order, then the gradient of a weighted
+/// gradient (second order: their rules are graph too). x is in +-[0.2, 1.5].
+const std::vector<std::pair<const char*, Fn1>> kMoreMath = {
+    {"tan", [](const Tensor& x) { return tan(x); }},
+    {"atan", [](const Tensor& x) { return atan(x * 2.0); }},
+    {"asin", [](const Tensor& x) { return asin(x * 0.6); }},
+    {"acos", [](const Tensor& x) { return acos(x * 0.6); }},
+    {"sinh", [](const Tensor& x) { return sinh(x * 2.0); }},
+    {"cosh", [](const Tensor& x) { return cosh(x * 2.0); }},
+    {"asinh", [](const Tensor& x) { return asinh(x * 3.0); }},
+    {"acosh", [](const Tensor& x) { return acosh(x * x + 1.1); }},
+    {"atanh", [](const Tensor& x) { return atanh(x * 0.6); }},
+    {"log2", [](const Tensor& x) { return log2(x * x); }},
+    {"log10", [](const Tensor& x) { return log10(x * x); }},
+    {"exp2", [](const Tensor& x) { return exp2(x * 3.0); }},
+    {"trunc", [](const Tensor& x) { return trunc(x * 3.0) * x; }}, // piecewise constant: gradient 0
+    {"frac", [](const Tensor& x) { return frac(x * 3.0) * x; }}, // gradient 1, as PyTorch's
+};
+
+TEST(GradcheckOps, MoreMathUnary) {
+  uint64_t seed = 40;
+  for (const auto& [name, f] : kMoreMath) {
+    SCOPED_TRACE(name);
+    EXPECT_GRADCHECK([&](const Vec& in) { return unary_of(f, in); }, {away_from_zero({2, 3}, seed++)});
+    EXPECT_GRADCHECK(
+        [&](const Vec& in) {
+          const Tensor g = grad({(f(in[0]) * in[1]).sum()}, {in[0]}, {}, false, true)[0];
+          return (g * g).sum();
+        },
+        {away_from_zero({5}, seed++), U({5}, seed++)});
+  }
+}
+
+TEST(GradcheckOps, Atan2FmodRemainder) {
+  const std::vector<std::pair<const char*, Fn2>> cases = {
+      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return fmod(a * 3.0, b); }},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a * 3.0, b); }}};
+  uint64_t seed = 80;
+  for (const auto& [name, f] : cases)
+    for (const auto& [sa, sb] : std::vector<std::pair<IntList, IntList>>{{{2, 3}, {2, 3}}, {{2, 1}, {1, 3}}}) {
+      SCOPED_TRACE(name);
+      // all four quadrants for atan2; fmod and remainder away from their jumps (a * 3 / b near an integer)
+      Tensor a = away_from_zero(sa, seed++), b = away_from_zero(sb, seed++);
+      if (std::string(name) != "atan2") b = from_vector<double>(std::vector<double>(count(sb), -1.3), sb);
+      if (std::string(name) != "atan2") a = U(sa, seed++, 0.05, 0.2) + 1.0;
+      EXPECT_GRADCHECK([&](const Vec& in) { return f(in[0], in[1]); }, {a, b});
+      if (std::string(name) == "atan2")
+        EXPECT_GRADCHECK(
+            [&](const Vec& in) {
+              const Vec g = grad({f(in[0], in[1]).sum()}, {in[0], in[1]}, {}, false, true);
+              return (g[0] * g[1]).sum();
+            },
+            {a, b});
+    }
+}
+
+TEST(GradcheckOps, EdgeGradientsAsTorch) {
+  // PyTorch 1.13: atan2's gradient at (0, 0) is NaN (0 * inf), (1, 0) gives (0, -1); asin' at 1 is inf,
+  // acosh' at 1 inf; fmod's divisor gradient -trunc(a / b), remainder's -floor(a / b)
+  Tensor y = from_vector<double>({0, 0, 1}).requires_grad_(), x = from_vector<double>({0, -0.0, 0}).requires_grad_();
+  atan2(y, x).sum().backward();
+  const std::vector<double> gy = values(y.grad()), gx = values(x.grad());
+  EXPECT_TRUE(std::isnan(gy[0]) && std::isnan(gy[1]) && std::isnan(gx[0]));
+  EXPECT_EQ(gy[2], 0);
+  EXPECT_EQ(gx[2], -1);
+  Tensor u = from_vector<double>({1, -1}).requires_grad_();
+  asin(u).sum().backward();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(values(u.grad()), (std::vector<double>{inf, inf}));
+  Tensor a = from_vector<double>({5.5, -5.5, 5.5}).requires_grad_();
+  Tensor b = from_vector<double>({2, 2, -2}).requires_grad_();
+  (fmod(a, b) + remainder(a, b) * 10.0).sum().backward();
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{11, 11, 11}));
+  EXPECT_EQ(values(b.grad()), (std::vector<double>{-2 - 20, 2 + 30, 2 + 30}));
 }
 
 TEST(GradcheckOps, BinaryBroadcasting) {
@@ -442,9 +520,17 @@ TEST(ForwardMode, AgreesWithReverseModeForEveryOp) {
       {"positive domain",
        [](const Vec& in) -> Vec {
          const Tensor& x = in[0];
-         return {log(x) + sqrt(x) + rsqrt(x) + pow(x, x) + pow(x, 1.5) + square(x) + log1p(x) * expm1(x)};
+         return {log(x) + sqrt(x) + rsqrt(x) + pow(x, x) + pow(x, 1.5) + square(x) + log1p(x) * expm1(x),
+                 log2(x) * log10(x) + acosh(x + 1.0) + exp2(x)};
        },
        {U({5}, 502, 0.3, 2)}},
+      {"more math",
+       [](const Vec& in) -> Vec {
+         const Tensor& x = in[0];
+         return {tan(x) + atan(x) * asin(x * 0.5) - acos(x * 0.5) + sinh(x) * cosh(x) + asinh(x) + atanh(x * 0.5),
+                 atan2(x, in[1]) + fmod(x, in[1] + 3.0) * remainder(x, in[1] - 3.0) + frac(x * 5.0) + trunc(x * 5.0)};
+       },
+       {away_from_zero({2, 3}, 512), U({3}, 513)}},
       {"binary broadcasting",
        [](const Vec& in) -> Vec {
          const Tensor &a = in[0], &b = in[1];

@@ -117,6 +117,17 @@ void add_unary(std::vector<Case>& cases) {
                            return std::vector<Tensor>{fn(make(dt, {5, 37}, 11, sp, pos && !sp), Loc::current())};
                          }});
       }
+  // the functions added with atan: f32 and f64, random values and specials (integers promote as exp's)
+  const std::vector<std::pair<const char*, Fn>> more = {
+      {"tan", tan},     {"atan", atan},   {"asin", asin},   {"acos", acos}, {"sinh", sinh},
+      {"cosh", cosh},   {"asinh", asinh}, {"acosh", acosh}, {"atanh", atanh}, {"log2", log2},
+      {"log10", log10}, {"exp2", exp2},   {"trunc", trunc}, {"frac", frac}};
+  for (const auto& [name, fn] : more)
+    for (DType dt : kFloats)
+      for (bool sp : {false, true})
+        cases.push_back({std::string(name) + "_" + dn(dt) + (sp ? "_specials" : ""), [fn = fn, dt, sp] {
+                           return std::vector<Tensor>{fn(make(dt, {5, 37}, 13, sp), Loc::current())};
+                         }});
   using Fn2 = Tensor (*)(const Tensor&, Loc);
   const std::vector<std::pair<const char*, Fn2>> numeric = {{"neg", neg}, {"abs", abs}, {"relu", relu}, {"square", square}};
   for (const auto& [name, fn] : numeric)
@@ -133,7 +144,11 @@ void add_unary(std::vector<Case>& cases) {
                          v.push_back(x), v.push_back(-x);
                        const Tensor x = tensor_of(v, dt, {static_cast<int64_t>(v.size())});
                        return std::vector<Tensor>{exp(x), log(abs(x)), sin(x), cos(x), tanh(x * 0.01), sigmoid(x),
-                                                  exp(x * 0.125), tanh(x * 0.001), expm1(x), log1p(x)};
+                                                  exp(x * 0.125), tanh(x * 0.001), expm1(x), log1p(x),
+                                                  tan(x), atan(x), asin(x * 0.001), acos(x * 0.001), sinh(x), cosh(x),
+                                                  asinh(x), acosh(abs(x)), atanh(x * 0.001), log2(abs(x)),
+                                                  log10(abs(x)), exp2(x), trunc(x), frac(x), atan2(x, x * 0.3 - 1.0),
+                                                  fmod(x, x * 0.37 + 0.5), remainder(x, x * -0.37 + 0.5)};
                      }});
 }
 
@@ -142,10 +157,12 @@ void add_binary(std::vector<Case>& cases) {
   const std::vector<std::pair<const char*, Fn>> ops = {
       {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}, {"maximum", maximum}, {"minimum", minimum},
       {"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le}, {"gt", gt}, {"ge", ge}, {"logical_and", logical_and},
-      {"logical_or", logical_or}, {"pow", pow}};
+      {"logical_or", logical_or}, {"pow", pow}, {"atan2", atan2}, {"fmod", fmod}, {"remainder", remainder}};
   for (const auto& [name, fn] : ops)
     for (DType dt : kAll) {
       const std::string n = name;
+      const bool added = n == "atan2" || n == "fmod" || n == "remainder"; // with atan: floats and int32 only
+      if (added && dt != kFloat32 && dt != kFloat64 && dt != kInt32) continue;
       if (dt == kBool && (n == "sub" || n == "pow" || n == "maximum" || n == "minimum" || n == "add" || n == "mul"))
         continue;
       cases.push_back({n + "_" + dn(dt), [fn = fn, dt, n] {
@@ -1259,6 +1276,20 @@ TEST(CudaShimMath, ThousandsOfInputsMatchLlvmBitwise) {
                                                  expm1(t(math_points(-1e-3, 1e-3, 500, 524))),
                                                  log1p(t(lg)),
                                                  log1p(t(math_points(-1, 1, 2000, 525))),
+                                                 tan(t(math_points(-40, 40, 2000, 526))),
+                                                 atan(t(math_points(-5, 5, 2000, 527))),
+                                                 asin(t(math_points(-1, 1, 2000, 528))),
+                                                 acos(t(math_points(-1, 1, 2000, 529))),
+                                                 sinh(t(math_points(-big, big, 1500, 530))),
+                                                 cosh(t(math_points(-big, big, 1500, 531))),
+                                                 sinh(t(math_points(-1.5, 1.5, 1500, 532))),
+                                                 asinh(t(math_points(-1e3, 1e3, 2000, 533))),
+                                                 acosh(t(math_points(1, 5, 2000, 534))),
+                                                 atanh(t(math_points(-1, 1, 2000, 535))),
+                                                 log2(t(lg)),
+                                                 log10(t(lg)),
+                                                 exp2(t(math_points(-1.5 * big, 1.5 * big, 2000, 536))),
+                                                 atan2(t(math_points(-3, 3, 2000, 537)), t(math_points(-3, 3, 2000, 538))),
                                                  randn({33, 70}, 2, dt),
                                                  randn({4000}, 3, dt)};
                     }),

@@ -278,6 +278,9 @@ TEST(Differential, GeneratorCoversTheOpTable) {
       empty = empty || n->numel() == 0;
     }
   }
+  for (const char* op : {"tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10",
+                         "exp2", "trunc", "atan2", "fmod", "remainder"})
+    EXPECT_TRUE(ops.count(op)) << op << " never generated";
   for (const char* op : {"exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "neg", "abs",
                          "relu", "logical_not", "cast", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
                          "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "where", "sum", "max", "min",

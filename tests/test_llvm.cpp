@@ -174,6 +174,43 @@ long double ref_cos(long double x) { return std::cos(x); }
 long double ref_tanh(long double x) { return std::tanh(x); }
 long double ref_sigmoid(long double x) { return 1.0L / (1.0L + std::exp(-x)); }
 long double ref_erf(long double x) { return std::erf(x); }
+long double ref_tan(long double x) { return std::tan(x); }
+long double ref_atan(long double x) { return std::atan(x); }
+long double ref_asin(long double x) { return std::asin(x); }
+long double ref_acos(long double x) { return std::acos(x); }
+long double ref_sinh(long double x) { return std::sinh(x); }
+long double ref_cosh(long double x) { return std::cosh(x); }
+long double ref_asinh(long double x) { return std::asinh(x); }
+long double ref_acosh(long double x) { return std::acosh(x); }
+long double ref_atanh(long double x) { return std::atanh(x); }
+long double ref_log2(long double x) { return std::log2(x); }
+long double ref_log10(long double x) { return std::log10(x); }
+long double ref_exp2(long double x) { return std::exp2(x); }
+
+/// The unary math functions added with atan (ScalarOp, long double reference).
+struct UnaryRef {
+  ScalarOp op;
+  long double (*ref)(long double);
+};
+const UnaryRef kMoreMath[] = {{ScalarOp::Tan, ref_tan},     {ScalarOp::Atan, ref_atan},   {ScalarOp::Asin, ref_asin},
+                              {ScalarOp::Acos, ref_acos},   {ScalarOp::Sinh, ref_sinh},   {ScalarOp::Cosh, ref_cosh},
+                              {ScalarOp::Asinh, ref_asinh}, {ScalarOp::Acosh, ref_acosh}, {ScalarOp::Atanh, ref_atanh},
+                              {ScalarOp::Log2, ref_log2},   {ScalarOp::Log10, ref_log10}, {ScalarOp::Exp2, ref_exp2}};
+
+/// Max ulp error of atan2 over the pairs (ys[i], xs[i]) against long double; prints the worst point.
+template <class T> double max_ulp_atan2(const std::vector<T>& ys, const std::vector<T>& xs) {
+  const std::vector<T> got =
+      elementwise<T>(ScalarOp::Atan2, fdt<T>(), {{fdt<T>(), ys.data()}, {fdt<T>(), xs.data()}}, xs.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double e = ulp_error<T>(got[i], std::atan2(static_cast<long double>(ys[i]), static_cast<long double>(xs[i])));
+    if (e > worst) worst = e, at = i;
+  }
+  std::printf("[ ulp      ] atan2    %s: max %.3f ulp at (%.9Lg, %.9Lg) over %zu points\n",
+              sizeof(T) == 4 ? "f32" : "f64", worst, (long double)ys[at], (long double)xs[at], xs.size());
+  return worst;
+}
 
 } // namespace
 
@@ -265,6 +302,7 @@ template <class T> void check_float_unary() {
       {ScalarOp::Rsqrt, [](T x) { return T(1) / std::sqrt(x); }},
       {ScalarOp::Reciprocal, [](T x) { return T(1) / x; }},
       {ScalarOp::Relu, [](T x) { return x < 0 ? T(0) : x; }},
+      {ScalarOp::Trunc, [](T x) { return std::trunc(x); }},
   };
   for (const Exact& e : exact) {
     const std::vector<T> got = run(e.op);
@@ -278,11 +316,13 @@ template <class T> void check_float_unary() {
   const Approx approx[] = {{ScalarOp::Exp, ref_exp},     {ScalarOp::Log, ref_log},     {ScalarOp::Sin, ref_sin},
                            {ScalarOp::Cos, ref_cos},     {ScalarOp::Tanh, ref_tanh},   {ScalarOp::Sigmoid, ref_sigmoid},
                            {ScalarOp::Erf, ref_erf},     {ScalarOp::Expm1, ref_expm1}, {ScalarOp::Log1p, ref_log1p}};
-  for (const Approx& a : approx) {
+  std::vector<Approx> all(std::begin(approx), std::end(approx));
+  for (const UnaryRef& u : kMoreMath) all.push_back({u.op, u.ref});
+  for (const Approx& a : all) {
     const std::vector<T> got = run(a.op);
     for (int64_t i = 0; i < n; ++i) {
       // sin/cos of the huge specials are outside the documented range: only check the class.
-      const bool trig = a.op == ScalarOp::Sin || a.op == ScalarOp::Cos;
+      const bool trig = a.op == ScalarOp::Sin || a.op == ScalarOp::Cos || a.op == ScalarOp::Tan;
       if (trig && std::isfinite(xs[i]) && std::fabs(xs[i]) > 1e5) {
         EXPECT_TRUE(std::isfinite(got[i])) << op_name(a.op) << "(" << xs[i] << ")";
         continue;
@@ -828,10 +868,199 @@ template <class T> void check_accuracy() {
 TEST(LLVM, MathAccuracyF32) { check_accuracy<float>(); }
 TEST(LLVM, MathAccuracyF64) { check_accuracy<double>(); }
 
+/// The functions added with atan, over their whole domains (subnormal inputs included), dense where
+/// their pieces meet; f32 computes each in f64 and rounds once (within 0.5 + 2^-20 ulp).
+template <class T> void check_accuracy_more() {
+  const bool f64 = sizeof(T) == 8;
+  auto lim = [&](double l64) { return f64 ? l64 : 0.5005; };
+  const double big = f64 ? 711 : 90;
+  auto xs_atan = sample<T>({{-3, 3, 300000}, {1e-300, 1e300, 400000, true}, {0.4, 2.5, 200000}}, 11);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Atan, xs_atan, ref_atan, "atan"), lim(1.0));
+  auto xs_unit = sample<T>({{-1, 1, 400000}, {0.99, 1, 200000}, {-1, -0.99, 100000}, {1e-300, 1, 200000, true}}, 12);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Asin, xs_unit, ref_asin, "asin"), lim(1.0));
+  EXPECT_LE(max_ulp<T>(ScalarOp::Acos, xs_unit, ref_acos, "acos"), lim(1.5));
+  EXPECT_LE(max_ulp<T>(ScalarOp::Atanh, xs_unit, ref_atanh, "atanh"), lim(2.0));
+  auto xs_hyp = sample<T>({{-big, big, 400000}, {-2, 2, 200000}, {20, 24, 100000}, {1e-300, 1, 200000, true}}, 13);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Sinh, xs_hyp, ref_sinh, "sinh"), lim(1.5));
+  EXPECT_LE(max_ulp<T>(ScalarOp::Cosh, xs_hyp, ref_cosh, "cosh"), lim(1.5));
+  auto xs_all = sample<T>({{-4, 4, 300000}, {1e-300, 1e300, 400000, true}}, 14);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Asinh, xs_all, ref_asinh, "asinh"), lim(2.0));
+  auto xs_acosh = sample<T>({{1, 3, 400000}, {1, 1.01, 100000}, {1, 1e300, 300000, true}}, 15);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Acosh, xs_acosh, ref_acosh, "acosh"), lim(2.1)); // near 1: log1p's argument rounds
+
+  auto xs_trig = sample<T>({{-10, 10, 400000}, {-1e4, 1e4, 300000}, {-1e5, 1e5, 200000}, {1e-30, 1, 100000, true}}, 16);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Tan, xs_trig, ref_tan, "tan", 1e5), lim(3.5)); // reduced r rounds twice
+  auto xs_log = positive_bit_patterns<T>(600000, 17);
+  for (T x : sample<T>({{0.5, 2, 400000}}, 18)) xs_log.push_back(x);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Log2, xs_log, ref_log2, "log2"), lim(1.0));
+  EXPECT_LE(max_ulp<T>(ScalarOp::Log10, xs_log, ref_log10, "log10"), lim(1.0));
+  auto xs_exp2 = sample<T>(
+      {{f64 ? -1080.0 : -152.0, f64 ? 1025.0 : 129.0, 600000}, {-1, 1, 200000}, {1e-300, 1, 200000, true}}, 19);
+  EXPECT_LE(max_ulp<T>(ScalarOp::Exp2, xs_exp2, ref_exp2, "exp2"), lim(1.5));
+  auto ys = sample<T>({{-2, 2, 400000}, {1e-300, 1e300, 400000, true}, {-1e-3, 1e-3, 200000}}, 20);
+  auto xs = sample<T>({{-2, 2, 400000}, {1e-300, 1e300, 400000, true}, {-1, 1, 200000}}, 21);
+  std::reverse(xs.begin(), xs.end()); // the specials meet the other operand's random points
+  EXPECT_LE(max_ulp_atan2<T>(ys, xs), lim(1.5));
+}
+
+TEST(LLVM, MathAccuracyMoreF32) { check_accuracy_more<float>(); }
+TEST(LLVM, MathAccuracyMoreF64) { check_accuracy_more<double>(); }
+
+/// a (op) b on two same-size vectors, one kernel.
+template <class T> std::vector<T> binary(ScalarOp o, const std::vector<T>& a, const std::vector<T>& b) {
+  return elementwise<T>(o, fdt<T>(), {{fdt<T>(), a.data()}, {fdt<T>(), b.data()}}, a.size());
+}
+
+/// atan2 on every pair of specials: C's (PyTorch's) exact values at the zeros, infinities and NaN, and
+/// within 1 ulp (with C's sign) elsewhere.
+template <class T> void check_atan2_specials() {
+  using L = std::numeric_limits<T>;
+  const std::vector<T> sp = {0,
+                             -T(0),
+                             1,
+                             -1,
+                             L::infinity(),
+                             -L::infinity(),
+                             L::quiet_NaN(),
+                             L::denorm_min(),
+                             -L::denorm_min(),
+                             L::max(),
+                             -L::max(),
+                             T(2.5),
+                             T(-1e-20)};
+  std::vector<T> ys, xs;
+  for (T y : sp)
+    for (T x : sp) ys.push_back(y), xs.push_back(x);
+  const std::vector<T> got = binary<T>(ScalarOp::Atan2, ys, xs);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const T want = std::atan2(ys[i], xs[i]); // C's: PyTorch's atan2
+    if (std::isnan(want) || want == 0) {
+      EXPECT_TRUE(same(got[i], want)) << "atan2(" << ys[i] << ", " << xs[i] << ") = " << got[i] << " want " << want;
+      continue;
+    }
+    const long double ref = std::atan2(static_cast<long double>(ys[i]), static_cast<long double>(xs[i]));
+    EXPECT_LE(ulp_error<T>(got[i], ref), 1) << "atan2(" << ys[i] << ", " << xs[i] << ") = " << got[i];
+    EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << "atan2(" << ys[i] << ", " << xs[i] << ")";
+  }
+  EXPECT_EQ(got[2 * sp.size() + 4], T(0)); // atan2(1, inf) = +0
+  EXPECT_EQ(got[1 * sp.size() + 1], -static_cast<T>(M_PI)); // atan2(-0, -0) = -pi
+  EXPECT_EQ(got[4 * sp.size() + 5], static_cast<T>(0.75 * M_PI)); // atan2(inf, -inf) = 3pi/4
+}
+
+TEST(LLVM, Atan2SpecialValues) {
+  check_atan2_specials<float>();
+  check_atan2_specials<double>();
+}
+
+/// fmod bit for bit C's (exact, also for quotients far beyond 2^53), remainder PyTorch's rule on top.
+template <class T> void check_fmod_remainder() {
+  using L = std::numeric_limits<T>;
+  std::vector<T> a = {5.5,     -5.5,          5.5,  -5.5,           0, -T(0),    3,
+                      -3,      L::infinity(), 1,    L::quiet_NaN(), 1, L::max(), L::denorm_min(),
+                      T(1e30), T(-7.25),      T(6), T(-6)};
+  std::vector<T> b = {2,      2,
+                      -2,     -2,
+                      3,      3,
+                      0,      L::infinity(),
+                      2,      -L::infinity(),
+                      1,      L::quiet_NaN(),
+                      T(3.1), T(0.7),
+                      T(3),   L::denorm_min(),
+                      T(-3),  T(3)};
+  std::mt19937_64 rng(22);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int i = 0; i < 20000; ++i) {
+    a.push_back(static_cast<T>(std::ldexp(u(rng), static_cast<int>(rng() % 200) - 100)));
+    b.push_back(static_cast<T>(std::ldexp(u(rng), static_cast<int>(rng() % 200) - 100)));
+  }
+  const std::vector<T> f = binary<T>(ScalarOp::Fmod, a, b), r = binary<T>(ScalarOp::Remainder, a, b);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const T m = std::fmod(a[i], b[i]);
+    const T want_r = m != 0 && ((b[i] < 0) != (m < 0)) ? static_cast<T>(m + b[i]) : m;
+    ASSERT_TRUE(same(f[i], m)) << "fmod(" << a[i] << ", " << b[i] << ") = " << f[i] << " want " << m;
+    ASSERT_TRUE(same(r[i], want_r)) << "remainder(" << a[i] << ", " << b[i] << ") = " << r[i] << " want " << want_r;
+  }
+  EXPECT_EQ(r[1], T(0.5)); // remainder(-5.5, 2) = 0.5: the divisor's sign
+  EXPECT_EQ(r[2], T(-0.5));
+  EXPECT_TRUE(std::signbit(r[5])); // remainder(-0, 3) = -0, as PyTorch's
+}
+
+TEST(LLVM, FmodAndRemainderExact) {
+  check_fmod_remainder<float>();
+  check_fmod_remainder<double>();
+}
+
+/// Special values of the functions added with atan (PyTorch's and C's): signed zeros kept, the domain
+/// edges, overflow only where the result overflows, exact powers of two.
+TEST(LLVM, MoreMathSpecialValues) {
+  auto one = [](ScalarOp o, double x) { return elementwise<double>(o, kFloat64, {{kFloat64, &x}}, 1)[0]; };
+  auto onef = [](ScalarOp o, float x) { return elementwise<float>(o, kFloat32, {{kFloat32, &x}}, 1)[0]; };
+  for (ScalarOp o : {ScalarOp::Tan, ScalarOp::Atan, ScalarOp::Asin, ScalarOp::Sinh, ScalarOp::Asinh, ScalarOp::Atanh,
+                     ScalarOp::Trunc}) {
+    EXPECT_TRUE(std::signbit(one(o, -0.0))) << op_name(o);
+    EXPECT_TRUE(std::signbit(onef(o, -0.0f))) << op_name(o);
+    EXPECT_EQ(one(o, 1e-310), o == ScalarOp::Trunc ? 0.0 : 1e-310) << op_name(o); // subnormal: f(x) = x
+  }
+  for (const UnaryRef& u : kMoreMath) {
+    EXPECT_TRUE(std::isnan(one(u.op, kNaN))) << op_name(u.op);
+    EXPECT_TRUE(std::isnan(onef(u.op, NAN))) << op_name(u.op);
+  }
+  EXPECT_EQ(one(ScalarOp::Atan, kInf), M_PI_2);
+  EXPECT_EQ(onef(ScalarOp::Atan, -INFINITY), -static_cast<float>(M_PI_2));
+  EXPECT_EQ(one(ScalarOp::Asin, 1.0), M_PI_2);
+  EXPECT_EQ(one(ScalarOp::Acos, -1.0), M_PI);
+  EXPECT_EQ(one(ScalarOp::Acos, 1.0), 0.0);
+  for (ScalarOp o : {ScalarOp::Asin, ScalarOp::Acos, ScalarOp::Atanh}) {
+    EXPECT_TRUE(std::isnan(one(o, 1.0000000000000002))) << op_name(o);
+    EXPECT_TRUE(std::isnan(onef(o, -1.0000001f))) << op_name(o);
+  }
+  EXPECT_EQ(one(ScalarOp::Atanh, 1.0), kInf);
+  EXPECT_EQ(onef(ScalarOp::Atanh, -1.0f), -INFINITY);
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Acosh, 0.9999999999999999)));
+  EXPECT_EQ(one(ScalarOp::Acosh, 1.0), 0.0);
+  EXPECT_EQ(one(ScalarOp::Acosh, kInf), kInf);
+  EXPECT_EQ(one(ScalarOp::Asinh, -kInf), -kInf);
+  const double max = std::numeric_limits<double>::max();
+  EXPECT_LE(ulp_error<double>(one(ScalarOp::Asinh, max), std::asinh(static_cast<long double>(max))), 1.5);
+  EXPECT_LE(ulp_error<double>(one(ScalarOp::Sinh, 710.4), std::sinh(static_cast<long double>(710.4))),
+            1.5); // e^710.4 overflows, sinh not
+  EXPECT_EQ(one(ScalarOp::Sinh, -710.5), -kInf);
+  EXPECT_LE(ulp_error<double>(one(ScalarOp::Cosh, -710.4), std::cosh(static_cast<long double>(710.4))), 1.5);
+  EXPECT_EQ(one(ScalarOp::Cosh, -kInf), kInf);
+  EXPECT_EQ(onef(ScalarOp::Sinh, 89.4f), static_cast<float>(std::sinh(static_cast<long double>(89.4f))));
+  EXPECT_EQ(onef(ScalarOp::Cosh, 89.5f), INFINITY);
+  EXPECT_EQ(one(ScalarOp::Cosh, 0.0), 1.0);
+  EXPECT_TRUE(std::isnan(one(ScalarOp::Tan, kInf)));
+  for (int k = -1074; k <= 1023; k += 7) { // exact at powers of two and at integers
+    EXPECT_EQ(one(ScalarOp::Log2, std::ldexp(1.0, k)), k);
+    EXPECT_EQ(one(ScalarOp::Exp2, k), std::ldexp(1.0, k));
+  }
+  for (int k = -149; k <= 127; ++k) {
+    EXPECT_EQ(onef(ScalarOp::Log2, std::ldexp(1.0f, k)), k);
+    EXPECT_EQ(onef(ScalarOp::Exp2, static_cast<float>(k)), std::ldexp(1.0f, k));
+  }
+  EXPECT_EQ(one(ScalarOp::Exp2, 1024.0), kInf);
+  EXPECT_EQ(one(ScalarOp::Exp2, -1075.0), 0.0);
+  EXPECT_EQ(one(ScalarOp::Exp2, -kInf), 0.0);
+  EXPECT_EQ(onef(ScalarOp::Exp2, 128.0f), INFINITY);
+  for (ScalarOp o : {ScalarOp::Log2, ScalarOp::Log10}) {
+    EXPECT_EQ(one(o, 0.0), -kInf) << op_name(o);
+    EXPECT_EQ(onef(o, -0.0f), -INFINITY) << op_name(o);
+    EXPECT_TRUE(std::isnan(one(o, -1e-300))) << op_name(o);
+    EXPECT_EQ(one(o, kInf), kInf) << op_name(o);
+  }
+  for (int k = 0; k <= 22; ++k) EXPECT_EQ(one(ScalarOp::Log10, std::pow(10.0, k)), k); // 10^k exact to 10^22
+  EXPECT_EQ(one(ScalarOp::Trunc, -2.5), -2.0);
+  EXPECT_EQ(onef(ScalarOp::Trunc, 1e30f), 1e30f);
+  EXPECT_EQ(onef(ScalarOp::Trunc, -INFINITY), -INFINITY);
+}
+
 TEST(LLVM, MathVectorAndScalarLanesAgree) {
   // one call runs mostly vector code; chunks of 1, 2, 3, ... run mostly the scalar remainder
-  for (ScalarOp o : {ScalarOp::Exp, ScalarOp::Log, ScalarOp::Sin, ScalarOp::Cos, ScalarOp::Tanh, ScalarOp::Sigmoid, ScalarOp::Erf,
-                     ScalarOp::Expm1, ScalarOp::Log1p}) {
+  std::vector<ScalarOp> ops = {ScalarOp::Exp,     ScalarOp::Log, ScalarOp::Sin,   ScalarOp::Cos,  ScalarOp::Tanh,
+                               ScalarOp::Sigmoid, ScalarOp::Erf, ScalarOp::Expm1, ScalarOp::Log1p};
+  for (const UnaryRef& u : kMoreMath) ops.push_back(u.op);
+  for (ScalarOp o : ops) {
     Kernel k;
     k.buffers = {{kFloat32}, {kFloat32, true}};
     k.num_params = 1;

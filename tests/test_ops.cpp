@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -362,6 +363,139 @@ TEST(Unary, Log) { check_unary("log", [](auto& x) { return log(x); }, kAll, kTra
 TEST(Unary, Expm1) { check_unary("expm1", [](auto& x) { return expm1(x); }, kAll, kTranscendental); }
 TEST(Unary, Log1p) { check_unary("log1p", [](auto& x) { return log1p(x); }, kAll, kTranscendental, Fill::Positive); }
 TEST(Unary, Log1pBelowMinusOne) { check_unary("log1p", [](auto& x) { return log1p(x); }, kFloats, kTranscendental); }
+TEST(Unary, Tan) {
+  check_unary(
+      "tan", [](auto& x) { return tan(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Atan) {
+  check_unary(
+      "atan", [](auto& x) { return atan(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Asin) {
+  check_unary(
+      "asin", [](auto& x) { return asin(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Acos) {
+  check_unary(
+      "acos", [](auto& x) { return acos(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Sinh) {
+  check_unary(
+      "sinh", [](auto& x) { return sinh(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Cosh) {
+  check_unary(
+      "cosh", [](auto& x) { return cosh(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Asinh) {
+  check_unary(
+      "asinh", [](auto& x) { return asinh(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Acosh) {
+  check_unary(
+      "acosh", [](auto& x) { return acosh(x); }, kAll, kTranscendental, Fill::Positive);
+}
+TEST(Unary, Atanh) {
+  check_unary(
+      "atanh", [](auto& x) { return atanh(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Log2) {
+  check_unary(
+      "log2", [](auto& x) { return log2(x); }, kAll, kTranscendental, Fill::Positive);
+}
+TEST(Unary, Log10) {
+  check_unary(
+      "log10", [](auto& x) { return log10(x); }, kAll, kTranscendental, Fill::Positive);
+}
+TEST(Unary, Exp2) {
+  check_unary(
+      "exp2", [](auto& x) { return exp2(x); }, kAll, kTranscendental);
+}
+TEST(Unary, Trunc) {
+  check_unary(
+      "trunc", [](auto& x) { return trunc(x); }, kNumeric, kExact);
+}
+TEST(Unary, Frac) {
+  check_unary(
+      "frac", [](auto& x) { return frac(x); }, kFloats, kExact);
+}
+TEST(Unary, TruncKeepsIntegersAndFracRefusesThem) {
+  const Tensor i = from_vector<int32_t>({-3, 4});
+  EXPECT_EQ(trunc(i).dtype(), kInt32);
+  EXPECT_EQ(trunc(i).to_vector<int64_t>(), (std::vector<int64_t>{-3, 4}));
+  EXPECT_THROW(frac(i), Error);
+}
+TEST(Binary, Atan2) {
+  check_binary(
+      "atan2", [](auto& a, auto& b) { return atan2(a, b); }, kAll, kTranscendental);
+}
+TEST(Binary, Fmod) {
+  check_binary(
+      "fmod", [](auto& a, auto& b) { return fmod(a, b); }, kAll, kExact);
+}
+TEST(Binary, Remainder) {
+  check_binary("remainder", [](auto& a, auto& b) { return remainder(a, b); }, kAll, {1, 0});
+}
+
+/// PyTorch 1.13's values (tests/tools/torch_math_values.py) of the functions added with atan.
+struct TorchValues {
+  const char* op;
+  DType dt;
+  std::vector<double> a, b, want;
+};
+const std::vector<TorchValues> kTorchValues = {
+#include "torch_math_values.inc"
+};
+
+/// kiln's function named `op` on a (and b).
+Tensor apply_named(const std::string& op, const Tensor& a, const Tensor& b) {
+  static const std::map<std::string, Fn1> unary = {
+      {"tan", [](auto& x) { return tan(x); }},      {"atan", [](auto& x) { return x.atan(); }},
+      {"asin", [](auto& x) { return asin(x); }},    {"acos", [](auto& x) { return x.acos(); }},
+      {"sinh", [](auto& x) { return sinh(x); }},    {"cosh", [](auto& x) { return x.cosh(); }},
+      {"asinh", [](auto& x) { return asinh(x); }},  {"acosh", [](auto& x) { return x.acosh(); }},
+      {"atanh", [](auto& x) { return atanh(x); }},  {"log2", [](auto& x) { return x.log2(); }},
+      {"log10", [](auto& x) { return log10(x); }},  {"exp2", [](auto& x) { return x.exp2(); }},
+      {"trunc", [](auto& x) { return x.trunc(); }}, {"frac", [](auto& x) { return frac(x); }}};
+  if (op == "atan2") return a.atan2(b);
+  if (op == "fmod") return fmod(a, b);
+  if (op == "remainder") return a.remainder(b);
+  return unary.at(op)(a);
+}
+
+TEST(Unary, MoreMathMatchesTorch) {
+  for (const TorchValues& t : kTorchValues) {
+    const auto n = static_cast<int64_t>(t.a.size());
+    const Tensor a = tensor_of(t.a, t.dt, {n});
+    const Tensor b = t.b.empty() ? a : tensor_of(t.b, t.dt, {n});
+    const std::vector<double> got = apply_named(t.op, a, b).to_vector<double>();
+    const std::string op = t.op;
+    // torch's f32 kernels (Sleef's, within 1 ulp) and f64 ones (glibc's) against ours (0.5 / up to 3 ulp)
+    const Tol tol = op == "fmod" || op == "remainder" || op == "trunc" || op == "frac" ? kExact
+                    : t.dt == kFloat32                                                 ? Tol{1, 0}
+                                                                                       : Tol{3, 0};
+    for (int64_t i = 0; i < n; ++i) {
+      if (op == "tan" && std::isfinite(t.a[i]) && std::fabs(t.a[i]) > 1e5) continue; // beyond tan's reduction
+      const double w = t.want[i];
+      // torch's f64 tan gives 0 for subnormal x; C's tan (and kiln's) x itself
+      if (op == "tan" && w == 0 && t.a[i] != 0 && std::fabs(t.a[i]) < 0x1p-1022 && got[i] == t.a[i]) continue;
+      const bool ok = (w == 0 || std::isinf(w)) ? got[i] == w && std::signbit(got[i]) == std::signbit(w)
+                                                : close(got[i], w, t.dt, tol);
+      EXPECT_TRUE(ok) << op << " " << name_of(t.dt) << " at (" << t.a[i] << (t.b.empty() ? "" : ", ")
+                      << (t.b.empty() ? "" : std::to_string(t.b[i])) << "): " << got[i] << ", torch " << w;
+    }
+  }
+}
+
+TEST(Binary, IntegersPromoteForAtan2FmodRemainder) {
+  const Tensor a = from_vector<int64_t>({5, -5, 7}), b = from_vector<int32_t>({3, 3, -2});
+  EXPECT_EQ(atan2(a, b).dtype(), kFloat32);
+  EXPECT_EQ(fmod(a, b).to_vector<double>(), (std::vector<double>{2, -2, 1}));
+  EXPECT_EQ(remainder(a, b).to_vector<double>(), (std::vector<double>{2, 1, -1}));
+  EXPECT_EQ(fmod(from_vector<double>({-7.5}), 2).to_vector<double>(), std::vector<double>{-1.5});
+  EXPECT_EQ(from_vector<double>({-7.5}).remainder(2).to_vector<double>(), std::vector<double>{0.5});
+}
+
 TEST(Unary, LogOfNegatives) { check_unary("log", [](auto& x) { return log(x); }, kFloats, kTranscendental); }
 TEST(Unary, Sqrt) { check_unary("sqrt", [](auto& x) { return sqrt(x); }, kAll, kExact, Fill::Positive); }
 TEST(Unary, Rsqrt) { check_unary("rsqrt", [](auto& x) { return rsqrt(x); }, kAll, {1, 0}, Fill::Positive); }
@@ -543,6 +677,36 @@ TEST(Unary, ResultDtypes) {
 }
 
 // ---------------------------------------------------------------- binary ops
+
+TEST(Unary, MoreMathWideRanges) {
+  const Tol tiny32{4, 1e-44}, tiny64{4, 1e-320}; // allow 1-bit differences among subnormal results
+  for (DType dt : kFloats) {
+    const bool f = dt == kFloat32;
+    const Tol tol = f ? tiny32 : tiny64;
+    check_range(
+        "sinh", [](auto& x) { return sinh(x); }, dt, f ? -90 : -711, f ? 90 : 711, false, tol);
+    check_range(
+        "cosh", [](auto& x) { return cosh(x); }, dt, f ? -90 : -711, f ? 90 : 711, false, tol);
+    check_range(
+        "exp2", [](auto& x) { return exp2(x); }, dt, f ? -151 : -1076, f ? 129 : 1025, false, tol);
+    check_range(
+        "log2", [](auto& x) { return log2(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol);
+    check_range(
+        "log10", [](auto& x) { return log10(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol);
+    check_range(
+        "atan", [](auto& x) { return atan(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol, true);
+    check_range(
+        "asinh", [](auto& x) { return asinh(x); }, dt, f ? -45 : -323, f ? 38 : 308, true, tol, true);
+    check_range(
+        "acosh", [](auto& x) { return acosh(x); }, dt, 0, f ? 38 : 308, true, tol);
+    check_range(
+        "tan", [](auto& x) { return tan(x); }, dt, -1e4, 1e4, false, tol);
+    check_range(
+        "asin small", [](auto& x) { return asin(x); }, dt, f ? -44 : -320, 0, true, tol, true);
+    check_range(
+        "atanh small", [](auto& x) { return atanh(x); }, dt, f ? -44 : -320, 0, true, tol, true);
+  }
+}
 
 TEST(Binary, Add) { check_binary("add", [](auto& a, auto& b) { return add(a, b); }, kNumeric, kExact); }
 TEST(Binary, Sub) { check_binary("sub", [](auto& a, auto& b) { return a - b; }, kNumeric, kExact); }

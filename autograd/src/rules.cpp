@@ -66,6 +66,16 @@ NodeRef pow_exponent(const NodeRef& y, const NodeRef& v) {
   return b::where(at_zero, zeros_like(v), d);
 }
 
+// 1 / sqrt(1 - x^2), asin's derivative (PyTorch's (-x * x + 1).rsqrt()).
+NodeRef one_minus_square_rsqrt(const NodeRef& x) { return b::unary(OpKind::Rsqrt, b::sub(cst(x, 1), b::mul(x, x))); }
+
+// atan2(y, x)'s partials times v, PyTorch's: v x / (x^2 + y^2) for y (k = 0), -v y / (x^2 + y^2) for x
+// (NaN at (0, 0), as PyTorch's 0 * inf).
+NodeRef atan2_partial(const NodeRef& y, const NodeRef& x, size_t k, const NodeRef& v) {
+  const NodeRef recip = b::unary(OpKind::Reciprocal, b::add(b::mul(y, y), b::mul(x, x)));
+  return k == 0 ? b::mul(b::mul(v, x), recip) : b::mul(b::mul(v, b::neg(y)), recip);
+}
+
 // v ⊙ ∂y/∂(operand k) for an elementwise y, in v's dtype; null when operand k gets
 // no gradient. Cast returns v unchanged (float <-> float): the caller casts it.
 NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
@@ -85,7 +95,22 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Tanh: return b::mul(v, b::sub(cst(y, 1), b::mul(y, y)));
   case OpKind::Sigmoid: return b::mul(v, b::mul(y, b::sub(cst(y, 1), y)));
   case OpKind::Erf: return b::mul(v, b::scale(b::unary(OpKind::Exp, b::neg(b::mul(x, x))), M_2_SQRTPI));
-  case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: return zeros_like(v); // piecewise constant (as PyTorch)
+  case OpKind::Tan: return b::mul(v, b::add(cst(y, 1), b::mul(y, y))); // 1 + tan^2
+  case OpKind::Atan: return b::div(v, b::add(b::mul(x, x), cst(x, 1))); // 1 / (1 + x^2)
+  case OpKind::Asin: return b::mul(v, one_minus_square_rsqrt(x)); // 1 / sqrt(1 - x^2)
+  case OpKind::Acos: return b::neg(b::mul(v, one_minus_square_rsqrt(x))); // -1 / sqrt(1 - x^2)
+  case OpKind::Sinh: return b::mul(v, b::unary(OpKind::Cosh, x));
+  case OpKind::Cosh: return b::mul(v, b::unary(OpKind::Sinh, x));
+  case OpKind::Asinh: return b::mul(v, b::unary(OpKind::Rsqrt, b::add(b::mul(x, x), cst(x, 1))));
+  case OpKind::Acosh: return b::mul(v, b::unary(OpKind::Rsqrt, b::sub(b::mul(x, x), cst(x, 1))));
+  case OpKind::Atanh: return b::div(v, b::sub(cst(x, 1), b::mul(x, x))); // 1 / (1 - x^2)
+  case OpKind::Log2: return b::div(v, b::scale(x, M_LN2)); // 1 / (x ln2), as PyTorch's
+  case OpKind::Log10: return b::div(v, b::scale(x, M_LN10));
+  case OpKind::Exp2: return b::mul(v, b::scale(y, M_LN2));
+  case OpKind::Floor:
+  case OpKind::Ceil:
+  case OpKind::Round:
+  case OpKind::Trunc: return zeros_like(v); // piecewise constant (as PyTorch)
   case OpKind::Relu: return b::where(cmp(OpKind::Le, x, 0), zeros_like(v), v); // NaN passes v, as PyTorch's
   case OpKind::Reciprocal: return b::neg(b::mul(v, b::mul(y, y)));
   case OpKind::Cast: return is_floating(x->dtype) && is_floating(y->dtype) ? v : nullptr; // none for int/bool
@@ -95,6 +120,9 @@ NodeRef times_partial(const NodeRef& y, size_t k, const NodeRef& v) {
   case OpKind::Mul: return b::mul(v, k == 0 ? c : x);
   case OpKind::Div: return k == 0 ? b::div(v, c) : b::neg(b::div(b::mul(v, y), c));
   case OpKind::Pow: return k == 0 ? pow_base(x, c, v) : pow_exponent(y, v);
+  case OpKind::Atan2: return atan2_partial(x, c, k, v);
+  case OpKind::Fmod: return k == 0 ? v : b::neg(b::mul(v, b::unary(OpKind::Trunc, b::div(x, c)))); // -trunc(x / c)
+  case OpKind::Remainder: return k == 0 ? v : b::neg(b::mul(v, b::unary(OpKind::Floor, b::div(x, c)))); // -floor(x / c)
   case OpKind::Maximum:
     return tie_split(k == 0 ? b::binary(OpKind::Lt, x, c) : b::binary(OpKind::Lt, c, x), b::binary(OpKind::Eq, x, c), v);
   case OpKind::Minimum:

@@ -1042,12 +1042,14 @@ private:
     KILN_ASSERT(is_floating(t), std::string(what) + " on " + std::string(dtype_name(t)) + " in " + k_.name);
   }
 
+  /// kiln_<fn>_<f32|f64>(args), args one operand or two joined by ", ".
   std::string math(const char* fn, const std::string& x, DType t) {
     require_float(t, fn);
     return std::string("kiln_") + fn + fsuffix(t) + "(" + x + ")";
   }
 
-  /// floor, ceil or rint (f suffix for f32): exact in CUDA and on the shim's host libm.
+  /// floor, ceil, rint, trunc or fmod (f suffix for f32; fmod's operands joined by ", "): exact in CUDA and on
+  /// the shim's host libm.
   std::string rounding(const char* fn, const std::string& x, DType t) {
     require_float(t, fn);
     return std::string(fn) + (t == DType::Float32 ? "f(" : "(") + x + ")";
@@ -1078,9 +1080,22 @@ private:
     case ScalarOp::Tanh: return math("tanh", a(0), in);
     case ScalarOp::Sigmoid: return math("sigmoid", a(0), in);
     case ScalarOp::Erf: return math("erf", a(0), in);
+    case ScalarOp::Tan: return math("tan", a(0), in);
+    case ScalarOp::Atan: return math("atan", a(0), in);
+    case ScalarOp::Asin: return math("asin", a(0), in);
+    case ScalarOp::Acos: return math("acos", a(0), in);
+    case ScalarOp::Sinh: return math("sinh", a(0), in);
+    case ScalarOp::Cosh: return math("cosh", a(0), in);
+    case ScalarOp::Asinh: return math("asinh", a(0), in);
+    case ScalarOp::Acosh: return math("acosh", a(0), in);
+    case ScalarOp::Atanh: return math("atanh", a(0), in);
+    case ScalarOp::Log2: return math("log2", a(0), in);
+    case ScalarOp::Log10: return math("log10", a(0), in);
+    case ScalarOp::Exp2: return math("exp2", a(0), in);
     case ScalarOp::Floor: return rounding("floor", a(0), in);
     case ScalarOp::Ceil: return rounding("ceil", a(0), in);
     case ScalarOp::Round: return rounding("rint", a(0), in); // ties to even (the default rounding mode)
+    case ScalarOp::Trunc: return rounding("trunc", a(0), in);
     case ScalarOp::Sqrt: return sqrt(a(0), in);
     case ScalarOp::Rsqrt: return float_literal(in, 1) + " / " + sqrt(a(0), in);
     case ScalarOp::Reciprocal: require_float(in, "reciprocal"); return float_literal(in, 1) + " / " + a(0);
@@ -1092,6 +1107,9 @@ private:
     case ScalarOp::Mul: return arith("*", "kiln_mul", "&", a(0), a(1), in);
     case ScalarOp::Div: require_float(in, "div"); return a(0) + " / " + a(1);
     case ScalarOp::Pow: return pow(a(0), a(1), in);
+    case ScalarOp::Atan2: return math("atan2", a(0) + ", " + a(1), in);
+    case ScalarOp::Fmod: return rounding("fmod", a(0) + ", " + a(1), in); // exact: fmodf / fmod
+    case ScalarOp::Remainder: require_float(in, "remainder"); return "kiln_remainder(" + a(0) + ", " + a(1) + ")";
     case ScalarOp::Maximum: return max_min(true, a(0), a(1), in);
     case ScalarOp::Minimum: return max_min(false, a(0), a(1), in);
     case ScalarOp::Eq: return a(0) + " == " + a(1);

@@ -196,7 +196,8 @@ PreludeFunction guarded(std::string name, const std::string& text) {
 }
 
 /// The math functions of math_body.h, each for double and float (f32 erf calls f64 erf,
-/// which calls f64 exp: so the functions come in kMathFns's order, double first), then
+/// which calls f64 exp: so the functions come in kMathFns's order, double first), then the
+/// two-operand ones (kMathFns2), then
 /// rand/randn. Every function calls only functions before it (checked in functions_of()).
 std::vector<PreludeFunction> math_functions() {
   std::vector<PreludeFunction> out;
@@ -205,6 +206,13 @@ std::vector<PreludeFunction> math_functions() {
     for (bool f64 : {true, false}) {
       const CExpr x{"x", f64 ? CType::F64 : CType::F32};
       const std::string text = device_function(f64, math_fn_name(fn), {x}, [&](CudaOps& m) { return math::body(m, fn, x); });
+      out.push_back(guarded(std::string("kiln_") + math_fn_name(fn) + suffix[f64], text));
+    }
+  for (MathFn2 fn : kMathFns2)
+    for (bool f64 : {true, false}) {
+      const CExpr a{"a", f64 ? CType::F64 : CType::F32}, b{"b", f64 ? CType::F64 : CType::F32};
+      const std::string text =
+          device_function(f64, math_fn_name(fn), {a, b}, [&](CudaOps& m) { return math::body(m, fn, a, b); });
       out.push_back(guarded(std::string("kiln_") + math_fn_name(fn) + suffix[f64], text));
     }
   const CExpr seed{"seed", CType::I64}, counter{"c", CType::I64};
@@ -310,6 +318,15 @@ KILN_DF long long kiln_to_i64(double x) {
   if (x >= 9223372036854775808.0) return 9223372036854775807LL;
   if (x < -9223372036854775808.0) return -9223372036854775807LL - 1;
   return (long long)x;
+}
+// PyTorch's remainder: fmod, plus b where it is non-zero and its sign differs from b's.
+KILN_DF float kiln_remainder(float a, float b) {
+  float m = fmodf(a, b);
+  return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+KILN_DF double kiln_remainder(double a, double b) {
+  double m = fmod(a, b);
+  return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
 }
 template <class T> KILN_DF T kiln_ipow(T x, T e) {
   typedef unsigned long long U;

@@ -816,9 +816,12 @@ private:
 
   /// True when e calls a math function (each shared subtree looked at once).
   static bool has_math_function(const ExprRef& e) {
-    static constexpr ScalarOp kCostly[] = {ScalarOp::Exp,  ScalarOp::Expm1,   ScalarOp::Log, ScalarOp::Log1p,
-                                           ScalarOp::Sin,  ScalarOp::Cos,     ScalarOp::Tanh, ScalarOp::Sigmoid,
-                                           ScalarOp::Erf,  ScalarOp::Pow};
+    static constexpr ScalarOp kCostly[] = {
+        ScalarOp::Exp,   ScalarOp::Expm1, ScalarOp::Log,     ScalarOp::Log1p, ScalarOp::Sin,
+        ScalarOp::Cos,   ScalarOp::Tanh,  ScalarOp::Sigmoid, ScalarOp::Erf,   ScalarOp::Pow,
+        ScalarOp::Tan,   ScalarOp::Atan,  ScalarOp::Asin,    ScalarOp::Acos,  ScalarOp::Sinh,
+        ScalarOp::Cosh,  ScalarOp::Asinh, ScalarOp::Acosh,   ScalarOp::Atanh, ScalarOp::Log2,
+        ScalarOp::Log10, ScalarOp::Exp2,  ScalarOp::Atan2,   ScalarOp::Fmod,  ScalarOp::Remainder};
     std::unordered_set<const Expr*> seen;
     std::function<bool(const ExprRef&)> visit = [&](const ExprRef& x) {
       if (!seen.insert(x.get()).second) return false;
@@ -1288,9 +1291,22 @@ private:
     case ScalarOp::Rsqrt: return recip(sqrt(a(0), in), in);
     case ScalarOp::Sigmoid: return math(MathFn::Sigmoid, a(0), in);
     case ScalarOp::Erf: return math(MathFn::Erf, a(0), in);
+    case ScalarOp::Tan: return math(MathFn::Tan, a(0), in);
+    case ScalarOp::Atan: return math(MathFn::Atan, a(0), in);
+    case ScalarOp::Asin: return math(MathFn::Asin, a(0), in);
+    case ScalarOp::Acos: return math(MathFn::Acos, a(0), in);
+    case ScalarOp::Sinh: return math(MathFn::Sinh, a(0), in);
+    case ScalarOp::Cosh: return math(MathFn::Cosh, a(0), in);
+    case ScalarOp::Asinh: return math(MathFn::Asinh, a(0), in);
+    case ScalarOp::Acosh: return math(MathFn::Acosh, a(0), in);
+    case ScalarOp::Atanh: return math(MathFn::Atanh, a(0), in);
+    case ScalarOp::Log2: return math(MathFn::Log2, a(0), in);
+    case ScalarOp::Log10: return math(MathFn::Log10, a(0), in);
+    case ScalarOp::Exp2: return math(MathFn::Exp2, a(0), in);
     case ScalarOp::Floor: return rounding(Intrinsic::floor, a(0), in, "floor");
     case ScalarOp::Ceil: return rounding(Intrinsic::ceil, a(0), in, "ceil");
     case ScalarOp::Round: return rounding(Intrinsic::roundeven, a(0), in, "round");
+    case ScalarOp::Trunc: return rounding(Intrinsic::trunc, a(0), in, "trunc");
     case ScalarOp::Reciprocal: return recip(a(0), in);
     case ScalarOp::Relu: return relu(a(0), in);
     case ScalarOp::LogicalNot: return b_.CreateNot(to_bool(a(0), in));
@@ -1302,6 +1318,9 @@ private:
       require_float(in, "div");
       return b_.CreateFDiv(a(0), a(1));
     case ScalarOp::Pow: return pow(a(0), a(1), in);
+    case ScalarOp::Atan2: require_float(in, "atan2"); return emit_math(b_, MathFn2::Atan2, a(0), a(1));
+    case ScalarOp::Fmod: require_float(in, "fmod"); return b_.CreateFRem(a(0), a(1));
+    case ScalarOp::Remainder: return remainder(a(0), a(1), in);
     case ScalarOp::Maximum: return max_min(true, in, a(0), a(1));
     case ScalarOp::Minimum: return max_min(false, in, a(0), a(1));
     case ScalarOp::Eq: return compare(CmpInst::FCMP_OEQ, CmpInst::ICMP_EQ, CmpInst::ICMP_EQ, a(0), a(1), in);
@@ -1328,6 +1347,16 @@ private:
   }
 
   Value* fconst(DType t, double v) { return ConstantFP::get(reg(t), v); }
+
+  /// PyTorch's remainder: m = fmod(x, y) (frem: exact, C's fmod), m + y where m != 0 and the signs of m and
+  /// y differ.
+  Value* remainder(Value* x, Value* y, DType t) {
+    require_float(t, "remainder");
+    Value* m = b_.CreateFRem(x, y);
+    Value* zero = fconst(t, 0);
+    Value* differ = b_.CreateXor(b_.CreateFCmpOLT(y, zero), b_.CreateFCmpOLT(m, zero));
+    return b_.CreateSelect(b_.CreateAnd(b_.CreateFCmpUNE(m, zero), differ), b_.CreateFAdd(m, y), m);
+  }
 
   Value* neg(Value* x, DType t) {
     KILN_ASSERT(t != DType::Bool, "neg on bool in " + k_.name);

@@ -169,16 +169,27 @@ void lower_scalef(Module& mod, bool avx512f, bool avx512vl) {
 namespace {
 
 /// Defines the internal function `name` computing fn on scalar type ty.
-Function* define_math(Module& mod, MathFn fn, Type* ty, const std::string& name) {
-  auto* f = Function::Create(FunctionType::get(ty, {ty}, false), GlobalValue::InternalLinkage, name, mod);
+/// Defines the internal function `name` of `arity` operands of type ty, returning body(ops, operands).
+template <class Body> Function* define_function(Module& mod, Type* ty, int arity, const std::string& name, Body body) {
+  auto* f = Function::Create(FunctionType::get(ty, std::vector<Type*>(arity, ty), false), GlobalValue::InternalLinkage,
+                             name, mod);
   f->addFnAttr(Attribute::AlwaysInline);
   f->addFnAttr(Attribute::NoUnwind);
   f->addFnAttr(Attribute::WillReturn);
   f->setDoesNotAccessMemory();
   IRBuilder<> b(BasicBlock::Create(mod.getContext(), "entry", f)); // no fast-math flags: nothing contracts
   IrOps m(b, ty);
-  b.CreateRet(math::body(m, fn, f->getArg(0)));
+  b.CreateRet(body(m, f));
   return f;
+}
+
+Function* define_math(Module& mod, MathFn fn, Type* ty, const std::string& name) {
+  return define_function(mod, ty, 1, name, [&](IrOps& m, Function* f) { return math::body(m, fn, f->getArg(0)); });
+}
+
+/// The name of fn on ty in emitted IR (kiln.exp.f32).
+template <class Fn> std::string math_name(Fn fn, Type* ty) {
+  return std::string("kiln.") + math_fn_name(fn) + (ty->isDoubleTy() ? ".f64" : ".f32");
 }
 
 } // namespace
@@ -187,10 +198,22 @@ Value* emit_math(IRBuilder<>& b, MathFn fn, Value* x) {
   Type* ty = x->getType();
   KILN_ASSERT(ty->isFloatTy() || ty->isDoubleTy(), "math on a non-float type");
   Module& mod = *b.GetInsertBlock()->getModule();
-  const std::string name = std::string("kiln.") + math_fn_name(fn) + (ty->isDoubleTy() ? ".f64" : ".f32");
+  const std::string name = math_name(fn, ty);
   Function* f = mod.getFunction(name);
   if (!f) f = define_math(mod, fn, ty, name);
   return b.CreateCall(f, {x});
+}
+
+Value* emit_math(IRBuilder<>& b, MathFn2 fn, Value* x, Value* y) {
+  Type* ty = x->getType();
+  KILN_ASSERT((ty->isFloatTy() || ty->isDoubleTy()) && y->getType() == ty, "math on non-float types");
+  Module& mod = *b.GetInsertBlock()->getModule();
+  const std::string name = math_name(fn, ty);
+  Function* f = mod.getFunction(name);
+  if (!f)
+    f = define_function(mod, ty, 2, name,
+                        [&](IrOps& m, Function* g) { return math::body(m, fn, g->getArg(0), g->getArg(1)); });
+  return b.CreateCall(f, {x, y});
 }
 
 Value* emit_random(IRBuilder<>& b, bool normal, Type* ty, Value* seed, Value* counter) {

@@ -20,6 +20,9 @@ namespace kiln::codegen {
 /// module on first use.
 llvm::Value* emit_math(llvm::IRBuilder<>& b, MathFn fn, llvm::Value* x);
 
+/// Calls the two-operand `fn` on (x, y) (both float or both double), as emit_math.
+llvm::Value* emit_math(llvm::IRBuilder<>& b, MathFn2 fn, llvm::Value* x, llvm::Value* y);
+
 /// Replaces every call of kiln.scalef in `mod`, scalar or widened by the vectorizer, by its
 /// code: vscalefps/pd where the target has it (AVX-512F; 128- and 256-bit vectors need VL), else
 /// math::scale_by_halves' ops. Run after the IR pipeline, before code generation.

@@ -20,6 +20,10 @@
 ///            exp    log    sin*   cos*   tanh   sigmoid  erf    expm1  log1p
 ///   f32      0.96   0.81   1.43   1.47   1.49   2.29     0.50   1.40   0.50
 ///   f64      0.96   0.80   2.10   2.14   2.48   2.28     0.73   1.80   0.79
+///            tan*   atan   atan2  asin   acos   sinh     cosh   asinh  acosh  atanh  log2   log10  exp2
+///   f32      0.50   0.50   0.50   0.50   0.50   0.50     0.50   0.50   0.50   0.50   0.50   0.50   0.50
+///   f64      3.23   0.82   1.34   0.83   1.19   1.41     1.34   1.54   2.04   1.54   0.90   0.76   1.10
+/// (test_llvm MathAccuracyMore*; f32 computes these in f64 and rounds once.)
 /// (*) for |x| <= 1e5; sin_cos_body() gives the limits of its argument reduction
 /// (accurate to |x| ~ 1.6e6, bounded but meaningless beyond).
 ///
@@ -40,6 +44,21 @@
 ///   tanh:  sign(x) e / (e + 2) with e = expm1(2|x|) (expm1's core: 2|x| is too small for its
 ///          large-x and -0 handling), |x| clamped where tanh rounds to 1.
 ///   sigmoid: 1 / (1 + e) or e / (1 + e) with e = exp(-|x|).
+///   atan:  fdlibm's s_atan.c, branch-free: one of five intervals of |x| picks a reduced t (one division)
+///          and atan(c) as hi + lo; atan(t) = t - t z P(z), z = t^2 (fdlibm's coefficients).
+///   atan2: atan(|y| / |x|), pi - that (pi as hi + lo) where x's sign bit is set, y's sign; C's
+///          values at the zeros and infinities by selects.
+///   asin/acos: atan(|x| / s) and atan2(s, x), s = sqrt(1 - x^2) as a double-length s + s_lo (the
+///          residual of fma(-x, x, 1)), the quotient's low part added to atan's low part.
+///   sinh/cosh: fdlibm's pieces (sinh's Taylor series below 1; expm1(|x|) up to 22; beyond, e^|x| / 2
+///          as 2^(n-1) e^r, so that only a result beyond the range overflows).
+///   asinh/acosh/atanh: fdlibm's formulas over log1p and log (log(x) + ln2 for huge x, no x^2 overflow).
+///   tan:   sin/cos's reduction; r + r z (S - C) / cos r (the correction rounds, not the leading r),
+///          -1 / tan(r) for odd quadrants.
+///   log2/log10: log's reduction x = 2^k (1 + f); k (times log10(2) as hi + lo) + log(1 + f) times
+///          1/ln2 (1/ln10) as hi + lo, log(1 + f)'s and the products' rounding errors kept apart and
+///          added last (exact at powers of two).
+///   exp2:  2^n e^(r ln2), n = rint(x), r = x - n exact, r ln2 as t + t_lo; exact at integers.
 ///   erf:   in f64 for f32 too (rounded once), on |x| clamped to where erf rounds to +-1.
 ///          f32: x P(t), t = 2 x^2 / 3.93^2 - 1, P a Chebyshev fit of erf(x)/x (kErfF32,
 ///          2.2e-12 relative, enough for f32; by Estrin's scheme) on |x| <= 3.93. f64, on |x| <= 6:
@@ -75,7 +94,19 @@ namespace kiln::codegen {
   X(Cos, "cos", cos_body) \
   X(Tanh, "tanh", tanh_body) \
   X(Sigmoid, "sigmoid", sigmoid_body) \
-  X(Erf, "erf", erf_body)
+  X(Erf, "erf", erf_body) \
+  X(Atan, "atan", atan_body) \
+  X(Asin, "asin", asin_body) \
+  X(Acos, "acos", acos_body) \
+  X(Sinh, "sinh", sinh_body) \
+  X(Cosh, "cosh", cosh_body) \
+  X(Asinh, "asinh", asinh_body) \
+  X(Acosh, "acosh", acosh_body) \
+  X(Atanh, "atanh", atanh_body) \
+  X(Tan, "tan", tan_body) \
+  X(Log2, "log2", log2_body) \
+  X(Log10, "log10", log10_body) \
+  X(Exp2, "exp2", exp2_body)
 
 /// One enumerator per KILN_MATH_FNS row.
 enum class MathFn : uint8_t {
@@ -97,6 +128,35 @@ constexpr const char* math_fn_name(MathFn fn) {
 #define KILN_MATH_NAME(e, name, body) \
   case MathFn::e: return name;
     KILN_MATH_FNS(KILN_MATH_NAME)
+#undef KILN_MATH_NAME
+  }
+  return "?";
+}
+
+/// The two-operand functions, emitted after the one-operand ones (whose functions they may call):
+/// X(MathFn2 enumerator, name in emitted code, body template in namespace math, taking (m, a, b)).
+#define KILN_MATH_FNS2(X) X(Atan2, "atan2", atan2_body)
+
+/// One enumerator per KILN_MATH_FNS2 row.
+enum class MathFn2 : uint8_t {
+#define KILN_MATH_ENUM(e, name, body) e,
+  KILN_MATH_FNS2(KILN_MATH_ENUM)
+#undef KILN_MATH_ENUM
+};
+
+/// Every MathFn2, in KILN_MATH_FNS2's order.
+inline constexpr MathFn2 kMathFns2[] = {
+#define KILN_MATH_ENTRY(e, name, body) MathFn2::e,
+    KILN_MATH_FNS2(KILN_MATH_ENTRY)
+#undef KILN_MATH_ENTRY
+};
+
+/// The function's name in emitted code ("atan2": LLVM's kiln.atan2.f32, CUDA's kiln_atan2_f32).
+constexpr const char* math_fn_name(MathFn2 fn) {
+  switch (fn) {
+#define KILN_MATH_NAME(e, name, body) \
+  case MathFn2::e: return name;
+    KILN_MATH_FNS2(KILN_MATH_NAME)
 #undef KILN_MATH_NAME
   }
   return "?";
@@ -300,10 +360,14 @@ template <MathOps M> typename M::V expm1_body(M& m, typename M::V x) {
   return m.sel(m.is_nan(x), x, y);
 }
 
-/// log(x), plus `correction` (a term far below log(x)'s ulp, log1p's) added to the low part before the final
-/// sums, so that it costs no rounding of its own; none for log itself (the same IR as before log1p).
-template <MathOps M>
-typename M::V log_with_correction(M& m, typename M::V x, const std::optional<typename M::V>& correction) {
+/// log's reduction of x: x = 2^k (1 + f), 1 + f in [sqrt(1/2), sqrt(2)), and log(1 + f) = f - (hfsq - s w)
+/// with hfsq = f^2/2, s = f / (2 + f), w = hfsq + s^2 R(s^2) (fdlibm's terms; the caller adds k ln2).
+template <MathOps M> struct LogParts {
+  typename M::V kf, f, hfsq, s, w;
+};
+
+/// The LogParts of x > 0 (subnormals scaled first); garbage elsewhere (callers select log's specials).
+template <MathOps M> LogParts<M> log_parts(M& m, typename M::V x) {
   const int mant = m.f64 ? 52 : 23, bias = m.f64 ? 1023 : 127, scale = m.f64 ? 54 : 24;
   // Subnormals: scale into the normal range first.
   auto tiny = m.lt(x, m.c(m.f64 ? 0x1p-1022 : 0x1p-126));
@@ -324,17 +388,29 @@ typename M::V log_with_correction(M& m, typename M::V x, const std::optional<typ
   for (int j = 1; j <= (m.f64 ? 11 : 5); ++j) coef.push_back(2.0 / (2 * j + 1));
   auto h = horner(m, z, coef);
   auto hfsq = m.mul(m.mul(m.c(0.5), f), f);
-  auto kf = m.to_float(k);
-  // tail = s (hfsq + z h) + k ln2_lo: the products z h and s (...) fused, k ln2_lo rounded;
-  // y = k ln2_hi + (f - (hfsq - tail)), k ln2_hi fused (exact anyway: ln2_hi's zero bits).
-  auto klo = m.mul(kf, m.c(ln2_lo(m.f64)));
-  if (correction) klo = m.add(klo, *correction);
-  auto tail = m.fma(s, m.fma(z, h, hfsq), klo);
-  auto y = m.fma(kf, m.c(ln2_hi(m.f64)), m.sub(f, m.sub(hfsq, tail)));
+  return {m.to_float(k), f, hfsq, s, m.fma(z, h, hfsq)};
+}
+
+/// y where x is a positive finite number; log's values elsewhere: -inf at 0, NaN below, inf at inf, NaN.
+template <MathOps M> typename M::V log_specials(M& m, typename M::V x, typename M::V y) {
   y = m.sel(m.eq(x, m.c(0)), m.c(-kInf), y);
   y = m.sel(m.lt(x, m.c(0)), m.c(kNaN), y);
   y = m.sel(m.eq(x, m.c(kInf)), m.c(kInf), y);
   return m.sel(m.is_nan(x), x, y);
+}
+
+/// log(x), plus `correction` (a term far below log(x)'s ulp, log1p's) added to the low part before the final
+/// sums, so that it costs no rounding of its own; none for log itself (the same IR as before log1p).
+template <MathOps M>
+typename M::V log_with_correction(M& m, typename M::V x, const std::optional<typename M::V>& correction) {
+  auto [kf, f, hfsq, s, w] = log_parts(m, x);
+  // tail = s (hfsq + z h) + k ln2_lo: the products z h and s (...) fused, k ln2_lo rounded;
+  // y = k ln2_hi + (f - (hfsq - tail)), k ln2_hi fused (exact anyway: ln2_hi's zero bits).
+  auto klo = m.mul(kf, m.c(ln2_lo(m.f64)));
+  if (correction) klo = m.add(klo, *correction);
+  auto tail = m.fma(s, w, klo);
+  auto y = m.fma(kf, m.c(ln2_hi(m.f64)), m.sub(f, m.sub(hfsq, tail)));
+  return log_specials(m, x, y);
 }
 
 template <MathOps M> typename M::V log_body(M& m, typename M::V x) { return log_with_correction(m, x, std::nullopt); }
@@ -356,15 +432,14 @@ template <MathOps M> typename M::V log1p_body(M& m, typename M::V x) {
   return m.sel(m.eq(u, m.c(1)), x, y);
 }
 
-/// sin (is_cos false) or cos of x.
-/// Argument reduction runs in f64 for both dtypes: n = round(x 2/pi) and
-/// r = x - n pi/2 with pi/2 split as pio2_1 (33 bits, so n*pio2_1 is exact for
-/// |n| < 2^20) + the rest (f32: one more part, ~86 bits in all; f64: two more, ~119 bits).
-/// Accuracy therefore holds for |x| < 2^20 pi/2 ~ 1.6e6 (f32) and, for f64, also
-/// there except for arguments within ~2^-46 of a multiple of pi/2 at large |x|.
-/// Beyond 1.6e6 the reduction loses bits and the result degrades (it stays finite,
-/// in [-1, 1], and no longer tracks sin x); inf and NaN give NaN.
-template <MathOps M> typename M::V sin_cos_body(M& m, typename M::V x, bool is_cos) {
+/// sin_cos_body's argument reduction: r = x - n pi/2 (|r| <= pi/4, in x's type), n mod 4 (a 32-bit int),
+/// and whether x is finite (where it is not, x is replaced by 0 and the caller returns NaN).
+template <MathOps M> struct PiO2Reduced {
+  typename M::V r, q, finite;
+};
+
+/// x's PiO2Reduced (n = round(x 2/pi) and r in f64, pi/2 in three parts (f32: two), as documented below).
+template <MathOps M> PiO2Reduced<M> reduce_pio2(M& m, typename M::V x) {
   M d = m.wide();
   auto finite = m.lt(m.fabs(x), m.c(kInf));
   auto xs = m.sel(finite, x, m.c(0));
@@ -383,13 +458,29 @@ template <MathOps M> typename M::V sin_cos_body(M& m, typename M::V x, bool is_c
   // n mod 4, exactly, for any float n (multiples of 4 beyond 2^54 give 0; 4 floor(n/4)
   // is exact, so the mul and the sub round nothing).
   auto nmod = d.sub(nf, d.mul(d.c(4), d.floor(d.mul(nf, d.c(0.25)))));
-  auto q = m.to_i32(nmod);
-  if (is_cos) q = m.iadd(q, m.ci32(1));
+  return {r, m.to_i32(nmod), finite};
+}
+
+/// sin(r) and cos(r) for |r| <= pi/4 by their Taylor polynomials.
+template <MathOps M> std::pair<typename M::V, typename M::V> sin_cos_poly(M& m, typename M::V r) {
   auto z = m.mul(r, r);
   auto ps = horner(m, z, factorial_series(3, 2, m.f64 ? 9 : 5, -1.0, -1.0));  // -1/3! + z/5! - ...
   auto pc = horner(m, z, factorial_series(2, 2, m.f64 ? 10 : 5, -1.0, -1.0)); // -1/2! + z/4! - ...
-  auto s = m.fma(m.mul(r, z), ps, r);
-  auto c = m.fma(z, pc, m.c(1));
+  return {m.fma(m.mul(r, z), ps, r), m.fma(z, pc, m.c(1))};
+}
+
+/// sin (is_cos false) or cos of x.
+/// Argument reduction runs in f64 for both dtypes: n = round(x 2/pi) and
+/// r = x - n pi/2 with pi/2 split as pio2_1 (33 bits, so n*pio2_1 is exact for
+/// |n| < 2^20) + the rest (f32: one more part, ~86 bits in all; f64: two more, ~119 bits).
+/// Accuracy therefore holds for |x| < 2^20 pi/2 ~ 1.6e6 (f32) and, for f64, also
+/// there except for arguments within ~2^-46 of a multiple of pi/2 at large |x|.
+/// Beyond 1.6e6 the reduction loses bits and the result degrades (it stays finite,
+/// in [-1, 1], and no longer tracks sin x); inf and NaN give NaN.
+template <MathOps M> typename M::V sin_cos_body(M& m, typename M::V x, bool is_cos) {
+  auto [r, q, finite] = reduce_pio2(m, x);
+  if (is_cos) q = m.iadd(q, m.ci32(1));
+  auto [s, c] = sin_cos_poly(m, r);
   auto use_cos = m.ine(m.iand(q, m.ci32(1)), m.ci32(0));
   auto negate = m.ine(m.iand(q, m.ci32(2)), m.ci32(0));
   auto v = m.sel(use_cos, c, s);
@@ -529,6 +620,267 @@ template <MathOps M> typename M::V erf_body(M& m, typename M::V x) {
   return m.sel(m.is_nan(x), x, m.copysign(y, x));
 }
 
+// ---- inverse trigonometric, hyperbolic, tan, log2/log10/exp2 -----------------------------------------
+// f32 computes each in f64 (the f64 body) and rounds once.
+
+/// fdlibm's s_atan.c constants: atan(t) = t - t z P(z), z = t^2, P's coefficients kAtanP, on |t| <= 7/16;
+/// kAtanHi[i] + kAtanLo[i] = atan(0.5), atan(1), atan(1.5), atan(inf).
+inline const std::vector<double> kAtanP = {
+    3.33333333333329318027e-01, -1.99999999998764832476e-01, 1.42857142725034663711e-01, -1.11111104054623557880e-01,
+    9.09088713343650656196e-02, -7.69187620504482999495e-02, 6.66107313738753120669e-02, -5.83357013379057348645e-02,
+    4.97687799461593236017e-02, -3.65315727442169155270e-02, 1.62858201153657823623e-02};
+inline constexpr double kAtanHi[4] = {4.63647609000806093515e-01, 7.85398163397448278999e-01,
+                                      9.82793723247329054082e-01, 1.57079632679489655800e+00};
+inline constexpr double kAtanLo[4] = {2.26987774529616870924e-17, 3.06161699786838301793e-17,
+                                      1.39033110312309984516e-17, 6.12323399573676603587e-17};
+/// pi = kPiHi + kPiLo.
+inline constexpr double kPiHi = 3.14159265358979311600e+00, kPiLo = 1.22464679914735320717e-16;
+
+/// The f64 body of a function whose f32 version is the f64 one rounded once.
+#define KILN_F32_IN_F64(fn, m, x) \
+  if (!(m).f64) { \
+    auto w = (m).wide(); \
+    return (m).from_f64(fn(w, (m).to_f64(x))); \
+  }
+
+/// a && b on comparison results.
+template <MathOps M> typename M::V both(M& m, typename M::V a, typename M::V b) { return m.sel(a, b, a); }
+
+/// atan(a) for a = |x| (or NaN) in f64, branch-free fdlibm: the interval [0, 7/16), [7/16, 11/16),
+/// [11/16, 19/16), [19/16, 39/16) or beyond picks t = a, (2a - 1) / (2 + a), (a - 1) / (a + 1),
+/// (a - 1.5) / (1 + 1.5 a) or -1 / a (numerators exact), and atan = hi - ((t z P(z) - lo) - t).
+/// With `a_lo`, atan(a + a_lo) for a low-order part a_lo (far below a's ulp): a_lo / (1 + a^2) joins lo.
+template <MathOps M>
+typename M::V atan_abs(M& m, typename M::V a, const std::optional<typename M::V>& a_lo = std::nullopt) {
+  typename M::V below[4] = {m.lt(a, m.c(0.4375)), m.lt(a, m.c(0.6875)), m.lt(a, m.c(1.1875)), m.lt(a, m.c(2.4375))};
+  typename M::V num[4] = {a, m.fma(a, m.c(2), m.c(-1)), m.sub(a, m.c(1)), m.sub(a, m.c(1.5))};
+  typename M::V den[4] = {m.c(1), m.add(m.c(2), a), m.add(a, m.c(1)), m.fma(a, m.c(1.5), m.c(1))};
+  auto n = m.c(-1), d = a, hi = m.c(kAtanHi[3]), lo = m.c(kAtanLo[3]);
+  for (int i = 3; i >= 0; --i) {
+    n = m.sel(below[i], num[i], n);
+    d = m.sel(below[i], den[i], d);
+    hi = m.sel(below[i], m.c(i ? kAtanHi[i - 1] : 0.0), hi);
+    lo = m.sel(below[i], m.c(i ? kAtanLo[i - 1] : 0.0), lo);
+  }
+  if (a_lo) lo = m.add(lo, m.div(*a_lo, m.fma(a, a, m.c(1))));
+  auto t = m.div(n, d);
+  auto z = m.mul(t, t);
+  auto tp = m.mul(m.mul(t, z), horner(m, z, kAtanP));
+  return m.sub(hi, m.sub(m.sub(tp, lo), t));
+}
+
+/// atan(x): atan_abs(|x|) with x's sign (-0 stays -0).
+template <MathOps M> typename M::V atan_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(atan_body, m, x);
+  return m.copysign(atan_abs(m, m.fabs(x)), x);
+}
+
+/// atan2(y, x) >= 0 for y >= 0 (y may be +0): atan(y / |x|), or pi - that where x's sign bit is set
+/// (pi as hi + lo); inf/inf counts as 1, 0/0 as 0 (C's atan2 at the infinities and zeros). With y_lo
+/// (y's low-order part, acos's), the quotient's low part joins atan's.
+template <MathOps M>
+typename M::V atan2_upper(M& m, typename M::V y, typename M::V x,
+                          const std::optional<typename M::V>& y_lo = std::nullopt) {
+  auto ax = m.fabs(x);
+  auto q = m.div(y, ax);
+  q = m.sel(both(m, m.eq(y, m.c(kInf)), m.eq(ax, m.c(kInf))), m.c(1), q);
+  q = m.sel(both(m, m.eq(y, m.c(0)), m.eq(ax, m.c(0))), m.c(0), q);
+  std::optional<typename M::V> q_lo;
+  if (y_lo) { // (y + y_lo) / ax = q + (fma(-q, ax, y) + y_lo) / ax; none where q = inf
+    q_lo = m.div(m.add(fnma(m, q, ax, y), *y_lo), ax);
+    q_lo = m.sel(m.lt(q, m.c(kInf)), *q_lo, m.c(0));
+  }
+  auto a = atan_abs(m, q, q_lo);
+  auto x_neg = m.lt(m.copysign(m.c(1), x), m.c(0));
+  return m.sel(x_neg, m.sub(m.c(kPiHi), m.sub(a, m.c(kPiLo))), a);
+}
+
+/// atan2(y, x), the angle of (x, y) in [-pi, pi] with C's (and PyTorch's) signed zeros, infinities
+/// and NaN: atan2_upper(|y|, x) with y's sign.
+template <MathOps M> typename M::V atan2_body(M& m, typename M::V y, typename M::V x) {
+  if (!m.f64) {
+    auto w = m.wide();
+    return m.from_f64(atan2_body(w, m.to_f64(y), m.to_f64(x)));
+  }
+  auto r = m.copysign(atan2_upper(m, m.fabs(y), x), y);
+  return m.sel(m.is_nan(x), x, m.sel(m.is_nan(y), y, r));
+}
+
+/// sqrt(1 - x^2) as s + s_lo: w = fma(-x, x, 1) and its residual w_lo: fma(-x, x, 1 - w) where w >= 1/2
+/// (1 - w exact), else (h - w) - p_lo with x^2 = p + p_lo (fma) and h = 1 - p (exact: p >= 1/2);
+/// s = sqrt(w), s_lo = (fma(-s, s, w) + w_lo) / 2s (zero where s = 0); NaN outside [-1, 1].
+template <MathOps M> std::pair<typename M::V, typename M::V> sqrt_one_minus_square(M& m, typename M::V x) {
+  auto w = fnma(m, x, x, m.c(1));
+  auto p = m.mul(x, x);
+  auto p_lo = m.fma(x, x, m.neg(p));
+  auto h = m.sub(m.c(1), p);
+  auto w_lo = m.sel(m.lt(w, m.c(0.5)), m.sub(m.sub(h, w), p_lo), fnma(m, x, x, m.sub(m.c(1), w)));
+  auto s = m.sqrt(w);
+  auto s_lo = m.div(m.add(fnma(m, s, s, w), w_lo), m.add(s, s));
+  return {s, m.sel(m.eq(s, m.c(0)), m.c(0), s_lo)};
+}
+
+/// asin(x) = atan(|x| / sqrt(1 - x^2)) with x's sign, the quotient as q + q_lo: pi/2 at +-1, NaN outside
+/// [-1, 1], -0 kept.
+template <MathOps M> typename M::V asin_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(asin_body, m, x);
+  auto ax = m.fabs(x);
+  auto [s, s_lo] = sqrt_one_minus_square(m, x);
+  auto q = m.div(ax, s);
+  auto q_lo = m.div(m.sub(fnma(m, q, s, ax), m.mul(q, s_lo)), s); // (ax - q (s + s_lo)) / s
+  q_lo = m.sel(m.lt(q, m.c(kInf)), q_lo, m.c(0));
+  return m.copysign(atan_abs(m, q, std::optional(q_lo)), x);
+}
+
+/// acos(x) = atan2(sqrt(1 - x^2), x), sqrt(1 - x^2) as s + s_lo: 0 at 1, pi at -1, pi/2 at +-0, NaN
+/// outside [-1, 1].
+template <MathOps M> typename M::V acos_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(acos_body, m, x);
+  auto [s, s_lo] = sqrt_one_minus_square(m, x);
+  auto y = atan2_upper(m, s, x, std::optional(s_lo));
+  return m.sel(m.is_nan(x), x, y);
+}
+
+/// e^a / 2 for 22 <= a (f64): 2^(n-1) e^r by exp's reduction, so that it overflows only where the
+/// result does (a > 710.48); a is clamped at 711 (inf beyond).
+template <MathOps M> typename M::V half_exp_large(M& m, typename M::V a) {
+  auto [nf, r] = reduce_ln2(m, m.fmin(a, m.c(711)));
+  return m.scale(m.add(m.c(1), expm1_poly(m, r)), m.sub(nf, m.c(1)));
+}
+
+/// sinh(x): its Taylor series x + x z P(z) (z = x^2, to x^21) below |x| = 1, (e + e / (e + 1)) / 2 with
+/// e = expm1(|x|) (fdlibm's) up to 22, e^|x| / 2 beyond; x's sign.
+template <MathOps M> typename M::V sinh_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(sinh_body, m, x);
+  auto a = m.fabs(x);
+  auto z = m.mul(a, a);
+  auto small = m.fma(m.mul(a, z), horner(m, z, factorial_series(3, 2, 10, 1.0, 1.0)), a);
+  auto e = m.call(MathFn::Expm1, m.fmin(a, m.c(22)));
+  auto mid = m.mul(m.c(0.5), m.add(e, m.div(e, m.add(e, m.c(1)))));
+  auto y = m.sel(m.lt(a, m.c(1)), small, mid);
+  y = m.sel(m.gt(a, m.c(22)), half_exp_large(m, a), y);
+  return m.sel(m.is_nan(x), x, m.copysign(y, x));
+}
+
+/// cosh(x) = 1 + e^2 / (2 (1 + e)) with e = expm1(|x|) below ln2 / 2 (no cancellation near 0),
+/// E / 2 + (1/2) / E with E = e^|x| below 22, e^|x| / 2 beyond (fdlibm's pieces).
+template <MathOps M> typename M::V cosh_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(cosh_body, m, x);
+  auto a = m.fabs(x);
+  auto e = m.call(MathFn::Expm1, m.fmin(a, m.c(22)));
+  auto big_e = m.add(e, m.c(1));
+  auto small = m.add(m.c(1), m.div(m.mul(e, e), m.add(big_e, big_e)));
+  auto mid = m.add(m.mul(m.c(0.5), big_e), m.div(m.c(0.5), big_e));
+  auto y = m.sel(m.lt(a, m.c(0.34657359027997264)), small, mid);
+  y = m.sel(m.gt(a, m.c(22)), half_exp_large(m, a), y);
+  return m.sel(m.is_nan(x), x, y);
+}
+
+/// asinh(x) with x's sign, on a = |x|: log1p(a + a^2 / (1 + sqrt(1 + a^2))) up to 2,
+/// log(2a + 1 / (a + sqrt(a^2 + 1))) up to 2^28, log(a) + ln2 beyond (fdlibm's).
+template <MathOps M> typename M::V asinh_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(asinh_body, m, x);
+  auto a = m.fabs(x);
+  auto a2 = m.mul(a, a);
+  auto root = m.sqrt(m.add(m.c(1), a2));
+  auto small = m.call(MathFn::Log1p, m.add(a, m.div(a2, m.add(m.c(1), root))));
+  auto huge = m.gt(a, m.c(0x1p28));
+  auto arg = m.sel(huge, a, m.add(m.add(a, a), m.div(m.c(1), m.add(a, root))));
+  auto large = m.add(m.call(MathFn::Log, arg), m.sel(huge, m.c(0.6931471805599453), m.c(0)));
+  return m.sel(m.is_nan(x), x, m.copysign(m.sel(m.gt(a, m.c(2)), large, small), x));
+}
+
+/// acosh(x): log1p(t + sqrt(2t + t^2)) with t = x - 1 (exact) up to 2, log(2x - 1 / (x + sqrt(x^2 - 1)))
+/// up to 2^28, log(x) + ln2 beyond (fdlibm's); NaN below 1.
+template <MathOps M> typename M::V acosh_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(acosh_body, m, x);
+  auto t = m.sub(x, m.c(1));
+  auto small = m.call(MathFn::Log1p, m.add(t, m.sqrt(m.fma(t, t, m.add(t, t)))));
+  auto huge = m.gt(x, m.c(0x1p28));
+  auto root = m.sqrt(m.fma(x, x, m.c(-1)));
+  auto arg = m.sel(huge, x, m.sub(m.add(x, x), m.div(m.c(1), m.add(x, root))));
+  auto large = m.add(m.call(MathFn::Log, arg), m.sel(huge, m.c(0.6931471805599453), m.c(0)));
+  auto y = m.sel(m.gt(x, m.c(2)), large, small);
+  y = m.sel(m.lt(x, m.c(1)), m.c(kNaN), y);
+  return m.sel(m.is_nan(x), x, y);
+}
+
+/// atanh(x) = log1p(2a + 2a a / (1 - a)) / 2 below a = |x| = 1/2, log1p(2a / (1 - a)) / 2 above
+/// (fdlibm's; 1 - a exact there), x's sign: +-inf at +-1, NaN beyond.
+template <MathOps M> typename M::V atanh_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(atanh_body, m, x);
+  auto a = m.fabs(x);
+  auto two_a = m.add(a, a);
+  auto one_minus = m.sub(m.c(1), a);
+  auto small = m.add(two_a, m.div(m.mul(two_a, a), one_minus));
+  auto arg = m.sel(m.lt(a, m.c(0.5)), small, m.div(two_a, one_minus));
+  auto y = m.mul(m.c(0.5), m.call(MathFn::Log1p, arg));
+  return m.sel(m.is_nan(x), x, m.copysign(y, x));
+}
+
+/// tan(x): with sin/cos's reduction and polynomials (the same limits: accurate to |x| ~ 1.6e6), tan(r) =
+/// r + r z (S(z) - C(z)) / cos(r) (sin(r) = r + r z S, cos(r) = 1 + z C, z = r^2: the quotient is a
+/// correction below r^2 / 3 relative, so its rounding costs little), -1 / tan(r) for odd n; -0 kept, NaN
+/// at the infinities.
+template <MathOps M> typename M::V tan_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(tan_body, m, x);
+  auto [r, q, finite] = reduce_pio2(m, x);
+  auto z = m.mul(r, r);
+  auto ps = horner(m, z, factorial_series(3, 2, 9, -1.0, -1.0));
+  auto pc = horner(m, z, factorial_series(2, 2, 10, -1.0, -1.0));
+  auto c = m.fma(z, pc, m.c(1));
+  auto t = m.add(r, m.div(m.mul(m.mul(r, z), m.sub(ps, pc)), c));
+  auto odd = m.ine(m.iand(q, m.ci32(1)), m.ci32(0));
+  auto v = m.sel(odd, m.div(m.c(-1), t), t);
+  v = m.sel(m.eq(x, m.c(0)), x, v);
+  return m.sel(finite, v, m.c(kNaN));
+}
+
+/// k + log(1 + f) * (ihi + ilo) (f64, the log_parts of x), its low-order terms summed apart: log(1 + f)
+/// = L + L_err (Fast2Sum of f - (hfsq - s w)), the product as p + p_err (fma), k + p as h + h_err.
+/// log2 (khi = 1, klo = 0: exact k at powers of two) and log10 (k log10(2) = k khi, exact, + k klo).
+template <MathOps M> typename M::V log_scaled(M& m, typename M::V x, double ihi, double ilo, double khi, double klo) {
+  auto [kf, f, hfsq, s, w] = log_parts(m, x);
+  auto d = m.sub(hfsq, m.mul(s, w));
+  auto l = m.sub(f, d);
+  auto l_err = m.sub(m.sub(f, l), d);
+  auto p = m.mul(l, m.c(ihi));
+  auto p_err = m.fma(l, m.c(ilo), m.fma(l, m.c(ihi), m.neg(p)));
+  auto k = m.mul(kf, m.c(khi));
+  auto h = m.add(k, p);
+  auto h_err = m.add(m.sub(k, h), p); // Fast2Sum: |k| >= |p| unless k = 0 (then h = p exactly)
+  auto lo = m.fma(l_err, m.c(ihi), m.fma(kf, m.c(klo), p_err));
+  return log_specials(m, x, m.add(h, m.add(h_err, lo)));
+}
+
+/// log2(x): k + log(1 + f) / ln2 (exact at powers of two).
+template <MathOps M> typename M::V log2_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(log2_body, m, x);
+  return log_scaled(m, x, 1.4426950408889634, 2.0355273740931033e-17, 1.0, 0.0);
+}
+
+/// log10(x): k log10(2) + log(1 + f) / ln10, log10(2) as fdlibm's hi (k hi exact) + lo.
+template <MathOps M> typename M::V log10_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(log10_body, m, x);
+  return log_scaled(m, x, 0.4342944819032518, 1.098319650216765e-17, 3.01029995663611771306e-01,
+                    3.69423907715893078616e-13);
+}
+
+/// exp2(x) = 2^n e^(r ln2), n = rint(x), r = x - n exact, r ln2 as t + t_lo (fma), e^(t + t_lo) =
+/// 1 + (expm1(t) + t_lo); exact at integers (r = 0); x clamped to [-1080, 1030] (0 / inf beyond).
+template <MathOps M> typename M::V exp2_body(M& m, typename M::V x) {
+  KILN_F32_IN_F64(exp2_body, m, x);
+  auto xc = clamp(m, x, -1080, 1030);
+  auto nf = m.rint(xc);
+  auto r = m.sub(xc, nf);
+  auto t = m.mul(r, m.c(0.6931471805599453));
+  auto t_lo = m.fma(r, m.c(2.3190468138462996e-17), m.fma(r, m.c(0.6931471805599453), m.neg(t)));
+  auto p = m.add(m.c(1), m.add(expm1_poly(m, t), t_lo));
+  return m.sel(m.is_nan(x), x, m.scale(p, nf));
+}
+
+#undef KILN_F32_IN_F64
+
 template <MathOps M> typename M::V sin_body(M& m, typename M::V x) { return sin_cos_body(m, x, false); }
 template <MathOps M> typename M::V cos_body(M& m, typename M::V x) { return sin_cos_body(m, x, true); }
 
@@ -541,6 +893,17 @@ template <MathOps M> typename M::V body(M& m, MathFn fn, typename M::V x) {
 #undef KILN_MATH_BODY
   }
   return x; // unreachable: the switch covers every MathFn
+}
+
+/// The body of the two-operand fn on (a, b).
+template <MathOps M> typename M::V body(M& m, MathFn2 fn, typename M::V a, typename M::V b) {
+  switch (fn) {
+#define KILN_MATH_BODY(e, name, body_fn) \
+  case MathFn2::e: return body_fn(m, a, b);
+    KILN_MATH_FNS2(KILN_MATH_BODY)
+#undef KILN_MATH_BODY
+  }
+  return a; // unreachable: the switch covers every MathFn2
 }
 
 // ---- random numbers (graph/random.h's generator, bit-exact) ----------------------

@@ -66,7 +66,7 @@ NodeRef prepare(const Tensor& t, DType dtype, const graph::Shape& shape, Device 
 }
 
 bool is_float_result(OpKind op) {
-  return op == OpKind::Div;
+  return op == OpKind::Div || op == OpKind::Atan2 || op == OpKind::Fmod || op == OpKind::Remainder;
 }
 
 // PyTorch refuses a - b where either is bool (a tensor or a C++ bool), whatever the promoted dtype.
@@ -385,6 +385,18 @@ Tensor tanh(const Tensor& x, Loc loc) { return float_unary(OpKind::Tanh, x, loc)
 Tensor sigmoid(const Tensor& x, Loc loc) { return float_unary(OpKind::Sigmoid, x, loc); }
 Tensor erf(const Tensor& x, Loc loc) { return float_unary(OpKind::Erf, x, loc); }
 Tensor reciprocal(const Tensor& x, Loc loc) { return float_unary(OpKind::Reciprocal, x, loc); }
+Tensor tan(const Tensor& x, Loc loc) { return float_unary(OpKind::Tan, x, loc); }
+Tensor atan(const Tensor& x, Loc loc) { return float_unary(OpKind::Atan, x, loc); }
+Tensor asin(const Tensor& x, Loc loc) { return float_unary(OpKind::Asin, x, loc); }
+Tensor acos(const Tensor& x, Loc loc) { return float_unary(OpKind::Acos, x, loc); }
+Tensor sinh(const Tensor& x, Loc loc) { return float_unary(OpKind::Sinh, x, loc); }
+Tensor cosh(const Tensor& x, Loc loc) { return float_unary(OpKind::Cosh, x, loc); }
+Tensor asinh(const Tensor& x, Loc loc) { return float_unary(OpKind::Asinh, x, loc); }
+Tensor acosh(const Tensor& x, Loc loc) { return float_unary(OpKind::Acosh, x, loc); }
+Tensor atanh(const Tensor& x, Loc loc) { return float_unary(OpKind::Atanh, x, loc); }
+Tensor log2(const Tensor& x, Loc loc) { return float_unary(OpKind::Log2, x, loc); }
+Tensor log10(const Tensor& x, Loc loc) { return float_unary(OpKind::Log10, x, loc); }
+Tensor exp2(const Tensor& x, Loc loc) { return float_unary(OpKind::Exp2, x, loc); }
 
 namespace {
 // floor, ceil, round: integers are already integral and come back unchanged, as in PyTorch.
@@ -397,6 +409,12 @@ Tensor integral_rounding(OpKind op, const Tensor& x, const Loc& loc) {
 Tensor floor(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Floor, x, loc); }
 Tensor ceil(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Ceil, x, loc); }
 Tensor round(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Round, x, loc); }
+Tensor trunc(const Tensor& x, Loc loc) { return integral_rounding(OpKind::Trunc, x, loc); }
+Tensor frac(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "frac"); // nodes made here record the caller's line
+  if (x.defined() && !is_floating(x.dtype())) fail("frac", "needs a floating dtype", {&x}, loc);
+  return sub(x, trunc(x, loc), loc); // exact: x and trunc(x) share x's binade or trunc(x) = 0
+}
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) { return Tensor(b::unary(OpKind::LogicalNot, x.node())); }
 
@@ -405,6 +423,11 @@ Tensor sub(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind
 Tensor mul(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Mul, a, c, loc); }
 Tensor div(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Div, a, c, loc); }
 Tensor pow(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Pow, a, c, loc); }
+Tensor atan2(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Atan2, a, c, loc); }
+Tensor fmod(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Fmod, a, c, loc); }
+Tensor remainder(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Remainder, a, c, loc); }
+Tensor fmod(const Tensor& a, Scalar c, Loc loc) { return fmod(a, wrap_scalar(c, a, loc), loc); }
+Tensor remainder(const Tensor& a, Scalar c, Loc loc) { return remainder(a, wrap_scalar(c, a, loc), loc); }
 Tensor maximum(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Maximum, a, c, loc); }
 Tensor minimum(const Tensor& a, const Tensor& c, Loc loc) { return arithmetic(OpKind::Minimum, a, c, loc); }
 Tensor eq(const Tensor& a, const Tensor& c, Loc loc) { return comparison(OpKind::Eq, a, c, loc); }
@@ -954,6 +977,25 @@ Tensor Tensor::sign(Loc loc) const { return kiln::sign(*this, loc); }
 Tensor Tensor::floor(Loc loc) const { return kiln::floor(*this, loc); }
 Tensor Tensor::ceil(Loc loc) const { return kiln::ceil(*this, loc); }
 Tensor Tensor::round(Loc loc) const { return kiln::round(*this, loc); }
+Tensor Tensor::tan(Loc loc) const { return kiln::tan(*this, loc); }
+Tensor Tensor::atan(Loc loc) const { return kiln::atan(*this, loc); }
+Tensor Tensor::asin(Loc loc) const { return kiln::asin(*this, loc); }
+Tensor Tensor::acos(Loc loc) const { return kiln::acos(*this, loc); }
+Tensor Tensor::sinh(Loc loc) const { return kiln::sinh(*this, loc); }
+Tensor Tensor::cosh(Loc loc) const { return kiln::cosh(*this, loc); }
+Tensor Tensor::asinh(Loc loc) const { return kiln::asinh(*this, loc); }
+Tensor Tensor::acosh(Loc loc) const { return kiln::acosh(*this, loc); }
+Tensor Tensor::atanh(Loc loc) const { return kiln::atanh(*this, loc); }
+Tensor Tensor::log2(Loc loc) const { return kiln::log2(*this, loc); }
+Tensor Tensor::log10(Loc loc) const { return kiln::log10(*this, loc); }
+Tensor Tensor::exp2(Loc loc) const { return kiln::exp2(*this, loc); }
+Tensor Tensor::trunc(Loc loc) const { return kiln::trunc(*this, loc); }
+Tensor Tensor::frac(Loc loc) const { return kiln::frac(*this, loc); }
+Tensor Tensor::atan2(const Tensor& other, Loc loc) const { return kiln::atan2(*this, other, loc); }
+Tensor Tensor::fmod(const Tensor& other, Loc loc) const { return kiln::fmod(*this, other, loc); }
+Tensor Tensor::fmod(Scalar other, Loc loc) const { return kiln::fmod(*this, other, loc); }
+Tensor Tensor::remainder(const Tensor& other, Loc loc) const { return kiln::remainder(*this, other, loc); }
+Tensor Tensor::remainder(Scalar other, Loc loc) const { return kiln::remainder(*this, other, loc); }
 Tensor Tensor::var(IntList d, bool u, bool k, Loc loc) const { return kiln::var(*this, std::move(d), u, k, loc); }
 Tensor Tensor::std(IntList d, bool u, bool k, Loc loc) const { return kiln::std(*this, std::move(d), u, k, loc); }
 Tensor Tensor::pow(Scalar e, Loc loc) const { return kiln::pow(*this, e, loc); }

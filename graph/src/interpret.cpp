@@ -258,7 +258,20 @@ private:
     case OpKind::Tanh: return static_cast<double>(std::tanh(lx));
     case OpKind::Sigmoid: return static_cast<double>(sigmoid(lx));
     case OpKind::Erf: return static_cast<double>(std::erf(lx));
+    case OpKind::Tan: return static_cast<double>(std::tan(lx));
+    case OpKind::Atan: return static_cast<double>(std::atan(lx));
+    case OpKind::Asin: return static_cast<double>(std::asin(lx));
+    case OpKind::Acos: return static_cast<double>(std::acos(lx));
+    case OpKind::Sinh: return static_cast<double>(std::sinh(lx));
+    case OpKind::Cosh: return static_cast<double>(std::cosh(lx));
+    case OpKind::Asinh: return static_cast<double>(std::asinh(lx));
+    case OpKind::Acosh: return static_cast<double>(std::acosh(lx));
+    case OpKind::Atanh: return static_cast<double>(std::atanh(lx));
+    case OpKind::Log2: return static_cast<double>(std::log2(lx));
+    case OpKind::Log10: return static_cast<double>(std::log10(lx));
+    case OpKind::Exp2: return static_cast<double>(std::exp2(lx));
     case OpKind::Floor: return std::floor(x);
+    case OpKind::Trunc: return std::trunc(x);
     case OpKind::Ceil: return std::ceil(x);
     case OpKind::Round: return std::nearbyint(x); // the default rounding mode: ties to even
     case OpKind::Relu: return std::isnan(x) ? x : (x > 0 ? x : 0.0);
@@ -325,6 +338,12 @@ private:
     }
   }
 
+  /// PyTorch's remainder: C's fmod, plus b where the result is non-zero and its sign differs from b's.
+  static double remainder_of(double a, double b) {
+    const double m = std::fmod(a, b);
+    return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;
+  }
+
   static double float_binary(OpKind op, double a, double b) {
     switch (op) {
     case OpKind::Add: return a + b;
@@ -332,6 +351,10 @@ private:
     case OpKind::Mul: return a * b;
     case OpKind::Div: return a / b;
     case OpKind::Pow: return static_cast<double>(std::pow(static_cast<long double>(a), static_cast<long double>(b)));
+    case OpKind::Atan2:
+      return static_cast<double>(std::atan2(static_cast<long double>(a), static_cast<long double>(b)));
+    case OpKind::Fmod: return std::fmod(a, b);
+    case OpKind::Remainder: return remainder_of(a, b);
     case OpKind::Maximum: return nan_max(a, b);
     case OpKind::Minimum: return nan_min(a, b);
 #define KILN_OP(e, name, arity, cat, types) KILN_IF_CATEGORY(cat, Binary, KILN_IF_TYPES(types, Bool, case OpKind::e:))

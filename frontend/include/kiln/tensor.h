@@ -239,6 +239,25 @@ public:
   Tensor floor(Loc loc = Loc::current()) const;      ///< see kiln::floor
   Tensor ceil(Loc loc = Loc::current()) const;       ///< see kiln::ceil
   Tensor round(Loc loc = Loc::current()) const;      ///< see kiln::round
+  Tensor tan(Loc loc = Loc::current()) const;         ///< see kiln::tan
+  Tensor atan(Loc loc = Loc::current()) const;        ///< see kiln::atan
+  Tensor asin(Loc loc = Loc::current()) const;        ///< see kiln::asin
+  Tensor acos(Loc loc = Loc::current()) const;        ///< see kiln::acos
+  Tensor sinh(Loc loc = Loc::current()) const;        ///< see kiln::sinh
+  Tensor cosh(Loc loc = Loc::current()) const;        ///< see kiln::cosh
+  Tensor asinh(Loc loc = Loc::current()) const;       ///< see kiln::asinh
+  Tensor acosh(Loc loc = Loc::current()) const;       ///< see kiln::acosh
+  Tensor atanh(Loc loc = Loc::current()) const;       ///< see kiln::atanh
+  Tensor log2(Loc loc = Loc::current()) const;        ///< see kiln::log2
+  Tensor log10(Loc loc = Loc::current()) const;       ///< see kiln::log10
+  Tensor exp2(Loc loc = Loc::current()) const;        ///< see kiln::exp2
+  Tensor trunc(Loc loc = Loc::current()) const;       ///< see kiln::trunc
+  Tensor frac(Loc loc = Loc::current()) const;        ///< see kiln::frac
+  Tensor atan2(const Tensor& other, Loc loc = Loc::current()) const;     ///< see kiln::atan2 (this tensor is y)
+  Tensor fmod(const Tensor& other, Loc loc = Loc::current()) const;      ///< see kiln::fmod
+  Tensor fmod(Scalar other, Loc loc = Loc::current()) const;             ///< see kiln::fmod
+  Tensor remainder(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::remainder
+  Tensor remainder(Scalar other, Loc loc = Loc::current()) const;        ///< see kiln::remainder
   Tensor pow(Scalar exponent, Loc loc = Loc::current()) const;        ///< see kiln::pow
   Tensor pow(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::pow
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current()) const; ///< see kiln::clamp
@@ -322,6 +341,30 @@ Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());    ///< 1 / (1 + e^-x
 Tensor erf(const Tensor& x, Loc loc = Loc::current());        ///< the error function (within 1 ulp)
 Tensor relu(const Tensor& x, Loc loc = Loc::current());       ///< max(x, 0)
 Tensor reciprocal(const Tensor& x, Loc loc = Loc::current()); ///< 1 / x
+/// tan x, with sin's and cos's argument reduction (within 0.5 ulp in f32, 3.5 in f64; accurate to |x| ~ 1.6e6).
+Tensor tan(const Tensor& x, Loc loc = Loc::current());
+/// The arc tangent, in [-pi/2, pi/2] (within 0.5 ulp in f32, 1 in f64; -0 stays -0).
+Tensor atan(const Tensor& x, Loc loc = Loc::current());
+/// The arc sine, in [-pi/2, pi/2]; NaN outside [-1, 1] (within 0.5 ulp in f32, 1 in f64).
+Tensor asin(const Tensor& x, Loc loc = Loc::current());
+/// The arc cosine, in [0, pi]; NaN outside [-1, 1] (within 0.5 ulp in f32, 1.5 in f64).
+Tensor acos(const Tensor& x, Loc loc = Loc::current());
+/// The hyperbolic sine; inf only where the result overflows (within 0.5 ulp in f32, 1.5 in f64).
+Tensor sinh(const Tensor& x, Loc loc = Loc::current());
+/// The hyperbolic cosine; inf only where the result overflows (within 0.5 ulp in f32, 1.5 in f64).
+Tensor cosh(const Tensor& x, Loc loc = Loc::current());
+/// The inverse hyperbolic sine (within 0.5 ulp in f32, 2 in f64).
+Tensor asinh(const Tensor& x, Loc loc = Loc::current());
+/// The inverse hyperbolic cosine; NaN below 1 (within 0.5 ulp in f32, 2.1 in f64).
+Tensor acosh(const Tensor& x, Loc loc = Loc::current());
+/// The inverse hyperbolic tangent; +-inf at +-1, NaN beyond (within 0.5 ulp in f32, 2 in f64).
+Tensor atanh(const Tensor& x, Loc loc = Loc::current());
+/// The base-2 logarithm, exact at powers of two (within 0.5 ulp in f32, 1 in f64).
+Tensor log2(const Tensor& x, Loc loc = Loc::current());
+/// The base-10 logarithm (within 0.5 ulp in f32, 1 in f64).
+Tensor log10(const Tensor& x, Loc loc = Loc::current());
+/// 2^x, exact at integers (within 0.5 ulp in f32, 1.5 in f64).
+Tensor exp2(const Tensor& x, Loc loc = Loc::current());
 /// The largest integer <= x, in x's dtype (integers unchanged); the gradient is zero, as PyTorch's.
 Tensor floor(const Tensor& x, Loc loc = Loc::current());
 /// The smallest integer >= x, in x's dtype (integers unchanged); the gradient is zero.
@@ -329,6 +372,10 @@ Tensor ceil(const Tensor& x, Loc loc = Loc::current());
 /// x rounded to the nearest integer, ties to even (torch.round: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2),
 /// in x's dtype (integers unchanged); the gradient is zero.
 Tensor round(const Tensor& x, Loc loc = Loc::current());
+/// x rounded toward zero, in x's dtype (integers unchanged); the gradient is zero.
+Tensor trunc(const Tensor& x, Loc loc = Loc::current());
+/// x - trunc(x), exact, with x's sign (torch.frac: inf gives NaN); the gradient is 1. Floating x only.
+Tensor frac(const Tensor& x, Loc loc = Loc::current());
 Tensor square(const Tensor& x, Loc loc = Loc::current());     ///< x * x
 Tensor logical_not(const Tensor& x, Loc loc = Loc::current()); ///< x == 0, as bool
 /// -1, 0 or 1 in x's dtype, as torch.sign (NaN and -0 give 0); the gradient is zero. Bool is unchanged.
@@ -350,6 +397,20 @@ Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());     ///<
 /// a ^ b with a number b, as PyTorch's: b = 0.5 is sqrt(a) and -0.5 is 1 / sqrt(a) (so -inf gives NaN
 /// and -0 gives -0 and -inf, where C's pow gives inf, 0, inf); other exponents as C's pow.
 Tensor pow(const Tensor& a, Scalar b, Loc loc = Loc::current());
+/// atan2(y, x), the angle of the point (x, y) in [-pi, pi], as C's and PyTorch's (signed zeros: atan2(+-0, -0)
+/// = +-pi; infinities: atan2(inf, -inf) = 3pi/4); within 0.5 ulp in f32, 1.5 in f64; integers give f32.
+/// The gradient is PyTorch's (x, -y) / (x^2 + y^2), NaN at (0, 0) as PyTorch's.
+Tensor atan2(const Tensor& y, const Tensor& x, Loc loc = Loc::current());
+/// C's fmod: a - n b with n = trunc(a / b) computed exactly (the result is exact and has a's sign; b = 0
+/// gives NaN); integers give f32 (PyTorch keeps them integral). Gradients: 1 and -trunc(a / b).
+Tensor fmod(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// fmod(a, b) with a number b.
+Tensor fmod(const Tensor& a, Scalar b, Loc loc = Loc::current());
+/// PyTorch's remainder (Python's %): fmod(a, b), plus b where that is non-zero and its sign differs from b's,
+/// so the result has b's sign; integers give f32 (PyTorch keeps them integral). Gradients: 1 and -floor(a / b).
+Tensor remainder(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// remainder(a, b) with a number b.
+Tensor remainder(const Tensor& a, Scalar b, Loc loc = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise max, NaN-propagating (bools: or)
 Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< elementwise min, NaN-propagating (bools: and)
 Tensor eq(const Tensor& a, const Tensor& b, Loc loc = Loc::current());      ///< a == b (bool)
