@@ -21,6 +21,7 @@
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
+#include "codegen/src/scan_columns.h"
 #include "codegen/src/sort_runtime.h"
 #include "kiln/error.h"
 
@@ -644,12 +645,12 @@ private:
   // --- scan form (kernel_ir.h, ScanLoop) -------------------------------------------
 
   /// The columns [j, j + n) of one row of the domain (one at a time where the axis is the
-  /// innermost, ScanLoop::inner_axis), else in blocks of constant width (so that the
+  /// innermost, scan_column_at_a_time()), else in blocks of constant width (so that the
   /// block's accumulators stay in registers and its column loop vectorizes): kScanColumns
   /// while they fit, then at most one block of each smaller power of two. A column's result
   /// never depends on its block: its steps run in order either way.
   void emit_scan_row(Value* j, Value* n) {
-    if (k_.scan->inner_axis || k_.scan->sort) { // one column at a time, streaming along the contiguous axis
+    if (scan_column_at_a_time(*k_.scan)) { // one column at a time, streaming along the contiguous axis
       for_range(c64(0), n, [&](Value* t) { emit_scan_block(b_.CreateAdd(j, t, "", true, true), c64(1)); });
       return;
     }

@@ -7,6 +7,7 @@
 
 #include "codegen/form.h"
 #include "codegen/src/fusion.h"
+#include "codegen/src/scan_columns.h"
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
@@ -121,7 +122,6 @@ private:
     size_t innermost = n->shape.size() - 1; // the last dim with extent > 1
     while (innermost > 0 && n->shape[innermost] == 1) --innermost;
     scan.inner_axis = innermost == dim;
-    const bool inner_axis = scan.inner_axis;
     kernel_.scan = std::move(scan);
     // the store's position: the target for a scatter; the step (from the end when reversed) for a running scan
     Index out = idx;
@@ -139,9 +139,10 @@ private:
     if (sort) // n log n: a merge sort's passes over the column
       for (int64_t runs = 1; runs < steps; runs *= 2) launch_.work_per_point += steps;
     // chunks of whole CPU column blocks (kScanColumns): two half blocks read every cache line twice
-    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans go column by column,
-    // and so do argsorts (each column sorted on its own in the scratch memory)
-    launch_.min_chunk = inner_axis || sort ? 1 : kScanColumns;
+    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans other than logaddexp go
+    // column by column, and so do argsorts (each column sorted on its own in the scratch memory):
+    // scan_column_at_a_time
+    launch_.min_chunk = scan_column_at_a_time(*launch_.kernel.scan) ? 1 : kScanColumns;
     return std::move(launch_);
   }
 
