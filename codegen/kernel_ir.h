@@ -179,12 +179,33 @@ struct GemmTiling {
 /// f32 columns: a step's loads and stores are contiguous), unless ScanLoop::inner_axis.
 constexpr int64_t kScanColumns = 16;
 
+/// A running scan's or a scatter's combine (ScanLoop::op), applied as acc = combine(acc, v):
+enum class ScanOp : uint8_t {
+  /// acc + v, from 0 (integers wrap)
+  Add,
+  /// acc * v, from 1
+  Mul,
+  /// v where v >= acc or v is NaN, else acc (torch's cummax: a NaN sticks, a tie takes v), from -inf, the lowest
+  /// integer or false
+  Max,
+  /// v where v <= acc or v is NaN, else acc, from +inf, the highest integer or true
+  Min,
+  /// floats only, from -inf: m = max(acc, v) (NaN-propagating), then m where m is +-inf (so -inf, -inf gives
+  /// -inf), else m + log1p(exp(-|acc - v|)) (kiln's exp and log1p, math_body.h)
+  LogAddExp,
+};
+
+/// The combine's text name: "add", "mul", "max", "min" or "logaddexp".
+std::string_view scan_op_name(ScanOp op);
+/// The combine of a text name (scan_op_name's); nullopt for another word.
+std::optional<ScanOp> scan_op_named(std::string_view name);
+
 /// The sequential loop of a Scan-form kernel: work that is ordered along one axis and
-/// independent across the other points (cumsum, cumprod, scatter_add). Such a kernel has no
+/// independent across the other points (cumsum, cumprod, cummax, cummin, logcumsumexp, scatter_add). Such a kernel has no
 /// reductions and no map; its domain is the columns (the output's points off the axis), and
 /// it has exactly one Store, of value ReduceResult(0) (of `dtype`, the output's dtype), whose
 /// offset names the output element at position MapVar(0) along the axis. Per column:
-///   * a running scan (`target` null): acc = the identity of `op` (0, or 1 for Mul); for
+///   * a running scan (`target` null): acc = the identity of `op` (ScanOp); for
 ///     s = 0, 1, ..., steps - 1 in order (ReduceVar(0) = s): acc = acc op value; then the
 ///     store runs with MapVar(0) = s and ReduceResult(0) = acc;
 ///   * a scatter (`target` set): first the store runs for MapVar(0) = p in [0, positions) with
@@ -207,7 +228,7 @@ constexpr int64_t kScanColumns = 16;
 /// step), so every backend and every column split gives the same bits. Work: steps (+
 /// positions) per column.
 struct ScanLoop {
-  ScalarOp op = ScalarOp::Add;           ///< Add or Mul (wrapping for integers)
+  ScanOp op = ScanOp::Add;               ///< the combine (a scatter's: Add or Mul)
   DType dtype = DType::Float32;          ///< of value, the accumulator and the output
   ExprRef steps;                         ///< the sequential extent (i64)
   ExprRef value;                         ///< combined at step ReduceVar(0)

@@ -74,6 +74,27 @@ NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64
 NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse = false);
 /// Inclusive prefix products along `dim` (a Cumprod node): ((1 * x0) * x1) * ... * xi.
 NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse = false);
+/// The running maximum along `dim` (a Cummax node): element i is x[i] where x[i] >= element i-1 or
+/// x[i] is NaN, else element i-1 (torch.cummax's values: a NaN sticks until the next NaN, a tie takes
+/// the later element, so -0.0 after +0.0 gives -0.0); `reverse` runs from the end. Any non-bool dtype, O(n).
+NodeRef cummax(const NodeRef& x, int64_t dim, bool reverse = false);
+/// The running minimum along `dim` (a Cummin node), as cummax with <=.
+NodeRef cummin(const NodeRef& x, int64_t dim, bool reverse = false);
+/// The positions of cummax's or cummin's `values` of x (is_max: cummax) along `dim`, as torch.cummax's
+/// indices: the last position (in scan order) at or before i where x equals values[i], or where x is
+/// NaN once values[i] is NaN. An i64 running max (reverse: min) over the positions that hit: O(n).
+NodeRef cum_extreme_index(const NodeRef& x, const NodeRef& values, int64_t dim, bool reverse);
+/// log(cumsum(exp(x))) along `dim` (a Logcumsumexp node), computed stably as a running logaddexp from
+/// -inf: m = max(acc, x_i), then m where m is +-inf, else m + log1p(exp(-|acc - x_i|)); floating, O(n).
+/// f32 runs in f64 (as torch's CPU), each element rounded once.
+NodeRef logcumsumexp(const NodeRef& x, int64_t dim, bool reverse = false);
+/// The VJP of y = logcumsumexp(x, dim, reverse) for the adjoint g, torch's formula: dx_j = the sum over
+/// i >= j (reverse: i <= j) of g_i exp(x_j - y_i), the positive and negative parts of g each summed as
+/// exp(logcumsumexp(log|g| - y, the other way) + x). O(n).
+NodeRef logcumsumexp_vjp(const NodeRef& x, const NodeRef& y, int64_t dim, bool reverse, const NodeRef& g);
+/// The JVP of y = logcumsumexp(x, dim, reverse) for the tangent t: the sum over j <= i (reverse: j >= i)
+/// of t_j exp(x_j - y_i), by parts as logcumsumexp_vjp's. O(n).
+NodeRef logcumsumexp_jvp(const NodeRef& x, const NodeRef& y, int64_t dim, bool reverse, const NodeRef& t);
 /// The VJP of cumprod(x, dim, reverse) for the adjoint g: dx[k] = sum over i >= k (reverse: i <= k)
 /// of g[i] times the product of x[j] over j <= i (reverse: j >= i), j != k. Exact where x has zeros
 /// (no division); O(n^2) work and memory per column along `dim` (an [.., n, n] intermediate).

@@ -893,6 +893,15 @@ struct ErrorBound {
     case OpKind::Argsort: // exact where its column's keys are (the generator makes none: it keeps its programs)
       return inf_if(un(OpKind::LogicalNot, is_zero(b::broadcast_to(b::reduce(OpKind::Max, E(0), {n->attrs.ints[0]}), s))),
                     c(0, s));
+    case OpKind::Cummax: // a running max or min moves by at most the largest error so far
+    case OpKind::Cummin: return b::cummax(E(0), n->attrs.ints[0], n->attrs.ints[1] != 0);
+    case OpKind::Logcumsumexp: { // its weights sum to 1; each step rounds in f64 (a few ulps of the running value)
+      const int64_t d = n->attrs.ints[0];
+      const bool rev = n->attrs.ints[1] != 0;
+      const double count = static_cast<double>(X(0)->shape[static_cast<size_t>(d)]);
+      const NodeRef steps = b::mul(b::add(b::cummax(absv(n), d, rev), c(1, s)), c(count * 8 * 0x1.0p-52, s));
+      return b::add(b::add(b::cummax(E(0), d, rev), steps), ulps(n, 2));
+    }
     case OpKind::Cumprod: { // relative errors add up along the products; none near a zero factor
       const int64_t d = n->attrs.ints[0];
       const bool rev = n->attrs.ints[1] != 0;

@@ -254,9 +254,15 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {head + "    v0: f32 = load b0(i0)\n    v1: f32 = matmul(v0, v0)\n    store b1[i0] = v1\n",
        "line 4: 'matmul' is not a kernel's elementwise op"},
       {head + "  reduce red0 = add over [p0]:\n    yield 1:f32\n    store b1[i0] = red0\n", "line 3: unknown reduction 'add'"},
-      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = max f32 over r0 < p0:\n    yield 1:f32\n"
+      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = maximum f32 over r0 < p0:\n    yield 1:f32\n"
        "    store b0[m0] = red0\n",
-       "line 3: a scan combines by add or mul, not 'max'"},
+       "line 3: a scan combines by add, mul, max, min or logaddexp, not 'maximum'"},
+      {"kernel k(out b0: i64; params 1)\n  domain [1:i64]\n  scan red0 = logaddexp i64 over r0 < p0:\n    yield 1:i64\n"
+       "    store b0[m0] = red0\n",
+       "line 3: a logaddexp scan needs a floating dtype"},
+      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = max f32 over r0 < p0 into m0 < p0:\n"
+       "    yield 1:f32\n    at m0 = r0\n    store b0[m0] = red0\n",
+       "line 3: a scatter combines by add or mul"},
       {"kernel k(out b0: i64; params 1)\n  domain [1:i64]\n  scan red0 = argsort f32 over r0 < p0 into m0 < p0:\n"
        "    yield 1:f32\n    at m0 = r0\n    store b0[m0] = red0\n",
        "line 3: an argsort has no 'into'"},

@@ -410,6 +410,24 @@ void add_scans(std::vector<Case>& cases) {
                      }});
 }
 
+/// The max, min and logaddexp scans (kernel_ir.h, ScanOp): cummax/cummin values and indices with NaN,
+/// infinities and ties (specials), both axes, integers; logcumsumexp of large, -inf, +inf and NaN terms.
+void add_extreme_scans(std::vector<Case>& cases) {
+  for (DType dt : kFloats)
+    cases.push_back({"scans_max_min_lse_" + dn(dt), [dt] {
+                       const Tensor x = make(dt, {40, 37}, 312, true), y = make(dt, {40, 37}, 313);
+                       const Tensor ties = floor(y * 3.0) * 0.5, i = make(kInt32, {40, 37}, 314);
+                       const auto [mx, ix] = cummax(x, 0);
+                       const auto [mn, in] = cummin(ties, 1);
+                       std::vector<Tensor> out = {
+                           mx, ix, mn, in, cummax(i, 1).first, cummin(y.reshape({1480}), 0).second};
+                       out.push_back(logcumsumexp(y * 30.0, 1));
+                       out.push_back(logcumsumexp(x, 0));
+                       out.push_back(logcumsumexp(x.reshape({1480}), 0));
+                       return out;
+                     }});
+}
+
 /// Kernels storing several values (codegen/lower.h): a GEMM with its update, sibling
 /// reductions, small independent values.
 void add_multi_output(std::vector<Case>& cases) {
@@ -448,6 +466,7 @@ const std::vector<Case>& all_cases() {
     add_movement_and_leaves(c);
     add_vector_forms(c);
     add_scans(c);
+    add_extreme_scans(c);
     return c;
   }();
   return cases;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/interpret.h"
 #include "kiln/kiln.h"
 #include "tests/call_table.h"
 #include "tests/error_of.h"
@@ -22,6 +23,7 @@ namespace {
 
 using test::Call;
 using test::Case;
+using test::expect_close;
 using test::expect_error_at;
 using test::values;
 
@@ -187,6 +189,158 @@ TEST(Reductions, FusedUnfusedAndCompiledAgree) {
       },
       [](uint64_t seed) {
         return std::vector<Tensor>{test::rnd({3, 5}, seed).requires_grad_()};
+      });
+}
+
+// ---------------------------------------------------------------- O(n) scans
+
+// The running max (is_max) or min of each row of [rows, n] in torch's order (a NaN sticks, a tie takes the
+// later element), and the positions of the values: a plain loop.
+template <class T>
+std::pair<std::vector<T>, std::vector<int64_t>> running_extreme(const std::vector<T>& x, int64_t n, bool is_max) {
+  std::vector<T> v(x.size());
+  std::vector<int64_t> at(x.size());
+  for (size_t r = 0; r < x.size() / static_cast<size_t>(n); ++r) {
+    T acc{};
+    int64_t where = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = r * static_cast<size_t>(n) + static_cast<size_t>(i);
+      if (i == 0 || std::isnan(x[k]) || (is_max ? x[k] >= acc : x[k] <= acc)) acc = x[k], where = i;
+      v[k] = acc;
+      at[k] = where;
+    }
+  }
+  return {v, at};
+}
+
+// logcumsumexp of each row of [rows, n] in double: m + log1p(exp(-|acc - x|)), rounded to T.
+template <class T> std::vector<T> running_lse(const std::vector<T>& x, int64_t n) {
+  std::vector<T> out(x.size());
+  for (size_t r = 0; r < x.size() / static_cast<size_t>(n); ++r) {
+    double acc = -kInf;
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = r * static_cast<size_t>(n) + static_cast<size_t>(i);
+      const double xi = x[k], m = std::max(acc, xi);
+      acc = std::isinf(m) ? m : m + std::log1p(std::exp(-std::fabs(acc - xi)));
+      out[k] = static_cast<T>(acc);
+    }
+  }
+  return out;
+}
+
+// Both values are NaN, or they are equal with one sign (a running max keeps -0.0 as torch does).
+template <class T> bool same_value(T a, T b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+// Rows of 200,000 (the O(n^2) composite of before would have needed 320 GB a row in f64): values with
+// ties, NaNs and infinities late in the row, in f32 and f64, along the last dim and through a transpose.
+template <class T> void expect_long_rows(DType dt) {
+  constexpr int64_t n = 200000;
+  SCOPED_TRACE(std::string(dtype_name(dt)));
+  std::vector<T> xv = (floor(test::rnd({2, n}, 70) * 40.0) * 0.125).to(dt).template to_vector<T>();
+  xv[150000] = T(NAN), xv[180000] = T(NAN), xv[n + 1000] = T(INFINITY), xv[n + 199999] = T(-INFINITY);
+  xv[0] = 9, xv[1] = T(-0.0), xv[2] = 0, xv[n] = -9, xv[n + 1] = 0, xv[n + 2] = T(-0.0); // a tie takes the later zero
+  const Tensor x = from_vector<T>(xv, {2, n});
+  for (bool is_max : {true, false}) {
+    const auto [want_v, want_i] = running_extreme(xv, n, is_max);
+    const auto [v, i] = is_max ? cummax(x, 1) : cummin(x.transpose(0, 1), 0);
+    const std::vector<T> got = (is_max ? v : v.transpose(0, 1)).template to_vector<T>();
+    const std::vector<int64_t> got_i = (is_max ? i : i.transpose(0, 1)).template to_vector<int64_t>();
+    size_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) bad += !same_value(got[k], want_v[k]) || got_i[k] != want_i[k];
+    EXPECT_EQ(bad, 0u) << (is_max ? "cummax" : "cummin");
+  }
+  const std::vector<T> smooth = (test::rnd({2, n}, 71) * 4.0).to(dt).template to_vector<T>();
+  const std::vector<T> want = running_lse(smooth, n),
+                       got = logcumsumexp(from_vector<T>(smooth, {2, n}), -1).template to_vector<T>();
+  double worst = 0;
+  for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::fabs(double(got[k]) - double(want[k])));
+  EXPECT_LE(worst, dt == kFloat32 ? 4e-6 : 1e-11) << "logcumsumexp"; // f32: an ulp at ~13; f64: rounding over 2e5 steps
+}
+
+TEST(Scans, LongRowsAreLinearAndMatchALoop) {
+  expect_long_rows<float>(kFloat32);
+  expect_long_rows<double>(kFloat64);
+}
+
+// cummax, cummin and logcumsumexp (values and indices) of x along d, with NaN, infinities and ties.
+std::vector<Tensor> scans_of(const Tensor& x, int64_t d) {
+  return {cummax(x * 2.0, d).first, cummax(x * 2.0, d).second, cummin(x - 1.0, d).first, cummin(x - 1.0, d).second,
+          logcumsumexp(x * 5.0, d)};
+}
+
+TEST(Scans, MatchTheInterpreterAndUnfused) {
+  std::vector<double> v = values(test::rnd({5, 33}, 72) * 3.0);
+  v[4] = kNaN, v[40] = kInf, v[41] = -kInf, v[70] = -kInf, v[100] = kNaN, v[101] = kInf;
+  for (int64_t k = 132; k < 165; ++k) v[static_cast<size_t>(k)] = -kInf; // a row of -inf: logcumsumexp -inf
+  for (DType dt : {kFloat64, kFloat32}) {
+    const Tensor x = from_vector<double>(v, {5, 33}).to(dt);
+    for (int64_t d : {0, 1}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " dim " + std::to_string(d));
+      const std::vector<Tensor> outs = scans_of(x, d);
+      const bool fusion = options().fusion;
+      options().fusion = !fusion;
+      const std::vector<Tensor> other_mode = scans_of(x, d);
+      realize(other_mode);
+      options().fusion = fusion;
+      for (size_t o = 0; o < outs.size(); ++o) {
+        const Tensor& t = outs[o];
+        const graph::InterpretResult want = graph::interpret_one(t.node());
+        const std::vector<double> got = values(t);
+        ASSERT_EQ(got.size(), want.values.size());
+        for (size_t k = 0; k < got.size(); ++k) {
+          const double w = want.values[k], tol = std::isfinite(w) ? 1e-13 * std::max(1.0, std::fabs(w)) : 0;
+          EXPECT_TRUE(same_value(got[k], w) || std::fabs(got[k] - w) <= tol) << k << ": " << got[k] << " vs " << w;
+        }
+        const std::vector<double> other = values(other_mode[o]);
+        for (size_t k = 0; k < got.size(); ++k)
+          EXPECT_TRUE(same_value(got[k], other[k])) << "fusion mode " << o << " " << k;
+      }
+    }
+  }
+  EXPECT_EQ(cummax(from_vector<int32_t>({3, -1, 7, 7, 2}), 0).first.to_vector<int32_t>(),
+            (std::vector<int32_t>{3, 3, 7, 7, 7}));
+  EXPECT_EQ(cummin(from_vector<bool>({true, false, true}), 0).second.to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 1, 1}));
+}
+
+TEST(Scans, Gradcheck) {
+  using V = const std::vector<Tensor>&;
+  test::expect_gradcheck([](V x) { return cummin(x[0], 0).first; }, {spread({6, 3}, 20)});
+  test::expect_gradcheck([](V x) { return logcumsumexp(x[0] * 4.0, 1); }, {spread({3, 9}, 21)});
+  test::expect_gradcheck([](V x) { return logcumsumexp(x[0] - 100.0, -1) * x[0]; }, {spread({2, 7}, 22)});
+  // second order: the VJP of logcumsumexp is itself logcumsumexp scans (adjoint signs mixed)
+  test::expect_gradcheck(
+      [](V x) {
+        const Tensor w = from_vector<double>({1, -2, 0.5, 0, -1, 3}, {1, 6});
+        const Tensor g = grad({(logcumsumexp(x[0], 1) * w).sum()}, {x[0]}, {}, false, /*create_graph=*/true)[0];
+        return (g * g).sum();
+      },
+      {spread({2, 6}, 23)});
+  // the forward mode (jvp of cummax gathers the tangent; of logcumsumexp, its scans) against central differences
+  const Tensor x = spread({3, 8}, 24), t = spread({3, 8}, 25);
+  for (int64_t d : {0, 1}) {
+    const auto f = [d](const Tensor& in) { return cummax(in, d).first * 0.5 + logcumsumexp(in * 2.0, d); };
+    const Tensor tangent = jvp(f, x, t).second;
+    const double h = 1e-6;
+    expect_close(values(tangent), values((f(x + t * h) - f(x - t * h)) / (2 * h)), 1e-7,
+                 "jvp dim " + std::to_string(d));
+  }
+}
+
+TEST(Scans, FusedUnfusedAndCompiledAgree) {
+  test::expect_fused_unfused_and_compiled_agree(
+      [](const std::vector<Tensor>& in) {
+        const Tensor x = in[0];
+        const auto [v, i] = cummax(x * 2.0 + 1.0, 1);
+        const auto [w, j] = cummin(x, 0);
+        const Tensor l = logcumsumexp(x * 3.0, 1), l32 = logcumsumexp(x.to(kFloat32), 0);
+        const Tensor y = (v * l).sum() + w.sum() + (l32.to(kFloat64) * 0.5).sum();
+        return std::vector<Tensor>{y, i, j, exp(l) + 1.0, grad({y}, {x})[0]};
+      },
+      [](uint64_t seed) {
+        return std::vector<Tensor>{test::rnd({4, 300}, seed).requires_grad_()};
       });
 }
 

@@ -475,6 +475,11 @@ NodeRef attention_jvp(const NodeRef& y, const std::vector<NodeRef>& t) {
   return add_opt(out, b::matmul(dropped(b::mul(p, b::sub(ts, dot))), v));
 }
 
+// The positions of a Cummax or Cummin node's values in its input (build.h, cum_extreme_index).
+NodeRef extreme_index(const NodeRef& y) {
+  return b::cum_extreme_index(y->inputs[0], y, y->attrs.ints[0], y->attrs.ints[1] != 0);
+}
+
 } // namespace
 
 bool is_differentiable(const graph::Node& y) {
@@ -505,6 +510,10 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
     return {b::scatter_add(zeros_like(y->inputs[0]), y->attrs.ints[0], y->inputs[1], g), nullptr};
   case OpKind::Cumsum: return {b::cumsum(g, a[0], a[1] == 0)}; // the sums of the adjoint the other way
   case OpKind::Cumprod: return {b::cumprod_vjp(y->inputs[0], a[0], a[1] != 0, g)};
+  case OpKind::Cummax:
+  case OpKind::Cummin: // each adjoint element to the position its value came from
+    return {b::scatter_sum(extreme_index(y), g, a[0], y->shape[a[0]])};
+  case OpKind::Logcumsumexp: return {b::logcumsumexp_vjp(y->inputs[0], y, a[0], a[1] != 0, g)};
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
   case OpKind::Matmul: return matmul_vjp(y, g);
   case OpKind::Attention: return attention_vjp(y, g);
@@ -540,6 +549,9 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Gather: return t[0] ? b::gather(t[0], a[0], y->inputs[1]) : nullptr; // linear in x
   case OpKind::Cumsum: return b::cumsum(t[0], a[0], a[1] != 0); // linear
   case OpKind::Cumprod: return b::cumprod_jvp(y->inputs[0], a[0], a[1] != 0, t[0]);
+  case OpKind::Cummax:
+  case OpKind::Cummin: return b::gather(t[0], a[0], extreme_index(y)); // the value's source
+  case OpKind::Logcumsumexp: return b::logcumsumexp_jvp(y->inputs[0], y, a[0], a[1] != 0, t[0]);
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);

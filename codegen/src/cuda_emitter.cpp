@@ -722,17 +722,43 @@ private:
 
   // --- scan form (kernel_ir.h, ScanLoop): one thread per column ------------------------
 
-  /// The scan's identity literal: 0 for add, 1 for mul.
+  /// The scan's identity literal: 0 for add, 1 for mul, max's and min's reduction identity, -inf for logaddexp.
   static std::string scan_identity(const ScanLoop& sc) {
-    const int one = sc.op == ScalarOp::Mul ? 1 : 0;
-    return is_floating(sc.dtype) ? float_literal(sc.dtype, one) : int_literal(sc.dtype, one);
+    switch (sc.op) {
+    case ScanOp::Add:
+    case ScanOp::Mul: {
+      const int one = sc.op == ScanOp::Mul ? 1 : 0;
+      return is_floating(sc.dtype) ? float_literal(sc.dtype, one) : int_literal(sc.dtype, one);
+    }
+    case ScanOp::Max: return reduction_init(ReduceOp::Max, sc.dtype);
+    case ScanOp::Min: return reduction_init(ReduceOp::Min, sc.dtype);
+    case ScanOp::LogAddExp: return float_literal(sc.dtype, -INFINITY);
+    }
+    return "";
   }
 
-  /// acc op v (no contraction: NVRTC runs with --fmad=false).
+  /// acc op v (kernel_ir.h, ScanOp; no contraction: NVRTC runs with --fmad=false). The operands are
+  /// plain names (the accumulator, a buffer element, a let), so they may be repeated.
   std::string scan_combine(const ScanLoop& sc, const std::string& acc, const std::string& v) {
-    if (sc.op == ScalarOp::Mul) return arith("*", "kiln_mul", "&", acc, v, sc.dtype);
-    KILN_ASSERT(sc.op == ScalarOp::Add, "a scan combines by add or mul in " + k_.name);
-    return arith("+", "kiln_add", "|", acc, v, sc.dtype);
+    switch (sc.op) {
+    case ScanOp::Add: return arith("+", "kiln_add", "|", acc, v, sc.dtype);
+    case ScanOp::Mul: return arith("*", "kiln_mul", "&", acc, v, sc.dtype);
+    case ScanOp::Max:
+    case ScanOp::Min: {
+      const bool is_max = sc.op == ScanOp::Max;
+      if (!is_floating(sc.dtype)) return max_min(is_max, acc, v, sc.dtype);
+      return "((" + v + (is_max ? " >= " : " <= ") + acc + " || " + v + " != " + v + ") ? " + v + " : " + acc + ")";
+    }
+    case ScanOp::LogAddExp: {
+      require_float(sc.dtype, "logaddexp");
+      const std::string m = max_min(true, acc, v, sc.dtype), fabs = sc.dtype == DType::Float32 ? "fabsf(" : "fabs(";
+      const std::string r =
+          m + " + " + math("log1p", math("exp", "-" + fabs + acc + " - " + v + ")", sc.dtype), sc.dtype);
+      return "(" + fabs + m + ") == " + float_literal(sc.dtype, INFINITY) + " ? " + m + " : " + r + ")";
+    }
+    }
+    KILN_ASSERT(false, "bad scan combine in " + k_.name);
+    return "";
   }
 
   /// The column of the current domain point, its steps in order (as the LLVM path).

@@ -62,6 +62,24 @@ graph::OpKind graph_op(ReduceOp op) {
 
 std::string_view op_name(ScalarOp op) { return graph::op_name(graph_op(op)); }
 std::string_view op_name(ReduceOp op) { return graph::op_name(graph_op(op)); }
+std::string_view scan_op_name(ScanOp op) {
+  switch (op) {
+  case ScanOp::Add: return "add";
+  case ScanOp::Mul: return "mul";
+  case ScanOp::Max: return "max";
+  case ScanOp::Min: return "min";
+  case ScanOp::LogAddExp: return "logaddexp";
+  }
+  KILN_ASSERT(false, "bad ScanOp " + std::to_string(static_cast<int>(op)));
+  return "";
+}
+
+std::optional<ScanOp> scan_op_named(std::string_view name) {
+  for (ScanOp op : {ScanOp::Add, ScanOp::Mul, ScanOp::Max, ScanOp::Min, ScanOp::LogAddExp})
+    if (scan_op_name(op) == name) return op;
+  return std::nullopt;
+}
+
 std::string_view op_name(RandomDist dist) {
   switch (dist) {
   case RandomDist::Uniform: return "rand";
@@ -532,7 +550,8 @@ std::string print_kernel(const Kernel& k) {
   }
   if (const auto& sc = k.scan) {
     const std::string steps = p.ref(sc->steps);
-    const std::string what = sc->sort ? std::string(sc->descending ? "argsort descending" : "argsort") : std::string(op_name(sc->op));
+    const std::string what =
+        sc->sort ? std::string(sc->descending ? "argsort descending" : "argsort") : std::string(scan_op_name(sc->op));
     p.out += "  scan red0 = " + what + " " + std::string(dtype_name(sc->dtype)) + " over r0 < " + steps;
     if (sc->target) p.out += " into m0 < " + p.ref(sc->positions);
     p.out += std::string(sc->inner_axis ? " inner_axis" : "") + ":\n";
@@ -622,6 +641,18 @@ bool has(const std::vector<std::string>& ops, std::string_view op) {
   return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
+// A running scan's word: its graph op's name.
+std::string scan_word(ScanOp op) {
+  switch (op) {
+  case ScanOp::Add: return "cumsum";
+  case ScanOp::Mul: return "cumprod";
+  case ScanOp::Max: return "cummax";
+  case ScanOp::Min: return "cummin";
+  case ScanOp::LogAddExp: return "logcumsumexp";
+  }
+  return "scan";
+}
+
 // The form's word: gemm (the GEMM form, or a matmul kept out of it: one fma sum),
 // softmax / log_softmax / layernorm for the row kernels that are clearly one of them,
 // else the reductions.
@@ -630,8 +661,7 @@ std::vector<std::string> form_words(const Kernel& k, const std::vector<std::stri
   const auto& r = k.reductions;
   if (k.attention) return {k.attention->backward ? "attention_grad" : "attention"};
   if (k.form == KernelForm::Gemm || (r.size() == 1 && r[0].fma)) return {"gemm"};
-  if (k.scan)
-    return {k.scan->sort ? "argsort" : k.scan->target ? "scatter" : k.scan->op == ScalarOp::Mul ? "cumprod" : "cumsum"};
+  if (k.scan) return {k.scan->sort ? "argsort" : k.scan->target ? "scatter" : scan_word(k.scan->op)};
   const bool row = k.form == KernelForm::Row && !k.map.empty() && r.size() == 2;
   if (row && r[0].op == ReduceOp::Max && r[1].op == ReduceOp::Sum && has(ops, "exp"))
     return {has(ops, "log") ? "log_softmax" : "softmax"};

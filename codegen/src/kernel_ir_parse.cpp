@@ -126,7 +126,7 @@ private:
   // "scan red0 = OP DTYPE over r0 < STEPS [into m0 < POSITIONS] [inner_axis]:", its yield and "at m0 = TARGET";
   // an argsort's OP is "argsort" or "argsort descending"
   struct ScanText {
-    ScalarOp op;
+    ScanOp op;
     DType dtype;
     bool inner_axis = false;
     bool sort = false, descending = false;
@@ -356,7 +356,7 @@ private:
     std::vector<std::string_view> w = words(s.substr(0, s.size() - 1));
     ScanText t{};
     t.line = line;
-    t.op = ScalarOp::Add;
+    t.op = ScanOp::Add;
     // red0 = argsort [descending] DTYPE over r0 < STEPS [inner_axis]: the word after argsort taken out
     if (w.size() > 2 && w[2] == "argsort") {
       t.sort = true;
@@ -366,19 +366,19 @@ private:
     if (w.size() < 8 || w[0] != "red0" || w[1] != "=" || w[4] != "over" || w[5] != "r0" || w[6] != "<")
       fail(line, "expected 'scan red0 = OP DTYPE over r0 < STEPS ...:'");
     if (!t.sort) {
-      OpKind op;
-      const std::optional<ScalarOp> combine = graph::op_from_name(w[2], op) ? scalar_op(op) : std::nullopt;
-      if (!combine || (*combine != ScalarOp::Add && *combine != ScalarOp::Mul))
-        fail(line, "a scan combines by add or mul, not '" + std::string(w[2]) + "'");
+      const std::optional<ScanOp> combine = scan_op_named(w[2]);
+      if (!combine) fail(line, "a scan combines by add, mul, max, min or logaddexp, not '" + std::string(w[2]) + "'");
       t.op = *combine;
     }
     t.dtype = parse_dtype(w[3], line);
+    if (t.op == ScanOp::LogAddExp && !is_floating(t.dtype)) fail(line, "a logaddexp scan needs a floating dtype");
     t.steps = w[7];
     size_t i = 8;
     if (i < w.size() && w[i] == "into") {
       if (t.sort) fail(line, "an argsort has no 'into'");
       if (i + 3 >= w.size() || w[i + 1] != "m0" || w[i + 2] != "<") fail(line, "expected 'into m0 < POSITIONS'");
       t.positions = w[i + 3];
+      if (t.op != ScanOp::Add && t.op != ScanOp::Mul) fail(line, "a scatter combines by add or mul");
       i += 4;
     }
     if (i < w.size() && w[i] == "inner_axis") t.inner_axis = true, ++i;

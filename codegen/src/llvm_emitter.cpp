@@ -21,6 +21,7 @@
 #include "codegen/src/llvm_gemm.h"
 #include "codegen/src/llvm_emitter.h"
 #include "codegen/src/llvm_math.h"
+#include "codegen/src/scan_columns.h"
 #include "codegen/src/sort_runtime.h"
 #include "kiln/error.h"
 
@@ -644,12 +645,12 @@ private:
   // --- scan form (kernel_ir.h, ScanLoop) -------------------------------------------
 
   /// The columns [j, j + n) of one row of the domain (one at a time where the axis is the
-  /// innermost, ScanLoop::inner_axis), else in blocks of constant width (so that the
+  /// innermost, scan_column_at_a_time()), else in blocks of constant width (so that the
   /// block's accumulators stay in registers and its column loop vectorizes): kScanColumns
   /// while they fit, then at most one block of each smaller power of two. A column's result
   /// never depends on its block: its steps run in order either way.
   void emit_scan_row(Value* j, Value* n) {
-    if (k_.scan->inner_axis || k_.scan->sort) { // one column at a time, streaming along the contiguous axis
+    if (scan_column_at_a_time(*k_.scan)) { // one column at a time, streaming along the contiguous axis
       for_range(c64(0), n, [&](Value* t) { emit_scan_block(b_.CreateAdd(j, t, "", true, true), c64(1)); });
       return;
     }
@@ -666,18 +667,51 @@ private:
       if_then(b_.CreateICmpSGE(b_.CreateSub(n, b_.CreateLoad(i64(), done)), c64(part)), [&] { block(part); });
   }
 
-  /// acc op v for the scan's combine (no contraction, no reassociation).
+  /// acc op v for the scan's combine (kernel_ir.h, ScanOp; no contraction, no reassociation).
   Value* scan_combine(const ScanLoop& sc, Value* acc, Value* v) {
-    if (sc.op == ScalarOp::Mul) return arith(Instruction::FMul, Instruction::Mul, Instruction::And, acc, v, sc.dtype);
-    KILN_ASSERT(sc.op == ScalarOp::Add, "a scan combines by add or mul in " + k_.name);
-    return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, acc, v, sc.dtype);
+    switch (sc.op) {
+    case ScanOp::Add: return arith(Instruction::FAdd, Instruction::Add, Instruction::Or, acc, v, sc.dtype);
+    case ScanOp::Mul: return arith(Instruction::FMul, Instruction::Mul, Instruction::And, acc, v, sc.dtype);
+    case ScanOp::Max: return scan_extreme(true, sc.dtype, acc, v);
+    case ScanOp::Min: return scan_extreme(false, sc.dtype, acc, v);
+    case ScanOp::LogAddExp: return log_add_exp(sc.dtype, acc, v);
+    }
+    KILN_ASSERT(false, "bad scan combine in " + k_.name);
+    return nullptr;
   }
 
-  /// The scan's identity: 0 for add, 1 for mul.
+  /// v where v >= acc (<= for min) or v is NaN, else acc: torch's cummax/cummin update (a tie takes v).
+  Value* scan_extreme(bool is_max, DType t, Value* acc, Value* v) {
+    if (!is_floating(t)) return max_min(is_max, t, acc, v); // the same value for integers and bool
+    Value* better = is_max ? b_.CreateFCmpOGE(v, acc) : b_.CreateFCmpOLE(v, acc);
+    return b_.CreateSelect(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), v, acc);
+  }
+
+  /// logaddexp(acc, v): m = max(acc, v) (NaN-propagating), m where m is +-inf, else m + log1p(exp(-|acc - v|)).
+  Value* log_add_exp(DType t, Value* acc, Value* v) {
+    require_float(t, "logaddexp");
+    Value* m = max_min(true, t, acc, v);
+    Value* gap = b_.CreateFNeg(b_.CreateUnaryIntrinsic(Intrinsic::fabs, b_.CreateFSub(acc, v)));
+    Value* r = b_.CreateFAdd(m, math(MathFn::Log1p, math(MathFn::Exp, gap, t), t));
+    Value* inf = b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(Intrinsic::fabs, m), ConstantFP::getInfinity(reg(t)));
+    return b_.CreateSelect(inf, m, r);
+  }
+
+  /// The scan's identity: 0 for add, 1 for mul, max's and min's reduction identity, -inf for logaddexp.
   Value* scan_identity(const ScanLoop& sc) {
     Type* t = reg(sc.dtype);
-    const int one = sc.op == ScalarOp::Mul ? 1 : 0;
-    return is_floating(sc.dtype) ? ConstantFP::get(t, one) : ConstantInt::get(t, one);
+    switch (sc.op) {
+    case ScanOp::Add:
+    case ScanOp::Mul: {
+      const int one = sc.op == ScanOp::Mul ? 1 : 0;
+      return is_floating(sc.dtype) ? ConstantFP::get(t, one) : ConstantInt::get(t, one);
+    }
+    case ScanOp::Max: return reduction_init(ReduceOp::Max, sc.dtype);
+    case ScanOp::Min: return reduction_init(ReduceOp::Min, sc.dtype);
+    case ScanOp::LogAddExp: return ConstantFP::getInfinity(t, true);
+    }
+    KILN_ASSERT(false, "bad scan combine in " + k_.name);
+    return nullptr;
   }
 
   /// The columns j0 + [0, width) (j0 null: the one column of an empty domain), steps outermost.

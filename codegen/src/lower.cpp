@@ -7,6 +7,7 @@
 
 #include "codegen/form.h"
 #include "codegen/src/fusion.h"
+#include "codegen/src/scan_columns.h"
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "kiln/error.h"
@@ -72,7 +73,16 @@ private:
     launch_.kernel = std::move(kernel_);
   }
 
-  // A Scan-form kernel (kernel_ir.h, ScanLoop) for a Cumsum, Cumprod, ScatterAdd or Argsort root:
+  // The combine of a scan node's ScanLoop (Add for a scatter; unused by an argsort).
+  static ScanOp scan_combine_of(OpKind op) {
+    if (op == OpKind::Cumprod) return ScanOp::Mul;
+    if (op == OpKind::Cummax) return ScanOp::Max;
+    if (op == OpKind::Cummin) return ScanOp::Min;
+    return op == OpKind::Logcumsumexp ? ScanOp::LogAddExp : ScanOp::Add;
+  }
+
+  // A Scan-form kernel (kernel_ir.h, ScanLoop) for a Cumsum, Cumprod, Cummax, Cummin, Logcumsumexp,
+  // ScatterAdd or Argsort root:
   // the domain is the output's points off the dim; its input (and a scatter's index) is computed
   // at step ReduceVar(0) along the dim, counted from the end when reversed (an argsort's
   // attrs.ints[1] is its order instead: its keys are read from the start).
@@ -90,11 +100,12 @@ private:
     root_idx_ = idx;
     const int64_t steps = x->shape[dim];
     ScanLoop scan;
-    scan.op = n->op == OpKind::Cumprod ? ScalarOp::Mul : ScalarOp::Add;
+    scan.op = scan_combine_of(n->op);
     // An f32 running scan accumulates in f64, each output rounded once from it (as PyTorch's CPU
-    // cumsum): in f32 the running sum of a million 0.1s ended 1% off. A scatter adds into its
-    // output, in its dtype.
-    const DType acc = sort ? x->dtype : n->dtype == DType::Float32 && !scatter ? DType::Float64 : n->dtype;
+    // cumsum and logcumsumexp): in f32 the running sum of a million 0.1s ended 1% off. A scatter adds
+    // into its output, in its dtype; a running max or min is exact in its dtype.
+    const bool exact = scatter || scan.op == ScanOp::Max || scan.op == ScanOp::Min;
+    const DType acc = sort ? x->dtype : n->dtype == DType::Float32 && !exact ? DType::Float64 : n->dtype;
     scan.dtype = acc;
     scan.sort = sort;
     scan.descending = sort && n->attrs.ints.at(1) != 0;
@@ -111,7 +122,6 @@ private:
     size_t innermost = n->shape.size() - 1; // the last dim with extent > 1
     while (innermost > 0 && n->shape[innermost] == 1) --innermost;
     scan.inner_axis = innermost == dim;
-    const bool inner_axis = scan.inner_axis;
     kernel_.scan = std::move(scan);
     // the store's position: the target for a scatter; the step (from the end when reversed) for a running scan
     Index out = idx;
@@ -129,9 +139,10 @@ private:
     if (sort) // n log n: a merge sort's passes over the column
       for (int64_t runs = 1; runs < steps; runs *= 2) launch_.work_per_point += steps;
     // chunks of whole CPU column blocks (kScanColumns): two half blocks read every cache line twice
-    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans go column by column,
-    // and so do argsorts (each column sorted on its own in the scratch memory)
-    launch_.min_chunk = inner_axis || sort ? 1 : kScanColumns;
+    // (measured 7.9 ms vs 43 ms for cumsum over dim 0 of [1M, 16]); inner-axis scans other than logaddexp go
+    // column by column, and so do argsorts (each column sorted on its own in the scratch memory):
+    // scan_column_at_a_time
+    launch_.min_chunk = scan_column_at_a_time(*launch_.kernel.scan) ? 1 : kScanColumns;
     return std::move(launch_);
   }
 

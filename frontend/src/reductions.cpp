@@ -1,19 +1,22 @@
 // More reductions, NaN handling and scans (kiln/tensor.h), as PyTorch 1.13's functions of the same names:
-// compositions of kiln's ops (sort, gather, cumprod, max, logsumexp, where), so gradients, fusion, compile()
-// and CUDA come with them. Each function checks its arguments under its own name, and a detail::UserCall
-// reports an error of an op it uses as its own, at the caller's line.
+// compositions of kiln's ops (sort, gather, cumprod, max, logsumexp, where) and its scans (cummax, cummin and
+// logcumsumexp are graph::build's O(n) scans), so gradients, fusion, compile() and CUDA come with them. Each
+// function checks its arguments under its own name, and a detail::UserCall reports an error of an op it uses
+// as its own, at the caller's line.
 
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 #include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
 #include "kiln/autograd.h"
 #include "kiln/indexops.h"
 
 namespace kiln {
 
 using detail::fail;
+namespace b = graph::build;
 
 namespace {
 
@@ -244,25 +247,19 @@ Tensor quantile_of(const char* op, const Tensor& x, const Tensor& q, std::option
   return r.permute(from_last(r.dim(), 0), loc).reshape(shape, loc);
 }
 
-// cummax (is_max) or cummin along dim: over the n x n prefix windows of each row, the extreme and the last
-// position that holds it (or, once a NaN came, the last NaN).
+// cummax (is_max) or cummin along dim: the running extreme (a Cummax or Cummin scan: a NaN sticks, a tie
+// takes the later element) and the last position that holds it, or once a NaN came, the last NaN
+// (build::cum_extreme_index). O(n) per row; bool runs as i64 (exact).
 std::pair<Tensor, Tensor> running_extreme(const char* op, const Tensor& x, int64_t dim, bool is_max, const Loc& loc) {
   const Scope scope(op, loc);
   auto [xr, d] = with_dim(op, x, dim, loc);
-  const int64_t n = xr.size(d);
-  if (n == 0) return {x, zeros(x.shape(), kInt64, x.device(), loc)};
-  const Tensor xt = xr.detach().permute(to_last(xr.dim(), d), loc); // [..., n]
-  const Tensor j = arange(0, static_cast<double>(n), 1, kInt64, x.device(), loc);
-  const Tensor prefix = le(j, j.reshape({n, 1}, loc), loc); // [i, j]: j <= i
-  IntList square = xt.shape();
-  square.push_back(n);
-  const Tensor a = xt.unsqueeze(-2, loc).expand(square, loc); // a[..., i, j] = x_j
-  const Tensor window = where(prefix, a, xt.narrow(-1, 0, 1, loc).unsqueeze(-1, loc), loc);
-  const Tensor best = is_max ? max(window, {-1}, true, loc) : min(window, {-1}, true, loc);
-  const Tensor same = logical_or(eq(a, best, loc), logical_and(isnan(a, loc), isnan(best, loc), loc), loc);
-  const Tensor last = max(where(logical_and(prefix, same, loc), j, 0, loc), {-1}, false, loc);
-  const Tensor index = last.permute(from_last(xr.dim(), d), loc);
-  return {gather(xr, d, index, loc).reshape(x.shape(), loc), index.reshape(x.shape(), loc)};
+  if (xr.size(d) == 0) return {x, zeros(x.shape(), kInt64, x.device(), loc)};
+  const Tensor xs = xr.dtype() == kBool ? xr.to(kInt64, loc) : xr;
+  const Tensor values = detail::result(is_max ? b::cummax(xs.node(), d) : b::cummin(xs.node(), d), {&xs});
+  const Tensor plain = xs.detach(), found = values.detach();
+  const Tensor index = detail::result(b::cum_extreme_index(plain.node(), found.node(), d, false), {&plain, &found});
+  const Tensor v = xr.dtype() == kBool ? values.to(kBool, loc) : values;
+  return {v.reshape(x.shape(), loc), index.reshape(x.shape(), loc)};
 }
 
 // x with NaN replaced by `value` (integers and bool unchanged).
@@ -503,15 +500,8 @@ Tensor logcumsumexp(const Tensor& x, int64_t dim, Loc loc) {
   const Scope scope("logcumsumexp", loc);
   require_floating("logcumsumexp", x, loc);
   auto [xr, d] = with_dim("logcumsumexp", x, dim, loc);
-  const int64_t n = xr.size(d);
-  if (n == 0) return x;
-  const Tensor xt = xr.permute(to_last(xr.dim(), d), loc);
-  const Tensor j = arange(0, static_cast<double>(n), 1, kInt64, x.device(), loc);
-  IntList square = xt.shape();
-  square.push_back(n);
-  const Tensor window =
-      where(le(j, j.reshape({n, 1}, loc), loc), xt.unsqueeze(-2, loc).expand(square, loc), -kInf, loc);
-  return logsumexp(window, {-1}, false, loc).permute(from_last(xr.dim(), d), loc).reshape(x.shape(), loc);
+  if (xr.size(d) == 0) return x;
+  return detail::result(b::logcumsumexp(xr.node(), d), {&xr}).reshape(x.shape(), loc);
 }
 
 Tensor diff(const Tensor& x, int64_t n, int64_t dim, const Tensor& prepend, const Tensor& append, Loc loc) {

@@ -285,6 +285,56 @@ NodeRef cumsum(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind
 
 NodeRef cumprod(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cumprod, x, dim, reverse); }
 
+NodeRef cummax(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cummax, x, dim, reverse); }
+
+NodeRef cummin(const NodeRef& x, int64_t dim, bool reverse) { return scan(OpKind::Cummin, x, dim, reverse); }
+
+NodeRef cum_extreme_index(const NodeRef& x, const NodeRef& values, int64_t dim, bool reverse) {
+  const int64_t n = x->shape[static_cast<size_t>(dim)];
+  NodeRef j = broadcast_to(positions(n, static_cast<size_t>(dim), x->shape.size(), x->device), x->shape);
+  NodeRef hit = binary(OpKind::Eq, x, values); // values[i] is x at its last update: x[i] hits where it updated
+  if (is_floating(x->dtype)) hit = binary(OpKind::LogicalOr, hit, binary(OpKind::Ne, x, x)); // a NaN updates
+  // the latest hit in scan order: the largest position so far (reverse: the smallest)
+  NodeRef marked = where(hit, j, constant_like(j, reverse ? static_cast<double>(n - 1) : 0));
+  return scan(reverse ? OpKind::Cummin : OpKind::Cummax, marked, dim, reverse);
+}
+
+NodeRef logcumsumexp(const NodeRef& x, int64_t dim, bool reverse) {
+  return scan(OpKind::Logcumsumexp, x, dim, reverse);
+}
+
+namespace {
+
+// log(v) where keep (v > 0 there), else the dtype's lowest finite number (exp of it is 0): the log of one
+// sign's part of a gradient or tangent, with no log of a non-positive number even unused.
+NodeRef log_part(const NodeRef& keep, const NodeRef& v) {
+  const double lowest = v->dtype == DType::Float32 ? -static_cast<double>(std::numeric_limits<float>::max())
+                                                   : -std::numeric_limits<double>::max();
+  NodeRef safe = where(keep, v, constant_like(v, 1));
+  return where(keep, unary(OpKind::Log, safe), constant_like(v, lowest));
+}
+
+// exp(logcumsumexp(lp) + shift) - exp(logcumsumexp(ln) + shift) along dim, for the log parts lp and ln of
+// a signed value v (log_part of v > 0 and of -v where v < 0).
+NodeRef signed_lse(const NodeRef& v, const NodeRef& add_before, const NodeRef& add_after, int64_t dim, bool reverse) {
+  NodeRef zero = constant_like(v, 0);
+  NodeRef lp = log_part(binary(OpKind::Gt, v, zero), v), ln = log_part(binary(OpKind::Lt, v, zero), neg(v));
+  auto part = [&](const NodeRef& l) {
+    return unary(OpKind::Exp, add(logcumsumexp(add(l, add_before), dim, reverse), add_after));
+  };
+  return sub(part(lp), part(ln));
+}
+
+} // namespace
+
+NodeRef logcumsumexp_vjp(const NodeRef& x, const NodeRef& y, int64_t dim, bool reverse, const NodeRef& g) {
+  return signed_lse(g, neg(y), x, dim, !reverse);
+}
+
+NodeRef logcumsumexp_jvp(const NodeRef& x, const NodeRef& y, int64_t dim, bool reverse, const NodeRef& t) {
+  return signed_lse(t, x, neg(y), dim, reverse);
+}
+
 NodeRef argsort(const NodeRef& x, int64_t dim, bool descending) {
   Attrs a;
   a.ints = {dim, descending ? 1 : 0};

@@ -656,6 +656,7 @@ private:
   /// into its output, rounding each step).
   Buf scan(const Node* n) const {
     if (n->op == OpKind::Argsort) return argsort(n);
+    if (n->op == OpKind::Cummax || n->op == OpKind::Cummin || n->op == OpKind::Logcumsumexp) return running(n);
     const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
     const bool reverse = n->attrs.ints.at(1) != 0, mul = n->op == OpKind::Cumprod;
     const Node* x = n->inputs.back().get();
@@ -692,6 +693,39 @@ private:
         combine(at, from, acc_f, acc_i);
         acc_f = b.is_float ? b.f[at] : 0;
         acc_i = b.is_float ? 0 : b.i[at];
+      }
+    });
+    return b;
+  }
+
+  /// cummax, cummin (torch's update: x where x >= acc, <= for cummin, or x is NaN) and logcumsumexp
+  /// (logaddexp in f64, libm's log1p and exp): each column in step order, each output rounded from the
+  /// f64 running value.
+  Buf running(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const bool reverse = n->attrs.ints.at(1) != 0, is_max = n->op == OpKind::Cummax;
+    const Buf& v = in(n, 0);
+    const Strides st = contiguous_strides(n->shape);
+    const int64_t steps = n->shape[dim];
+    Buf b = make_buf(n->dtype, n->numel());
+    auto combine_f = [&](double acc, double x) {
+      if (n->op == OpKind::Logcumsumexp) {
+        const double m = std::isnan(acc) || std::isnan(x) ? acc + x : std::max(acc, x);
+        return std::isinf(m) ? m : m + std::log1p(std::exp(-std::fabs(acc - x)));
+      }
+      return std::isnan(x) || (is_max ? x >= acc : x <= acc) ? x : acc;
+    };
+    Shape cols = n->shape;
+    cols[dim] = 1;
+    for_each_index(cols, [&](const std::vector<int64_t>& idx, int64_t) {
+      int64_t base = 0;
+      for (size_t d = 0; d < idx.size(); ++d) base += idx[d] * st[d];
+      double acc_f = is_max || n->op == OpKind::Logcumsumexp ? -INFINITY : INFINITY;
+      int64_t acc_i = is_max ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t at = base + (reverse ? steps - 1 - s : s) * st[dim];
+        if (b.is_float) b.f[at] = rf(n->dtype, acc_f = combine_f(acc_f, v.f[at]));
+        else b.i[at] = acc_i = is_max ? std::max(acc_i, v.i[at]) : std::min(acc_i, v.i[at]);
       }
     });
     return b;

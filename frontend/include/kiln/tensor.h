@@ -599,12 +599,12 @@ Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim = std::
                    const std::string& interpolation = "linear", Loc loc = Loc::current());
 /// (values, indices) of the running maximum along dim, as torch.cummax: the index of the last element equal
 /// to the maximum so far; from the first NaN on, NaN and the index of the last NaN so far. The gradient goes to
-/// those indices. O(n^2) work and memory per row of n.
+/// those indices. O(n) work per row of n (a running-max scan, then one over the positions).
 std::pair<Tensor, Tensor> cummax(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 /// The running minimum along dim, as torch.cummin (ties and NaN as cummax).
 std::pair<Tensor, Tensor> cummin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
-/// log(cumsum(exp(x))) along dim, as torch.logcumsumexp, computed stably (a logsumexp of each prefix:
-/// O(n^2) work and memory per row of n); floating only.
+/// log(cumsum(exp(x))) along dim, as torch.logcumsumexp, computed stably (a running logaddexp: O(n) work
+/// per row of n; f32 runs in f64); floating only.
 Tensor logcumsumexp(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 /// The n-th forward difference along dim, as torch.diff: `prepend` and `append` (optional, x's rank and
 /// extents off dim) are joined to x first; bool gives x[i + 1] != x[i].
