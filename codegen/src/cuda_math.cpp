@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -187,6 +188,7 @@ std::string device_function(bool f64, const std::string& name, const std::vector
 struct PreludeFunction {
   std::string name;
   std::string text;
+  std::vector<size_t> callees = {}; ///< the prelude functions it calls, by index (all before it)
 };
 
 PreludeFunction guarded(std::string name, const std::string& text) {
@@ -240,19 +242,21 @@ std::set<std::string, std::less<>> kiln_names_in(std::string_view code) {
   return names;
 }
 
-/// math_functions(), built once, after checking that each calls only earlier ones (so that a
-/// selection in this order compiles, and one backward pass finds everything a selection calls).
+/// math_functions() with their callees, built once, after checking that each calls only earlier
+/// ones (so that a selection in this order compiles, and one backward pass finds everything a
+/// selection calls).
 const std::vector<PreludeFunction>& functions_of_prelude() {
   static const std::vector<PreludeFunction> fns = [] {
     std::vector<PreludeFunction> all = math_functions();
-    std::set<std::string, std::less<>> seen;
-    for (const PreludeFunction& f : all) {
-      for (const std::string& callee : kiln_names_in(f.text))
-        for (const PreludeFunction& g : all)
-          KILN_ASSERT(g.name != callee || callee == f.name || seen.count(callee),
-                      "prelude function " + f.name + " calls " + callee + ", which comes after it");
-      seen.insert(f.name);
-    }
+    std::map<std::string, size_t, std::less<>> index;
+    for (size_t i = 0; i < all.size(); ++i) index.emplace(all[i].name, i);
+    for (size_t i = 0; i < all.size(); ++i)
+      for (const std::string& name : kiln_names_in(all[i].text)) {
+        const auto callee = index.find(name);
+        if (callee == index.end() || callee->second == i) continue; // not a prelude function, or itself
+        KILN_ASSERT(callee->second < i, "prelude function " + all[i].name + " calls " + name + ", which comes after it");
+        all[i].callees.push_back(callee->second);
+      }
     return all;
   }();
   return fns;
@@ -367,15 +371,15 @@ const std::string& cuda_prelude() {
 }
 
 std::string cuda_prelude_for(std::string_view code) {
-  // Backwards: a function's callees come before it, so they are added to `names` in time.
-  std::set<std::string, std::less<>> names = kiln_names_in(code);
+  // Backwards: a function's callees come before it, so they are marked in time.
+  const std::set<std::string, std::less<>> names = kiln_names_in(code);
   const std::vector<PreludeFunction>& fns = functions_of_prelude();
   std::vector<bool> used(fns.size());
-  for (size_t i = fns.size(); i-- > 0;)
-    if (names.count(fns[i].name)) {
-      used[i] = true;
-      names.merge(kiln_names_in(fns[i].text));
-    }
+  for (size_t i = fns.size(); i-- > 0;) {
+    if (names.count(fns[i].name)) used[i] = true;
+    if (used[i])
+      for (size_t callee : fns[i].callees) used[callee] = true;
+  }
   return prelude_with(used);
 }
 
