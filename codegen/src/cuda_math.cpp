@@ -254,7 +254,8 @@ const std::vector<PreludeFunction>& functions_of_prelude() {
       for (const std::string& name : kiln_names_in(all[i].text)) {
         const auto callee = index.find(name);
         if (callee == index.end() || callee->second == i) continue; // not a prelude function, or itself
-        KILN_ASSERT(callee->second < i, "prelude function " + all[i].name + " calls " + name + ", which comes after it");
+        KILN_ASSERT(callee->second < i,
+                    "prelude function " + all[i].name + " calls " + name + ", which comes after it");
         all[i].callees.push_back(callee->second);
       }
     return all;
