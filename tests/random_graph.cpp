@@ -259,7 +259,8 @@ struct Gen {
       push(cast(x, to), "cast " + xs + " to " + std::string(dtype_name(to)));
       return true;
     }
-    if (kind < 72) return reduction(x, xs);
+    if (kind < 69) return reduction(x, xs);
+    if (kind < 72) return scan_step(x, xs, false);
     if (kind < 90) return movement(x, xs);
     if (kind < 95) return concat_step(x, xs);
     return matmul_step(x, xs);
@@ -291,6 +292,34 @@ struct Gen {
       if (x.shape()[static_cast<size_t>(d < 0 ? d + r : d)] == 0) return false;
       push(which == 4 ? argmax(x, d, keep) : argmin(x, d, keep),
           std::string(which == 4 ? "argmax" : "argmin") + " " + xs + " dim " + std::to_string(d) + (keep ? " keepdim" : ""));
+      return true;
+    }
+    }
+  }
+
+  /// A scan along a random dim: cumsum, cumprod, cummax / cummin (values or indices), logcumsumexp;
+  /// `smooth`: only those with a smooth gradient (cumsum, logcumsumexp).
+  bool scan_step(const Tensor& x, const std::string& xs, bool smooth) {
+    const int64_t r = x.dim();
+    if (r == 0) return false;
+    const int64_t d = rng.chance(0.5) ? rng.range(0, r - 1) : rng.range(-r, -1);
+    const std::string tail = " " + xs + " dim " + std::to_string(d);
+    switch (rng.range(0, smooth ? 1 : 4)) {
+    case 0: push(cumsum(x, d), "cumsum" + tail); return true;
+    case 1:
+      if (!is_floating(x.dtype())) return false;
+      push(logcumsumexp(x, d), "logcumsumexp" + tail);
+      return true;
+    case 2: // products of [-3, 3] values overflow f32 after ~80 factors: keep them short
+      if (x.dtype() == kBool || x.shape()[static_cast<size_t>(d < 0 ? d + r : d)] > 24) return false;
+      push(cumprod(x, d), "cumprod" + tail);
+      return true;
+    default: {
+      if (x.dtype() == kBool) return false;
+      const bool max = rng.chance(0.5);
+      const auto [values, indices] = max ? cummax(x, d) : cummin(x, d);
+      const bool idx = rng.chance(0.3);
+      push(idx ? indices : values, std::string(max ? "cummax" : "cummin") + (idx ? " indices" : "") + tail);
       return true;
     }
     }
@@ -489,12 +518,15 @@ struct Gen {
     if (kind < 70) { // sum / mean
       const bool keep = rng.chance(0.5);
       const IntList dims = random_dims(r, false);
-      const bool m = rng.chance(0.5);
+      int64_t reduced = 1; // a mean of no elements is NaN, which would leave gradcheck nothing to check
+      for (int64_t d : dims) reduced *= x.shape()[static_cast<size_t>(d < 0 ? d + r : d)];
+      const bool m = rng.chance(0.5) && (dims.empty() ? x.numel() : reduced) > 0;
       push(m ? mean(x, dims, keep) : sum(x, dims, keep),
           std::string(m ? "mean " : "sum ") + xs + " dims " + shape_str(dims) + (keep ? " keepdim" : ""));
       return true;
     }
-    if (kind < 88) return movement(x, xs);
+    if (kind < 85) return movement(x, xs);
+    if (kind < 88) return scan_step(x, xs, true);
     if (kind < 94) return concat_step(x, xs);
     return matmul_step(x, xs);
   }

@@ -3,7 +3,8 @@
 /// A seeded generator of random, valid kiln programs, built through the public
 /// API (so every graph is one a user could write): elementwise unary and binary
 /// ops (comparisons and where included), casts, reductions with and without
-/// keepdim, movement (reshape, permute, expand, strided slice, pad, concat),
+/// keepdim, scans (cumsum, cumprod, cummax / cummin, logcumsumexp), movement
+/// (reshape, permute, expand, strided slice, pad, concat),
 /// matmul, with broadcasting, over f32/f64/i32/i64/bool, on small shapes with
 /// size-1 and occasionally size-0 dims.
 ///
