@@ -16,12 +16,15 @@ namespace kiln::runtime {
 /// kernel name per process; a source that compiled
 /// before with the same NVRTC is skipped (a marker in kiln-cuda-checked/ beside
 /// $KILN_CACHE_DIR, e.g. ~/.cache/kiln-cuda-checked).
-/// Throws kiln::Error with the NVRTC log and the source on a compile failure. Where NVRTC is absent, prints one line saying the
-/// checks are skipped and why (once), and returns.
+/// Compiles are batched (NVRTC's cost is mostly per program): a kernel waits until 64 are queued,
+/// cuda_checked_count() is read or the process exits. So a compile failure is a kiln::Error (the
+/// NVRTC log and the failing kernel's source, found by compiling the batch's kernels alone) thrown
+/// by whichever check filled the batch, or, at exit, printed with exit status 1.
+/// Where NVRTC is absent, prints one line saying the checks are skipped and why (once), and returns.
 void cuda_check_kernel(const codegen::Kernel& k);
 
 /// Kernels checked by cuda_check_kernel so far (compiled now or marked as compiled
-/// earlier; each counts once).
+/// earlier; each counts once), after compiling those still waiting.
 size_t cuda_checked_count();
 
 } // namespace kiln::runtime
