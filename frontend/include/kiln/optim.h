@@ -407,6 +407,74 @@ protected:
   std::vector<std::string> scalar_names() const override; ///< "eta", "mu"
 };
 
+/// Options of LBFGS (designated initializers), torch.optim.LBFGS 1.13's defaults and order.
+struct LBFGSOptions {
+  double lr = 1;                             ///< the step length (the first iteration's is scaled, as torch)
+  int64_t max_iter = 20;                     ///< iterations per step() (> 0)
+  std::optional<int64_t> max_eval = std::nullopt; ///< closure calls per step() (> 0); unset: max_iter * 5 / 4
+  double tolerance_grad = 1e-7;              ///< stop when max |gradient| <= this
+  double tolerance_change = 1e-9;            ///< stop when the loss or the step changes less than this
+  int64_t history_size = 100;                ///< the correction pairs kept (> 0)
+  std::string line_search_fn = "";           ///< "" (a fixed step lr) or "strong_wolfe"
+};
+
+/// L-BFGS, exactly torch.optim.LBFGS 1.13's algorithm (two-loop recursion over the last history_size
+/// correction pairs, the first iteration's step min(1, 1 / |g|_1) lr, torch's strong Wolfe line search
+/// with its cubic interpolation and its stopping rules), over all the parameters as one flat vector.
+/// step(closure) runs up to max_iter iterations; the closure clears the gradients, computes the loss,
+/// calls backward() and returns the loss (a one-element tensor); step() returns the closure's first
+/// loss. The history carries over from one step() to the next, as torch's.
+///
+/// LBFGS is eager-only: its control flow (line search, stopping tests) reads the loss and the gradient on
+/// the host after each closure call, so its direction arithmetic runs on the host in double (torch runs it
+/// in the parameters' dtype: f64 parameters follow torch's iterates to rounding) and it writes the
+/// parameters with assign(). step() inside a compile() trace is an error. It is not an Optimizer: its
+/// state is host data that state_dict() and checkpoint::save do not hold, and the schedules do not drive it.
+class LBFGS {
+public:
+  /// L-BFGS over `params` (each must require grad; a tensor listed twice counts once); errors (an option
+  /// out of range, an unknown line_search_fn, a parameter without grad) name `loc`.
+  LBFGS(std::vector<Tensor> params, LBFGSOptions options = {}, Loc loc = Loc::current());
+  /// Runs up to max_iter iterations (see above) and returns the closure's first loss. Errors (a loss that
+  /// is not one element, a call inside compile()) name `loc`.
+  Tensor step(const std::function<Tensor()>& closure, Loc loc = Loc::current());
+  /// Clears every parameter's gradient.
+  void zero_grad();
+  /// The parameters, in the order given.
+  const std::vector<Tensor>& params() const { return params_; }
+  /// Closure calls over all steps so far (torch's state['func_evals']).
+  int64_t func_evals() const { return func_evals_; }
+  /// Iterations over all steps so far (torch's state['n_iter']).
+  int64_t n_iter() const { return n_iter_; }
+  const LBFGSOptions options; ///< the options given (max_eval filled in)
+
+private:
+  using Vec = std::vector<double>;
+  /// The loss and flat gradient (zeros for a parameter without gradient) after one closure call; the
+  /// closure's loss tensor goes to `first` when given.
+  double evaluate(const std::function<Tensor()>& closure, Vec& grad, const Loc& loc, Tensor* first = nullptr);
+  /// The parameters as one flat vector, in double.
+  Vec flat_params() const;
+  /// Writes `x` (flat) into the parameters.
+  void set_params(const Vec& x);
+  /// The strong Wolfe line search from `x` along `d` (torch's _strong_wolfe); returns the step length
+  /// and sets `loss` and `grad` to those there; `evals` counts the closure calls.
+  double strong_wolfe(const std::function<Tensor()>& closure, const Vec& x, double t, const Vec& d, double& loss,
+                      Vec& grad, double gtd, int64_t& evals, const Loc& loc);
+  /// The direction from the gradient and the history (two-loop recursion), after adding the pair of
+  /// the last iteration.
+  Vec direction(const Vec& grad);
+
+  std::vector<Tensor> params_;
+  int64_t func_evals_ = 0, n_iter_ = 0;
+  // torch's state: the last direction and step, the correction pairs, the Hessian diagonal, the last
+  // gradient and loss.
+  Vec d_, prev_grad_;
+  double t_ = 0, h_diag_ = 1, prev_loss_ = 0;
+  std::vector<Vec> old_dirs_, old_stps_;
+  Vec ro_;
+};
+
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
 /// Every step sets the lr from the schedule's closed form of the base lr and the epoch (so a resumed
 /// run, via set_epoch, gets the uninterrupted run's bits). Unlike PyTorch's chainable schedulers, an lr
