@@ -72,13 +72,46 @@ uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed
 Tensor Module::operator()(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
+  run_forward_pre_hooks();
   return forward(x);
 }
 
 Tensor Module::forward_at(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
+  run_forward_pre_hooks();
   return forward_impl(x);
+}
+
+void Module::run_forward_pre_hooks() {
+  for (const PreHook& h : pre_hooks_) h.hook(*this);
+}
+
+int64_t Module::register_forward_pre_hook(ForwardPreHook hook, std::string tag) {
+  pre_hooks_.push_back({next_pre_hook_, std::move(tag), std::move(hook)});
+  return next_pre_hook_++;
+}
+
+bool Module::remove_forward_pre_hook(int64_t handle) {
+  auto it = std::find_if(pre_hooks_.begin(), pre_hooks_.end(), [&](const PreHook& h) { return h.handle == handle; });
+  if (it == pre_hooks_.end()) return false;
+  pre_hooks_.erase(it);
+  return true;
+}
+
+std::optional<std::pair<int64_t, Module::ForwardPreHook>> Module::find_forward_pre_hook(const std::string& tag) const {
+  for (const PreHook& h : pre_hooks_)
+    if (h.tag == tag) return std::pair{h.handle, h.hook};
+  return std::nullopt;
+}
+
+Tensor Module::unregister_parameter(const std::string& name, Loc loc) {
+  auto it = std::find_if(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; });
+  if (it == params_.end())
+    throw Error(this->name() + "::unregister_parameter", "\"" + name + "\" is not a parameter of this module", loc);
+  Tensor t = it->second;
+  params_.erase(it);
+  return t;
 }
 
 Tensor Module::forward(const Tensor& x) { return forward_impl(x); }
