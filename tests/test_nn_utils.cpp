@@ -35,6 +35,20 @@ struct WeightNormCase {
   std::vector<double> g, grad_g, grad_v, grad_bias, grad_x;
 };
 
+struct SpectralNormCase {
+  const char* name;
+  std::string module;
+  int64_t n_power_iterations;
+  double eps;
+  bool training;
+  IntList weight_shape;
+  std::vector<double> weight, bias;
+  IntList x_shape;
+  std::vector<double> x, u0, v0, r;
+  IntList out_shape;
+  std::vector<double> out1, out2, u, v, grad_orig, grad_bias, grad_x;
+};
+
 #include "pytorch_nn_utils_table.inc"
 
 void expect_near_all(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
@@ -56,15 +70,25 @@ std::vector<std::string> param_names(const nn::Module& m) {
   return out;
 }
 
-// The case's module in f64 with the table's weight and bias.
-std::shared_ptr<nn::Module> make_module(const WeightNormCase& c) {
+Tensor buffer(const nn::Module& m, const std::string& name) {
+  for (const auto& [n, t] : m.named_buffers())
+    if (n == name) return t;
+  ADD_FAILURE() << "no buffer " << name;
+  return Tensor();
+}
+
+// A table case's module (linear, conv, conv_transpose) in f64 with the table's weight and bias.
+template <class Case> std::shared_ptr<nn::Module> make_module(const Case& c) {
   std::shared_ptr<nn::Module> m;
   Tensor *w = nullptr, *b = nullptr;
   if (c.module == "linear") {
     auto l = std::make_shared<nn::Linear>(3, 4);
     w = &l->weight, b = &l->bias, m = l;
-  } else {
+  } else if (c.module == "conv") {
     auto conv = std::make_shared<nn::Conv2d>(2, 3, 2);
+    w = &conv->weight, b = &conv->bias, m = conv;
+  } else {
+    auto conv = std::make_shared<nn::ConvTranspose2d>(2, 3, 2);
     w = &conv->weight, b = &conv->bias, m = conv;
   }
   m->to(kFloat64);
@@ -225,4 +249,111 @@ TEST(ParametersToVector, FlattensConcatenatesAndCarriesGradients) {
   test::expect_error_at([&] { U::parameters_to_vector({}); }, file, __LINE__, "parameters_to_vector", {"expected at least one parameter"});
   test::expect_error_at([&] { U::vector_to_parameters(from_vector<double>({1, 2}), {a}); }, file, __LINE__, "vector_to_parameters", {"vec must be 1-d with the parameters' 4 elements, got f64[2]"});
   test::expect_error_at([&] { U::vector_to_parameters(from_vector<double>({1, 2, 3, 4}, {2, 2}), {a}); }, file, __LINE__, "vector_to_parameters", {"got f64[2,2]"});
+}
+
+// ---------------------------------------------------------------- spectral_norm
+
+TEST(SpectralNorm, EveryCaseMatchesPyTorchInF64) {
+  // Two forwards (u and v advance at each in training mode, stay in eval), then the gradients of the second.
+  for (const SpectralNormCase& c : kSpectralNormCases) {
+    std::shared_ptr<nn::Module> m = make_module(c);
+    U::spectral_norm(*m, "weight", c.n_power_iterations, c.eps);
+    Tensor u = buffer(*m, "weight_u"), v = buffer(*m, "weight_v");
+    u.assign(from_vector(c.u0, u.shape()));
+    v.assign(from_vector(c.v0, v.shape()));
+    m->train(c.training);
+    Tensor x = from_vector(c.x, c.x_shape);
+    expect_near_all((*m)(x).to_vector<double>(), c.out1, std::string(c.name) + " out 1");
+    x.requires_grad_();
+    Tensor out = (*m)(x);
+    EXPECT_EQ(out.shape(), c.out_shape) << c.name;
+    (out * from_vector(c.r, c.out_shape)).sum().backward();
+    expect_near_all(out.to_vector<double>(), c.out2, std::string(c.name) + " out 2");
+    expect_near_all(u.to_vector<double>(), c.u, std::string(c.name) + " u");
+    expect_near_all(v.to_vector<double>(), c.v, std::string(c.name) + " v");
+    expect_near_all(param(*m, "weight_orig").grad().to_vector<double>(), c.grad_orig,
+                    std::string(c.name) + " grad orig");
+    expect_near_all(param(*m, "bias").grad().to_vector<double>(), c.grad_bias, std::string(c.name) + " grad bias");
+    expect_near_all(x.grad().to_vector<double>(), c.grad_x, std::string(c.name) + " grad x");
+  }
+}
+
+TEST(SpectralNorm, RegistersAsTorchAndRemoveRestoresTheWeight) {
+  nn::manual_seed(2);
+  nn::Linear m(3, 4);
+  m.to(kFloat64);
+  const std::vector<double> w0 = m.weight.to_vector<double>();
+  U::spectral_norm(m);
+  EXPECT_EQ(param_names(m), (std::vector<std::string>{"bias", "weight_orig"}));
+  std::vector<std::string> buffers;
+  for (const auto& [n, t] : m.named_buffers()) buffers.push_back(n);
+  EXPECT_EQ(buffers, (std::vector<std::string>{"weight_u", "weight_v"}));
+  EXPECT_EQ(buffer(m, "weight_u").shape(), (IntList{4}));
+  EXPECT_EQ(buffer(m, "weight_v").shape(), (IntList{3}));
+  EXPECT_NEAR(buffer(m, "weight_u").square().sum().item<double>(), 1.0, 1e-12); // a unit vector
+  EXPECT_EQ(m.weight.to_vector<double>(), w0); // torch's weight.data until the first forward
+  // Many power iterations: sigma is the largest singular value, so the normalized weight's is 1.
+  U::remove_spectral_norm(m);
+  U::spectral_norm(m, "weight", 50);
+  m(from_vector<double>({1, 2, 3}, {1, 3}));
+  const Tensor w = m.weight;
+  Tensor x = from_vector<double>({1, 0, 0});
+  for (int i = 0; i < 200; ++i) x = matmul(w.transpose(0, 1), matmul(w, x)), x = x / sqrt(x.square().sum());
+  EXPECT_NEAR(sqrt(matmul(w, x).square().sum()).item<double>(), 1.0, 1e-9);
+  // remove: a parameter again, orig / sigma without another power iteration
+  m.eval();
+  const std::vector<double> before = m(from_vector<double>({1, 2, 3}, {1, 3})).to_vector<double>();
+  U::remove_spectral_norm(m);
+  EXPECT_EQ(param_names(m), (std::vector<std::string>{"bias", "weight"}));
+  EXPECT_TRUE(m.named_buffers().empty());
+  EXPECT_EQ(m(from_vector<double>({1, 2, 3}, {1, 3})).to_vector<double>(), before);
+  EXPECT_TRUE(m.weight.requires_grad());
+}
+
+TEST(SpectralNorm, TrainsTheSameEagerlyAndCompiled) {
+  // u and v are assign()ed in training forwards, so the compiled step carries them; eval leaves them.
+  auto make = [] {
+    nn::manual_seed(8);
+    auto m = std::make_shared<nn::Linear>(3, 4);
+    m->to(kFloat64);
+    U::spectral_norm(*m, "weight", 2);
+    return m;
+  };
+  auto eager = make(), compiled = make();
+  optim::Adam opt_e(eager->parameters(), {.lr = 0.05}), opt_c(compiled->parameters(), {.lr = 0.05});
+  auto batch = [](int64_t s) { return from_vector<double>({1.0 * s, 2, -1, 0.5, 0.25 * s, 3}, {2, 3}); };
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    opt_c.zero_grad();
+    Tensor loss = (*compiled)(a[0]).square().sum();
+    loss.backward();
+    opt_c.step();
+    return std::vector<Tensor>{loss.detach()};
+  });
+  for (int64_t s = 0; s < 4; ++s) {
+    opt_e.zero_grad();
+    Tensor loss = (*eager)(batch(s)).square().sum();
+    loss.backward();
+    opt_e.step();
+    ASSERT_EQ(loss.item<double>(), step({batch(s)})[0].item<double>()) << "step " << s;
+    for (const auto& [n, t] : eager->state_dict())
+      for (const auto& [n2, t2] : compiled->state_dict())
+        if (n == n2) ASSERT_EQ(t.to_vector<double>(), t2.to_vector<double>()) << n << " step " << s;
+  }
+  EXPECT_LE(step.num_traces(), 2u);
+  const std::vector<double> u = buffer(*eager, "weight_u").to_vector<double>();
+  eager->eval();
+  (*eager)(batch(1));
+  EXPECT_EQ(buffer(*eager, "weight_u").to_vector<double>(), u); // eval: no power iteration
+}
+
+TEST(SpectralNorm, ErrorsNameTheCallersLine) {
+  const std::string file = "test_nn_utils.cpp";
+  nn::Linear m(3, 4);
+  test::expect_error_at([&] { U::spectral_norm(m, "weight", 0); }, file, __LINE__, "spectral_norm", {"expected n_power_iterations to be positive, got 0"});
+  test::expect_error_at([&] { U::spectral_norm(m, "weight", 1, 0); }, file, __LINE__, "spectral_norm", {"eps must be positive"});
+  test::expect_error_at([&] { U::spectral_norm(m, "weight", 1, 1e-12, 2); }, file, __LINE__, "spectral_norm", {"dim 2 is out of range"});
+  test::expect_error_at([&] { U::remove_spectral_norm(m); }, file, __LINE__, "remove_spectral_norm", {"spectral_norm of 'weight' not found in Linear"});
+  U::spectral_norm(m);
+  test::expect_error_at([&] { U::spectral_norm(m); }, file, __LINE__, "spectral_norm", {"cannot register two spectral_norm hooks on the same parameter weight"});
+  test::expect_error_at([&] { m.unregister_buffer("weight"); }, file, __LINE__, "Linear::unregister_buffer", {"\"weight\" is not a buffer"});
 }

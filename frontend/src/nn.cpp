@@ -105,13 +105,24 @@ std::optional<std::pair<int64_t, Module::ForwardPreHook>> Module::find_forward_p
   return std::nullopt;
 }
 
-Tensor Module::unregister_parameter(const std::string& name, Loc loc) {
-  auto it = std::find_if(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; });
-  if (it == params_.end())
-    throw Error(this->name() + "::unregister_parameter", "\"" + name + "\" is not a parameter of this module", loc);
+namespace {
+// Removes `name` from `list` and returns its tensor; an absent one is the kiln::Error of `op`.
+Tensor unregister(NamedTensors& list, const std::string& name, const std::string& op, const char* kind,
+                  const Loc& loc) {
+  auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
+  if (it == list.end()) throw Error(op, "\"" + name + "\" is not a " + kind + " of this module", loc);
   Tensor t = it->second;
-  params_.erase(it);
+  list.erase(it);
   return t;
+}
+} // namespace
+
+Tensor Module::unregister_parameter(const std::string& name, Loc loc) {
+  return unregister(params_, name, this->name() + "::unregister_parameter", "parameter", loc);
+}
+
+Tensor Module::unregister_buffer(const std::string& name, Loc loc) {
+  return unregister(buffers_, name, this->name() + "::unregister_buffer", "buffer", loc);
 }
 
 Tensor Module::forward(const Tensor& x) { return forward_impl(x); }

@@ -1,4 +1,4 @@
-// torch.nn.utils for kiln: gradient clipping, parameters as a vector, weight_norm.
+// torch.nn.utils for kiln: gradient clipping, parameters as a vector, weight_norm, spectral_norm.
 
 #include "kiln/nn_utils.h"
 
@@ -159,6 +159,105 @@ Module& remove_weight_norm(Module& module, const std::string& name, Loc loc) {
   module.remove_forward_pre_hook(hook->first);
   module.unregister_parameter(name + "_g", loc);
   module.unregister_parameter(name + "_v", loc);
+  module.register_parameter(name, weight, loc);
+  return module;
+}
+
+// ---------------------------------------------------------------- spectral_norm
+
+namespace {
+
+std::string spectral_tag(const std::string& name) { return "spectral_norm:" + name; }
+
+// torch's F.normalize(x, dim=0, eps): x / max(|x|_2, eps).
+Tensor normalized(const Tensor& x, double eps) { return x / clamp_min(sqrt(square(x).sum()), eps); }
+
+// The spectral_norm of a module's parameter: the member's tensor, weight_orig, the u and v buffers.
+struct SpectralNorm {
+  Tensor weight, orig, u, v;
+  int64_t n_power_iterations = 1, dim = 0;
+  double eps = 1e-12;
+
+  // The weight as a matrix [size(dim), -1] (torch's reshape_weight_to_matrix).
+  Tensor matrix(const Tensor& w) const {
+    Tensor m = w;
+    if (dim != 0) {
+      IntList perm{dim};
+      for (int64_t d = 0; d < w.dim(); ++d)
+        if (d != dim) perm.push_back(d);
+      m = m.permute(perm);
+    }
+    return m.reshape({m.size(0), -1});
+  }
+  // orig / sigma, after the power iteration when `power` (training mode).
+  Tensor compute(bool power) const {
+    if (power) {
+      NoGradGuard no_grad;
+      const Tensor w = matrix(orig);
+      Tensor uu = u, vv = v;
+      for (int64_t i = 0; i < n_power_iterations; ++i) {
+        vv = normalized(matmul(w.transpose(0, 1), uu), eps);
+        uu = normalized(matmul(w, vv), eps);
+      }
+      Tensor bu = u, bv = v; // the buffers' handles
+      bu.assign(uu);
+      bv.assign(vv);
+    }
+    const Tensor sigma = (u * matmul(matrix(orig), v)).sum();
+    return orig / sigma;
+  }
+  void operator()(Module& m) const { rebind(weight, compute(m.is_training())); }
+};
+
+} // namespace
+
+Module& spectral_norm(Module& module, const std::string& name, int64_t n_power_iterations, double eps,
+                      std::optional<int64_t> dim, Loc loc) {
+  const std::string op = "spectral_norm";
+  if (module.find_forward_pre_hook(spectral_tag(name)))
+    throw Error(op, "cannot register two spectral_norm hooks on the same parameter " + name, loc);
+  if (n_power_iterations <= 0)
+    throw Error(op, "expected n_power_iterations to be positive, got " + std::to_string(n_power_iterations), loc);
+  if (!(eps > 0) || !std::isfinite(eps)) throw Error(op, "eps must be positive, got " + std::to_string(eps), loc);
+  Tensor weight;
+  for (const auto& [n, t] : module.named_parameters())
+    if (n == name) weight = t;
+  if (!weight.defined()) throw Error(op, module.name() + " has no parameter \"" + name + "\"", loc);
+  const int64_t d = dim.value_or(module.name().starts_with("ConvTranspose") ? 1 : 0);
+  const auto wrapped = graph::wrap_dim(d, weight.dim());
+  if (!wrapped)
+    throw Error(op, "dim " + std::to_string(d) + " is out of range for " + name + " " + weight.type_str(), loc);
+  SpectralNorm fn;
+  fn.n_power_iterations = n_power_iterations, fn.dim = *wrapped, fn.eps = eps;
+  fn.weight = module.unregister_parameter(name, loc);
+  {
+    NoGradGuard no_grad;
+    fn.orig = module.register_parameter(name + "_orig", weight.detach(), loc);
+    const Tensor m = fn.matrix(weight);
+    const auto unit = [&](int64_t n) {
+      return normalized(randn({n}, nn::next_seed(), weight.dtype(), weight.device(), loc), eps);
+    };
+    fn.u = module.register_buffer(name + "_u", unit(m.size(0)), loc);
+    fn.v = module.register_buffer(name + "_v", unit(m.size(1)), loc);
+    rebind(fn.weight, fn.orig.detach()); // torch's weight.data until the first forward
+  }
+  module.register_forward_pre_hook(fn, spectral_tag(name));
+  return module;
+}
+
+Module& remove_spectral_norm(Module& module, const std::string& name, Loc loc) {
+  const auto hook = module.find_forward_pre_hook(spectral_tag(name));
+  const SpectralNorm* fn = hook ? hook->second.target<SpectralNorm>() : nullptr;
+  if (!fn) throw Error("remove_spectral_norm", "spectral_norm of '" + name + "' not found in " + module.name(), loc);
+  {
+    NoGradGuard no_grad;
+    rebind(fn->weight, fn->compute(false));
+  }
+  Tensor weight = fn->weight;
+  module.remove_forward_pre_hook(hook->first);
+  module.unregister_parameter(name + "_orig", loc);
+  module.unregister_buffer(name + "_u", loc);
+  module.unregister_buffer(name + "_v", loc);
   module.register_parameter(name, weight, loc);
   return module;
 }

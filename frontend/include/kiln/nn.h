@@ -117,6 +117,8 @@ public:
   /// `del module._parameters[name]`, which reparametrizations such as nn::utils::weight_norm do);
   /// a name that is not one of them is a kiln::Error naming the module, the name and `loc`.
   Tensor unregister_parameter(const std::string& name, Loc loc = Loc::current());
+  /// Removes the buffer `name` from this module's own buffers and returns it; as unregister_parameter.
+  Tensor unregister_buffer(const std::string& name, Loc loc = Loc::current());
 
   /// A function run before every forward of this module (torch's forward pre-hook, without the input):
   /// run by operator() and by kiln's layers' forward(x), not by a forward of your own called directly

@@ -1,7 +1,7 @@
 #pragma once
 /// \file nn_utils.h
 /// Helpers on parameters and their gradients (torch.nn.utils): gradient clipping, parameters as one
-/// vector, and the weight_norm reparametrization.
+/// vector, and the weight_norm and spectral_norm reparametrizations.
 
 #include <cstdint>
 #include <optional>
@@ -57,5 +57,22 @@ Module& weight_norm(Module& module, const std::string& name = "weight", std::opt
 /// after the others) holding the current v * (g / norm), and `name`_g, `name`_v and the hook go. Without
 /// a weight_norm of `name`, a kiln::Error naming `loc`. Returns `module`.
 Module& remove_weight_norm(Module& module, const std::string& name = "weight", Loc loc = Loc::current());
+
+/// Spectral normalization, torch.nn.utils.spectral_norm (1.13): the parameter `name` of `module` becomes
+/// `name`_orig (a parameter, registered after the others) and the buffers `name`_u and `name`_v (random unit
+/// vectors from kiln's seeded sequence, nn::next_seed()); before every forward, `name` = orig / sigma with
+/// sigma = u . (W v), W the weight as a matrix with `dim` first (reshaped to [size(dim), -1]); in training
+/// mode n_power_iterations steps v = normalize(W^T u), u = normalize(W v) (normalize(x) = x / max(|x|, eps))
+/// update u and v first (assign()ed, so compile() captures them), in eval mode they stay. Gradients flow to
+/// orig through W and sigma, not through u and v. `dim` defaults to 1 for ConvTranspose modules, else 0 (torch's);
+/// until the first forward the member holds the weight's value. Errors (no parameter `name`, a second
+/// spectral_norm of it, n_power_iterations <= 0, eps not positive, `dim` out of range) name `loc`. Returns `module`.
+Module& spectral_norm(Module& module, const std::string& name = "weight", int64_t n_power_iterations = 1,
+                      double eps = 1e-12, std::optional<int64_t> dim = std::nullopt, Loc loc = Loc::current());
+
+/// Undoes spectral_norm, torch.nn.utils.remove_spectral_norm: `name` becomes a parameter again (registered
+/// after the others) holding orig / sigma with the current u and v (no power iteration), and `name`_orig,
+/// `name`_u, `name`_v and the hook go. Without a spectral_norm of `name`, a kiln::Error naming `loc`.
+Module& remove_spectral_norm(Module& module, const std::string& name = "weight", Loc loc = Loc::current());
 
 } // namespace kiln::nn::utils
