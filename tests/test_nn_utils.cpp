@@ -357,3 +357,39 @@ TEST(SpectralNorm, ErrorsNameTheCallersLine) {
   test::expect_error_at([&] { U::spectral_norm(m); }, file, __LINE__, "spectral_norm", {"cannot register two spectral_norm hooks on the same parameter weight"});
   test::expect_error_at([&] { m.unregister_buffer("weight"); }, file, __LINE__, "Linear::unregister_buffer", {"\"weight\" is not a buffer"});
 }
+
+// ---------------------------------------------------------------- forward pre-hooks
+
+namespace {
+struct Doubled : nn::Linear {
+  Doubled() : nn::Linear(2, 2) {}
+  Tensor forward(const Tensor& x) override { return nn::Linear::forward(x) * 2.0; }
+};
+} // namespace
+
+TEST(ForwardPreHook, RunsOncePerCallInRegistrationOrderAndIsRemovable) {
+  Doubled m;
+  std::vector<int> calls;
+  const int64_t first = m.register_forward_pre_hook([&](nn::Module&) { calls.push_back(1); }, "one");
+  m.register_forward_pre_hook([&](nn::Module& self) { calls.push_back(self.name() == "Linear" ? 2 : -2); });
+  const Tensor x = ones({1, 2});
+  m(x); // operator() then the override's Linear::forward: the hooks run once
+  EXPECT_EQ(calls, (std::vector<int>{1, 2}));
+  m.forward(x); // the override called directly runs Linear::forward, whose forward runs them
+  EXPECT_EQ(calls, (std::vector<int>{1, 2, 1, 2}));
+  nn::Sequential seq(std::make_shared<Doubled>(m));
+  seq(x); // inside a container too (the copy shares the hooks, as it shares the parameters)
+  EXPECT_EQ(calls.size(), 6u);
+  ASSERT_TRUE(m.find_forward_pre_hook("one"));
+  EXPECT_EQ(m.find_forward_pre_hook("one")->first, first);
+  EXPECT_TRUE(m.remove_forward_pre_hook(first));
+  EXPECT_FALSE(m.remove_forward_pre_hook(first));
+  EXPECT_FALSE(m.find_forward_pre_hook("one"));
+  m(x);
+  EXPECT_EQ(calls.back(), 2);
+  EXPECT_EQ(calls.size(), 7u);
+  // A hook that throws: the error reaches the caller and later calls run the hooks again.
+  m.register_forward_pre_hook([](nn::Module&) { throw Error("hook", "refused", Loc::current()); });
+  EXPECT_THROW(m(x), Error);
+  EXPECT_THROW(m(x), Error);
+}

@@ -72,19 +72,21 @@ uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed
 Tensor Module::operator()(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
-  run_forward_pre_hooks();
+  const ForwardScope scope(*this);
   return forward(x);
 }
 
 Tensor Module::forward_at(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
-  run_forward_pre_hooks();
+  const ForwardScope scope(*this);
   return forward_impl(x);
 }
 
-void Module::run_forward_pre_hooks() {
-  for (const PreHook& h : pre_hooks_) h.hook(*this);
+Module::ForwardScope::ForwardScope(Module& m) : m_(m) {
+  if (m.forward_depth_ == 0)
+    for (const PreHook& h : m.pre_hooks_) h.hook(m); // a hook that throws leaves the depth as it was
+  ++m.forward_depth_;
 }
 
 int64_t Module::register_forward_pre_hook(ForwardPreHook hook, std::string tag) {

@@ -122,8 +122,9 @@ public:
 
   /// A function run before every forward of this module (torch's forward pre-hook, without the input):
   /// run by operator() and by kiln's layers' forward(x), not by a forward of your own called directly
-  /// (as PyTorch runs hooks in __call__ only). Reparametrizations recompute a parameter there
-  /// (nn::utils::weight_norm, spectral_norm).
+  /// (as PyTorch runs hooks in __call__ only), and once per call: an override of forward that calls
+  /// its base layer's forward (Linear::forward(x)) inside operator() does not run them again.
+  /// Reparametrizations recompute a parameter there (nn::utils::weight_norm, spectral_norm).
   using ForwardPreHook = std::function<void(Module&)>;
   /// Registers `hook` (hooks run in registration order) under `tag` (a name to find it by, may be
   /// empty) and returns its handle.
@@ -161,7 +162,17 @@ private:
   void check_new_name(const char* kind, const std::string& name, const Loc& loc) const;
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
   void describe(std::string& out, int indent) const;
-  void run_forward_pre_hooks(); // before forward (operator(), forward_at)
+  /// While alive, this module's forward runs: the outermost one runs the forward pre-hooks first.
+  class ForwardScope {
+  public:
+    explicit ForwardScope(Module& m);
+    ~ForwardScope() { --m_.forward_depth_; }
+    ForwardScope(const ForwardScope&) = delete;
+    ForwardScope& operator=(const ForwardScope&) = delete;
+  private:
+    Module& m_;
+  };
+  int forward_depth_ = 0; // forwards of this module running (ForwardScope)
 
   /// A registered forward pre-hook.
   struct PreHook {
