@@ -166,3 +166,17 @@ TEST(LBFGS, IsEagerOnlyAndChecksItsOptionsAndClosure) {
   // max_eval defaults to max_iter * 5 / 4, as torch.
   EXPECT_EQ(*LBFGS({w}, {.max_iter = 9}).options.max_eval, 11);
 }
+
+TEST(LBFGS, AZeroSizeParameterTakesPartInNothing) {
+  Tensor w = from_vector(kW0).requires_grad_(), bias = from_vector(kBias0).requires_grad_();
+  Tensor empty = zeros({0}, kFloat64).requires_grad_();
+  optim::LBFGS opt({empty, w, bias}, {.line_search_fn = "strong_wolfe"});
+  opt.step([&] {
+    opt.zero_grad();
+    Tensor loss = least_squares(w, bias) + empty.sum();
+    loss.backward();
+    return loss;
+  });
+  EXPECT_EQ(empty.shape(), (IntList{0}));
+  EXPECT_NEAR(least_squares(w, bias).item<double>(), 1.7082577298, 1e-9);
+}

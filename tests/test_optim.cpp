@@ -1542,3 +1542,26 @@ TEST(Optimizer, HostScalarStateIsSavedAndChecked) {
   fresh.load_state_dict(state);
   EXPECT_EQ(run_steps(fresh, q, 2), run_steps(opt, p, 2));
 }
+
+TEST(Optimizer, NewerOptimizersStepZeroSizeParametersAlongsideOthers) {
+  using namespace optim;
+  auto run = [](auto make) {
+    Tensor empty = zeros({0, 3}, kFloat64).requires_grad_(), p = make_param();
+    auto opt = make(std::vector<Tensor>{empty, p});
+    const std::vector<double> before = p.to_vector<double>();
+    for (int s = 0; s < 2; ++s) {
+      opt.zero_grad();
+      ((p * p).sum() + empty.sum()).backward();
+      opt.step();
+    }
+    EXPECT_EQ(empty.shape(), (IntList{0, 3}));
+    EXPECT_NE(p.to_vector<double>(), before) << opt.kind();
+    EXPECT_EQ(opt.steps(0), 2) << opt.kind();
+  };
+  run([](std::vector<Tensor> ps) { return NAdam(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return RAdam(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Adamax(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Adadelta(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Rprop(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return ASGD(std::move(ps)); });
+}
