@@ -78,8 +78,8 @@ optim::LBFGSOptions options_of(const LbfgsOpts& o) {
 
 } // namespace
 
-// f64: the iterates within 1e-9 (torch's dot products and its fused adds round differently from the host's
-// loops; over 60 iterations the differences stay below 1e-11), the counts exactly.
+// f64: the iterates within 1e-10 (torch's dot products and its fused adds round differently from the host's
+// loops; the largest difference measured is 1.1e-11 relative, after 38 iterations), the counts exactly.
 TEST(LBFGS, EveryCaseMatchesPyTorchInF64) {
   for (const LbfgsCase& c : kLbfgsCases) {
     Problem pr(c.problem, kFloat64);
@@ -92,11 +92,11 @@ TEST(LBFGS, EveryCaseMatchesPyTorchInF64) {
     };
     for (size_t s = 0; s < c.losses.size(); ++s) {
       const double loss = opt.step(closure).item<double>();
-      EXPECT_NEAR(loss, c.losses[s], 1e-9 * std::max(1.0, std::fabs(c.losses[s]))) << c.name << " step " << s;
+      EXPECT_NEAR(loss, c.losses[s], 1e-10 * std::max(1.0, std::fabs(c.losses[s]))) << c.name << " step " << s;
       const std::vector<double> got = pr.flat();
       ASSERT_EQ(got.size(), c.params[s].size()) << c.name;
       for (size_t k = 0; k < got.size(); ++k)
-        EXPECT_NEAR(got[k], c.params[s][k], 1e-9 * std::max(1.0, std::fabs(c.params[s][k])))
+        EXPECT_NEAR(got[k], c.params[s][k], 1e-10 * std::max(1.0, std::fabs(c.params[s][k])))
             << c.name << " step " << s << " element " << k;
       EXPECT_EQ(opt.func_evals(), c.func_evals[s]) << c.name << " step " << s;
       EXPECT_EQ(opt.n_iter(), c.n_iter[s]) << c.name << " step " << s;
