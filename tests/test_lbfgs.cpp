@@ -106,7 +106,8 @@ TEST(LBFGS, EveryCaseMatchesPyTorchInF64) {
 
 TEST(LBFGS, TableCoversBothProblemsWithAndWithoutLineSearch) {
   std::set<std::string> seen;
-  for (const LbfgsCase& c : kLbfgsCases) seen.insert(c.problem + (std::string(c.o.line_search_fn).empty() ? "" : " wolfe"));
+  for (const LbfgsCase& c : kLbfgsCases)
+    seen.insert(c.problem + (std::string(c.o.line_search_fn).empty() ? "" : " wolfe"));
   for (const char* want : {"rosenbrock", "rosenbrock wolfe", "least_squares", "least_squares wolfe"})
     EXPECT_TRUE(seen.count(want)) << want;
 }

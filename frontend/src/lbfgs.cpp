@@ -100,8 +100,8 @@ void LBFGS::set_params(const Vec& x) {
   size_t offset = 0;
   for (Tensor& p : params_) {
     const auto n = static_cast<size_t>(p.numel());
-    Tensor v = from_vector(Vec(x.begin() + static_cast<ptrdiff_t>(offset), x.begin() + static_cast<ptrdiff_t>(offset + n)),
-                           p.shape());
+    const auto first = x.begin() + static_cast<ptrdiff_t>(offset);
+    Tensor v = from_vector(Vec(first, first + static_cast<ptrdiff_t>(n)), p.shape());
     if (p.dtype() != v.dtype()) v = v.to(p.dtype());
     if (p.device() != v.device()) v = v.to(p.device());
     p.assign(v);

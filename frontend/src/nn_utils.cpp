@@ -41,7 +41,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value, Loc loc) {
   const graph::SourceScope at(loc, "clip_grad_value_");
   const detail::UserCall call("clip_grad_value_", loc);
-  if (!(clip_value >= 0)) throw Error("clip_grad_value_", "clip_value must be >= 0, got " + std::to_string(clip_value), loc);
+  if (!(clip_value >= 0))
+    throw Error("clip_grad_value_", "clip_value must be >= 0, got " + std::to_string(clip_value), loc);
   NoGradGuard no_grad;
   for (const Tensor& p : params)
     if (Tensor g = p.grad(); g.defined()) g.assign(clamp(g, -clip_value, clip_value));
