@@ -235,6 +235,12 @@ struct OptimOptions {
   double eps = 0;
   double weight_decay = 0;
   bool maximize = false;
+  double momentum_decay = 0;
+  double rho = 0;
+  std::pair<double, double> etas{0.5, 1.2};
+  std::pair<double, double> step_sizes{1e-6, 50};
+  double lambd = 0;
+  double t0 = 0;
 };
 
 struct OptimParam {
@@ -281,6 +287,28 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const 
                                                                       .weight_decay = o.weight_decay,
                                                                       .initial_accumulator_value = o.initial_accumulator_value,
                                                                       .eps = o.eps, .maximize = o.maximize});
+  if (kind == "nadam")
+    return std::make_unique<optim::NAdam>(ps, optim::NAdamOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps,
+                                                                  .weight_decay = o.weight_decay,
+                                                                  .momentum_decay = o.momentum_decay});
+  if (kind == "radam")
+    return std::make_unique<optim::RAdam>(
+        ps, optim::RAdamOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay});
+  if (kind == "adamax")
+    return std::make_unique<optim::Adamax>(ps, optim::AdamaxOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps,
+                                                                    .weight_decay = o.weight_decay,
+                                                                    .maximize = o.maximize});
+  if (kind == "adadelta")
+    return std::make_unique<optim::Adadelta>(ps, optim::AdadeltaOptions{.lr = o.lr, .rho = o.rho, .eps = o.eps,
+                                                                        .weight_decay = o.weight_decay,
+                                                                        .maximize = o.maximize});
+  if (kind == "rprop")
+    return std::make_unique<optim::Rprop>(
+        ps, optim::RpropOptions{.lr = o.lr, .etas = o.etas, .step_sizes = o.step_sizes, .maximize = o.maximize});
+  if (kind == "asgd")
+    return std::make_unique<optim::ASGD>(ps, optim::ASGDOptions{.lr = o.lr, .lambd = o.lambd, .alpha = o.alpha,
+                                                                .t0 = o.t0, .weight_decay = o.weight_decay,
+                                                                .maximize = o.maximize});
   ADD_FAILURE() << "no optimizer " << kind;
   return nullptr;
 }
@@ -421,6 +449,31 @@ TEST(TorchTable, CoversTheOptionsOfTheNewOptimizers) {
                            "adagrad initial_accumulator_value", "rmsprop weight_decay", "adagrad weight_decay",
                            "sgd maximize", "adam maximize", "adamw maximize", "rmsprop maximize", "adagrad maximize",
                            "rmsprop skip", "adagrad skip", "rmsprop schedule", "adagrad schedule"})
+    EXPECT_TRUE(seen.count(want)) << want;
+}
+
+TEST(TorchTable, CoversNAdamRAdamAdamaxAdadeltaRpropASGD) {
+  // Each newer kind with several option sets, a skipped parameter and a schedule, over 12 steps (RAdam
+  // rectifies from step 6 on; ASGD averages after t0).
+  std::set<std::string> seen;
+  for (const OptimCase& c : kOptimCases) {
+    const OptimOptions& o = c.o;
+    seen.insert(c.kind + " " + std::to_string(c.f64.size()) + " steps");
+    if (c.skip >= 0) seen.insert(c.kind + " skip");
+    if (c.gamma > 0) seen.insert(c.kind + " schedule");
+    if (o.weight_decay > 0) seen.insert(c.kind + " weight_decay");
+    if (o.maximize) seen.insert(c.kind + " maximize");
+    if (c.kind == "nadam" && o.momentum_decay != 4e-3) seen.insert("nadam momentum_decay");
+    if (c.kind == "rprop" && o.etas.first != 0.5 && o.step_sizes.second != 50) seen.insert("rprop etas step_sizes");
+    if (c.kind == "asgd" && o.t0 < 10) seen.insert("asgd t0");
+    if (c.kind == "adadelta" && o.rho != 0.9) seen.insert("adadelta rho");
+  }
+  for (const char* kind : {"nadam", "radam", "adamax", "adadelta", "rprop", "asgd"})
+    for (const std::string what : {" 12 steps", " skip", " schedule"})
+      EXPECT_TRUE(seen.count(kind + what)) << kind << what;
+  for (const char* want : {"nadam weight_decay", "radam weight_decay", "adamax weight_decay", "adadelta weight_decay",
+                           "asgd weight_decay", "adamax maximize", "adadelta maximize", "rprop maximize",
+                           "asgd maximize", "nadam momentum_decay", "rprop etas step_sizes", "asgd t0", "adadelta rho"})
     EXPECT_TRUE(seen.count(want)) << want;
 }
 
@@ -1069,7 +1122,7 @@ TEST(Optimizer, StateOfAnotherOptimizerIsRefusedNamingTheLine) {
   optim::RMSprop with_momentum({p}, {.momentum = 0.9});
   const std::string file = "test_optim.cpp";
   test::expect_error_at([&] { rmsprop.load_state_dict(adam.state_dict()); }, file, __LINE__, "load_state_dict",
-                        {"the rmsprop state does not match", "this is the state of another optimizer (adam or adamw), not of rmsprop",
+                        {"the rmsprop state does not match", "this is the state of another optimizer (adam or adamw or nadam or radam), not of rmsprop",
                          "unexpected entry \"0.exp_avg\" (rmsprop has no state \"exp_avg\")", "missing \"0.square_avg\""});
   test::expect_error_at([&] { rmsprop.load_state_dict(adagrad.state_dict()); }, file, __LINE__, "load_state_dict",
                         {"another optimizer (adagrad), not of rmsprop"});
@@ -1386,4 +1439,129 @@ TEST(Assign, TwoParametersGivenOneValueKeepTheirOwnGradients) {
     EXPECT_FLOAT_EQ(ga[i], -2 * xs[i]) << i;
     EXPECT_FLOAT_EQ(gb[i], 6 * xs[i]) << i;
   }
+}
+
+// ---------------------------------------------------------------- NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD
+
+TEST(CompiledStep, NewerOptimizersMatchEagerStepForStep) {
+  // Their host values (NAdam's mu product, RAdam's rectification and its switch at step 6, ASGD's eta
+  // and mu) follow the replays, as the lr set between steps does (Rprop reads the lr once, as torch).
+  auto decay = [](optim::Optimizer& opt, int64_t s) { opt.set_lr(0.02 * std::pow(0.9, static_cast<double>(s))); };
+  using namespace optim;
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return NAdam(std::move(p), {.weight_decay = 1e-2}); },
+                                decay, 7);
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return RAdam(std::move(p), {.weight_decay = 1e-2}); },
+                                decay, 8);
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return Adamax(std::move(p), {.maximize = true}); },
+                                decay, 5);
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return Adadelta(std::move(p), {.weight_decay = 0.1}); },
+                                decay, 5);
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return Rprop(std::move(p), {.step_sizes = {1e-4, 0.05}}); },
+                                decay, 6);
+  expect_compiled_matches_eager([](std::vector<Tensor> p) { return ASGD(std::move(p), {.lambd = 0.01, .t0 = 2}); },
+                                decay, 6);
+}
+
+TEST(Checkpoint, NewerOptimizersResumeIsExact) {
+  // The slots, the step counts and the host scalars (NAdam's mu_product, ASGD's eta and mu) come back.
+  using namespace optim;
+  expect_resume_is_exact([](std::vector<Tensor> p) { return NAdam(std::move(p), {.momentum_decay = 0.05}); }, "nadam");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return RAdam(std::move(p), {.betas = {0.9, 0.9}}); }, "radam");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return Adamax(std::move(p), {.weight_decay = 1e-3}); }, "adamax");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return Adadelta(std::move(p), {.lr = 0.5}); }, "adadelta");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return Rprop(std::move(p), {.lr = 1e-3}); }, "rprop");
+  expect_resume_is_exact([](std::vector<Tensor> p) { return ASGD(std::move(p), {.lambd = 0.01, .t0 = 1}); }, "asgd");
+}
+
+TEST(Optimizer, ASGDAveragesTheIteratesAfterT0) {
+  // Step t uses mu = 1 / max(1, t - 1 - t0): with t0 = 0, mu is 1 at steps 1 and 2 (ax = p), then 1/2,
+  // 1/3: ax is the mean of the iterates of steps 2, 3 and 4.
+  Tensor p = make_param();
+  optim::ASGD opt({p}, {.lr = 0.1, .lambd = 0, .t0 = 0});
+  EXPECT_FALSE(opt.averaged(0).defined());
+  std::vector<std::vector<double>> after;
+  for (int s = 0; s < 4; ++s) after.push_back(run_steps(opt, p, 1));
+  const std::vector<double> ax = opt.averaged(0).to_vector<double>();
+  for (size_t k = 0; k < ax.size(); ++k)
+    EXPECT_NEAR(ax[k], (after[1][k] + after[2][k] + after[3][k]) / 3, 1e-15) << k;
+  // lambd = 0: plain SGD with lr 0.1 (eta = lr / 1^alpha)
+  EXPECT_NEAR(after[0][0], kP0[0] - 0.1 * grad_of(kP0)[0], 1e-15);
+}
+
+TEST(Optimizer, NewerOptimizersValidateOptionsAsTorchNamingOptionValueAndLine) {
+  Tensor w = make_param();
+  const std::string file = "test_optim.cpp";
+  using namespace optim;
+  test::expect_error_at([&] { NAdam({w}, {.lr = -1}); }, file, __LINE__, "optimizer", {"invalid learning rate: -1"});
+  test::expect_error_at([&] { NAdam({w}, {.betas = {1.0, 0.999}}); }, file, __LINE__, "NAdam", {"invalid beta1: 1"});
+  test::expect_error_at([&] { NAdam({w}, {.momentum_decay = -0.1}); }, file, __LINE__, "NAdam", {"invalid momentum_decay: -0.1"});
+  test::expect_error_at([&] { RAdam({w}, {.betas = {0.9, -0.5}}); }, file, __LINE__, "RAdam", {"invalid beta2: -0.5"});
+  test::expect_error_at([&] { RAdam({w}, {.eps = -1e-8}); }, file, __LINE__, "RAdam", {"invalid eps: -1e-08"});
+  test::expect_error_at([&] { Adamax({w}, {.weight_decay = -2}); }, file, __LINE__, "Adamax", {"invalid weight_decay: -2"});
+  test::expect_error_at([&] { Adamax({w}, {.betas = {0.9, NAN}}); }, file, __LINE__, "Adamax", {"invalid beta2: nan"});
+  test::expect_error_at([&] { Adadelta({w}, {.rho = 1.5}); }, file, __LINE__, "Adadelta", {"invalid rho: 1.5"});
+  test::expect_error_at([&] { Adadelta({w}, {.eps = -1}); }, file, __LINE__, "Adadelta", {"invalid eps: -1"});
+  test::expect_error_at([&] { Rprop({w}, {.etas = {1.2, 0.5}}); }, file, __LINE__, "Rprop", {"invalid eta values: 1.2, 0.5"});
+  test::expect_error_at([&] { Rprop({w}, {.etas = {0.5, 1.0}}); }, file, __LINE__, "Rprop", {"invalid eta values: 0.5, 1"});
+  test::expect_error_at([&] { Rprop({w}, {.step_sizes = {1, 0.5}}); }, file, __LINE__, "Rprop", {"invalid step sizes: 1, 0.5"});
+  test::expect_error_at([&] { ASGD({w}, {.lr = -0.5}); }, file, __LINE__, "optimizer", {"invalid learning rate: -0.5"});
+  test::expect_error_at([&] { ASGD({w}, {.weight_decay = -1}); }, file, __LINE__, "ASGD", {"invalid weight_decay: -1"});
+  test::expect_error_at([&] { ASGD({w}, {.t0 = INFINITY}); }, file, __LINE__, "ASGD", {"invalid t0: inf"});
+  // What torch accepts is accepted: rho 0 and 1, zero eps and decay.
+  EXPECT_NO_THROW(Adadelta({w}, {.rho = 0}));
+  EXPECT_NO_THROW(Adadelta({w}, {.rho = 1, .eps = 0}));
+  EXPECT_NO_THROW(NAdam({w}, {.lr = 0, .betas = {0, 0}, .eps = 0, .momentum_decay = 0}));
+  EXPECT_NO_THROW(Rprop({w}, {.step_sizes = {0, 0}}));
+}
+
+TEST(Optimizer, HostScalarStateIsSavedAndChecked) {
+  Tensor p = make_param();
+  optim::ASGD opt({p}, {.lambd = 0.1, .t0 = 0});
+  run_steps(opt, p, 3);
+  optim::NamedTensors state = opt.state_dict();
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  ASSERT_TRUE(by_name.count("0.eta") && by_name.count("0.mu") && by_name.count("0.ax"));
+  EXPECT_EQ(by_name["0.eta"].type_str(), "f64[]");
+  EXPECT_DOUBLE_EQ(by_name["0.eta"].item<double>(), 0.01 / std::pow(1 + 0.1 * 0.01 * 3, 0.75));
+  EXPECT_DOUBLE_EQ(by_name["0.mu"].item<double>(), 1.0 / 3);
+  // A scalar of the wrong type, a missing one, and another optimizer's scalar are each named.
+  optim::NamedTensors wrong, missing;
+  for (const auto& [name, t] : state) {
+    if (name == "0.eta") wrong.emplace_back(name, from_vector<float>({0.5f}, {}));
+    else wrong.emplace_back(name, t);
+    if (name != "0.mu") missing.emplace_back(name, t);
+  }
+  const std::string file = "test_optim.cpp";
+  test::expect_error_at([&] { opt.load_state_dict(wrong); }, file, __LINE__, "load_state_dict", {"\"0.eta\" must be f64[], got f32[]"});
+  test::expect_error_at([&] { opt.load_state_dict(missing); }, file, __LINE__, "load_state_dict", {"missing \"0.mu\""});
+  optim::Adam adam({p});
+  test::expect_error_at([&] { adam.load_state_dict(state); }, file, __LINE__, "load_state_dict", {"another optimizer (asgd)"});
+  // A loaded eta is the next step's: load the state of 3 steps into a fresh ASGD, and both step alike.
+  Tensor q = from_vector(p.to_vector<double>()).requires_grad_();
+  optim::ASGD fresh({q}, {.lambd = 0.1, .t0 = 0});
+  fresh.load_state_dict(state);
+  EXPECT_EQ(run_steps(fresh, q, 2), run_steps(opt, p, 2));
+}
+
+TEST(Optimizer, NewerOptimizersStepZeroSizeParametersAlongsideOthers) {
+  using namespace optim;
+  auto run = [](auto make) {
+    Tensor empty = zeros({0, 3}, kFloat64).requires_grad_(), p = make_param();
+    auto opt = make(std::vector<Tensor>{empty, p});
+    const std::vector<double> before = p.to_vector<double>();
+    for (int s = 0; s < 2; ++s) {
+      opt.zero_grad();
+      ((p * p).sum() + empty.sum()).backward();
+      opt.step();
+    }
+    EXPECT_EQ(empty.shape(), (IntList{0, 3}));
+    EXPECT_NE(p.to_vector<double>(), before) << opt.kind();
+    EXPECT_EQ(opt.steps(0), 2) << opt.kind();
+  };
+  run([](std::vector<Tensor> ps) { return NAdam(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return RAdam(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Adamax(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Adadelta(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return Rprop(std::move(ps)); });
+  run([](std::vector<Tensor> ps) { return ASGD(std::move(ps)); });
 }

@@ -72,13 +72,59 @@ uint64_t next_seed() { return mix(g_seed_base.load() * 0x100000001b3ULL + g_seed
 Tensor Module::operator()(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
+  const ForwardScope scope(*this);
   return forward(x);
 }
 
 Tensor Module::forward_at(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc);
   detail::UserCall call(name(), loc);
+  const ForwardScope scope(*this);
   return forward_impl(x);
+}
+
+Module::ForwardScope::ForwardScope(Module& m) : m_(m) {
+  if (m.forward_depth_ == 0)
+    for (const PreHook& h : m.pre_hooks_) h.hook(m); // a hook that throws leaves the depth as it was
+  ++m.forward_depth_;
+}
+
+int64_t Module::register_forward_pre_hook(ForwardPreHook hook, std::string tag) {
+  pre_hooks_.push_back({next_pre_hook_, std::move(tag), std::move(hook)});
+  return next_pre_hook_++;
+}
+
+bool Module::remove_forward_pre_hook(int64_t handle) {
+  auto it = std::find_if(pre_hooks_.begin(), pre_hooks_.end(), [&](const PreHook& h) { return h.handle == handle; });
+  if (it == pre_hooks_.end()) return false;
+  pre_hooks_.erase(it);
+  return true;
+}
+
+std::optional<std::pair<int64_t, Module::ForwardPreHook>> Module::find_forward_pre_hook(const std::string& tag) const {
+  for (const PreHook& h : pre_hooks_)
+    if (h.tag == tag) return std::pair{h.handle, h.hook};
+  return std::nullopt;
+}
+
+namespace {
+// Removes `name` from `list` and returns its tensor; an absent one is the kiln::Error of `op`.
+Tensor unregister(NamedTensors& list, const std::string& name, const std::string& op, const char* kind,
+                  const Loc& loc) {
+  auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
+  if (it == list.end()) throw Error(op, "\"" + name + "\" is not a " + kind + " of this module", loc);
+  Tensor t = it->second;
+  list.erase(it);
+  return t;
+}
+} // namespace
+
+Tensor Module::unregister_parameter(const std::string& name, Loc loc) {
+  return unregister(params_, name, this->name() + "::unregister_parameter", "parameter", loc);
+}
+
+Tensor Module::unregister_buffer(const std::string& name, Loc loc) {
+  return unregister(buffers_, name, this->name() + "::unregister_buffer", "buffer", loc);
 }
 
 Tensor Module::forward(const Tensor& x) { return forward_impl(x); }

@@ -39,6 +39,12 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& slots_of_ki
       {"adamw", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
       {"rmsprop", {"square_avg", "momentum_buffer", "grad_avg"}},
       {"adagrad", {"sum"}},
+      {"nadam", {"exp_avg", "exp_avg_sq", "mu_product"}},
+      {"radam", {"exp_avg", "exp_avg_sq"}},
+      {"adamax", {"exp_avg", "exp_inf"}},
+      {"adadelta", {"square_avg", "acc_delta"}},
+      {"rprop", {"prev", "step_size"}},
+      {"asgd", {"ax", "eta", "mu"}},
   };
   return kinds;
 }
@@ -140,6 +146,8 @@ NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   for (size_t i = 0; i < state_.size(); ++i) {
     for (const auto& [name, t] : state_[i].slots) out.emplace_back(std::to_string(i) + "." + name, t);
+    for (const auto& [name, v] : state_[i].scalars)
+      out.emplace_back(std::to_string(i) + "." + name, from_vector<double>({v}, {}));
     out.emplace_back(std::to_string(i) + ".step", from_vector<int64_t>({state_[i].step}, {}));
   }
   return out;
@@ -160,7 +168,9 @@ std::string Optimizer::state_problems(const NamedTensors& state, Loc loc) const 
 
 std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& state, std::string& problems,
                                                           const Loc& loc) const {
-  const std::vector<std::string> known = slot_names();
+  std::vector<std::string> known = slot_names();
+  const std::vector<std::string> scalars = scalar_names();
+  known.insert(known.end(), scalars.begin(), scalars.end());
   std::vector<ParamState> fresh(params_.size());
   std::vector<bool> has_step(params_.size());
   auto problem = [&](const std::string& s) { problems += "\n  " + s; };
@@ -196,6 +206,9 @@ std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& st
     } else if (std::find(known.begin(), known.end(), slot) == known.end()) {
       problem("unexpected entry \"" + name + "\" (" + kind() + " has no state \"" + slot + "\"" +
               (foreign.count(slot) ? std::string() : " with these options") + ")");
+    } else if (std::find(scalars.begin(), scalars.end(), slot) != scalars.end()) {
+      if (t.dtype() != kFloat64 || t.dim() != 0) problem("\"" + name + "\" must be f64[], got " + type_of(t));
+      else fresh[i].scalars[slot] = t.item<double>(loc);
     } else if (t.shape() != params_[i].shape() || t.dtype() != params_[i].dtype()) {
       problem("\"" + name + "\" is " + type_of(t) + " but parameter " + std::to_string(i) + " is " + type_of(params_[i]));
     } else {
@@ -207,13 +220,15 @@ std::vector<Optimizer::ParamState> Optimizer::parse_state(const NamedTensors& st
 }
 
 std::string Optimizer::missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const {
-  const std::vector<std::string> needed = slot_names();
+  std::vector<std::string> needed = slot_names();
+  const std::vector<std::string> scalars = scalar_names();
+  needed.insert(needed.end(), scalars.begin(), scalars.end());
   std::string problems;
   for (size_t i = 0; i < state.size(); ++i) {
     const std::string prefix = "\n  missing \"" + std::to_string(i) + ".";
     if (!has_step[i]) problems += prefix + "step\" (every parameter has one)";
     for (const std::string& slot : needed)
-      if (state[i].step > 0 && !state[i].slots.count(slot))
+      if (state[i].step > 0 && !state[i].slots.count(slot) && !state[i].scalars.count(slot))
         problems += prefix + slot + "\" (parameter " + std::to_string(i) + " has taken " + std::to_string(state[i].step) + " steps)";
   }
   return problems;
@@ -380,6 +395,220 @@ void Adagrad::step(Loc loc) {
     Tensor& sum = slot(i, "sum", o.initial_accumulator_value);
     sum.assign(sum + g * g); // torch's addcmul_(g, g, value=1)
     p.assign(p - clr * (g / (sqrt(sum) + o.eps)));
+  });
+}
+
+// ---------------------------------------------------------------- NAdam, RAdam, Adamax
+
+namespace {
+
+// torch's check of Adam-like betas and eps, in its order (eps, then each beta in [0, 1)).
+void check_betas_eps(const std::string& op, std::pair<double, double> betas, double eps, const Loc& loc) {
+  check_hyper(op, "eps", eps, eps >= 0, loc);
+  check_hyper(op, "beta1", betas.first, betas.first >= 0 && betas.first < 1, loc);
+  check_hyper(op, "beta2", betas.second, betas.second >= 0 && betas.second < 1, loc);
+}
+
+// torch's exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) and exp_avg_sq.mul_(beta2).addcmul_(grad, grad,
+// value=1 - beta2) (NAdam's, RAdam's: Adam's own lerp_ rounds differently).
+void update_moments(Tensor& m, Tensor& v, const Tensor& g, double b1, double b2) {
+  m.assign(m * b1 + g * (1.0 - b1));
+  v.assign(v * b2 + g * (1.0 - b2) * g);
+}
+
+} // namespace
+
+NAdam::NAdam(std::vector<Tensor> params, NAdamOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_betas_eps("NAdam", opts.betas, opts.eps, loc);
+  check_hyper("NAdam", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+  check_hyper("NAdam", "momentum_decay", opts.momentum_decay, opts.momentum_decay >= 0, loc);
+}
+
+std::vector<std::string> NAdam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
+std::vector<std::string> NAdam::scalar_names() const { return {"mu_product"}; }
+
+void NAdam::step(Loc loc) {
+  const NAdamOptions& o = options;
+  const auto [b1, b2] = o.betas;
+  update_each("NAdam::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    // torch 1.13's host arithmetic, in its order: the bias correction and the two step factors.
+    const std::vector<Tensor> h = host_values(i, 3, [this, i, b1, b2, psi = o.momentum_decay](double* v) {
+      ParamState& s = state_[i];
+      const auto t = static_cast<double>(++s.step);
+      const double mu = b1 * (1.0 - 0.5 * std::pow(0.96, t * psi));
+      const double mu_next = b1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * psi));
+      double& product = s.scalars.try_emplace("mu_product", 1.0).first->second;
+      product *= mu;
+      const double product_next = product * mu * mu_next; // torch 1.13's formula (mu counted twice)
+      v[0] = 1.0 - std::pow(b2, t);
+      v[1] = -lr_ * (1.0 - mu) / (1.0 - product);
+      v[2] = -lr_ * mu_next / (1.0 - product_next);
+    });
+    g = decayed_grad(g, p, false, o.weight_decay);
+    Tensor& m = slot(i, "exp_avg");
+    Tensor& v = slot(i, "exp_avg_sq");
+    update_moments(m, v, g, b1, b2);
+    const Tensor denom = sqrt(v / h[0]) + o.eps;
+    p.assign(p + h[1] * (g / denom) + h[2] * (m / denom)); // two addcdiv_s
+  });
+}
+
+RAdam::RAdam(std::vector<Tensor> params, RAdamOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_betas_eps("RAdam", opts.betas, opts.eps, loc);
+  check_hyper("RAdam", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+}
+
+std::vector<std::string> RAdam::slot_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void RAdam::step(Loc loc) {
+  const RAdamOptions& o = options;
+  const auto [b1, b2] = o.betas;
+  update_each("RAdam::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    // torch 1.13's host arithmetic: the corrections, the rectification and whether it applies (rho_t > 5).
+    const std::vector<Tensor> h = host_values(i, 5, [this, i, b1, b2](double* v) {
+      const auto t = static_cast<double>(++state_[i].step);
+      const double bc2 = 1.0 - std::pow(b2, t);
+      const double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+      const double rho_t = rho_inf - 2.0 * t * std::pow(b2, t) / bc2;
+      const bool rectify = rho_t > 5.0;
+      v[0] = 1.0 - std::pow(b1, t);
+      v[1] = lr_;
+      v[2] = std::sqrt(bc2);
+      v[3] = rectify ? std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) : 0.0;
+      v[4] = rectify ? 1.0 : 0.0;
+    });
+    g = decayed_grad(g, p, false, o.weight_decay);
+    Tensor& m = slot(i, "exp_avg");
+    Tensor& v = slot(i, "exp_avg_sq");
+    update_moments(m, v, g, b1, b2);
+    const Tensor step = m / h[0] * h[1]; // bias_corrected_exp_avg * lr
+    const Tensor rectified = step * (h[2] / (sqrt(v) + o.eps)) * h[3];
+    p.assign(where(h[4] > 0.5, p - rectified, p - step));
+  });
+}
+
+Adamax::Adamax(std::vector<Tensor> params, AdamaxOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_betas_eps("Adamax", opts.betas, opts.eps, loc);
+  check_hyper("Adamax", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+}
+
+std::vector<std::string> Adamax::slot_names() const { return {"exp_avg", "exp_inf"}; }
+
+void Adamax::step(Loc loc) {
+  const AdamaxOptions& o = options;
+  const auto [b1, b2] = o.betas;
+  update_each("Adamax::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    const Tensor clr = host_values(i, 1, [this, i, b1](double* v) {
+      const auto t = static_cast<double>(++state_[i].step);
+      v[0] = lr_ / (1.0 - std::pow(b1, t));
+    })[0];
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
+    Tensor& m = slot(i, "exp_avg");
+    Tensor& u = slot(i, "exp_inf");
+    m.assign(m * b1 + g * (1.0 - b1));
+    u.assign(maximum(u * b2, abs(g) + o.eps));
+    p.assign(p - clr * (m / u));
+  });
+}
+
+// ---------------------------------------------------------------- Adadelta, Rprop, ASGD
+
+Adadelta::Adadelta(std::vector<Tensor> params, AdadeltaOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_hyper("Adadelta", "rho", opts.rho, opts.rho >= 0 && opts.rho <= 1, loc);
+  check_hyper("Adadelta", "eps", opts.eps, opts.eps >= 0, loc);
+  check_hyper("Adadelta", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+}
+
+std::vector<std::string> Adadelta::slot_names() const { return {"square_avg", "acc_delta"}; }
+
+void Adadelta::step(Loc loc) {
+  const AdadeltaOptions& o = options;
+  update_each("Adadelta::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    const Tensor lr = host_values(i, 1, [this, i](double* v) {
+      ++state_[i].step;
+      v[0] = lr_;
+    })[0];
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
+    Tensor& square_avg = slot(i, "square_avg");
+    Tensor& acc_delta = slot(i, "acc_delta");
+    square_avg.assign(square_avg * o.rho + g * (1.0 - o.rho) * g);
+    const Tensor delta = sqrt(acc_delta + o.eps) / sqrt(square_avg + o.eps) * g;
+    acc_delta.assign(acc_delta * o.rho + delta * (1.0 - o.rho) * delta);
+    p.assign(p - lr * delta);
+  });
+}
+
+Rprop::Rprop(std::vector<Tensor> params, RpropOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  const auto [minus, plus] = opts.etas;
+  if (!(0 < minus && minus < 1 && 1 < plus) || !std::isfinite(plus))
+    throw Error("Rprop", "invalid eta values: " + number(minus) + ", " + number(plus), loc);
+  const auto [lo, hi] = opts.step_sizes;
+  if (!(0 <= lo && lo <= hi) || !std::isfinite(hi))
+    throw Error("Rprop", "invalid step sizes: " + number(lo) + ", " + number(hi) + " (need 0 <= min <= max)", loc);
+}
+
+std::vector<std::string> Rprop::slot_names() const { return {"prev", "step_size"}; }
+
+void Rprop::step(Loc loc) {
+  const RpropOptions& o = options;
+  const auto [minus, plus] = o.etas;
+  update_each("Rprop::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    (void)host_values(i, 0, [this, i](double*) { ++state_[i].step; });
+    if (o.maximize) g = -g;
+    Tensor& prev = slot(i, "prev");
+    Tensor& step_size = slot(i, "step_size", lr_); // torch fills it with the lr at the first step
+    const Tensor s = sign(g * prev);
+    const Tensor zero = zeros_like(s); // exact factors: 0 + eta is eta
+    const Tensor factor = where(s > 0, zero + plus, where(s < 0, zero + minus, 1.0));
+    step_size.assign(clamp(step_size * factor, o.step_sizes.first, o.step_sizes.second));
+    g = where(s < 0, zero, g);
+    p.assign(p - sign(g) * step_size);
+    prev.assign(g);
+  });
+}
+
+ASGD::ASGD(std::vector<Tensor> params, ASGDOptions opts, Loc loc)
+    : Optimizer(std::move(params), opts.lr, loc), options(opts) {
+  check_hyper("ASGD", "weight_decay", opts.weight_decay, opts.weight_decay >= 0, loc);
+  check_hyper("ASGD", "lambd", opts.lambd, true, loc);
+  check_hyper("ASGD", "alpha", opts.alpha, true, loc);
+  check_hyper("ASGD", "t0", opts.t0, true, loc);
+}
+
+std::vector<std::string> ASGD::slot_names() const { return {"ax"}; }
+std::vector<std::string> ASGD::scalar_names() const { return {"eta", "mu"}; }
+
+Tensor ASGD::averaged(size_t i) const {
+  auto it = state_.at(i).slots.find("ax");
+  return it == state_.at(i).slots.end() ? Tensor() : it->second;
+}
+
+void ASGD::step(Loc loc) {
+  const ASGDOptions& o = options;
+  update_each("ASGD::step", loc, [&](size_t i, Tensor& p, Tensor g) {
+    // This step's eta and mu (torch's state, made at the first step from the lr), then the next ones.
+    const std::vector<Tensor> h = host_values(i, 4, [this, i, o](double* v) {
+      ParamState& s = state_[i];
+      double& eta = s.scalars.try_emplace("eta", lr_).first->second;
+      double& mu = s.scalars.try_emplace("mu", 1.0).first->second;
+      v[0] = eta;
+      v[1] = 1.0 - o.lambd * eta;
+      v[2] = mu;
+      v[3] = mu == 1 ? 1.0 : 0.0;
+      const auto t = static_cast<double>(++s.step);
+      eta = lr_ / std::pow(1.0 + o.lambd * lr_ * t, o.alpha);
+      mu = 1.0 / std::max(1.0, t - o.t0);
+    });
+    g = decayed_grad(g, p, o.maximize, o.weight_decay);
+    const Tensor next = p * h[1] - h[0] * g;
+    p.assign(next);
+    Tensor& ax = slot(i, "ax");
+    ax.assign(where(h[3] > 0.5, next, ax + (next - ax) * h[2]));
   });
 }
 

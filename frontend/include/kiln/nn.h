@@ -17,6 +17,7 @@
 /// every run and every machine.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,6 +113,27 @@ public:
   Tensor register_parameter(std::string name, Tensor t, Loc loc = Loc::current());
   /// Registers `t` as a buffer (saved in checkpoints, not trained) and returns it; names as register_parameter.
   Tensor register_buffer(std::string name, Tensor t, Loc loc = Loc::current());
+  /// Removes the parameter `name` from this module's own parameters and returns it (torch's
+  /// `del module._parameters[name]`, which reparametrizations such as nn::utils::weight_norm do);
+  /// a name that is not one of them is a kiln::Error naming the module, the name and `loc`.
+  Tensor unregister_parameter(const std::string& name, Loc loc = Loc::current());
+  /// Removes the buffer `name` from this module's own buffers and returns it; as unregister_parameter.
+  Tensor unregister_buffer(const std::string& name, Loc loc = Loc::current());
+
+  /// A function run before every forward of this module (torch's forward pre-hook, without the input):
+  /// run by operator() and by kiln's layers' forward(x), not by a forward of your own called directly
+  /// (as PyTorch runs hooks in __call__ only), and once per call: an override of forward that calls
+  /// its base layer's forward (Linear::forward(x)) inside operator() does not run them again.
+  /// Reparametrizations recompute a parameter there (nn::utils::weight_norm, spectral_norm).
+  using ForwardPreHook = std::function<void(Module&)>;
+  /// Registers `hook` (hooks run in registration order) under `tag` (a name to find it by, may be
+  /// empty) and returns its handle.
+  int64_t register_forward_pre_hook(ForwardPreHook hook, std::string tag = "");
+  /// Removes the hook with handle `handle`; false when there is none.
+  bool remove_forward_pre_hook(int64_t handle);
+  /// The handle and function of the first hook registered under `tag`, if any.
+  std::optional<std::pair<int64_t, ForwardPreHook>> find_forward_pre_hook(const std::string& tag) const;
+
   /// Registers a submodule (moved into shared ownership) and returns it; names as register_parameter.
   template <class M> std::shared_ptr<M> register_module(std::string name, M module, Loc loc = Loc::current()) {
     return register_module(std::move(name), std::make_shared<M>(std::move(module)), loc);
@@ -140,7 +162,26 @@ private:
   void check_new_name(const char* kind, const std::string& name, const Loc& loc) const;
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
   void describe(std::string& out, int indent) const;
+  /// While alive, this module's forward runs: the outermost one runs the forward pre-hooks first.
+  class ForwardScope {
+  public:
+    explicit ForwardScope(Module& m);
+    ~ForwardScope() { --m_.forward_depth_; }
+    ForwardScope(const ForwardScope&) = delete;
+    ForwardScope& operator=(const ForwardScope&) = delete;
+  private:
+    Module& m_;
+  };
+  int forward_depth_ = 0; // forwards of this module running (ForwardScope)
 
+  /// A registered forward pre-hook.
+  struct PreHook {
+    int64_t handle;      ///< what register_forward_pre_hook returned
+    std::string tag;     ///< what find_forward_pre_hook looks for
+    ForwardPreHook hook; ///< the function
+  };
+  std::vector<PreHook> pre_hooks_;
+  int64_t next_pre_hook_ = 0;
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

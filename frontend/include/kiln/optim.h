@@ -1,8 +1,9 @@
 #pragma once
 /// \file optim.h
 /// Optimizers with torch.optim 1.13's update formulas (SGD with momentum, Nesterov and
-/// weight decay; Adam; AdamW; RMSprop, centered or not, with momentum; Adagrad; each with
-/// PyTorch's `maximize`) and learning-rate schedules.
+/// weight decay; Adam; AdamW; RMSprop, centered or not, with momentum; Adagrad; NAdam; RAdam;
+/// Adamax; Adadelta; Rprop; ASGD; each with PyTorch's `maximize` where torch 1.13 has it) and
+/// learning-rate schedules.
 ///
 /// step() records the update as graph: each parameter is assign()ed its new value
 /// and the optimizer state (momentum buffers, moments) are tensors; then it realizes,
@@ -48,7 +49,8 @@ public:
   /// Records one update of every parameter that has a gradient, and realizes it (see above);
   /// errors raised inside name `loc`, and the update's nodes record it as their source line.
   virtual void step(Loc loc = Loc::current()) = 0;
-  /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw", "rmsprop", "adagrad").
+  /// The optimizer's name as stored in checkpoints ("sgd", "adam", "adamw", "rmsprop", "adagrad", "nadam",
+  /// "radam", "adamax", "adadelta", "rprop", "asgd").
   virtual std::string kind() const = 0;
   /// Clears every parameter's gradient (like PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
@@ -67,9 +69,10 @@ public:
 
   /// All state tensors (to realize together with the parameters after step()).
   std::vector<Tensor> state() const;
-  /// The state as named tensors: "<param index>.<slot>" (e.g. "0.exp_avg") and, for every
-  /// parameter, "<param index>.step" (0-d i64; 0 before its first update). Slots not
-  /// created yet are absent.
+  /// The state as named tensors: "<param index>.<slot>" (e.g. "0.exp_avg"), "<param index>.<scalar>"
+  /// for the per-parameter host numbers some optimizers keep (0-d f64: NAdam's "mu_product", ASGD's
+  /// "eta" and "mu") and, for every parameter, "<param index>.step" (0-d i64; 0 before its first
+  /// update). Slots and scalars not created yet are absent.
   NamedTensors state_dict() const;
   /// Replaces the state with `state` (as from state_dict()); checks names, shapes and dtypes,
   /// that every parameter has its step and every parameter that has taken a step has each
@@ -85,11 +88,15 @@ protected:
   /// Per-parameter state: named tensor slots and the step count.
   struct ParamState {
     std::map<std::string, Tensor> slots; ///< e.g. "momentum_buffer", "exp_avg"
+    std::map<std::string, double> scalars; ///< host numbers read by host_values (e.g. ASGD's "eta")
     int64_t step = 0;                    ///< updates applied so far
   };
   /// The slots this optimizer's step creates with its options (load_state_dict requires
   /// each of them for a parameter that has taken a step, and rejects others).
   virtual std::vector<std::string> slot_names() const = 0;
+  /// The per-parameter host scalars this optimizer keeps (ParamState::scalars; load_state_dict
+  /// requires each of them, as 0-d f64, for a parameter that has taken a step). None by default.
+  virtual std::vector<std::string> scalar_names() const { return {}; }
   /// load_state_dict's list of missing entries (each on a line of its own; empty when none).
   std::string missing_entries(const std::vector<ParamState>& state, const std::vector<bool>& has_step) const;
   /// The per-parameter state that `state` (as from state_dict()) describes; what is wrong with it
@@ -244,6 +251,228 @@ public:
   AdagradOptions options; ///< hyperparameters (lr lives in the base class)
 protected:
   std::vector<std::string> slot_names() const override; ///< "sum"
+};
+
+/// Options of NAdam (designated initializers), torch.optim.NAdam 1.13's defaults and order
+/// (torch 1.13's NAdam has no `maximize`).
+struct NAdamOptions {
+  double lr = 2e-3;                            ///< learning rate
+  std::pair<double, double> betas{0.9, 0.999}; ///< decay of the first and second moments
+  double eps = 1e-8;                           ///< added to the denominator
+  double weight_decay = 0;                     ///< L2 penalty added to the gradient
+  double momentum_decay = 4e-3;                ///< psi of mu_t = beta1 (1 - 0.96^(t psi) / 2)
+};
+
+/// NAdam (Adam with Nesterov momentum), exactly torch.optim.NAdam 1.13's update: g += wd p;
+/// mu_t = b1 (1 - 0.96^(t psi) / 2); P *= mu_t (the "mu_product" scalar, from 1), and
+/// P' = P mu_t mu_{t+1} (torch 1.13 multiplies mu_t in twice here; torch 2 uses P mu_{t+1});
+/// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; d = sqrt(v / (1 - b2^t)) + eps;
+/// p -= lr (1 - mu_t) / (1 - P) g / d; p -= lr mu_{t+1} / (1 - P') m / d.
+class NAdam : public Optimizer {
+public:
+  /// NAdam over `params`; errors (options out of torch's ranges) name `loc`.
+  NAdam(std::vector<Tensor> params, NAdamOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;         ///< one update
+  std::string kind() const override { return "nadam"; } ///< "nadam"
+  NAdamOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override;   ///< "exp_avg", "exp_avg_sq"
+  std::vector<std::string> scalar_names() const override; ///< "mu_product"
+};
+
+/// Options of RAdam (designated initializers), torch.optim.RAdam 1.13's defaults and order
+/// (torch 1.13's RAdam has no `maximize` nor decoupled decay).
+struct RAdamOptions {
+  double lr = 1e-3;                            ///< learning rate
+  std::pair<double, double> betas{0.9, 0.999}; ///< decay of the first and second moments
+  double eps = 1e-8;                           ///< added to the denominator
+  double weight_decay = 0;                     ///< L2 penalty added to the gradient
+};
+
+/// RAdam (rectified Adam), exactly torch.optim.RAdam 1.13's update: g += wd p; Adam's moments;
+/// rho_inf = 2 / (1 - b2) - 1, rho_t = rho_inf - 2 t b2^t / (1 - b2^t); while rho_t <= 5,
+/// p -= lr m / (1 - b1^t) (momentum SGD); after, p -= lr m / (1 - b1^t) * sqrt(1 - b2^t) /
+/// (sqrt(v) + eps) * r_t with the rectification r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf /
+/// ((rho_inf - 4)(rho_inf - 2) rho_t)). Which branch is a host value of the step, so a compiled
+/// step keeps replaying when it switches.
+class RAdam : public Optimizer {
+public:
+  /// RAdam over `params`; errors (options out of torch's ranges) name `loc`.
+  RAdam(std::vector<Tensor> params, RAdamOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;         ///< one update
+  std::string kind() const override { return "radam"; } ///< "radam"
+  RAdamOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "exp_avg", "exp_avg_sq"
+};
+
+/// Options of Adamax (designated initializers), torch.optim.Adamax 1.13's defaults and order.
+struct AdamaxOptions {
+  double lr = 2e-3;                            ///< learning rate
+  std::pair<double, double> betas{0.9, 0.999}; ///< decay of the first moment and of the infinity norm
+  double eps = 1e-8;                           ///< added to |g| in the norm
+  double weight_decay = 0;                     ///< L2 penalty added to the gradient
+  bool maximize = false;                       ///< ascend: the gradient is negated first
+};
+
+/// Adamax (Adam with the infinity norm), exactly torch.optim.Adamax 1.13's update:
+/// g = maximize ? -g : g; g += wd p; m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps);
+/// p -= lr / (1 - b1^t) m / u. State: "exp_avg", "exp_inf".
+class Adamax : public Optimizer {
+public:
+  /// Adamax over `params`; errors (options out of torch's ranges) name `loc`.
+  Adamax(std::vector<Tensor> params, AdamaxOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;          ///< one update
+  std::string kind() const override { return "adamax"; } ///< "adamax"
+  AdamaxOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "exp_avg", "exp_inf"
+};
+
+/// Options of Adadelta (designated initializers), torch.optim.Adadelta 1.13's defaults and order.
+struct AdadeltaOptions {
+  double lr = 1.0;         ///< scales the delta
+  double rho = 0.9;        ///< decay of the running averages, in [0, 1]
+  double eps = 1e-6;       ///< added inside both square roots
+  double weight_decay = 0; ///< L2 penalty added to the gradient
+  bool maximize = false;   ///< ascend: the gradient is negated first
+};
+
+/// Adadelta, exactly torch.optim.Adadelta 1.13's update: g = maximize ? -g : g; g += wd p;
+/// s = rho s + (1 - rho) g^2; d = sqrt(a + eps) / sqrt(s + eps) g; a = rho a + (1 - rho) d^2;
+/// p -= lr d. State: "square_avg", "acc_delta".
+class Adadelta : public Optimizer {
+public:
+  /// Adadelta over `params`; errors (options out of torch's ranges) name `loc`.
+  Adadelta(std::vector<Tensor> params, AdadeltaOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;            ///< one update
+  std::string kind() const override { return "adadelta"; } ///< "adadelta"
+  AdadeltaOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "square_avg", "acc_delta"
+};
+
+/// Options of Rprop (designated initializers), torch.optim.Rprop 1.13's defaults and order
+/// (torch 1.13's Rprop has no weight decay).
+struct RpropOptions {
+  double lr = 1e-2;                                ///< the initial step size
+  std::pair<double, double> etas{0.5, 1.2};        ///< step size factors (etaminus < 1 < etaplus)
+  std::pair<double, double> step_sizes{1e-6, 50};  ///< the least and the largest step size
+  bool maximize = false;                           ///< ascend: the gradient is negated first
+};
+
+/// Rprop (resilient backpropagation), exactly torch.optim.Rprop 1.13's update: g = maximize ? -g : g;
+/// s = sign(g prev); step_size *= etaplus where s > 0, etaminus where s < 0, then clamped to
+/// step_sizes; g = 0 where s < 0; p -= sign(g) step_size; prev = g. State: "prev" (from 0) and
+/// "step_size" (from the lr at the parameter's first step; a later lr has no effect, as torch).
+class Rprop : public Optimizer {
+public:
+  /// Rprop over `params`; errors (etas not 0 < etaminus < 1 < etaplus, step sizes not
+  /// 0 <= min <= max) name `loc`.
+  Rprop(std::vector<Tensor> params, RpropOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;         ///< one update
+  std::string kind() const override { return "rprop"; } ///< "rprop"
+  RpropOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override; ///< "prev", "step_size"
+};
+
+/// Options of ASGD (designated initializers), torch.optim.ASGD 1.13's defaults and order.
+struct ASGDOptions {
+  double lr = 1e-2;        ///< learning rate
+  double lambd = 1e-4;     ///< decay term
+  double alpha = 0.75;     ///< power of the eta update
+  double t0 = 1e6;         ///< the step from which averaging starts
+  double weight_decay = 0; ///< L2 penalty added to the gradient
+  bool maximize = false;   ///< ascend: the gradient is negated first
+};
+
+/// Averaged SGD, exactly torch.optim.ASGD 1.13's update: g = maximize ? -g : g; g += wd p;
+/// p *= 1 - lambd eta; p -= eta g; ax = p while mu = 1, else ax += mu (p - ax); then
+/// eta = lr / (1 + lambd lr t)^alpha and mu = 1 / max(1, t - t0). The averaged parameters are the
+/// "ax" slot (averaged()). eta (from the lr at the parameter's first step) and mu (from 1) are host
+/// scalars in double; torch keeps them in 0-d tensors of the default dtype (f32 unless changed),
+/// so torch's f64 run equals kiln's with torch.set_default_dtype(torch.float64).
+class ASGD : public Optimizer {
+public:
+  /// ASGD over `params`; errors (options out of torch's ranges, not finite) name `loc`.
+  ASGD(std::vector<Tensor> params, ASGDOptions options = {}, Loc loc = Loc::current());
+  void step(Loc loc = Loc::current()) override;        ///< one update
+  std::string kind() const override { return "asgd"; } ///< "asgd"
+  /// The averaged value of parameter i (the "ax" slot; undefined before its first step).
+  Tensor averaged(size_t i) const;
+  ASGDOptions options; ///< hyperparameters (lr lives in the base class)
+protected:
+  std::vector<std::string> slot_names() const override;   ///< "ax"
+  std::vector<std::string> scalar_names() const override; ///< "eta", "mu"
+};
+
+/// Options of LBFGS (designated initializers), torch.optim.LBFGS 1.13's defaults and order.
+struct LBFGSOptions {
+  double lr = 1;                             ///< the step length (the first iteration's is scaled, as torch)
+  int64_t max_iter = 20;                     ///< iterations per step() (> 0)
+  std::optional<int64_t> max_eval = std::nullopt; ///< closure calls per step() (> 0); unset: max_iter * 5 / 4
+  double tolerance_grad = 1e-7;              ///< stop when max |gradient| <= this
+  double tolerance_change = 1e-9;            ///< stop when the loss or the step changes less than this
+  int64_t history_size = 100;                ///< the correction pairs kept (> 0)
+  std::string line_search_fn = "";           ///< "" (a fixed step lr) or "strong_wolfe"
+};
+
+/// L-BFGS, exactly torch.optim.LBFGS 1.13's algorithm (two-loop recursion over the last history_size
+/// correction pairs, the first iteration's step min(1, 1 / |g|_1) lr, torch's strong Wolfe line search
+/// with its cubic interpolation and its stopping rules), over all the parameters as one flat vector.
+/// step(closure) runs up to max_iter iterations; the closure clears the gradients, computes the loss,
+/// calls backward() and returns the loss (a one-element tensor); step() returns the closure's first
+/// loss. The history carries over from one step() to the next, as torch's.
+///
+/// LBFGS is eager-only: its control flow (line search, stopping tests) reads the loss and the gradient on
+/// the host after each closure call, so its direction arithmetic runs on the host in double (torch runs it
+/// in the parameters' dtype: f64 parameters follow torch's iterates to rounding) and it writes the
+/// parameters with assign(). step() inside a compile() trace is an error. It is not an Optimizer: its
+/// state is host data that state_dict() and checkpoint::save do not hold, and the schedules do not drive it.
+class LBFGS {
+public:
+  /// L-BFGS over `params` (each must require grad; a tensor listed twice counts once); errors (an option
+  /// out of range, an unknown line_search_fn, a parameter without grad) name `loc`.
+  LBFGS(std::vector<Tensor> params, LBFGSOptions options = {}, Loc loc = Loc::current());
+  /// Runs up to max_iter iterations (see above) and returns the closure's first loss. Errors (a loss that
+  /// is not one element, a call inside compile()) name `loc`.
+  Tensor step(const std::function<Tensor()>& closure, Loc loc = Loc::current());
+  /// Clears every parameter's gradient.
+  void zero_grad();
+  /// The parameters, in the order given.
+  const std::vector<Tensor>& params() const { return params_; }
+  /// Closure calls over all steps so far (torch's state['func_evals']).
+  int64_t func_evals() const { return func_evals_; }
+  /// Iterations over all steps so far (torch's state['n_iter']).
+  int64_t n_iter() const { return n_iter_; }
+  const LBFGSOptions options; ///< the options given (max_eval filled in)
+
+private:
+  using Vec = std::vector<double>;
+  /// The loss and flat gradient (zeros for a parameter without gradient) after one closure call; the
+  /// closure's loss tensor goes to `first` when given.
+  double evaluate(const std::function<Tensor()>& closure, Vec& grad, const Loc& loc, Tensor* first = nullptr);
+  /// The parameters as one flat vector, in double.
+  Vec flat_params() const;
+  /// Writes `x` (flat) into the parameters.
+  void set_params(const Vec& x);
+  /// The strong Wolfe line search from `x` along `d` (torch's _strong_wolfe); returns the step length
+  /// and sets `loss` and `grad` to those there; `evals` counts the closure calls.
+  double strong_wolfe(const std::function<Tensor()>& closure, const Vec& x, double t, const Vec& d, double& loss,
+                      Vec& grad, double gtd, int64_t& evals, const Loc& loc);
+  /// The direction from the gradient and the history (two-loop recursion), after adding the pair of
+  /// the last iteration.
+  Vec direction(const Vec& grad);
+
+  std::vector<Tensor> params_;
+  int64_t func_evals_ = 0, n_iter_ = 0;
+  // torch's state: the last direction and step, the correction pairs, the Hessian diagonal, the last
+  // gradient and loss.
+  Vec d_, prev_grad_;
+  double t_ = 0, h_diag_ = 1, prev_loss_ = 0;
+  std::vector<Vec> old_dirs_, old_stps_;
+  Vec ro_;
 };
 
 /// The base of learning-rate schedules: step() once per epoch, after the epoch's optimizer steps.
