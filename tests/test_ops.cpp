@@ -1838,5 +1838,21 @@ TEST(Printing, PrintingRealizes) {
   EXPECT_GT(runtime::executor_stats().launches, before.launches);
 }
 
+// A scan written as log2(n) steps of shifted slices (Hillis-Steele): each step reads the one before
+// at two places, so fused into one kernel the expression would double with every step (2^12 copies
+// of the first step here, which did not finish). Fusion gives a value read at several places a
+// buffer of its own once it costs 8 ops or more a point; the sums are exact (small integers).
+TEST(Fusion, ShiftedReadsOfEachStepDoNotCompoundIntoOneKernel) {
+  const int64_t n = 4096;
+  std::vector<double> v(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i % 7 - 3);
+  std::partial_sum(v.begin(), v.end(), want.begin());
+  Tensor s = from_vector(v, {n});
+  for (int64_t k = 1; k < n; k *= 2) s = concat({s.slice(0, 0, k), s.slice(0, k, n) + s.slice(0, 0, n - k)}, 0);
+  const std::vector<graph::NodeRef> copy = kiln::testing::clone_graph({s.node()});
+  EXPECT_EQ(s.to_vector<double>(), want);
+  EXPECT_TRUE(matches_other_mode(copy, s.node()));
+}
+
 } // namespace
 } // namespace kiln
