@@ -1,0 +1,320 @@
+// scatter, scatter_reduce, index_fill, index_copy, index_put, take and take_along_dim (kiln/indexops.h):
+// values and gradients against PyTorch 1.13 (tests/pytorch_indexing_table.inc, from
+// tests/tools/pytorch_indexing_table.py), kiln's rule where several values hit one place (the last in
+// index order wins), f64 gradcheck, fused / unfused / compile() agreement, zero-size and 0-d operands,
+// lazy indices checked in the kernel, and the errors.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "tests/error_of.h"
+#include "tests/table_checks.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct IndexRow {
+  const char* name;
+  const char* op;
+  const char* dtype;
+  IntList self_shape;
+  std::vector<double> self;
+  int64_t dim;
+  std::vector<IntList> index_shapes;
+  std::vector<std::vector<int64_t>> indices;
+  IntList src_shape;
+  std::vector<double> src;
+  const char* reduce;
+  bool flag;
+  std::vector<double> value;
+  IntList out_shape;
+  std::vector<double> out, grad_self, grad_src;
+};
+
+#include "tests/pytorch_indexing_table.inc"
+
+using test::expect_error_at;
+using test::tensor_of;
+using test::values;
+using Vec = std::vector<Tensor>;
+
+DType dtype_of(const std::string& s) {
+  if (s == "f32") return kFloat32;
+  if (s == "f64") return kFloat64;
+  if (s == "i32") return kInt32;
+  if (s == "i64") return kInt64;
+  EXPECT_EQ(s, "bool");
+  return kBool;
+}
+
+/// The row's op applied to self, its index tensors and src (undefined where the row has none).
+Tensor apply(const IndexRow& r, const Tensor& self, const Vec& ix, const Tensor& src) {
+  const std::string op = r.op;
+  const bool integral = is_integral(self.dtype()) || self.dtype() == kBool;
+  const Scalar value = integral ? Scalar(static_cast<int64_t>(r.value[0])) : Scalar(r.value[0]);
+  if (op == "scatter") return scatter(self, r.dim, ix[0], src);
+  if (op == "scatter_value") return scatter(self, r.dim, ix[0], value);
+  if (op == "scatter_reduce") return scatter_reduce(self, r.dim, ix[0], src, r.reduce, r.flag);
+  if (op == "index_fill") return index_fill(self, r.dim, ix[0], value);
+  if (op == "index_copy") return index_copy(self, r.dim, ix[0], src);
+  if (op == "index_put") return index_put(self, ix, src, r.flag);
+  if (op == "take") return take(self, ix[0]);
+  if (op == "take_along_dim_flat") return take_along_dim(self, ix[0]);
+  EXPECT_EQ(op, "take_along_dim");
+  return take_along_dim(self, ix[0], r.dim);
+}
+
+/// Equal within `rel` of max(1, |want|), NaN where want is NaN (and infinities equal).
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]) || std::isinf(want[i])) {
+      EXPECT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i]) << what << " [" << i << "] " << got[i];
+      continue;
+    }
+    EXPECT_NEAR(got[i], want[i], rel * std::max(1.0, std::fabs(want[i]))) << what << " [" << i << "]";
+  }
+}
+
+/// The row's index tensors (i64).
+Vec indices_of(const IndexRow& r) {
+  Vec ix;
+  for (size_t k = 0; k < r.indices.size(); ++k) ix.push_back(from_vector(r.indices[k], r.index_shapes[k]));
+  return ix;
+}
+
+TEST(IndexingMoreTable, ValuesAndGradientsMatchPyTorch) {
+  ASSERT_GE(kIndexTable.size(), 60u);
+  for (const IndexRow& r : kIndexTable) {
+    SCOPED_TRACE(r.name);
+    const DType dt = dtype_of(r.dtype);
+    const bool floating = is_floating(dt), has_src = !r.src.empty();
+    Tensor self = tensor_of(r.self, dt, r.self_shape), src = has_src ? tensor_of(r.src, dt, r.src_shape) : Tensor();
+    if (floating) {
+      self.requires_grad_();
+      if (has_src) src.requires_grad_();
+    }
+    for (bool i32 : {false, true}) { // i32 indices give the same result
+      Vec ix = indices_of(r);
+      if (i32)
+        for (Tensor& t : ix) t = t.to(kInt32);
+      const Tensor y = apply(r, self, ix, src);
+      ASSERT_EQ(y.shape(), r.out_shape);
+      ASSERT_EQ(y.dtype(), dt);
+      expect_near(values(y), r.out, dt == kFloat32 ? 1e-6 : 1e-12, "values");
+      if (!floating || i32) continue;
+      (y * test::weights_for(y)).sum().backward();
+      expect_near(values(self.grad()), r.grad_self, 1e-10, "self's gradient");
+      if (has_src) expect_near(values(src.grad()), r.grad_src, 1e-10, "src's gradient");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kiln's rules where PyTorch has none
+
+TEST(IndexingMoreRules, ScatterTheLastInIndexOrderWins) {
+  const Tensor self = zeros({2, 4}, kFloat64);
+  const Tensor index = from_vector<int64_t>({1, 3, 1, 1, 0, 0, 2, 0}, {2, 4});
+  const Tensor src = from_vector<double>({10, 11, 12, 13, 20, 21, 22, 23}, {2, 4});
+  // dim 1: row 0 writes 10, 12, 13 at place 1 (13 wins); row 1 writes 20, 21, 23 at 0 (23 wins)
+  EXPECT_EQ(values(scatter(self, 1, index, src)), (std::vector<double>{0, 13, 0, 11, 23, 0, 22, 0}));
+  // dim 0: column j takes src[1][j] where both rows hit the same place
+  const Tensor col = from_vector<int64_t>({1, 0, 1, 1, 1, 1, 1, 1}, {2, 4});
+  EXPECT_EQ(values(scatter(self, 0, col, src)), (std::vector<double>{0, 11, 0, 0, 20, 21, 22, 23}));
+  // -0.0 and NaN keep their bits; integers keep every bit
+  const Tensor z =
+      scatter(ones({2}, kFloat64), 0, from_vector<int64_t>({1, 1, 0}), from_vector<double>({kNaN, -0.0, kInf}));
+  const std::vector<double> zv = values(z);
+  EXPECT_TRUE(std::signbit(zv[1]) && zv[1] == 0) << zv[1];
+  EXPECT_EQ(zv[0], kInf);
+  const int64_t big = (int64_t{1} << 62) + 1;
+  EXPECT_EQ(
+      scatter(zeros({2}, kInt64), 0, from_vector<int64_t>({0, 0}), from_vector<int64_t>({5, big})).to_vector<int64_t>(),
+      (std::vector<int64_t>{big, 0}));
+}
+
+TEST(IndexingMoreRules, OverwrittenValuesGetNoGradient) {
+  const Tensor src = from_vector<double>({1, 2, 3, 4}).requires_grad_();
+  const Tensor self = from_vector<double>({5, 6, 7}).requires_grad_();
+  const Tensor y = scatter(self, 0, from_vector<int64_t>({2, 0, 2, 0}), src);
+  EXPECT_EQ(values(y), (std::vector<double>{4, 6, 3}));
+  (y * from_vector<double>({1, 2, 3})).sum().backward();
+  EXPECT_EQ(values(src.grad()), (std::vector<double>{0, 0, 3, 1}));
+  EXPECT_EQ(values(self.grad()), (std::vector<double>{0, 2, 0}));
+}
+
+TEST(IndexingMoreRules, IndexPutAndIndexCopyTakeTheLastRepeat) {
+  const Tensor self = zeros({3, 2}, kFloat64);
+  const Tensor rows = from_vector<int64_t>({2, 0, -1, 2});
+  const Tensor v = from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8}, {4, 2});
+  EXPECT_EQ(values(index_put(self, {rows}, v)), (std::vector<double>{3, 4, 0, 0, 7, 8}));
+  // accumulate sums the repeats (row 2 three times)
+  EXPECT_EQ(values(index_put(self, {rows}, v, true)), (std::vector<double>{3, 4, 0, 0, 1 + 5 + 7, 2 + 6 + 8}));
+  EXPECT_EQ(values(index_copy(self, 0, from_vector<int64_t>({1, 1, 0, 1}), v)),
+            (std::vector<double>{5, 6, 7, 8, 0, 0}));
+}
+
+// ---------------------------------------------------------------- gradcheck and modes
+
+TEST(IndexingMoreGrad, GradcheckInF64) {
+  const Tensor self = test::rnd({3, 4}, 1), src = test::rnd({4, 4}, 2);
+  const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1, 2, 2, 0, 1, 1, 1, 1, 1}, {4, 4});
+  for (const char* r : {"sum", "prod", "mean", "amax", "amin"})
+    for (bool inc : {true, false}) {
+      SCOPED_TRACE(std::string(r) + (inc ? "" : " without self"));
+      test::expect_gradcheck([&](const Vec& in) { return scatter_reduce(in[0], 0, index, in[1], r, inc); },
+                             {self, src});
+    }
+  test::expect_gradcheck([&](const Vec& in) { return scatter(in[0], 0, index, in[1]); }, {self, src});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        return index_copy(in[0], 1, from_vector<int64_t>({3, 0, 3, 1}), in[1]);
+      },
+      {self, test::rnd({3, 4}, 3)});
+  test::expect_gradcheck([&](const Vec& in) { return index_fill(in[0], 0, from_vector<int64_t>({2}), in[1]); },
+                         {self, test::rnd({}, 4)});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        return index_put(in[0], {from_vector<int64_t>({1, 1, -3}), from_vector<int64_t>({2})}, in[1], true);
+      },
+      {self, test::rnd({3}, 5)});
+  test::expect_gradcheck([&](const Vec& in) { return take(in[0], from_vector<int64_t>({5, -1, 5}, {3, 1})); }, {self});
+}
+
+TEST(IndexingMoreGrad, ProdGradientWithZerosIsExact) {
+  // one zero in a run: the zero's gradient is the product of the others; two zeros: all 0
+  const Tensor self = from_vector<double>({2, 3}).requires_grad_();
+  const Tensor src = from_vector<double>({0, 4, 5, 0, 0}).requires_grad_();
+  const Tensor y = scatter_reduce(self, 0, from_vector<int64_t>({0, 0, 0, 1, 1}), src, "prod");
+  EXPECT_EQ(values(y), (std::vector<double>{0, 0}));
+  y.sum().backward();
+  EXPECT_EQ(values(src.grad()), (std::vector<double>{40, 0, 0, 0, 0}));
+  EXPECT_EQ(values(self.grad()), (std::vector<double>{0, 0}));
+}
+
+TEST(IndexingMoreModes, FusedUnfusedAndCompiledAgree) {
+  const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1, 2, 2, 0, 1, 1, 1, 1, 1}, {4, 4});
+  const Tensor rows = from_vector<int64_t>({2, 0, 2});
+  test::expect_fused_unfused_and_compiled_agree(
+      [&](const Vec& in) {
+        Vec out;
+        for (const char* r : {"sum", "prod", "mean", "amax", "amin"})
+          out.push_back(scatter_reduce(in[0] * 2.0, 0, index, in[1], r, std::string(r) != "mean"));
+        out.push_back(scatter(in[0], 0, index, in[1] + 1.0));
+        out.push_back(index_put(in[0], {rows}, in[1].slice(0, 0, 3), true));
+        out.push_back(index_put(in[0], {rows, rows}, in[1].slice(0, 0, 3).slice(1, 0, 1).reshape({3})));
+        out.push_back(take(in[1], from_vector<int64_t>({3, -2})));
+        Tensor loss = out[0].sum();
+        for (size_t k = 1; k < out.size(); ++k) loss = loss + (out[k] * (static_cast<double>(k) + 0.5)).sum();
+        const Vec g = grad({loss}, {in[0], in[1]});
+        out.insert(out.end(), g.begin(), g.end());
+        return out;
+      },
+      [](uint64_t seed) {
+        return Vec{test::rnd({3, 4}, seed).requires_grad_(), test::rnd({4, 4}, seed + 1).requires_grad_()};
+      });
+}
+
+TEST(IndexingMoreModes, IntegerReductionsAgreeFusedAndUnfused) {
+  const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1}, {2, 4});
+  test::expect_fused_unfused_and_compiled_agree(
+      [&](const Vec& in) {
+        Vec out;
+        for (const char* r : {"sum", "prod", "mean", "amax", "amin"})
+          out.push_back(scatter_reduce(in[0], 0, index, in[1], r, false));
+        return out;
+      },
+      [](uint64_t seed) {
+        return Vec{(test::rnd({3, 4}, seed) * 50.0).to(kInt64), (test::rnd({2, 4}, seed + 1) * 50.0).to(kInt64)};
+      });
+}
+
+// ---------------------------------------------------------------- edge cases
+
+TEST(IndexingMoreEdges, EmptyIndicesAndZeroD) {
+  const Tensor x = test::rnd({2, 3}, 7);
+  const Tensor none = zeros({2, 0}, kInt64);
+  EXPECT_EQ(values(scatter(x, 1, none, zeros({2, 0}, kFloat64))), values(x));
+  EXPECT_EQ(values(scatter(x, 1, none, 3.0)), values(x));
+  EXPECT_EQ(values(scatter_reduce(x, 1, none, zeros({2, 0}, kFloat64), "amax")), values(x));
+  EXPECT_EQ(values(index_fill(x, 1, zeros({0}, kInt64), 1.0)), values(x));
+  EXPECT_EQ(values(index_put(x, {zeros({0}, kInt64)}, zeros({0, 3}, kFloat64))), values(x));
+  EXPECT_EQ(take(x, zeros({0, 2}, kInt64)).shape(), (IntList{0, 2}));
+  EXPECT_EQ(scatter(zeros({0, 3}, kFloat64), 1, zeros({0, 3}, kInt64), zeros({0, 3}, kFloat64)).shape(),
+            (IntList{0, 3}));
+  const Tensor s = scatter_reduce(from_vector<double>({2.0}, {}), 0, from_vector<int64_t>({0}, {}),
+                                  from_vector<double>({3.0}, {}), "sum");
+  EXPECT_EQ(s.shape(), IntList{});
+  EXPECT_EQ(values(s), std::vector<double>{5});
+  EXPECT_EQ(values(index_fill(from_vector<double>({2.0}, {}), 0, from_vector<int64_t>({0}), -1.0)),
+            std::vector<double>{-1});
+}
+
+TEST(IndexingMoreEdges, LongRunsScanInLogSteps) {
+  // 1000 values into 3 places: the product / max of each run, against a host loop
+  std::vector<int64_t> idx;
+  std::vector<double> src;
+  for (int k = 0; k < 1000; ++k) {
+    idx.push_back((k * 7) % 3);
+    src.push_back(1.0 + 0.001 * ((k * 37) % 11 - 5));
+  }
+  std::vector<double> prod = {1, 1, 1}, mx = {-kInf, -kInf, -kInf};
+  for (size_t k = 0; k < idx.size(); ++k) {
+    prod[static_cast<size_t>(idx[k])] *= src[k];
+    mx[static_cast<size_t>(idx[k])] = std::max(mx[static_cast<size_t>(idx[k])], src[k]);
+  }
+  const Tensor i = from_vector(idx), s = from_vector(src), base = zeros({3}, kFloat64);
+  test::expect_close(values(scatter_reduce(base, 0, i, s, "prod", false)), prod, 1e-12, "prod");
+  EXPECT_EQ(values(scatter_reduce(base, 0, i, s, "amax", false)), mx);
+}
+
+// ---------------------------------------------------------------- errors
+
+// Each expect_error_at keeps the failing call on the line its __LINE__ names:
+// clang-format off
+TEST(IndexingMoreErrors, BadIndicesAndOperands) {
+  const Tensor x = zeros({2, 3}, kFloat64), i = from_vector<int64_t>({0, 3}, {1, 2}), s = ones({1, 2}, kFloat64);
+  expect_error_at([&] { (void)scatter(x, 1, i, s); }, __FILE__, __LINE__, "scatter", {"index 3 at position [0, 1]", "[0, 3)"});
+  expect_error_at([&] { (void)scatter(x, 1, i.to(kFloat32), s); }, __FILE__, __LINE__, "scatter", {"integer"});
+  expect_error_at([&] { (void)scatter(x, 1, i, s.to(kFloat32)); }, __FILE__, __LINE__, "scatter", {"self's dtype"});
+  expect_error_at([&] { (void)scatter(x, 1, i.reshape({2}), 1.0); }, __FILE__, __LINE__, "scatter", {"rank"});
+  expect_error_at([&] { (void)scatter(x, 2, i, s); }, __FILE__, __LINE__, "scatter", {"dim"});
+  expect_error_at([&] { (void)scatter_reduce(x, 1, i, s, "max"); }, __FILE__, __LINE__, "scatter_reduce", {"reduce \"max\""});
+  expect_error_at([&] { (void)scatter_reduce(x.to(kBool), 1, i, s.to(kBool), "sum"); }, __FILE__, __LINE__, "scatter_reduce", {"bool"});
+  expect_error_at([&] { (void)scatter_reduce(x, 0, from_vector<int64_t>({-1, 0}, {1, 2}), s, "sum"); }, __FILE__, __LINE__, "scatter_reduce", {"index -1", "[0, 2)"});
+  expect_error_at([&] { (void)index_fill(x, 1, from_vector<int64_t>({0, 3}), 1.0); }, __FILE__, __LINE__, "index_fill", {"index 3", "[0, 3)"});
+  expect_error_at([&] { (void)index_fill(x, 1, zeros({1, 1}, kInt64), 1.0); }, __FILE__, __LINE__, "index_fill", {"0-d or 1-d"});
+  expect_error_at([&] { (void)index_copy(x, 0, from_vector<int64_t>({1}), ones({2, 3}, kFloat64)); }, __FILE__, __LINE__, "index_copy", {"source must be [1, 3]"});
+  expect_error_at([&] { (void)index_put(x, {from_vector<int64_t>({-3})}, ones({3}, kFloat64)); }, __FILE__, __LINE__, "index_put", {"index -3", "[-2, 2)"});
+  expect_error_at([&] { (void)index_put(x, {from_vector<int64_t>({0, 1}), from_vector<int64_t>({0, 1, 2})}, ones({1}, kFloat64)); }, __FILE__, __LINE__, "index_put", {"broadcast"});
+  expect_error_at([&] { (void)index_put(x, {i, i, i}, s); }, __FILE__, __LINE__, "index_put", {"1 to 2 index tensors"});
+  expect_error_at([&] { (void)index_put(x, {from_vector<int64_t>({0, 1})}, ones({3, 3}, kFloat64)); }, __FILE__, __LINE__, "index_put", {"values must broadcast to [2, 3]"});
+  expect_error_at([&] { (void)index_put(x, {from_vector<int64_t>({0})}, ones({3}, kFloat32)); }, __FILE__, __LINE__, "index_put", {"self's dtype"});
+  expect_error_at([&] { (void)take(x, from_vector<int64_t>({6})); }, __FILE__, __LINE__, "take", {"index 6", "[-6, 6)"});
+  expect_error_at([&] { (void)take_along_dim(x, from_vector<int64_t>({0, 3}, {1, 2}), 1); }, __FILE__, __LINE__, "take_along_dim", {"index 3"});
+  expect_error_at([&] { (void)take_along_dim(x, from_vector<int64_t>({0}), 1); }, __FILE__, __LINE__, "take_along_dim", {"same number of dims"});
+}
+// clang-format on
+
+TEST(IndexingMoreErrors, LazyIndicesAreCheckedInTheKernel) {
+  const Tensor x = zeros({2, 3}, kFloat64), s = ones({1, 2}, kFloat64);
+  const Tensor lazy = from_vector<int64_t>({0, 3}, {1, 2}) + 1 - 1;
+  const int line = __LINE__ + 1;
+  const Tensor y = scatter(x, 1, lazy, s);
+  expect_error_at([&] { (void)y.to_vector<double>(); }, __FILE__, line, "scatter", {"index 3", "[0, 3)"});
+  const int line2 = __LINE__ + 1;
+  const Tensor t = take(x, from_vector<int64_t>({-7}) + 0);
+  expect_error_at([&] { (void)t.to_vector<double>(); }, __FILE__, line2, "take",
+                  {"index -1", "negative values wrapped"});
+}
+
+} // namespace
+} // namespace kiln
