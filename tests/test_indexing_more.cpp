@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/arrange.h"
 #include "kiln/kiln.h"
 #include "tests/error_of.h"
 #include "tests/table_checks.h"
@@ -37,6 +38,24 @@ struct IndexRow {
   std::vector<double> value;
   IntList out_shape;
   std::vector<double> out, grad_self, grad_src;
+};
+
+struct TensorLit {
+  const char* dtype;
+  IntList shape;
+  std::vector<double> values;
+};
+
+struct CallRow {
+  const char* name;
+  const char* op;
+  std::vector<TensorLit> inputs;
+  std::vector<int64_t> ints;
+  const char* str;
+  bool flag;
+  std::vector<double> reals;
+  std::vector<TensorLit> outputs;
+  std::vector<std::vector<double>> grads;
 };
 
 #include "tests/pytorch_indexing_table.inc"
@@ -115,6 +134,55 @@ TEST(IndexingMoreTable, ValuesAndGradientsMatchPyTorch) {
       expect_near(values(self.grad()), r.grad_self, 1e-10, "self's gradient");
       if (has_src) expect_near(values(src.grad()), r.grad_src, 1e-10, "src's gradient");
     }
+  }
+}
+
+/// The call row's op applied to its inputs.
+Vec apply_call(const CallRow& r, const Vec& in) {
+  const std::string op = r.op;
+  const auto int_at = [&](size_t k, int64_t otherwise) { return r.ints.size() > k ? r.ints[k] : otherwise; };
+  if (op == "searchsorted")
+    return {searchsorted(in[0], in[1], int_at(0, 0) != 0, r.flag, r.str, in.size() > 2 ? in[2] : Tensor())};
+  if (op == "bucketize") return {bucketize(in[0], in[1], int_at(0, 0) != 0, r.flag)};
+  if (op == "histc")
+    return {histc(in[0], r.ints[0], r.reals.empty() ? 0 : r.reals[0], r.reals.empty() ? 0 : r.reals[1])};
+  if (op == "bincount") return {bincount(in[0], in.size() > 1 ? in[1] : Tensor(), int_at(0, 0))};
+  if (op == "meshgrid") return meshgrid(in, r.str);
+  if (op == "cartesian_prod") return {cartesian_prod(in)};
+  if (op == "tril_indices") return {tril_indices(r.ints[0], r.ints[1], r.ints[2])};
+  if (op == "triu_indices") return {triu_indices(r.ints[0], r.ints[1], r.ints[2])};
+  if (op == "rot90") return {rot90(in[0], r.ints[0], {r.ints[1], r.ints[2]})};
+  EXPECT_EQ(op, "block_diag");
+  return {block_diag(in)};
+}
+
+TEST(IndexingMoreTable, SearchesCountsAndArrangementsMatchPyTorch) {
+  ASSERT_GE(kCallTable.size(), 45u);
+  for (const CallRow& r : kCallTable) {
+    SCOPED_TRACE(r.name);
+    Vec in;
+    bool any_grad = false;
+    for (const TensorLit& t : r.inputs) {
+      in.push_back(tensor_of(t.values, dtype_of(t.dtype), t.shape));
+      if (is_floating(in.back().dtype()) && r.grads[in.size() - 1].size() == t.values.size() && !t.values.empty())
+        in.back().requires_grad_(), any_grad = true;
+    }
+    const Vec out = apply_call(r, in);
+    ASSERT_EQ(out.size(), r.outputs.size());
+    Tensor loss;
+    for (size_t k = 0; k < out.size(); ++k) {
+      ASSERT_EQ(out[k].shape(), r.outputs[k].shape) << "output " << k;
+      ASSERT_EQ(out[k].dtype(), dtype_of(r.outputs[k].dtype)) << "output " << k;
+      expect_near(values(out[k]), r.outputs[k].values, 1e-12, "output " + std::to_string(k));
+      if (is_floating(out[k].dtype()) && any_grad) {
+        const Tensor term = (out[k] * test::weights_for(out[k])).sum();
+        loss = loss.defined() ? loss + term : term;
+      }
+    }
+    if (!loss.defined()) continue;
+    loss.backward();
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in[i].requires_grad()) expect_near(values(in[i].grad()), r.grads[i], 1e-10, "gradient " + std::to_string(i));
   }
 }
 
@@ -276,6 +344,46 @@ TEST(IndexingMoreEdges, LongRunsScanInLogSteps) {
   EXPECT_EQ(values(scatter_reduce(base, 0, i, s, "amax", false)), mx);
 }
 
+TEST(IndexingMoreEdges, SearchesAndCounts) {
+  // histc counts no NaN (PyTorch 1.13 puts it in bin 0: its position is a cast of NaN); a lazy input works too
+  const Tensor x = from_vector<double>({0.5, kNaN, 1.5, 2.0});
+  EXPECT_EQ(values(histc(x, 2, 0, 2)), (std::vector<double>{1, 2}));
+  EXPECT_EQ(values(histc(x * 1.0, 2, 0, 2)), (std::vector<double>{1, 2}));
+  EXPECT_EQ(values(histc(from_vector<double>({1, 3, 2}) * 1.0, 2)), (std::vector<double>{1, 2}));
+  const std::vector<double> lazy_nan = values(histc(x * 1.0, 2)); // the data's range is NaN: not silent
+  EXPECT_TRUE(std::isnan(lazy_nan[0]) && std::isnan(lazy_nan[1]));
+  // bincount of a lazy input: minlength is the length
+  EXPECT_EQ(bincount(from_vector<int64_t>({2, 0, 2}) + 0, Tensor(), 4).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 0, 2, 0}));
+  // searchsorted over a 0-length sequence: every value goes at 0
+  EXPECT_EQ(searchsorted(zeros({0}, kFloat64), from_vector<double>({1, 2})).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(values(block_diag({})), std::vector<double>{});
+  EXPECT_EQ(block_diag({}).shape(), (IntList{1, 0}));
+}
+
+TEST(IndexingMoreModes, SearchesAndArrangementsAgree) {
+  const Tensor seq = from_vector<double>({-1, 0, 0, 2, 5});
+  test::expect_fused_unfused_and_compiled_agree(
+      [&](const Vec& in) {
+        Vec out = {searchsorted(seq, in[0]).to(kFloat64), bucketize(in[0], seq, false, true).to(kFloat64),
+                   histc(in[0], 5, -2, 2), bincount((in[0].abs() * 2.0).to(kInt64), in[0], 12)};
+        const Vec grid = meshgrid({in[0].slice(0, 0, 3), in[0].slice(0, 3, 5)}, "xy");
+        out.insert(out.end(), grid.begin(), grid.end());
+        out.push_back(rot90(in[1], 3, {0, 1}));
+        out.push_back(block_diag({in[1], in[0].slice(0, 0, 2)}));
+        out.push_back(cartesian_prod({in[0].slice(0, 0, 2), in[0].slice(0, 2, 5)}));
+        Tensor loss = out[3].sum();
+        for (size_t k = 4; k < out.size(); ++k) loss = loss + (out[k] * (static_cast<double>(k) + 0.5)).sum();
+        const Vec g = grad({loss}, {in[0], in[1]});
+        out.insert(out.end(), g.begin(), g.end());
+        return out;
+      },
+      [](uint64_t seed) {
+        return Vec{test::rnd({5}, seed).requires_grad_(), test::rnd({3, 2}, seed + 1).requires_grad_()};
+      });
+}
+
 // ---------------------------------------------------------------- errors
 
 // Each expect_error_at keeps the failing call on the line its __LINE__ names:
@@ -301,6 +409,37 @@ TEST(IndexingMoreErrors, BadIndicesAndOperands) {
   expect_error_at([&] { (void)take(x, from_vector<int64_t>({6})); }, __FILE__, __LINE__, "take", {"index 6", "[-6, 6)"});
   expect_error_at([&] { (void)take_along_dim(x, from_vector<int64_t>({0, 3}, {1, 2}), 1); }, __FILE__, __LINE__, "take_along_dim", {"index 3"});
   expect_error_at([&] { (void)take_along_dim(x, from_vector<int64_t>({0}), 1); }, __FILE__, __LINE__, "take_along_dim", {"same number of dims"});
+}
+
+TEST(IndexingMoreErrors, SearchesCountsAndArrangements) {
+  const Tensor seq = from_vector<double>({1, 2, 3}), v = from_vector<double>({2.5});
+  expect_error_at([&] { (void)searchsorted(seq, v, false, true, "left"); }, __FILE__, __LINE__, "searchsorted", {"opposites"});
+  expect_error_at([&] { (void)searchsorted(seq, v, false, false, "middle"); }, __FILE__, __LINE__, "searchsorted", {"side must be"});
+  expect_error_at([&] { (void)searchsorted(zeros({2, 3}, kFloat64), zeros({3, 1}, kFloat64)); }, __FILE__, __LINE__, "searchsorted", {"leading dims"});
+  expect_error_at([&] { (void)searchsorted(seq, v, false, false, "", from_vector<int64_t>({0, 1})); }, __FILE__, __LINE__, "searchsorted", {"sorter"});
+  expect_error_at([&] { (void)searchsorted(seq, v, false, false, "", from_vector<int64_t>({0, 1, 3})); }, __FILE__, __LINE__, "searchsorted", {"index 3"});
+  expect_error_at([&] { (void)bucketize(v, zeros({2, 2}, kFloat64)); }, __FILE__, __LINE__, "bucketize", {"1-d"});
+  expect_error_at([&] { (void)histc(seq, 0); }, __FILE__, __LINE__, "histc", {"bins must be > 0"});
+  expect_error_at([&] { (void)histc(seq, 3, 2, 1); }, __FILE__, __LINE__, "histc", {"max must be larger than min"});
+  expect_error_at([&] { (void)histc(from_vector<double>({1, kInf}), 3); }, __FILE__, __LINE__, "histc", {"not finite"});
+  expect_error_at([&] { (void)histc(from_vector<int64_t>({1, 2}), 3); }, __FILE__, __LINE__, "histc", {"floating"});
+  expect_error_at([&] { (void)bincount(from_vector<int64_t>({1, -2})); }, __FILE__, __LINE__, "bincount", {"non-negative", "-2"});
+  expect_error_at([&] { (void)bincount(from_vector<int64_t>({1, 2}) + 0); }, __FILE__, __LINE__, "bincount", {"realize the input first", "minlength"});
+  expect_error_at([&] { (void)bincount(seq); }, __FILE__, __LINE__, "bincount", {"1-d integer"});
+  expect_error_at([&] { (void)bincount(from_vector<int64_t>({1, 2}), seq); }, __FILE__, __LINE__, "bincount", {"weights"});
+  expect_error_at([&] { (void)meshgrid({seq, zeros({2, 2}, kFloat64)}); }, __FILE__, __LINE__, "meshgrid", {"0-d or 1-d"});
+  expect_error_at([&] { (void)meshgrid({seq}, "ji"); }, __FILE__, __LINE__, "meshgrid", {"indexing"});
+  expect_error_at([&] { (void)cartesian_prod({seq, from_vector<int64_t>({1})}); }, __FILE__, __LINE__, "cartesian_prod", {"one dtype"});
+  expect_error_at([&] { (void)tril_indices(-1, 3); }, __FILE__, __LINE__, "tril_indices", {">= 0"});
+  expect_error_at([&] { (void)rot90(seq); }, __FILE__, __LINE__, "rot90", {"at least 2 dims"});
+  expect_error_at([&] { (void)rot90(zeros({2, 2}), 1, {1, -1}); }, __FILE__, __LINE__, "rot90", {"must differ"});
+  expect_error_at([&] { (void)block_diag({zeros({1, 1, 1})}); }, __FILE__, __LINE__, "block_diag", {"0-d, 1-d or 2-d"});
+}
+
+TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
+  const int line = __LINE__ + 1;
+  const Tensor c = bincount(from_vector<int64_t>({1, 5}) + 0, Tensor(), 3);
+  expect_error_at([&] { (void)c.to_vector<int64_t>(); }, __FILE__, line, "bincount", {"index 5", "minlength = 3"});
 }
 // clang-format on
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints tests/pytorch_indexing_table.inc: PyTorch's scatter, scatter_reduce, index_fill, index_copy,
-index_put, take and take_along_dim, the reference of tests/test_indexing_more.cpp. Run with Debian's
+index_put, take and take_along_dim (kIndexTable), and searchsorted, bucketize, histc, bincount, meshgrid,
+cartesian_prod, tril_indices, triu_indices, rot90 and block_diag (kCallTable), the reference of tests/test_indexing_more.cpp. Run with Debian's
 python3-torch (1.13) from the repository root:
     /usr/bin/python3 tests/tools/pytorch_indexing_table.py > tests/pytorch_indexing_table.inc
 torch is needed only to regenerate the table, never by the tests.
@@ -193,5 +194,132 @@ def main():
     out.write("};\n")
 
 
+
+# ---------------------------------------------------------------- searches, counts and arrangements
+# (name, op, inputs [(dtype, shape, values)], ints, string, flag, reals): torch's outputs, and for floating
+# inputs the gradients of the sum over outputs k of sum(out_k * u_k) (u_k = 1, 2, ... of out_k's dtype).
+CALLS = []
+
+
+def call(name, op, inputs, ints_=(), string="", flag=False, reals=()):
+    CALLS.append((name, op, inputs, list(ints_), string, flag, list(reals)))
+
+
+SEQ = [-2.0, -1.0, 0.5, 0.5, 0.5, 3.0, 7.0]
+PROBE = [0.5, -3.0, 7.0, 8.0, NAN, 0.4, 3.0, -1.0, INF, -INF, 0.6, -2.0]
+call("searchsorted_left", "searchsorted", [("f64", [7], SEQ), ("f64", [3, 4], PROBE)])
+call("searchsorted_right", "searchsorted", [("f64", [7], SEQ), ("f64", [3, 4], PROBE)], flag=True)
+call("searchsorted_side_right_i32", "searchsorted", [("f32", [7], SEQ), ("f32", [12], PROBE)], [1], "right")
+call("searchsorted_batched", "searchsorted", [("f64", [2, 4], [0, 1, 2, 3, -5, -5, 0, 9]),
+                                              ("f64", [2, 3], [1, 2.5, -9, -5, 0, 10])])
+call("searchsorted_sorter", "searchsorted", [("f64", [5], [3.0, -1.0, 2.0, 0.0, 2.0]), ("f64", [4], [2.0, -2, 5, 0]),
+                                             ("i64", [5], [1, 3, 2, 4, 0])], string="left")
+call("searchsorted_ints", "searchsorted", [("i64", [5], [1, 3, 3, 8, 2 ** 40]), ("i64", [4], [3, 0, 2 ** 40, 9])],
+     flag=True)
+call("searchsorted_scalar_value", "searchsorted", [("f64", [7], SEQ), ("f64", [], [0.5])])
+call("bucketize_left", "bucketize", [("f64", [3, 4], PROBE), ("f64", [7], SEQ)])
+call("bucketize_right_i32", "bucketize", [("f32", [12], PROBE), ("f32", [7], SEQ)], [1], flag=True)
+# no NaN: torch 1.13 counts a NaN in bin 0 (its position is a cast of NaN); kiln counts none (tested by hand)
+HX = [0.0, 0.25, 1.0, 0.99, -0.5, 2.0, 1.5, 1.75, 0.5, 2.0, 5.0, 0.3, 1.1, 3.0]
+call("histc_range", "histc", [("f64", [14], HX)], [4], reals=[0.0, 2.0])
+call("histc_data_range_f32", "histc", [("f32", [2, 6], HX[:10] + HX[11:13])], [5])
+call("histc_equal_data", "histc", [("f32", [3], [2.0, 2.0, 2.0])], [4])
+call("histc_f32_edges", "histc", [("f32", [9], [0.1, 0.2, 0.3, 0.7, 0.9, 1.0, 0.0, 0.35, 0.65])], [7],
+     reals=[0.0, 1.0])
+call("histc_min_eq_max_given", "histc", [("f64", [5], [1.0, 2.0, 3.0, 2.5, 1.0])], [3], reals=[2.0, 2.0])
+call("bincount", "bincount", [("i64", [8], [1, 3, 1, 0, 7, 3, 3, 1])])
+call("bincount_minlength", "bincount", [("i32", [3], [1, 0, 1])], [6])
+call("bincount_weights_f64", "bincount", [("i64", [6], [2, 0, 2, 2, 4, 0]), ("f64", [6], [0.5, 1.5, -2, 3.25, 1, 1])])
+call("bincount_weights_f32", "bincount", [("i64", [4], [1, 1, 3, 0]), ("f32", [4], [0.1, 0.2, 0.3, 0.4])], [2])
+call("bincount_empty", "bincount", [("i64", [0], [])], [3])
+call("meshgrid_ij", "meshgrid", [("f64", [3], [1, 2, 3]), ("f64", [2], [-1, -2]), ("f64", [], [5])], string="ij")
+call("meshgrid_xy", "meshgrid", [("f64", [3], [1, 2, 3]), ("f64", [2], [-1, -2]), ("f64", [4], [7, 8, 9, 10])],
+     string="xy")
+call("meshgrid_one", "meshgrid", [("i64", [4], [4, 3, 2, 1])], string="xy")
+call("cartesian_prod", "cartesian_prod", [("f64", [2], [1, 2]), ("f64", [3], [-1, -2, -3]), ("f64", [2], [9, 8])])
+call("cartesian_prod_one", "cartesian_prod", [("i64", [3], [5, 6, 7])])
+for r, c, o in ((4, 3, 0), (3, 5, 1), (5, 4, -2), (0, 3, 0), (3, 3, 5), (3, 3, -5)):
+    call("tril_indices_%d_%d_%d" % (r, c, o), "tril_indices", [], [r, c, o])
+    call("triu_indices_%d_%d_%d" % (r, c, o), "triu_indices", [], [r, c, o])
+X234 = vals(24, 51)
+for k in (1, 2, 3, 0, -1, 5):
+    call("rot90_k%d" % k if k >= 0 else "rot90_k_minus1", "rot90", [("f64", [2, 3, 4], X234)], [k, 0, 1])
+call("rot90_dims_2_minus3", "rot90", [("f64", [2, 3, 4], X234)], [1, 2, -3])
+call("block_diag", "block_diag", [("f64", [2, 2], [1, 2, 3, 4]), ("f64", [], [5]), ("f64", [3], [6, 7, 8]),
+                                  ("f64", [2, 1], [9, 10])])
+call("block_diag_promote", "block_diag", [("i64", [1, 2], [1, 2]), ("f64", [2, 2], [3, 4, 5, 6])])
+call("block_diag_empty_block", "block_diag", [("f64", [0, 2], []), ("f64", [2, 0], []), ("f64", [1], [3])])
+
+
+def run_call(op, ts, ints_, string, flag, reals):
+    if op == "searchsorted":
+        kw = {"out_int32": bool(ints_ and ints_[0]), "right": flag}
+        if string:
+            kw["side"] = string
+        if len(ts) > 2:
+            kw["sorter"] = ts[2]
+        return [torch.searchsorted(ts[0], ts[1], **kw)]
+    if op == "bucketize":
+        return [torch.bucketize(ts[0], ts[1], out_int32=bool(ints_ and ints_[0]), right=flag)]
+    if op == "histc":
+        lo, hi = reals if reals else (0.0, 0.0)
+        return [torch.histc(ts[0], bins=ints_[0], min=lo, max=hi)]
+    if op == "bincount":
+        return [torch.bincount(ts[0], ts[1] if len(ts) > 1 else None, minlength=ints_[0] if ints_ else 0)]
+    if op == "meshgrid":
+        return list(torch.meshgrid(*ts, indexing=string))
+    if op == "cartesian_prod":
+        return [torch.cartesian_prod(*ts)]
+    if op == "tril_indices":
+        return [torch.tril_indices(*ints_)]
+    if op == "triu_indices":
+        return [torch.triu_indices(*ints_)]
+    if op == "rot90":
+        return [torch.rot90(ts[0], ints_[0], ints_[1:])]
+    if op == "block_diag":
+        return [torch.block_diag(*ts)]
+    raise ValueError(op)
+
+
+def lit_tensor(dt, shape, v):
+    return "{\"%s\", %s, %s}" % (dt, ints(shape), lits(v))
+
+
+def dtype_name(t):
+    return {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64",
+            torch.bool: "bool"}[t.dtype]
+
+
+def main_calls():
+    out = sys.stdout
+    out.write("// {name, op, inputs {dtype, shape, values}, ints, string, flag, reals, torch's outputs, the gradients of\n"
+              "//  sum_k sum(out_k * u_k) by each floating input (u_k = 1, 2, ...; {} for the others)}\n")
+    out.write("const std::vector<CallRow> kCallTable = {\n")
+    for name, op, inputs, ints_, string, flag, reals in CALLS:
+        ts = [tensor(dt, sh, v) for dt, sh, v in inputs]
+        for t in ts:
+            if t.is_floating_point() and op not in ("histc", "searchsorted", "bucketize", "bincount"):
+                t.requires_grad_()
+        outs = run_call(op, ts, ints_, string, flag, reals)
+        grads = [[] for _ in ts]
+        wrt = [t for t in ts if t.requires_grad]
+        if wrt:
+            loss = sum((o * torch.arange(1, o.numel() + 1, dtype=o.dtype).reshape(o.shape)).sum() for o in outs
+                       if o.is_floating_point())
+            g = torch.autograd.grad(loss, wrt, allow_unused=True)
+            k = 0
+            for i, t in enumerate(ts):
+                if t.requires_grad:
+                    grads[i] = flat(g[k]) if g[k] is not None else [0.0] * t.numel()
+                    k += 1
+        out.write("    {\"%s\", \"%s\", {%s}, %s, \"%s\", %s, %s, {%s}, {%s}},\n" % (
+            name, op, ", ".join(lit_tensor(dt, sh, flat(t.detach())) for (dt, sh, _), t in zip(inputs, ts)),
+            ints(ints_), string, cbool(flag), lits(reals),
+            ", ".join(lit_tensor(dtype_name(o), list(o.shape), flat(o.detach())) for o in outs),
+            ", ".join(lits(g) for g in grads)))
+    out.write("};\n")
+
+
 if __name__ == "__main__":
     main()
+    main_calls()

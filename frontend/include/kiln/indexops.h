@@ -3,7 +3,8 @@
 /// Indexing along a dim, as in PyTorch: gather / index_select read rows chosen by an integer
 /// index; scatter_add / index_add add rows into chosen places (the gradients of the first two);
 /// scatter, scatter_reduce, index_fill, index_copy, index_put write or reduce into chosen places;
-/// take, take_along_dim read them; cumsum, cumprod; sort, argsort, topk, msort. Indices are checked: a value outside [0, size)
+/// take, take_along_dim read them; searchsorted, bucketize, histc, bincount; cumsum, cumprod; sort,
+/// argsort, topk, msort. Indices are checked: a value outside [0, size)
 /// is a kiln::Error naming the op, the index's shape and your line (checked on the host for an
 /// index already computed, with its position; inside the kernel for a lazy one, reported when the
 /// result is realized). Kernels never read or write out of range, scatter_add sums in a fixed order
@@ -73,6 +74,31 @@ Tensor take(const Tensor& input, const Tensor& index, Loc loc = Loc::current());
 Tensor take_along_dim(const Tensor& input, const Tensor& indices, Loc loc = Loc::current());
 /// torch.take_along_dim: gather(input, dim, indices) after broadcasting input and indices (same rank) off `dim`.
 Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, Loc loc = Loc::current());
+/// torch.searchsorted: for each value, the number of elements of the sorted sequence (along its last dim)
+/// before which it goes: those < it (right false, or side "left"), or those <= it (right true, or side
+/// "right"; side and right must not contradict). A 1-d sequence takes values of any shape; an N-d one,
+/// values with its leading dims. `sorter` (integers, the sequence's shape) sorts an unsorted sequence.
+/// i64 of the values' shape (out_int32: i32); a NaN value goes after every element, as PyTorch's. Computed
+/// as a count of comparisons (work: values x sequence length, in one reduction kernel), so an unsorted
+/// sequence gives counts rather than a binary search's arbitrary place.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false, bool right = false,
+                    const std::string& side = "", const Tensor& sorter = Tensor(), Loc loc = Loc::current());
+/// torch.bucketize: searchsorted(boundaries, input, out_int32, right) with 1-d boundaries.
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32 = false, bool right = false,
+                 Loc loc = Loc::current());
+/// torch.histc: counts of the input's elements in `bins` equal bins over [min, max] (the input's dtype,
+/// f32 or f64; no gradient). min == max takes the data's min and max (widened by 1 each way when they are
+/// equal too); elements outside the range and NaN are not counted; max falls in the last bin. An element's
+/// bin is PyTorch's, (x - min) * bins / (max - min) in the input's dtype, truncated. A non-finite range is
+/// an error (for a lazy input, whose range is not known yet, the counts are NaN instead).
+Tensor histc(const Tensor& input, int64_t bins = 100, double min = 0, double max = 0, Loc loc = Loc::current());
+/// torch.bincount: the count (or the sum of `weights`, the input's shape) of each value of a 1-d
+/// non-negative integer input, in index order. The output's length depends on the data: for an input
+/// already computed it is PyTorch's, max(input) + 1 or minlength if larger (a negative value is an
+/// error); for a lazy one (and inside compile()) it is minlength, which must then be > 0, and every value
+/// must lie in [0, minlength) (checked in the kernel). i64 without weights; with f32 weights f32, else f64,
+/// as PyTorch. Differentiable in the weights.
+Tensor bincount(const Tensor& input, const Tensor& weights = Tensor(), int64_t minlength = 0, Loc loc = Loc::current());
 /// torch.cumsum: inclusive prefix sums along `dim` (bool and integers give i64, as PyTorch),
 /// summed sequentially from 0 by a scan kernel (work: O(size(dim)) per row), an f32 input in
 /// f64 as PyTorch's CPU cumsum (each output rounded once); the gradient is the cumulative sum
