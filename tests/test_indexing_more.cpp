@@ -257,6 +257,24 @@ TEST(IndexingMoreGrad, GradcheckInF64) {
   test::expect_gradcheck([&](const Vec& in) { return take(in[0], from_vector<int64_t>({5, -1, 5}, {3, 1})); }, {self});
 }
 
+TEST(IndexingMoreGrad, ForwardModeAgreesWithReverseMode) {
+  // u . jvp(f)(v) == v . grad(u . f): forward mode (prod, mean through autograd's rules; amax / amin
+  // through the transposed custom backward) against reverse mode
+  const Tensor self = test::rnd({3, 4}, 8), src = test::rnd({4, 4}, 9);
+  const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1, 2, 2, 0, 1, 1, 1, 1, 1}, {4, 4});
+  const Tensor u = test::rnd({3, 4}, 10), v0 = test::rnd({3, 4}, 11), v1 = test::rnd({4, 4}, 12);
+  for (const char* r : {"sum", "prod", "mean", "amax", "amin"})
+    for (bool inc : {true, false}) {
+      SCOPED_TRACE(std::string(r) + (inc ? "" : " without self"));
+      const auto f = [&](const Vec& in) { return Vec{scatter_reduce(in[0], 0, index, in[1], r, inc)}; };
+      const auto [y, t] = jvp(f, {self, src}, {v0, v1});
+      const Tensor a = self.detach().requires_grad_(), b = src.detach().requires_grad_();
+      const Vec g = grad({(f({a, b})[0] * u).sum()}, {a, b});
+      const double forward = (t[0] * u).sum().item<double>(), reverse = ((g[0] * v0).sum() + (g[1] * v1).sum()).item<double>();
+      EXPECT_NEAR(forward, reverse, 1e-10 * std::max(1.0, std::fabs(reverse)));
+    }
+}
+
 TEST(IndexingMoreGrad, ProdGradientWithZerosIsExact) {
   // one zero in a run: the zero's gradient is the product of the others; two zeros: all 0
   const Tensor self = from_vector<double>({2, 3}).requires_grad_();
@@ -398,7 +416,7 @@ TEST(IndexingMoreErrors, BadIndicesAndOperands) {
   expect_error_at([&] { (void)scatter_reduce(x, 1, i, s, "max"); }, __FILE__, __LINE__, "scatter_reduce", {"reduce \"max\""});
   expect_error_at([&] { (void)scatter_reduce(x.to(kBool), 1, i, s.to(kBool), "sum"); }, __FILE__, __LINE__, "scatter_reduce", {"bool"});
   expect_error_at([&] { (void)scatter_reduce(x, 0, from_vector<int64_t>({-1, 0}, {1, 2}), s, "sum"); }, __FILE__, __LINE__, "scatter_reduce", {"index -1", "[0, 2)"});
-  expect_error_at([&] { (void)index_fill(x, 1, from_vector<int64_t>({0, 3}), 1.0); }, __FILE__, __LINE__, "index_fill", {"index 3", "[0, 3)"});
+  expect_error_at([&] { (void)index_fill(x, 1, from_vector<int64_t>({0, 3}), 1.0); }, __FILE__, __LINE__, "index_fill", {"index 3", "[-3, 3)"});
   expect_error_at([&] { (void)index_fill(x, 1, zeros({1, 1}, kInt64), 1.0); }, __FILE__, __LINE__, "index_fill", {"0-d or 1-d"});
   expect_error_at([&] { (void)index_copy(x, 0, from_vector<int64_t>({1}), ones({2, 3}, kFloat64)); }, __FILE__, __LINE__, "index_copy", {"source must be [1, 3]"});
   expect_error_at([&] { (void)index_put(x, {from_vector<int64_t>({-3})}, ones({3}, kFloat64)); }, __FILE__, __LINE__, "index_put", {"index -3", "[-2, 2)"});

@@ -251,11 +251,37 @@ Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, cons
 
 namespace {
 
-// The 0-d or 1-d index of index_fill / index_copy checked against self's dim d.
+// An index into an extent `bound` whose negative values count from the end (as PyTorch's advanced
+// indexing and take): values in [-bound, bound), checked on the host when computed already (naming the
+// first bad value), else wrapped and then checked in the kernel against [0, bound).
+Tensor wrapped_index(const char* op, const Tensor& index, int64_t bound, const std::string& range, const Loc& loc) {
+  if (bound == 0 && index.numel() > 0) fail(op, "no index is valid for " + range + ": it is empty", {&index}, loc);
+  if (index.node()->realized() && !detail::active_capture()) {
+    const std::vector<int64_t> v = index.to(kInt64, loc).to_vector<int64_t>(loc);
+    for (size_t k = 0; k < v.size(); ++k)
+      if (v[k] < -bound || v[k] >= bound)
+        fail(op,
+             "index " + std::to_string(v[k]) + " (element " + std::to_string(k) + ") is out of range for " + range +
+                 ": valid values are [" + std::to_string(-bound) + ", " + std::to_string(bound) + ")",
+             {&index}, loc);
+    return where(index < 0, index + bound, index);
+  }
+  return detail::checked_index(op, where(index < 0, index + bound, index), bound, range + " (negative values wrapped)",
+                               loc);
+}
+
+} // namespace
+
+namespace {
+
+// The 0-d or 1-d index of index_fill / index_copy checked against self's dim d, as a 1-d index (index_fill's
+// negative values count from the end, as PyTorch's; index_copy's are errors, as PyTorch's).
 Tensor checked_1d(const char* op, const Tensor& self, int64_t d, const Tensor& index, const Loc& loc) {
   if (index.dim() > 1) fail(op, "the index must be 0-d or 1-d", {&self, &index}, loc);
   const Tensor flat = index.reshape({index.numel()}, loc);
-  return detail::checked_index(op, flat, self.size(d), detail::range_text("self", d, self, index), loc);
+  const std::string range = detail::range_text("self", d, self, index);
+  if (std::string(op) == "index_fill") return wrapped_index(op, flat, self.size(d), range, loc);
+  return detail::checked_index(op, flat, self.size(d), range, loc);
 }
 
 // Whether each slice along d of self is named by the (checked, 1-d) index: bool, broadcasting against self.
@@ -315,29 +341,6 @@ Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Te
 }
 
 // ---------------------------------------------------------------- take, take_along_dim, index_put
-
-namespace {
-
-// An index into an extent `bound` whose negative values count from the end (as PyTorch's advanced
-// indexing and take): values in [-bound, bound), checked on the host when computed already (naming the
-// first bad value), else wrapped and then checked in the kernel against [0, bound).
-Tensor wrapped_index(const char* op, const Tensor& index, int64_t bound, const std::string& range, const Loc& loc) {
-  if (bound == 0 && index.numel() > 0) fail(op, "no index is valid for " + range + ": it is empty", {&index}, loc);
-  if (index.node()->realized() && !detail::active_capture()) {
-    const std::vector<int64_t> v = index.to(kInt64, loc).to_vector<int64_t>(loc);
-    for (size_t k = 0; k < v.size(); ++k)
-      if (v[k] < -bound || v[k] >= bound)
-        fail(op,
-             "index " + std::to_string(v[k]) + " (element " + std::to_string(k) + ") is out of range for " + range +
-                 ": valid values are [" + std::to_string(-bound) + ", " + std::to_string(bound) + ")",
-             {&index}, loc);
-    return where(index < 0, index + bound, index);
-  }
-  return detail::checked_index(op, where(index < 0, index + bound, index), bound, range + " (negative values wrapped)",
-                               loc);
-}
-
-} // namespace
 
 Tensor take(const Tensor& input, const Tensor& index, Loc loc) {
   const graph::SourceScope at(loc, "take"); // nodes made here record the caller's line

@@ -103,7 +103,7 @@ row("reduce_mean_i32_floor", "scatter_reduce", "i32", [4], [7, -3, 4, 0], 0, [([
 row("reduce_rank0", "scatter_reduce", "f64", [], [2.0], 0, [([], [0])], [], [3.0], "prod", True)
 # index_fill, index_copy
 row("index_fill_dim1", "index_fill", "f64", [3, 4], vals(12, 21), 1, [([2], [3, 1])], value=2.25)
-row("index_fill_dim0_repeat", "index_fill", "f64", [3, 2], vals(6, 22), -2, [([3], [2, 0, 2])], value=-1.0)
+row("index_fill_dim0_repeat_negative", "index_fill", "f64", [3, 2], vals(6, 22), -2, [([3], [2, 0, -1])], value=-1.0)
 row("index_fill_i64_0d_index", "index_fill", "i64", [2, 3], ints_vals(6, 23, 40), 1, [([], [2])], value=-5)
 row("index_copy_dim0", "index_copy", "f64", [4, 3], vals(12, 24), 0, [([2], [3, 1])], [2, 3], vals(6, 25))
 row("index_copy_dim_minus1", "index_copy", "f64", [2, 2, 4], vals(16, 26), -1, [([3], [0, 3, 2])], [2, 2, 3],

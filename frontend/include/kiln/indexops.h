@@ -52,7 +52,8 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar valu
 /// sort of the index) in a fixed tree order, so results are deterministic, fused, unfused and compiled.
 Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                       bool include_self = true, Loc loc = Loc::current());
-/// torch.index_fill: a copy of self with `value` in the slices along `dim` that the 0-d or 1-d index names.
+/// torch.index_fill: a copy of self with `value` in the slices along `dim` that the 0-d or 1-d index names
+/// (negative values count from the end, as PyTorch's).
 Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
 /// torch.index_fill with a 0-d tensor value of self's dtype (its gradient sums the filled places' adjoints).
 Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& value, Loc loc = Loc::current());
