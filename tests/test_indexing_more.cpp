@@ -270,7 +270,8 @@ TEST(IndexingMoreGrad, ForwardModeAgreesWithReverseMode) {
       const auto [y, t] = jvp(f, {self, src}, {v0, v1});
       const Tensor a = self.detach().requires_grad_(), b = src.detach().requires_grad_();
       const Vec g = grad({(f({a, b})[0] * u).sum()}, {a, b});
-      const double forward = (t[0] * u).sum().item<double>(), reverse = ((g[0] * v0).sum() + (g[1] * v1).sum()).item<double>();
+      const double forward = (t[0] * u).sum().item<double>(),
+                   reverse = ((g[0] * v0).sum() + (g[1] * v1).sum()).item<double>();
       EXPECT_NEAR(forward, reverse, 1e-10 * std::max(1.0, std::fabs(reverse)));
     }
 }
@@ -452,6 +453,25 @@ TEST(IndexingMoreErrors, SearchesCountsAndArrangements) {
   expect_error_at([&] { (void)rot90(seq); }, __FILE__, __LINE__, "rot90", {"at least 2 dims"});
   expect_error_at([&] { (void)rot90(zeros({2, 2}), 1, {1, -1}); }, __FILE__, __LINE__, "rot90", {"must differ"});
   expect_error_at([&] { (void)block_diag({zeros({1, 1, 1})}); }, __FILE__, __LINE__, "block_diag", {"0-d, 1-d or 2-d"});
+}
+
+TEST(IndexingMoreErrors, IndicesOfACompiledStepAreSortedAndChecked) {
+  // the index is an input of the compiled step: each replay sorts its new values, and a bad one is reported
+  int line = 0;
+  auto step = compile([&](const Vec& a) {
+    line = __LINE__ + 1;
+    const Tensor y = scatter_reduce(a[0], 1, a[1], a[2], "amax", false);
+    return Vec{y, index_put(a[0].t(), {a[1].slice(0, 0, 1).reshape({3})}, a[2].slice(0, 0, 1).reshape({3, 1}))};
+  });
+  const Tensor x = test::rnd({2, 4}, 20), src = test::rnd({2, 3}, 21);
+  for (const std::vector<int64_t>& iv : {std::vector<int64_t>{0, 3, 0, 1, 1, 2}, std::vector<int64_t>{3, 3, 3, 0, 2, 0}}) {
+    const Tensor index = from_vector(iv, {2, 3});
+    const Vec got = step({x, index, src});
+    EXPECT_EQ(values(got[0]), values(scatter_reduce(x, 1, index, src, "amax", false)));
+    EXPECT_EQ(values(got[1]), values(index_put(x.t(), {index.slice(0, 0, 1).reshape({3})}, src.slice(0, 0, 1).reshape({3, 1}))));
+  }
+  expect_error_at([&] { (void)step({x, from_vector<int64_t>({0, 4, 0, 1, 1, 2}, {2, 3}), src})[0].to_vector<double>(); }, __FILE__, line, "scatter_reduce", {"index 4", "[0, 4)"});
+  EXPECT_EQ(step.num_traces(), 1u);
 }
 
 TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
