@@ -403,6 +403,30 @@ TEST(IndexingMoreModes, SearchesAndArrangementsAgree) {
       });
 }
 
+TEST(IndexingMoreEdges, LargeInputs) {
+  // 200000 values into 1000 places along dim 1 of [2, 1000]: a sort, one kernel per scan step (no expression
+  // doubling), against host loops
+  const int64_t n = 200000, places = 1000;
+  std::vector<int64_t> idx;
+  std::vector<double> src;
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t k = 0; k < n; ++k) {
+      idx.push_back((k * 7919 + r * 13) % places);
+      src.push_back(1.0 + 1e-6 * static_cast<double>((k * 37 + r) % 101 - 50));
+    }
+  std::vector<double> prod(2 * places, 1.0), last(2 * places, 0.0), mn(2 * places, kInf);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t k = 0; k < n; ++k) {
+      const size_t at = static_cast<size_t>(r * places + idx[static_cast<size_t>(r * n + k)]);
+      const double v = src[static_cast<size_t>(r * n + k)];
+      prod[at] *= v, last[at] = v, mn[at] = std::min(mn[at], v);
+    }
+  const Tensor i = from_vector(idx, {2, n}), s = from_vector(src, {2, n}), base = zeros({2, places}, kFloat64);
+  test::expect_close(values(scatter_reduce(base, 1, i, s, "prod", false)), prod, 1e-12, "prod");
+  EXPECT_EQ(values(scatter_reduce(base, 1, i, s, "amin", false)), mn);
+  EXPECT_EQ(values(scatter(base, 1, i, s)), last);
+}
+
 // ---------------------------------------------------------------- errors
 
 // Each expect_error_at keeps the failing call on the line its __LINE__ names:
