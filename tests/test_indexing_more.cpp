@@ -403,6 +403,19 @@ TEST(IndexingMoreModes, SearchesAndArrangementsAgree) {
       });
 }
 
+TEST(IndexingMoreEdges, IntegerMeanRoundsDownExactly) {
+  // sums near 2^62 (beyond f64's integers): floor(sum / count) in exact integer arithmetic, as torch's
+  const int64_t p = int64_t{1} << 61;
+  const std::vector<int64_t> self = {p + 5, -p - 7, 3, 1}, src = {p - 1, p / 2 + 3, -p / 2 - 1, -p, -3, 7};
+  const std::vector<int64_t> index = {0, 0, 1, 1, 2, 3};
+  std::vector<int64_t> sum = self, count(4, 1), want(4);
+  for (size_t k = 0; k < src.size(); ++k)
+    sum[static_cast<size_t>(index[k])] += src[k], ++count[static_cast<size_t>(index[k])];
+  for (size_t j = 0; j < 4; ++j) want[j] = sum[j] / count[j] - ((sum[j] % count[j] != 0) && (sum[j] < 0) ? 1 : 0);
+  const Tensor got = scatter_reduce(from_vector(self), 0, from_vector(index), from_vector(src), "mean");
+  EXPECT_EQ(got.to_vector<int64_t>(), want);
+}
+
 TEST(IndexingMoreEdges, LargeInputs) {
   // 200000 values into 1000 places along dim 1 of [2, 1000]: a sort, one kernel per scan step (no expression
   // doubling), against host loops

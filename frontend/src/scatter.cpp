@@ -124,10 +124,12 @@ Tensor run_reduction(const Tensor& self, int64_t d, const Tensor& idx, const Ten
   return pad_to(take_at(v, d, runs.at), self.shape(), 0);
 }
 
-// Integer a / n rounded down (n > 0), as torch's div(rounding_mode="floor"): from the f64 quotient,
-// corrected by one step (exact while |a / n| < 2^52).
+// Integer a / n rounded down (n > 0), as torch's div(rounding_mode="floor"), exactly for every a: the f64
+// quotient (within 2^10 of it), corrected by the f64 quotient of the small remainder, then by one step.
 Tensor floor_divide_int(const Tensor& a, const Tensor& n) {
-  const Tensor q = floor(a.to(kFloat64) / n.to(kFloat64)).to(a.dtype());
+  const auto quotient = [&](const Tensor& x) { return floor(x.to(kFloat64) / n.to(kFloat64)).to(a.dtype()); };
+  const Tensor q0 = quotient(a);
+  const Tensor q = q0 + quotient(a - q0 * n); // a - q0 * n: exact in wrapping arithmetic, and small
   const Tensor rem = a - q * n;
   return q - (rem < 0).to(a.dtype()) + (rem >= n).to(a.dtype());
 }
