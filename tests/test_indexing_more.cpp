@@ -255,6 +255,29 @@ TEST(IndexingMoreGrad, GradcheckInF64) {
       },
       {self, test::rnd({3}, 5)});
   test::expect_gradcheck([&](const Vec& in) { return take(in[0], from_vector<int64_t>({5, -1, 5}, {3, 1})); }, {self});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        return take_along_dim(in[0], from_vector<int64_t>({3, 0, 3}, {1, 3}), 1);
+      },
+      {self});
+  test::expect_gradcheck([&](const Vec& in) { return rot90(in[0], 3, {1, 0}); }, {self});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        return block_diag({in[0], in[1].narrow(0, 0, 1).reshape({4})});
+      },
+      {self, src});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        const Vec g = meshgrid({in[0].narrow(0, 0, 1).reshape({4}), in[1].narrow(0, 1, 1).reshape({4})}, "xy");
+        return g[0] * g[1] +
+               cartesian_prod({in[0].narrow(0, 2, 1).reshape({4}), in[1].narrow(0, 0, 1).reshape({4})}).sum(1).sum();
+      },
+      {self, src});
+  test::expect_gradcheck(
+      [&](const Vec& in) {
+        return bincount(from_vector<int64_t>({3, 0, 3, 1}), in[0].narrow(0, 0, 1).reshape({4}));
+      },
+      {self});
 }
 
 TEST(IndexingMoreGrad, ForwardModeAgreesWithReverseMode) {
