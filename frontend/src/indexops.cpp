@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "frontend/src/index_checks.h"
 #include "frontend/src/tensor_impl.h"
 #include "graph/build.h"
 #include "graph/index_check.h"
@@ -18,13 +19,17 @@ using detail::fail;
 using detail::result;
 using detail::wrap_dim_or_fail;
 
-namespace {
+namespace detail {
 
 void require_index(const std::string& op, const Tensor& index, const Tensor& x, const Loc& loc) {
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (!index.defined()) throw Error(op, "the index is undefined", loc);
   if (!is_integral(index.dtype())) fail(op, "the index must be an integer tensor (i32 or i64)", {&x, &index}, loc);
 }
+
+} // namespace detail
+
+namespace {
 
 // The index's position of flat element k, as "[i, j]".
 std::string position(const IntList& shape, int64_t k) {
@@ -43,9 +48,10 @@ template <class T> int64_t first_outside(const T* v, int64_t n, int64_t bound) {
   return n;
 }
 
-// The index with its values checked against [0, bound): on the host when they are computed
-// already (naming the first bad value's position), otherwise in the kernel that reads them
-// (graph/index_check.h; reported when the result is realized).
+} // namespace
+
+namespace detail {
+
 Tensor checked_index(const std::string& op, const Tensor& index, int64_t bound, const std::string& range,
                      const Loc& loc) {
   if (bound == 0) fail(op, "no index is valid for " + range + ": the dim is empty", {&index}, loc);
@@ -67,14 +73,11 @@ Tensor checked_index(const std::string& op, const Tensor& index, int64_t bound, 
   return Tensor(b::check_index(index.node(), bound, site));
 }
 
-// "dim 1 of the input [3, 5] (index [4, 3])": what an index value is checked against.
 std::string range_text(const char* of, int64_t dim, const Tensor& x, const Tensor& index) {
   return "dim " + std::to_string(dim) + " of the " + of + " " + detail::list_str(x.shape()) + " (index " +
          detail::list_str(index.shape()) + ")";
 }
 
-// The shared checks of gather and scatter_add: the index's rank and extents against `x` (the
-// input, or scatter_add's self) off `dim`, and against `src` everywhere when given.
 void check_extents(const std::string& op, const Tensor& x, int64_t dim, const Tensor& index, const Tensor* src,
                    const Loc& loc) {
   if (index.dim() != x.dim())
@@ -87,7 +90,12 @@ void check_extents(const std::string& op, const Tensor& x, int64_t dim, const Te
   }
 }
 
-} // namespace
+} // namespace detail
+
+using detail::check_extents;
+using detail::checked_index;
+using detail::range_text;
+using detail::require_index;
 
 Tensor gather(const Tensor& input, int64_t dim, const Tensor& index, Loc loc) {
   const graph::SourceScope at(loc, "gather"); // nodes made here record the caller's line

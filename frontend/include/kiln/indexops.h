@@ -2,12 +2,17 @@
 /// \file indexops.h
 /// Indexing along a dim, as in PyTorch: gather / index_select read rows chosen by an integer
 /// index; scatter_add / index_add add rows into chosen places (the gradients of the first two);
-/// cumsum, cumprod; sort, argsort, topk, msort. Indices are checked: a value outside [0, size)
+/// scatter, scatter_reduce, index_fill, index_copy, index_put write or reduce into chosen places;
+/// take, take_along_dim read them; searchsorted, bucketize, histc, bincount; cumsum, cumprod; sort,
+/// argsort, topk, msort. Indices are checked: a value outside [0, size)
 /// is a kiln::Error naming the op, the index's shape and your line (checked on the host for an
 /// index already computed, with its position; inside the kernel for a lazy one, reported when the
 /// result is realized). Kernels never read or write out of range, scatter_add sums in a fixed order
 /// and sorts are stable, so results are bitwise reproducible across thread counts, fused and
 /// unfused runs and the CUDA source.
+
+#include <string>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -28,6 +33,73 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 /// `dim` (index 1-d, source shaped like self with index.numel() along `dim`).
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1,
                  Loc loc = Loc::current());
+/// torch.scatter (reduce=None): a copy of self with src[i][j][k] written at [index[i][j][k]][j][k] (dim 0),
+/// index and src as scatter_add's (any dtype, bool too). Where several src values hit one place (PyTorch
+/// leaves which one wins unspecified) kiln's rule is: the last in index order along `dim` wins. The gradient
+/// reaches self where nothing was written, and each src value that was written (an overwritten one gets 0;
+/// PyTorch gives every src value the adjoint gathered at its place). A stable sort of the index finds the
+/// winners: an argsort kernel per call.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
+/// torch.scatter with a value: a copy of self with `value` (in self's dtype) at every place the index names.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
+/// torch.scatter_reduce (PyTorch 1.13): where the index hits, the reduction ("sum", "prod", "mean", "amax",
+/// "amin") of the src values that hit there, with self's own value when include_self; elsewhere self. Index
+/// and src as scatter_add's; not defined for bool. Values and gradients are torch 1.13's: "mean" divides by
+/// the count of values (self counted when include_self; integers round down); "amax"/"amin" propagate NaN
+/// and split each adjoint evenly among the values equal to the result (self's counted even when
+/// include_self is false, as torch: its share is dropped); "prod"'s gradient is exact with zeros (no
+/// division). Sums add in index order; products, max and min combine each run of equal targets (a stable
+/// sort of the index) in a fixed tree order, so results are deterministic, fused, unfused and compiled.
+Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                      bool include_self = true, Loc loc = Loc::current());
+/// torch.index_fill: a copy of self with `value` in the slices along `dim` that the 0-d or 1-d index names
+/// (negative values count from the end, as PyTorch's).
+Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
+/// torch.index_fill with a 0-d tensor value of self's dtype (its gradient sums the filled places' adjoints).
+Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& value, Loc loc = Loc::current());
+/// torch.index_copy: a copy of self with source's slice i written at slice index[i] along `dim` (index 0-d or
+/// 1-d; source self's shape with index.numel() along `dim`). A slice named twice takes the last one (kiln's
+/// rule; PyTorch's is unspecified), and the overwritten source slice gets no gradient.
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, Loc loc = Loc::current());
+/// torch.index_put (self[indices] = values, or += with accumulate): k integer index tensors (1 <= k <=
+/// self.dim(), i32 or i64; negative values count from the end) broadcast together to a shape B and name
+/// the places of self's first k dims; values broadcast to B followed by self's remaining dims. accumulate
+/// sums repeated places in index order (row-major over B); without it the last in that order wins (kiln's
+/// rule; PyTorch's is unspecified). Bool mask indices are not taken (use masked_fill or where).
+Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false,
+                 Loc loc = Loc::current());
+/// torch.take: the input's elements (row-major, as if flattened) at `index`, shaped as the index; negative
+/// values count from the end.
+Tensor take(const Tensor& input, const Tensor& index, Loc loc = Loc::current());
+/// torch.take_along_dim without a dim: gather from the flattened input at the flattened indices.
+Tensor take_along_dim(const Tensor& input, const Tensor& indices, Loc loc = Loc::current());
+/// torch.take_along_dim: gather(input, dim, indices) after broadcasting input and indices (same rank) off `dim`.
+Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, Loc loc = Loc::current());
+/// torch.searchsorted: for each value, the number of elements of the sorted sequence (along its last dim)
+/// before which it goes: those < it (right false, or side "left"), or those <= it (right true, or side
+/// "right"; side and right must not contradict). A 1-d sequence takes values of any shape; an N-d one,
+/// values with its leading dims. `sorter` (integers, the sequence's shape) sorts an unsorted sequence.
+/// i64 of the values' shape (out_int32: i32); a NaN value goes after every element, as PyTorch's. Computed
+/// as a count of comparisons (work: values x sequence length, in one reduction kernel), so an unsorted
+/// sequence gives counts rather than a binary search's arbitrary place.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false, bool right = false,
+                    const std::string& side = "", const Tensor& sorter = Tensor(), Loc loc = Loc::current());
+/// torch.bucketize: searchsorted(boundaries, input, out_int32, right) with 1-d boundaries.
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32 = false, bool right = false,
+                 Loc loc = Loc::current());
+/// torch.histc: counts of the input's elements in `bins` equal bins over [min, max] (the input's dtype,
+/// f32 or f64; no gradient). min == max takes the data's min and max (widened by 1 each way when they are
+/// equal too); elements outside the range and NaN are not counted; max falls in the last bin. An element's
+/// bin is PyTorch's, (x - min) * bins / (max - min) in the input's dtype, truncated. A non-finite range is
+/// an error (for a lazy input, whose range is not known yet, the counts are NaN instead).
+Tensor histc(const Tensor& input, int64_t bins = 100, double min = 0, double max = 0, Loc loc = Loc::current());
+/// torch.bincount: the count (or the sum of `weights`, the input's shape) of each value of a 1-d
+/// non-negative integer input, in index order. The output's length depends on the data: for an input
+/// already computed it is PyTorch's, max(input) + 1 or minlength if larger (a negative value is an
+/// error); for a lazy one (and inside compile()) it is minlength, which must then be > 0, and every value
+/// must lie in [0, minlength) (checked in the kernel). i64 without weights; with f32 weights f32, else f64,
+/// as PyTorch. Differentiable in the weights.
+Tensor bincount(const Tensor& input, const Tensor& weights = Tensor(), int64_t minlength = 0, Loc loc = Loc::current());
 /// torch.cumsum: inclusive prefix sums along `dim` (bool and integers give i64, as PyTorch),
 /// summed sequentially from 0 by a scan kernel (work: O(size(dim)) per row), an f32 input in
 /// f64 as PyTorch's CPU cumsum (each output rounded once); the gradient is the cumulative sum

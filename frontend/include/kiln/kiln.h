@@ -7,6 +7,7 @@
 #include "kiln/version.h" // first: it stops a compile that is not C++20 with a clear message
 
 #include "kiln/anomaly.h"
+#include "kiln/arrange.h"
 #include "kiln/autograd.h"
 #include "kiln/checkpoint.h"
 #include "kiln/compile.h"

@@ -1,0 +1,437 @@
+// scatter, scatter_reduce, index_fill, index_copy, index_put, take, take_along_dim: the user-facing checks,
+// then compositions of the graph's Gather, ScatterAdd and Argsort nodes (and elementwise ops), so their
+// gradients, fusion and compile() come with them and every result is deterministic. Where several values
+// hit one place, the runs of equal targets come from a stable sort of the index: the last of a run (the
+// last in index order) wins a scatter, and a run's product, max or min is a log2(n)-step scan over it.
+
+#include <functional>
+#include <optional>
+
+#include "frontend/src/index_checks.h"
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "graph/shape.h"
+#include "kiln/autograd.h"
+#include "kiln/indexops.h"
+
+namespace kiln {
+
+namespace b = graph::build;
+using detail::fail;
+using detail::result;
+using detail::wrap_dim_or_fail;
+
+namespace {
+
+enum class Reduce { Sum, Prod, Mean, Amax, Amin };
+
+// A shape of `rank` ones but n along d.
+IntList along_dim(int64_t rank, int64_t d, int64_t n) {
+  IntList s(static_cast<size_t>(rank), 1);
+  s[static_cast<size_t>(d)] = n;
+  return s;
+}
+
+// base + src added at index along d (a ScatterAdd node; the index checked already).
+Tensor add_at(const Tensor& base, int64_t d, const Tensor& index, const Tensor& src) {
+  return result(b::scatter_add(base.node(), d, index.node(), src.node()), {&base, &src});
+}
+
+// x at index along d (a Gather node; the index in range by construction or checked already).
+Tensor take_at(const Tensor& x, int64_t d, const Tensor& index) {
+  return result(b::gather(x.node(), d, index.node()), {&x});
+}
+
+// Whether each element of a tensor of `shape` is hit by the index along d.
+Tensor hits(const IntList& shape, int64_t d, const Tensor& index) {
+  const Tensor count =
+      add_at(zeros(shape, kInt64, index.device()), d, index, ones(index.shape(), kInt64, index.device()));
+  return count > 0;
+}
+
+// x's leading block of `shape` (x no smaller than it in any dim).
+Tensor leading(const Tensor& x, const IntList& shape) {
+  Tensor y = x;
+  for (size_t e = 0; e < shape.size(); ++e)
+    if (y.size(static_cast<int64_t>(e)) != shape[e]) y = y.slice(static_cast<int64_t>(e), 0, shape[e]);
+  return y;
+}
+
+// x padded at the end of each dim with `value` up to `shape` (no smaller than x in any dim).
+Tensor pad_to(const Tensor& x, const IntList& shape, Scalar value) {
+  if (x.shape() == shape) return x;
+  IntList pads;
+  for (size_t e = shape.size(); e-- > 0;) pads.insert(pads.end(), {0, shape[e] - x.size(static_cast<int64_t>(e))});
+  return pad(x, pads, value);
+}
+
+// The index's runs of equal targets along d, from a stable sort: `keys` (the sorted targets) and `order`
+// (their positions along d) have the index's shape; `at` (i64) and `hit` (bool) have the region's (the
+// index's shape but `extent` along d): the sorted position of the last element of the run that hits each
+// place (0 where none does), and whether one does.
+struct Runs {
+  Tensor keys, order, at, hit;
+};
+
+Runs runs_of(const Tensor& index, int64_t d, int64_t extent) {
+  const auto [keys, order] = sort(index, d);
+  const int64_t n = index.size(d);
+  IntList one = index.shape();
+  one[static_cast<size_t>(d)] = 1;
+  const Device dev = index.device();
+  const Tensor last = n == 1 ? ones(index.shape(), kBool, dev)
+                             : concat({keys.slice(d, 0, n - 1) != keys.slice(d, 1, n), ones(one, kBool, dev)}, d);
+  const Tensor step = arange(1, static_cast<double>(n) + 1, 1, kInt64, dev).reshape(along_dim(index.dim(), d, n));
+  const Tensor plus1 =
+      Tensor(b::scatter_sum(keys.node(), where(last, step.expand(index.shape()), 0).node(), d, extent));
+  const Tensor hit = plus1 > 0;
+  return {keys, order, where(hit, plus1 - 1, 0), hit};
+}
+
+// x itself, stored to a buffer of its own: a product scan along a new dim of extent 1 (1 * x, the same
+// bits; its gradient and tangent are the identity's, computed by kernels of their own too). Each step
+// of segmented() reads the one before at two offsets: fused, its expression would double with every
+// step.
+Tensor stored(const Tensor& x) {
+  const Tensor u = x.unsqueeze(x.dim());
+  return result(b::cumprod(u.node(), x.dim()), {&u}).reshape(x.shape());
+}
+
+// Each element of v (in the runs' sorted order along d) combined with the elements before it in its run:
+// a Hillis-Steele scan of log2(n) steps (a kernel each), after which each run's last element holds the
+// run's product (a product step multiplies by 1 across a run boundary, so a gradient never meets a
+// neighbouring run's value), max or min (NaN-propagating, as torch's scatter_reduce). v is f32, f64 or i64.
+Tensor segmented(Tensor v, const Tensor& keys, int64_t d, Reduce r) {
+  const int64_t n = v.size(d);
+  for (int64_t k = 1; k < n; k *= 2) {
+    const Tensor same = keys.slice(d, k, n) == keys.slice(d, 0, n - k);
+    const Tensor prev = v.slice(d, 0, n - k), cur = v.slice(d, k, n);
+    const Tensor step = r == Reduce::Prod   ? where(same, prev, 1) * cur
+                        : r == Reduce::Amax ? where(same, maximum(prev, cur), cur)
+                                            : where(same, minimum(prev, cur), cur);
+    v = stored(concat({v.slice(d, 0, k), step}, d));
+  }
+  return v;
+}
+
+// The reduction of the src values hitting each place of self (prod, amax, amin), self's shape (anything
+// where nothing hits).
+Tensor run_reduction(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src, Reduce r) {
+  if (self.dtype() == DType::Int32) // in i64 (the same wrapped products, max and min)
+    return run_reduction(self.to(kInt64), d, idx, src.to(kInt64), r).to(kInt32);
+  const Runs runs = runs_of(idx, d, self.size(d));
+  const Tensor v = segmented(take_at(leading(src, idx.shape()), d, runs.order), runs.keys, d, r);
+  return pad_to(take_at(v, d, runs.at), self.shape(), 0);
+}
+
+// Integer a / n rounded down (n > 0), as torch's div(rounding_mode="floor"), exactly for every a: the f64
+// quotient (within 2^10 of it), corrected by the f64 quotient of the small remainder, then by one step.
+Tensor floor_divide_int(const Tensor& a, const Tensor& n) {
+  const auto quotient = [&](const Tensor& x) { return floor(x.to(kFloat64) / n.to(kFloat64)).to(a.dtype()); };
+  const Tensor q0 = quotient(a);
+  const Tensor q = q0 + quotient(a - q0 * n); // a - q0 * n: exact in wrapping arithmetic, and small
+  const Tensor rem = a - q * n;
+  return q - (rem < 0).to(a.dtype()) + (rem >= n).to(a.dtype());
+}
+
+// scatter_reduce's values (no custom gradient): where the index hits, the reduction of src's values
+// (with self's when include_self); elsewhere self.
+Tensor reduce_values(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src, Reduce r, bool include) {
+  const Tensor hit = hits(self.shape(), d, idx);
+  const Tensor base = include ? self : zeros_like(self);
+  if (r == Reduce::Sum) return where(hit, add_at(base, d, idx, src), self);
+  if (r == Reduce::Mean) {
+    Tensor count = add_at(full(self.shape(), include ? 1 : 0, self.dtype(), self.device()), d, idx,
+                          ones(idx.shape(), self.dtype(), self.device()));
+    count = masked_fill(count, count == 0, 1); // no 0 / 0 where nothing hits (its gradient too)
+    const Tensor total = add_at(base, d, idx, src);
+    return where(hit, is_floating(self.dtype()) ? total / count : floor_divide_int(total, count), self);
+  }
+  Tensor red = run_reduction(self, d, idx, src, r);
+  if (include) red = r == Reduce::Prod ? self * red : r == Reduce::Amax ? maximum(self, red) : minimum(self, red);
+  return where(hit, red, self);
+}
+
+// torch 1.13's gradient of amax / amin: the adjoint of each result element split evenly among the
+// elements equal to it (self's counted even when include_self is false, as torch; its share then goes
+// nowhere).
+std::vector<Tensor> extreme_backward(const std::vector<Tensor>& in, const Tensor& out, const Tensor& g, int64_t d,
+                                     const Tensor& idx, bool include) {
+  const Tensor& self = in[0];
+  const Tensor src = leading(in[1], idx.shape());
+  const Tensor self_is = (self == out).to(self.dtype());
+  const Tensor src_is = (src == take_at(out, d, idx)).to(self.dtype());
+  const Tensor share = g / add_at(self_is, d, idx, src_is);
+  Tensor grad_self = self_is * share;
+  if (!include) grad_self = masked_fill(grad_self, hits(self.shape(), d, idx), 0);
+  return {grad_self, pad_to(src_is * take_at(share, d, idx), in[1].shape(), 0)};
+}
+
+Reduce reduce_of(const std::string& reduce, const Tensor& self, const Tensor& src, const Loc& loc) {
+  if (reduce == "sum") return Reduce::Sum;
+  if (reduce == "prod") return Reduce::Prod;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "amax") return Reduce::Amax;
+  if (reduce == "amin") return Reduce::Amin;
+  fail("scatter_reduce", "reduce \"" + reduce + "\" is not one of \"sum\", \"prod\", \"mean\", \"amax\", \"amin\"",
+       {&self, &src}, loc);
+}
+
+// The checks shared by scatter and scatter_reduce (src null: scatter's value form); returns the dim.
+int64_t check_scatter(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor* src,
+                      const Loc& loc) {
+  detail::require_index(op, index, self, loc);
+  if (src && !src->defined()) throw Error(op, "src is undefined", loc);
+  const int64_t d = wrap_dim_or_fail(op, dim, self, loc);
+  if (src && src->dtype() != self.dtype()) fail(op, "src must have self's dtype", {&self, &index, src}, loc);
+  if (src && src->dim() != self.dim()) fail(op, "src must have self's rank", {&self, &index, src}, loc);
+  detail::check_extents(op, self, d, index, src, loc);
+  if (src) (void)detail::common_device(op, {&self, &index, src}, loc);
+  else (void)detail::common_device(op, {&self, &index}, loc);
+  return d;
+}
+
+Tensor checked(const char* op, const Tensor& self, int64_t d, const Tensor& index, const Loc& loc) {
+  return detail::checked_index(op, index, self.size(d), detail::range_text("self", d, self, index), loc);
+}
+
+// A new tensor with self's values (bits included).
+Tensor copy_of(const Tensor& self) { return where(zeros({}, kBool, self.device()), self, self); }
+
+// scatter with src once the index is checked: the last value of each run wins.
+Tensor scatter_checked(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src) {
+  const Runs runs = runs_of(idx, d, self.size(d));
+  const Tensor value = take_at(take_at(leading(src, idx.shape()), d, runs.order), d, runs.at);
+  return where(pad_to(runs.hit, self.shape(), false), pad_to(value, self.shape(), 0), self);
+}
+
+} // namespace
+
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Loc loc) {
+  const graph::SourceScope at(loc, "scatter"); // nodes made here record the caller's line
+  const int64_t d = check_scatter("scatter", self, dim, index, &src, loc);
+  if (self.dim() == 0)
+    return scatter(self.reshape({1}, loc), 0, index.reshape({1}, loc), src.reshape({1}, loc), loc).reshape({}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  return scatter_checked(self, d, checked("scatter", self, d, index, loc), src);
+}
+
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc) {
+  const graph::SourceScope at(loc, "scatter"); // nodes made here record the caller's line
+  const int64_t d = check_scatter("scatter", self, dim, index, nullptr, loc);
+  if (self.dim() == 0) return scatter(self.reshape({1}, loc), 0, index.reshape({1}, loc), value, loc).reshape({}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  return masked_fill(self, hits(self.shape(), d, checked("scatter", self, d, index, loc)), value, loc);
+}
+
+Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                      const std::string& reduce, bool include_self, Loc loc) {
+  const graph::SourceScope at(loc, "scatter_reduce"); // nodes made here record the caller's line
+  const int64_t d = check_scatter("scatter_reduce", self, dim, index, &src, loc);
+  const Reduce r = reduce_of(reduce, self, src, loc);
+  if (self.dtype() == DType::Bool) fail("scatter_reduce", "not defined for bool tensors", {&self, &src}, loc);
+  if (self.dim() == 0)
+    return scatter_reduce(self.reshape({1}, loc), 0, index.reshape({1}, loc), src.reshape({1}, loc), reduce,
+                          include_self, loc)
+        .reshape({}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  const Tensor idx = checked("scatter_reduce", self, d, index, loc);
+  if ((r != Reduce::Amax && r != Reduce::Amin) || !is_floating(self.dtype()))
+    return reduce_values(self, d, idx, src, r, include_self);
+  const CustomFunction extreme{
+      "scatter_reduce",
+      [=](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{reduce_values(in[0], d, idx, in[1], r, include_self)};
+      },
+      [=](const std::vector<Tensor>& in, const std::vector<Tensor>& out, const std::vector<Tensor>& g) {
+        return extreme_backward(in, out[0], g[0], d, idx, include_self);
+      }};
+  return extreme({self, src}, loc)[0];
+}
+
+// ---------------------------------------------------------------- index_fill, index_copy
+
+namespace {
+
+// An index into an extent `bound` whose negative values count from the end (as PyTorch's advanced
+// indexing and take): values in [-bound, bound), checked on the host when computed already (naming the
+// first bad value), else wrapped and then checked in the kernel against [0, bound).
+Tensor wrapped_index(const char* op, const Tensor& index, int64_t bound, const std::string& range, const Loc& loc) {
+  if (bound == 0 && index.numel() > 0) fail(op, "no index is valid for " + range + ": it is empty", {&index}, loc);
+  if (index.node()->realized() && !detail::active_capture()) {
+    const std::vector<int64_t> v = index.to(kInt64, loc).to_vector<int64_t>(loc);
+    for (size_t k = 0; k < v.size(); ++k)
+      if (v[k] < -bound || v[k] >= bound)
+        fail(op,
+             "index " + std::to_string(v[k]) + " (element " + std::to_string(k) + ") is out of range for " + range +
+                 ": valid values are [" + std::to_string(-bound) + ", " + std::to_string(bound) + ")",
+             {&index}, loc);
+    return where(index < 0, index + bound, index);
+  }
+  return detail::checked_index(op, where(index < 0, index + bound, index), bound, range + " (negative values wrapped)",
+                               loc);
+}
+
+} // namespace
+
+namespace {
+
+// The 0-d or 1-d index of index_fill / index_copy checked against self's dim d, as a 1-d index (index_fill's
+// negative values count from the end, as PyTorch's; index_copy's are errors, as PyTorch's).
+Tensor checked_1d(const char* op, const Tensor& self, int64_t d, const Tensor& index, const Loc& loc) {
+  if (index.dim() > 1) fail(op, "the index must be 0-d or 1-d", {&self, &index}, loc);
+  const Tensor flat = index.reshape({index.numel()}, loc);
+  const std::string range = detail::range_text("self", d, self, index);
+  if (std::string(op) == "index_fill") return wrapped_index(op, flat, self.size(d), range, loc);
+  return detail::checked_index(op, flat, self.size(d), range, loc);
+}
+
+// Whether each slice along d of self is named by the (checked, 1-d) index: bool, broadcasting against self.
+Tensor slices_hit(const Tensor& self, int64_t d, const Tensor& idx) {
+  return hits({self.size(d)}, 0, idx).reshape(along_dim(self.dim(), d, self.size(d)));
+}
+
+} // namespace
+
+Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc) {
+  const graph::SourceScope at(loc, "index_fill"); // nodes made here record the caller's line
+  detail::require_index("index_fill", index, self, loc);
+  const int64_t d = wrap_dim_or_fail("index_fill", dim, self, loc);
+  (void)detail::common_device("index_fill", {&self, &index}, loc);
+  if (self.dim() == 0) return index_fill(self.reshape({1}, loc), 0, index, value, loc).reshape({}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  return masked_fill(self, slices_hit(self, d, checked_1d("index_fill", self, d, index, loc)), value, loc);
+}
+
+Tensor index_fill(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& value, Loc loc) {
+  const graph::SourceScope at(loc, "index_fill"); // nodes made here record the caller's line
+  detail::require_index("index_fill", index, self, loc);
+  if (!value.defined() || value.dim() != 0)
+    fail("index_fill", "the value must be a 0-d tensor (or a number)", {&self, &index}, loc);
+  if (value.dtype() != self.dtype()) fail("index_fill", "the value must have self's dtype", {&self, &value}, loc);
+  const int64_t d = wrap_dim_or_fail("index_fill", dim, self, loc);
+  (void)detail::common_device("index_fill", {&self, &index, &value}, loc);
+  if (self.dim() == 0) return index_fill(self.reshape({1}, loc), 0, index, value, loc).reshape({}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  return where(slices_hit(self, d, checked_1d("index_fill", self, d, index, loc)), value, self, loc);
+}
+
+Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, Loc loc) {
+  const graph::SourceScope at(loc, "index_copy"); // nodes made here record the caller's line
+  detail::require_index("index_copy", index, self, loc);
+  if (!source.defined()) throw Error("index_copy", "source is undefined", loc);
+  const int64_t d = wrap_dim_or_fail("index_copy", dim, self, loc);
+  if (index.dim() > 1) fail("index_copy", "the index must be 0-d or 1-d", {&self, &index, &source}, loc);
+  if (source.dtype() != self.dtype())
+    fail("index_copy", "source must have self's dtype", {&self, &index, &source}, loc);
+  (void)detail::common_device("index_copy", {&self, &index, &source}, loc);
+  if (self.dim() == 0) {
+    if (source.numel() != index.numel() || index.numel() > 1)
+      fail("index_copy", "a 0-d self takes one index and one source value", {&self, &index, &source}, loc);
+    return scatter(self, 0, index.reshape({}, loc), source.reshape({}, loc), loc);
+  }
+  IntList want = self.shape();
+  want[static_cast<size_t>(d)] = index.numel();
+  if (source.shape() != want)
+    fail("index_copy",
+         "source must be " + detail::list_str(want) + " (self's shape with index.numel() along dim " +
+             std::to_string(d) + ")",
+         {&self, &index, &source}, loc);
+  if (index.numel() == 0) return copy_of(self);
+  const Tensor idx = checked_1d("index_copy", self, d, index, loc);
+  return scatter_checked(self, d, idx.reshape(along_dim(self.dim(), d, index.numel()), loc).expand(want, loc), source);
+}
+
+// ---------------------------------------------------------------- take, take_along_dim, index_put
+
+Tensor take(const Tensor& input, const Tensor& index, Loc loc) {
+  const graph::SourceScope at(loc, "take"); // nodes made here record the caller's line
+  detail::require_index("take", index, input, loc);
+  (void)detail::common_device("take", {&input, &index}, loc);
+  if (index.numel() == 0) return zeros(index.shape(), input.dtype(), input.device()); // as PyTorch: the index's shape
+  const Tensor idx = wrapped_index(
+      "take", index, input.numel(),
+      "the " + std::to_string(input.numel()) + " elements of the input " + detail::list_str(input.shape()), loc);
+  return take_at(input.reshape({input.numel()}, loc), 0, idx.reshape({index.numel()}, loc)).reshape(index.shape(), loc);
+}
+
+Tensor take_along_dim(const Tensor& input, const Tensor& indices, Loc loc) {
+  const graph::SourceScope at(loc, "take_along_dim"); // nodes made here record the caller's line
+  detail::require_index("take_along_dim", indices, input, loc);
+  const detail::UserCall call("take_along_dim", loc); // gather's errors are take_along_dim's
+  return gather(input.reshape({input.numel()}, loc), 0, indices.reshape({indices.numel()}, loc), loc);
+}
+
+Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "take_along_dim"); // nodes made here record the caller's line
+  detail::require_index("take_along_dim", indices, input, loc);
+  const int64_t d = wrap_dim_or_fail("take_along_dim", dim, input, loc);
+  if (indices.dim() != input.dim())
+    fail("take_along_dim", "input and indices must have the same number of dims", {&input, &indices}, loc);
+  IntList in_shape = input.shape(), ix_shape = indices.shape();
+  in_shape[static_cast<size_t>(d)] = ix_shape[static_cast<size_t>(d)] = 1;
+  const std::optional<IntList> common = graph::broadcast_shapes(in_shape, ix_shape);
+  if (!common)
+    fail("take_along_dim", "input and indices do not broadcast (off dim " + std::to_string(d) + ")", {&input, &indices},
+         loc);
+  IntList in_want = *common, ix_want = *common;
+  in_want[static_cast<size_t>(d)] = input.size(d);
+  ix_want[static_cast<size_t>(d)] = indices.size(d);
+  (void)detail::common_device("take_along_dim", {&input, &indices}, loc);
+  if (graph::numel(ix_want) == 0) return zeros(ix_want, input.dtype(), input.device());
+  // checked before the broadcast (so computed indices are checked on the host)
+  const Tensor idx = detail::checked_index("take_along_dim", indices, input.size(d),
+                                           detail::range_text("input", d, input, indices), loc);
+  return take_at(input.expand(in_want, loc), d, idx.expand(ix_want, loc));
+}
+
+Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate,
+                 Loc loc) {
+  const graph::SourceScope at(loc, "index_put"); // nodes made here record the caller's line
+  if (!self.defined() || !values.defined()) throw Error("index_put", "self or values is undefined", loc);
+  const auto k = static_cast<int64_t>(indices.size());
+  if (k == 0 || k > self.dim())
+    fail("index_put",
+         "takes 1 to " + std::to_string(self.dim()) + " index tensors (one per leading dim of self), got " +
+             std::to_string(k),
+         {&self, &values}, loc);
+  IntList common;
+  for (const Tensor& i : indices) {
+    detail::require_index("index_put", i, self, loc);
+    const std::optional<IntList> c = graph::broadcast_shapes(common, i.shape());
+    if (!c) fail("index_put", "the index tensors do not broadcast together", {&self, &i}, loc);
+    common = *c;
+  }
+  if (values.dtype() != self.dtype()) fail("index_put", "values must have self's dtype", {&self, &values}, loc);
+  if (accumulate && self.dtype() == DType::Bool)
+    fail("index_put", "accumulate is not defined for bool tensors", {&self, &values}, loc);
+  IntList rest(self.shape().begin() + k, self.shape().end()), target = common;
+  target.insert(target.end(), rest.begin(), rest.end());
+  if (!graph::broadcast_shapes(values.shape(), target) || graph::broadcast_shapes(values.shape(), target) != target)
+    fail("index_put",
+         "values must broadcast to " + detail::list_str(target) + " (the indices' shape, then self's dims after them)",
+         {&self, &values}, loc);
+  // the flat position in self's leading k dims: sum of index j times the stride of dim j
+  const int64_t m = graph::numel(common);
+  int64_t places = 1;
+  for (int64_t j = 0; j < k; ++j) places *= self.size(j);
+  Tensor flat = zeros(common, kInt64, self.device());
+  for (int64_t j = 0, stride = places; j < k; ++j) {
+    stride /= self.size(j);
+    const std::string range = "dim " + std::to_string(j) + " of self " + detail::list_str(self.shape()) + " (index " +
+                              std::to_string(j) + ", " + detail::list_str(indices[j].shape()) + ")";
+    if (m > 0) flat = flat + wrapped_index("index_put", indices[j].to(kInt64, loc), self.size(j), range, loc) * stride;
+  }
+  if (m == 0) return copy_of(self);
+  IntList rows = {m}, along = {m}, view = {places};
+  view.insert(view.end(), rest.begin(), rest.end());
+  rows.insert(rows.end(), rest.begin(), rest.end());
+  along.insert(along.end(), rest.size(), 1);
+  const Tensor at_rows = flat.reshape(along, loc).expand(rows, loc);
+  const Tensor src = values.expand(target, loc).reshape(rows, loc);
+  const Tensor base = self.reshape(view, loc);
+  const Tensor out = accumulate ? add_at(base, 0, at_rows, src) : scatter_checked(base, 0, at_rows, src);
+  return out.reshape(self.shape(), loc);
+}
+
+} // namespace kiln

@@ -1,0 +1,158 @@
+// searchsorted, bucketize, histc, bincount: the user-facing checks, then comparisons summed along the
+// sorted dim (the searches), a bin position per element (histc) and ScatterAdd's counts in index order.
+
+#include <cmath>
+#include <optional>
+
+#include "frontend/src/index_checks.h"
+#include "frontend/src/tensor_impl.h"
+#include "graph/build.h"
+#include "kiln/indexops.h"
+
+namespace kiln {
+
+namespace b = graph::build;
+using detail::fail;
+using detail::result;
+
+namespace {
+
+// counts (i64 [n]) of `src` (a float dtype's ones, or weights) added at `bin` (i64 [n]); a bin outside
+// [0, length) adds nothing. Sums run in index order, from 0.
+Tensor counts(const Tensor& bin, const Tensor& src, int64_t length) {
+  const Tensor base = zeros({length}, src.dtype(), src.device());
+  return result(b::scatter_add(base.node(), 0, bin.node(), src.node()), {&base, &src});
+}
+
+// The number of sorted elements before each value along the last dim (right: those <= it, else those
+// < it, counted as !(s >= v) and !(s > v), so a NaN value counts every element, as PyTorch's search).
+Tensor search(const Tensor& seq, const Tensor& v, bool right, bool out_int32, bool batched, const Loc& loc) {
+  const Tensor s = batched ? seq.unsqueeze(-2, loc) : seq;
+  const Tensor vs = v.unsqueeze(-1, loc);
+  const Tensor before = logical_not(right ? s > vs : s >= vs, loc);
+  return before.to(kInt64, loc).sum(-1, false, loc).to(out_int32 ? kInt32 : kInt64, loc);
+}
+
+} // namespace
+
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32, bool right,
+                    const std::string& side, const Tensor& sorter, Loc loc) {
+  const graph::SourceScope at(loc, "searchsorted"); // nodes made here record the caller's line
+  const char* op = "searchsorted";
+  if (!sorted_sequence.defined() || !values.defined())
+    throw Error(op, "the sorted sequence or the values are undefined", loc);
+  if (!side.empty() && side != "left" && side != "right")
+    fail(op, "side must be \"left\" or \"right\", got \"" + side + "\"", {&sorted_sequence, &values}, loc);
+  if (side == "left" && right)
+    fail(op, "side and right can't be set to opposites (side \"left\", right true)", {&sorted_sequence, &values}, loc);
+  const bool upper = right || side == "right";
+  if (sorted_sequence.dim() == 0) fail(op, "the sorted sequence must have at least one dim", {&sorted_sequence}, loc);
+  if (sorted_sequence.dtype() == DType::Bool || values.dtype() == DType::Bool)
+    fail(op, "not defined for bool tensors", {&sorted_sequence, &values}, loc);
+  const bool batched = sorted_sequence.dim() > 1;
+  if (batched) {
+    const IntList lead(sorted_sequence.shape().begin(), sorted_sequence.shape().end() - 1);
+    if (values.dim() != sorted_sequence.dim() || IntList(values.shape().begin(), values.shape().end() - 1) != lead)
+      fail(op, "an N-d sorted sequence takes values with the same leading dims (all but the last)",
+           {&sorted_sequence, &values}, loc);
+  }
+  (void)detail::common_device(op, {&sorted_sequence, &values}, loc);
+  Tensor seq = sorted_sequence;
+  if (sorter.defined()) {
+    if (sorter.shape() != sorted_sequence.shape() || !is_integral(sorter.dtype()))
+      fail(op, "the sorter must be an integer tensor of the sorted sequence's shape", {&sorted_sequence, &sorter}, loc);
+    const detail::UserCall call(op, loc); // gather's range errors are searchsorted's
+    seq = gather(sorted_sequence, -1, sorter, loc);
+  }
+  return search(seq, values, upper, out_int32, batched, loc);
+}
+
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, bool right, Loc loc) {
+  const graph::SourceScope at(loc, "bucketize"); // nodes made here record the caller's line
+  if (!input.defined() || !boundaries.defined())
+    throw Error("bucketize", "the input or the boundaries are undefined", loc);
+  if (boundaries.dim() != 1) fail("bucketize", "the boundaries must be 1-d", {&input, &boundaries}, loc);
+  if (input.dtype() == DType::Bool || boundaries.dtype() == DType::Bool)
+    fail("bucketize", "not defined for bool tensors", {&input, &boundaries}, loc);
+  (void)detail::common_device("bucketize", {&input, &boundaries}, loc);
+  return search(boundaries, input, right, out_int32, false, loc);
+}
+
+namespace {
+
+// histc's range: [min, max] as given, or the data's when they are equal (then widened by 1 each way where
+// the data's are equal too), as 0-d tensors of the input's dtype. A `known` (realized) input's non-finite range is
+// an error, as PyTorch's; a lazy input's gives NaN counts.
+std::pair<Tensor, Tensor> histc_range(const Tensor& x, bool known, double min, double max, const Loc& loc) {
+  if (min > max)
+    fail("histc", "max must be larger than min (min " + std::to_string(min) + ", max " + std::to_string(max) + ")",
+         {&x}, loc);
+  if (!std::isfinite(min) || !std::isfinite(max))
+    fail("histc", "range of [" + std::to_string(min) + ", " + std::to_string(max) + "] is not finite", {&x}, loc);
+  const Device dev = x.device();
+  if (min != max || x.numel() == 0) {
+    const double lo = min == max ? min - 1 : min, hi = min == max ? max + 1 : max;
+    return {full({}, lo, x.dtype(), dev), full({}, hi, x.dtype(), dev)};
+  }
+  Tensor lo = amin(x, {}, false, loc), hi = amax(x, {}, false, loc);
+  if (known) {
+    const double l = lo.item<double>(loc), h = hi.item<double>(loc);
+    if (!std::isfinite(l) || !std::isfinite(h))
+      fail("histc", "range of [" + std::to_string(l) + ", " + std::to_string(h) + "] is not finite", {&x}, loc);
+  }
+  const Tensor same = lo == hi;
+  return {where(same, lo - 1, lo), where(same, hi + 1, hi)};
+}
+
+} // namespace
+
+Tensor histc(const Tensor& input, int64_t bins, double min, double max, Loc loc) {
+  const graph::SourceScope at(loc, "histc"); // nodes made here record the caller's line
+  if (!input.defined()) throw Error("histc", "the input is undefined", loc);
+  if (!is_floating(input.dtype())) fail("histc", "takes a floating input (f32 or f64), as PyTorch's", {&input}, loc);
+  if (bins <= 0) fail("histc", "bins must be > 0, got " + std::to_string(bins), {&input}, loc);
+  const Tensor x = input.detach().reshape({input.numel()}, loc); // counts carry no gradient (as PyTorch's)
+  const bool known = input.node()->realized() && !detail::active_capture(); // its range is checked now
+  const auto [lo, hi] = histc_range(x, known, min, max, loc);
+  const Tensor inside = logical_and(x >= lo, x <= hi, loc); // NaN is outside
+  // PyTorch's position: (x - min) * bins / (max - min) in the input's dtype, truncated; max in the last bin
+  const Tensor pos = ((where(inside, x, lo) - lo) * static_cast<double>(bins) / (hi - lo)).to(kInt64, loc);
+  const Tensor bin = where(inside, minimum(pos, full({}, bins - 1, kInt64, x.device())), bins);
+  const Tensor c = counts(bin, ones({x.numel()}, x.dtype(), x.device()), bins);
+  if (min != max || known) return c;
+  return where(logical_and(isfinite(lo), isfinite(hi)), c, std::nan("")); // a lazy input's non-finite range: NaN counts
+}
+
+Tensor bincount(const Tensor& input, const Tensor& weights, int64_t minlength, Loc loc) {
+  const graph::SourceScope at(loc, "bincount"); // nodes made here record the caller's line
+  if (!input.defined()) throw Error("bincount", "the input is undefined", loc);
+  if (input.dim() != 1 || !is_integral(input.dtype()))
+    fail("bincount", "takes a 1-d integer input (i32 or i64)", {&input}, loc);
+  if (minlength < 0) fail("bincount", "minlength must be >= 0, got " + std::to_string(minlength), {&input}, loc);
+  if (weights.defined() && weights.shape() != input.shape())
+    fail("bincount", "the weights must have the input's shape", {&input, &weights}, loc);
+  if (weights.defined()) (void)detail::common_device("bincount", {&input, &weights}, loc);
+  const DType out = !weights.defined() ? kInt64 : weights.dtype() == kFloat32 ? kFloat32 : kFloat64;
+  const Tensor src = weights.defined() ? weights.to(out, loc) : ones({input.numel()}, kInt64, input.device());
+  int64_t length = minlength;
+  Tensor idx = input;
+  if (input.node()->realized() && !detail::active_capture()) { // PyTorch's length: max(max + 1, minlength)
+    for (int64_t v : input.to(kInt64, loc).to_vector<int64_t>(loc)) {
+      if (v < 0) fail("bincount", "the input must be non-negative, got " + std::to_string(v), {&input}, loc);
+      length = std::max(length, v + 1);
+    }
+  } else {
+    if (minlength == 0)
+      fail("bincount",
+           "the output's length depends on the input's values: realize the input first, or give minlength (then the "
+           "output's length, and every value must lie in [0, minlength))",
+           {&input}, loc);
+    if (input.numel() > 0)
+      idx = detail::checked_index("bincount", input, minlength,
+                                  "the output of length minlength = " + std::to_string(minlength), loc);
+  }
+  if (input.numel() == 0) return zeros({length}, out, input.device());
+  return counts(idx, src, length);
+}
+
+} // namespace kiln
