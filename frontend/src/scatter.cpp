@@ -88,15 +88,6 @@ Runs runs_of(const Tensor& index, int64_t d, int64_t extent) {
   return {keys, order, where(hit, plus1 - 1, 0), hit};
 }
 
-// x itself, stored to a buffer of its own: a product scan along a new dim of extent 1 (1 * x, the same
-// bits; its gradient and tangent are the identity's, computed by kernels of their own too). Each step
-// of segmented() reads the one before at two offsets: fused, its expression would double with every
-// step.
-Tensor stored(const Tensor& x) {
-  const Tensor u = x.unsqueeze(x.dim());
-  return result(b::cumprod(u.node(), x.dim()), {&u}).reshape(x.shape());
-}
-
 // Each element of v (in the runs' sorted order along d) combined with the elements before it in its run:
 // a Hillis-Steele scan of log2(n) steps (a kernel each), after which each run's last element holds the
 // run's product (a product step multiplies by 1 across a run boundary, so a gradient never meets a
@@ -109,7 +100,7 @@ Tensor segmented(Tensor v, const Tensor& keys, int64_t d, Reduce r) {
     const Tensor step = r == Reduce::Prod   ? where(same, prev, 1) * cur
                         : r == Reduce::Amax ? where(same, maximum(prev, cur), cur)
                                             : where(same, minimum(prev, cur), cur);
-    v = stored(concat({v.slice(d, 0, k), step}, d));
+    v = concat({v.slice(d, 0, k), step}, d); // each step reads the last at two places: fusion stores it
   }
   return v;
 }
