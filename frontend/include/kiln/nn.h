@@ -185,6 +185,9 @@ struct Conv2dOptions {
   Size2 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true;   ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 2-d convolution (cross-correlation, as PyTorch) of [N, C, H, W] inputs.
@@ -216,6 +219,9 @@ struct Conv1dOptions {
   int64_t dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1;   ///< channel groups (in and out channels must divide by it)
   bool bias = true;     ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 1-d convolution (cross-correlation, as PyTorch) of [N, C, L] (or unbatched [C, L]) inputs:
@@ -420,6 +426,9 @@ struct Conv3dOptions {
   Size3 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true; ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 3-d convolution (cross-correlation, as PyTorch) of [N, C, D, H, W] (or [C, D, H, W]) inputs, as
@@ -689,6 +698,164 @@ public:
   functional::InterpolateOptions options;  ///< what interpolate is given
 protected:
   Tensor forward_impl(const Tensor& x) override;
+};
+
+/// What the padding modules share (ZeroPad2d, ConstantPad1d, ReflectionPad2d, ReplicationPad3d, ...): a
+/// kiln::pad of the last 1, 2 or 3 dims by fixed amounts, in one mode.
+class Pad : public Module {
+public:
+  /// The module `name` padding `dims` dims in `mode` ("constant", "reflect", "replicate"); `padding` is one
+  /// amount for every side or 2 * dims amounts (before, after), last dim first; a kiln::Error names `loc` else.
+  Pad(std::string name, std::string mode, int64_t dims, IntList padding, double value, Loc loc);
+  /// The input padded; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return name_; } ///< the module's class name ("ReflectionPad2d")
+  std::string extra_repr() const override; ///< the amounts (and a constant's value), as PyTorch's
+  IntList padding; ///< 2 * dims amounts (before, after), last dim first, as pad's
+  std::string mode; ///< pad's mode
+  double value; ///< the constant of "constant" (0 in the other modes)
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  std::string name_;
+};
+
+/// Pads the last 1 dim with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad1d (PyTorch 1.13 has ZeroPad2d
+/// only).
+class ZeroPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad1d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad1d", "constant", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ZeroPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad1d", "constant", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 2 dims with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad2d.
+class ZeroPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad2d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad2d", "constant", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ZeroPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad2d", "constant", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 3 dims with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad3d (PyTorch 1.13 has ZeroPad2d
+/// only).
+class ZeroPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad3d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad3d", "constant", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ZeroPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad3d", "constant", 3, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 1 dim with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad1d.
+class ConstantPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad1d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad1d", "constant", 1, {padding}, value, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  ConstantPad1d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad1d", "constant", 1, std::move(padding), value, loc) {}
+};
+
+/// Pads the last 2 dims with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad2d.
+class ConstantPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad2d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad2d", "constant", 2, {padding}, value, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  ConstantPad2d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad2d", "constant", 2, std::move(padding), value, loc) {}
+};
+
+/// Pads the last 3 dims with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad3d.
+class ConstantPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad3d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad3d", "constant", 3, {padding}, value, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  ConstantPad3d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad3d", "constant", 3, std::move(padding), value, loc) {}
+};
+
+/// Pads [N, C, W] or [C, W] with the input's reflection about its edge elements by pad(x, padding, "reflect"), as
+/// torch.nn.ReflectionPad1d.
+class ReflectionPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad1d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad1d", "reflect", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ReflectionPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad1d", "reflect", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, H, W] or [C, H, W] with the input's reflection about its edge elements by pad(x, padding, "reflect"), as
+/// torch.nn.ReflectionPad2d.
+class ReflectionPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad2d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad2d", "reflect", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ReflectionPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad2d", "reflect", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, D, H, W] or [C, D, H, W] with the input's reflection about its edge elements by pad(x, padding,
+/// "reflect"), as torch.nn.ReflectionPad3d.
+class ReflectionPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad3d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad3d", "reflect", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ReflectionPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad3d", "reflect", 3, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, W] or [C, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad1d.
+class ReplicationPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad1d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad1d", "replicate", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ReplicationPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad1d", "replicate", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, H, W] or [C, H, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad2d.
+class ReplicationPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad2d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad2d", "replicate", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ReplicationPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad2d", "replicate", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, D, H, W] or [C, D, H, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad3d.
+class ReplicationPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad3d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad3d", "replicate", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ReplicationPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad3d", "replicate", 3, std::move(padding), 0, loc) {}
 };
 
 /// Options of BatchNorm1d/2d.
