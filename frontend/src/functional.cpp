@@ -472,6 +472,12 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val, Loc loc) {
   return flat_where(logical_or(x <= min_val, x >= max_val), clamp(x, min_val, max_val), x);
 }
 
+Tensor threshold(const Tensor& x, double threshold, double value, Loc loc) {
+  const graph::SourceScope at(loc, "threshold");
+  if (!x.defined()) throw Error("threshold", "the input is undefined", loc);
+  return where(le(x, wrap_scalar(threshold, x, loc), loc), wrap_scalar(value, x, loc), x, loc);
+}
+
 Tensor relu6(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc, "relu6");
   require_floating("relu6", x, loc);
@@ -552,6 +558,42 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 }
 
 // ---------------------------------------------------------------- layers
+
+namespace {
+
+// bilinear's operands checked as PyTorch's: the same rank and leading dims, last dims matching the weight.
+void check_bilinear(const Tensor& x1, const Tensor& x2, const Tensor& w, const Tensor& b, const Loc& loc) {
+  if (!x1.defined() || !x2.defined() || !w.defined())
+    throw Error("bilinear", "an input or the weight is undefined", loc);
+  if (w.dim() != 3) fail("bilinear", "the weight must be [out, in1, in2]", {&x1, &x2, &w}, loc);
+  if (x1.dim() == 0 || x1.dim() != x2.dim())
+    fail("bilinear", "the inputs need the same rank, at least 1", {&x1, &x2, &w}, loc);
+  for (int64_t d = 0; d + 1 < x1.dim(); ++d)
+    if (x1.size(d) != x2.size(d)) fail("bilinear", "the inputs' batch dims differ", {&x1, &x2, &w}, loc);
+  if (x1.size(-1) != w.size(1) || x2.size(-1) != w.size(2))
+    fail("bilinear",
+         "the inputs' last dims must be the weight's in1 = " + std::to_string(w.size(1)) +
+             " and in2 = " + std::to_string(w.size(2)),
+         {&x1, &x2, &w}, loc);
+  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0)))
+    fail("bilinear", "the bias must be [out] = [" + std::to_string(w.size(0)) + "]", {&w, &b}, loc);
+}
+
+} // namespace
+
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias, Loc loc) {
+  const graph::SourceScope at(loc, "bilinear"); // nodes made here record the caller's line
+  check_bilinear(x1, x2, weight, bias, loc);
+  const int64_t out = weight.size(0), in1 = weight.size(1), in2 = weight.size(2);
+  const int64_t rows = graph::numel(IntList(x1.shape().begin(), x1.shape().end() - 1));
+  const Tensor wide = weight.permute({1, 0, 2}, loc).reshape({in1, out * in2}, loc); // [in1, out * in2]
+  const Tensor t = matmul(x1.reshape({rows, in1}, loc), wide, loc).reshape({rows, out, in2}, loc);
+  Tensor y = matmul(t, x2.reshape({rows, in2, 1}, loc), loc).reshape({rows, out}, loc);
+  if (bias.defined()) y = y + bias;
+  IntList shape = x1.shape();
+  shape.back() = out;
+  return y.reshape(shape, loc);
+}
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
   const graph::SourceScope at(loc, "linear"); // nodes made here record the caller's line

@@ -259,6 +259,32 @@ std::string Linear::extra_repr() const {
          ", bias=" + (bias.defined() ? "true" : "false");
 }
 
+// ---------------------------------------------------------------- Bilinear
+
+Bilinear::Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool with_bias, Loc loc) {
+  if (in1_features <= 0 || in2_features <= 0 || out_features <= 0)
+    throw Error("Bilinear",
+                "features must be positive, got in1=" + std::to_string(in1_features) +
+                    ", in2=" + std::to_string(in2_features) + ", out=" + std::to_string(out_features),
+                loc);
+  const detail::UserCall call("Bilinear", loc); // errors of making the parameters (memory) are Bilinear's
+  const graph::SourceScope at(loc);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in1_features)); // PyTorch's reset_parameters
+  weight = register_parameter("weight", uniform({out_features, in1_features, in2_features}, bound));
+  if (with_bias) bias = register_parameter("bias", uniform({out_features}, bound));
+}
+
+Tensor Bilinear::forward(const Tensor& x1, const Tensor& x2, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::bilinear(x1, x2, weight, bias);
+}
+
+std::string Bilinear::extra_repr() const {
+  return "in1_features=" + std::to_string(weight.size(1)) + ", in2_features=" + std::to_string(weight.size(2)) +
+         ", out_features=" + std::to_string(weight.size(0)) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
 // ---------------------------------------------------------------- Conv2d
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions opts, Loc loc)
@@ -729,6 +755,24 @@ std::string Upsample::extra_repr() const {
   return what + ", mode='" + options.mode + "'";
 }
 
+// ---------------------------------------------------------------- Softmax2d, Threshold, Unflatten
+
+Tensor Softmax2d::forward_impl(const Tensor& x) {
+  if (x.dim() != 3 && x.dim() != 4)
+    detail::fail("Softmax2d", "needs a 3-d or 4-d input ([N, C, H, W] or [C, H, W])", {&x}, Loc::current());
+  return functional::softmax(x, -3);
+}
+
+std::string Threshold::extra_repr() const {
+  return "threshold=" + py_float(threshold_) + ", value=" + py_float(value_);
+}
+
+std::string Unflatten::extra_repr() const {
+  std::string sizes = "(";
+  for (int64_t v : sizes_) sizes += (sizes.size() > 1 ? ", " : "") + std::to_string(v);
+  return "dim=" + std::to_string(dim_) + ", unflattened_size=" + sizes + (sizes_.size() == 1 ? ",)" : ")");
+}
+
 // ---------------------------------------------------------------- padding modules
 
 Pad::Pad(std::string name, std::string pad_mode, int64_t dims, IntList amounts, double v, Loc loc)
@@ -1098,6 +1142,62 @@ Module& ModuleList::operator[](ModuleIndex index) const {
     throw Error("ModuleList", "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " modules",
                 index.loc);
   return *children()[static_cast<size_t>(i < 0 ? i + n : i)].second;
+}
+
+ParameterList::ParameterList(const std::vector<Tensor>& params, Loc loc) {
+  for (const Tensor& p : params) append(p, loc);
+}
+
+Tensor ParameterList::append(Tensor t, Loc loc) {
+  if (!t.defined()) throw Error("ParameterList::append", "cannot append an undefined tensor", loc);
+  return register_parameter(std::to_string(size()), std::move(t), loc);
+}
+
+Tensor ParameterList::operator[](ModuleIndex index) const {
+  const auto n = static_cast<int64_t>(size());
+  const int64_t i = index.i;
+  if (i < -n || i >= n)
+    throw Error("ParameterList",
+                "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " parameters", index.loc);
+  return param_slots()[static_cast<size_t>(i < 0 ? i + n : i)].second;
+}
+
+bool ParameterDict::contains(const std::string& key) const {
+  return std::any_of(param_slots().begin(), param_slots().end(), [&](const auto& p) { return p.first == key; });
+}
+
+Tensor ParameterDict::operator[](const ModuleKey& key) const {
+  for (const auto& [k, t] : param_slots())
+    if (k == key.key) return t;
+  throw Error("ParameterDict", "no parameter named \"" + key.key + "\"", key.loc);
+}
+
+std::vector<std::string> ParameterDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, t] : param_slots()) out.push_back(k);
+  return out;
+}
+
+Tensor ParameterDict::pop(const std::string& key, Loc loc) {
+  auto& slots = param_slots();
+  auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& p) { return p.first == key; });
+  if (it == slots.end()) throw Error("ParameterDict", "no parameter named \"" + key + "\"", loc);
+  Tensor t = std::move(it->second);
+  slots.erase(it);
+  return t;
+}
+
+Tensor ParameterDict::insert(const std::string& key, Tensor t, Loc loc) {
+  if (key.empty() || key.find('.') != std::string::npos)
+    throw Error("ParameterDict", "a key must be non-empty and contain no '.', got \"" + key + "\"", loc);
+  if (!t.defined()) throw Error("ParameterDict", "parameter \"" + key + "\" is undefined", loc);
+  for (auto& [k, slot] : param_slots())
+    if (k == key) {
+      if (!t.requires_grad()) t.requires_grad_(true, loc);
+      slot = t;
+      return t;
+    }
+  return register_parameter(key, std::move(t), loc);
 }
 
 bool ModuleDict::contains(const std::string& key) const {

@@ -126,6 +126,9 @@ Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
 /// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has
 /// one channel) broadcast along dim 1; the gradient at 0 is the weight, as PyTorch's.
 Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
+/// x where x > threshold, else `value` (a NaN stays NaN), as torch.nn.functional.threshold; the gradient is 1
+/// where x > threshold, else 0.
+Tensor threshold(const Tensor& x, double threshold, double value, Loc loc = Loc::current());
 /// softmax(-x, dim).
 Tensor softmin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 
@@ -165,6 +168,11 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingB
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
+/// y[..., o] = x1[..., :] weight[o] x2[..., :] + bias[o] for x1 [..., in1], x2 [..., in2] (the same leading dims),
+/// weight [out, in1, in2] and an optional bias [out], as torch.nn.functional.bilinear: one [B, in1] x [in1, out * in2]
+/// product and one batched product with x2.
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = Tensor(),
+                Loc loc = Loc::current());
 /// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw]
 /// (im2col + matmul), with torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
 /// The padding may be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).

@@ -126,6 +126,10 @@ protected:
   friend class SyncBatchNorm; // convert_sync_batchnorm replaces submodules
   /// The direct submodules, for containers that insert, replace or rename them (ModuleList, ModuleDict).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_slots() { return children_; }
+  /// The own parameters, for containers that read or replace them (ParameterList, ParameterDict).
+  NamedTensors& param_slots() { return params_; }
+  /// The own parameters, read-only.
+  const NamedTensors& param_slots() const { return params_; }
   /// A module value or shared pointer as a shared pointer to a module (what the containers hold).
   template <class M> static std::shared_ptr<Module> shared_module(M module) {
     if constexpr (std::is_null_pointer_v<M>) return nullptr; // the container's kiln::Error names the caller's line
@@ -176,6 +180,21 @@ public:
   Tensor bias;   ///< [out_features], undefined without bias
 protected:
   Tensor forward_impl(const Tensor& x) override;
+};
+
+/// y = x1^T A x2 + b per output feature (functional::bilinear), for x1 [..., in1] and x2 [..., in2], as
+/// torch.nn.Bilinear.
+class Bilinear : public Module {
+public:
+  /// Weight [out, in1, in2] and bias [out], both uniform in +-1/sqrt(in1), as PyTorch's nn.Bilinear.
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true,
+           Loc loc = Loc::current());
+  /// bilinear(x1, x2, weight, bias); a direct call names the caller's line
+  Tensor forward(const Tensor& x1, const Tensor& x2, Loc loc = Loc::current());
+  std::string name() const override { return "Bilinear"; } ///< "Bilinear"
+  std::string extra_repr() const override; ///< sizes and bias
+  Tensor weight; ///< [out_features, in1_features, in2_features]
+  Tensor bias; ///< [out_features], undefined without bias
 };
 
 /// Options of Conv2d (designated initializers: `{.padding = 1}`).
@@ -1053,6 +1072,23 @@ private:
   int64_t start_, end_;
 };
 
+/// Splits dim into `sizes` (Tensor::unflatten), as torch.nn.Unflatten.
+class Unflatten : public Module {
+public:
+  /// The dim (negative counts from the end) and the sizes it becomes (one may be -1).
+  Unflatten(int64_t dim, IntList sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  /// x with dim split; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Unflatten"; } ///< "Unflatten"
+  std::string extra_repr() const override; ///< dim and unflattened_size, as PyTorch's
+protected:
+  Tensor forward_impl(const Tensor& x) override { return x.unflatten(dim_, sizes_); }
+
+private:
+  int64_t dim_;
+  IntList sizes_;
+};
+
 /// max(x, 0).
 class ReLU : public Module {
 public:
@@ -1315,6 +1351,32 @@ private:
   int64_t dim_;
 };
 
+/// softmax over the channels (dim -3) of [N, C, H, W] or [C, H, W] inputs, as torch.nn.Softmax2d.
+class Softmax2d : public Module {
+public:
+  /// softmax(x, -3) of a 3-d or 4-d x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softmax2d"; } ///< "Softmax2d"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// x where x > threshold, else value (functional::threshold), as torch.nn.Threshold.
+class Threshold : public Module {
+public:
+  /// The threshold and the value that replaces the elements at or below it.
+  Threshold(double threshold, double value) : threshold_(threshold), value_(value) {}
+  /// threshold(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Threshold"; } ///< "Threshold"
+  std::string extra_repr() const override; ///< threshold, value
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::threshold(x, threshold_, value_); }
+
+private:
+  double threshold_, value_;
+};
+
 /// log_softmax along dim.
 class LogSoftmax : public Module {
 public:
@@ -1524,6 +1586,47 @@ public:
   std::shared_ptr<Module> pop(const std::string& key, Loc loc = Loc::current());
 private:
   void set(const std::string& key, std::shared_ptr<Module> m, const Loc& loc);
+};
+
+/// A list of parameters, as torch.nn.ParameterList: registered as "0", "1", ..., so parameters(), state_dict()
+/// and checkpoints see them under PyTorch's names. It has no forward: index it.
+class ParameterList : public Module {
+public:
+  /// An empty list.
+  ParameterList() = default;
+  /// From tensors, each registered as a parameter (it then requires grad).
+  explicit ParameterList(const std::vector<Tensor>& params, Loc loc = Loc::current());
+  /// Appends `t` as a parameter and returns it; an undefined one is a kiln::Error naming `loc`.
+  Tensor append(Tensor t, Loc loc = Loc::current());
+  std::string name() const override { return "ParameterList"; } ///< "ParameterList"
+  /// Number of parameters.
+  size_t size() const { return param_slots().size(); }
+  /// True when empty.
+  bool empty() const { return param_slots().empty(); }
+  /// The i-th parameter (negative counts from the end); kiln::Error at the caller's line when out of range.
+  Tensor operator[](ModuleIndex i) const;
+};
+
+/// Parameters by name, in insertion order, as torch.nn.ParameterDict: registered under their keys, so
+/// parameters(), state_dict() and checkpoints see them under PyTorch's names. It has no forward.
+class ParameterDict : public Module {
+public:
+  /// An empty dict.
+  ParameterDict() = default;
+  /// Adds `t` as a parameter under `key`, or replaces the one there (keeping its position), and returns it; a key
+  /// must be non-empty and contain no '.', and an undefined `t` is a kiln::Error naming `loc`.
+  Tensor insert(const std::string& key, Tensor t, Loc loc = Loc::current());
+  std::string name() const override { return "ParameterDict"; } ///< "ParameterDict"
+  /// Number of parameters.
+  size_t size() const { return param_slots().size(); }
+  /// True when `key` is present.
+  bool contains(const std::string& key) const;
+  /// The parameter under `key`; kiln::Error naming the key and the caller's line when absent.
+  Tensor operator[](const ModuleKey& key) const;
+  /// Keys in insertion order.
+  std::vector<std::string> keys() const;
+  /// Removes `key` and returns its parameter; kiln::Error when absent.
+  Tensor pop(const std::string& key, Loc loc = Loc::current());
 };
 
 } // namespace kiln::nn

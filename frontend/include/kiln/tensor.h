@@ -110,6 +110,8 @@ public:
   Tensor reshape(IntList shape, Loc loc = Loc::current()) const;      ///< see kiln::reshape
   Tensor view(IntList shape, Loc loc = Loc::current()) const;         ///< same as reshape
   Tensor flatten(int64_t start = 0, int64_t end = -1, Loc loc = Loc::current()) const; ///< merges dims
+  /// Splits dim into `sizes` (one may be -1: inferred), which must multiply up to its extent, as Tensor.unflatten.
+  Tensor unflatten(int64_t dim, IntList sizes, Loc loc = Loc::current()) const;
   Tensor permute(IntList dims, Loc loc = Loc::current()) const;       ///< see kiln::permute
   Tensor transpose(int64_t d0, int64_t d1, Loc loc = Loc::current()) const; ///< swaps two dims
   Tensor t(Loc loc = Loc::current()) const;                           ///< transpose of a 2-d tensor
