@@ -673,6 +673,25 @@ std::string Conv3d::extra_repr() const {
          ", bias=" + (bias.defined() ? "true" : "false") + padding_mode_str(options.padding_mode);
 }
 
+ConvTranspose3d::ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size,
+                                 ConvTranspose3dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  make_transposed_parameters(*this, weight, bias, "ConvTranspose3d", in_channels, out_channels, opts.groups,
+                             {kernel_size.d, kernel_size.h, kernel_size.w}, opts.bias, loc);
+}
+
+Tensor ConvTranspose3d::forward_impl(const Tensor& x) {
+  return functional::conv_transpose3d(x, weight, bias, options.stride, options.padding, options.output_padding,
+                                      options.groups, options.dilation);
+}
+
+std::string ConvTranspose3d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
+         ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +
+         ", output_padding=" + size3_str(options.output_padding) + ", dilation=" + size3_str(options.dilation) +
+         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
 Tensor MaxPool3d::forward_impl(const Tensor& x) {
   return functional::max_pool3d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
 }

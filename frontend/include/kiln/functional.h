@@ -198,6 +198,13 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
                         const Size2& padding = 0, const Size2& output_padding = 0, int64_t groups = 1,
                         const Size2& dilation = 1, Loc loc = Loc::current());
+/// 3-d transposed convolution of x [N, C, D, H, W] (or unbatched [C, D, H, W]) with weight [C, out/groups, kd, kh,
+/// kw], as torch.nn.functional.conv_transpose3d (its argument order, defaults, output extents and output_padding
+/// rule): one conv_transpose2d of every depth slice with the depth taps as output channels, whose slabs are spread
+/// by the depth stride, shifted by tap * dilation, summed and cropped by the padding.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size3& stride = 1,
+                        const Size3& padding = 0, const Size3& output_padding = 0, int64_t groups = 1,
+                        const Size3& dilation = 1, Loc loc = Loc::current());
 /// 1-d transposed convolution of x [N, C, L] (or unbatched [C, L]) with weight [C, out/groups, k], as
 /// torch.nn.functional.conv_transpose1d (its argument order and defaults): conv_transpose2d over a unit height.
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,

@@ -472,6 +472,38 @@ private:
   Size3 kernel_;
 };
 
+/// Options of ConvTranspose3d, in torch.nn.ConvTranspose3d's order (designated initializers: `{.stride = 2}`).
+struct ConvTranspose3dOptions {
+  Size3 stride = 1; ///< step between the input's points in the output
+  Size3 padding = 0; ///< dilation * (kernel - 1) - padding zeros around the spread input
+  Size3 output_padding = 0; ///< extra planes, rows and columns at the end (smaller than the stride or the dilation)
+  int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
+  bool bias = true; ///< learnable bias per output channel
+  Size3 dilation = 1; ///< spacing between kernel taps
+};
+
+/// 3-d transposed convolution of [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.ConvTranspose3d
+/// (functional::conv_transpose3d).
+class ConvTranspose3d : public Module {
+public:
+  /// Weight [in, out/groups, kd, kh, kw], bias [out]; initialized as PyTorch's (bounds 1/sqrt(out/groups * kd kh kw)).
+  ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, ConvTranspose3dOptions options = {},
+                  Loc loc = Loc::current());
+  /// [N, out, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ConvTranspose3d"; } ///< "ConvTranspose3d"
+  std::string extra_repr() const override; ///< configuration
+  Tensor weight; ///< [in, out/groups, kd, kh, kw]
+  Tensor bias; ///< [out], undefined without bias
+  ConvTranspose3dOptions options; ///< stride, padding, output_padding, groups, dilation
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t in_, out_;
+  Size3 kernel_;
+};
+
 /// Max pooling over windows of [N, C, D, H, W] (or [C, D, H, W]) inputs, as torch.nn.MaxPool3d
 /// (functional::max_pool3d).
 class MaxPool3d : public Module {
