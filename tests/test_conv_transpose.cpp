@@ -52,6 +52,10 @@ const ConvTransposeCase kConvTranspose[] = {
 Tensor conv_transpose_of(const ConvTransposeCase& c, const Tensor& x, const Tensor& w, const Tensor& b) {
   if (c.weight_shape.size() == 3)
     return F::conv_transpose1d(x, w, b, c.stride[0], c.padding[0], c.output_padding[0], c.groups, c.dilation[0]);
+  if (c.weight_shape.size() == 5) {
+    auto s3 = [](const IntList& v) { return nn::Size3(v[0], v[1], v[2]); };
+    return F::conv_transpose3d(x, w, b, s3(c.stride), s3(c.padding), s3(c.output_padding), c.groups, s3(c.dilation));
+  }
   return F::conv_transpose2d(x, w, b, {c.stride[0], c.stride[1]}, {c.padding[0], c.padding[1]},
                              {c.output_padding[0], c.output_padding[1]}, c.groups, {c.dilation[0], c.dilation[1]});
 }
@@ -136,6 +140,17 @@ TEST(ConvTranspose, Gradcheck) {
   expect_gradcheck(
       [](const std::vector<Tensor>& v) { return (F::conv_transpose1d(v[0], v[1], v[2], 3, 2, 2, 2, 2) * v[3]).sum(); },
       {rnd({1, 4, 5}, 12), rnd({4, 3, 3}, 13), rnd({6}, 14), rnd({1, 6, 15}, 15)});
+  expect_gradcheck( // 3-d: depth stride, padding, output_padding and dilation, two groups
+      [](const std::vector<Tensor>& v) {
+        return (F::conv_transpose3d(v[0], v[1], v[2], {2, 1, 2}, {1, 0, 1}, {1, 0, 0}, 2, {1, 1, 1}) * v[3]).sum();
+      },
+      {rnd({1, 4, 2, 2, 3}, 16), rnd({4, 1, 3, 2, 2}, 17), rnd({2}, 18), rnd({1, 2, 4, 3, 4}, 19)});
+  expect_gradcheck( // second order
+      [](const std::vector<Tensor>& v) {
+        const Tensor y = F::conv_transpose3d(v[0] * v[0], v[1], Tensor(), 2, 1);
+        return (grad({(y * y).sum()}, {v[0]}, {}, false, true)[0] * v[0]).sum();
+      },
+      {rnd({1, 2, 2, 2, 2}, 20), rnd({2, 1, 2, 2, 2}, 21)});
 }
 
 TEST(ConvTranspose, SecondOrderGradcheck) {
@@ -201,6 +216,16 @@ TEST(ConvTranspose, ModulesInitializeAsPyTorch) {
   const Tensor s = randn({2, 4, 7}, 28);
   EXPECT_EQ(up1(s).shape(), (IntList{2, 6, 18}));
   expect_same(values(up1(s)), values(F::conv_transpose1d(s, up1.weight, Tensor(), 2, 0, 1, 2, 2)), "1-d module");
+  nn::ConvTranspose3d up3(4, 2, {2, 3, 1}, {.stride = {2, 1, 2}, .output_padding = {1, 0, 0}, .groups = 2});
+  EXPECT_EQ(up3.weight.shape(), (IntList{4, 1, 2, 3, 1}));
+  for (double v : values(up3.weight)) EXPECT_LE(std::fabs(v), 1.0 / std::sqrt(6.0)); // fan_in = 1 * 2 * 3 * 1
+  EXPECT_EQ(up3.str(), "ConvTranspose3d(4, 2, kernel_size=(2, 3, 1), stride=(2, 1, 2), padding=(0, 0, 0), "
+                       "output_padding=(1, 0, 0), dilation=(1, 1, 1), groups=2, bias=true)");
+  const Tensor v3 = randn({2, 4, 3, 2, 2}, 29);
+  EXPECT_EQ(up3(v3).shape(), (IntList{2, 2, 7, 4, 3}));
+  expect_same(values(up3(v3)),
+              values(F::conv_transpose3d(v3, up3.weight, up3.bias, {2, 1, 2}, 0, {1, 0, 0}, 2)), "3-d module");
+  EXPECT_EQ(up3(randn({4, 3, 2, 2}, 30)).shape(), (IntList{2, 7, 4, 3})); // unbatched
   expect_error([] { nn::ConvTranspose2d(3, 4, 2, {.groups = 2}); }, __LINE__, "ConvTranspose2d", {"divisible by groups=2"});
   expect_error([] { nn::ConvTranspose1d(4, 4, 0); }, __LINE__, "ConvTranspose1d", {"kernel size"});
   expect_error([&] { (void)nn::ConvTranspose2d(4, 4, 3, {.output_padding = 1})(x); }, __LINE__, "ConvTranspose2d",
@@ -208,6 +233,19 @@ TEST(ConvTranspose, ModulesInitializeAsPyTorch) {
 }
 
 // ---------------------------------------------------------------- errors
+
+TEST(ConvTranspose, Errors3d) {
+  const Tensor x = rnd({1, 4, 3, 3, 3}, 31), w = rnd({4, 2, 2, 2, 2}, 32);
+  expect_error([&] { (void)F::conv_transpose3d(x, w, Tensor(), 2, 0, {2, 0, 0}); }, __LINE__, "conv_transpose3d", {"output_padding [2,0,0] must be smaller than either the stride [2,2,2] or the dilation [1,1,1]"});
+  expect_error([&] { (void)F::conv_transpose3d(x.flatten(2), w); }, __LINE__, "conv_transpose3d", {"f64[1,4,27]", "[N, C, D, H, W]"});
+  expect_error([&] { (void)F::conv_transpose3d(x, w.flatten(3)); }, __LINE__, "conv_transpose3d", {"[in, out/groups, kd, kh, kw]"});
+  expect_error([&] { (void)F::conv_transpose3d(x, w, Tensor(), 1, 0, 0, 3); }, __LINE__, "conv_transpose3d", {"groups=3"});
+  expect_error([&] { (void)F::conv_transpose3d(x, rnd({2, 2, 2, 2, 2}, 33)); }, __LINE__, "conv_transpose3d", {"channels do not match"});
+  expect_error([&] { (void)F::conv_transpose3d(x, w, rnd({3}, 34)); }, __LINE__, "conv_transpose3d", {"the bias must be [out] = [2]"});
+  expect_error([&] { (void)F::conv_transpose3d(x, w, Tensor(), 1, {3, 0, 0}); }, __LINE__, "conv_transpose3d", {"output depth -2 is too small"});
+  expect_error([&] { (void)F::conv_transpose3d(x, w, Tensor(), {0, 1, 1}); }, __LINE__, "conv_transpose3d", {"stride and dilation must be positive"});
+  expect_error([&] { (void)F::conv_transpose3d(rnd({1, 4, 0, 3, 3}, 35), w); }, __LINE__, "conv_transpose3d", {"spatial extents must be positive"});
+}
 
 TEST(ConvTranspose, Errors) {
   const Tensor x = rnd({2, 4, 5, 5}, 29), w = rnd({4, 3, 3, 3}, 30);
@@ -249,24 +287,27 @@ TEST(ConvTranspose, Errors) {
 // ---------------------------------------------------------------- fused, unfused and compiled
 
 // A decoder's upsampling path in one program, and the gradients of its loss with respect to the inputs.
-std::vector<Tensor> decoder_program(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& w1) {
+std::vector<Tensor> decoder_program(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& w1,
+                                    const Tensor& w3) {
   const Tensor up = relu(F::conv_transpose2d(x, w, b, 2, 1, 1, 2));
   const Tensor pooled = F::avg_pool2d(up, 3, 2, 1, true, false, 5);
   const Tensor seq = F::conv_transpose1d(pooled.flatten(2), w1, Tensor(), 3, 1, 2, 1, 2);
-  const Tensor loss = (up * up).sum() + (seq * seq).sum();
-  std::vector<Tensor> out = {up, seq, loss};
-  for (const Tensor& g : grad({loss}, {x, w, b, w1})) out.push_back(g);
+  const Tensor vol = F::conv_transpose3d(up.unflatten(1, {3, 2}), w3, Tensor(), 2, {1, 0, 0}, {1, 0, 1});
+  const Tensor loss = (up * up).sum() + (seq * seq).sum() + (vol * vol).sum();
+  std::vector<Tensor> out = {up, seq, vol, loss};
+  for (const Tensor& g : grad({loss}, {x, w, b, w1, w3})) out.push_back(g);
   return out;
 }
 
 std::vector<Tensor> decoder_inputs(uint64_t seed) {
   return {randn({2, 4, 3, 3}, seed).requires_grad_(), randn({4, 3, 3, 3}, seed + 1).requires_grad_(),
-          randn({6}, seed + 2).requires_grad_(), randn({6, 2, 3}, seed + 3).requires_grad_()};
+          randn({6}, seed + 2).requires_grad_(), randn({6, 2, 3}, seed + 3).requires_grad_(),
+          randn({3, 2, 2, 2, 3}, seed + 4).requires_grad_()};
 }
 
 TEST(ConvTranspose, FusedUnfusedAndCompiledAgree) {
   expect_fused_unfused_and_compiled_agree(
-      [](const std::vector<Tensor>& a) { return decoder_program(a[0], a[1], a[2], a[3]); }, decoder_inputs);
+      [](const std::vector<Tensor>& a) { return decoder_program(a[0], a[1], a[2], a[3], a[4]); }, decoder_inputs);
 }
 
 } // namespace

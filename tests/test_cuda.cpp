@@ -1003,7 +1003,7 @@ TEST(CudaGolden, Argsort) {
   check_golden("cuda_argsort.cu", schedule_text({sort(x * 2.0, 0, true).first}));
 }
 
-// The sequence and image layers (tests/test_layers1d.cpp) on the shim: interpolate's indices and weights
+// The sequence and image layers (tests/test_layers1d.cpp, test_padding.cpp, test_vision.cpp) on the shim: interpolate's indices and weights
 // computed on the device from an arange (each mode), conv1d, the 1-d pools and a cropping pad, the transposed
 // convolutions and avg_pool2d's divisor_override, forward
 // and input gradients, bitwise as the LLVM path.
@@ -1037,6 +1037,20 @@ TEST(CudaShimLayers1d, MatchLlvmBitwise) {
                   const Tensor s = F::conv_transpose1d(x.flatten(2), w.flatten(2).slice(2, 0, 3), Tensor(), 3, 1, 2, 2, 2);
                   const auto g = grad({(p * p).sum() + (s * s).sum()}, {x, w});
                   return std::vector<Tensor>{y, p, s, g[0], g[1]};
+                }}, 32);
+    check_case({"pad_modes_grid_sample_" + dn(dt), [dt] { // pad's modes, conv_transpose3d, grid_sample, bilinear
+                  Tensor x = make(dt, {2, 3, 4, 5}, 318).detach().requires_grad_();
+                  Tensor w = make(dt, {3, 2, 2, 2, 2}, 319).detach().requires_grad_();
+                  const Tensor padded = pad(x, {2, 1, 1, 2}, "reflect") + pad(x, {2, 1, 1, 2}, "replicate") +
+                                        pad(x, {2, 1, 1, 2}, "circular");
+                  const Tensor v = F::conv_transpose3d(x.unsqueeze(2), w, Tensor(), {2, 1, 2}, {0, 1, 0}, {1, 0, 1});
+                  const Tensor theta = make(dt, {2, 2, 3}, 320);
+                  const Tensor grid = F::affine_grid(theta, {2, 3, 3, 4});
+                  const Tensor gs = F::grid_sample(x, grid, {.padding_mode = "reflection"}) +
+                                    F::grid_sample(x, grid * 1.4, {.mode = "nearest", .align_corners = true});
+                  const Tensor bl = F::bilinear(x.flatten(1, 2), x.flatten(1, 2), make(dt, {4, 5, 5}, 321));
+                  const auto g = grad({(padded * padded).sum() + (v * v).sum() + (gs * gs).sum() + bl.sum()}, {x, w});
+                  return std::vector<Tensor>{padded, v, gs, bl, g[0], g[1]};
                 }}, 32);
   }
 }

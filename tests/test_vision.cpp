@@ -666,5 +666,110 @@ TEST(Vision, Errors) {
 }
 // clang-format on
 
+// ---------------------------------------------------------------- affine_grid and grid_sample
+
+struct AffineGridCase {
+  const char* name;
+  IntList size;
+  bool align_corners;
+  std::vector<double> theta, grid, theta_grad;
+};
+
+const AffineGridCase kAffineGrid[] = {
+#define KILN_AFFINE_GRID_CASES
+#include "pytorch_grid_sample_table.inc"
+#undef KILN_AFFINE_GRID_CASES
+};
+
+struct GridSampleCase {
+  const char* name;
+  IntList shape;
+  std::vector<double> input;
+  IntList grid_shape;
+  std::vector<double> grid;
+  const char* mode;
+  const char* padding_mode;
+  bool align_corners;
+  std::vector<double> out, grad, grid_grad;
+};
+
+const GridSampleCase kGridSample[] = {
+#include "pytorch_grid_sample_table.inc"
+};
+
+TEST(AffineGrid, MatchesPyTorch) {
+  for (const AffineGridCase& c : kAffineGrid) {
+    Tensor theta = from_vector(c.theta, {c.size[0], 2, 3}).requires_grad_();
+    const Tensor g = F::affine_grid(theta, c.size, c.align_corners);
+    ASSERT_EQ(g.shape(), (IntList{c.size[0], c.size[2], c.size[3], 2})) << c.name;
+    (g * weights_for(g)).sum().backward();
+    expect_close(values(g), c.grid, 1e-14, std::string(c.name) + " values");
+    expect_close(values(theta.grad()), c.theta_grad, 1e-12, std::string(c.name) + " theta grad");
+  }
+}
+
+TEST(GridSample, MatchesPyTorch) {
+  for (const GridSampleCase& c : kGridSample) {
+    Tensor x = from_vector(c.input, c.shape).requires_grad_(), grid = from_vector(c.grid, c.grid_shape).requires_grad_();
+    const Tensor y = F::grid_sample(x, grid, {.mode = c.mode, .padding_mode = c.padding_mode, .align_corners = c.align_corners});
+    ASSERT_EQ(y.shape(), (IntList{c.shape[0], c.shape[1], c.grid_shape[1], c.grid_shape[2]})) << c.name;
+    (y * weights_for(y)).sum().backward();
+    expect_close(values(y), c.out, 1e-12, std::string(c.name) + " values");
+    expect_close(values(x.grad()), c.grad, 1e-12, std::string(c.name) + " input grad");
+    expect_close(values(grid.grad()), c.grid_grad, 1e-12, std::string(c.name) + " grid grad");
+  }
+}
+
+TEST(GridSample, GradcheckNaNAndErrors) {
+  for (const char* pad : {"zeros", "border", "reflection"}) {
+    for (bool align : {false, true}) {
+      const F::GridSampleOptions o{.padding_mode = pad, .align_corners = align};
+      expect_gradcheck([&](const std::vector<Tensor>& v) { return (F::grid_sample(v[0], v[1], o) * v[2]).sum(); },
+                       {rnd({1, 2, 3, 4}, 60), rand({1, 2, 3, 2}, 61, kFloat64) * 2.4 - 1.2, rnd({1, 2, 2, 3}, 62)});
+    }
+  }
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::affine_grid(v[0], {2, 1, 3, 2}) * v[1]).sum(); },
+                   {rnd({2, 2, 3}, 63), rnd({2, 3, 2, 2}, 64)});
+  // a NaN coordinate, as PyTorch's CPU kernel: NaN with zeros padding (nearest: 0), clipped to 0 by border
+  const Tensor x = rnd({1, 1, 2, 2}, 65);
+  const std::vector<double> xv = values(x);
+  const Tensor grid = from_vector(std::vector<double>{std::nan(""), 0.0, 0.0, 0.0}, {1, 1, 2, 2});
+  const std::vector<double> zeros_pad = values(F::grid_sample(x, grid, {.align_corners = true}));
+  EXPECT_TRUE(std::isnan(zeros_pad[0]));
+  EXPECT_NEAR(zeros_pad[1], values(x.mean())[0], 1e-15); // the others are unaffected
+  EXPECT_EQ(values(F::grid_sample(x, grid, {.mode = "nearest", .align_corners = true}))[0], 0.0);
+  EXPECT_NEAR(values(F::grid_sample(x, grid, {.padding_mode = "border", .align_corners = true}))[0], (xv[0] + xv[2]) / 2,
+              1e-15);
+  const Tensor g = rnd({1, 3, 3, 2}, 66);
+  expect_error([&] { (void)F::grid_sample(x, g, {.mode = "bicubic"}); }, __LINE__, "grid_sample", {"mode must be 'bilinear' or 'nearest'"});
+  expect_error([&] { (void)F::grid_sample(x, g, {.padding_mode = "circular"}); }, __LINE__, "grid_sample", {"padding_mode must be"});
+  expect_error([&] { (void)F::grid_sample(x.flatten(2), g); }, __LINE__, "grid_sample", {"f64[1,1,4]", "4-d input"});
+  expect_error([&] { (void)F::grid_sample(x, g.flatten(2)); }, __LINE__, "grid_sample", {"grid [N, Ho, Wo, 2]"});
+  expect_error([&] { (void)F::grid_sample(x, rnd({2, 3, 3, 2}, 67)); }, __LINE__, "grid_sample", {"the same batch size"});
+  expect_error([&] { (void)F::grid_sample(x, g.to(kFloat32)); }, __LINE__, "grid_sample", {"of one dtype"});
+  expect_error([&] { (void)F::affine_grid(rnd({2, 2, 3}, 68), {1, 1, 3, 3}); }, __LINE__, "affine_grid", {"N x 2 x 3", "f64[2,2,3]"});
+  expect_error([&] { (void)F::affine_grid(rnd({1, 2, 3}, 69), {1, 1, 2, 3, 3}); }, __LINE__, "affine_grid", {"2-d grids only"});
+  expect_error([&] { (void)F::affine_grid(rnd({1, 2, 3}, 70), {1, 1, 0, 3}); }, __LINE__, "affine_grid", {"non-zero, positive"});
+}
+
+// A spatial transformer's sampling in one program, and the gradients of its loss.
+std::vector<Tensor> transformer_program(const Tensor& theta, const Tensor& img) {
+  const Tensor grid = F::affine_grid(theta, {2, 2, 3, 4});
+  const Tensor a = F::grid_sample(img, grid, {.padding_mode = "reflection"});
+  const Tensor b = F::grid_sample(img, grid * 1.3, {.mode = "nearest", .padding_mode = "border", .align_corners = true});
+  const Tensor loss = (a * a).sum() + (a * b).sum();
+  std::vector<Tensor> out = {a, b, loss};
+  for (const Tensor& gr : grad({loss}, {theta, img})) out.push_back(gr);
+  return out;
+}
+
+TEST(GridSample, FusedUnfusedAndCompiledAgree) {
+  expect_fused_unfused_and_compiled_agree(
+      [](const std::vector<Tensor>& v) { return transformer_program(v[0], v[1]); },
+      [](uint64_t seed) {
+        return std::vector<Tensor>{randn({2, 2, 3}, seed).requires_grad_(), randn({2, 2, 5, 4}, seed + 1).requires_grad_()};
+      });
+}
+
 } // namespace
 } // namespace kiln

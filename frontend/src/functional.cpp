@@ -472,6 +472,12 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val, Loc loc) {
   return flat_where(logical_or(x <= min_val, x >= max_val), clamp(x, min_val, max_val), x);
 }
 
+Tensor threshold(const Tensor& x, double threshold, double value, Loc loc) {
+  const graph::SourceScope at(loc, "threshold");
+  if (!x.defined()) throw Error("threshold", "the input is undefined", loc);
+  return where(le(x, wrap_scalar(threshold, x, loc), loc), wrap_scalar(value, x, loc), x, loc);
+}
+
 Tensor relu6(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc, "relu6");
   require_floating("relu6", x, loc);
@@ -552,6 +558,42 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, Loc loc) {
 }
 
 // ---------------------------------------------------------------- layers
+
+namespace {
+
+// bilinear's operands checked as PyTorch's: the same rank and leading dims, last dims matching the weight.
+void check_bilinear(const Tensor& x1, const Tensor& x2, const Tensor& w, const Tensor& b, const Loc& loc) {
+  if (!x1.defined() || !x2.defined() || !w.defined())
+    throw Error("bilinear", "an input or the weight is undefined", loc);
+  if (w.dim() != 3) fail("bilinear", "the weight must be [out, in1, in2]", {&x1, &x2, &w}, loc);
+  if (x1.dim() == 0 || x1.dim() != x2.dim())
+    fail("bilinear", "the inputs need the same rank, at least 1", {&x1, &x2, &w}, loc);
+  for (int64_t d = 0; d + 1 < x1.dim(); ++d)
+    if (x1.size(d) != x2.size(d)) fail("bilinear", "the inputs' batch dims differ", {&x1, &x2, &w}, loc);
+  if (x1.size(-1) != w.size(1) || x2.size(-1) != w.size(2))
+    fail("bilinear",
+         "the inputs' last dims must be the weight's in1 = " + std::to_string(w.size(1)) +
+             " and in2 = " + std::to_string(w.size(2)),
+         {&x1, &x2, &w}, loc);
+  if (b.defined() && (b.dim() != 1 || b.size(0) != w.size(0)))
+    fail("bilinear", "the bias must be [out] = [" + std::to_string(w.size(0)) + "]", {&w, &b}, loc);
+}
+
+} // namespace
+
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias, Loc loc) {
+  const graph::SourceScope at(loc, "bilinear"); // nodes made here record the caller's line
+  check_bilinear(x1, x2, weight, bias, loc);
+  const int64_t out = weight.size(0), in1 = weight.size(1), in2 = weight.size(2);
+  const int64_t rows = graph::numel(IntList(x1.shape().begin(), x1.shape().end() - 1));
+  const Tensor wide = weight.permute({1, 0, 2}, loc).reshape({in1, out * in2}, loc); // [in1, out * in2]
+  const Tensor t = matmul(x1.reshape({rows, in1}, loc), wide, loc).reshape({rows, out, in2}, loc);
+  Tensor y = matmul(t, x2.reshape({rows, in2, 1}, loc), loc).reshape({rows, out}, loc);
+  if (bias.defined()) y = y + bias;
+  IntList shape = x1.shape();
+  shape.back() = out;
+  return y.reshape(shape, loc);
+}
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc loc) {
   const graph::SourceScope at(loc, "linear"); // nodes made here record the caller's line
@@ -993,6 +1035,74 @@ Tensor conv3d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   return y.reshape({n, dout, o, hout, wout}, loc).permute({0, 2, 1, 3, 4}, loc);
 }
 
+// conv_transpose3d's checks of what its conv_transpose2d does not see (the depth, the channels, the bias), as
+// PyTorch's: returns the output depth.
+int64_t check_conv_transpose3d(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               const Size3& s, const Size3& p, const Size3& op_pad, int64_t groups, const Size3& d,
+                               const Loc& loc) {
+  if (x.dim() != 5) fail(op, "expects a [N, C, D, H, W] (or unbatched [C, D, H, W]) input", {&x}, loc);
+  if (weight.dim() != 5) fail(op, "the weight must be [in, out/groups, kd, kh, kw]", {&x, &weight}, loc);
+  if (s.d <= 0 || d.d <= 0 || p.d < 0 || op_pad.d < 0)
+    fail(op, "stride and dilation must be positive, padding and output_padding non-negative", {&x}, loc);
+  if (p.d > std::numeric_limits<int64_t>::max() / 4) fail(op, "the padding overflows int64", {&x}, loc);
+  if (op_pad.d >= s.d && op_pad.d >= d.d)
+    fail(op,
+         "output_padding " + graph::shape_str({op_pad.d, op_pad.h, op_pad.w}) +
+             " must be smaller than either the stride " + graph::shape_str({s.d, s.h, s.w}) + " or the dilation " +
+             graph::shape_str({d.d, d.h, d.w}),
+         {&x}, loc);
+  const int64_t in = weight.size(0);
+  if (groups <= 0 || in % groups != 0)
+    fail(op,
+         "groups=" + std::to_string(groups) + " must be positive and divide the weight's in channels " +
+             std::to_string(in),
+         {&x, &weight}, loc);
+  if (x.size(1) != in)
+    fail(op,
+         "channels do not match: input has " + std::to_string(x.size(1)) +
+             ", the weight [in, out/groups, ...] expects " + std::to_string(in),
+         {&x, &weight}, loc);
+  const int64_t out = weight.size(1) * groups;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out))
+    fail(op, "the bias must be [out] = [" + std::to_string(out) + "]", {&weight, &bias}, loc);
+  if (x.size(2) <= 0 || x.size(3) <= 0 || x.size(4) <= 0)
+    fail(op, "the input's spatial extents must be positive", {&x}, loc);
+  const auto dout = transposed_extent(x.size(2), weight.size(2), s.d, p.d, op_pad.d, d.d);
+  if (!dout) fail(op, "the output size overflows int64", {&x, &weight}, loc);
+  if (*dout <= 0) fail(op, "the output depth " + std::to_string(*dout) + " is too small", {&x, &weight}, loc);
+  return *dout;
+}
+
+// conv_transpose3d of a batched x: conv_transpose2d of [N * D, C, H, W] with the weight [C, O/g * kd, kh, kw]
+// (each depth tap an output channel), then each tap's slab [N, D, O, Ho, Wo] spread along D by the stride
+// (zeros between), shifted by tap * dilation, summed, and cropped by the padding: the depth's col2im, built from
+// pads and a slice (exact gradients; conv_transpose2d's own for the rest).
+Tensor conv_transpose3d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& s, const Size3& p,
+                             const Size3& op_pad, int64_t groups, const Size3& d, const Loc& loc) {
+  const char* op = "conv_transpose3d";
+  const int64_t dout = check_conv_transpose3d(op, x, weight, bias, s, p, op_pad, groups, d, loc);
+  const int64_t n = x.size(0), c = x.size(1), depth = x.size(2), kd = weight.size(2), out = weight.size(1) * groups;
+  const Tensor x2 = x.permute({0, 2, 1, 3, 4}, loc).reshape({n * depth, c, x.size(3), x.size(4)}, loc);
+  const Tensor w2 = weight.reshape({c, weight.size(1) * kd, weight.size(3), weight.size(4)}, loc);
+  const Tensor t = conv_transpose2d_impl(op, x2, w2, Tensor(), Size2(s.h, s.w), Size2(p.h, p.w),
+                                         Size2(op_pad.h, op_pad.w), groups, Size2(d.h, d.w), loc);
+  const int64_t ho = t.size(2), wo = t.size(3);
+  const Tensor taps = t.reshape({n, depth, out, kd, ho, wo}, loc);
+  const int64_t spread = (depth - 1) * s.d + 1, full = spread + d.d * (kd - 1) + op_pad.d;
+  Tensor y;
+  for (int64_t j = 0; j < kd; ++j) {
+    Tensor slab = taps.slice(3, j, j + 1, 1, loc).squeeze(3, loc); // [N, D, O, Ho, Wo]
+    if (s.d > 1) // zeros between the depth slices: [N, D, s, O, Ho, Wo] merged, cut after the last slice
+      slab = pad(slab.unsqueeze(2, loc), {0, 0, 0, 0, 0, 0, 0, s.d - 1}, 0, loc)
+                 .reshape({n, depth * s.d, out, ho, wo}, loc)
+                 .slice(1, 0, spread, 1, loc);
+    const Tensor placed = pad(slab, {0, 0, 0, 0, 0, 0, j * d.d, full - spread - j * d.d}, 0, loc);
+    y = y.defined() ? y + placed : placed;
+  }
+  y = y.slice(1, p.d, p.d + dout, 1, loc).permute({0, 2, 1, 3, 4}, loc); // [N, O, Do, Ho, Wo]
+  return bias.defined() ? y + bias.reshape({out, 1, 1, 1}, loc) : y;
+}
+
 // The padding of 3-d pooling: at most half the kernel in each dim, as PyTorch's.
 void check_half_kernel(const char* op, const Tensor& x, const Size3& k, const Size3& p, const Loc& loc) {
   if (p.d > k.d / 2 || p.h > k.h / 2 || p.w > k.w / 2)
@@ -1042,6 +1152,16 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const S
   if (!x.defined() || !weight.defined()) throw Error("conv3d", "the input or the weight is undefined", loc);
   return batched3(
       x, loc, [&](const Tensor& xb) { return conv3d_impl(xb, weight, bias, stride, padding, dilation, groups, loc); });
+}
+
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Size3& stride,
+                        const Size3& padding, const Size3& output_padding, int64_t groups, const Size3& dilation,
+                        Loc loc) {
+  const graph::SourceScope at(loc, "conv_transpose3d"); // nodes made here record the caller's line
+  if (!x.defined() || !weight.defined()) throw Error("conv_transpose3d", "the input or the weight is undefined", loc);
+  return batched3(x, loc, [&](const Tensor& xb) {
+    return conv_transpose3d_impl(xb, weight, bias, stride, padding, output_padding, groups, dilation, loc);
+  });
 }
 
 Tensor max_pool3d(const Tensor& x, const Size3& kernel, std::optional<Size3> stride, const Size3& padding,

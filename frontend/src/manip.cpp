@@ -3,6 +3,7 @@
 // fusion, compile() and CUDA come with them.
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "frontend/src/tensor_impl.h"
@@ -74,7 +75,90 @@ std::pair<Tensor, int64_t> interleave_target(const Tensor& x, std::optional<int6
   return {x, wrap_dim_or_fail("repeat_interleave", *dim, x, loc)};
 }
 
+// The (before, after) amounts of pad's mode `m` for dim d (of extent n), checked as PyTorch 1.13's
+// reflection, replication and circular pads check them.
+void check_mode_amounts(const std::string& m, const Tensor& x, int64_t d, int64_t b, int64_t e, const Loc& loc) {
+  const int64_t n = x.size(d);
+  const std::string amounts = "(" + std::to_string(b) + ", " + std::to_string(e) + ") of dim " + std::to_string(d);
+  const std::string extent = " its extent " + std::to_string(n);
+  const int64_t big = std::numeric_limits<int64_t>::max() / 4;
+  if (b > big || e > big || b < -big || e < -big) fail("pad", "padding " + amounts + " overflows", {&x}, loc);
+  if (m == "reflect" && (b >= n || e >= n))
+    fail("pad", "mode reflect needs padding " + amounts + " less than" + extent, {&x}, loc);
+  if (m == "circular" && (b > n || e > n))
+    fail("pad", "mode circular's padding " + amounts + " wraps around more than once: it exceeds" + extent, {&x}, loc);
+  if (m != "circular" && n + b + e < 1)
+    fail("pad", "mode " + m + "'s padding " + amounts + " leaves no element of" + extent, {&x}, loc);
+  const int64_t core = n - std::max<int64_t>(-b, 0) - std::max<int64_t>(-e, 0); // circular crops first
+  if (m == "circular" && core < 0) fail("pad", "padding " + amounts + " crops more than" + extent, {&x}, loc);
+  if (m == "circular" && (b > core || e > core))
+    fail("pad",
+         "mode circular's padding " + amounts + " wraps around more than once: it exceeds the " + std::to_string(core) +
+             " elements left of" + extent + " by the negative amount",
+         {&x}, loc);
+}
+
+// x (extent n along d) reflected (mirrored about its edge elements) or replicated (its edge elements
+// repeated) by b before and e after, where both are not negative.
+Tensor edges_padded(const Tensor& x, bool reflect, int64_t d, int64_t b, int64_t e, const Loc& loc) {
+  const int64_t n = x.size(d);
+  auto repeated = [&](int64_t at, int64_t k) {
+    IntList wide = x.shape();
+    wide[static_cast<size_t>(d)] = k;
+    return slice(x, d, at, at + 1, 1, loc).expand(wide, loc);
+  };
+  std::vector<Tensor> parts;
+  if (b > 0) parts.push_back(reflect ? reversed_along(slice(x, d, 1, b + 1, 1, loc), d, loc) : repeated(0, b));
+  parts.push_back(x);
+  if (e > 0)
+    parts.push_back(reflect ? reversed_along(slice(x, d, n - 1 - e, n - 1, 1, loc), d, loc) : repeated(n - 1, e));
+  return parts.size() == 1 ? x : concat(parts, d, loc);
+}
+
+// pad's non-constant mode `m` along dim d by (b, e), which check_mode_amounts accepted.
+Tensor mode_padded(const std::string& m, const Tensor& x, int64_t d, int64_t b, int64_t e, const Loc& loc) {
+  const int64_t cut_b = std::max<int64_t>(-b, 0), cut_e = std::max<int64_t>(-e, 0);
+  if (m != "circular") { // pad by the positive amounts, then crop the result by the negative ones
+    const Tensor y = edges_padded(x, m == "reflect", d, std::max<int64_t>(b, 0), std::max<int64_t>(e, 0), loc);
+    return cut_b + cut_e == 0 ? y : slice(y, d, cut_b, y.size(d) - cut_e, 1, loc);
+  }
+  const Tensor core = cut_b + cut_e == 0 ? x : slice(x, d, cut_b, x.size(d) - cut_e, 1, loc);
+  const int64_t n = core.size(d);
+  std::vector<Tensor> parts;
+  if (b > 0) parts.push_back(slice(core, d, n - b, n, 1, loc));
+  parts.push_back(core);
+  if (e > 0) parts.push_back(slice(core, d, 0, e, 1, loc));
+  return parts.size() == 1 ? core : concat(parts, d, loc);
+}
+
 } // namespace
+
+Tensor pad(const Tensor& x, IntList pads, PadMode mode, Scalar value, Loc loc) {
+  const graph::SourceScope at(loc, "pad"); // nodes made here record the caller's line
+  const std::string& m = mode.name;
+  if (m == "constant") return pad(x, std::move(pads), value, loc);
+  if (!x.defined()) throw Error("pad", "the input is undefined", loc);
+  if (m != "reflect" && m != "replicate" && m != "circular")
+    fail("pad", "unknown mode \"" + m + "\": constant, reflect, replicate or circular", {&x}, loc);
+  if (value.to_double() != 0)
+    fail("pad", "mode " + m + " takes no value (got " + std::to_string(value.to_double()) + ")", {&x}, loc);
+  const int64_t k = static_cast<int64_t>(pads.size()) / 2;
+  if (pads.size() % 2 != 0 || k < 1 || k > 3)
+    fail("pad", "mode " + m + " needs (before, after) pairs for the last 1, 2 or 3 dims, got " + graph::shape_str(pads),
+         {&x}, loc);
+  const bool rank_ok = m == "circular" ? x.dim() == k + 2 : x.dim() == k + 1 || x.dim() == k + 2;
+  if (!rank_ok)
+    fail("pad",
+         "mode " + m + " pads " + std::to_string(k) + " dims of a " +
+             (m == "circular" ? std::to_string(k + 2) + "-d"
+                              : std::to_string(k + 1) + "-d or " + std::to_string(k + 2) + "-d") +
+             " input, got a " + std::to_string(x.dim()) + "-d one",
+         {&x}, loc);
+  for (int64_t i = 0; i < k; ++i) check_mode_amounts(m, x, x.dim() - 1 - i, pads[2 * i], pads[2 * i + 1], loc);
+  Tensor y = x;
+  for (int64_t i = 0; i < k; ++i) y = mode_padded(m, y, x.dim() - 1 - i, pads[2 * i], pads[2 * i + 1], loc);
+  return y;
+}
 
 Tensor flip(const Tensor& x, IntList dims, Loc loc) {
   const graph::SourceScope at(loc, "flip"); // nodes made here record the caller's line

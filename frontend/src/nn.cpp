@@ -48,6 +48,32 @@ template <class E> void check_padding_option(const char* op, const ConvPadding<E
     throw Error(op, "padding='same' is not supported for strided convolutions", loc);
 }
 
+// A convolution module's padding_mode known, checked where it is made (PyTorch's ValueError of _ConvNd's constructor).
+void check_padding_mode(const char* op, const std::string& m, const Loc& loc) {
+  if (m != "zeros" && m != "reflect" && m != "replicate" && m != "circular")
+    throw Error(
+        op, "padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', but got padding_mode='" + m + "'",
+        loc);
+}
+
+// What a convolution module whose padding_mode is not "zeros" pads its input by, in kiln::pad's order (last dim
+// first), from its spatial dims' paddings, kernel sizes and dilations (first dim first): `size` on both sides,
+// none for "valid", "same"'s dilation * (kernel - 1) in all with the odd one after, as PyTorch's
+// _reversed_padding_repeated_twice.
+IntList mode_pads(PaddingMode mode, const IntList& size, const IntList& kernel, const IntList& dilation) {
+  IntList pads;
+  for (size_t i = size.size(); i-- > 0;) {
+    const int64_t total = mode == PaddingMode::Same    ? dilation[i] * (kernel[i] - 1)
+                          : mode == PaddingMode::Valid ? 0
+                                                       : 2 * size[i];
+    pads.insert(pads.end(), {total / 2, total - total / 2});
+  }
+  return pads;
+}
+
+// ", padding_mode=reflect" when it is not the default, as PyTorch's repr of a convolution.
+std::string padding_mode_str(const std::string& m) { return m == "zeros" ? "" : ", padding_mode=" + m; }
+
 // A convolution module's padding as PyTorch's repr writes it: the string, or the extents by `extents`.
 template <class E, class F> std::string padding_str(const ConvPadding<E>& p, F extents) {
   switch (p.mode) {
@@ -279,6 +305,32 @@ std::string Linear::extra_repr() const {
          ", bias=" + (bias.defined() ? "true" : "false");
 }
 
+// ---------------------------------------------------------------- Bilinear
+
+Bilinear::Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool with_bias, Loc loc) {
+  if (in1_features <= 0 || in2_features <= 0 || out_features <= 0)
+    throw Error("Bilinear",
+                "features must be positive, got in1=" + std::to_string(in1_features) +
+                    ", in2=" + std::to_string(in2_features) + ", out=" + std::to_string(out_features),
+                loc);
+  const detail::UserCall call("Bilinear", loc); // errors of making the parameters (memory) are Bilinear's
+  const graph::SourceScope at(loc);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in1_features)); // PyTorch's reset_parameters
+  weight = register_parameter("weight", uniform({out_features, in1_features, in2_features}, bound));
+  if (with_bias) bias = register_parameter("bias", uniform({out_features}, bound));
+}
+
+Tensor Bilinear::forward(const Tensor& x1, const Tensor& x2, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  return functional::bilinear(x1, x2, weight, bias);
+}
+
+std::string Bilinear::extra_repr() const {
+  return "in1_features=" + std::to_string(weight.size(1)) + ", in2_features=" + std::to_string(weight.size(2)) +
+         ", out_features=" + std::to_string(weight.size(0)) + ", bias=" + (bias.defined() ? "true" : "false");
+}
+
 // ---------------------------------------------------------------- Conv2d
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions opts, Loc loc)
@@ -289,6 +341,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size.h <= 0 || kernel_size.w <= 0) throw Error("Conv2d", "the kernel size must be positive", loc);
   check_padding_option("Conv2d", opts.padding, opts.stride.h != 1 || opts.stride.w != 1, loc);
+  check_padding_mode("Conv2d", opts.padding_mode, loc);
   const detail::UserCall call("Conv2d", loc);
   const graph::SourceScope at(loc);
   const int64_t fan_in = in_channels / g * kernel_size.h * kernel_size.w;
@@ -298,14 +351,20 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
 }
 
 Tensor Conv2d::forward_impl(const Tensor& x) {
-  return functional::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  if (options.padding_mode == "zeros")
+    return functional::conv2d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  const Size2& p = options.padding.size;
+  const IntList pads =
+      mode_pads(options.padding.mode, {p.h, p.w}, {kernel_.h, kernel_.w}, {options.dilation.h, options.dilation.w});
+  return functional::conv2d(pad(x, pads, options.padding_mode), weight, bias, options.stride, 0, options.dilation,
+                            options.groups);
 }
 
 std::string Conv2d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size2_str(kernel_) +
          ", stride=" + size2_str(options.stride) + ", padding=" + padding_str(options.padding, size2_str) +
          ", dilation=" + size2_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
-         ", bias=" + (bias.defined() ? "true" : "false");
+         ", bias=" + (bias.defined() ? "true" : "false") + padding_mode_str(options.padding_mode);
 }
 
 // ---------------------------------------------------------------- Conv1d
@@ -318,6 +377,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
                               ") must be positive and divisible by groups=" + std::to_string(g), loc);
   if (kernel_size <= 0) throw Error("Conv1d", "the kernel size must be positive", loc);
   check_padding_option("Conv1d", opts.padding, opts.stride != 1, loc);
+  check_padding_mode("Conv1d", opts.padding_mode, loc);
   const detail::UserCall call("Conv1d", loc);
   const graph::SourceScope at(loc);
   // Kaiming-uniform with a = sqrt(5) over fan_in = in/groups * k, as the bias: bound 1/sqrt(fan_in).
@@ -327,7 +387,11 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
 }
 
 Tensor Conv1d::forward_impl(const Tensor& x) {
-  return functional::conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  if (options.padding_mode == "zeros")
+    return functional::conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  const IntList pads = mode_pads(options.padding.mode, {options.padding.size}, {kernel_}, {options.dilation});
+  return functional::conv1d(pad(x, pads, options.padding_mode), weight, bias, options.stride, 0, options.dilation,
+                            options.groups);
 }
 
 std::string Conv1d::extra_repr() const {
@@ -335,7 +399,7 @@ std::string Conv1d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + one(kernel_) +
          ", stride=" + one(options.stride) + ", padding=" + padding_str(options.padding, one) +
          ", dilation=" + one(options.dilation) + ", groups=" + std::to_string(options.groups) +
-         ", bias=" + (bias.defined() ? "true" : "false");
+         ", bias=" + (bias.defined() ? "true" : "false") + padding_mode_str(options.padding_mode);
 }
 
 // ---------------------------------------------------------------- ConvTranspose2d, ConvTranspose1d
@@ -629,6 +693,7 @@ Conv3d::Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Con
                 loc);
   if (kernel_size.d <= 0 || kernel_size.h <= 0 || kernel_size.w <= 0)
     throw Error("Conv3d", "the kernel size must be positive", loc);
+  check_padding_mode("Conv3d", opts.padding_mode, loc);
   const detail::UserCall call("Conv3d", loc);
   const graph::SourceScope at(loc);
   const int64_t fan_in = in_channels / g * kernel_size.d * kernel_size.h * kernel_size.w;
@@ -639,14 +704,38 @@ Conv3d::Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Con
 }
 
 Tensor Conv3d::forward_impl(const Tensor& x) {
-  return functional::conv3d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  if (options.padding_mode == "zeros")
+    return functional::conv3d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  const Size3 &p = options.padding, &k = kernel_, &d = options.dilation;
+  const IntList pads = mode_pads(PaddingMode::Explicit, {p.d, p.h, p.w}, {k.d, k.h, k.w}, {d.d, d.h, d.w});
+  return functional::conv3d(pad(x, pads, options.padding_mode), weight, bias, options.stride, 0, options.dilation,
+                            options.groups);
 }
 
 std::string Conv3d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
          ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +
          ", dilation=" + size3_str(options.dilation) + ", groups=" + std::to_string(options.groups) +
-         ", bias=" + (bias.defined() ? "true" : "false");
+         ", bias=" + (bias.defined() ? "true" : "false") + padding_mode_str(options.padding_mode);
+}
+
+ConvTranspose3d::ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size,
+                                 ConvTranspose3dOptions opts, Loc loc)
+    : options(opts), in_(in_channels), out_(out_channels), kernel_(kernel_size) {
+  make_transposed_parameters(*this, weight, bias, "ConvTranspose3d", in_channels, out_channels, opts.groups,
+                             {kernel_size.d, kernel_size.h, kernel_size.w}, opts.bias, loc);
+}
+
+Tensor ConvTranspose3d::forward_impl(const Tensor& x) {
+  return functional::conv_transpose3d(x, weight, bias, options.stride, options.padding, options.output_padding,
+                                      options.groups, options.dilation);
+}
+
+std::string ConvTranspose3d::extra_repr() const {
+  return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
+         ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +
+         ", output_padding=" + size3_str(options.output_padding) + ", dilation=" + size3_str(options.dilation) +
+         ", groups=" + std::to_string(options.groups) + ", bias=" + (bias.defined() ? "true" : "false");
 }
 
 Tensor MaxPool3d::forward_impl(const Tensor& x) {
@@ -729,6 +818,45 @@ std::string Upsample::extra_repr() const {
                                ? "scale_factor=" + py_value_or_tuple(options.scale_factor, py_float)
                                : "size=" + py_value_or_tuple(options.size, [](int64_t v) { return std::to_string(v); });
   return what + ", mode='" + options.mode + "'";
+}
+
+// ---------------------------------------------------------------- Softmax2d, Threshold, Unflatten
+
+Tensor Softmax2d::forward_impl(const Tensor& x) {
+  if (x.dim() != 3 && x.dim() != 4)
+    detail::fail("Softmax2d", "needs a 3-d or 4-d input ([N, C, H, W] or [C, H, W])", {&x}, Loc::current());
+  return functional::softmax(x, -3);
+}
+
+std::string Threshold::extra_repr() const {
+  return "threshold=" + py_float(threshold_) + ", value=" + py_float(value_);
+}
+
+std::string Unflatten::extra_repr() const {
+  std::string sizes = "(";
+  for (int64_t v : sizes_) sizes += (sizes.size() > 1 ? ", " : "") + std::to_string(v);
+  return "dim=" + std::to_string(dim_) + ", unflattened_size=" + sizes + (sizes_.size() == 1 ? ",)" : ")");
+}
+
+// ---------------------------------------------------------------- padding modules
+
+Pad::Pad(std::string name, std::string pad_mode, int64_t dims, IntList amounts, double v, Loc loc)
+    : padding(std::move(amounts)), mode(std::move(pad_mode)), value(v), name_(std::move(name)) {
+  if (padding.size() == 1) padding.assign(static_cast<size_t>(2 * dims), padding[0]);
+  if (static_cast<int64_t>(padding.size()) != 2 * dims)
+    throw Error(name_,
+                "needs one padding or " + std::to_string(2 * dims) + " (before, after), got " +
+                    std::to_string(padding.size()) + " values",
+                loc);
+}
+
+Tensor Pad::forward_impl(const Tensor& x) { return pad(x, padding, mode, value); }
+
+std::string Pad::extra_repr() const {
+  std::string amounts = "(";
+  for (int64_t v : padding) amounts += (amounts.size() > 1 ? ", " : "") + std::to_string(v);
+  amounts += ")";
+  return name_.starts_with("ConstantPad") ? "padding=" + amounts + ", value=" + py_float(value) : amounts;
 }
 
 // ---------------------------------------------------------------- BatchNorm
@@ -1079,6 +1207,62 @@ Module& ModuleList::operator[](ModuleIndex index) const {
     throw Error("ModuleList", "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " modules",
                 index.loc);
   return *children()[static_cast<size_t>(i < 0 ? i + n : i)].second;
+}
+
+ParameterList::ParameterList(const std::vector<Tensor>& params, Loc loc) {
+  for (const Tensor& p : params) append(p, loc);
+}
+
+Tensor ParameterList::append(Tensor t, Loc loc) {
+  if (!t.defined()) throw Error("ParameterList::append", "cannot append an undefined tensor", loc);
+  return register_parameter(std::to_string(size()), std::move(t), loc);
+}
+
+Tensor ParameterList::operator[](ModuleIndex index) const {
+  const auto n = static_cast<int64_t>(size());
+  const int64_t i = index.i;
+  if (i < -n || i >= n)
+    throw Error("ParameterList",
+                "index " + std::to_string(i) + " is out of range for " + std::to_string(n) + " parameters", index.loc);
+  return param_slots()[static_cast<size_t>(i < 0 ? i + n : i)].second;
+}
+
+bool ParameterDict::contains(const std::string& key) const {
+  return std::any_of(param_slots().begin(), param_slots().end(), [&](const auto& p) { return p.first == key; });
+}
+
+Tensor ParameterDict::operator[](const ModuleKey& key) const {
+  for (const auto& [k, t] : param_slots())
+    if (k == key.key) return t;
+  throw Error("ParameterDict", "no parameter named \"" + key.key + "\"", key.loc);
+}
+
+std::vector<std::string> ParameterDict::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, t] : param_slots()) out.push_back(k);
+  return out;
+}
+
+Tensor ParameterDict::pop(const std::string& key, Loc loc) {
+  auto& slots = param_slots();
+  auto it = std::find_if(slots.begin(), slots.end(), [&](const auto& p) { return p.first == key; });
+  if (it == slots.end()) throw Error("ParameterDict", "no parameter named \"" + key + "\"", loc);
+  Tensor t = std::move(it->second);
+  slots.erase(it);
+  return t;
+}
+
+Tensor ParameterDict::insert(const std::string& key, Tensor t, Loc loc) {
+  if (key.empty() || key.find('.') != std::string::npos)
+    throw Error("ParameterDict", "a key must be non-empty and contain no '.', got \"" + key + "\"", loc);
+  if (!t.defined()) throw Error("ParameterDict", "parameter \"" + key + "\" is undefined", loc);
+  for (auto& [k, slot] : param_slots())
+    if (k == key) {
+      if (!t.requires_grad()) t.requires_grad_(true, loc);
+      slot = t;
+      return t;
+    }
+  return register_parameter(key, std::move(t), loc);
 }
 
 bool ModuleDict::contains(const std::string& key) const {

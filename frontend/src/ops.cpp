@@ -930,6 +930,30 @@ Tensor Tensor::flatten(int64_t start, int64_t end, Loc loc) const {
   out.insert(out.end(), shape().begin() + e + 1, shape().end());
   return kiln::reshape(*this, out, loc);
 }
+Tensor Tensor::unflatten(int64_t dim, IntList sizes, Loc loc) const {
+  const graph::SourceScope at(loc, "unflatten"); // nodes made here record the caller's line
+  if (this->dim() == 0) fail("unflatten", "a 0-d tensor has no dim to unflatten", {this}, loc);
+  const int64_t d = dim_or_fail("unflatten", dim, *this, loc), n = size(d);
+  if (sizes.empty()) fail("unflatten", "sizes must be non-empty", {this}, loc);
+  int64_t known = 1, inferred = 0;
+  for (int64_t s : sizes) {
+    if (s < -1) fail("unflatten", "sizes can not be negative, got " + graph::shape_str(sizes), {this}, loc);
+    if (s == -1) ++inferred;
+    else if (__builtin_mul_overflow(known, s, &known)) known = -1; // past any extent: the check below fails
+  }
+  if (inferred > 1) fail("unflatten", "only one size can be -1, got " + graph::shape_str(sizes), {this}, loc);
+  if (inferred ? known <= 0 || n % known != 0 : known != n)
+    fail("unflatten",
+         "provided sizes " + graph::shape_str(sizes) + " don't multiply up to the size of dim " + std::to_string(d) +
+             " (" + std::to_string(n) + ")",
+         {this}, loc);
+  for (int64_t& s : sizes)
+    if (s == -1) s = n / known;
+  IntList out(shape().begin(), shape().begin() + d);
+  out.insert(out.end(), sizes.begin(), sizes.end());
+  out.insert(out.end(), shape().begin() + d + 1, shape().end());
+  return kiln::reshape(*this, out, loc);
+}
 Tensor Tensor::permute(IntList d, Loc loc) const { return kiln::permute(*this, std::move(d), loc); }
 Tensor Tensor::transpose(int64_t d0, int64_t d1, Loc loc) const { return kiln::transpose(*this, d0, d1, loc); }
 Tensor Tensor::t(Loc loc) const {

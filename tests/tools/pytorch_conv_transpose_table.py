@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the PyTorch references of tests/test_conv_transpose.cpp, values and gradients of d(sum(out * u)) with
 u = 1, 2, 3, ... (in the output's dtype):
-    tests/pytorch_conv_transpose_table.inc   conv_transpose1d and conv_transpose2d (stride, padding, output_padding,
+    tests/pytorch_conv_transpose_table.inc   conv_transpose1d, 2d and 3d (stride, padding, output_padding,
                                              dilation, groups, bias; input, weight and bias grads)
     tests/pytorch_avg_pool_divisor_table.inc avg_pool2d with divisor_override (ceil_mode, padding, unbatched)
 Run with Debian's python3-torch (1.13) from the repository root:
@@ -21,7 +21,7 @@ F64 = torch.float64
 
 
 # (name, input shape, weight shape [in, out/groups, k...], bias, stride, padding, output_padding, groups, dilation);
-# the weight's rank says 1-d or 2-d, and the per-dim arguments have one value per spatial dim.
+# the weight's rank says 1-d, 2-d or 3-d, and the per-dim arguments have one value per spatial dim.
 CONV_T = [
     ("2d_basic_bias", [2, 3, 4, 5], [3, 2, 3, 3], True, [1, 1], [0, 0], [0, 0], 1, [1, 1]),
     ("2d_stride2_pad1_outpad1", [2, 3, 4, 4], [3, 4, 3, 3], True, [2, 2], [1, 1], [1, 1], 1, [1, 1]),
@@ -42,6 +42,13 @@ CONV_T = [
     ("1d_outpad_below_dilation", [1, 2, 4], [2, 2, 3], False, [1], [0], [1], 1, [2]),
     ("1d_unbatched", [3, 5], [3, 2, 2], True, [2], [0], [0], 1, [1]),
     ("1d_padding_past_kernel", [2, 2, 6], [2, 3, 2], True, [3], [2], [0], 1, [1]),
+    ("3d_basic_bias", [2, 2, 3, 3, 4], [2, 3, 2, 2, 3], True, [1, 1, 1], [0, 0, 0], [0, 0, 0], 1, [1, 1, 1]),
+    ("3d_stride_pad_outpad", [1, 2, 3, 3, 3], [2, 2, 3, 3, 2], True, [2, 2, 1], [1, 1, 0], [1, 0, 0], 1, [1, 1, 1]),
+    ("3d_groups2_dilation", [1, 4, 3, 2, 3], [4, 1, 2, 2, 2], False, [3, 1, 2], [1, 0, 1], [2, 0, 1], 2, [2, 1, 1]),
+    ("3d_depth_padding_past_kernel", [1, 1, 4, 2, 2], [1, 2, 2, 1, 2], True, [3, 1, 1], [2, 0, 1], [1, 0, 0], 1,
+     [1, 1, 1]),
+    ("3d_unbatched", [2, 2, 3, 2], [2, 2, 2, 2, 2], True, [2, 1, 2], [0, 1, 0], [1, 0, 1], 1, [1, 1, 1]),
+    ("3d_empty_batch", [0, 2, 2, 2, 2], [2, 2, 2, 2, 2], True, [1, 1, 1], [0, 0, 0], [0, 0, 0], 1, [1, 1, 1]),
 ]
 
 # (name, input shape, kernel, stride (None: the kernel), padding, ceil_mode, count_include_pad, divisor_override)
@@ -62,7 +69,7 @@ def conv_transpose_table(out):
         x = torch.randn(xs, generator=gen, dtype=F64).requires_grad_()
         w = torch.randn(ws, generator=gen, dtype=F64).requires_grad_()
         b = torch.randn(ws[1] * g, generator=gen, dtype=F64).requires_grad_() if with_bias else None
-        f = F.conv_transpose1d if len(ws) == 3 else F.conv_transpose2d
+        f = {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[len(ws)]
         y = f(x, w, b, s, p, op, g, d)
         (y * weights_for(y)).sum().backward()
         out.write('{"%s", %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s, %s, %s, %s, %s},\n' % (

@@ -126,6 +126,9 @@ Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
 /// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has
 /// one channel) broadcast along dim 1; the gradient at 0 is the weight, as PyTorch's.
 Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
+/// x where x > threshold, else `value` (a NaN stays NaN), as torch.nn.functional.threshold; the gradient is 1
+/// where x > threshold, else 0.
+Tensor threshold(const Tensor& x, double threshold, double value, Loc loc = Loc::current());
 /// softmax(-x, dim).
 Tensor softmin(const Tensor& x, int64_t dim, Loc loc = Loc::current());
 
@@ -165,6 +168,11 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingB
 // ---------------------------------------------------------------- layers
 /// x W^T + b for x [..., in], weight [out, in], optional bias [out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Loc loc = Loc::current());
+/// y[..., o] = x1[..., :] weight[o] x2[..., :] + bias[o] for x1 [..., in1], x2 [..., in2] (the same leading dims),
+/// weight [out, in1, in2] and an optional bias [out], as torch.nn.functional.bilinear: one [B, in1] x [in1, out * in2]
+/// product and one batched product with x2.
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = Tensor(),
+                Loc loc = Loc::current());
 /// 2-d cross-correlation of x [N, C, H, W] (or unbatched [C, H, W], as PyTorch) with weight [O, C/groups, kh, kw]
 /// (im2col + matmul), with torch.nn.functional.conv2d's defaults (no bias, stride 1, padding 0, dilation 1, one group).
 /// The padding may be "valid" (none) or "same" (stride 1 only: the output has the input's extents; see PaddingMode).
@@ -190,6 +198,13 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size2& stride = 1,
                         const Size2& padding = 0, const Size2& output_padding = 0, int64_t groups = 1,
                         const Size2& dilation = 1, Loc loc = Loc::current());
+/// 3-d transposed convolution of x [N, C, D, H, W] (or unbatched [C, D, H, W]) with weight [C, out/groups, kd, kh,
+/// kw], as torch.nn.functional.conv_transpose3d (its argument order, defaults, output extents and output_padding
+/// rule): one conv_transpose2d of every depth slice with the depth taps as output channels, whose slabs are spread
+/// by the depth stride, shifted by tap * dilation, summed and cropped by the padding.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Size3& stride = 1,
+                        const Size3& padding = 0, const Size3& output_padding = 0, int64_t groups = 1,
+                        const Size3& dilation = 1, Loc loc = Loc::current());
 /// 1-d transposed convolution of x [N, C, L] (or unbatched [C, L]) with weight [C, out/groups, k], as
 /// torch.nn.functional.conv_transpose1d (its argument order and defaults): conv_transpose2d over a unit height.
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
@@ -303,6 +318,23 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc:
 /// The channels of x [N, C, *] regrouped: [N, g, C / g, *] with the two group dims swapped, as
 /// torch.nn.functional.channel_shuffle (ShuffleNet); C must be divisible by groups.
 Tensor channel_shuffle(const Tensor& x, int64_t groups, Loc loc = Loc::current());
+/// The sampling grid [N, H, W, 2] of the affine maps theta [N, 2, 3] (floating) for an output of `size`
+/// {N, C, H, W}, as torch.nn.functional.affine_grid (2-d only): theta applied to the (x, y, 1) of each output
+/// pixel's normalized center (align_corners false: (2i + 1) / W - 1) or corner (true: -1 ... 1); one matmul.
+Tensor affine_grid(const Tensor& theta, const IntList& size, bool align_corners = false, Loc loc = Loc::current());
+/// Options of grid_sample, in PyTorch's argument order (designated initializers: `{.mode = "nearest"}`).
+struct GridSampleOptions {
+  std::string mode = "bilinear"; ///< "bilinear" or "nearest" (round half to even, as PyTorch's)
+  std::string padding_mode = "zeros"; ///< "zeros", "border" (clipped) or "reflection" (mirrored, then clipped)
+  bool align_corners = false; ///< true: -1 and 1 are the corner pixels' centers; false: their outer edges
+};
+/// input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1]), as torch.nn.functional.grid_sample
+/// (2-d only): [N, C, Ho, Wo]. Built from gathers of the input plane and the corners' weights, so the gradient of
+/// the input (scatter-added) and of the grid (through the weights; 0 for "nearest", and at border and reflection
+/// clips, as PyTorch's) come from autograd. A NaN coordinate gives NaN with "zeros" padding ("nearest": 0) and is
+/// clipped to 0 by "border" and "reflection", as PyTorch's CPU kernel.
+Tensor grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOptions& options = {},
+                   Loc loc = Loc::current());
 /// Max over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
 /// torch.nn.functional.adaptive_max_pool2d (adaptive_avg_pool2d's windows and checks). Its gradient goes to the
 /// element adaptive_max_pool2d_with_indices names.

@@ -148,6 +148,10 @@ protected:
   friend class SyncBatchNorm; // convert_sync_batchnorm replaces submodules
   /// The direct submodules, for containers that insert, replace or rename them (ModuleList, ModuleDict).
   std::vector<std::pair<std::string, std::shared_ptr<Module>>>& child_slots() { return children_; }
+  /// The own parameters, for containers that read or replace them (ParameterList, ParameterDict).
+  NamedTensors& param_slots() { return params_; }
+  /// The own parameters, read-only.
+  const NamedTensors& param_slots() const { return params_; }
   /// A module value or shared pointer as a shared pointer to a module (what the containers hold).
   template <class M> static std::shared_ptr<Module> shared_module(M module) {
     if constexpr (std::is_null_pointer_v<M>) return nullptr; // the container's kiln::Error names the caller's line
@@ -219,6 +223,21 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 };
 
+/// y = x1^T A x2 + b per output feature (functional::bilinear), for x1 [..., in1] and x2 [..., in2], as
+/// torch.nn.Bilinear.
+class Bilinear : public Module {
+public:
+  /// Weight [out, in1, in2] and bias [out], both uniform in +-1/sqrt(in1), as PyTorch's nn.Bilinear.
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true,
+           Loc loc = Loc::current());
+  /// bilinear(x1, x2, weight, bias); a direct call names the caller's line
+  Tensor forward(const Tensor& x1, const Tensor& x2, Loc loc = Loc::current());
+  std::string name() const override { return "Bilinear"; } ///< "Bilinear"
+  std::string extra_repr() const override; ///< sizes and bias
+  Tensor weight; ///< [out_features, in1_features, in2_features]
+  Tensor bias; ///< [out_features], undefined without bias
+};
+
 /// Options of Conv2d (designated initializers: `{.padding = 1}`).
 struct Conv2dOptions {
   Size2 stride = 1;     ///< step between windows
@@ -226,6 +245,9 @@ struct Conv2dOptions {
   Size2 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true;   ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 2-d convolution (cross-correlation, as PyTorch) of [N, C, H, W] inputs.
@@ -257,6 +279,9 @@ struct Conv1dOptions {
   int64_t dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1;   ///< channel groups (in and out channels must divide by it)
   bool bias = true;     ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 1-d convolution (cross-correlation, as PyTorch) of [N, C, L] (or unbatched [C, L]) inputs:
@@ -461,6 +486,9 @@ struct Conv3dOptions {
   Size3 dilation = 1; ///< spacing between kernel taps
   int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
   bool bias = true; ///< learnable bias per output channel
+  /// What the padding is made of, as torch's padding_mode: "zeros" (the convolution's own), or "reflect",
+  /// "replicate" or "circular" (the module pads its input by kiln::pad in that mode, then convolves unpadded).
+  std::string padding_mode = "zeros";
 };
 
 /// 3-d convolution (cross-correlation, as PyTorch) of [N, C, D, H, W] (or [C, D, H, W]) inputs, as
@@ -477,6 +505,38 @@ public:
   Tensor weight; ///< [out, in/groups, kd, kh, kw]
   Tensor bias; ///< [out], undefined without bias
   Conv3dOptions options; ///< stride, padding, dilation, groups
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  int64_t in_, out_;
+  Size3 kernel_;
+};
+
+/// Options of ConvTranspose3d, in torch.nn.ConvTranspose3d's order (designated initializers: `{.stride = 2}`).
+struct ConvTranspose3dOptions {
+  Size3 stride = 1; ///< step between the input's points in the output
+  Size3 padding = 0; ///< dilation * (kernel - 1) - padding zeros around the spread input
+  Size3 output_padding = 0; ///< extra planes, rows and columns at the end (smaller than the stride or the dilation)
+  int64_t groups = 1; ///< channel groups (in and out channels must divide by it)
+  bool bias = true; ///< learnable bias per output channel
+  Size3 dilation = 1; ///< spacing between kernel taps
+};
+
+/// 3-d transposed convolution of [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.ConvTranspose3d
+/// (functional::conv_transpose3d).
+class ConvTranspose3d : public Module {
+public:
+  /// Weight [in, out/groups, kd, kh, kw], bias [out]; initialized as PyTorch's (bounds 1/sqrt(out/groups * kd kh kw)).
+  ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, ConvTranspose3dOptions options = {},
+                  Loc loc = Loc::current());
+  /// [N, out, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "ConvTranspose3d"; } ///< "ConvTranspose3d"
+  std::string extra_repr() const override; ///< configuration
+  Tensor weight; ///< [in, out/groups, kd, kh, kw]
+  Tensor bias; ///< [out], undefined without bias
+  ConvTranspose3dOptions options; ///< stride, padding, output_padding, groups, dilation
 protected:
   Tensor forward_impl(const Tensor& x) override;
 
@@ -732,6 +792,164 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 };
 
+/// What the padding modules share (ZeroPad2d, ConstantPad1d, ReflectionPad2d, ReplicationPad3d, ...): a
+/// kiln::pad of the last 1, 2 or 3 dims by fixed amounts, in one mode.
+class Pad : public Module {
+public:
+  /// The module `name` padding `dims` dims in `mode` ("constant", "reflect", "replicate"); `padding` is one
+  /// amount for every side or 2 * dims amounts (before, after), last dim first; a kiln::Error names `loc` else.
+  Pad(std::string name, std::string mode, int64_t dims, IntList padding, double value, Loc loc);
+  /// The input padded; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return name_; } ///< the module's class name ("ReflectionPad2d")
+  std::string extra_repr() const override; ///< the amounts (and a constant's value), as PyTorch's
+  IntList padding; ///< 2 * dims amounts (before, after), last dim first, as pad's
+  std::string mode; ///< pad's mode
+  double value; ///< the constant of "constant" (0 in the other modes)
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+
+private:
+  std::string name_;
+};
+
+/// Pads the last 1 dim with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad1d (PyTorch 1.13 has ZeroPad2d
+/// only).
+class ZeroPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad1d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad1d", "constant", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ZeroPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad1d", "constant", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 2 dims with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad2d.
+class ZeroPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad2d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad2d", "constant", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ZeroPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad2d", "constant", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 3 dims with zeros by pad(x, padding, "constant"), as torch.nn.ZeroPad3d (PyTorch 1.13 has ZeroPad2d
+/// only).
+class ZeroPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ZeroPad3d(int64_t padding, Loc loc = Loc::current()) : Pad("ZeroPad3d", "constant", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ZeroPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ZeroPad3d", "constant", 3, std::move(padding), 0, loc) {}
+};
+
+/// Pads the last 1 dim with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad1d.
+class ConstantPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad1d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad1d", "constant", 1, {padding}, value, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  ConstantPad1d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad1d", "constant", 1, std::move(padding), value, loc) {}
+};
+
+/// Pads the last 2 dims with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad2d.
+class ConstantPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad2d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad2d", "constant", 2, {padding}, value, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  ConstantPad2d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad2d", "constant", 2, std::move(padding), value, loc) {}
+};
+
+/// Pads the last 3 dims with `value` by pad(x, padding, "constant", value), as torch.nn.ConstantPad3d.
+class ConstantPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim, filled with value.
+  ConstantPad3d(int64_t padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad3d", "constant", 3, {padding}, value, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  ConstantPad3d(IntList padding, double value, Loc loc = Loc::current())
+      : Pad("ConstantPad3d", "constant", 3, std::move(padding), value, loc) {}
+};
+
+/// Pads [N, C, W] or [C, W] with the input's reflection about its edge elements by pad(x, padding, "reflect"), as
+/// torch.nn.ReflectionPad1d.
+class ReflectionPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad1d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad1d", "reflect", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ReflectionPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad1d", "reflect", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, H, W] or [C, H, W] with the input's reflection about its edge elements by pad(x, padding, "reflect"), as
+/// torch.nn.ReflectionPad2d.
+class ReflectionPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad2d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad2d", "reflect", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ReflectionPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad2d", "reflect", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, D, H, W] or [C, D, H, W] with the input's reflection about its edge elements by pad(x, padding,
+/// "reflect"), as torch.nn.ReflectionPad3d.
+class ReflectionPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReflectionPad3d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad3d", "reflect", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ReflectionPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReflectionPad3d", "reflect", 3, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, W] or [C, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad1d.
+class ReplicationPad1d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad1d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad1d", "replicate", 1, {padding}, 0, loc) {}
+  /// 2 amounts (before, after), last dim first, as pad's (left, right).
+  explicit ReplicationPad1d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad1d", "replicate", 1, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, H, W] or [C, H, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad2d.
+class ReplicationPad2d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad2d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad2d", "replicate", 2, {padding}, 0, loc) {}
+  /// 4 amounts (before, after), last dim first, as pad's (left, right, top, bottom).
+  explicit ReplicationPad2d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad2d", "replicate", 2, std::move(padding), 0, loc) {}
+};
+
+/// Pads [N, C, D, H, W] or [C, D, H, W] with copies of the input's edge elements by pad(x, padding, "replicate"), as
+/// torch.nn.ReplicationPad3d.
+class ReplicationPad3d : public Pad {
+public:
+  /// `padding` on each side of each padded dim.
+  explicit ReplicationPad3d(int64_t padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad3d", "replicate", 3, {padding}, 0, loc) {}
+  /// 6 amounts (before, after), last dim first, as pad's (left, right, top, bottom, front, back).
+  explicit ReplicationPad3d(IntList padding, Loc loc = Loc::current())
+      : Pad("ReplicationPad3d", "replicate", 3, std::move(padding), 0, loc) {}
+};
+
 /// Options of BatchNorm1d/2d.
 struct BatchNormOptions {
   double eps = 1e-5;          ///< added to the variance
@@ -925,6 +1143,23 @@ protected:
   Tensor forward_impl(const Tensor& x) override { return x.flatten(start_, end_); }
 private:
   int64_t start_, end_;
+};
+
+/// Splits dim into `sizes` (Tensor::unflatten), as torch.nn.Unflatten.
+class Unflatten : public Module {
+public:
+  /// The dim (negative counts from the end) and the sizes it becomes (one may be -1).
+  Unflatten(int64_t dim, IntList sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  /// x with dim split; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Unflatten"; } ///< "Unflatten"
+  std::string extra_repr() const override; ///< dim and unflattened_size, as PyTorch's
+protected:
+  Tensor forward_impl(const Tensor& x) override { return x.unflatten(dim_, sizes_); }
+
+private:
+  int64_t dim_;
+  IntList sizes_;
 };
 
 /// max(x, 0).
@@ -1189,6 +1424,32 @@ private:
   int64_t dim_;
 };
 
+/// softmax over the channels (dim -3) of [N, C, H, W] or [C, H, W] inputs, as torch.nn.Softmax2d.
+class Softmax2d : public Module {
+public:
+  /// softmax(x, -3) of a 3-d or 4-d x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softmax2d"; } ///< "Softmax2d"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// x where x > threshold, else value (functional::threshold), as torch.nn.Threshold.
+class Threshold : public Module {
+public:
+  /// The threshold and the value that replaces the elements at or below it.
+  Threshold(double threshold, double value) : threshold_(threshold), value_(value) {}
+  /// threshold(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Threshold"; } ///< "Threshold"
+  std::string extra_repr() const override; ///< threshold, value
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::threshold(x, threshold_, value_); }
+
+private:
+  double threshold_, value_;
+};
+
 /// log_softmax along dim.
 class LogSoftmax : public Module {
 public:
@@ -1398,6 +1659,47 @@ public:
   std::shared_ptr<Module> pop(const std::string& key, Loc loc = Loc::current());
 private:
   void set(const std::string& key, std::shared_ptr<Module> m, const Loc& loc);
+};
+
+/// A list of parameters, as torch.nn.ParameterList: registered as "0", "1", ..., so parameters(), state_dict()
+/// and checkpoints see them under PyTorch's names. It has no forward: index it.
+class ParameterList : public Module {
+public:
+  /// An empty list.
+  ParameterList() = default;
+  /// From tensors, each registered as a parameter (it then requires grad).
+  explicit ParameterList(const std::vector<Tensor>& params, Loc loc = Loc::current());
+  /// Appends `t` as a parameter and returns it; an undefined one is a kiln::Error naming `loc`.
+  Tensor append(Tensor t, Loc loc = Loc::current());
+  std::string name() const override { return "ParameterList"; } ///< "ParameterList"
+  /// Number of parameters.
+  size_t size() const { return param_slots().size(); }
+  /// True when empty.
+  bool empty() const { return param_slots().empty(); }
+  /// The i-th parameter (negative counts from the end); kiln::Error at the caller's line when out of range.
+  Tensor operator[](ModuleIndex i) const;
+};
+
+/// Parameters by name, in insertion order, as torch.nn.ParameterDict: registered under their keys, so
+/// parameters(), state_dict() and checkpoints see them under PyTorch's names. It has no forward.
+class ParameterDict : public Module {
+public:
+  /// An empty dict.
+  ParameterDict() = default;
+  /// Adds `t` as a parameter under `key`, or replaces the one there (keeping its position), and returns it; a key
+  /// must be non-empty and contain no '.', and an undefined `t` is a kiln::Error naming `loc`.
+  Tensor insert(const std::string& key, Tensor t, Loc loc = Loc::current());
+  std::string name() const override { return "ParameterDict"; } ///< "ParameterDict"
+  /// Number of parameters.
+  size_t size() const { return param_slots().size(); }
+  /// True when `key` is present.
+  bool contains(const std::string& key) const;
+  /// The parameter under `key`; kiln::Error naming the key and the caller's line when absent.
+  Tensor operator[](const ModuleKey& key) const;
+  /// Keys in insertion order.
+  std::vector<std::string> keys() const;
+  /// Removes `key` and returns its parameter; kiln::Error when absent.
+  Tensor pop(const std::string& key, Loc loc = Loc::current());
 };
 
 } // namespace kiln::nn

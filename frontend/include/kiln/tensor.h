@@ -110,6 +110,8 @@ public:
   Tensor reshape(IntList shape, Loc loc = Loc::current()) const;      ///< see kiln::reshape
   Tensor view(IntList shape, Loc loc = Loc::current()) const;         ///< same as reshape
   Tensor flatten(int64_t start = 0, int64_t end = -1, Loc loc = Loc::current()) const; ///< merges dims
+  /// Splits dim into `sizes` (one may be -1: inferred), which must multiply up to its extent, as Tensor.unflatten.
+  Tensor unflatten(int64_t dim, IntList sizes, Loc loc = Loc::current()) const;
   Tensor permute(IntList dims, Loc loc = Loc::current()) const;       ///< see kiln::permute
   Tensor transpose(int64_t d0, int64_t d1, Loc loc = Loc::current()) const; ///< swaps two dims
   Tensor t(Loc loc = Loc::current()) const;                           ///< transpose of a 2-d tensor
@@ -716,10 +718,30 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0, Loc loc = Loc::current());
 /// x with `value` (converted to x's dtype) where the bool `mask` is true; x and mask broadcast, as
 /// Tensor.masked_fill. The gradient flows to x where the mask is false.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, Loc loc = Loc::current());
+/// pad's mode, as torch.nn.functional.pad's string: "constant", "reflect", "replicate" or "circular" (a string
+/// or a std::string; a bare 0 is pad's value, not a mode).
+struct PadMode {
+  std::string name; ///< the mode's name, checked by pad
+  /// A C string (a template, so that a literal 0 does not convert: it is pad's constant).
+  template <class C>
+    requires std::same_as<C, const char*> || std::same_as<C, char*>
+  PadMode(C s) : name(s) {} // NOLINT: implicit, as PyTorch's string
+  /// A string.
+  PadMode(std::string s) : name(std::move(s)) {} // NOLINT: implicit, as PyTorch's string
+};
 /// Pads with a constant: `pads` is (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
 /// A negative amount crops that many elements (first, as PyTorch: pad(x, {-3, 2}) of an extent 3 is 2 values);
 /// crops adding up past a dim's extent are an error.
 Tensor pad(const Tensor& x, IntList pads, Scalar value = 0, Loc loc = Loc::current());
+/// pad with torch.nn.functional.pad's `mode`: "constant" (the pad above, with `value`), or "reflect"
+/// (mirrored about the edge element, which is not repeated), "replicate" (the edge element repeated) and
+/// "circular" (the other end's elements), which take no value (0) and pad the last 1, 2 or 3 dims:
+/// reflect and replicate of a tensor with 1 or 2 more dims, circular with exactly 2 more ([N, C, ...]),
+/// as PyTorch 1.13's. Reflect needs each amount below its dim's extent, circular at most its extent;
+/// negative amounts crop (reflect and replicate: the padded result; circular: the input, before it wraps
+/// around), and reflect and replicate leave at least one element. Built from slices, a reversing gather
+/// and a concat, so the gradient sums into the edge elements exactly (deterministic), for any dtype.
+Tensor pad(const Tensor& x, IntList pads, PadMode mode, Scalar value = 0, Loc loc = Loc::current());
 // ---------------------------------------------------------------- rearrangement
 // Compositions of the movement ops (a gather, slices and a concat, an expand and a reshape): their
 // gradients, fusion and compile() come with them.
