@@ -9,6 +9,7 @@
 /// read only at the kernel's own points) is decided here.
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -315,7 +316,7 @@ private:
     // Read through a broadcast or at several places, a fused node is computed again at every point
     // it is read at: worth it for a few ops, not for a subexpression (col2im's taps under a pooling's
     // gradient were computed 4 times a point: 70 ms of the CNN step's backward).
-    if (const int64_t times = recomputed(n); times >= 2)
+    if (const int64_t times = std::llround(recomputed_in_one_kernel(n)); times >= 2)
       if (const int cost = inline_cost(n); cost >= kRecomputeCost)
         return materialize(n, "not fusing: its kernel reads it broadcast or at several places, " +
                                   std::to_string(times) + " times a point, and it costs " + std::to_string(cost) +
@@ -388,28 +389,46 @@ private:
   // Ops a point (inline_cost) from which a node read through a broadcast gets a buffer.
   static constexpr int kRecomputeCost = 8;
 
-  // How many times a kernel that fuses n computes each of its points: once at each place it is read
-  // (read through movement ops that move its index - x[1:] and x[:-1], a concat, or a view and x
-  // itself - each is a computation of its own), times the broadcast of each (an Expand to more points, overlapping
-  // windows), through the views on the way. Users reading it where it is (elementwise) count once
-  // together. (With the most of the users instead of their sum, a scan written as log2(n) steps of
-  // shifted slices, each step reading the one before at two places, fused into one kernel whose
-  // expression doubled with each step: 2^10 copies of the first step for 1,000 elements.)
+  // How many times a kernel that fuses n computes each of its points: the most any user
+  // broadcasts it (an Expand to more points), through the views on the way.
   int64_t recomputed(const Node* n) const {
+    int64_t most = 1;
     const auto users = users_.find(n);
-    if (users == users_.end()) return 1; // read by no kernel (an output view)
-    int64_t moved = 0;
+    if (users == users_.end()) return most; // read by no kernel (an output view)
+    for (const Node* u : users->second) {
+      if (u->op == OpKind::Expand && n->numel() > 0) most = std::max(most, u->numel() / n->numel() * recomputed(u));
+      else if (u->op == OpKind::Reshape || u->op == OpKind::Permute || u->op == OpKind::Slice) most = std::max(most, recomputed(u));
+      else if (u->op == OpKind::Unfold) // overlapping windows read each point ceil(size / step) times
+        most = std::max(most, (u->attrs.ints[1] + u->attrs.ints[2] - 1) / u->attrs.ints[2] * recomputed(u));
+    }
+    return most;
+  }
+
+  // The same where all of n's users are in one kernel, which then computes n once at each place it
+  // reads it: each read through a movement op counts the share of n's points it reads (a slice part
+  // of them, a broadcast or overlapping windows more than all, a pad or a concat all of them once),
+  // times how often that op's own points are computed; users reading n where it is (elementwise)
+  // count once together. So x[1:] + x[:-1] computes x twice a point, a 2x2 pooling's four strided
+  // slices once. (With recomputed()'s most of the reads, a scan written as log2(n) steps of shifted
+  // slices fused into one kernel whose expression doubled with each step: 2^12 copies of the first
+  // step for 4,096 values, which did not finish.)
+  double recomputed_in_one_kernel(const Node* n) const {
+    const auto users = users_.find(n);
+    if (users == users_.end() || n->numel() == 0) return 1; // read by no kernel (an output view)
+    double moved = 0;
     bool in_place = false;
     std::unordered_set<const Node*> seen;
     for (const Node* u : users->second) {
       if (!seen.insert(u).second) continue; // a user reading n twice (x * x) reads one place
-      if (u->op == OpKind::Expand && n->numel() > 0) moved += u->numel() / n->numel() * recomputed(u);
-      else if (u->op == OpKind::Unfold) // overlapping windows read each point ceil(size / step) times
-        moved += (u->attrs.ints[1] + u->attrs.ints[2] - 1) / u->attrs.ints[2] * recomputed(u);
-      else if (graph::op_category(u->op) == OpCategory::Movement) moved += recomputed(u); // slice, concat, pad...
-      else in_place = true;
+      if (graph::op_category(u->op) != OpCategory::Movement) {
+        in_place = true;
+        continue;
+      }
+      const bool places_all = u->op == OpKind::Pad || u->op == OpKind::Concat;
+      const double share = places_all ? 1.0 : static_cast<double>(u->numel()) / static_cast<double>(n->numel());
+      moved += share * recomputed_in_one_kernel(u);
     }
-    return std::max<int64_t>(1, moved + (in_place ? 1 : 0));
+    return std::max(1.0, moved + (in_place ? 1.0 : 0.0));
   }
 
   // The arithmetic ops (and guarded loads: pads) a point of n costs when fused with what it reads,
