@@ -9,6 +9,8 @@
 //                                scatter kernel, O(tokens x dim)), the one-hot matrix product it
 //                                replaced (O(rows x tokens x dim), built explicitly), and a
 //                                sequential scatter loop
+//   Gather/ScatterReduce/{kiln,cxx_max_loop}  scatter_reduce sum / amax / prod with the same sizes, against a
+//                                sequential max loop
 //   Scan/Cumsum/{kiln,cxx_loop}/dim:{0,1}  cumsum of 16M f32 over a long axis (dim 1 of [16, 1M])
 //                                or across rows (dim 0 of [1M, 16]) against a sequential loop, and
 //   Scan/Copy/kiln_add           x + 1 over the same bytes: a kiln elementwise kernel, the ceiling
@@ -168,6 +170,45 @@ void CxxEmbeddingBackward(benchmark::State& state) {
   set_bytes(state, kBackwardBytes);
 }
 BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// scatter_reduce(zeros, 0, index, g, reduce) with the embedding backward's sizes: 4096 rows of 64 f32 into
+// 1024 places. "sum" runs scatter_add's scan kernel; "amax" and "prod" sort the index and combine each run
+// of equal places in log2(4096) = 12 steps. range(0): 0 sum, 1 amax, 2 prod.
+void KilnScatterReduce(benchmark::State& state) {
+  static const char* const kReduce[] = {"sum", "amax", "prod"};
+  const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
+  const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
+  std::vector<int64_t> wide(static_cast<size_t>(kBTokens * kBDim));
+  for (int64_t t = 0; t < kBTokens; ++t)
+    std::fill_n(wide.begin() + t * kBDim, kBDim, ids[static_cast<size_t>(t)]);
+  const kiln::Tensor index = kiln::from_vector(wide, {kBTokens, kBDim});
+  kiln::realize({g, index});
+  for (auto _ : state) {
+    kiln::Tensor r = kiln::scatter_reduce(kiln::zeros({kBRows, kBDim}), 0, index, g, kReduce[state.range(0)]);
+    r.realize();
+    benchmark::DoNotOptimize(r.node().get());
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(KilnScatterReduce)->Name("Gather/ScatterReduce/kiln")->Arg(0)->Arg(1)->Arg(2)->ArgName("reduce")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The amax as a sequential loop over the rows (the ceiling of a scan-form scatter-max kernel).
+void CxxScatterMax(benchmark::State& state) {
+  std::vector<float> g(kBTokens * kBDim, 1.0f), out(kBRows * kBDim);
+  const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
+  for (auto _ : state) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (int64_t t = 0; t < kBTokens; ++t)
+      for (int64_t j = 0; j < kBDim; ++j) {
+        float& o = out[static_cast<size_t>(ids[static_cast<size_t>(t)] * kBDim + j)];
+        o = std::max(o, g[static_cast<size_t>(t * kBDim + j)]);
+      }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(CxxScatterMax)->Name("Gather/ScatterReduce/cxx_max_loop")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // cumsum of 16M f32: dim 1 of [16, 1M] (16 long scans) or dim 0 of [1M, 16] (16 columns, each scanning
 // across rows); range(0) = dim, range(1) = threads.
