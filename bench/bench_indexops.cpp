@@ -17,6 +17,7 @@
 //                                of any kiln kernel that writes a fresh output of that size
 //   Sort/Argsort/{kiln,std_stable_sort}/len:{1000,1000000}  argsort of 1M f32 with ties in rows of
 //                                1000 or as one row, against std::stable_sort of each row's indices
+//   Sort/Argsort/kiln_dim0/len:1000  the same keys as [1000, 1000] sorted along dim 0 (strided columns)
 // All on 1 and 2 threads.
 
 #include <benchmark/benchmark.h>
@@ -173,9 +174,10 @@ BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(
 
 // scatter_reduce(zeros, 0, index, g, reduce) with the embedding backward's sizes: 4096 rows of 64 f32 into
 // 1024 places. "sum" runs scatter_add's scan kernel; "amax" and "prod" sort the index and combine each run
-// of equal places in log2(4096) = 12 steps. range(0): 0 sum, 1 amax, 2 prod.
+// of equal places in log2(4096) = 12 steps. range(0): 0 sum, 1 amax, 2 prod. One thread.
 void KilnScatterReduce(benchmark::State& state) {
   static const char* const kReduce[] = {"sum", "amax", "prod"};
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1); // as PyTorch's figure
   const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
   const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
   std::vector<int64_t> wide(static_cast<size_t>(kBTokens * kBDim));
@@ -285,6 +287,19 @@ void KilnSort(benchmark::State& state) {
   set_bytes(state, kSortElems * int64_t{sizeof(float) + sizeof(int64_t)});
 }
 BENCHMARK(KilnSort)->Name("Sort/Argsort/kiln")->ArgsProduct({{1000, kSortElems}, {1, 2}})->ArgNames({"len", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The same 1M keys as [1000, 1000] sorted along dim 0: columns of 1000 strided by a row.
+void KilnSortDim0(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::from_vector(sort_keys(), {1000, kSortElems / 1000});
+  for (auto _ : state) {
+    kiln::Tensor i = kiln::argsort(x, 0);
+    i.realize();
+    benchmark::DoNotOptimize(i.node().get());
+  }
+  set_bytes(state, kSortElems * int64_t{sizeof(float) + sizeof(int64_t)});
+}
+BENCHMARK(KilnSortDim0)->Name("Sort/Argsort/kiln_dim0/len:1000")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void CxxStableSort(benchmark::State& state) {
   const int64_t len = state.range(0);
