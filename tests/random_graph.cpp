@@ -266,14 +266,20 @@ struct Gen {
     return matmul_step(x, xs);
   }
 
+  /// The elements a reduction of x over `dims` (none: all of them) combines into each result.
+  static int64_t reduced_count(const Tensor& x, const IntList& dims) {
+    if (dims.empty()) return x.numel();
+    int64_t reduced = 1;
+    for (int64_t d : dims) reduced *= x.shape()[static_cast<size_t>(d < 0 ? d + x.dim() : d)];
+    return reduced;
+  }
+
   bool reduction(const Tensor& x, const std::string& xs) {
     const int64_t r = x.dim();
     const bool keep = rng.chance(0.5);
     const int which = static_cast<int>(rng.range(0, 5));
     IntList dims = random_dims(r, which >= 4);
-    int64_t reduced = 1;
-    for (int64_t d : dims) reduced *= x.shape()[static_cast<size_t>(d < 0 ? d + r : d)];
-    if (dims.empty()) reduced = x.numel();
+    const int64_t reduced = reduced_count(x, dims);
     const std::string tail = " " + xs + " dims " + shape_str(dims) + (keep ? " keepdim" : "");
     switch (which) {
     case 0: push(sum(x, dims, keep), "sum" + tail); return true;
@@ -518,9 +524,8 @@ struct Gen {
     if (kind < 70) { // sum / mean
       const bool keep = rng.chance(0.5);
       const IntList dims = random_dims(r, false);
-      int64_t reduced = 1; // a mean of no elements is NaN, which would leave gradcheck nothing to check
-      for (int64_t d : dims) reduced *= x.shape()[static_cast<size_t>(d < 0 ? d + r : d)];
-      const bool m = rng.chance(0.5) && (dims.empty() ? x.numel() : reduced) > 0;
+      // a mean of no elements is NaN, which would leave gradcheck nothing to check
+      const bool m = rng.chance(0.5) && reduced_count(x, dims) > 0;
       push(m ? mean(x, dims, keep) : sum(x, dims, keep),
           std::string(m ? "mean " : "sum ") + xs + " dims " + shape_str(dims) + (keep ? " keepdim" : ""));
       return true;
