@@ -214,6 +214,26 @@ TEST(Threads, ACompiledStepUpdatingInPlaceWhileAnotherThreadReads) {
   EXPECT_EQ(t.to_vector<float>()[static_cast<size_t>(n - 1)], 500.0f);
 }
 
+// While compile() traces a step, the state it assigns holds the trace's nodes: another thread
+// reads the value from before the step, and its read cannot turn the traced update into a
+// constant (a read once realized the traced t + 1 and stored it as t's value, so that every
+// replay wrote 2).
+TEST(Threads, AReadDuringATraceSeesTheValueFromBeforeTheStep) {
+  Tensor t = from_vector(std::vector<float>{1.0f, 1.0f});
+  std::vector<float> read_meanwhile;
+  CompiledFunction step = compile([&](const std::vector<Tensor>&) {
+    t.assign(t + 1.0);
+    std::thread([&] { read_meanwhile = t.to_vector<float>(); }).join();
+    return std::vector<Tensor>{};
+  });
+  step({});
+  EXPECT_EQ(read_meanwhile, (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{2.0f, 2.0f}));
+  step({});
+  step({});
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{4.0f, 4.0f}));
+}
+
 TEST(Determinism, OneAndTwoTbbThreadsGiveBitwiseTheSameResults) {
   std::vector<uint64_t> one, two;
   std::vector<std::vector<uint64_t>> progs_one, progs_two;

@@ -66,7 +66,7 @@ void note_slot(CaptureState& cap, const std::shared_ptr<TensorImpl>& impl, bool 
   }
   if (traced_value(impl->node)) return;
   set_active_capture(nullptr); // realizing a tensor's state is not part of the trace
-  impl->node = realized_input(impl->node);
+  impl->begin_trace(realized_input(impl->node));
   if (with_grad && impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
   if (impl->requires_grad) register_leaf(impl);
   set_active_capture(&cap);
@@ -435,7 +435,7 @@ void make_plans(Trace& tr) {
 // Gives a slot's tensor back its value (and, where the trace tracks it, its gradient) from before
 // the trace: the first call replays like every later one, and a failed trace leaves no placeholder.
 void restore_start(Slot& s) {
-  s.impl->node = s.start_node;
+  s.impl->end_trace(s.start_node);
   if (s.tracks_grad) s.impl->grad = s.start_grad ? Tensor(s.start_grad) : Tensor();
 }
 

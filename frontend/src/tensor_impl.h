@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "graph/node.h"
@@ -48,9 +49,11 @@ struct TensorImpl {
 
   /// `node`, read under node_mu: what the read paths (to_vector, item, realize) and
   /// assign use, so that a read sees the old or the new value of a concurrent assign.
+  /// While a compile() trace on another thread holds the tensor as state, it is the
+  /// value from before the trace: the trace's nodes are placeholders of a step not run yet.
   graph::NodeRef load_node() const {
     std::lock_guard lock(node_mu);
-    return node;
+    return hidden_by_trace() ? before_trace : node;
   }
   /// Sets `node` under node_mu.
   void store_node(graph::NodeRef n) {
@@ -60,10 +63,29 @@ struct TensorImpl {
   /// Sets `node` to n if it is still `expected` (a concurrent assign wins); true when set.
   bool replace_node(const graph::Node* expected, graph::NodeRef n) {
     std::lock_guard lock(node_mu);
-    if (node.get() != expected) return false;
+    if (hidden_by_trace() || node.get() != expected) return false;
     node = std::move(n);
     return true;
   }
+  /// Makes the tensor state of a compile() trace running on this thread: `start` is its value,
+  /// which other threads keep reading (load_node) until end_trace(), whatever the trace assigns.
+  void begin_trace(graph::NodeRef start) {
+    std::lock_guard lock(node_mu);
+    before_trace = start;
+    tracer = std::this_thread::get_id();
+    node = std::move(start);
+  }
+  /// Ends begin_trace(): the tensor's value is `start` again, for every thread.
+  void end_trace(graph::NodeRef start) {
+    std::lock_guard lock(node_mu);
+    before_trace = nullptr;
+    node = std::move(start);
+  }
+
+private:
+  graph::NodeRef before_trace; ///< set by begin_trace(): the value other threads read meanwhile
+  std::thread::id tracer;      ///< the thread whose trace set before_trace
+  bool hidden_by_trace() const { return before_trace && tracer != std::this_thread::get_id(); }
 };
 
 namespace detail {
