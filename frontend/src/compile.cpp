@@ -64,9 +64,10 @@ void note_slot(CaptureState& cap, const std::shared_ptr<TensorImpl>& impl, bool 
     }
     return;
   }
-  if (traced_value(impl->node)) return;
+  const graph::NodeRef current = impl->load_node(); // another thread may be realizing it
+  if (traced_value(current)) return;
   set_active_capture(nullptr); // realizing a tensor's state is not part of the trace
-  impl->begin_trace(realized_input(impl->node));
+  impl->begin_trace(realized_input(current));
   if (with_grad && impl->grad.defined()) impl->grad = Tensor(realized_input(impl->grad.node()));
   if (impl->requires_grad) register_leaf(impl);
   set_active_capture(&cap);
