@@ -699,9 +699,13 @@ const GridSampleCase kGridSample[] = {
 
 TEST(AffineGrid, MatchesPyTorch) {
   for (const AffineGridCase& c : kAffineGrid) {
-    Tensor theta = from_vector(c.theta, {c.size[0], 2, 3}).requires_grad_();
+    const auto k = static_cast<int64_t>(c.size.size()) - 2;
+    Tensor theta = from_vector(c.theta, {c.size[0], k, k + 1}).requires_grad_();
     const Tensor g = F::affine_grid(theta, c.size, c.align_corners);
-    ASSERT_EQ(g.shape(), (IntList{c.size[0], c.size[2], c.size[3], 2})) << c.name;
+    IntList shape(c.size.begin() + 2, c.size.end()); // [N, (D,) H, W, k]
+    shape.insert(shape.begin(), c.size[0]);
+    shape.push_back(k);
+    ASSERT_EQ(g.shape(), shape) << c.name;
     (g * weights_for(g)).sum().backward();
     expect_close(values(g), c.grid, 1e-14, std::string(c.name) + " values");
     expect_close(values(theta.grad()), c.theta_grad, 1e-12, std::string(c.name) + " theta grad");
@@ -712,7 +716,9 @@ TEST(GridSample, MatchesPyTorch) {
   for (const GridSampleCase& c : kGridSample) {
     Tensor x = from_vector(c.input, c.shape).requires_grad_(), grid = from_vector(c.grid, c.grid_shape).requires_grad_();
     const Tensor y = F::grid_sample(x, grid, {.mode = c.mode, .padding_mode = c.padding_mode, .align_corners = c.align_corners});
-    ASSERT_EQ(y.shape(), (IntList{c.shape[0], c.shape[1], c.grid_shape[1], c.grid_shape[2]})) << c.name;
+    IntList shape(c.grid_shape.begin(), c.grid_shape.end() - 1); // [N, C, (Do,) Ho, Wo]
+    shape.insert(shape.begin() + 1, c.shape[1]);
+    ASSERT_EQ(y.shape(), shape) << c.name;
     (y * weights_for(y)).sum().backward();
     expect_close(values(y), c.out, 1e-12, std::string(c.name) + " values");
     expect_close(values(x.grad()), c.grad, 1e-12, std::string(c.name) + " input grad");
@@ -741,15 +747,48 @@ TEST(GridSample, GradcheckNaNAndErrors) {
   EXPECT_NEAR(values(F::grid_sample(x, grid, {.padding_mode = "border", .align_corners = true}))[0], (xv[0] + xv[2]) / 2,
               1e-15);
   const Tensor g = rnd({1, 3, 3, 2}, 66);
-  expect_error([&] { (void)F::grid_sample(x, g, {.mode = "bicubic"}); }, __LINE__, "grid_sample", {"mode must be 'bilinear' or 'nearest'"});
-  expect_error([&] { (void)F::grid_sample(x, g, {.padding_mode = "circular"}); }, __LINE__, "grid_sample", {"padding_mode must be"});
-  expect_error([&] { (void)F::grid_sample(x.flatten(2), g); }, __LINE__, "grid_sample", {"f64[1,1,4]", "4-d input"});
-  expect_error([&] { (void)F::grid_sample(x, g.flatten(2)); }, __LINE__, "grid_sample", {"grid [N, Ho, Wo, 2]"});
+  expect_error([&] { (void)F::grid_sample(x, g, {.mode = "bicubc"}); }, __LINE__, "grid_sample", {"expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: 'bicubc'"});
+  expect_error([&] { (void)F::grid_sample(x, g, {.padding_mode = "circular"}); }, __LINE__, "grid_sample", {"expected padding_mode to be", "'circular'"});
+  expect_error([&] { (void)F::grid_sample(x.flatten(2), g); }, __LINE__, "grid_sample", {"f64[1,1,4]", "4-d or 5-d input"});
+  expect_error([&] { (void)F::grid_sample(x, g.flatten(2)); }, __LINE__, "grid_sample", {"f64[1,3,6]", "same number of dimensions"});
+  expect_error([&] { (void)F::grid_sample(x, rnd({1, 3, 3, 3}, 71)); }, __LINE__, "grid_sample", {"size 2 in its last dimension", "f64[1,3,3,3]"});
+  const Tensor v = rnd({1, 1, 2, 2, 2}, 72);
+  expect_error([&] { (void)F::grid_sample(v, rnd({1, 2, 3, 3, 2}, 73)); }, __LINE__, "grid_sample", {"size 3 in its last dimension", "f64[1,1,2,2,2]"});
+  expect_error([&] { (void)F::grid_sample(v, rnd({1, 2, 3, 3, 3}, 74), {.mode = "bicubic"}); }, __LINE__, "grid_sample", {"bicubic interpolation only supports 4-d input"});
+  expect_error([&] { (void)F::grid_sample(v, rnd({1, 3, 3, 3}, 75)); }, __LINE__, "grid_sample", {"same number of dimensions"});
   expect_error([&] { (void)F::grid_sample(x, rnd({2, 3, 3, 2}, 67)); }, __LINE__, "grid_sample", {"the same batch size"});
   expect_error([&] { (void)F::grid_sample(x, g.to(kFloat32)); }, __LINE__, "grid_sample", {"of one dtype"});
   expect_error([&] { (void)F::affine_grid(rnd({2, 2, 3}, 68), {1, 1, 3, 3}); }, __LINE__, "affine_grid", {"N x 2 x 3", "f64[2,2,3]"});
-  expect_error([&] { (void)F::affine_grid(rnd({1, 2, 3}, 69), {1, 1, 2, 3, 3}); }, __LINE__, "affine_grid", {"2-d grids only"});
+  expect_error([&] { (void)F::affine_grid(rnd({1, 2, 3}, 69), {1, 1, 2, 3, 3}); }, __LINE__, "affine_grid", {"N x 3 x 4", "[1,1,2,3,3]"});
+  expect_error([&] { (void)F::affine_grid(rnd({1, 3, 4}, 76), {1, 1, 3, 3}); }, __LINE__, "affine_grid", {"N x 2 x 3", "f64[1,3,4]"});
+  expect_error([&] { (void)F::affine_grid(rnd({1, 3, 4}, 77), {1, 1, 2, 2, 3, 3}); }, __LINE__, "affine_grid", {"2-d or 3-d affine maps", "[1,1,2,2,3,3]"});
   expect_error([&] { (void)F::affine_grid(rnd({1, 2, 3}, 70), {1, 1, 0, 3}); }, __LINE__, "affine_grid", {"non-zero, positive"});
+}
+
+TEST(GridSample, Gradcheck3dAndBicubic) {
+  for (const char* pad : {"zeros", "border", "reflection"}) {
+    for (bool align : {false, true}) {
+      const F::GridSampleOptions tri{.padding_mode = pad, .align_corners = align};
+      expect_gradcheck([&](const std::vector<Tensor>& v) { return (F::grid_sample(v[0], v[1], tri) * v[2]).sum(); },
+                       {rnd({1, 2, 2, 3, 2}, 80), rand({1, 2, 2, 1, 3}, 81, kFloat64) * 2.4 - 1.2, rnd({1, 2, 2, 2, 1}, 82)});
+      const F::GridSampleOptions cub{.mode = "bicubic", .padding_mode = pad, .align_corners = align};
+      expect_gradcheck([&](const std::vector<Tensor>& v) { return (F::grid_sample(v[0], v[1], cub) * v[2]).sum(); },
+                       {rnd({1, 2, 3, 4}, 83), rand({1, 2, 3, 2}, 84, kFloat64) * 2.4 - 1.2, rnd({1, 2, 2, 3}, 85)});
+    }
+  }
+  expect_gradcheck([](const std::vector<Tensor>& v) { return (F::affine_grid(v[0], {2, 1, 2, 3, 2}) * v[1]).sum(); },
+                   {rnd({2, 3, 4}, 86), rnd({2, 2, 3, 2, 3}, 87)});
+}
+
+TEST(GridSample, ZeroSizeGrid) {
+  const Tensor x = rnd({2, 3, 4, 5}, 88).requires_grad_(), v = rnd({2, 3, 2, 4, 5}, 89).requires_grad_();
+  const Tensor y = F::grid_sample(x, zeros({2, 0, 3, 2}, kFloat64), {.mode = "bicubic"});
+  EXPECT_EQ(y.shape(), (IntList{2, 3, 0, 3}));
+  const Tensor z = F::grid_sample(v, zeros({2, 1, 0, 3, 3}, kFloat64));
+  EXPECT_EQ(z.shape(), (IntList{2, 3, 1, 0, 3}));
+  (y.sum() + z.sum()).backward();
+  EXPECT_EQ(values(x.grad()), std::vector<double>(120, 0.0));
+  EXPECT_EQ(values(v.grad()), std::vector<double>(240, 0.0));
 }
 
 // A spatial transformer's sampling in one program, and the gradients of its loss.
@@ -757,10 +796,30 @@ std::vector<Tensor> transformer_program(const Tensor& theta, const Tensor& img) 
   const Tensor grid = F::affine_grid(theta, {2, 2, 3, 4});
   const Tensor a = F::grid_sample(img, grid, {.padding_mode = "reflection"});
   const Tensor b = F::grid_sample(img, grid * 1.3, {.mode = "nearest", .padding_mode = "border", .align_corners = true});
-  const Tensor loss = (a * a).sum() + (a * b).sum();
-  std::vector<Tensor> out = {a, b, loss};
+  const Tensor c = F::grid_sample(img, grid * 1.2, {.mode = "bicubic", .padding_mode = "reflection", .align_corners = true});
+  const Tensor loss = (a * a).sum() + (a * b).sum() + (c * a).sum();
+  std::vector<Tensor> out = {a, b, c, loss};
   for (const Tensor& gr : grad({loss}, {theta, img})) out.push_back(gr);
   return out;
+}
+
+// A 3-d spatial transformer's sampling in one program, and the gradients of its loss.
+std::vector<Tensor> transformer_3d_program(const Tensor& theta, const Tensor& vol) {
+  const Tensor grid = F::affine_grid(theta, {2, 2, 2, 3, 4}, true);
+  const Tensor a = F::grid_sample(vol, grid, {.padding_mode = "border"});
+  const Tensor b = F::grid_sample(vol, grid * 1.3, {.mode = "nearest", .padding_mode = "reflection"});
+  const Tensor loss = (a * a).sum() + (a * b).sum();
+  std::vector<Tensor> out = {a, b, loss};
+  for (const Tensor& gr : grad({loss}, {theta, vol})) out.push_back(gr);
+  return out;
+}
+
+TEST(GridSample, FusedUnfusedAndCompiledAgree3d) {
+  expect_fused_unfused_and_compiled_agree(
+      [](const std::vector<Tensor>& v) { return transformer_3d_program(v[0], v[1]); },
+      [](uint64_t seed) {
+        return std::vector<Tensor>{randn({2, 3, 4}, seed).requires_grad_(), randn({2, 2, 3, 4, 3}, seed + 1).requires_grad_()};
+      });
 }
 
 TEST(GridSample, FusedUnfusedAndCompiledAgree) {

@@ -1,9 +1,14 @@
-// Spatial transformers' sampling, as PyTorch 1.13's torch.nn.functional.affine_grid and grid_sample (2-d):
-// compositions of a matmul, elementwise ops and gathers of the input plane, so that the gradients of the
-// input and of the grid, fusion and compile() come from the ops they are made of.
+// Spatial transformers' sampling, as PyTorch 1.13's torch.nn.functional.affine_grid and grid_sample (2-d and
+// 3-d): compositions of a matmul, elementwise ops and gathers of the input, one per tap combination (2^k for
+// linear, 4^2 for bicubic), so that the gradients of the input and of the grid, fusion and compile() come from
+// the ops they are made of.
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <vector>
 
+#include "frontend/src/cubic.h"
 #include "frontend/src/tensor_impl.h"
 #include "kiln/functional.h"
 #include "kiln/indexops.h"
@@ -49,42 +54,95 @@ Tensor reflected(const Tensor& x, int64_t twice_low, int64_t twice_high) {
   return where(odd, (span + low) - extra, extra + low);
 }
 
-// The source pixel coordinate along an axis of extent n for the normalized x, by padding_mode.
-Tensor source_coordinate(const Tensor& x, int64_t n, const GridSampleOptions& o) {
-  Tensor c = unnormalized(x, n, o.align_corners);
+// The pixel coordinate c along an axis of extent n mapped into the input by padding_mode: clipped
+// ("border"), reflected and clipped ("reflection") or kept ("zeros"), as PyTorch's compute_coordinates.
+Tensor padded(const Tensor& c, int64_t n, const GridSampleOptions& o) {
   if (o.padding_mode == "border") return clipped(c, n);
   if (o.padding_mode == "reflection")
     return clipped(o.align_corners ? reflected(c, 0, 2 * (n - 1)) : reflected(c, -1, 2 * n - 1), n);
   return c;
 }
 
-// The input plane's values [N, C, P] at the integer pixels (ix, iy) [N, 1, P] (floating, detached), 0 where
-// they fall outside the plane (or are NaN).
-Tensor corner(const Tensor& plane, const Tensor& ix, const Tensor& iy, int64_t h, int64_t w) {
-  const Tensor inside = logical_and(logical_and(ix >= 0.0, ix <= static_cast<double>(w - 1)),
-                                    logical_and(iy >= 0.0, iy <= static_cast<double>(h - 1)));
-  const Tensor flat = where(inside, iy * static_cast<double>(w) + ix, zeros_like(ix)).to(kInt64);
-  const Tensor index = flat.expand({plane.size(0), plane.size(1), flat.size(2)});
-  return where(inside, gather(plane, 2, index), zeros({}, plane.dtype(), plane.device()));
+// The sampling points' taps along one spatial dim: the integer coordinates `at` [N, 1, P] (floating, detached)
+// and their weights (undefined: 1).
+struct Tap {
+  Tensor at, weight;
+};
+
+// The input's values [N, C, P] at the integer points `at` (one [N, 1, P] per spatial dim, in the input's order:
+// (y, x) or (z, y, x); floating, detached), 0 where they fall outside the input (or are NaN).
+Tensor corner(const Tensor& volume, const std::vector<Tensor>& at, const IntList& extents) {
+  Tensor inside;
+  for (size_t d = 0; d < at.size(); ++d) {
+    const Tensor in_d = logical_and(at[d] >= 0.0, at[d] <= static_cast<double>(extents[d] - 1));
+    inside = d == 0 ? in_d : logical_and(inside, in_d);
+  }
+  Tensor flat; // the row-major offset in the volume, in i64
+  for (size_t d = 0; d < at.size(); ++d) {
+    const Tensor i = where(inside, at[d], zeros_like(at[d])).to(kInt64);
+    flat = d == 0 ? i : flat * extents[d] + i;
+  }
+  const Tensor index = flat.expand({volume.size(0), volume.size(1), flat.size(2)});
+  return where(inside, gather(volume, 2, index), zeros({}, volume.dtype(), volume.device()));
+}
+
+// The sum over every combination of one tap per spatial dim of the input's value there times the taps' weights
+// (the first dim's tap varying slowest).
+Tensor sum_of_taps(const Tensor& volume, const std::vector<std::vector<Tap>>& taps, const IntList& extents) {
+  std::vector<size_t> pick(taps.size(), 0);
+  Tensor sum;
+  while (true) {
+    std::vector<Tensor> at;
+    Tensor weight;
+    for (size_t d = 0; d < taps.size(); ++d) {
+      const Tap& t = taps[d][pick[d]];
+      at.push_back(t.at);
+      if (t.weight.defined()) weight = weight.defined() ? weight * t.weight : t.weight;
+    }
+    const Tensor v = weight.defined() ? corner(volume, at, extents) * weight : corner(volume, at, extents);
+    sum = sum.defined() ? sum + v : v;
+    size_t d = taps.size();
+    while (d > 0 && ++pick[d - 1] == taps[d - 1].size()) pick[--d] = 0;
+    if (d == 0) return sum;
+  }
+}
+
+// The taps of the source coordinate x by mode: its nearest pixel, its two linear neighbours, or its four
+// cubic ones (the taps clipped or reflected by padding_mode, as PyTorch's get_value_bounded; x unpadded).
+std::vector<Tap> taps_of(const Tensor& x, int64_t n, const GridSampleOptions& o) {
+  if (o.mode == "nearest") return {{round(x).detach(), Tensor()}};
+  const Tensor x0 = floor(x).detach();
+  if (o.mode == "bilinear") {
+    const Tensor x1 = x0 + 1.0;
+    return {{x0, x1 - x}, {x1, x - x0}};
+  }
+  const std::array<Tensor, 4> w = cubic::weights(x - x0);
+  std::vector<Tap> taps;
+  for (size_t k = 0; k < 4; ++k) taps.push_back({padded(x0 + (static_cast<double>(k) - 1), n, o).detach(), w[k]});
+  return taps;
 }
 
 // grid_sample's checks, as PyTorch's.
 void check_grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOptions& o, const Loc& loc) {
   const char* op = "grid_sample";
   if (!input.defined() || !grid.defined()) throw Error(op, "the input or the grid is undefined", loc);
-  if (o.mode != "bilinear" && o.mode != "nearest")
-    fail(op, "mode must be 'bilinear' or 'nearest' (2-d), got '" + o.mode + "'", {&input, &grid}, loc);
+  if (o.mode != "bilinear" && o.mode != "nearest" && o.mode != "bicubic")
+    fail(op, "expected mode to be 'bilinear', 'nearest' or 'bicubic', but got: '" + o.mode + "'", {&input, &grid}, loc);
   if (o.padding_mode != "zeros" && o.padding_mode != "border" && o.padding_mode != "reflection")
-    fail(op, "padding_mode must be 'zeros', 'border' or 'reflection', got '" + o.padding_mode + "'", {&input, &grid},
-         loc);
-  if (input.dim() != 4) fail(op, "expects a 4-d input [N, C, H, W] (2-d sampling only)", {&input, &grid}, loc);
-  if (grid.dim() != 4 || grid.size(3) != 2)
-    fail(op, "expects a grid [N, Ho, Wo, 2] for a 4-d input", {&input, &grid}, loc);
+    fail(op, "expected padding_mode to be 'zeros', 'border', or 'reflection', but got: '" + o.padding_mode + "'",
+         {&input, &grid}, loc);
+  if ((input.dim() != 4 && input.dim() != 5) || grid.dim() != input.dim())
+    fail(op, "expected 4-d or 5-d input and grid with the same number of dimensions ([N, C, H, W] with [N, Ho, Wo, 2], "
+         "or [N, C, D, H, W] with [N, Do, Ho, Wo, 3])", {&input, &grid}, loc);
+  const int64_t k = input.dim() - 2;
+  if (grid.size(-1) != k)
+    fail(op, "expected the grid to have size " + std::to_string(k) + " in its last dimension", {&input, &grid}, loc);
+  if (o.mode == "bicubic" && k != 2) fail(op, "bicubic interpolation only supports 4-d input", {&input, &grid}, loc);
   if (grid.size(0) != input.size(0)) fail(op, "the input and the grid need the same batch size", {&input, &grid}, loc);
   if (!is_floating(input.dtype()) || grid.dtype() != input.dtype())
     fail(op, "the input and the grid must be floating, of one dtype", {&input, &grid}, loc);
-  if (input.size(2) <= 0 || input.size(3) <= 0)
-    fail(op, "the input's spatial extents must be positive", {&input, &grid}, loc);
+  for (int64_t d = 2; d < input.dim(); ++d)
+    if (input.size(d) <= 0) fail(op, "the input's spatial extents must be positive", {&input, &grid}, loc);
 }
 
 } // namespace
@@ -94,41 +152,51 @@ Tensor affine_grid(const Tensor& theta, const IntList& size, bool align_corners,
   const char* op = "affine_grid";
   if (!theta.defined()) throw Error(op, "theta is undefined", loc);
   if (!is_floating(theta.dtype())) fail(op, "theta must be floating", {&theta}, loc);
-  if (size.size() != 4)
-    fail(op, "size must be {N, C, H, W} (2-d grids only), got " + graph::shape_str(size), {&theta}, loc);
-  if (size[0] <= 0 || size[1] <= 0 || size[2] <= 0 || size[3] <= 0)
+  if (size.size() != 4 && size.size() != 5)
+    fail(op, "size must be {N, C, H, W} or {N, C, D, H, W} (2-d or 3-d affine maps), got " + graph::shape_str(size),
+         {&theta}, loc);
+  if (std::ranges::any_of(size, [](int64_t e) { return e <= 0; }))
     fail(op, "expected a non-zero, positive output size, got " + graph::shape_str(size), {&theta}, loc);
-  if (theta.dim() != 3 || theta.size(0) != size[0] || theta.size(1) != 2 || theta.size(2) != 3)
-    fail(op, "expected a batch of 2-d affine matrices of shape N x 2 x 3 for size " + graph::shape_str(size), {&theta},
-         loc);
-  const int64_t h = size[2], w = size[3];
+  const auto k = static_cast<int64_t>(size.size()) - 2;
+  if (theta.dim() != 3 || theta.size(0) != size[0] || theta.size(1) != k || theta.size(2) != k + 1)
+    fail(op, "expected a batch of " + std::to_string(k) + "-d affine matrices of shape N x " + std::to_string(k) + " x " +
+             std::to_string(k + 1) + " for size " + graph::shape_str(size), {&theta}, loc);
+  const IntList spatial(size.begin() + 2, size.end());
   const DType dt = theta.dtype();
   const Device dev = theta.device();
-  const Tensor xs = axis_coordinates(w, align_corners, dt, dev, loc).reshape({1, w}).expand({h, w});
-  const Tensor ys = axis_coordinates(h, align_corners, dt, dev, loc).reshape({h, 1}).expand({h, w});
-  const Tensor base = stack({xs, ys, ones({h, w}, dt, dev, loc)}, 2, loc).reshape({h * w, 3}); // (x, y, 1) rows
-  return matmul(base, theta.transpose(1, 2, loc), loc).reshape({size[0], h, w, 2}, loc);
+  std::vector<Tensor> columns; // x (along the last dim), y, (z,) 1 at each output point
+  for (int64_t d = k - 1; d >= 0; --d) {
+    IntList along(static_cast<size_t>(k), 1);
+    along[static_cast<size_t>(d)] = spatial[static_cast<size_t>(d)];
+    columns.push_back(axis_coordinates(along[static_cast<size_t>(d)], align_corners, dt, dev, loc).reshape(along).expand(spatial));
+  }
+  columns.push_back(ones(spatial, dt, dev, loc));
+  const Tensor base = stack(columns, k, loc).reshape({graph::numel(spatial), k + 1});
+  IntList shape = size;
+  shape[1] = k; // [N, (D,) H, W, k] after the rotation below
+  std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
+  return matmul(base, theta.transpose(1, 2, loc), loc).reshape(shape, loc);
 }
 
 Tensor grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOptions& options, Loc loc) {
   const graph::SourceScope at(loc, "grid_sample"); // nodes made here record the caller's line
   check_grid_sample(input, grid, options, loc);
   const detail::UserCall call("grid_sample", loc); // the ops it is made of report as grid_sample
-  const int64_t n = input.size(0), c = input.size(1), h = input.size(2), w = input.size(3);
-  const int64_t ho = grid.size(1), wo = grid.size(2);
-  const Tensor plane = input.reshape({n, c, h * w});
-  const Tensor g = grid.reshape({n, 1, ho * wo, 2});
-  const Tensor x = source_coordinate(g.slice(3, 0, 1).squeeze(3), w, options);
-  const Tensor y = source_coordinate(g.slice(3, 1, 2).squeeze(3), h, options);
-  Tensor out;
-  if (options.mode == "nearest") {
-    out = corner(plane, round(x).detach(), round(y).detach(), h, w);
-  } else {
-    const Tensor x0 = floor(x).detach(), y0 = floor(y).detach(), x1 = x0 + 1.0, y1 = y0 + 1.0;
-    out = corner(plane, x0, y0, h, w) * ((x1 - x) * (y1 - y)) + corner(plane, x1, y0, h, w) * ((x - x0) * (y1 - y)) +
-          corner(plane, x0, y1, h, w) * ((x1 - x) * (y - y0)) + corner(plane, x1, y1, h, w) * ((x - x0) * (y - y0));
+  const int64_t k = input.dim() - 2, n = input.size(0), c = input.size(1);
+  const IntList extents(input.shape().begin() + 2, input.shape().end());
+  IntList out_shape = grid.shape(); // [N, C, (Do,) Ho, Wo]
+  out_shape.pop_back();
+  out_shape.insert(out_shape.begin() + 1, c);
+  const int64_t points = graph::numel(IntList(grid.shape().begin() + 1, grid.shape().end() - 1));
+  const Tensor volume = input.reshape({n, c, graph::numel(extents)});
+  const Tensor g = grid.reshape({n, 1, points, k});
+  std::vector<std::vector<Tap>> taps; // per spatial dim in the input's order; the grid lists x (the last) first
+  for (int64_t d = 0; d < k; ++d) {
+    const int64_t e = extents[static_cast<size_t>(d)];
+    const Tensor x = unnormalized(g.slice(3, k - 1 - d, k - d).squeeze(3), e, options.align_corners);
+    taps.push_back(taps_of(options.mode == "bicubic" ? x : padded(x, e, options), e, options));
   }
-  return out.reshape({n, c, ho, wo}, loc);
+  return sum_of_taps(volume, taps, extents).reshape(out_shape, loc);
 }
 
 } // namespace kiln::nn::functional

@@ -6,12 +6,14 @@
 // and the CUDA path need nothing new.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "frontend/src/cubic.h"
 #include "frontend/src/tensor_impl.h"
 #include "frontend/src/windows.h"
 #include "graph/node.h"
@@ -193,12 +195,6 @@ template <class T> Tensor linear_axis(const Tensor& y, const Axis& a, bool align
   return index_select(y, a.dim, i0, loc) * l0 + index_select(y, a.dim, i1, loc) * l1;
 }
 
-// PyTorch's cubic convolution kernel (Keys, A = -0.75) at distance x of a tap: cubic_convolution1 for the
-// two inner taps (|x| <= 1), cubic_convolution2 for the outer ones (1 < |x| < 2), in PyTorch's operation order.
-constexpr double kCubicA = -0.75;
-Tensor cubic_inner(const Tensor& x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1.0; }
-Tensor cubic_outer(const Tensor& x) { return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA; }
-
 // y cubically interpolated along a.dim, as PyTorch 1.13's upsample_bicubic2d (HelperInterpCubic) in x's
 // dtype T: the source coordinate src (not clamped), the four taps floor(src) - 1 .. floor(src) + 2 clamped
 // to the input (the border repeated), weighted by the cubic kernel at t = src - floor(src). An extent kept is
@@ -206,10 +202,11 @@ Tensor cubic_outer(const Tensor& x) { return ((kCubicA * x - 5 * kCubicA) * x + 
 template <class T> Tensor cubic_axis(const Tensor& y, const Axis& a, bool align_corners, const Loc& loc) {
   const Tensor src = source_coordinates<T>(a, align_corners, true, y.device());
   const Tensor base = floor(src), t = src - base, i0 = base.to(kInt64);
-  const Tensor weights[4] = {cubic_outer(t + 1.0), cubic_inner(t), cubic_inner(1.0 - t), cubic_outer(2.0 - t)};
+  const std::array<Tensor, 4> weights = cubic::weights(t);
   Tensor sum;
   for (int64_t k = 0; k < 4; ++k) { // summed in PyTorch's order
-    const Tensor tap = index_select(y, a.dim, clamp(i0 + (k - 1), 0, a.in - 1), loc) * along(weights[k], y, a);
+    const Tensor tap =
+        index_select(y, a.dim, clamp(i0 + (k - 1), 0, a.in - 1), loc) * along(weights[static_cast<size_t>(k)], y, a);
     sum = sum.defined() ? sum + tap : tap;
   }
   return sum;

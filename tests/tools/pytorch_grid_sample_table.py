@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the PyTorch references of tests/test_vision.cpp's affine_grid and grid_sample tests, values and
 gradients of d(sum(out * u)) with u = 1, 2, 3, ... (f64):
-    tests/pytorch_grid_sample_table.inc  affine_grid (theta gradient) and grid_sample (each mode, padding_mode and
-                                         align_corners; input and grid gradients)
+    tests/pytorch_grid_sample_table.inc  affine_grid (2-d and 3-d; theta gradient) and grid_sample (2-d and 3-d,
+                                         each mode, padding_mode and align_corners; input and grid gradients)
 Run with Debian's python3-torch (1.13) from the repository root:
     python3 tests/tools/pytorch_grid_sample_table.py tests
 torch is needed only to regenerate the tables, never by the tests."""
@@ -23,9 +23,12 @@ AFFINE = [
     ("affine_3x4", [2, 1, 3, 4], False),
     ("affine_3x4_align", [2, 3, 3, 4], True),
     ("affine_1x5", [1, 1, 1, 5], True),
+    ("affine_3d_2x3x4", [2, 1, 2, 3, 4], False),
+    ("affine_3d_2x3x4_align", [2, 2, 2, 3, 4], True),
+    ("affine_3d_1x1x3", [1, 1, 1, 1, 3], True),
 ]
 
-# (name, input shape, grid [Ho, Wo], grid scale (1.2: some points outside [-1, 1]), mode, padding_mode, align_corners)
+# (name, input shape, grid [(Do,) Ho, Wo], grid scale (1.2: some points outside [-1, 1]), mode, padding_mode, align_corners)
 SAMPLE = []
 for mode in ["bilinear", "nearest"]:
     for pad in ["zeros", "border", "reflection"]:
@@ -38,11 +41,32 @@ SAMPLE += [
     ("bilinear_one_pixel_wide", [1, 1, 4, 1], [2, 3], 1.2, "bilinear", "zeros", False),
     ("bilinear_border_one_pixel", [1, 1, 1, 1], [2, 2], 1.5, "bilinear", "border", True),
 ]
+for pad in ["zeros", "border", "reflection"]:  # bicubic: each of the 16 taps clipped or reflected
+    for align in [False, True]:
+        SAMPLE.append(("bicubic_%s%s" % (pad, "_align" if align else ""), [2, 2, 4, 5], [3, 4], 1.6, "bicubic", pad,
+                       align))
+SAMPLE += [
+    ("bicubic_reflection_far", [1, 1, 2, 3], [2, 3], 4.0, "bicubic", "reflection", False),
+    ("bicubic_reflection_far_align", [1, 2, 3, 2], [3, 2], 4.0, "bicubic", "reflection", True),
+    ("bicubic_border_one_pixel", [1, 1, 1, 1], [2, 2], 1.5, "bicubic", "border", True),
+    ("bicubic_zeros_one_row", [1, 2, 1, 4], [2, 3], 1.3, "bicubic", "zeros", False),
+]
+for mode in ["bilinear", "nearest"]:  # 5-d input: trilinear and nearest
+    for pad in ["zeros", "border", "reflection"]:
+        for align in [False, True]:
+            SAMPLE.append(("3d_%s_%s%s" % (mode, pad, "_align" if align else ""), [2, 2, 3, 4, 5], [2, 3, 4], 1.6,
+                           mode, pad, align))
+SAMPLE += [
+    ("3d_bilinear_reflection_far", [1, 1, 2, 3, 2], [2, 2, 3], 4.0, "bilinear", "reflection", False),
+    ("3d_bilinear_reflection_far_align", [1, 2, 3, 2, 2], [3, 2, 1], 4.0, "bilinear", "reflection", True),
+    ("3d_bilinear_one_plane", [1, 1, 1, 2, 3], [1, 2, 3], 1.2, "bilinear", "zeros", False),
+]
 
 
 def affine_table(out, gen):
     for name, size, align in AFFINE:
-        theta = torch.randn([size[0], 2, 3], generator=gen, dtype=F64).requires_grad_()
+        k = len(size) - 2
+        theta = torch.randn([size[0], k, k + 1], generator=gen, dtype=F64).requires_grad_()
         y = F.affine_grid(theta, size, align_corners=align)
         (y * weights_for(y)).sum().backward()
         out.write('{"%s", %s, %s, %s, %s, %s},\n' % (name, ints(size), cbool(align), lits(theta.detach()),
@@ -52,7 +76,7 @@ def affine_table(out, gen):
 def sample_table(out, gen):
     for name, xs, gs, scale, mode, pad, align in SAMPLE:
         x = torch.randn(xs, generator=gen, dtype=F64).requires_grad_()
-        grid = ((torch.rand([xs[0]] + gs + [2], generator=gen, dtype=F64) * 2 - 1) * scale).requires_grad_()
+        grid = ((torch.rand([xs[0]] + gs + [len(xs) - 2], generator=gen, dtype=F64) * 2 - 1) * scale).requires_grad_()
         y = F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=align)
         (y * weights_for(y)).sum().backward()
         out.write('{"%s", %s, %s, %s, %s, "%s", "%s", %s, %s, %s, %s},\n' % (

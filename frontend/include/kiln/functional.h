@@ -319,20 +319,26 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc:
 /// torch.nn.functional.channel_shuffle (ShuffleNet); C must be divisible by groups.
 Tensor channel_shuffle(const Tensor& x, int64_t groups, Loc loc = Loc::current());
 /// The sampling grid [N, H, W, 2] of the affine maps theta [N, 2, 3] (floating) for an output of `size`
-/// {N, C, H, W}, as torch.nn.functional.affine_grid (2-d only): theta applied to the (x, y, 1) of each output
-/// pixel's normalized center (align_corners false: (2i + 1) / W - 1) or corner (true: -1 ... 1); one matmul.
+/// {N, C, H, W}, or [N, D, H, W, 3] of theta [N, 3, 4] for {N, C, D, H, W}, as torch.nn.functional.affine_grid:
+/// theta applied to the (x, y, (z,) 1) of each output point's normalized center (align_corners false:
+/// (2i + 1) / W - 1) or corner (true: -1 ... 1); one matmul.
 Tensor affine_grid(const Tensor& theta, const IntList& size, bool align_corners = false, Loc loc = Loc::current());
 /// Options of grid_sample, in PyTorch's argument order (designated initializers: `{.mode = "nearest"}`).
 struct GridSampleOptions {
-  std::string mode = "bilinear"; ///< "bilinear" or "nearest" (round half to even, as PyTorch's)
-  std::string padding_mode = "zeros"; ///< "zeros", "border" (clipped) or "reflection" (mirrored, then clipped)
+  /// "bilinear" (trilinear for a 5-d input), "nearest" (round half to even, as PyTorch's) or "bicubic" (4-d input
+  /// only: PyTorch's cubic convolution, A = -0.75, over the 4 x 4 pixels around the point)
+  std::string mode = "bilinear";
+  /// "zeros", "border" (clipped) or "reflection" (mirrored, then clipped); "bicubic" clips or reflects each of its
+  /// 16 taps' coordinates instead of the point's, as PyTorch's
+  std::string padding_mode = "zeros";
   bool align_corners = false; ///< true: -1 and 1 are the corner pixels' centers; false: their outer edges
 };
-/// input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1]), as torch.nn.functional.grid_sample
-/// (2-d only): [N, C, Ho, Wo]. Built from gathers of the input plane and the corners' weights, so the gradient of
-/// the input (scatter-added) and of the grid (through the weights; 0 for "nearest", and at border and reflection
-/// clips, as PyTorch's) come from autograd. A NaN coordinate gives NaN with "zeros" padding ("nearest": 0) and is
-/// clipped to 0 by "border" and "reflection", as PyTorch's CPU kernel.
+/// input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1]), or input [N, C, D, H, W] at grid
+/// [N, Do, Ho, Wo, 3] ((x, y, z)), as torch.nn.functional.grid_sample: [N, C, Ho, Wo] or [N, C, Do, Ho, Wo].
+/// Built from gathers of the input and the taps' weights, so the gradient of the input (scatter-added) and of
+/// the grid (through the weights; 0 for "nearest", and at border and reflection clips, as PyTorch's) come from
+/// autograd. A NaN coordinate gives NaN with "zeros" padding ("nearest": 0) and is clipped to 0 by "border" and
+/// "reflection", as PyTorch's CPU kernel (bilinear and nearest).
 Tensor grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOptions& options = {},
                    Loc loc = Loc::current());
 /// Max over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
