@@ -28,6 +28,20 @@ Tensor axis_coordinates(int64_t n, bool align_corners, DType dt, Device dev, con
   return align_corners ? i * (2.0 / (nd - 1)) - 1.0 : (i * 2.0 + 1.0) / nd - 1.0;
 }
 
+// The rows (x, y, (z,) 1) [P, k + 1] of the normalized coordinates of the output points of the spatial extents
+// `spatial` (row-major; x along the last dim), as PyTorch's affine_grid's base grid.
+Tensor base_points(const IntList& spatial, bool align_corners, DType dt, Device dev, const Loc& loc) {
+  const auto k = static_cast<int64_t>(spatial.size());
+  std::vector<Tensor> columns;
+  for (size_t d = spatial.size(); d-- > 0;) {
+    IntList along(spatial.size(), 1);
+    along[d] = spatial[d];
+    columns.push_back(axis_coordinates(spatial[d], align_corners, dt, dev, loc).reshape(along).expand(spatial));
+  }
+  columns.push_back(ones(spatial, dt, dev, loc));
+  return stack(columns, k, loc).reshape({graph::numel(spatial), k + 1});
+}
+
 // A pixel coordinate from a normalized one along an axis of extent n.
 Tensor unnormalized(const Tensor& x, int64_t n, bool align_corners) {
   const double nd = static_cast<double>(n);
@@ -132,8 +146,10 @@ void check_grid_sample(const Tensor& input, const Tensor& grid, const GridSample
     fail(op, "expected padding_mode to be 'zeros', 'border', or 'reflection', but got: '" + o.padding_mode + "'",
          {&input, &grid}, loc);
   if ((input.dim() != 4 && input.dim() != 5) || grid.dim() != input.dim())
-    fail(op, "expected 4-d or 5-d input and grid with the same number of dimensions ([N, C, H, W] with [N, Ho, Wo, 2], "
-         "or [N, C, D, H, W] with [N, Do, Ho, Wo, 3])", {&input, &grid}, loc);
+    fail(op,
+         "expected 4-d or 5-d input and grid with the same number of dimensions ([N, C, H, W] with [N, Ho, Wo, 2], "
+         "or [N, C, D, H, W] with [N, Do, Ho, Wo, 3])",
+         {&input, &grid}, loc);
   const int64_t k = input.dim() - 2;
   if (grid.size(-1) != k)
     fail(op, "expected the grid to have size " + std::to_string(k) + " in its last dimension", {&input, &grid}, loc);
@@ -159,19 +175,12 @@ Tensor affine_grid(const Tensor& theta, const IntList& size, bool align_corners,
     fail(op, "expected a non-zero, positive output size, got " + graph::shape_str(size), {&theta}, loc);
   const auto k = static_cast<int64_t>(size.size()) - 2;
   if (theta.dim() != 3 || theta.size(0) != size[0] || theta.size(1) != k || theta.size(2) != k + 1)
-    fail(op, "expected a batch of " + std::to_string(k) + "-d affine matrices of shape N x " + std::to_string(k) + " x " +
-             std::to_string(k + 1) + " for size " + graph::shape_str(size), {&theta}, loc);
+    fail(op,
+         "expected a batch of " + std::to_string(k) + "-d affine matrices of shape N x " + std::to_string(k) + " x " +
+             std::to_string(k + 1) + " for size " + graph::shape_str(size),
+         {&theta}, loc);
   const IntList spatial(size.begin() + 2, size.end());
-  const DType dt = theta.dtype();
-  const Device dev = theta.device();
-  std::vector<Tensor> columns; // x (along the last dim), y, (z,) 1 at each output point
-  for (int64_t d = k - 1; d >= 0; --d) {
-    IntList along(static_cast<size_t>(k), 1);
-    along[static_cast<size_t>(d)] = spatial[static_cast<size_t>(d)];
-    columns.push_back(axis_coordinates(along[static_cast<size_t>(d)], align_corners, dt, dev, loc).reshape(along).expand(spatial));
-  }
-  columns.push_back(ones(spatial, dt, dev, loc));
-  const Tensor base = stack(columns, k, loc).reshape({graph::numel(spatial), k + 1});
+  const Tensor base = base_points(spatial, align_corners, theta.dtype(), theta.device(), loc);
   IntList shape = size;
   shape[1] = k; // [N, (D,) H, W, k] after the rotation below
   std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
