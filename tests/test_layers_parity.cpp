@@ -1,5 +1,5 @@
 // PyTorch-parity of the convolution, pooling and interpolation layers: conv1d/conv2d (and their modules)
-// with padding "same" and "valid", ConvTranspose1d/2d.forward(input, output_size), adaptive_avg_pool1d/2d
+// with padding "same" and "valid", ConvTranspose1d/2d/3d.forward(input, output_size), adaptive_avg_pool1d/2d
 // (and their modules), and interpolate's "area" and "bicubic" modes (and Upsample): values and gradients
 // against PyTorch 1.13 (a generated table), f64 gradchecks, fused against unfused and compile(), and error
 // messages naming the op, the shapes and this file's line.
@@ -177,6 +177,17 @@ Tensor conv_t_of(const ConvTCase& c, const Tensor& x, Tensor& w, Tensor& b) {
     w = m.weight, b = m.bias;
     return m.forward(x, c.output_size);
   }
+  if (c.kernel.size() == 3) {
+    auto m = module_of(c,
+                       nn::ConvTranspose3d(c.in, c.out, {c.kernel[0], c.kernel[1], c.kernel[2]},
+                                           {.stride = {c.stride[0], c.stride[1], c.stride[2]},
+                                            .padding = {c.padding[0], c.padding[1], c.padding[2]},
+                                            .groups = c.groups,
+                                            .dilation = {c.dilation[0], c.dilation[1], c.dilation[2]}}),
+                       {c.in, c.out / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]});
+    w = m.weight, b = m.bias;
+    return m.forward(x, c.output_size);
+  }
   auto m = module_of(c,
                      nn::ConvTranspose2d(c.in, c.out, {c.kernel[0], c.kernel[1]},
                                          {.stride = {c.stride[0], c.stride[1]},
@@ -212,6 +223,10 @@ TEST(ConvTransposeOutputSize, IsTheOutputPaddingThatGivesIt) {
   nn::ConvTranspose1d up1(2, 2, 2, {.stride = 3});
   expect_same(values(up1.forward(rnd({1, 2, 4}, 23), {13})),
               values(F::conv_transpose1d(rnd({1, 2, 4}, 23), up1.weight, up1.bias, 3, 0, 2)), "1-d");
+  nn::ConvTranspose3d up3(2, 2, {1, 2, 2}, {.stride = {2, 2, 3}, .output_padding = {1, 0, 0}});
+  const Tensor v = rnd({1, 2, 2, 3, 2}, 31);
+  expect_same(values(up3.forward(v, {1, 2, 3, 7, 6})),
+              values(F::conv_transpose3d(v, up3.weight, up3.bias, {2, 2, 3}, 0, {0, 1, 1})), "3-d");
   expect_gradcheck(
       [](const std::vector<Tensor>& v) {
         nn::ConvTranspose2d m(2, 2, {2, 3}, {.stride = 2, .bias = false});
@@ -238,6 +253,15 @@ TEST(ConvTransposeOutputSize, Errors) {
                {"requested an output size of [17], but valid sizes range from [18] to [20] (for an input of [6])"});
   // the rank is the convolution's error
   expect_error([&] { (void)up1.forward(rnd({6}, 29), {17}); }, __LINE__, "ConvTranspose1d", {"[N, C, L]"});
+  nn::ConvTranspose3d up3(2, 2, {2, 3, 3}, {.stride = {2, 1, 3}, .padding = {0, 1, 1}});
+  const Tensor v = rnd({1, 2, 3, 4, 2}, 30);
+  expect_error([&] { (void)up3.forward(v, {6, 4, 7}); }, __LINE__, "ConvTranspose3d",
+               {"requested an output size of [6, 4, 7]", "from [6, 4, 4] to [7, 4, 6] (for an input of [3, 4, 2])",
+                "f64[1,2,3,4,2]"});
+  expect_error([&] { (void)up3.forward(v, {4, 6}); }, __LINE__, "ConvTranspose3d",
+               {"for 5-d input, output_size must have 3 or 5 elements (got 2)"});
+  expect_error([&] { (void)up3.forward(v.squeeze(0), {1, 2, 6, 4, 4}); }, __LINE__, "ConvTranspose3d",
+               {"for 4-d input, output_size must have 3 or 4 elements (got 5)"});
 }
 
 // ---------------------------------------------------------------- adaptive_avg_pool1d/2d

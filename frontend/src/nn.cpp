@@ -731,6 +731,18 @@ Tensor ConvTranspose3d::forward_impl(const Tensor& x) {
                                       options.groups, options.dilation);
 }
 
+Tensor ConvTranspose3d::forward(const Tensor& x, const IntList& output_size, Loc loc) {
+  const graph::SourceScope at(loc);
+  const detail::UserCall call(name(), loc);
+  const ConvTranspose3dOptions& o = options;
+  const IntList op = output_padding_for("ConvTranspose3d", x, output_size, {kernel_.d, kernel_.h, kernel_.w},
+                                        {o.stride.d, o.stride.h, o.stride.w}, {o.padding.d, o.padding.h, o.padding.w},
+                                        {o.dilation.d, o.dilation.h, o.dilation.w},
+                                        {o.output_padding.d, o.output_padding.h, o.output_padding.w}, loc);
+  return functional::conv_transpose3d(x, weight, bias, o.stride, o.padding, {op[0], op[1], op[2]}, o.groups,
+                                      o.dilation);
+}
+
 std::string ConvTranspose3d::extra_repr() const {
   return std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + size3_str(kernel_) +
          ", stride=" + size3_str(options.stride) + ", padding=" + size3_str(options.padding) +

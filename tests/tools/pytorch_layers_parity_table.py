@@ -3,7 +3,7 @@
 u = 1, 2, 3, ... (in the output's dtype), into tests/pytorch_layers_parity_table.inc (one file, four tables,
 each opened by its own `#if defined(...)` section name):
     KILN_CONV_PADDING_MODE   conv1d and conv2d with padding "same" and "valid" (input, weight and bias grads)
-    KILN_CONV_T_OUTPUT_SIZE  ConvTranspose1d/2d.forward(input, output_size) (input, weight and bias grads)
+    KILN_CONV_T_OUTPUT_SIZE  ConvTranspose1d/2d/3d.forward(input, output_size) (input, weight and bias grads)
     KILN_ADAPTIVE_AVG_POOL   adaptive_avg_pool1d and adaptive_avg_pool2d (input grad)
     KILN_INTERP_AREA_CUBIC   interpolate "area" and "bicubic" (size or scale_factor, align_corners,
                              recompute_scale_factor, f32 and f64; input grad)
@@ -49,6 +49,10 @@ CONV_T = [
     ("1d_stride3_dilation2", [1, 2, 6], 2, 3, [3], [3], [1], [2], 1, [19]),
     ("1d_stride4_top", [2, 2, 5], 2, 2, [2], [4], [0], [1], 1, [21]),
     ("1d_unbatched_with_channels", [2, 5], 2, 4, [3], [2], [1], [1], 2, [4, 10]),
+    ("3d_stride2_mixed", [1, 2, 3, 2, 3], 2, 2, [2, 3, 2], [2, 3, 2], [0, 1, 1], [1, 1, 2], 1, [7, 4, 6]),
+    ("3d_with_batch_and_channels_groups", [2, 2, 2, 3, 2], 2, 4, [2, 2, 3], [3, 2, 2], [1, 0, 1], [1, 2, 1], 2,
+     [2, 4, 5, 7, 4]),
+    ("3d_unbatched", [2, 2, 2, 3], 2, 3, [3, 2, 2], [2, 2, 3], [1, 0, 0], [1, 1, 1], 1, [4, 4, 9]),
 ]
 
 # (name, input shape, output size); its length says 1-d or 2-d.
@@ -115,7 +119,8 @@ def conv_t_table(out):
            " bias, output shape, output, input grad, weight grad, bias grad}")
     gen = torch.Generator().manual_seed(42)
     for name, xs, cin, cout, k, s, p, d, g, size in CONV_T:
-        m = (nn.ConvTranspose1d if len(k) == 1 else nn.ConvTranspose2d)(cin, cout, k, s, p, 0, g, True, d).double()
+        module = [nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d][len(k) - 1]
+        m = module(cin, cout, k, s, p, 0, g, True, d).double()
         with torch.no_grad():
             m.weight.copy_(torch.randn(m.weight.shape, generator=gen, dtype=F64))
             m.bias.copy_(torch.randn(m.bias.shape, generator=gen, dtype=F64))

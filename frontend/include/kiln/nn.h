@@ -532,6 +532,9 @@ public:
                   Loc loc = Loc::current());
   /// [N, out, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  /// [N, out, Do, Ho, Wo] of the extents `output_size` ({Do, Ho, Wo}, or {N, out, Do, Ho, Wo}; unbatched
+  /// {out, Do, Ho, Wo}), as torch.nn.ConvTranspose3d.forward(input, output_size); see ConvTranspose2d's.
+  Tensor forward(const Tensor& x, const IntList& output_size, Loc loc = Loc::current());
   std::string name() const override { return "ConvTranspose3d"; } ///< "ConvTranspose3d"
   std::string extra_repr() const override; ///< configuration
   Tensor weight; ///< [in, out/groups, kd, kh, kw]
