@@ -252,5 +252,15 @@ std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, boo
   return kiln::topk(*this, k, dim, largest, sorted, loc);
 }
 Tensor Tensor::msort(Loc loc) const { return kiln::msort(*this, loc); }
+Tensor Tensor::gather(int64_t dim, const Tensor& index, Loc loc) const { return kiln::gather(*this, dim, index, loc); }
+Tensor Tensor::index_select(int64_t dim, const Tensor& index, Loc loc) const {
+  return kiln::index_select(*this, dim, index, loc);
+}
+Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src, Loc loc) const {
+  return kiln::scatter_add(*this, dim, index, src, loc);
+}
+Tensor Tensor::index_add(int64_t dim, const Tensor& index, const Tensor& source, double alpha, Loc loc) const {
+  return kiln::index_add(*this, dim, index, source, alpha, loc);
+}
 
 } // namespace kiln

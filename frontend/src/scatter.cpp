@@ -4,6 +4,7 @@
 // hit one place, the runs of equal targets come from a stable sort of the index: the last of a run (the
 // last in index order) wins a scatter, and a run's product, max or min is a log2(n)-step scan over it.
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -376,10 +377,109 @@ Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, L
   return take_at(input.expand(in_want, loc), d, idx.expand(ix_want, loc));
 }
 
+namespace {
+
+bool is_mask(const Tensor& index) { return index.defined() && index.dtype() == DType::Bool; }
+
+// index_put's checks of its bool masks, as torch's: a k-d mask covers k dims of self from where it stands (an
+// integer index covers one), and its shape is self's there.
+void check_masks(const Tensor& self, const std::vector<Tensor>& indices, const Loc& loc) {
+  int64_t d = 0; // the dim of self that the next index covers
+  for (const Tensor& i : indices) {
+    if (!i.defined()) throw Error("index_put", "an index tensor is undefined", loc);
+    if (!is_mask(i)) {
+      ++d;
+      continue;
+    }
+    if (i.dim() == 0) fail("index_put", "a 0-d bool mask is not taken (give a mask of self's dims)", {&self, &i}, loc);
+    if (d + i.dim() > self.dim())
+      fail("index_put", "too many indices for a tensor of dimension " + std::to_string(self.dim()), {&self, &i}, loc);
+    for (int64_t e = 0; e < i.dim(); ++e)
+      if (i.size(e) != self.size(d + e))
+        fail("index_put",
+             "the shape of the mask " + detail::list_str(i.shape()) + " at index " + std::to_string(e) +
+                 " does not match the shape of the indexed tensor " + detail::list_str(self.shape()) + " at index " +
+                 std::to_string(d + e),
+             {&self, &i}, loc);
+    d += i.dim();
+  }
+}
+
+// self's dims after those the mask `indices[0]` covers, after a 1: the shape that values broadcast to when they
+// need no count of the mask's true elements (one value for every masked place).
+IntList countless_values_shape(const Tensor& self, const Tensor& mask) {
+  IntList shape(self.shape().begin() + mask.dim(), self.shape().end());
+  shape.insert(shape.begin(), 1);
+  return shape;
+}
+
+// index_put of the mask alone with values that need no count: where(mask, values, self), or self plus
+// where(mask, values, 0) with accumulate (the mask spread over self's dims after it).
+Tensor put_where(const Tensor& self, const Tensor& mask, const Tensor& values, bool accumulate, const Loc& loc) {
+  (void)detail::common_device("index_put", {&self, &mask, &values}, loc);
+  IntList spread = mask.shape();
+  spread.insert(spread.end(), static_cast<size_t>(self.dim() - mask.dim()), 1);
+  const Tensor m = mask.reshape(spread, loc);
+  if (!accumulate) return where(m, values, self, loc);
+  return self + where(m, values, zeros({}, self.dtype(), self.device()), loc);
+}
+
+// The integer index tensors (i64) that `indices` stand for: each k-d mask replaced by the k tensors of its
+// nonzero() positions (row-major), read on the host: the masks are computed already.
+std::vector<Tensor> mask_positions(const Tensor& self, const std::vector<Tensor>& indices, const Loc& loc) {
+  std::vector<Tensor> out;
+  for (const Tensor& i : indices) {
+    if (!is_mask(i)) {
+      out.push_back(i);
+      continue;
+    }
+    const std::vector<bool> mask = i.to_vector<bool>(loc);
+    std::vector<std::vector<int64_t>> at(static_cast<size_t>(i.dim()));
+    for (size_t f = 0; f < mask.size(); ++f) {
+      if (!mask[f]) continue;
+      auto rest = static_cast<int64_t>(f); // the row-major offset, split into the mask's dims from the last
+      for (int64_t e = i.dim() - 1; e >= 0; rest /= i.size(e), --e)
+        at[static_cast<size_t>(e)].push_back(rest % i.size(e));
+    }
+    for (const std::vector<int64_t>& a : at)
+      out.push_back(from_vector(a, {static_cast<int64_t>(a.size())}, loc).to(self.device(), loc));
+  }
+  return out;
+}
+
+// index_put with bool masks among the indices (torch: a mask stands for its nonzero() positions). kiln's
+// shapes are static, so a mask not computed yet (lazy, or an input of compile()) is taken only alone and with
+// values that need no count of its true elements; a computed one becomes the index tensors of its positions.
+Tensor put_masked(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate,
+                  const Loc& loc) {
+  check_masks(self, indices, loc);
+  if (values.dtype() != self.dtype()) fail("index_put", "values must have self's dtype", {&self, &values}, loc);
+  if (accumulate && self.dtype() == DType::Bool)
+    fail("index_put", "accumulate is not defined for bool tensors", {&self, &values}, loc);
+  if (indices.size() == 1) {
+    const IntList want = countless_values_shape(self, indices[0]);
+    if (graph::broadcast_shapes(values.shape(), want) == want)
+      return put_where(self, indices[0], values, accumulate, loc);
+  }
+  const bool computed = std::ranges::all_of(
+      indices, [](const Tensor& i) { return !is_mask(i) || (i.node()->realized() && !detail::active_capture()); });
+  if (computed) return index_put(self, mask_positions(self, indices, loc), values, accumulate, loc);
+  const Tensor& mask = *std::ranges::find_if(indices, is_mask);
+  fail("index_put",
+       "the number of true elements of a bool mask that is not computed yet (lazy, or traced by compile()) is "
+       "data-dependent, and kiln's shapes are static: give the mask alone with values that broadcast to " +
+           detail::list_str(countless_values_shape(self, mask)) +
+           " (one value for every masked place), or realize() the mask first",
+       {&self, &mask, &values}, loc);
+}
+
+} // namespace
+
 Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate,
                  Loc loc) {
   const graph::SourceScope at(loc, "index_put"); // nodes made here record the caller's line
   if (!self.defined() || !values.defined()) throw Error("index_put", "self or values is undefined", loc);
+  if (std::ranges::any_of(indices, is_mask)) return put_masked(self, indices, values, accumulate, loc);
   const auto k = static_cast<int64_t>(indices.size());
   if (k == 0 || k > self.dim())
     fail("index_put",
@@ -423,6 +523,33 @@ Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const T
   const Tensor base = self.reshape(view, loc);
   const Tensor out = accumulate ? add_at(base, 0, at_rows, src) : scatter_checked(base, 0, at_rows, src);
   return out.reshape(self.shape(), loc);
+}
+
+Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src, Loc loc) const {
+  return kiln::scatter(*this, dim, index, src, loc);
+}
+Tensor Tensor::scatter(int64_t dim, const Tensor& index, Scalar value, Loc loc) const {
+  return kiln::scatter(*this, dim, index, value, loc);
+}
+Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                              bool include_self, Loc loc) const {
+  return kiln::scatter_reduce(*this, dim, index, src, reduce, include_self, loc);
+}
+Tensor Tensor::index_fill(int64_t dim, const Tensor& index, Scalar value, Loc loc) const {
+  return kiln::index_fill(*this, dim, index, value, loc);
+}
+Tensor Tensor::index_fill(int64_t dim, const Tensor& index, const Tensor& value, Loc loc) const {
+  return kiln::index_fill(*this, dim, index, value, loc);
+}
+Tensor Tensor::index_copy(int64_t dim, const Tensor& index, const Tensor& source, Loc loc) const {
+  return kiln::index_copy(*this, dim, index, source, loc);
+}
+Tensor Tensor::index_put(const std::vector<Tensor>& indices, const Tensor& values, bool accumulate, Loc loc) const {
+  return kiln::index_put(*this, indices, values, accumulate, loc);
+}
+Tensor Tensor::take(const Tensor& index, Loc loc) const { return kiln::take(*this, index, loc); }
+Tensor Tensor::take_along_dim(const Tensor& indices, std::optional<int64_t> dim, Loc loc) const {
+  return dim ? kiln::take_along_dim(*this, indices, *dim, loc) : kiln::take_along_dim(*this, indices, loc);
 }
 
 } // namespace kiln

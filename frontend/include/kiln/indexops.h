@@ -65,7 +65,11 @@ Tensor index_copy(const Tensor& self, int64_t dim, const Tensor& index, const Te
 /// self.dim(), i32 or i64; negative values count from the end) broadcast together to a shape B and name
 /// the places of self's first k dims; values broadcast to B followed by self's remaining dims. accumulate
 /// sums repeated places in index order (row-major over B); without it the last in that order wins (kiln's
-/// rule; PyTorch's is unspecified). Bool mask indices are not taken (use masked_fill or where).
+/// rule; PyTorch's is unspecified). A bool mask among the indices stands for its nonzero() positions over the
+/// dims it covers (its shape is self's there), as PyTorch's. kiln's shapes are static, so: a mask alone whose
+/// values broadcast to [1, self's dims after the mask's...] (one value for every masked place) is a where(),
+/// lazy or not; otherwise the masks must be computed already (not lazy, not traced by compile()), and their
+/// positions are read on the host; a lazy one is a kiln::Error that says so.
 Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false,
                  Loc loc = Loc::current());
 /// torch.take: the input's elements (row-major, as if flattened) at `index`, shaped as the index; negative

@@ -201,6 +201,34 @@ public:
                                  Loc loc = Loc::current()) const;
   /// Sorted along dim 0: see kiln::msort.
   Tensor msort(Loc loc = Loc::current()) const;
+  // ---- indexing along a dim (kiln/indexops.h; this tensor is the input, or self)
+  Tensor gather(int64_t dim, const Tensor& index, Loc loc = Loc::current()) const; ///< see kiln::gather
+  Tensor index_select(int64_t dim, const Tensor& index, Loc loc = Loc::current()) const; ///< see kiln::index_select
+  /// see kiln::scatter_add
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current()) const;
+  /// see kiln::index_add
+  Tensor index_add(int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1,
+                   Loc loc = Loc::current()) const;
+  /// see kiln::scatter
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current()) const;
+  /// see kiln::scatter (a value)
+  Tensor scatter(int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current()) const;
+  /// see kiln::scatter_reduce
+  Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
+                        bool include_self = true, Loc loc = Loc::current()) const;
+  /// see kiln::index_fill
+  Tensor index_fill(int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current()) const;
+  /// see kiln::index_fill (a 0-d tensor value)
+  Tensor index_fill(int64_t dim, const Tensor& index, const Tensor& value, Loc loc = Loc::current()) const;
+  /// see kiln::index_copy
+  Tensor index_copy(int64_t dim, const Tensor& index, const Tensor& source, Loc loc = Loc::current()) const;
+  /// see kiln::index_put
+  Tensor index_put(const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false,
+                   Loc loc = Loc::current()) const;
+  Tensor take(const Tensor& index, Loc loc = Loc::current()) const; ///< see kiln::take
+  /// see kiln::take_along_dim (without a dim: of the flattened tensor)
+  Tensor take_along_dim(const Tensor& indices, std::optional<int64_t> dim = std::nullopt,
+                        Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;             ///< cast
   Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::matmul
   // ---- matrix products and diagonals (kiln/linalg.h)
