@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -778,6 +779,30 @@ TEST(GridSample, Gradcheck3dAndBicubic) {
   }
   expect_gradcheck([](const std::vector<Tensor>& v) { return (F::affine_grid(v[0], {2, 1, 2, 3, 2}) * v[1]).sum(); },
                    {rnd({2, 3, 4}, 86), rnd({2, 2, 3, 2, 3}, 87)});
+}
+
+// NaN coordinates, with PyTorch 1.13's CPU values (printed by torch for these inputs): its 3-d kernel clips a NaN
+// to the far border and samples 0 at one with zeros padding; bicubic gives NaN whatever the padding.
+TEST(GridSample, NaN3dAndBicubicAsPyTorch) {
+  const double nan = std::nan("");
+  const Tensor v = arange(0, 8, 1, kFloat64).reshape({1, 1, 2, 2, 2});
+  const Tensor g = from_vector(std::vector<double>{nan, 0, 0, 0, nan, 0, 0, 0, nan, 0, 0, 0}, {1, 1, 1, 4, 3});
+  const std::map<std::string, std::vector<double>> want = {
+      {"bilinear zeros", {0, 0, 0, 3.5}},     {"bilinear border", {4, 4.5, 5.5, 3.5}},
+      {"bilinear reflection", {4, 4.5, 5.5, 3.5}}, {"nearest zeros", {0, 0, 0, 7}},
+      {"nearest border", {7, 7, 7, 7}},       {"nearest reflection", {7, 7, 7, 7}}};
+  for (const auto& [what, expected] : want) {
+    const auto space = what.find(' ');
+    const F::GridSampleOptions o{.mode = what.substr(0, space), .padding_mode = what.substr(space + 1), .align_corners = true};
+    EXPECT_EQ(values(F::grid_sample(v, g, o)), expected) << what;
+  }
+  const Tensor x = arange(0, 16, 1, kFloat64).reshape({1, 1, 4, 4});
+  const Tensor g2 = from_vector(std::vector<double>{nan, 0, 0, nan, 0, 0}, {1, 1, 3, 2});
+  for (const char* pad : {"zeros", "border", "reflection"}) {
+    const std::vector<double> y = values(F::grid_sample(x, g2, {.mode = "bicubic", .padding_mode = pad, .align_corners = true}));
+    EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1])) << pad;
+    EXPECT_NEAR(y[2], 7.5, 1e-13) << pad;
+  }
 }
 
 TEST(GridSample, ZeroSizeGrid) {

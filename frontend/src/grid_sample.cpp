@@ -48,11 +48,20 @@ Tensor unnormalized(const Tensor& x, int64_t n, bool align_corners) {
   return align_corners ? (x + 1.0) * ((nd - 1) / 2) : ((x + 1.0) * nd - 1.0) / 2;
 }
 
+// How PyTorch 1.13's CPU kernels sample: the 2-d one (vectorized) and the 3-d one (a scalar loop) differ where
+// kiln follows each: the 3-d one rounds "nearest" halves away from zero (2-d: to even), clips a NaN coordinate
+// to the far border (2-d: to 0), and with "zeros" padding samples 0 at a NaN coordinate (2-d: NaN).
+struct Sampling {
+  const GridSampleOptions& o;
+  bool scalar_loop; ///< the 3-d kernel's ways
+};
+
 // x clipped to [0, n - 1], with gradient 0 at and past the borders (PyTorch's clip_coordinates_set_grad); a NaN
-// becomes 0, as PyTorch's CPU kernel clips it.
-Tensor clipped(const Tensor& x, int64_t n) {
+// becomes 0 (scalar_loop: n - 1), as PyTorch's CPU kernels clip it.
+Tensor clipped(const Tensor& x, int64_t n, bool scalar_loop) {
   const double top = static_cast<double>(n - 1);
   const Tensor zero = zeros_like(x).detach();
+  if (scalar_loop) return where(x < top, where(x > 0.0, x, zero), zero + top);
   return where(x > 0.0, where(x >= top, zero + top, x), zero);
 }
 
@@ -70,11 +79,17 @@ Tensor reflected(const Tensor& x, int64_t twice_low, int64_t twice_high) {
 
 // The pixel coordinate c along an axis of extent n mapped into the input by padding_mode: clipped
 // ("border"), reflected and clipped ("reflection") or kept ("zeros"), as PyTorch's compute_coordinates.
-Tensor padded(const Tensor& c, int64_t n, const GridSampleOptions& o) {
-  if (o.padding_mode == "border") return clipped(c, n);
-  if (o.padding_mode == "reflection")
-    return clipped(o.align_corners ? reflected(c, 0, 2 * (n - 1)) : reflected(c, -1, 2 * n - 1), n);
+Tensor padded(const Tensor& c, int64_t n, const Sampling& s) {
+  if (s.o.padding_mode == "border") return clipped(c, n, s.scalar_loop);
+  if (s.o.padding_mode == "reflection")
+    return clipped(s.o.align_corners ? reflected(c, 0, 2 * (n - 1)) : reflected(c, -1, 2 * n - 1), n, s.scalar_loop);
   return c;
+}
+
+// x rounded half away from zero (std::round), exactly: trunc(x), plus sign(x) where the rest is at least 1/2.
+Tensor rounded_away(const Tensor& x) {
+  const Tensor t = trunc(x);
+  return t + where(abs(x - t) >= 0.5, sign(x), zeros_like(x));
 }
 
 // The sampling points' taps along one spatial dim: the integer coordinates `at` [N, 1, P] (floating, detached)
@@ -84,8 +99,10 @@ struct Tap {
 };
 
 // The input's values [N, C, P] at the integer points `at` (one [N, 1, P] per spatial dim, in the input's order:
-// (y, x) or (z, y, x); floating, detached), 0 where they fall outside the input (or are NaN).
-Tensor corner(const Tensor& volume, const std::vector<Tensor>& at, const IntList& extents) {
+// (y, x) or (z, y, x); floating, detached) times `weight` (undefined: 1), 0 where they fall outside the input
+// (or are NaN): with scalar_loop, whatever the weight (PyTorch's 3-d kernel adds only the taps inside).
+Tensor corner(const Tensor& volume, const std::vector<Tensor>& at, const IntList& extents, const Tensor& weight,
+              bool scalar_loop) {
   Tensor inside;
   for (size_t d = 0; d < at.size(); ++d) {
     const Tensor in_d = logical_and(at[d] >= 0.0, at[d] <= static_cast<double>(extents[d] - 1));
@@ -97,12 +114,15 @@ Tensor corner(const Tensor& volume, const std::vector<Tensor>& at, const IntList
     flat = d == 0 ? i : flat * extents[d] + i;
   }
   const Tensor index = flat.expand({volume.size(0), volume.size(1), flat.size(2)});
-  return where(inside, gather(volume, 2, index), zeros({}, volume.dtype(), volume.device()));
+  const Tensor zero = zeros({}, volume.dtype(), volume.device()), value = gather(volume, 2, index);
+  if (!weight.defined()) return where(inside, value, zero);
+  return scalar_loop ? where(inside, value * weight, zero) : where(inside, value, zero) * weight;
 }
 
 // The sum over every combination of one tap per spatial dim of the input's value there times the taps' weights
 // (the first dim's tap varying slowest).
-Tensor sum_of_taps(const Tensor& volume, const std::vector<std::vector<Tap>>& taps, const IntList& extents) {
+Tensor sum_of_taps(const Tensor& volume, const std::vector<std::vector<Tap>>& taps, const IntList& extents,
+                   bool scalar_loop) {
   std::vector<size_t> pick(taps.size(), 0);
   Tensor sum;
   while (true) {
@@ -113,7 +133,7 @@ Tensor sum_of_taps(const Tensor& volume, const std::vector<std::vector<Tap>>& ta
       at.push_back(t.at);
       if (t.weight.defined()) weight = weight.defined() ? weight * t.weight : t.weight;
     }
-    const Tensor v = weight.defined() ? corner(volume, at, extents) * weight : corner(volume, at, extents);
+    const Tensor v = corner(volume, at, extents, weight, scalar_loop);
     sum = sum.defined() ? sum + v : v;
     size_t d = taps.size();
     while (d > 0 && ++pick[d - 1] == taps[d - 1].size()) pick[--d] = 0;
@@ -123,8 +143,9 @@ Tensor sum_of_taps(const Tensor& volume, const std::vector<std::vector<Tap>>& ta
 
 // The taps of the source coordinate x by mode: its nearest pixel, its two linear neighbours, or its four
 // cubic ones (the taps clipped or reflected by padding_mode, as PyTorch's get_value_bounded; x unpadded).
-std::vector<Tap> taps_of(const Tensor& x, int64_t n, const GridSampleOptions& o) {
-  if (o.mode == "nearest") return {{round(x).detach(), Tensor()}};
+std::vector<Tap> taps_of(const Tensor& x, int64_t n, const Sampling& s) {
+  const GridSampleOptions& o = s.o;
+  if (o.mode == "nearest") return {{(s.scalar_loop ? rounded_away(x) : round(x)).detach(), Tensor()}};
   const Tensor x0 = floor(x).detach();
   if (o.mode == "bilinear") {
     const Tensor x1 = x0 + 1.0;
@@ -132,7 +153,7 @@ std::vector<Tap> taps_of(const Tensor& x, int64_t n, const GridSampleOptions& o)
   }
   const std::array<Tensor, 4> w = cubic::weights(x - x0);
   std::vector<Tap> taps;
-  for (size_t k = 0; k < 4; ++k) taps.push_back({padded(x0 + (static_cast<double>(k) - 1), n, o).detach(), w[k]});
+  for (size_t k = 0; k < 4; ++k) taps.push_back({padded(x0 + (static_cast<double>(k) - 1), n, s).detach(), w[k]});
   return taps;
 }
 
@@ -199,13 +220,14 @@ Tensor grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOpti
   const int64_t points = graph::numel(IntList(grid.shape().begin() + 1, grid.shape().end() - 1));
   const Tensor volume = input.reshape({n, c, graph::numel(extents)});
   const Tensor g = grid.reshape({n, 1, points, k});
+  const Sampling s{options, k == 3};
   std::vector<std::vector<Tap>> taps; // per spatial dim in the input's order; the grid lists x (the last) first
   for (int64_t d = 0; d < k; ++d) {
     const int64_t e = extents[static_cast<size_t>(d)];
     const Tensor x = unnormalized(g.slice(3, k - 1 - d, k - d).squeeze(3), e, options.align_corners);
-    taps.push_back(taps_of(options.mode == "bicubic" ? x : padded(x, e, options), e, options));
+    taps.push_back(taps_of(options.mode == "bicubic" ? x : padded(x, e, s), e, s));
   }
-  return sum_of_taps(volume, taps, extents).reshape(out_shape, loc);
+  return sum_of_taps(volume, taps, extents, s.scalar_loop).reshape(out_shape, loc);
 }
 
 } // namespace kiln::nn::functional

@@ -28,7 +28,7 @@ AFFINE = [
     ("affine_3d_1x1x3", [1, 1, 1, 1, 3], True),
 ]
 
-# (name, input shape, grid [(Do,) Ho, Wo], grid scale (1.2: some points outside [-1, 1]), mode, padding_mode, align_corners)
+# (name, input shape, grid [(Do,) Ho, Wo], grid scale (0: halves, below) (1.2: some points outside [-1, 1]), mode, padding_mode, align_corners)
 SAMPLE = []
 for mode in ["bilinear", "nearest"]:
     for pad in ["zeros", "border", "reflection"]:
@@ -61,6 +61,14 @@ SAMPLE += [
     ("3d_bilinear_reflection_far_align", [1, 2, 3, 2, 2], [3, 2, 1], 4.0, "bilinear", "reflection", True),
     ("3d_bilinear_one_plane", [1, 1, 1, 2, 3], [1, 2, 3], 1.2, "bilinear", "zeros", False),
 ]
+# scale 0: a grid of multiples of 1/2, so that pixel coordinates fall on halves: "nearest" rounds them to even in
+# PyTorch's 2-d kernel and away from zero in its 3-d one
+SAMPLE += [
+    ("nearest_halves", [1, 1, 2, 3], [3, 4], 0, "nearest", "zeros", True),
+    ("3d_nearest_halves_align", [1, 1, 2, 3, 3], [2, 3, 4], 0, "nearest", "zeros", True),
+    ("3d_nearest_halves", [1, 2, 2, 3, 2], [2, 3, 3], 0, "nearest", "border", False),
+    ("3d_nearest_halves_reflection", [1, 1, 3, 2, 3], [2, 2, 4], 0, "nearest", "reflection", False),
+]
 
 
 def affine_table(out, gen):
@@ -76,7 +84,11 @@ def affine_table(out, gen):
 def sample_table(out, gen):
     for name, xs, gs, scale, mode, pad, align in SAMPLE:
         x = torch.randn(xs, generator=gen, dtype=F64).requires_grad_()
-        grid = ((torch.rand([xs[0]] + gs + [len(xs) - 2], generator=gen, dtype=F64) * 2 - 1) * scale).requires_grad_()
+        shape = [xs[0]] + gs + [len(xs) - 2]
+        if scale == 0:
+            grid = (torch.randint(-3, 4, shape, generator=gen).to(F64) / 2).requires_grad_()
+        else:
+            grid = ((torch.rand(shape, generator=gen, dtype=F64) * 2 - 1) * scale).requires_grad_()
         y = F.grid_sample(x, grid, mode=mode, padding_mode=pad, align_corners=align)
         (y * weights_for(y)).sum().backward()
         out.write('{"%s", %s, %s, %s, %s, "%s", "%s", %s, %s, %s, %s},\n' % (

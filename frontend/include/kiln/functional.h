@@ -325,8 +325,9 @@ Tensor channel_shuffle(const Tensor& x, int64_t groups, Loc loc = Loc::current()
 Tensor affine_grid(const Tensor& theta, const IntList& size, bool align_corners = false, Loc loc = Loc::current());
 /// Options of grid_sample, in PyTorch's argument order (designated initializers: `{.mode = "nearest"}`).
 struct GridSampleOptions {
-  /// "bilinear" (trilinear for a 5-d input), "nearest" (round half to even, as PyTorch's) or "bicubic" (4-d input
-  /// only: PyTorch's cubic convolution, A = -0.75, over the 4 x 4 pixels around the point)
+  /// "bilinear" (trilinear for a 5-d input), "nearest" (halves rounded to even on 4-d input, away from zero on
+  /// 5-d, as PyTorch's CPU kernels) or "bicubic" (4-d input only: PyTorch's cubic convolution, A = -0.75, over
+  /// the 4 x 4 pixels around the point)
   std::string mode = "bilinear";
   /// "zeros", "border" (clipped) or "reflection" (mirrored, then clipped); "bicubic" clips or reflects each of its
   /// 16 taps' coordinates instead of the point's, as PyTorch's
@@ -337,8 +338,9 @@ struct GridSampleOptions {
 /// [N, Do, Ho, Wo, 3] ((x, y, z)), as torch.nn.functional.grid_sample: [N, C, Ho, Wo] or [N, C, Do, Ho, Wo].
 /// Built from gathers of the input and the taps' weights, so the gradient of the input (scatter-added) and of
 /// the grid (through the weights; 0 for "nearest", and at border and reflection clips, as PyTorch's) come from
-/// autograd. A NaN coordinate gives NaN with "zeros" padding ("nearest": 0) and is clipped to 0 by "border" and
-/// "reflection", as PyTorch's CPU kernel (bilinear and nearest).
+/// autograd. A NaN coordinate, as PyTorch's CPU kernels: on 4-d input it gives NaN with "zeros" padding
+/// ("nearest": 0) and is clipped to 0 by "border" and "reflection"; on 5-d input it gives 0 with "zeros" padding
+/// and is clipped to the far border by the others; "bicubic" gives NaN.
 Tensor grid_sample(const Tensor& input, const Tensor& grid, const GridSampleOptions& options = {},
                    Loc loc = Loc::current());
 /// Max over PyTorch's adaptive windows of x [N, C, H, W] (or unbatched [C, H, W]), as
