@@ -1052,6 +1052,17 @@ TEST(CudaShimLayers1d, MatchLlvmBitwise) {
                   const auto g = grad({(padded * padded).sum() + (v * v).sum() + (gs * gs).sum() + bl.sum()}, {x, w});
                   return std::vector<Tensor>{padded, v, gs, bl, g[0], g[1]};
                 }}, 32);
+    check_case({"grid_sample_3d_bicubic_" + dn(dt), [dt] { // grid_sample on 5-d input, and bicubic on 4-d
+                  Tensor x = make(dt, {2, 2, 3, 4, 3}, 322).detach().requires_grad_();
+                  Tensor y = make(dt, {2, 3, 4, 5}, 323).detach().requires_grad_();
+                  const Tensor grid = F::affine_grid(make(dt, {2, 3, 4}, 324), {2, 2, 2, 3, 4}) * 1.3;
+                  const Tensor tri = F::grid_sample(x, grid, {.padding_mode = "border"}) +
+                                     F::grid_sample(x, grid, {.mode = "nearest", .padding_mode = "reflection"});
+                  const Tensor cub = F::grid_sample(y, grid.slice(1, 0, 1).squeeze(1).slice(3, 0, 2) * 1.2,
+                                                    {.mode = "bicubic", .padding_mode = "reflection"});
+                  const auto g = grad({(tri * tri).sum() + (cub * cub).sum()}, {x, y});
+                  return std::vector<Tensor>{tri, cub, g[0], g[1]};
+                }}, 32);
   }
 }
 

@@ -62,7 +62,8 @@ const std::map<std::string, Call>& calls() {
 const std::set<std::string> kCountless = {"mask_rows_broadcast",        "mask_rows_broadcast_leading_one",
                                           "mask_rows_accumulate",       "mask_full_scalar",
                                           "mask_full_scalar_accumulate", "mask_2d_of_3d_broadcast",
-                                          "mask_none_true",             "mask_column_broadcast"};
+                                          "mask_none_true",             "mask_column_broadcast",
+                                          "mask_empty_self"};
 
 bool is_mask_case(const Case& c) { return std::string(c.call).rfind("put_", 0) == 0; }
 

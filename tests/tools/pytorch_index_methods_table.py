@@ -87,6 +87,7 @@ def cases():
         randn(2))
     add("mask_none_true", "put_mask", randn(4, 3), mask([False] * 4), randn(3))
     add("mask_column_broadcast", "put_mask", randn(3, 4), rows, randn(4, 1)[:1, :1].reshape(1))
+    add("mask_empty_self", "put_mask_acc", randn(0, 3), mask([]), randn(3))
     # ... and values with one entry per true element (computed masks only in kiln)
     add("mask_rows_per_place", "put_mask", randn(3, 4), rows, randn(2, 4))
     add("mask_full_per_place", "put_mask", randn(3, 4), mask([[True, False, False, True]] * 3), randn(6))
@@ -94,6 +95,7 @@ def cases():
         randn(4))
     add("mask_2d_of_3d_per_place", "put_mask", randn(2, 3, 2), mask([[True, False, True], [False, True, False]]),
         randn(3, 2))
+    add("mask_none_true_per_place", "put_mask", randn(4, 3), mask([False] * 4), randn(0, 3))
     add("mask_then_index", "put_mask_index", randn(3, 4), rows, ix([3, -4]), randn(2))
     add("index_then_mask_accumulate", "put_index_mask_acc", randn(3, 4), ix([2, 2, 0]),
         mask([False, True, False, False]), randn(3))
