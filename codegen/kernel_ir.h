@@ -201,7 +201,8 @@ std::string_view scan_op_name(ScanOp op);
 std::optional<ScanOp> scan_op_named(std::string_view name);
 
 /// The sequential loop of a Scan-form kernel: work that is ordered along one axis and
-/// independent across the other points (cumsum, cumprod, cummax, cummin, logcumsumexp, the scatters). Such a kernel has no
+/// independent across the other points (cumsum, cumprod, cummax, cummin, logcumsumexp, the
+/// scatters: scatter_add, scatter_mul, scatter_max, scatter_min). Such a kernel has no
 /// reductions and no map; its domain is the columns (the output's points off the axis), and
 /// it has exactly one Store, of value ReduceResult(0) (of `dtype`, the output's dtype), whose
 /// offset names the output element at position MapVar(0) along the axis. Per column:

@@ -927,9 +927,10 @@ struct ErrorBound {
       const double count = static_cast<double>(x->shape[static_cast<size_t>(d)]);
       return b::add(b::add(e, b::mul(sum(absv(x)), c(count * eps, s))), ulp(n));
     }
-    case OpKind::ScatterMax: // a max or min moves by at most the largest error among its terms (the generator makes none)
+    case OpKind::ScatterMax: // moves by at most its terms' largest error (the generator makes none)
     case OpKind::ScatterMin:
-      return b::scatter_sum(X(0), E(1), n->attrs.ints[0], s[static_cast<size_t>(n->attrs.ints[0])], n->attrs.ints[1] != 0);
+      return b::scatter_sum(X(0), E(1), n->attrs.ints[0], s[static_cast<size_t>(n->attrs.ints[0])],
+                            n->attrs.ints[1] != 0);
     case OpKind::ScatterMul: { // as Cumprod's: relative errors add up at each target; none near a zero factor
       const int64_t d = n->attrs.ints[0];
       const bool rev = n->attrs.ints[1] != 0;

@@ -354,7 +354,7 @@ TEST(IndexingMoreModes, ScatterKernelsAgreeFusedUnfusedAndCompiled) {
       [](uint64_t seed) {
         Tensor self = test::rnd({3, 4}, seed).to(kFloat32), src = test::rnd({5, 4}, seed + 1).to(kFloat32);
         self = masked_fill(self, self > 1.5, kNaN); // NaN in self
-        src = masked_fill(src, src < -1.5, kNaN);    // and in src
+        src = masked_fill(src, src < -1.5, kNaN); // and in src
         src = masked_fill(src, src.abs() < 0.3, 1.0); // ties
         return Vec{self.requires_grad_(), src.requires_grad_()};
       });

@@ -269,7 +269,7 @@ std::vector<double> ref_scatter_reduce(const Tensor& self, int64_t dim, const Te
     const auto o = static_cast<size_t>(offset(dst, st));
     const double v = sv[static_cast<size_t>(offset(at, sst))], a = out[o];
     const bool nan = std::isnan(a) || std::isnan(v);
-    out[o] = !started[o]       ? v
+    out[o] = !started[o]        ? v
              : reduce == "prod" ? a * v
              : nan              ? std::numeric_limits<double>::quiet_NaN()
              : reduce == "amax" ? std::max(a, v)

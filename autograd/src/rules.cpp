@@ -558,11 +558,13 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Logcumsumexp: return b::logcumsumexp_jvp(y->inputs[0], y, a[0], a[1] != 0, t[0]);
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
   case OpKind::ScatterMul: // each factor's tangent times its partial, summed at its target
-    return t[1] ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_mul_partials(y)), a[0], y->shape[a[0]], a[1] != 0)
-                : nullptr;
+    return t[1]
+               ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_mul_partials(y)), a[0], y->shape[a[0]], a[1] != 0)
+               : nullptr;
   case OpKind::ScatterMax:
   case OpKind::ScatterMin: // the mean of the tied elements' tangents
-    return t[1] ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_extreme_shares(y)), a[0], y->shape[a[0]], a[1] != 0)
+    return t[1] ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_extreme_shares(y)), a[0], y->shape[a[0]],
+                                 a[1] != 0)
                 : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);

@@ -694,7 +694,8 @@ private:
     const bool is_max = op == OpKind::ScatterMax, extreme = is_max || op == OpKind::ScatterMin;
     const bool i32 = n->dtype == DType::Int32;
     Buf b = make_buf(n->dtype, n->numel());
-    if (b.is_float) std::fill(b.f.begin(), b.f.end(), op == OpKind::ScatterMul ? 1 : extreme ? (is_max ? -kInf : kInf) : 0);
+    if (b.is_float)
+      std::fill(b.f.begin(), b.f.end(), op == OpKind::ScatterMul ? 1 : extreme ? (is_max ? -kInf : kInf) : 0);
     else
       std::fill(b.i.begin(), b.i.end(),
                 op == OpKind::ScatterMul ? 1

@@ -143,8 +143,8 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
 }
 
 // Scans: a dim and a direction; cumsum, cumprod, cummax, cummin and logcumsumexp (floating) keep x's shape and dtype;
-// the scatters (scatter_add, scatter_mul, scatter_max, scatter_min) have src's dtype and the index's shape but along the dim; argsort (a dim and descending) gives i64 of x's
-// shape, x of any dtype.
+// the scatters (scatter_add, scatter_mul, scatter_max, scatter_min) have src's dtype and the index's shape but along
+// the dim; argsort (a dim and descending) gives i64 of x's shape, x of any dtype.
 std::string check_scan(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
   if (a.ints.size() != 2 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "needs (dim, reverse)";
   const NodeRef& x = in.back();
