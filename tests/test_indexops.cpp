@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/build.h"
 #include "graph/interpret.h"
 #include "graph/text.h"
 #include "kiln/kiln.h"
@@ -610,6 +611,45 @@ TEST(IndexGradients, ForwardModeAgreesWithReverseMode) {
     for (size_t k = 0; k < a.size(); ++k) jtuv += a[k] * b[k];
   }
   EXPECT_NEAR(ujv, jtuv, 1e-12 * (1 + std::abs(ujv)));
+}
+
+/// The scatter node `op` (graph/ops.def) of src at the index along dim 1, 3 places, as a tensor (its own rules:
+/// scatter_reduce's amax and amin take a custom gradient instead).
+Tensor scatter_node(graph::OpKind op, const Tensor& index, const Tensor& src) {
+  return Tensor(graph::build::scatter_into(op, index.node(), src.node(), 1, 3), src.requires_grad());
+}
+
+TEST(IndexGradients, ScatterNodesRules) {
+  // ScatterMul's, ScatterMax's and ScatterMin's VJP (gradcheck, in f64, zeros in the product's factors: one and
+  // two at a place) and JVP (against the reverse mode); every place is hit (no identity in the results)
+  using graph::OpKind;
+  const Tensor i = from_vector<int64_t>({2, 0, 2, 1, 2, 0, 1, 0, 1, 2, 2, 2}, {2, 6});
+  const Tensor distinct = values_of({2, 6}, 95);
+  const Tensor zeros_in = from_vector<double>({0.0, 1.5, 0.7, -0.4, -1.1, 2.0, 0.0, 0.0, 1.3, -0.6, 0.8, 0.0}, {2, 6});
+  for (OpKind op : {OpKind::ScatterMul, OpKind::ScatterMax, OpKind::ScatterMin}) {
+    SCOPED_TRACE(std::string(graph::op_name(op)));
+    for (bool with_zeros : {false, true}) {
+      if (op != OpKind::ScatterMul && with_zeros) continue; // ties: not differentiable
+      const Tensor& x = with_zeros ? zeros_in : distinct;
+      EXPECT_GRADCHECK([&](const Vec& v) { return (scatter_node(op, i, v[0]) * values_of({2, 3}, 96)).sum(); }, {x});
+      const TensorFn fn = [&](const Vec& v) -> Vec { return {scatter_node(op, i, v[0])}; };
+      const Tensor dir = values_of({2, 6}, 97), u = values_of({2, 3}, 98);
+      const auto [ys, ts] = jvp(fn, {x}, {dir});
+      const Tensor leaf = from_vector<double>(x.to_vector<double>(), x.shape()).requires_grad_();
+      const Vec g = grad(fn({leaf}), {leaf}, {u});
+      EXPECT_NEAR((ts[0] * u).sum().item<double>(), (g[0] * dir).sum().item<double>(), 1e-12);
+    }
+  }
+  // ties share evenly: 5 twice at place 0 of row 0, -1 three times at place 1 of row 1
+  const Tensor t = from_vector<double>({5, 5, 1, 2, 3, 4, -1, -1, 0, -1, 2, 3}, {2, 6}).requires_grad_();
+  const Tensor j = from_vector<int64_t>({0, 0, 1, 1, 2, 2, 1, 1, 0, 1, 2, 2}, {2, 6});
+  scatter_node(OpKind::ScatterMax, j, t).sum().backward();
+  EXPECT_EQ(t.grad().to_vector<double>(),
+            (std::vector<double>{0.5, 0.5, 0, 1, 0, 1, 1.0 / 3, 1.0 / 3, 1, 1.0 / 3, 0, 1}));
+  const Tensor t2 = t.detach().requires_grad_();
+  scatter_node(OpKind::ScatterMin, j, t2).sum().backward();
+  EXPECT_EQ(t2.grad().to_vector<double>(),
+            (std::vector<double>{0.5, 0.5, 1, 0, 1, 0, 1.0 / 3, 1.0 / 3, 1, 1.0 / 3, 1, 0}));
 }
 
 // ---------------------------------------------------------------- Embedding
