@@ -173,8 +173,9 @@ void CxxEmbeddingBackward(benchmark::State& state) {
 BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // scatter_reduce(zeros, 0, index, g, reduce) with the embedding backward's sizes: 4096 rows of 64 f32 into
-// 1024 places. "sum" runs scatter_add's scan kernel; "amax" and "prod" sort the index and combine each run
-// of equal places in log2(4096) = 12 steps. range(0): 0 sum, 1 amax, 2 prod. One thread.
+// 1024 places. "sum" runs scatter_add's scan kernel (and one counting the hits); "amax" and "prod" the
+// ScatterMax and ScatterMul scan kernels, then maximum / product with self. range(0): 0 sum, 1 amax, 2 prod.
+// One thread.
 void KilnScatterReduce(benchmark::State& state) {
   static const char* const kReduce[] = {"sum", "amax", "prod"};
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1); // as PyTorch's figure

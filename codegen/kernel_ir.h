@@ -201,7 +201,8 @@ std::string_view scan_op_name(ScanOp op);
 std::optional<ScanOp> scan_op_named(std::string_view name);
 
 /// The sequential loop of a Scan-form kernel: work that is ordered along one axis and
-/// independent across the other points (cumsum, cumprod, cummax, cummin, logcumsumexp, scatter_add). Such a kernel has no
+/// independent across the other points (cumsum, cumprod, cummax, cummin, logcumsumexp, the
+/// scatters: scatter_add, scatter_mul, scatter_max, scatter_min). Such a kernel has no
 /// reductions and no map; its domain is the columns (the output's points off the axis), and
 /// it has exactly one Store, of value ReduceResult(0) (of `dtype`, the output's dtype), whose
 /// offset names the output element at position MapVar(0) along the axis. Per column:
@@ -228,7 +229,7 @@ std::optional<ScanOp> scan_op_named(std::string_view name);
 /// step), so every backend and every column split gives the same bits. Work: steps (+
 /// positions) per column.
 struct ScanLoop {
-  ScanOp op = ScanOp::Add;               ///< the combine (a scatter's: Add or Mul)
+  ScanOp op = ScanOp::Add;               ///< the combine (a scatter's: any but LogAddExp)
   DType dtype = DType::Float32;          ///< of value, the accumulator and the output
   ExprRef steps;                         ///< the sequential extent (i64)
   ExprRef value;                         ///< combined at step ReduceVar(0)

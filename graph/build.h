@@ -68,6 +68,21 @@ NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, cons
 /// The ScatterAdd node alone: zeros of the index's shape but `extent` along `dim`, with src (the
 /// index's shape) added at the index's positions, in index order (`reverse`: from the end).
 NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse = false);
+/// A scatter node (ops.def: ScatterAdd, ScatterMul, ScatterMax or ScatterMin): its combine's identity (0, 1,
+/// -inf or the lowest integer, +inf or the highest) in the index's shape but `extent` along `dim`, with
+/// src (the index's shape) combined in at the index's positions, in index order (`reverse`: from the end).
+NodeRef scatter_into(OpKind op, const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent,
+                     bool reverse = false);
+/// The partial derivative of a ScatterMul node `y` by each element of its src (the index's shape): the
+/// product of the other factors at its target, without a division where a zero is among them: src's
+/// zeros count (a ScatterAdd) and the product of its non-zero factors (a ScatterMul) give the one
+/// zero's partial, 0 where two or more zeros meet, and y / x for a non-zero x (torch 1.13's prod rule).
+/// Its own derivatives are exact where at most two zeros meet (second-order gradients everywhere).
+NodeRef scatter_mul_partials(const NodeRef& y);
+/// The share of each element of a ScatterMax or ScatterMin node `y`'s src (the index's shape) in its
+/// target's value: 1 / (the number of src elements equal to it) for each such element, 0 for others
+/// (ties share evenly, as torch's amax / amin; a NaN equals nothing).
+NodeRef scatter_extreme_shares(const NodeRef& y);
 /// Inclusive prefix sums along `dim` (a Cumsum node): element i is ((0 + x0) + x1) + ... + xi,
 /// sequentially; `reverse` sums from the end (element i sums x[i..n-1], last first). Work: O(n).
 /// An f32 scan (cumsum, cumprod) runs in f64, each element rounded once to f32 from it.

@@ -58,6 +58,12 @@ inline bool is_elementwise(OpKind op) {
   return c == OpCategory::Unary || c == OpCategory::Binary || c == OpCategory::Ternary;
 }
 
+/// True for the scatters (ScatterAdd, ScatterMul, ScatterMax, ScatterMin: ops.def), the scans that
+/// combine src into the positions an index names.
+inline bool is_scatter(OpKind op) {
+  return op == OpKind::ScatterAdd || op == OpKind::ScatterMul || op == OpKind::ScatterMax || op == OpKind::ScatterMin;
+}
+
 /// Raw memory holding a tensor's elements on some device. Backends subclass it.
 class Storage {
 public:

@@ -927,6 +927,19 @@ struct ErrorBound {
       const double count = static_cast<double>(x->shape[static_cast<size_t>(d)]);
       return b::add(b::add(e, b::mul(sum(absv(x)), c(count * eps, s))), ulp(n));
     }
+    case OpKind::ScatterMax: // moves by at most its terms' largest error (the generator makes none)
+    case OpKind::ScatterMin:
+      return b::scatter_sum(X(0), E(1), n->attrs.ints[0], s[static_cast<size_t>(n->attrs.ints[0])],
+                            n->attrs.ints[1] != 0);
+    case OpKind::ScatterMul: { // as Cumprod's: relative errors add up at each target; none near a zero factor
+      const int64_t d = n->attrs.ints[0];
+      const bool rev = n->attrs.ints[1] != 0;
+      const double eps = n->dtype == kFloat32 ? 0x1.0p-23 : 0x1.0p-52;
+      auto sum = [&](const NodeRef& v) { return b::scatter_sum(X(0), v, d, s[static_cast<size_t>(d)], rev); };
+      const NodeRef rel = sum(b::add(b::div(E(1), absv(X(1))), c(2 * eps, X(1)->shape)));
+      const NodeRef zeros = sum(f64(near_zero(X(1), E(1))));
+      return inf_if(bin(OpKind::Gt, zeros, c(0, s)), b::add(b::mul(absv(n), b::mul(rel, c(2, s))), ulp(n)));
+    }
     case OpKind::Argsort: // exact where its column's keys are (the generator makes none: it keeps its programs)
       return inf_if(un(OpKind::LogicalNot, is_zero(b::broadcast_to(b::reduce(OpKind::Max, E(0), {n->attrs.ints[0]}), s))),
                     c(0, s));

@@ -260,9 +260,9 @@ TEST(KernelText, BadTextIsAnErrorNamingTheLine) {
       {"kernel k(out b0: i64; params 1)\n  domain [1:i64]\n  scan red0 = logaddexp i64 over r0 < p0:\n    yield 1:i64\n"
        "    store b0[m0] = red0\n",
        "line 3: a logaddexp scan needs a floating dtype"},
-      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = max f32 over r0 < p0 into m0 < p0:\n"
+      {"kernel k(out b0: f32; params 1)\n  domain [1:i64]\n  scan red0 = logaddexp f32 over r0 < p0 into m0 < p0:\n"
        "    yield 1:f32\n    at m0 = r0\n    store b0[m0] = red0\n",
-       "line 3: a scatter combines by add or mul"},
+       "line 3: a scatter combines by add, mul, max or min"},
       {"kernel k(out b0: i64; params 1)\n  domain [1:i64]\n  scan red0 = argsort f32 over r0 < p0 into m0 < p0:\n"
        "    yield 1:f32\n    at m0 = r0\n    store b0[m0] = red0\n",
        "line 3: an argsort has no 'into'"},

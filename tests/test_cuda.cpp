@@ -926,8 +926,8 @@ TEST(CudaShimChecks, AFailedIndexCheckRecordsItsSiteAndValue) {
 
 // Not in all_cases() either (CudaNvrtc's time, see above): the indexing ops and floor, ceil and
 // round, on the shim and the LLVM path, bitwise equal: a gather fused into elementwise work and
-// alone (an index computed in the kernel, so checked there), scatter_add, index_add and cumsum
-// (scan-form kernels), and the rounding functions on specials and ties.
+// alone (an index computed in the kernel, so checked there), scatter_add, index_add, cumsum and
+// scatter_reduce's prod, amax and amin (scan-form kernels), and the rounding functions on specials and ties.
 TEST(CudaShimIndexOps, MatchLlvmBitwise) {
   for (DType dt : kFloats) {
     check_case({"gather_" + dn(dt), [dt] {
@@ -949,6 +949,16 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
                   return std::vector<Tensor>{floor(x), ceil(x), round(x), round(t), round(ties), floor(t) + ceil(t)};
                 }}, 32);
   }
+  for (DType dt : kNumeric) // scatter_reduce's scatter kernels (ScatterMul, ScatterMax, ScatterMin): specials, wrapping
+    check_case({"scatter_reduce_" + dn(dt), [dt] {
+                  const Tensor src = make(dt, {40, 37}, 310, true);
+                  const Tensor i = make(kInt64, {40, 37}, 311, false, true) - 1 + 1; // [0, 9], computed
+                  std::vector<Tensor> out;
+                  for (const char* r : {"prod", "amax", "amin"})
+                    for (bool inc : {true, false})
+                      out.push_back(scatter_reduce(make(dt, {10, 37}, 312, true), 0, i, src, r, inc));
+                  return out;
+                }}, 32);
 }
 
 /// The argsort kernels of the shim's sort cases: every dtype with ties, NaN, +-inf, -0.0 (floats) or

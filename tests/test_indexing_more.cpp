@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -111,11 +112,12 @@ Vec indices_of(const IndexRow& r) {
 }
 
 TEST(IndexingMoreTable, ValuesAndGradientsMatchPyTorch) {
-  ASSERT_GE(kIndexTable.size(), 60u);
+  ASSERT_GE(kIndexTable.size(), 100u);
   for (const IndexRow& r : kIndexTable) {
     SCOPED_TRACE(r.name);
     const DType dt = dtype_of(r.dtype);
-    const bool floating = is_floating(dt), has_src = !r.src.empty();
+    const bool empty_src = std::find(r.src_shape.begin(), r.src_shape.end(), 0) != r.src_shape.end();
+    const bool floating = is_floating(dt), has_src = !r.src.empty() || empty_src;
     Tensor self = tensor_of(r.self, dt, r.self_shape), src = has_src ? tensor_of(r.src, dt, r.src_shape) : Tensor();
     if (floating) {
       self.requires_grad_();
@@ -132,7 +134,7 @@ TEST(IndexingMoreTable, ValuesAndGradientsMatchPyTorch) {
       if (!floating || i32) continue;
       (y * test::weights_for(y)).sum().backward();
       expect_near(values(self.grad()), r.grad_self, 1e-10, "self's gradient");
-      if (has_src) expect_near(values(src.grad()), r.grad_src, 1e-10, "src's gradient");
+      if (has_src && !empty_src) expect_near(values(src.grad()), r.grad_src, 1e-10, "src's gradient");
     }
   }
 }
@@ -310,6 +312,54 @@ TEST(IndexingMoreGrad, ProdGradientWithZerosIsExact) {
   EXPECT_EQ(values(self.grad()), (std::vector<double>{0, 0}));
 }
 
+TEST(IndexingMoreGrad, SecondOrderGradientsWithZerosAndTies) {
+  // the gradient of prod's gradient (ScatterMul's rule differentiated): places with one zero, two zeros (in
+  // src, and self's with src's), three, none; a product is a polynomial, so finite differences hold at zeros
+  const Tensor self = from_vector<double>({1.5, 0.0, -0.7, 2.0, 0.9}), w = test::rnd({5}, 21);
+  const Tensor src = from_vector<double>({0.0, 1.2, 0.0, 0.0, -0.8, 0.0, 1.1, 0.0, 0.0, 0.5, 1.3, -1.4});
+  const Tensor index = from_vector<int64_t>({0, 0, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4});
+  for (const char* r : {"prod", "amax", "amin"})
+    for (bool inc : {true, false}) {
+      SCOPED_TRACE(std::string(r) + (inc ? "" : " without self"));
+      // amax / amin: distinct values (no ties; gradients are piecewise constant)
+      const bool prod = std::string(r) == "prod";
+      const Tensor a = prod ? self : test::rnd({5}, 22), b = prod ? src : test::rnd({12}, 23);
+      test::expect_gradcheck(
+          [&](const Vec& in) {
+            const Tensor y = scatter_reduce(in[0] * in[0] * 0.5 + in[0], 0, index, in[1], r, inc);
+            const Vec g = grad({(y * w).sum()}, {in[0], in[1]}, {}, false, true);
+            return concat({g[0], g[1]}, 0);
+          },
+          {a, b});
+    }
+}
+
+TEST(IndexingMoreModes, ScatterKernelsAgreeFusedUnfusedAndCompiled) {
+  // prod / amax / amin in f32 with NaN, zeros and ties, with and without self, and their gradients: the
+  // same bits fused, unfused and compiled
+  const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1, 2, 2, 0, 1, 1, 1, 1, 1, 0, 0, 2, 2}, {5, 4});
+  test::expect_fused_unfused_and_compiled_agree(
+      [&](const Vec& in) {
+        Vec out;
+        const Tensor self = in[0] * 3.0, src = masked_fill(in[1], in[1] > 0.8, 0.0); // zeros in src
+        for (const char* r : {"prod", "amax", "amin"})
+          for (bool inc : {true, false}) out.push_back(scatter_reduce(self, 0, index, src, r, inc));
+        Tensor loss = out[0].sum();
+        for (size_t k = 1; k < out.size(); ++k) loss = loss + (out[k] * (static_cast<double>(k) + 0.5)).sum();
+        const Vec g = grad({loss}, {in[0], in[1]});
+        out.insert(out.end(), g.begin(), g.end());
+        for (Tensor& t : out) t = nan_to_num(t, 1e30); // where the NaNs are (expect_same: NaN != NaN)
+        return out;
+      },
+      [](uint64_t seed) {
+        Tensor self = test::rnd({3, 4}, seed).to(kFloat32), src = test::rnd({5, 4}, seed + 1).to(kFloat32);
+        self = masked_fill(self, self > 1.5, kNaN); // NaN in self
+        src = masked_fill(src, src < -1.5, kNaN); // and in src
+        src = masked_fill(src, src.abs() < 0.3, 1.0); // ties
+        return Vec{self.requires_grad_(), src.requires_grad_()};
+      });
+}
+
 TEST(IndexingMoreModes, FusedUnfusedAndCompiledAgree) {
   const Tensor index = from_vector<int64_t>({0, 2, 2, 1, 0, 2, 0, 1, 2, 2, 0, 1, 1, 1, 1, 1}, {4, 4});
   const Tensor rows = from_vector<int64_t>({2, 0, 2});
@@ -440,8 +490,8 @@ TEST(IndexingMoreEdges, IntegerMeanRoundsDownExactly) {
 }
 
 TEST(IndexingMoreEdges, LargeInputs) {
-  // 200000 values into 1000 places along dim 1 of [2, 1000]: a sort, one kernel per scan step (no expression
-  // doubling), against host loops
+  // 200000 values into 1000 places along dim 1 of [2, 1000]: scatter_reduce's scatter kernels and scatter's
+  // sort, against host loops
   const int64_t n = 200000, places = 1000;
   std::vector<int64_t> idx;
   std::vector<double> src;
@@ -540,6 +590,19 @@ TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
   expect_error_at([&] { (void)c.to_vector<int64_t>(); }, __FILE__, line, "bincount", {"index 5", "minlength = 3"});
 }
 // clang-format on
+
+TEST(IndexingMoreErrors, LazyIndicesOfScatterReduceAreCheckedInTheKernel) {
+  // the scatter kernels (ScatterMul, ScatterMax, ScatterMin) report a computed index out of range
+  const Tensor x = zeros({2, 3}, kFloat64), s = ones({1, 2}, kFloat64);
+  const Tensor lazy = from_vector<int64_t>({0, 3}, {1, 2}) + 1 - 1;
+  for (const char* r : {"prod", "amax", "amin"})
+    for (bool inc : {true, false}) {
+      SCOPED_TRACE(std::string(r) + (inc ? "" : " without self"));
+      const int line = __LINE__ + 1;
+      const Tensor y = scatter_reduce(x, 1, lazy, s, r, inc);
+      expect_error_at([&] { (void)y.to_vector<double>(); }, __FILE__, line, "scatter_reduce", {"index 3", "[0, 3)"});
+    }
+}
 
 TEST(IndexingMoreErrors, LazyIndicesAreCheckedInTheKernel) {
   const Tensor x = zeros({2, 3}, kFloat64), s = ones({1, 2}, kFloat64);

@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "graph/build.h"
 #include "graph/interpret.h"
 #include "graph/text.h"
 #include "kiln/kiln.h"
@@ -250,6 +253,77 @@ TEST(ScatterAdd, MatchesTheDefinitionAndTheInterpreter) {
   const Tensor ints = scatter_add(zeros({3}, kInt64), 0, from_vector<int64_t>({2, 2, 0, 2}),
                                   from_vector<int64_t>({1, 10, 100, 1000}));
   EXPECT_EQ(ints.to_vector<int64_t>(), (std::vector<int64_t>{100, 0, 1011}));
+}
+
+/// torch.scatter_reduce "prod", "amax" or "amin" by the definition: self's value first (include_self) or
+/// the first hit's, then each hit in index order (max and min NaN-propagating).
+std::vector<double> ref_scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                                       const std::string& reduce, bool include_self) {
+  auto out = self.to_vector<double>();
+  std::vector<bool> started(out.size(), include_self);
+  const auto iv = index.to_vector<int64_t>();
+  const auto sv = src.to_vector<double>();
+  const auto st = strides_of(self.shape()), sst = strides_of(src.shape());
+  for_each(index.shape(), [&](const IntList& at, int64_t k) {
+    IntList dst = at;
+    dst[static_cast<size_t>(dim)] = iv[static_cast<size_t>(k)];
+    const auto o = static_cast<size_t>(offset(dst, st));
+    const double v = sv[static_cast<size_t>(offset(at, sst))], a = out[o];
+    const bool nan = std::isnan(a) || std::isnan(v);
+    out[o] = !started[o]        ? v
+             : reduce == "prod" ? a * v
+             : nan              ? std::numeric_limits<double>::quiet_NaN()
+             : reduce == "amax" ? std::max(a, v)
+                                : std::min(a, v);
+    started[o] = true;
+  });
+  return out;
+}
+
+TEST(ScatterReduceKernels, MatchTheDefinitionAndTheInterpreter) {
+  // the ScatterMul, ScatterMax and ScatterMin kernels (through scatter_reduce) in every dtype, with a lazy
+  // index too (checked in the kernel), against the definition and the interpreter (fused and unfused alike)
+  uint64_t seed = 500;
+  for (const ScatterCase& c : kScatterCases)
+    for (DType dt : {kFloat32, kFloat64, kInt32, kInt64})
+      for (const char* r : {"prod", "amax", "amin"})
+        for (bool inc : {true, false}) {
+          SCOPED_TRACE(std::string(r) + " " + std::string(dtype_name(dt)) + (inc ? "" : " without self"));
+          const int64_t dim = c.dim < 0 ? c.dim + static_cast<int64_t>(c.self.size()) : c.dim;
+          const bool fl = is_floating(dt);
+          // integers in [-2, 2]: products within 2^24
+          const Tensor self = (values_of(c.self, ++seed) * (fl ? 1.0 : 1.4)).to(dt);
+          const Tensor src = (values_of(c.src, ++seed) * (fl ? 1.0 : 1.4)).to(dt);
+          const Tensor index = indices_of(c.index, c.self[static_cast<size_t>(dim)], ++seed);
+          const Tensor y = scatter_reduce(self, c.dim, index, src, r, inc);
+          EXPECT_EQ(y.shape(), c.self);
+          EXPECT_EQ(y.dtype(), dt);
+          const double tol = dt == kFloat32 ? 1e-5 : fl ? 1e-12 : 0;
+          expect_near(y.to_vector<double>(), ref_scatter_reduce(self, dim, index, src, r, inc), tol, "scatter_reduce");
+          expect_matches_interpreter(scatter_reduce(self, c.dim, lazy(index), src * 1, r, inc), tol, "interpreter");
+        }
+}
+
+TEST(ScatterReduceKernels, BitwiseTheSameOnOneAndTwoThreads) {
+  // many repeats of few targets: products whose rounding depends on the order
+  const Tensor src = values_of({4096, 8}, 44, kFloat32) * 0.01 + 1.0;
+  const Tensor index = indices_of({4096, 8}, 3, 45);
+  auto run = [&] {
+    std::vector<std::vector<unsigned char>> b;
+    for (const char* r : {"prod", "amax", "amin"})
+      b.push_back(bytes_of(scatter_reduce(ones({3, 8}, kFloat32), 0, lazy(index), src * 1.0, r, false)));
+    return b;
+  };
+  std::vector<std::vector<unsigned char>> one, two;
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+    one = run();
+  }
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+    two = run();
+  }
+  EXPECT_EQ(one, two);
 }
 
 TEST(IndexAdd, AddsScaledSlices) {
@@ -537,6 +611,45 @@ TEST(IndexGradients, ForwardModeAgreesWithReverseMode) {
     for (size_t k = 0; k < a.size(); ++k) jtuv += a[k] * b[k];
   }
   EXPECT_NEAR(ujv, jtuv, 1e-12 * (1 + std::abs(ujv)));
+}
+
+/// The scatter node `op` (graph/ops.def) of src at the index along dim 1, 3 places, as a tensor (its own rules:
+/// scatter_reduce's amax and amin take a custom gradient instead).
+Tensor scatter_node(graph::OpKind op, const Tensor& index, const Tensor& src) {
+  return Tensor(graph::build::scatter_into(op, index.node(), src.node(), 1, 3), src.requires_grad());
+}
+
+TEST(IndexGradients, ScatterNodesRules) {
+  // ScatterMul's, ScatterMax's and ScatterMin's VJP (gradcheck, in f64, zeros in the product's factors: one and
+  // two at a place) and JVP (against the reverse mode); every place is hit (no identity in the results)
+  using graph::OpKind;
+  const Tensor i = from_vector<int64_t>({2, 0, 2, 1, 2, 0, 1, 0, 1, 2, 2, 2}, {2, 6});
+  const Tensor distinct = values_of({2, 6}, 95);
+  const Tensor zeros_in = from_vector<double>({0.0, 1.5, 0.7, -0.4, -1.1, 2.0, 0.0, 0.0, 1.3, -0.6, 0.8, 0.0}, {2, 6});
+  for (OpKind op : {OpKind::ScatterMul, OpKind::ScatterMax, OpKind::ScatterMin}) {
+    SCOPED_TRACE(std::string(graph::op_name(op)));
+    for (bool with_zeros : {false, true}) {
+      if (op != OpKind::ScatterMul && with_zeros) continue; // ties: not differentiable
+      const Tensor& x = with_zeros ? zeros_in : distinct;
+      EXPECT_GRADCHECK([&](const Vec& v) { return (scatter_node(op, i, v[0]) * values_of({2, 3}, 96)).sum(); }, {x});
+      const TensorFn fn = [&](const Vec& v) -> Vec { return {scatter_node(op, i, v[0])}; };
+      const Tensor dir = values_of({2, 6}, 97), u = values_of({2, 3}, 98);
+      const auto [ys, ts] = jvp(fn, {x}, {dir});
+      const Tensor leaf = from_vector<double>(x.to_vector<double>(), x.shape()).requires_grad_();
+      const Vec g = grad(fn({leaf}), {leaf}, {u});
+      EXPECT_NEAR((ts[0] * u).sum().item<double>(), (g[0] * dir).sum().item<double>(), 1e-12);
+    }
+  }
+  // ties share evenly: 5 twice at place 0 of row 0, -1 three times at place 1 of row 1
+  const Tensor t = from_vector<double>({5, 5, 1, 2, 3, 4, -1, -1, 0, -1, 2, 3}, {2, 6}).requires_grad_();
+  const Tensor j = from_vector<int64_t>({0, 0, 1, 1, 2, 2, 1, 1, 0, 1, 2, 2}, {2, 6});
+  scatter_node(OpKind::ScatterMax, j, t).sum().backward();
+  EXPECT_EQ(t.grad().to_vector<double>(),
+            (std::vector<double>{0.5, 0.5, 0, 1, 0, 1, 1.0 / 3, 1.0 / 3, 1, 1.0 / 3, 0, 1}));
+  const Tensor t2 = t.detach().requires_grad_();
+  scatter_node(OpKind::ScatterMin, j, t2).sum().backward();
+  EXPECT_EQ(t2.grad().to_vector<double>(),
+            (std::vector<double>{0.5, 0.5, 1, 0, 1, 0, 1.0 / 3, 1.0 / 3, 1, 1.0 / 3, 1, 0}));
 }
 
 // ---------------------------------------------------------------- Embedding

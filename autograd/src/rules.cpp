@@ -515,6 +515,10 @@ std::vector<NodeRef> vjp_rule(const NodeRef& y, const NodeRef& g) {
     return {b::scatter_sum(extreme_index(y), g, a[0], y->shape[a[0]])};
   case OpKind::Logcumsumexp: return {b::logcumsumexp_vjp(y->inputs[0], y, a[0], a[1] != 0, g)};
   case OpKind::ScatterAdd: return {nullptr, b::gather(g, a[0], y->inputs[0])}; // each src element's target; no index gradient
+  case OpKind::ScatterMul: return {nullptr, b::mul(b::gather(g, a[0], y->inputs[0]), b::scatter_mul_partials(y))};
+  case OpKind::ScatterMax:
+  case OpKind::ScatterMin: // ties share their target's adjoint evenly
+    return {nullptr, b::mul(b::gather(g, a[0], y->inputs[0]), b::scatter_extreme_shares(y))};
   case OpKind::Matmul: return matmul_vjp(y, g);
   case OpKind::Attention: return attention_vjp(y, g);
   case OpKind::AttentionLse: case OpKind::AttentionGrad: return attention_composite_vjp(y, g);
@@ -553,6 +557,15 @@ NodeRef jvp_rule(const NodeRef& y, const std::vector<NodeRef>& t) {
   case OpKind::Cummin: return b::gather(t[0], a[0], extreme_index(y)); // the value's source
   case OpKind::Logcumsumexp: return b::logcumsumexp_jvp(y->inputs[0], y, a[0], a[1] != 0, t[0]);
   case OpKind::ScatterAdd: return t[1] ? b::scatter_sum(y->inputs[0], t[1], a[0], y->shape[a[0]], a[1] != 0) : nullptr;
+  case OpKind::ScatterMul: // each factor's tangent times its partial, summed at its target
+    return t[1]
+               ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_mul_partials(y)), a[0], y->shape[a[0]], a[1] != 0)
+               : nullptr;
+  case OpKind::ScatterMax:
+  case OpKind::ScatterMin: // the mean of the tied elements' tangents
+    return t[1] ? b::scatter_sum(y->inputs[0], b::mul(t[1], b::scatter_extreme_shares(y)), a[0], y->shape[a[0]],
+                                 a[1] != 0)
+                : nullptr;
   case OpKind::Matmul: return matmul_jvp(y, t);
   case OpKind::Attention: return attention_jvp(y, t);
   case OpKind::AttentionLse: case OpKind::AttentionGrad: return attention_composite_jvp(y, t);

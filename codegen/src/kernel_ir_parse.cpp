@@ -378,7 +378,7 @@ private:
       if (t.sort) fail(line, "an argsort has no 'into'");
       if (i + 3 >= w.size() || w[i + 1] != "m0" || w[i + 2] != "<") fail(line, "expected 'into m0 < POSITIONS'");
       t.positions = w[i + 3];
-      if (t.op != ScanOp::Add && t.op != ScanOp::Mul) fail(line, "a scatter combines by add or mul");
+      if (t.op == ScanOp::LogAddExp) fail(line, "a scatter combines by add, mul, max or min");
       i += 4;
     }
     if (i < w.size() && w[i] == "inner_axis") t.inner_axis = true, ++i;

@@ -73,16 +73,16 @@ private:
     launch_.kernel = std::move(kernel_);
   }
 
-  // The combine of a scan node's ScanLoop (Add for a scatter; unused by an argsort).
+  // The combine of a scan node's ScanLoop (unused by an argsort).
   static ScanOp scan_combine_of(OpKind op) {
-    if (op == OpKind::Cumprod) return ScanOp::Mul;
-    if (op == OpKind::Cummax) return ScanOp::Max;
-    if (op == OpKind::Cummin) return ScanOp::Min;
+    if (op == OpKind::Cumprod || op == OpKind::ScatterMul) return ScanOp::Mul;
+    if (op == OpKind::Cummax || op == OpKind::ScatterMax) return ScanOp::Max;
+    if (op == OpKind::Cummin || op == OpKind::ScatterMin) return ScanOp::Min;
     return op == OpKind::Logcumsumexp ? ScanOp::LogAddExp : ScanOp::Add;
   }
 
   // A Scan-form kernel (kernel_ir.h, ScanLoop) for a Cumsum, Cumprod, Cummax, Cummin, Logcumsumexp,
-  // ScatterAdd or Argsort root:
+  // scatter (graph::is_scatter) or Argsort root:
   // the domain is the output's points off the dim; its input (and a scatter's index) is computed
   // at step ReduceVar(0) along the dim, counted from the end when reversed (an argsort's
   // attrs.ints[1] is its order instead: its keys are read from the start).
@@ -92,7 +92,7 @@ private:
     note_computed(n);
     const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
     const bool sort = n->op == OpKind::Argsort;
-    const bool reverse = !sort && n->attrs.ints.at(1) != 0, scatter = n->op == OpKind::ScatterAdd;
+    const bool reverse = !sort && n->attrs.ints.at(1) != 0, scatter = graph::is_scatter(n->op);
     const Node* x = n->inputs.back().get();
     graph::Shape cols = n->shape;
     cols[dim] = 1;
@@ -102,7 +102,7 @@ private:
     ScanLoop scan;
     scan.op = scan_combine_of(n->op);
     // An f32 running scan accumulates in f64, each output rounded once from it (as PyTorch's CPU
-    // cumsum and logcumsumexp): in f32 the running sum of a million 0.1s ended 1% off. A scatter adds
+    // cumsum and logcumsumexp): in f32 the running sum of a million 0.1s ended 1% off. A scatter combines
     // into its output, in its dtype; a running max or min is exact in its dtype.
     const bool exact = scatter || scan.op == ScanOp::Max || scan.op == ScanOp::Min;
     const DType acc = sort ? x->dtype : n->dtype == DType::Float32 && !exact ? DType::Float64 : n->dtype;

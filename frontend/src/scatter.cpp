@@ -1,11 +1,14 @@
 // scatter, scatter_reduce, index_fill, index_copy, index_put, take, take_along_dim: the user-facing checks,
-// then compositions of the graph's Gather, ScatterAdd and Argsort nodes (and elementwise ops), so their
-// gradients, fusion and compile() come with them and every result is deterministic. Where several values
-// hit one place, the runs of equal targets come from a stable sort of the index: the last of a run (the
-// last in index order) wins a scatter, and a run's product, max or min is a log2(n)-step scan over it.
+// then compositions of the graph's Gather, scatter (ScatterAdd, ScatterMul, ScatterMax, ScatterMin) and
+// Argsort nodes (and elementwise ops), so their gradients, fusion and compile() come with them and every
+// result is deterministic. Where several values hit one place, scatter_reduce combines them in index
+// order (a scatter node's kernel), and a scatter's last value in index order wins (the runs of equal
+// targets from a stable sort of the index).
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "frontend/src/index_checks.h"
@@ -89,31 +92,20 @@ Runs runs_of(const Tensor& index, int64_t d, int64_t extent) {
   return {keys, order, where(hit, plus1 - 1, 0), hit};
 }
 
-// Each element of v (in the runs' sorted order along d) combined with the elements before it in its run:
-// a Hillis-Steele scan of log2(n) steps (a kernel each), after which each run's last element holds the
-// run's product (a product step multiplies by 1 across a run boundary, so a gradient never meets a
-// neighbouring run's value), max or min (NaN-propagating, as torch's scatter_reduce). v is f32, f64 or i64.
-Tensor segmented(Tensor v, const Tensor& keys, int64_t d, Reduce r) {
-  const int64_t n = v.size(d);
-  for (int64_t k = 1; k < n; k *= 2) {
-    const Tensor same = keys.slice(d, k, n) == keys.slice(d, 0, n - k);
-    const Tensor prev = v.slice(d, 0, n - k), cur = v.slice(d, k, n);
-    const Tensor step = r == Reduce::Prod   ? where(same, prev, 1) * cur
-                        : r == Reduce::Amax ? where(same, maximum(prev, cur), cur)
-                                            : where(same, minimum(prev, cur), cur);
-    v = concat({v.slice(d, 0, k), step}, d); // each step reads the last at two places: fusion stores it
-  }
-  return v;
-}
-
-// The reduction of the src values hitting each place of self (prod, amax, amin), self's shape (anything
-// where nothing hits).
-Tensor run_reduction(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src, Reduce r) {
-  if (self.dtype() == DType::Int32) // in i64 (the same wrapped products, max and min)
-    return run_reduction(self.to(kInt64), d, idx, src.to(kInt64), r).to(kInt32);
-  const Runs runs = runs_of(idx, d, self.size(d));
-  const Tensor v = segmented(take_at(leading(src, idx.shape()), d, runs.order), runs.keys, d, r);
-  return pad_to(take_at(v, d, runs.at), self.shape(), 0);
+// The src values hitting each place of self combined (prod, amax, amin) in index order by a scatter
+// node (graph/ops.def: ScatterMul, ScatterMax, ScatterMin), in self's shape: the combine's identity (1,
+// the lowest value, the highest) where nothing hits, so that self * it, maximum(self, it) and
+// minimum(self, it) are self there.
+Tensor combined_at(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src, Reduce r) {
+  const Tensor s = leading(src, idx.shape());
+  const bool max = r == Reduce::Amax, floating = is_floating(self.dtype()), i32 = self.dtype() == DType::Int32;
+  using graph::OpKind;
+  const OpKind op = r == Reduce::Prod ? OpKind::ScatterMul : max ? OpKind::ScatterMax : OpKind::ScatterMin;
+  const double inf = max ? -INFINITY : INFINITY;
+  const int64_t lowest = i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  const int64_t highest = i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  const Scalar identity = r == Reduce::Prod ? Scalar(1) : floating ? Scalar(inf) : Scalar(max ? lowest : highest);
+  return pad_to(result(b::scatter_into(op, idx.node(), s.node(), d, self.size(d)), {&s}), self.shape(), identity);
 }
 
 // Integer a / n rounded down (n > 0), as torch's div(rounding_mode="floor"), exactly for every a: the f64
@@ -127,21 +119,23 @@ Tensor floor_divide_int(const Tensor& a, const Tensor& n) {
 }
 
 // scatter_reduce's values (no custom gradient): where the index hits, the reduction of src's values
-// (with self's when include_self); elsewhere self.
+// (with self's when include_self: self * the product, as ScatterAdd adds self last); elsewhere self.
+// prod's gradient is the ScatterMul node's (torch 1.13's, zeros included: graph::build::
+// scatter_mul_partials), so second-order gradients come with it.
 Tensor reduce_values(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src, Reduce r, bool include) {
-  const Tensor hit = hits(self.shape(), d, idx);
   const Tensor base = include ? self : zeros_like(self);
-  if (r == Reduce::Sum) return where(hit, add_at(base, d, idx, src), self);
+  if (r == Reduce::Sum) return where(hits(self.shape(), d, idx), add_at(base, d, idx, src), self);
   if (r == Reduce::Mean) {
+    const Tensor hit = hits(self.shape(), d, idx);
     Tensor count = add_at(full(self.shape(), include ? 1 : 0, self.dtype(), self.device()), d, idx,
                           ones(idx.shape(), self.dtype(), self.device()));
     count = masked_fill(count, count == 0, 1); // no 0 / 0 where nothing hits (its gradient too)
     const Tensor total = add_at(base, d, idx, src);
     return where(hit, is_floating(self.dtype()) ? total / count : floor_divide_int(total, count), self);
   }
-  Tensor red = run_reduction(self, d, idx, src, r);
-  if (include) red = r == Reduce::Prod ? self * red : r == Reduce::Amax ? maximum(self, red) : minimum(self, red);
-  return where(hit, red, self);
+  const Tensor red = combined_at(self, d, idx, src, r);
+  if (!include) return where(hits(self.shape(), d, idx), red, self);
+  return r == Reduce::Prod ? self * red : r == Reduce::Amax ? maximum(self, red) : minimum(self, red);
 }
 
 // torch 1.13's gradient of amax / amin: the adjoint of each result element split evenly among the

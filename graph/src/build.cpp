@@ -239,11 +239,45 @@ NodeRef scatter_add(const NodeRef& self, int64_t dim, const NodeRef& index, cons
 }
 
 NodeRef scatter_sum(const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse) {
+  return scatter_into(OpKind::ScatterAdd, index, src, dim, extent, reverse);
+}
+
+NodeRef scatter_into(OpKind op, const NodeRef& index, const NodeRef& src, int64_t dim, int64_t extent, bool reverse) {
+  KILN_ASSERT(is_scatter(op), "scatter_into takes a scatter op");
   Shape out = index->shape;
   out[dim] = extent;
   Attrs a;
   a.ints = {dim, reverse ? 1 : 0};
-  return make_node(OpKind::ScatterAdd, src->dtype, std::move(out), {index, src}, std::move(a));
+  return make_node(op, src->dtype, std::move(out), {index, src}, std::move(a));
+}
+
+NodeRef scatter_mul_partials(const NodeRef& y) {
+  const NodeRef &index = y->inputs[0], &x = y->inputs[1];
+  const int64_t dim = y->attrs.ints.at(0), extent = y->shape[static_cast<size_t>(dim)];
+  const bool reverse = y->attrs.ints.at(1) != 0;
+  const NodeRef zero = binary(OpKind::Eq, x, constant_like(x, 0)), one = constant_like(x, 1), nil = constant_like(x, 0);
+  const NodeRef nonzero = where(zero, one, x);
+  auto at_target = [&](OpKind op, const NodeRef& v) {
+    return gather(scatter_into(op, index, v, dim, extent, reverse), dim, index);
+  };
+  // at each element's target: its zeros, and the product of its non-zero factors (the one zero's partial)
+  const NodeRef zeros = at_target(OpKind::ScatterAdd, cast(zero, x->dtype));
+  const NodeRef others = at_target(OpKind::ScatterMul, nonzero);
+  // where two zeros meet, 0 as others * (the other zero): its derivative by that zero is others, so
+  // second-order gradients stay exact (with three or more, they are 0 as they should be)
+  const NodeRef other_zero = sub(at_target(OpKind::ScatterAdd, where(zero, x, nil)), x);
+  const NodeRef two = constant_like(x, 2);
+  const NodeRef lone = where(binary(OpKind::Eq, zeros, one), others,
+                             where(binary(OpKind::Eq, zeros, two), mul(others, other_zero), nil));
+  return where(zero, lone, div(gather(y, dim, index), nonzero));
+}
+
+NodeRef scatter_extreme_shares(const NodeRef& y) {
+  const NodeRef &index = y->inputs[0], &x = y->inputs[1];
+  const int64_t dim = y->attrs.ints.at(0), extent = y->shape[static_cast<size_t>(dim)];
+  const NodeRef is = cast(binary(OpKind::Eq, x, gather(y, dim, index)), x->dtype);
+  const NodeRef count = gather(scatter_sum(index, is, dim, extent, y->attrs.ints.at(1) != 0), dim, index);
+  return div(is, where(binary(OpKind::Eq, count, constant_like(count, 0)), constant_like(count, 1), count));
 }
 
 namespace {

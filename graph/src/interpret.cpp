@@ -651,48 +651,76 @@ private:
 
   // ------------------------------------------------------------ scans
 
-  /// cumsum, cumprod, scatter_add: each column (a point off the dim) in step order, as kernels do;
-  /// a float cumsum or cumprod accumulates in f64, each output rounded from it (scatter_add adds
-  /// into its output, rounding each step).
+  /// cumsum, cumprod: each column (a point off the dim) in step order, as kernels do; a float scan
+  /// accumulates in f64, each output rounded from it.
   Buf scan(const Node* n) const {
     if (n->op == OpKind::Argsort) return argsort(n);
+    if (is_scatter(n->op)) return scatter(n);
     if (n->op == OpKind::Cummax || n->op == OpKind::Cummin || n->op == OpKind::Logcumsumexp) return running(n);
     const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
     const bool reverse = n->attrs.ints.at(1) != 0, mul = n->op == OpKind::Cumprod;
-    const Node* x = n->inputs.back().get();
-    const Buf& v = in(n, n->inputs.size() - 1);
+    const Buf& v = in(n, 0);
+    const Strides st = contiguous_strides(n->shape);
+    const int64_t steps = n->shape[dim];
+    Buf b = make_buf(n->dtype, n->numel());
+    Shape cols = n->shape;
+    cols[dim] = 1;
+    for_each_index(cols, [&](const std::vector<int64_t>& idx, int64_t) {
+      int64_t base = 0;
+      for (size_t d = 0; d < idx.size(); ++d) base += idx[d] * st[d];
+      double acc_f = mul ? 1 : 0; // the f64 running value, not the rounded output
+      int64_t acc_i = mul ? 1 : 0;
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t at = base + (reverse ? steps - 1 - s : s) * st[dim];
+        if (b.is_float) b.f[at] = rf(n->dtype, acc_f = mul ? acc_f * v.f[at] : acc_f + v.f[at]);
+        else b.i[at] = acc_i = wrap(n->dtype, mul ? wmul(acc_i, v.i[at]) : wadd(acc_i, v.i[at]));
+      }
+    });
+    return b;
+  }
+
+  /// scatter_add, scatter_mul, scatter_max, scatter_min: the combine's identity everywhere, then each
+  /// column's src elements in step order, each combined into the element the index names (one
+  /// outside [0, size) skipped) and rounded to the dtype there, as kernels do. Max and min take
+  /// cummax's update (a NaN sticks, a tie takes the later).
+  Buf scatter(const Node* n) const {
+    const size_t dim = static_cast<size_t>(n->attrs.ints.at(0));
+    const bool reverse = n->attrs.ints.at(1) != 0;
+    const Node* x = n->inputs[1].get();
+    const Buf &v = in(n, 1), &index = in(n, 0);
     const Strides xst = contiguous_strides(x->shape), ost = contiguous_strides(n->shape);
     const int64_t steps = x->shape[dim], bound = n->shape[dim];
-    Buf b = make_buf(n->dtype, n->numel()); // zeros: scatter_add's start
-    auto combine = [&](int64_t at, int64_t from, double acc_f, int64_t acc_i) {
-      if (b.is_float) b.f[at] = rf(n->dtype, mul ? acc_f * v.f[from] : acc_f + v.f[from]);
-      else b.i[at] = wrap(n->dtype, mul ? wmul(acc_i, v.i[from]) : wadd(acc_i, v.i[from]));
+    const OpKind op = n->op;
+    const bool is_max = op == OpKind::ScatterMax, extreme = is_max || op == OpKind::ScatterMin;
+    const bool i32 = n->dtype == DType::Int32;
+    Buf b = make_buf(n->dtype, n->numel());
+    if (b.is_float)
+      std::fill(b.f.begin(), b.f.end(), op == OpKind::ScatterMul ? 1 : extreme ? (is_max ? -kInf : kInf) : 0);
+    else
+      std::fill(b.i.begin(), b.i.end(),
+                op == OpKind::ScatterMul ? 1
+                : !extreme               ? 0
+                : is_max ? (i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min())
+                         : (i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max()));
+    auto combine_f = [&](double acc, double x) {
+      if (extreme) return std::isnan(x) || (is_max ? x >= acc : x <= acc) ? x : acc;
+      return op == OpKind::ScatterMul ? acc * x : acc + x;
+    };
+    auto combine_i = [&](int64_t acc, int64_t x) {
+      if (extreme) return is_max ? std::max(acc, x) : std::min(acc, x);
+      return wrap(n->dtype, op == OpKind::ScatterMul ? wmul(acc, x) : wadd(acc, x));
     };
     Shape cols = x->shape;
     cols[dim] = 1;
     for_each_index(cols, [&](const std::vector<int64_t>& idx, int64_t) {
       int64_t xbase = 0, obase = 0;
       for (size_t d = 0; d < idx.size(); ++d) xbase += idx[d] * xst[d], obase += idx[d] * ost[d];
-      double acc_f = mul ? 1 : 0;
-      int64_t acc_i = mul ? 1 : 0;
       for (int64_t s = 0; s < steps; ++s) {
-        const int64_t j = reverse ? steps - 1 - s : s, from = xbase + j * xst[dim];
-        int64_t at = obase + j * ost[dim];
-        if (n->op == OpKind::ScatterAdd) { // adds into the element the index names
-          const int64_t t = in(n, 0).i[from];
-          if (t < 0 || t >= bound) continue;
-          at = obase + t * ost[dim];
-          acc_f = b.is_float ? b.f[at] : 0;
-          acc_i = b.is_float ? 0 : b.i[at];
-        }
-        if (b.is_float && n->op != OpKind::ScatterAdd) { // the f64 running value, not the rounded output
-          acc_f = mul ? acc_f * v.f[from] : acc_f + v.f[from];
-          b.f[at] = rf(n->dtype, acc_f);
-          continue;
-        }
-        combine(at, from, acc_f, acc_i);
-        acc_f = b.is_float ? b.f[at] : 0;
-        acc_i = b.is_float ? 0 : b.i[at];
+        const int64_t from = xbase + (reverse ? steps - 1 - s : s) * xst[dim], t = index.i[from];
+        if (t < 0 || t >= bound) continue;
+        const int64_t at = obase + t * ost[dim];
+        if (b.is_float) b.f[at] = rf(n->dtype, combine_f(b.f[at], v.f[from]));
+        else b.i[at] = combine_i(b.i[at], v.i[from]);
       }
     });
     return b;

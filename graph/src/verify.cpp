@@ -143,8 +143,8 @@ std::string check_movement(OpKind op, const Shape& shape, const std::vector<Node
 }
 
 // Scans: a dim and a direction; cumsum, cumprod, cummax, cummin and logcumsumexp (floating) keep x's shape and dtype;
-// scatter_add has src's dtype and the index's shape but along the dim; argsort (a dim and descending) gives i64 of x's
-// shape, x of any dtype.
+// the scatters (scatter_add, scatter_mul, scatter_max, scatter_min) have src's dtype and the index's shape but along
+// the dim; argsort (a dim and descending) gives i64 of x's shape, x of any dtype.
 std::string check_scan(OpKind op, DType dtype, const Shape& shape, const std::vector<NodeRef>& in, const Attrs& a) {
   if (a.ints.size() != 2 || a.ints[0] < 0 || a.ints[0] >= static_cast<int64_t>(shape.size())) return "needs (dim, reverse)";
   const NodeRef& x = in.back();
@@ -152,7 +152,7 @@ std::string check_scan(OpKind op, DType dtype, const Shape& shape, const std::ve
     return dtype == DType::Int64 && x->shape == shape ? "" : "argsort gives i64 positions of the input's shape";
   if (x->dtype != dtype || dtype == DType::Bool) return "the result has the (non-bool) input's dtype";
   if (op == OpKind::Logcumsumexp && !is_floating(dtype)) return "logcumsumexp needs a floating dtype";
-  if (op != OpKind::ScatterAdd) return x->shape == shape ? "" : "a scan keeps the shape";
+  if (!is_scatter(op)) return x->shape == shape ? "" : "a scan keeps the shape";
   const NodeRef& index = in[0];
   if (!is_integral(index->dtype)) return "the index must be an integer tensor";
   if (index->shape != x->shape || shape.size() != x->shape.size()) return "src must have the index's shape";

@@ -98,6 +98,30 @@ row("reduce_amax_nan", "scatter_reduce", "f32", [3], [1.0, 2.0, 3.0], 0, [([4], 
     [NAN, 4.0, -1.0, INF], "amax", True)
 row("reduce_amin_nan", "scatter_reduce", "f32", [3], [1.0, 2.0, 3.0], 0, [([4], [0, 0, 2, 2])], [4],
     [5.0, NAN, -INF, 1.0], "amin", False)
+# the scatter kernels of prod / amax / amin: NaN in self and src, two zeros in a place (src's own, and self's
+# with src's), f32 (dyadic values: every product exact), i32 and i64 products that wrap, a 3-d index smaller
+# than self and src off the dim, and an empty index
+for r in ("amax", "amin"):
+    for inc in (True, False):
+        row("reduce_%s_nan_self%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "f64", [4],
+            [NAN, 3.0, -0.0, NAN], 0, [([5], [0, 0, 2, 1, 2])], [5], [1.0, NAN, 0.0, 2.0, -2.0], r, inc)
+for inc in (True, False):
+    row("reduce_prod_two_zeros" + ("" if inc else "_no_self"), "scatter_reduce", "f64", [3], [2.0, 3.0, 0.0], 0,
+        [([6], [0, 0, 1, 1, 2, 2])], [6], [0.0, 0.0, 5.0, 1.0, 0.0, 4.0], "prod", inc)
+    for r in ("prod", "amax", "amin"):
+        row("reduce_%s_f32%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "f32", [3, 4],
+            [0.5, -2.0, 1.5, 4.0, 0.0, 3.0, -0.25, 1.0, 2.0, -1.0, 0.75, -3.0], 1,
+            [([3, 5], [3, 0, 3, 1, 1, 2, 0, 2, 0, 3, 1, 1, 1, 3, 0])], [3, 6],
+            [2.0, -0.5, 0.0, 1.25, -4.0, 8.0, 0.5, 0.5, -2.0, 3.0, 0.0, 1.0, -1.5, 2.0, 0.25, -0.5, 1.0, 6.0],
+            r, inc)
+        row("reduce_%s_i32%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "i32", [3], [7, -3, 65536], 0,
+            [([6], [2, 0, 2, 1, 0, 2])], [6], [65536, -5, 3, 2 ** 30, 11, -(2 ** 31)], r, inc)
+        row("reduce_%s_i64_wraps%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "i64", [2], [3, -(2 ** 40)],
+            0, [([4], [0, 1, 0, 1])], [4], [2 ** 40 + 1, 2 ** 30, -(2 ** 35), 7], r, inc)
+        row("reduce_%s_3d%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "f64", [2, 3, 4], vals(24, 15), 1,
+            [([2, 5, 3], ints_vals(30, 16, 3))], [2, 5, 4], vals(40, 17), r, inc)
+        row("reduce_%s_empty_index%s" % (r, "" if inc else "_no_self"), "scatter_reduce", "f64", [2, 3], vals(6, 18),
+            1, [([2, 0], [])], [2, 0], [], r, inc)
 row("reduce_mean_i32_floor", "scatter_reduce", "i32", [4], [7, -3, 4, 0], 0, [([5], [0, 1, 1, 0, 2])], [5],
     [2, -4, 2, -3, -1], "mean", True)
 row("reduce_rank0", "scatter_reduce", "f64", [], [2.0], 0, [([], [0])], [], [3.0], "prod", True)

@@ -47,9 +47,10 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar valu
 /// and src as scatter_add's; not defined for bool. Values and gradients are torch 1.13's: "mean" divides by
 /// the count of values (self counted when include_self; integers round down); "amax"/"amin" propagate NaN
 /// and split each adjoint evenly among the values equal to the result (self's counted even when
-/// include_self is false, as torch: its share is dropped); "prod"'s gradient is exact with zeros (no
-/// division). Sums add in index order; products, max and min combine each run of equal targets (a stable
-/// sort of the index) in a fixed tree order, so results are deterministic, fused, unfused and compiled.
+/// include_self is false, as torch: its share is dropped); "prod"'s gradient is torch's with zeros (a lone
+/// zero's is the product of the others, two or more zeros give 0; otherwise adjoint * result / x). Sums,
+/// products, max and min combine the src values in index order from the identity, then self (a scan
+/// kernel: work index.numel() + self.numel()), so results are deterministic, fused, unfused and compiled.
 Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce,
                       bool include_self = true, Loc loc = Loc::current());
 /// torch.index_fill: a copy of self with `value` in the slices along `dim` that the 0-d or 1-d index names
