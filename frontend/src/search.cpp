@@ -156,9 +156,12 @@ Tensor bincount(const Tensor& input, const Tensor& weights, int64_t minlength, L
   int64_t length = minlength;
   Tensor idx = input;
   if (input.node()->realized() && !detail::active_capture()) { // PyTorch's length: max(max + 1, minlength)
-    for (int64_t v : input.to(kInt64, loc).to_vector<int64_t>(loc)) {
-      if (v < 0) fail("bincount", "the input must be non-negative, got " + std::to_string(v), {&input}, loc);
-      length = std::max(length, v + 1);
+    if (input.numel() > 0) { // its least and largest value, by reductions where it is (not a copy to the host)
+      const Tensor lo = amin(input, {}, false, loc).to(kInt64, loc), hi = amax(input, {}, false, loc).to(kInt64, loc);
+      realize({lo, hi}, loc);
+      if (const int64_t v = lo.item<int64_t>(loc); v < 0)
+        fail("bincount", "the input must be non-negative, got " + std::to_string(v), {&input}, loc);
+      length = std::max(length, hi.item<int64_t>(loc) + 1);
     }
   } else {
     if (minlength == 0)
