@@ -607,6 +607,15 @@ TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
   const Tensor c = bincount(from_vector<int64_t>({1, 5}) + 0, Tensor(), 3);
   expect_error_at([&] { (void)c.to_vector<int64_t>(); }, __FILE__, line, "bincount", {"index 5", "minlength = 3"});
 }
+
+TEST(IndexingMoreErrors, ALazySortersProbedEntriesAreCheckedInTheKernel) {
+  // the search reads the sorter where it probes: 9 probes sorter[1], then sorter[2] = 3, outside [0, 3)
+  const Tensor seq = from_vector<double>({1, 2, 3}), sorter = from_vector<int64_t>({0, 1, 3}) + 0;
+  const int line = __LINE__ + 1;
+  const Tensor i = searchsorted(seq, from_vector<double>({9}), false, false, "", sorter);
+  expect_error_at([&] { (void)i.to_vector<int64_t>(); }, __FILE__, line, "searchsorted", {"index 3"});
+  EXPECT_EQ(searchsorted(seq, from_vector<double>({0}), false, false, "", sorter).to_vector<int64_t>(), std::vector<int64_t>{0}); // probes sorter[1], sorter[0]
+}
 // clang-format on
 
 TEST(IndexingMoreErrors, LazyIndicesAreCheckedInTheKernel) {
