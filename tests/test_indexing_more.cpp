@@ -608,13 +608,15 @@ TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
   expect_error_at([&] { (void)c.to_vector<int64_t>(); }, __FILE__, line, "bincount", {"index 5", "minlength = 3"});
 }
 
-TEST(IndexingMoreErrors, ALazySortersProbedEntriesAreCheckedInTheKernel) {
-  // the search reads the sorter where it probes: 9 probes sorter[1], then sorter[2] = 3, outside [0, 3)
+TEST(IndexingMoreErrors, ALazySorterIsCheckedWholeInTheKernels) {
+  // 9 probes sorter[1], then sorter[2] = 3 (outside [0, 3)); 0 probes sorter[1] and sorter[0] only, and
+  // the bad entry is reported all the same, fused or not (a reduction reads every entry)
   const Tensor seq = from_vector<double>({1, 2, 3}), sorter = from_vector<int64_t>({0, 1, 3}) + 0;
   const int line = __LINE__ + 1;
-  const Tensor i = searchsorted(seq, from_vector<double>({9}), false, false, "", sorter);
+  const Tensor i = searchsorted(seq, from_vector<double>({9}), false, false, "", sorter), j = searchsorted(seq, from_vector<double>({0}), false, false, "", sorter);
   expect_error_at([&] { (void)i.to_vector<int64_t>(); }, __FILE__, line, "searchsorted", {"index 3"});
-  EXPECT_EQ(searchsorted(seq, from_vector<double>({0}), false, false, "", sorter).to_vector<int64_t>(), std::vector<int64_t>{0}); // probes sorter[1], sorter[0]
+  expect_error_at([&] { (void)j.to_vector<int64_t>(); }, __FILE__, line, "searchsorted", {"index 3", "[0, 3)"});
+  EXPECT_EQ(searchsorted(seq, from_vector<double>({0, 9}), false, false, "", from_vector<int64_t>({0, 1, 2}) + 0).to_vector<int64_t>(), (std::vector<int64_t>{0, 3}));
 }
 // clang-format on
 

@@ -33,7 +33,7 @@ Tensor counts(const Tensor& bin, const Tensor& src, int64_t length) {
 // gather of one element per value (one kernel over the values), with c updated from a's parity:
 //   a even: mid = start + a/2 - c; beyond: c = 1, else c stays;   a odd: mid = start + (a-1)/2;
 //   beyond: c stays, else c = 0;   a = 1 with c = 1: the interval is empty, nothing moves.
-Tensor search(const Tensor& seq, const Tensor& v, bool right, bool out_int32, bool batched, const Loc& loc) {
+Tensor search(const Tensor& seq, const Tensor& v, bool right, bool batched, const Loc& loc) {
   const Tensor s = seq.detach();
   const Tensor values = batched ? v : v.reshape({v.numel()}, loc); // a 1-d sequence: values in a row
   Tensor start = zeros(values.shape(), kInt64, values.device(), loc);
@@ -49,7 +49,17 @@ Tensor search(const Tensor& seq, const Tensor& v, bool right, bool out_int32, bo
     if (even) shorter = shorter.defined() ? logical_or(shorter, beyond, loc) : beyond;
     else if (shorter.defined()) shorter = logical_and(shorter, beyond, loc);
   }
-  return start.reshape(v.shape(), loc).to(out_int32 ? kInt32 : kInt64, loc);
+  return start.reshape(v.shape(), loc);
+}
+
+// 0 (i64, 0-d) computed from every entry of a sorter not computed yet, each checked in [0, n) there: the search
+// reads only the entries it probes, so its result adds this, and a bad entry it never probes is reported too,
+// fused or not. Undefined for a sorter checked on the host already (by gather), or empty.
+Tensor whole_sorter_check(const Tensor& sorter, const Loc& loc) {
+  if ((sorter.node()->realized() && !detail::active_capture()) || sorter.numel() == 0) return Tensor();
+  const int64_t n = sorter.size(-1);
+  const std::string range = "the sorted sequence's last dim (size " + std::to_string(n) + ")";
+  return amin(detail::checked_index("searchsorted", sorter, n, range, loc), {}, false, loc).to(kInt64, loc) * 0;
 }
 
 } // namespace
@@ -76,14 +86,16 @@ Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool ou
            {&sorted_sequence, &values}, loc);
   }
   (void)detail::common_device(op, {&sorted_sequence, &values}, loc);
-  Tensor seq = sorted_sequence;
+  Tensor seq = sorted_sequence, check;
   if (sorter.defined()) {
     if (sorter.shape() != sorted_sequence.shape() || !is_integral(sorter.dtype()))
       fail(op, "the sorter must be an integer tensor of the sorted sequence's shape", {&sorted_sequence, &sorter}, loc);
     const detail::UserCall call(op, loc); // gather's range errors are searchsorted's
     seq = gather(sorted_sequence, -1, sorter, loc);
+    check = whole_sorter_check(sorter, loc);
   }
-  return search(seq, values, upper, out_int32, batched, loc);
+  const Tensor pos = search(seq, values, upper, batched, loc);
+  return (check.defined() ? pos + check : pos).to(out_int32 ? kInt32 : kInt64, loc);
 }
 
 Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, bool right, Loc loc) {
@@ -94,7 +106,7 @@ Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, 
   if (input.dtype() == DType::Bool || boundaries.dtype() == DType::Bool)
     fail("bucketize", "not defined for bool tensors", {&input, &boundaries}, loc);
   (void)detail::common_device("bucketize", {&input, &boundaries}, loc);
-  return search(boundaries, input, right, out_int32, false, loc);
+  return search(boundaries, input, right, false, loc).to(out_int32 ? kInt32 : kInt64, loc);
 }
 
 namespace {

@@ -79,7 +79,7 @@ Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, L
 /// before which it goes: those < it (right false, or side "left"), or those <= it (right true, or side
 /// "right"; side and right must not contradict). A 1-d sequence takes values of any shape; an N-d one,
 /// values with its leading dims. `sorter` (integers, the sequence's shape) sorts an unsorted sequence: its
-/// entries must lie in [0, n) (checked on the host where already computed, else where the search reads them).
+/// entries must lie in [0, n) (checked on the host where already computed, else in the kernels, every entry).
 /// i64 of the values' shape (out_int32: i32); a NaN value goes after every element, as PyTorch's. A binary
 /// search with PyTorch's probes (floor(log2 n) + 1 reads of the sequence per value, one elementwise kernel
 /// over the values), so an unsorted sequence or one with NaN gives PyTorch's answer too.
