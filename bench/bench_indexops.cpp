@@ -320,4 +320,101 @@ void CxxStableSort(benchmark::State& state) {
 }
 BENCHMARK(CxxStableSort)->Name("Sort/Argsort/std_stable_sort")->ArgsProduct({{1000, kSortElems}, {1}})->ArgNames({"len", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// ---------------------------------------------------------------- searches
+//   Search/Bucketize/kiln             bucketize(values, boundaries, right = true) of 1M f32 values into 4096 sorted
+//                                     f32 boundaries: a binary search, 13 probes a value, in one kernel
+//   Search/Bucketize/cxx_upper_bound  the same as a loop of std::upper_bound (on 1 and 2 std::threads)
+// bytes = the values read + the i64 positions written.
+
+constexpr int64_t kSearchValues = 1 << 20, kBoundaries = 4096;
+
+// Values spread over the boundaries' range and a little beyond ([-0.1, 1.1)); boundaries sorted in [0, 1).
+std::vector<float> uniform_floats(int64_t n, float lo, float hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<float> boundaries() {
+  std::vector<float> b = uniform_floats(kBoundaries, 0.0f, 1.0f, 8);
+  std::sort(b.begin(), b.end());
+  return b;
+}
+
+constexpr int64_t kSearchBytes = kSearchValues * int64_t{sizeof(float) + sizeof(int64_t)};
+
+void KilnBucketize(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::from_vector(uniform_floats(kSearchValues, -0.1f, 1.1f, 7));
+  const kiln::Tensor b = kiln::from_vector(boundaries());
+  for (auto _ : state) {
+    kiln::Tensor i = kiln::bucketize(x, b, false, true);
+    i.realize();
+    benchmark::DoNotOptimize(i.node().get());
+  }
+  set_bytes(state, kSearchBytes);
+}
+BENCHMARK(KilnBucketize)->Name("Search/Bucketize/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxUpperBound(benchmark::State& state) {
+  const std::vector<float> x = uniform_floats(kSearchValues, -0.1f, 1.1f, 7), b = boundaries();
+  std::vector<int64_t> out(x.size());
+  for (auto _ : state) {
+    split(static_cast<int>(state.range(0)), kSearchValues, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k)
+        out[static_cast<size_t>(k)] = std::upper_bound(b.begin(), b.end(), x[static_cast<size_t>(k)]) - b.begin();
+    });
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kSearchBytes);
+}
+BENCHMARK(CxxUpperBound)->Name("Search/Bucketize/cxx_upper_bound")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------- counts
+//   Search/Histc/kiln      histc(values, 100 bins, 0, 1) of the same 1M f32 values: a bin per value, then ScatterAdd's
+//                          scan-form kernel (one column: the counts in index order, on one thread)
+//   Search/Bincount/kiln   bincount of 1M i64 in [0, 4096) (an input already computed: its length from its max)
+//   Search/Bincount/cxx_loop  the same counts as a sequential loop
+// bytes = the input read.
+
+void KilnHistc(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::from_vector(uniform_floats(kSearchValues, -0.1f, 1.1f, 7));
+  for (auto _ : state) {
+    kiln::Tensor c = kiln::histc(x, 100, 0, 1);
+    c.realize();
+    benchmark::DoNotOptimize(c.node().get());
+  }
+  set_bytes(state, kSearchValues * int64_t{sizeof(float)});
+}
+BENCHMARK(KilnHistc)->Name("Search/Histc/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void KilnBincount(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, state.range(0));
+  const kiln::Tensor x = kiln::from_vector<int64_t>(token_ids(kSearchValues, kBoundaries, 9));
+  for (auto _ : state) {
+    kiln::Tensor c = kiln::bincount(x);
+    c.realize();
+    benchmark::DoNotOptimize(c.node().get());
+  }
+  set_bytes(state, kSearchValues * int64_t{sizeof(int64_t)});
+}
+BENCHMARK(KilnBincount)->Name("Search/Bincount/kiln")->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void CxxBincount(benchmark::State& state) {
+  const std::vector<int64_t> x = token_ids(kSearchValues, kBoundaries, 9);
+  std::vector<int64_t> c;
+  for (auto _ : state) {
+    c.assign(static_cast<size_t>(*std::max_element(x.begin(), x.end()) + 1), 0);
+    for (int64_t v : x) ++c[static_cast<size_t>(v)];
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, kSearchValues * int64_t{sizeof(int64_t)});
+}
+BENCHMARK(CxxBincount)->Name("Search/Bincount/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+
 } // namespace

@@ -927,7 +927,8 @@ TEST(CudaShimChecks, AFailedIndexCheckRecordsItsSiteAndValue) {
 // Not in all_cases() either (CudaNvrtc's time, see above): the indexing ops and floor, ceil and
 // round, on the shim and the LLVM path, bitwise equal: a gather fused into elementwise work and
 // alone (an index computed in the kernel, so checked there), scatter_add, index_add, cumsum and
-// scatter_reduce's prod, amax and amin (scan-form kernels), and the rounding functions on specials and ties.
+// scatter_reduce's prod, amax and amin (scan-form kernels), searchsorted's binary searches, and the rounding
+// functions on specials and ties.
 TEST(CudaShimIndexOps, MatchLlvmBitwise) {
   for (DType dt : kFloats) {
     check_case({"gather_" + dn(dt), [dt] {
@@ -942,6 +943,12 @@ TEST(CudaShimIndexOps, MatchLlvmBitwise) {
                   return std::vector<Tensor>{scatter_add(make(dt, {10, 37}, 305), 0, i, src),
                                              index_add(make(dt, {5, 37}, 306), 0, from_vector<int64_t>({4, 0, 4}), src.slice(0, 0, 3)),
                                              cumsum(src, 0), cumsum(src * 0.5, 1)};
+                }}, 32);
+    check_case({"searchsorted_" + dn(dt), [dt] { // binary searches: gathers at computed positions, NaN
+                  const Tensor seq = sort(make(dt, {3, 37}, 310, true), 1).first, v = make(dt, {3, 50}, 311, true);
+                  return std::vector<Tensor>{searchsorted(seq, v), searchsorted(seq, v * 2.0, true, true),
+                                             bucketize(v, seq.slice(0, 1, 2).reshape({37}), false, true),
+                                             searchsorted(make(dt, {37}, 312, true), v)}; // unsorted: torch's probes
                 }}, 32);
     check_case({"rounding_" + dn(dt), [dt] {
                   const Tensor x = make(dt, {5, 37}, 307, true), t = make(dt, {5, 37}, 308) * 2.0;

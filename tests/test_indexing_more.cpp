@@ -2,16 +2,20 @@
 // values and gradients against PyTorch 1.13 (tests/pytorch_indexing_table.inc, from
 // tests/tools/pytorch_indexing_table.py), kiln's rule where several values hit one place (the last in
 // index order wins), f64 gradcheck, fused / unfused / compile() agreement, zero-size and 0-d operands,
-// lazy indices checked in the kernel, and the errors.
+// lazy indices checked in the kernel, and the errors. searchsorted and bucketize: PyTorch's answers (its
+// binary search's, for unsorted sequences and NaN too), one kernel of floor(log2 n) + 1 probes a value.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
+#include "codegen/lower.h"
 #include "kiln/arrange.h"
 #include "kiln/kiln.h"
 #include "tests/error_of.h"
@@ -476,6 +480,70 @@ TEST(IndexingMoreModes, SearchesAndArrangementsAgree) {
       });
 }
 
+// ---------------------------------------------------------------- the binary search
+
+/// The loads of `seq`'s buffer (distinct load expressions: the probes of one value) in the one kernel that
+/// computes `out` from realized tensors (fusion on, the baseline CPU); -1 unless there is exactly one.
+int64_t probes_per_value(const Tensor& out, const Tensor& seq) {
+  const codegen::Schedule s = codegen::schedule({out.node().get()}, {});
+  std::string lines;
+  for (const std::string& line : s.debug_lines()) lines += line + "\n";
+  if (s.launches.size() != 1) return ADD_FAILURE() << s.launches.size() << " kernels:\n" << lines, -1;
+  const codegen::KernelLaunch& l = s.launches[0];
+  int buffer = -1;
+  for (size_t i = 0; i < l.inputs.size(); ++i)
+    if (l.inputs[i] == seq.node().get()) buffer = static_cast<int>(i);
+  std::unordered_set<const codegen::Expr*> seen;
+  int64_t loads = 0;
+  std::function<void(const codegen::ExprRef&)> walk = [&](const codegen::ExprRef& e) {
+    if (!e || !seen.insert(e.get()).second) return;
+    loads += e->kind == codegen::ExprKind::Load && e->index == buffer;
+    for (const codegen::ExprRef& a : e->args) walk(a);
+  };
+  for (const codegen::Store& st : l.kernel.stores) walk(st.value);
+  EXPECT_TRUE(l.kernel.reductions.empty()) << l.kernel.name;
+  return loads;
+}
+
+TEST(IndexingMoreSearch, OneKernelOfFloorLog2NPlusOneProbesPerValue) {
+  // torch's binary search probes floor(log2 n) + 1 elements a value: so does the kernel, for any n, side,
+  // sorter, batch and output dtype (the count of comparisons it replaced read all n)
+  const Tensor v = test::rnd({5, 7}, 3);
+  for (int64_t n : {1, 2, 3, 7, 8, 9, 1000, 4096, 100000}) {
+    SCOPED_TRACE(n);
+    const Tensor seq = arange(0, n, 1, kFloat64) * 0.01 - 1.0;
+    seq.realize();
+    const int64_t probes = static_cast<int64_t>(std::floor(std::log2(static_cast<double>(n)))) + 1;
+    EXPECT_EQ(probes_per_value(searchsorted(seq, v), seq), probes);
+    EXPECT_EQ(probes_per_value(bucketize(v, seq, true, true), seq), probes);
+    const Tensor batched = seq.reshape({1, n}).expand({5, n}) + 0.0;
+    batched.realize();
+    EXPECT_EQ(probes_per_value(searchsorted(batched, v, false, false, "right"), batched), probes);
+    if (n == 1) continue; // a sorter of one element reads no buffer
+    const Tensor sorter = arange(n - 1, -1, -1, kInt64); // the sequence's positions, read where probed
+    sorter.realize();
+    EXPECT_EQ(probes_per_value(searchsorted(-seq, v, false, false, "", sorter), sorter), probes);
+  }
+}
+
+TEST(IndexingMoreSearch, FusedUnfusedAndCompiledAgree) {
+  // long sequences, both sides, unsorted and NaN rows, computed values: one kernel fused, ~10 a probe unfused
+  const Tensor sorted = arange(0, 1000, 1, kFloat64) * 0.004 - 2.0;
+  test::expect_fused_unfused_and_compiled_agree(
+      [&](const Vec& in) {
+        const Tensor v = in[0] * 2.0, rows = in[1];
+        const Tensor u = where(in[0] <= 1.5, v, std::nan("")); // NaN values
+        return Vec{searchsorted(sorted, v).to(kFloat64), searchsorted(sorted, u, true).to(kFloat64),
+                   bucketize(v.to(kFloat32), sorted.to(kFloat32), true, true).to(kFloat64),
+                   searchsorted(rows, v.reshape({9, 8}).slice(0, 0, 3), false, false, "right").to(kFloat64),
+                   searchsorted(rows.sort(1).first, u.reshape({9, 8}).slice(0, 3, 6)).to(kFloat64)};
+      },
+      [](uint64_t seed) {
+        return Vec{test::rnd({72}, seed),
+                   where(test::rnd({3, 9}, seed + 1) <= 1.0, test::rnd({3, 9}, seed + 2), std::nan(""))};
+      });
+}
+
 TEST(IndexingMoreEdges, IntegerMeanRoundsDownExactly) {
   // sums near 2^62 (beyond f64's integers): floor(sum / count) in exact integer arithmetic, as torch's
   const int64_t p = int64_t{1} << 61;
@@ -588,6 +656,17 @@ TEST(IndexingMoreErrors, LazyBincountValuesAreCheckedInTheKernel) {
   const int line = __LINE__ + 1;
   const Tensor c = bincount(from_vector<int64_t>({1, 5}) + 0, Tensor(), 3);
   expect_error_at([&] { (void)c.to_vector<int64_t>(); }, __FILE__, line, "bincount", {"index 5", "minlength = 3"});
+}
+
+TEST(IndexingMoreErrors, ALazySorterIsCheckedWholeInTheKernels) {
+  // 9 probes sorter[1], then sorter[2] = 3 (outside [0, 3)); 0 probes sorter[1] and sorter[0] only, and
+  // the bad entry is reported all the same, fused or not (a reduction reads every entry)
+  const Tensor seq = from_vector<double>({1, 2, 3}), sorter = from_vector<int64_t>({0, 1, 3}) + 0;
+  const int line = __LINE__ + 1;
+  const Tensor i = searchsorted(seq, from_vector<double>({9}), false, false, "", sorter), j = searchsorted(seq, from_vector<double>({0}), false, false, "", sorter);
+  expect_error_at([&] { (void)i.to_vector<int64_t>(); }, __FILE__, line, "searchsorted", {"index 3"});
+  expect_error_at([&] { (void)j.to_vector<int64_t>(); }, __FILE__, line, "searchsorted", {"index 3", "[0, 3)"});
+  EXPECT_EQ(searchsorted(seq, from_vector<double>({0, 9}), false, false, "", from_vector<int64_t>({0, 1, 2}) + 0).to_vector<int64_t>(), (std::vector<int64_t>{0, 3}));
 }
 // clang-format on
 

@@ -407,28 +407,33 @@ private:
   // The same where all of n's users are in one kernel, which then computes n once at each place it
   // reads it: each read through a movement op counts the share of n's points it reads (a slice part
   // of them, a broadcast or overlapping windows more than all, a pad or a concat all of them once),
-  // times how often that op's own points are computed; users reading n where it is (elementwise)
-  // count once together. So x[1:] + x[:-1] computes x twice a point, a 2x2 pooling's four strided
-  // slices once. (With recomputed()'s most of the reads, a scan written as log2(n) steps of shifted
-  // slices fused into one kernel whose expression doubled with each step: 2^12 copies of the first
-  // step for 4,096 values, which did not finish.)
+  // times how often that op's own points are computed; users reading n where it is (elementwise, and a
+  // gather reading n as its index, at the gather's own points) count once together (lowering computes a
+  // node once per place it is read at), as often as the most computed of them. So x[1:] + x[:-1]
+  // computes x twice a point, a 2x2 pooling's four strided slices once, and a binary search's probe
+  // position, read by its gather and by the next position, once. (With recomputed()'s most of the reads, a
+  // scan written as log2(n) steps of shifted slices fused into one kernel whose expression doubled with
+  // each step: 2^12 copies of the first step for 4,096 values, which did not finish.)
   double recomputed_in_one_kernel(const Node* n) const {
     const auto users = users_.find(n);
     if (users == users_.end() || n->numel() == 0) return 1; // read by no kernel (an output view)
-    double moved = 0;
-    bool in_place = false;
+    double moved = 0, in_place = 0;
     std::unordered_set<const Node*> seen;
     for (const Node* u : users->second) {
       if (!seen.insert(u).second) continue; // a user reading n twice (x * x) reads one place
       if (graph::op_category(u->op) != OpCategory::Movement) {
-        in_place = true;
+        in_place = std::max(in_place, 1.0);
         continue;
+      }
+      if (u->op == OpKind::Gather && u->inputs[1].get() == n) { // the index: read at the gather's points
+        in_place = std::max(in_place, recomputed_in_one_kernel(u));
+        if (u->inputs[0].get() != n) continue;
       }
       const bool places_all = u->op == OpKind::Pad || u->op == OpKind::Concat;
       const double share = places_all ? 1.0 : static_cast<double>(u->numel()) / static_cast<double>(n->numel());
       moved += share * recomputed_in_one_kernel(u);
     }
-    return std::max(1.0, moved + (in_place ? 1.0 : 0.0));
+    return std::max(1.0, moved + in_place);
   }
 
   // The arithmetic ops (and guarded loads: pads) a point of n costs when fused with what it reads,

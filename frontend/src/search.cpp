@@ -1,5 +1,5 @@
-// searchsorted, bucketize, histc, bincount: the user-facing checks, then comparisons summed along the
-// sorted dim (the searches), a bin position per element (histc) and ScatterAdd's counts in index order.
+// searchsorted, bucketize, histc, bincount: the user-facing checks, then a binary search along the sorted
+// dim (the searches), a bin position per element (histc) and ScatterAdd's counts in index order.
 
 #include <cmath>
 #include <optional>
@@ -24,13 +24,42 @@ Tensor counts(const Tensor& bin, const Tensor& src, int64_t length) {
   return result(b::scatter_add(base.node(), 0, bin.node(), src.node()), {&base, &src});
 }
 
-// The number of sorted elements before each value along the last dim (right: those <= it, else those
-// < it, counted as !(s >= v) and !(s > v), so a NaN value counts every element, as PyTorch's search).
-Tensor search(const Tensor& seq, const Tensor& v, bool right, bool out_int32, bool batched, const Loc& loc) {
-  const Tensor s = batched ? seq.unsqueeze(-2, loc) : seq;
-  const Tensor vs = v.unsqueeze(-1, loc);
-  const Tensor before = logical_not(right ? s > vs : s >= vs, loc);
-  return before.to(kInt64, loc).sum(-1, false, loc).to(out_int32 ? kInt32 : kInt64, loc);
+// The position of each value along the sorted (last) dim: PyTorch's binary search (cus_lower_bound /
+// cus_upper_bound), with its probes, so an unsorted sequence or one with NaN gives its answer too. That
+// search keeps [start, end) and probes mid = start + (end - start) / 2; the value lies beyond mid (start
+// = mid + 1) where !(s[mid] >= v) (right: !(s[mid] > v)), so a NaN value lies beyond every element; else
+// end = mid. The interval's length after k probes is a - c, a = floor(n / 2^k) (the same for every
+// value), c = 0 or 1 (`shorter`): so the search is floor(log2 n) + 1 steps of elementwise ops and a
+// gather of one element per value (one kernel over the values), with c updated from a's parity:
+//   a even: mid = start + a/2 - c; beyond: c = 1, else c stays;   a odd: mid = start + (a-1)/2;
+//   beyond: c stays, else c = 0;   a = 1 with c = 1: the interval is empty, nothing moves.
+Tensor search(const Tensor& seq, const Tensor& v, bool right, bool batched, const Loc& loc) {
+  const Tensor s = seq.detach();
+  const Tensor values = batched ? v : v.reshape({v.numel()}, loc); // a 1-d sequence: values in a row
+  Tensor start = zeros(values.shape(), kInt64, values.device(), loc);
+  Tensor shorter; // c == 1 (bool); undefined while false everywhere
+  for (int64_t a = seq.size(-1); a >= 1; a /= 2) {
+    const bool even = a % 2 == 0;
+    Tensor mid = a / 2 > 0 ? start + a / 2 : start;
+    if (even && shorter.defined()) mid = mid - shorter.to(kInt64, loc);
+    const Tensor probe = result(b::gather(s.node(), s.dim() - 1, mid.node()), {&s});
+    Tensor beyond = logical_not(right ? probe > values : probe >= values, loc);
+    if (a == 1 && shorter.defined()) beyond = logical_and(beyond, logical_not(shorter, loc), loc);
+    start = where(beyond, mid + 1, start, loc);
+    if (even) shorter = shorter.defined() ? logical_or(shorter, beyond, loc) : beyond;
+    else if (shorter.defined()) shorter = logical_and(shorter, beyond, loc);
+  }
+  return start.reshape(v.shape(), loc);
+}
+
+// 0 (i64, 0-d) computed from every entry of a sorter not computed yet, each checked in [0, n) there: the search
+// reads only the entries it probes, so its result adds this, and a bad entry it never probes is reported too,
+// fused or not. Undefined for a sorter checked on the host already (by gather), or empty.
+Tensor whole_sorter_check(const Tensor& sorter, const Loc& loc) {
+  if ((sorter.node()->realized() && !detail::active_capture()) || sorter.numel() == 0) return Tensor();
+  const int64_t n = sorter.size(-1);
+  const std::string range = "the sorted sequence's last dim (size " + std::to_string(n) + ")";
+  return amin(detail::checked_index("searchsorted", sorter, n, range, loc), {}, false, loc).to(kInt64, loc) * 0;
 }
 
 } // namespace
@@ -57,14 +86,16 @@ Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool ou
            {&sorted_sequence, &values}, loc);
   }
   (void)detail::common_device(op, {&sorted_sequence, &values}, loc);
-  Tensor seq = sorted_sequence;
+  Tensor seq = sorted_sequence, check;
   if (sorter.defined()) {
     if (sorter.shape() != sorted_sequence.shape() || !is_integral(sorter.dtype()))
       fail(op, "the sorter must be an integer tensor of the sorted sequence's shape", {&sorted_sequence, &sorter}, loc);
     const detail::UserCall call(op, loc); // gather's range errors are searchsorted's
     seq = gather(sorted_sequence, -1, sorter, loc);
+    check = whole_sorter_check(sorter, loc);
   }
-  return search(seq, values, upper, out_int32, batched, loc);
+  const Tensor pos = search(seq, values, upper, batched, loc);
+  return (check.defined() ? pos + check : pos).to(out_int32 ? kInt32 : kInt64, loc);
 }
 
 Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, bool right, Loc loc) {
@@ -75,7 +106,7 @@ Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool out_int32, 
   if (input.dtype() == DType::Bool || boundaries.dtype() == DType::Bool)
     fail("bucketize", "not defined for bool tensors", {&input, &boundaries}, loc);
   (void)detail::common_device("bucketize", {&input, &boundaries}, loc);
-  return search(boundaries, input, right, out_int32, false, loc);
+  return search(boundaries, input, right, false, loc).to(out_int32 ? kInt32 : kInt64, loc);
 }
 
 namespace {
@@ -137,9 +168,12 @@ Tensor bincount(const Tensor& input, const Tensor& weights, int64_t minlength, L
   int64_t length = minlength;
   Tensor idx = input;
   if (input.node()->realized() && !detail::active_capture()) { // PyTorch's length: max(max + 1, minlength)
-    for (int64_t v : input.to(kInt64, loc).to_vector<int64_t>(loc)) {
-      if (v < 0) fail("bincount", "the input must be non-negative, got " + std::to_string(v), {&input}, loc);
-      length = std::max(length, v + 1);
+    if (input.numel() > 0) { // its least and largest value, by reductions where it is (not a copy to the host)
+      const Tensor lo = amin(input, {}, false, loc).to(kInt64, loc), hi = amax(input, {}, false, loc).to(kInt64, loc);
+      realize({lo, hi}, loc);
+      if (const int64_t v = lo.item<int64_t>(loc); v < 0)
+        fail("bincount", "the input must be non-negative, got " + std::to_string(v), {&input}, loc);
+      length = std::max(length, hi.item<int64_t>(loc) + 1);
     }
   } else {
     if (minlength == 0)

@@ -243,6 +243,71 @@ call("searchsorted_ints", "searchsorted", [("i64", [5], [1, 3, 3, 8, 2 ** 40]), 
 call("searchsorted_scalar_value", "searchsorted", [("f64", [7], SEQ), ("f64", [], [0.5])])
 call("bucketize_left", "bucketize", [("f64", [3, 4], PROBE), ("f64", [7], SEQ)])
 call("bucketize_right_i32", "bucketize", [("f32", [12], PROBE), ("f32", [7], SEQ)], [1], flag=True)
+# The binary search's probes (torch's cus_lower_bound / cus_upper_bound): sequences of every length up to 9
+# and 1000, with duplicates, probed at every element, between, beyond both ends, NaN and the infinities; then
+# sequences that are not sorted or hold NaN, where the answer is the one torch's probing order gives.
+
+
+def search_seq(n, seed, sort=True, nan_every=0):
+    """n values from a few distinct ones (duplicates); NaN at every nan_every-th place when given."""
+    v = [float(x) - 3.0 for x in ints_vals(n, seed, n // 2 + 3)] if n < 100 else vals(n, seed, 2.0)
+    if sort:
+        v.sort()
+    elif v == sorted(v):
+        v.reverse()
+    if nan_every:
+        v = [NAN if i % nan_every == nan_every - 1 else x for i, x in enumerate(v)]
+    return v
+
+
+def search_probes(seq, count, seed):
+    """The sequence's elements (count of them: all of a short one), points between them, beyond both ends, NaN
+    and +-inf."""
+    finite = sorted(x for x in seq if x == x) or [0.0]
+    picks = finite if len(finite) <= count else [finite[i] for i in ints_vals(count, seed, len(finite))]
+    return picks + [x + 0.5 for x in picks[: count // 2]] + [finite[0] - 1, finite[-1] + 1, NAN, INF, -INF]
+
+
+for n in (1, 2, 3, 7, 8, 9, 1000):
+    SQ = search_seq(n, 60 + n)
+    PR = search_probes(SQ, 40 if n == 1000 else n, 70 + n)
+    for side in ("left", "right"):
+        call("searchsorted_n%d_%s" % (n, side), "searchsorted", [("f64", [n], SQ), ("f64", [len(PR)], PR)],
+             string=side)
+    if n > 1:
+        US = search_seq(n, 80 + n, sort=False, nan_every=3 if n % 2 else 0)
+        UP = search_probes(US, 40 if n == 1000 else n, 90 + n)
+        for right in (False, True):
+            call("searchsorted_unsorted_n%d_%s" % (n, "right" if right else "left"), "searchsorted",
+                 [("f64", [n], US), ("f64", [len(UP)], UP)], flag=right)
+SQ9 = search_seq(9, 7)
+call("searchsorted_f32_int32_out", "searchsorted", [("f32", [9], SQ9), ("f32", [2, 9], search_probes(SQ9, 9, 8))],
+     [1], flag=True)
+call("searchsorted_i32", "searchsorted", [("i32", [8], sorted(ints_vals(8, 9, 11))), ("i32", [6], [0, 3, 5, 10, 11, -1])],
+     [1], "right")
+call("searchsorted_batched_long", "searchsorted",
+     [("f64", [3, 9], search_seq(9, 10) + search_seq(9, 11) + search_seq(9, 12, sort=False, nan_every=4)),
+      ("f64", [3, 5], [-2.0, 0.0, NAN, 5.5, -9.0, 1.0, 1.5, INF, -1.0, 3.0, 0.0, -3.0, 2.0, 4.0, NAN])], string="right")
+call("searchsorted_batched_3d", "searchsorted",
+     [("f64", [2, 2, 3], search_seq(3, 13) + search_seq(3, 14) + search_seq(3, 15) + search_seq(3, 16)),
+      ("f64", [2, 2, 4], [float(x) - 6.0 for x in ints_vals(16, 17, 13)])])
+US9 = search_seq(9, 18, sort=False)
+call("searchsorted_sorter_n9", "searchsorted", [("f64", [9], US9), ("f64", [9], search_probes(US9, 3, 19)),
+                                                ("i64", [9], sorted(range(9), key=lambda i: (US9[i], i)))],
+     string="right")
+call("searchsorted_sorter_not_sorting", "searchsorted", [("f64", [9], US9), ("f64", [9], search_probes(US9, 3, 20)),
+                                                         ("i64", [9], [4, 0, 8, 1, 7, 2, 6, 3, 5])])
+call("searchsorted_batched_sorter", "searchsorted",
+     [("f64", [2, 5], [3.0, -1.0, 2.0, 0.0, 2.0, 1.0, NAN, 0.0, -4.0, 1.0]), ("f64", [2, 3], [2.0, -2.0, 5.0, 0.0, 1.0, NAN]),
+      ("i64", [2, 5], [1, 3, 2, 4, 0, 3, 2, 0, 4, 1])], flag=True)
+call("searchsorted_empty_sequence", "searchsorted", [("f64", [0], []), ("f64", [3], [1.0, NAN, -1.0])])
+call("searchsorted_empty_values", "searchsorted", [("f64", [9], SQ9), ("f64", [0, 2], [])])
+call("searchsorted_batched_empty_sequence", "searchsorted", [("f64", [2, 0], []), ("f64", [2, 3], [1, NAN, -1, 0, 2, 3])])
+call("searchsorted_int_sequence_float_values", "searchsorted", [("i64", [7], [-3, -1, 0, 0, 2, 5, 9]),
+                                                                 ("f64", [6], [0.0, -0.5, 2.5, NAN, 9.0, -4.0])])
+call("bucketize_scalar", "bucketize", [("f64", [], [0.5]), ("f64", [9], SQ9)], flag=True)
+call("bucketize_n1000_i32", "bucketize", [("f32", [3, 13], search_probes(search_seq(1000, 21), 23, 22)),
+                                          ("f32", [1000], search_seq(1000, 21))], [1])
 # no NaN: torch 1.13 counts a NaN in bin 0 (its position is a cast of NaN); kiln counts none (tested by hand)
 HX = [0.0, 0.25, 1.0, 0.99, -0.5, 2.0, 1.5, 1.75, 0.5, 2.0, 5.0, 0.3, 1.1, 3.0]
 call("histc_range", "histc", [("f64", [14], HX)], [4], reals=[0.0, 2.0])

@@ -83,10 +83,11 @@ Tensor take_along_dim(const Tensor& input, const Tensor& indices, int64_t dim, L
 /// torch.searchsorted: for each value, the number of elements of the sorted sequence (along its last dim)
 /// before which it goes: those < it (right false, or side "left"), or those <= it (right true, or side
 /// "right"; side and right must not contradict). A 1-d sequence takes values of any shape; an N-d one,
-/// values with its leading dims. `sorter` (integers, the sequence's shape) sorts an unsorted sequence.
-/// i64 of the values' shape (out_int32: i32); a NaN value goes after every element, as PyTorch's. Computed
-/// as a count of comparisons (work: values x sequence length, in one reduction kernel), so an unsorted
-/// sequence gives counts rather than a binary search's arbitrary place.
+/// values with its leading dims. `sorter` (integers, the sequence's shape) sorts an unsorted sequence: its
+/// entries must lie in [0, n) (checked on the host where already computed, else in the kernels, every entry).
+/// i64 of the values' shape (out_int32: i32); a NaN value goes after every element, as PyTorch's. A binary
+/// search with PyTorch's probes (floor(log2 n) + 1 reads of the sequence per value, one elementwise kernel
+/// over the values), so an unsorted sequence or one with NaN gives PyTorch's answer too.
 Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false, bool right = false,
                     const std::string& side = "", const Tensor& sorter = Tensor(), Loc loc = Loc::current());
 /// torch.bucketize: searchsorted(boundaries, input, out_int32, right) with 1-d boundaries.
