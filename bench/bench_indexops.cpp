@@ -11,6 +11,7 @@
 //                                sequential scatter loop
 //   Gather/ScatterReduce/{kiln,cxx_max_loop}  scatter_reduce sum / amax / prod with the same sizes, against a
 //                                sequential max loop
+//   Gather/Scatter/kiln          scatter (the last write wins) with the same sizes
 //   Scan/Cumsum/{kiln,cxx_loop}/dim:{0,1}  cumsum of 16M f32 over a long axis (dim 1 of [16, 1M])
 //                                or across rows (dim 0 of [1M, 16]) against a sequential loop, and
 //   Scan/Copy/kiln_add           x + 1 over the same bytes: a kiln elementwise kernel, the ceiling
@@ -194,6 +195,26 @@ void KilnScatterReduce(benchmark::State& state) {
   set_bytes(state, kBackwardBytes);
 }
 BENCHMARK(KilnScatterReduce)->Name("Gather/ScatterReduce/kiln")->Arg(0)->Arg(1)->Arg(2)->ArgName("reduce")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// scatter(zeros, 0, index, g) with the same sizes: where several rows hit one place the last one wins, found
+// by one scatter-max kernel of the positions (a stable argsort of the index before stop 47). One thread.
+void KilnScatter(benchmark::State& state) {
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1);
+  const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
+  const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
+  std::vector<int64_t> wide(static_cast<size_t>(kBTokens * kBDim));
+  for (int64_t t = 0; t < kBTokens; ++t)
+    std::fill_n(wide.begin() + t * kBDim, kBDim, ids[static_cast<size_t>(t)]);
+  const kiln::Tensor index = kiln::from_vector(wide, {kBTokens, kBDim});
+  kiln::realize({g, index});
+  for (auto _ : state) {
+    kiln::Tensor r = kiln::scatter(kiln::zeros({kBRows, kBDim}), 0, index, g);
+    r.realize();
+    benchmark::DoNotOptimize(r.node().get());
+  }
+  set_bytes(state, kBackwardBytes);
+}
+BENCHMARK(KilnScatter)->Name("Gather/Scatter/kiln")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The amax as a sequential loop over the rows (the ceiling of a scan-form scatter-max kernel).
 void CxxScatterMax(benchmark::State& state) {

@@ -1,9 +1,8 @@
 // scatter, scatter_reduce, index_fill, index_copy, index_put, take, take_along_dim: the user-facing checks,
-// then compositions of the graph's Gather, scatter (ScatterAdd, ScatterMul, ScatterMax, ScatterMin) and
-// Argsort nodes (and elementwise ops), so their gradients, fusion and compile() come with them and every
-// result is deterministic. Where several values hit one place, scatter_reduce combines them in index
-// order (a scatter node's kernel), and a scatter's last value in index order wins (the runs of equal
-// targets from a stable sort of the index).
+// then compositions of the graph's Gather and scatter (ScatterAdd, ScatterMul, ScatterMax, ScatterMin)
+// nodes (and elementwise ops), so their gradients, fusion and compile() come with them and every result is
+// deterministic. Where several values hit one place, scatter_reduce combines them in index order (a
+// scatter node's kernel), and a scatter's last value in index order wins (a ScatterMax of the positions).
 
 #include <algorithm>
 #include <cmath>
@@ -69,27 +68,22 @@ Tensor pad_to(const Tensor& x, const IntList& shape, Scalar value) {
   return pad(x, pads, value);
 }
 
-// The index's runs of equal targets along d, from a stable sort: `keys` (the sorted targets) and `order`
-// (their positions along d) have the index's shape; `at` (i64) and `hit` (bool) have the region's (the
-// index's shape but `extent` along d): the sorted position of the last element of the run that hits each
-// place (0 where none does), and whether one does.
-struct Runs {
-  Tensor keys, order, at, hit;
+// Where each place of the region (the index's shape but `extent` along d) takes its value from: `at` (i64), the
+// position along d of the last index element, in index order, that hits it (0 where none does), and `hit`
+// (bool), whether one does. One ScatterMax of the positions, counted from 1, so that the i64 identity where
+// nothing hits is below every position.
+struct LastWriter {
+  Tensor at, hit;
 };
 
-Runs runs_of(const Tensor& index, int64_t d, int64_t extent) {
-  const auto [keys, order] = sort(index, d);
+LastWriter last_writer(const Tensor& index, int64_t d, int64_t extent) {
   const int64_t n = index.size(d);
-  IntList one = index.shape();
-  one[static_cast<size_t>(d)] = 1;
-  const Device dev = index.device();
-  const Tensor last = n == 1 ? ones(index.shape(), kBool, dev)
-                             : concat({keys.slice(d, 0, n - 1) != keys.slice(d, 1, n), ones(one, kBool, dev)}, d);
-  const Tensor step = arange(1, static_cast<double>(n) + 1, 1, kInt64, dev).reshape(along_dim(index.dim(), d, n));
-  const Tensor plus1 =
-      Tensor(b::scatter_sum(keys.node(), where(last, step.expand(index.shape()), 0).node(), d, extent));
+  const Tensor step = arange(1, static_cast<double>(n) + 1, 1, kInt64, index.device())
+                          .reshape(along_dim(index.dim(), d, n))
+                          .expand(index.shape());
+  const Tensor plus1(b::scatter_into(graph::OpKind::ScatterMax, index.node(), step.node(), d, extent));
   const Tensor hit = plus1 > 0;
-  return {keys, order, where(hit, plus1 - 1, 0), hit};
+  return {where(hit, plus1 - 1, 0), hit};
 }
 
 // The src values hitting each place of self combined (prod, amax, amin) in index order by a scatter
@@ -186,9 +180,9 @@ Tensor copy_of(const Tensor& self) { return where(zeros({}, kBool, self.device()
 
 // scatter with src once the index is checked: the last value of each run wins.
 Tensor scatter_checked(const Tensor& self, int64_t d, const Tensor& idx, const Tensor& src) {
-  const Runs runs = runs_of(idx, d, self.size(d));
-  const Tensor value = take_at(take_at(leading(src, idx.shape()), d, runs.order), d, runs.at);
-  return where(pad_to(runs.hit, self.shape(), false), pad_to(value, self.shape(), 0), self);
+  const LastWriter last = last_writer(idx, d, self.size(d));
+  const Tensor value = take_at(leading(src, idx.shape()), d, last.at);
+  return where(pad_to(last.hit, self.shape(), false), pad_to(value, self.shape(), 0), self);
 }
 
 } // namespace

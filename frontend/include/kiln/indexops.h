@@ -37,8 +37,8 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 /// index and src as scatter_add's (any dtype, bool too). Where several src values hit one place (PyTorch
 /// leaves which one wins unspecified) kiln's rule is: the last in index order along `dim` wins. The gradient
 /// reaches self where nothing was written, and each src value that was written (an overwritten one gets 0;
-/// PyTorch gives every src value the adjoint gathered at its place). A stable sort of the index finds the
-/// winners: an argsort kernel per call.
+/// PyTorch gives every src value the adjoint gathered at its place). One scatter-max kernel of the positions
+/// along `dim` finds the winners.
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
 /// torch.scatter with a value: a copy of self with `value` (in self's dtype) at every place the index names.
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
