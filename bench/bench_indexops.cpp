@@ -173,13 +173,9 @@ void CxxEmbeddingBackward(benchmark::State& state) {
 }
 BENCHMARK(CxxEmbeddingBackward)->Name("Gather/EmbeddingBackward/cxx_loop")->Arg(1)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// scatter_reduce(zeros, 0, index, g, reduce) with the embedding backward's sizes: 4096 rows of 64 f32 into
-// 1024 places. "sum" runs scatter_add's scan kernel (and one counting the hits); "amax" and "prod" the
-// ScatterMax and ScatterMul scan kernels, then maximum / product with self. range(0): 0 sum, 1 amax, 2 prod.
-// One thread.
-void KilnScatterReduce(benchmark::State& state) {
-  static const char* const kReduce[] = {"sum", "amax", "prod"};
-  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1); // as PyTorch's figure
+// The src g [4096, 64] (f32) and index (each row's one random place of 1024, along its 64 columns) of the
+// scatter benchmarks, realized.
+std::pair<kiln::Tensor, kiln::Tensor> scatter_operands() {
   const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
   const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
   std::vector<int64_t> wide(static_cast<size_t>(kBTokens * kBDim));
@@ -187,6 +183,17 @@ void KilnScatterReduce(benchmark::State& state) {
     std::fill_n(wide.begin() + t * kBDim, kBDim, ids[static_cast<size_t>(t)]);
   const kiln::Tensor index = kiln::from_vector(wide, {kBTokens, kBDim});
   kiln::realize({g, index});
+  return {g, index};
+}
+
+// scatter_reduce(zeros, 0, index, g, reduce) with the embedding backward's sizes: 4096 rows of 64 f32 into
+// 1024 places. "sum" runs scatter_add's scan kernel (and one counting the hits); "amax" and "prod" the
+// ScatterMax and ScatterMul scan kernels, then maximum / product with self. range(0): 0 sum, 1 amax, 2 prod.
+// One thread.
+void KilnScatterReduce(benchmark::State& state) {
+  static const char* const kReduce[] = {"sum", "amax", "prod"};
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1); // as PyTorch's figure
+  const auto [g, index] = scatter_operands();
   for (auto _ : state) {
     kiln::Tensor r = kiln::scatter_reduce(kiln::zeros({kBRows, kBDim}), 0, index, g, kReduce[state.range(0)]);
     r.realize();
@@ -200,13 +207,7 @@ BENCHMARK(KilnScatterReduce)->Name("Gather/ScatterReduce/kiln")->Arg(0)->Arg(1)-
 // by one scatter-max kernel of the positions (a stable argsort of the index before stop 47). One thread.
 void KilnScatter(benchmark::State& state) {
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1);
-  const kiln::Tensor g = kiln::rand({kBTokens, kBDim}, 3);
-  const std::vector<int64_t> ids = token_ids(kBTokens, kBRows, 4);
-  std::vector<int64_t> wide(static_cast<size_t>(kBTokens * kBDim));
-  for (int64_t t = 0; t < kBTokens; ++t)
-    std::fill_n(wide.begin() + t * kBDim, kBDim, ids[static_cast<size_t>(t)]);
-  const kiln::Tensor index = kiln::from_vector(wide, {kBTokens, kBDim});
-  kiln::realize({g, index});
+  const auto [g, index] = scatter_operands();
   for (auto _ : state) {
     kiln::Tensor r = kiln::scatter(kiln::zeros({kBRows, kBDim}), 0, index, g);
     r.realize();

@@ -117,6 +117,17 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
   return b;
 }
 
+// The bytes of each tensor run() makes, on one TBB thread and on two.
+using Bytes = std::vector<std::vector<unsigned char>>;
+std::pair<Bytes, Bytes> on_one_and_two_threads(const std::function<std::vector<Tensor>()>& run) {
+  std::pair<Bytes, Bytes> out;
+  for (int threads : {1, 2}) {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, threads);
+    for (const Tensor& t : run()) (threads == 1 ? out.first : out.second).push_back(bytes_of(t));
+  }
+  return out;
+}
+
 std::vector<unsigned char> realized_bytes(const graph::NodeRef& n) {
   const auto* p = static_cast<const unsigned char*>(n->realized()->data());
   return {p, p + graph::numel(n->shape) * dtype_size(n->dtype)};
@@ -308,21 +319,12 @@ TEST(ScatterReduceKernels, BitwiseTheSameOnOneAndTwoThreads) {
   // many repeats of few targets: products whose rounding depends on the order
   const Tensor src = values_of({4096, 8}, 44, kFloat32) * 0.01 + 1.0;
   const Tensor index = indices_of({4096, 8}, 3, 45);
-  auto run = [&] {
-    std::vector<std::vector<unsigned char>> b;
+  const auto [one, two] = on_one_and_two_threads([&] {
+    std::vector<Tensor> b;
     for (const char* r : {"prod", "amax", "amin"})
-      b.push_back(bytes_of(scatter_reduce(ones({3, 8}, kFloat32), 0, lazy(index), src * 1.0, r, false)));
+      b.push_back(scatter_reduce(ones({3, 8}, kFloat32), 0, lazy(index), src * 1.0, r, false));
     return b;
-  };
-  std::vector<std::vector<unsigned char>> one, two;
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-    one = run();
-  }
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
-    two = run();
-  }
+  });
   EXPECT_EQ(one, two);
 }
 
@@ -354,19 +356,11 @@ TEST(ScatterAdd, BitwiseTheSameOnOneAndTwoThreads) {
   const Tensor src = values_of({4096, 8}, 41, kFloat32) * 1000.0;
   const Tensor index = indices_of({4096, 8}, 3, 42);
   const Tensor rows = indices_of({4096}, 5, 43); // index_add's 1-d index: the one-hot GEMM
-  std::vector<unsigned char> one, two, one_rows, two_rows;
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-    one = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
-    one_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
-  }
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
-    two = bytes_of(scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0));
-    two_rows = bytes_of(index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0));
-  }
+  const auto [one, two] = on_one_and_two_threads([&] {
+    return std::vector<Tensor>{scatter_add(zeros({3, 8}, kFloat32), 0, lazy(index), src * 1.0),
+                               index_add(zeros({5, 8}, kFloat32), 0, lazy(rows), src * 1.0)};
+  });
   EXPECT_EQ(one, two);
-  EXPECT_EQ(one_rows, two_rows);
 }
 
 TEST(Cumsum, MatchesRunningSums) {
@@ -518,19 +512,9 @@ TEST(Scan, AnInfOrNaNInSrcReachesOnlyTheElementItIsAddedTo) {
 
 TEST(Scan, BitwiseTheSameOnOneAndTwoThreadsAndFusedOrNot) {
   const Tensor x = values_of({4096, 24}, 420, kFloat32) * 1000.0;
-  auto run = [&] {
-    return std::vector<std::vector<unsigned char>>{bytes_of(cumsum(x * 1.0, 0)), bytes_of(cumsum(x.t() * 1.0, 1)),
-                                                   bytes_of(cumprod(x * 0.0001 + 1.0, 0))};
-  };
-  std::vector<std::vector<unsigned char>> one, two;
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-    one = run();
-  }
-  {
-    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
-    two = run();
-  }
+  const auto [one, two] = on_one_and_two_threads([&] {
+    return std::vector<Tensor>{cumsum(x * 1.0, 0), cumsum(x.t() * 1.0, 1), cumprod(x * 0.0001 + 1.0, 0)};
+  });
   EXPECT_EQ(one, two);
   expect_matches_interpreter(cumsum(x * 1.0 + 1.0, 0), 1, "cumsum of a fused chain");
 }
