@@ -303,13 +303,14 @@ struct Gen {
     }
   }
 
-  /// A scan along a random dim: cumsum, cumprod, cummax / cummin (values or indices), logcumsumexp;
-  /// `smooth`: only those with a smooth gradient (cumsum, logcumsumexp).
+  /// A scan along a random dim: cumsum, cumprod, cummax / cummin (values or indices), logcumsumexp, or
+  /// (not smooth) a scatter; `smooth`: only those with a smooth gradient (cumsum, logcumsumexp).
   bool scan_step(const Tensor& x, const std::string& xs, bool smooth) {
     const int64_t r = x.dim();
     if (r == 0) return false;
     const int64_t d = rng.chance(0.5) ? rng.range(0, r - 1) : rng.range(-r, -1);
     const std::string tail = " " + xs + " dim " + std::to_string(d);
+    if (!smooth && rng.chance(0.3)) return scatter_step(x, d, tail);
     switch (rng.range(0, smooth ? 1 : 4)) {
     case 0: push(cumsum(x, d), "cumsum" + tail); return true;
     case 1:
@@ -329,6 +330,30 @@ struct Gen {
       return true;
     }
     }
+  }
+
+  /// x with src (a value of x's shape and dtype) scattered into it along d by scatter_reduce (sum, prod,
+  /// mean, amax, amin; with or without self) or scatter (the last write wins). The index, of x's shape, is a
+  /// new integer input's magnitude clamped to the extent: in range, and many elements to a place (kiln's
+  /// remainder of integers is a float, so it would not do).
+  bool scatter_step(const Tensor& x, int64_t d, const std::string& tail) {
+    const int64_t extent = x.shape()[static_cast<size_t>(d < 0 ? d + x.dim() : d)];
+    if (x.dtype() == kBool || extent == 0) return false;
+    const Tensor index = clamp(abs(new_input(x.shape(), kInt64)), 0, extent - 1);
+    const std::string is = "|%" + std::to_string(pool.size() - 1) + "| clamped to " + std::to_string(extent - 1);
+    const Tensor src = new_input(x.shape(), x.dtype());
+    const std::string ss = "%" + std::to_string(pool.size() - 1);
+    static const std::vector<std::string> reduces = {"sum", "prod", "mean", "amax", "amin", "none"};
+    const std::string& reduce = rng.pick(reduces);
+    if (reduce == "prod" && extent > 24) return false; // products of [-3, 3] values overflow f32: keep them short
+    if (reduce == "none") {
+      push(scatter(x, d, index, src), "scatter" + tail + " index " + is + " src " + ss);
+      return true;
+    }
+    const bool with_self = rng.chance(0.5);
+    push(scatter_reduce(x, d, index, src, reduce, with_self),
+         "scatter_reduce " + reduce + (with_self ? "" : " without self") + tail + " index " + is + " src " + ss);
+    return true;
   }
 
   bool movement(const Tensor& x, const std::string& xs) {

@@ -19,6 +19,7 @@
 #include <set>
 
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -247,6 +248,23 @@ TEST(Differential, RandomPrograms) {
   std::printf("[differential] %zu programs, %zu nodes, %zu elements compared, %zu skipped, %.1f s\n", stats.graphs,
               stats.nodes, stats.compared, stats.skipped, secs);
   EXPECT_GT(stats.compared, 5 * stats.skipped) << "too few elements are comparable";
+}
+
+// The programs the suite runs (seeds 0-299) reach the ops that combine values by index: scans and the
+// scatters (each scatter_reduce reduce, and scatter), so the differential check covers their kernels.
+TEST(Differential, ProgramsCoverScansAndScatters) {
+  std::map<std::string, int> programs_with;
+  const std::vector<std::string> ops = {"cumsum", "scatter ",         "scatter_reduce sum", "scatter_reduce prod",
+                                        "scatter_reduce mean", "scatter_reduce amax", "scatter_reduce amin"};
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    const std::string text = testing::make_program(seed).describe();
+    for (const std::string& op : ops) programs_with[op] += text.find("= " + op) != std::string::npos;
+  }
+  for (const std::string& op : ops) EXPECT_GE(programs_with[op], 2) << op;
+  int scatters = 0;
+  for (const std::string& op : ops) scatters += op == "cumsum" ? 0 : programs_with[op];
+  std::printf("[differential] of 300 programs: %d with a cumsum, %d scatter steps' programs\n", programs_with["cumsum"],
+              scatters);
 }
 
 TEST(Differential, GeneratorIsDeterministic) {
