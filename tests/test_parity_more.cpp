@@ -1,0 +1,211 @@
+// More of PyTorch's functions (kiln/tensor.h, kiln/special.h: aliases.cpp, special.cpp) against PyTorch 1.13
+// (tests/pytorch_parity_more_table.inc, from tests/tools/pytorch_parity_more_table.py): values and the gradients of
+// sum(out * u) of every f64 input, with signed zeros, NaN, infinities, huge and tiny magnitudes, zero-size and 0-d
+// inputs and negative dims; gradchecks, fused / unfused / compile() agreement, clone's identity, and the errors.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "tests/call_table.h"
+#include "tests/error_of.h"
+#include "tests/table_checks.h"
+
+namespace kiln {
+namespace {
+
+using test::Call;
+using test::Case;
+using test::expect_error_at;
+using test::values;
+
+using test::kInf;
+using test::kNaN;
+
+const std::vector<Case> kCases = {
+#include "tests/pytorch_parity_more_table.inc"
+};
+
+Tensor boolean(bool v) { return full({}, v, kBool); }
+
+// The kiln call of each call id of the table (the same arguments as the PyTorch call of that id).
+const std::map<std::string, Call>& calls() {
+  using V = const std::vector<Tensor>&;
+  using T = std::vector<Tensor>;
+  static const std::map<std::string, Call> m = {
+      {"hypot", [](V x) { return T{hypot(x[0], x[1])}; }},
+      {"logaddexp2", [](V x) { return T{logaddexp2(x[0], x[1])}; }},
+      {"logit", [](V x) { return T{logit(x[0])}; }},
+      {"logit_eps", [](V x) { return T{x[0].logit(0.1)}; }},
+      {"sinc", [](V x) { return T{sinc(x[0])}; }},
+      {"deg2rad", [](V x) { return T{deg2rad(x[0])}; }},
+      {"rad2deg", [](V x) { return T{rad2deg(x[0])}; }},
+      {"float_power", [](V x) { return T{float_power(x[0], x[1])}; }},
+      {"float_power_2_5", [](V x) { return T{x[0].float_power(2.5)}; }},
+      {"fmax", [](V x) { return T{fmax(x[0], x[1])}; }},
+      {"fmin", [](V x) { return T{x[0].fmin(x[1])}; }},
+      {"heaviside", [](V x) { return T{heaviside(x[0], x[1])}; }},
+      {"logical_xor", [](V x) { return T{logical_xor(x[0], x[1])}; }},
+      {"xlog1py", [](V x) { return T{special::xlog1py(x[0], x[1])}; }},
+      {"entr", [](V x) { return T{special::entr(x[0])}; }},
+      {"expit", [](V x) { return T{special::expit(x[0])}; }},
+      {"isclose", [](V x) { return T{isclose(x[0], x[1])}; }},
+      {"isclose_tol_nan", [](V x) { return T{x[0].isclose(x[1], 0.1, 0.01, true)}; }},
+      {"allclose", [](V x) { return T{boolean(allclose(x[0], x[1]))}; }},
+      {"allclose_tol", [](V x) { return T{boolean(x[0].allclose(x[1], 0.1, 0.01))}; }},
+      {"equal", [](V x) { return T{boolean(equal(x[0], x[1]))}; }},
+      {"cat_d1", [](V x) { return T{cat({x[0], x[1]}, 1)}; }},
+      {"concatenate_dm1", [](V x) { return T{concatenate({x[0], x[1]}, -1)}; }},
+      {"clip", [](V x) { return T{clip(x[0], -0.5, 0.7)}; }},
+      {"arctan2", [](V x) { return T{arctan2(x[0], x[1])}; }},
+      {"arcsinh", [](V x) { return T{arcsinh(x[0])}; }},
+      {"negative", [](V x) { return T{negative(x[0])}; }},
+      {"absolute", [](V x) { return T{absolute(x[0])}; }},
+      {"fix", [](V x) { return T{fix(x[0])}; }},
+      {"multiply", [](V x) { return T{multiply(x[0], x[1])}; }},
+      {"divide", [](V x) { return T{divide(x[0], x[1])}; }},
+      {"subtract", [](V x) { return T{subtract(x[0], x[1])}; }},
+      {"greater_equal", [](V x) { return T{greater_equal(x[0], x[1])}; }},
+      {"less", [](V x) { return T{less(x[0], x[1])}; }},
+      {"not_equal", [](V x) { return T{not_equal(x[0], x[1])}; }},
+      {"movedim", [](V x) { return T{movedim(x[0], 0, -1)}; }},
+      {"movedim_list", [](V x) { return T{x[0].movedim({0, 3}, {2, 0})}; }},
+      {"moveaxis", [](V x) { return T{x[0].moveaxis(-1, 1)}; }},
+      {"swapaxes", [](V x) { return T{swapaxes(x[0], 0, 2)}; }},
+      {"select", [](V x) { return T{select(x[0], 1, -1)}; }},
+      {"select_d0", [](V x) { return T{x[0].select(0, 1)}; }},
+      {"ravel", [](V x) { return T{ravel(x[0])}; }},
+      {"atleast_1d", [](V x) { return T{atleast_1d(x[0])}; }},
+      {"atleast_2d", [](V x) { return T{atleast_2d(x[0])}; }},
+      {"atleast_3d", [](V x) { return T{atleast_3d(x[0])}; }},
+      {"broadcast_tensors", [](V x) { return broadcast_tensors({x[0], x[1]}); }},
+      {"broadcast_to", [](V x) { return T{x[0].broadcast_to({2, -1, 3})}; }},
+      {"diagflat", [](V x) { return T{diagflat(x[0])}; }},
+      {"diagflat_m1", [](V x) { return T{diagflat(x[0], -1)}; }},
+      {"inner", [](V x) { return T{inner(x[0], x[1])}; }},
+      {"eye_3", [](V) { return T{eye(3, std::nullopt, kFloat64)}; }},
+      {"eye_2x4", [](V) { return T{eye(2, 4, kFloat64)}; }},
+      {"linspace_7", [](V) { return T{linspace(-1.5, 2.0, 7, kFloat64)}; }},
+      {"linspace_1", [](V) { return T{linspace(3.0, 5.0, 1, kFloat64)}; }},
+      {"linspace_0", [](V) { return T{linspace(3.0, 5.0, 0, kFloat64)}; }},
+      {"logspace_5", [](V) { return T{logspace(-2.0, 1.0, 5, 10, kFloat64)}; }},
+      {"logspace_base2", [](V) { return T{logspace(0.0, 3.5, 8, 2.0, kFloat64)}; }},
+      {"full_like", [](V x) { return T{full_like(x[0], 2.5)}; }},
+      {"clone", [](V x) { return T{x[0].clone() * 2.0}; }},
+      {"expand_as", [](V x) { return T{x[0].expand_as(x[1])}; }},
+      {"reshape_as", [](V x) { return T{x[0].reshape_as(x[1])}; }},
+      {"view_as", [](V x) { return T{x[0].view_as(x[1])}; }},
+      {"type_as", [](V x) { return T{x[0].type_as(x[1])}; }},
+      {"new_zeros", [](V x) { return T{x[0].new_zeros({2, 3})}; }},
+      {"new_ones", [](V x) { return T{x[0].new_ones({1, 2})}; }},
+      {"new_full", [](V x) { return T{x[0].new_full({3}, 7)}; }},
+  };
+  return m;
+}
+
+TEST(ParityMore, MatchPyTorch) { test::expect_call_table(kCases, calls()); }
+
+TEST(ParityMore, EveryCallIsInTheTable) { test::expect_every_call_used(kCases, calls()); }
+
+// Distinct values away from the kinks: finite differences see one smooth branch.
+Tensor spread(IntList shape, uint64_t seed) { return test::rnd(std::move(shape), seed) * 3 + 0.1; }
+Tensor unit(IntList shape, uint64_t seed) { return rand(std::move(shape), seed, kFloat64) * 0.8 + 0.1; }
+
+TEST(ParityMore, Gradcheck) {
+  using V = const std::vector<Tensor>&;
+  test::expect_gradcheck([](V x) { return hypot(x[0], x[1]); }, {spread({2, 3}, 1), spread({3}, 2)});
+  test::expect_gradcheck([](V x) { return logaddexp2(x[0], x[1]); }, {spread({4}, 3), spread({4}, 4)});
+  test::expect_gradcheck([](V x) { return logit(x[0]); }, {unit({5}, 5)});
+  test::expect_gradcheck([](V x) { return logit(x[0], 0.05); }, {unit({5}, 6)});
+  test::expect_gradcheck([](V x) { return sinc(x[0]); }, {spread({6}, 7)});
+  test::expect_gradcheck([](V x) { return float_power(x[0], x[1]); }, {unit({3}, 8) + 0.5, spread({3}, 9)});
+  test::expect_gradcheck([](V x) { return fmax(x[0], x[1]) + fmin(x[0], x[1]) * 2; }, {spread({5}, 10), spread({5}, 11)});
+  test::expect_gradcheck([](V x) { return special::xlog1py(x[0], x[1]); }, {spread({4}, 12), unit({4}, 13) * 3});
+  test::expect_gradcheck([](V x) { return special::entr(x[0]); }, {unit({4}, 14) * 2});
+  test::expect_gradcheck([](V x) { return movedim(x[0], {0, 1}, {2, 0}) * x[1]; }, {spread({2, 3, 4}, 15), spread({2}, 16)});
+  test::expect_gradcheck([](V x) { return inner(x[0], x[1]); }, {spread({2, 3}, 17), spread({4, 3}, 18)});
+}
+
+TEST(ParityMore, CustomGradientsAreDifferentiable) {
+  // hypot, logit, xlog1py and entr have custom rules built from kiln ops: their second derivatives check.
+  using V = const std::vector<Tensor>&;
+  const auto second = [](const std::function<Tensor(const Tensor&)>& f) {
+    return [f](V in) {
+      const Tensor g = grad({f(in[0]).sum()}, {in[0]}, {}, false, /*create_graph=*/true)[0];
+      return (g * g).sum();
+    };
+  };
+  test::expect_gradcheck(second([](const Tensor& x) { return hypot(x, x * 0.5 + 1.0); }), {spread({4}, 20)});
+  test::expect_gradcheck(second([](const Tensor& x) { return logit(x); }), {unit({4}, 21)});
+  test::expect_gradcheck(second([](const Tensor& x) { return special::xlog1py(x, x * x); }), {spread({4}, 22)});
+  test::expect_gradcheck(second([](const Tensor& x) { return special::entr(x); }), {unit({4}, 23)});
+}
+
+TEST(ParityMore, FusedUnfusedAndCompiledAgree) {
+  test::expect_fused_unfused_and_compiled_agree(
+      [](const std::vector<Tensor>& in) {
+        const Tensor x = in[0], u = sigmoid(in[0]);
+        const Tensor y = (hypot(x, x.movedim(0, 1).t()) + logaddexp2(x, x * 2.0) + logit(u, 0.01) + sinc(x) +
+                          fmax(x, x.flip({1})) + special::xlog1py(x, u) + special::entr(u) + deg2rad(x))
+                             .sum() +
+                         inner(x, x).sum() + select(x, 1, -1).sum();
+        return std::vector<Tensor>{y, isclose(x, x * 1.000001), grad({y}, {x})[0]};
+      },
+      [](uint64_t seed) {
+        return std::vector<Tensor>{test::rnd({3, 3}, seed).requires_grad_()};
+      });
+}
+
+TEST(ParityMore, CloneIsANewTensor) {
+  Tensor x = from_vector<double>({1, 2, 3}).requires_grad_();
+  Tensor c = x.clone();
+  EXPECT_TRUE(c.requires_grad());
+  (c * c).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 4, 6})); // the gradient flows through the clone
+  c.assign(from_vector<double>({7, 8, 9}));
+  EXPECT_EQ(values(x), (std::vector<double>{1, 2, 3})); // an assign to the clone leaves the original
+  // A clone of a value without gradient, made a leaf, is a leaf of its own: the original's uses are not its uses.
+  const Tensor w = from_vector<double>({1, 2});
+  Tensor leaf = w.clone().requires_grad_();
+  const Tensor g = grad({(w * leaf).sum()}, {leaf})[0];
+  EXPECT_EQ(values(g), (std::vector<double>{1, 2}));
+  EXPECT_TRUE(x.contiguous().requires_grad());
+}
+
+TEST(ParityMore, Errors) {
+  const Tensor x = test::rnd({2, 3}, 1);
+  const std::string file = __FILE__;
+  expect_error_at([&] { hypot(x, arange(3)); }, file, __LINE__, "hypot", {"floating", "i64[3]"});
+  expect_error_at([&] { hypot(x, zeros({4}, kFloat64)); }, file, __LINE__, "hypot", {"f64[4]"});
+  expect_error_at([&] { logaddexp2(arange(2), x); }, file, __LINE__, "logaddexp2", {"floating", "i64[2]"});
+  expect_error_at([&] { fmax(x, zeros({2}, kFloat64)); }, file, __LINE__, "fmax", {"f64[2]"});
+  expect_error_at([&] { heaviside(x, zeros({1}, kFloat32)); }, file, __LINE__, "heaviside", {"dtype", "f32[1]"});
+  expect_error_at([&] { special::xlog1py(x, zeros({4}, kFloat64)); }, file, __LINE__, "xlog1py", {"f64[4]"});
+  expect_error_at([&] { movedim(x, {0}, {1, 0}); }, file, __LINE__, "movedim", {"one length", "f64[2,3]"});
+  expect_error_at([&] { movedim(x, {0, -2}, {1, 0}); }, file, __LINE__, "movedim", {"more than once", "f64[2,3]"});
+  expect_error_at([&] { movedim(x, 2, 0); }, file, __LINE__, "movedim", {"dim 2", "f64[2,3]"});
+  expect_error_at([&] { moveaxis(x, 0, -3); }, file, __LINE__, "moveaxis", {"dim -3", "f64[2,3]"});
+  expect_error_at([&] { select(x, 1, 3); }, file, __LINE__, "select", {"index 3", "extent 3", "f64[2,3]"});
+  expect_error_at([&] { select(zeros({}, kFloat64), 0, 0); }, file, __LINE__, "select", {"1 dim", "f64[]"});
+  expect_error_at([&] { x.select(-3, 0); }, file, __LINE__, "select", {"dim -3", "f64[2,3]"});
+  expect_error_at([&] { broadcast_tensors({x, zeros({4}, kFloat64)}); }, file, __LINE__, "broadcast_tensors", {"[4]", "[2, 3]"});
+  expect_error_at([&] { inner(x, zeros({2}, kFloat64)); }, file, __LINE__, "inner", {"3 and 2", "f64[2]"});
+  expect_error_at([&] { eye(-1); }, file, __LINE__, "eye", {"non-negative", "-1"});
+  expect_error_at([&] { linspace(0, 1, -2); }, file, __LINE__, "linspace", {"non-negative", "-2"});
+  expect_error_at([&] { linspace(0, 1, 3, kInt64); }, file, __LINE__, "linspace", {"floating", "i64"});
+  expect_error_at([&] { isclose(x, x.to(kFloat32)); }, file, __LINE__, "isclose", {"dtype", "f32[2,3]"});
+  expect_error_at([&] { isclose(x, x, -1.0); }, file, __LINE__, "isclose", {"non-negative", "f64[2,3]"});
+  expect_error_at([&] { allclose(x, zeros({4}, kFloat64)); }, file, __LINE__, "allclose", {"f64[4]"});
+  expect_error_at([&] { positive(zeros({2}, kBool)); }, file, __LINE__, "positive", {"bool", "bool[2]"});
+  expect_error_at([&] { cat({x, zeros({3, 3}, kFloat64)}, 1); }, file, __LINE__, "cat", {"f64[3,3]"});
+  expect_error_at([&] { x.expand_as(zeros({4}, kFloat64)); }, file, __LINE__, "expand_as", {"f64[2,3]"});
+  expect_error_at([&] { x.view_as(zeros({4}, kFloat64)); }, file, __LINE__, "view_as", {"f64[2,3]"});
+  expect_error_at([&] { clip(x, 1.0, 0.5).swapaxes(0, 2); }, file, __LINE__, "swapaxes", {"dim 2", "f64[2,3]"});
+}
+
+} // namespace
+} // namespace kiln
