@@ -25,6 +25,7 @@ using test::values;
 
 using test::kInf;
 using test::kNaN;
+namespace F = nn::functional;
 
 const std::vector<Case> kCases = {
 #include "tests/pytorch_parity_more_table.inc"
@@ -103,6 +104,47 @@ const std::map<std::string, Call>& calls() {
       {"new_zeros", [](V x) { return T{x[0].new_zeros({2, 3})}; }},
       {"new_ones", [](V x) { return T{x[0].new_ones({1, 2})}; }},
       {"new_full", [](V x) { return T{x[0].new_full({3}, 7)}; }},
+      {"hardshrink", [](V x) { return T{F::hardshrink(x[0])}; }},
+      {"hardshrink_1", [](V x) { return T{nn::Hardshrink(1.0)(x[0])}; }},
+      {"softshrink", [](V x) { return T{nn::Softshrink()(x[0])}; }},
+      {"softshrink_0", [](V x) { return T{F::softshrink(x[0], 0.0)}; }},
+      {"tanhshrink", [](V x) { return T{nn::Tanhshrink()(x[0])}; }},
+      {"lrn_3", [](V x) { return T{F::local_response_norm(x[0], 3)}; }},
+      {"lrn_2_args", [](V x) { return T{nn::LocalResponseNorm(2, 0.5, 0.6, 2.0)(x[0])}; }},
+      {"lrn_4", [](V x) { return T{F::local_response_norm(x[0], 4, 0.1)}; }},
+      {"CrossEntropyLoss",
+       [](V x) {
+         return T{nn::CrossEntropyLoss({.weight = x[2], .label_smoothing = 0.1}).forward(x[0], x[1])};
+       }},
+      {"NLLLoss", [](V x) { return T{nn::NLLLoss({.ignore_index = 1}).forward(x[0], x[1])}; }},
+      {"BCELoss", [](V x) { return T{nn::BCELoss(x[2]).forward(x[0], x[1])}; }},
+      {"BCEWithLogitsLoss", [](V x) { return T{nn::BCEWithLogitsLoss({.pos_weight = x[2]}).forward(x[0], x[1])}; }},
+      {"MSELoss", [](V x) { return T{nn::MSELoss(F::Reduction::Sum).forward(x[0], x[1])}; }},
+      {"L1Loss", [](V x) { return T{nn::L1Loss(F::Reduction::None).forward(x[0], x[1])}; }},
+      {"SmoothL1Loss", [](V x) { return T{nn::SmoothL1Loss(F::Reduction::Mean, 0.5).forward(x[0], x[1])}; }},
+      {"HuberLoss", [](V x) { return T{nn::HuberLoss(F::Reduction::Mean, 2.0).forward(x[0], x[1])}; }},
+      {"KLDivLoss", [](V x) { return T{nn::KLDivLoss(F::Reduction::BatchMean, true).forward(x[0], x[1])}; }},
+      {"SoftMarginLoss", [](V x) { return T{nn::SoftMarginLoss().forward(x[0], x[1])}; }},
+      {"MultiLabelSoftMarginLoss",
+       [](V x) { return T{nn::MultiLabelSoftMarginLoss(x[2], F::Reduction::Sum).forward(x[0], x[1])}; }},
+      {"MultiMarginLoss", [](V x) { return T{nn::MultiMarginLoss({.p = 2, .margin = 0.5}).forward(x[0], x[1])}; }},
+      {"MultiLabelMarginLoss", [](V x) { return T{nn::MultiLabelMarginLoss(F::Reduction::None).forward(x[0], x[1])}; }},
+      {"MarginRankingLoss", [](V x) { return T{nn::MarginRankingLoss(0.3).forward(x[0], x[1], x[2])}; }},
+      {"CosineEmbeddingLoss",
+       [](V x) { return T{nn::CosineEmbeddingLoss(0.2, F::Reduction::Sum).forward(x[0], x[1], x[2])}; }},
+      {"HingeEmbeddingLoss", [](V x) { return T{nn::HingeEmbeddingLoss(0.5).forward(x[0], x[1])}; }},
+      {"TripletMarginLoss",
+       [](V x) {
+         return T{nn::TripletMarginLoss({.margin = 0.5, .p = 1.0, .swap = true}).forward(x[0], x[1], x[2])};
+       }},
+      {"PoissonNLLLoss",
+       [](V x) { return T{nn::PoissonNLLLoss({.log_input = false, .full = true}).forward(x[0], x[1])}; }},
+      {"GaussianNLLLoss",
+       [](V x) {
+         return T{nn::GaussianNLLLoss({.full = true, .reduction = F::Reduction::None}).forward(x[0], x[1], x[2])};
+       }},
+      {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
+      {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
   return m;
 }
@@ -128,6 +170,8 @@ TEST(ParityMore, Gradcheck) {
   test::expect_gradcheck([](V x) { return special::entr(x[0]); }, {unit({4}, 14) * 2});
   test::expect_gradcheck([](V x) { return movedim(x[0], {0, 1}, {2, 0}) * x[1]; }, {spread({2, 3, 4}, 15), spread({2}, 16)});
   test::expect_gradcheck([](V x) { return inner(x[0], x[1]); }, {spread({2, 3}, 17), spread({4, 3}, 18)});
+  test::expect_gradcheck([](V x) { return F::softshrink(x[0], 0.05) + F::tanhshrink(x[0]); }, {spread({5}, 19)});
+  test::expect_gradcheck([](V x) { return F::local_response_norm(x[0], 3, 0.5, 0.7, 1.5); }, {spread({2, 4, 3}, 24)});
 }
 
 TEST(ParityMore, CustomGradientsAreDifferentiable) {
@@ -152,7 +196,8 @@ TEST(ParityMore, FusedUnfusedAndCompiledAgree) {
         const Tensor y = (hypot(x, x.movedim(0, 1).t()) + logaddexp2(x, x * 2.0) + logit(u, 0.01) + sinc(x) +
                           fmax(x, x.flip({1})) + special::xlog1py(x, u) + special::entr(u) + deg2rad(x))
                              .sum() +
-                         inner(x, x).sum() + select(x, 1, -1).sum();
+                         inner(x, x).sum() + select(x, 1, -1).sum() + F::hardshrink(x).sum() +
+                         F::softshrink(x).sum() + F::local_response_norm(x.reshape({1, 3, 3}), 2).sum();
         return std::vector<Tensor>{y, isclose(x, x * 1.000001), grad({y}, {x})[0]};
       },
       [](uint64_t seed) {
@@ -174,6 +219,76 @@ TEST(ParityMore, CloneIsANewTensor) {
   const Tensor g = grad({(w * leaf).sum()}, {leaf})[0];
   EXPECT_EQ(values(g), (std::vector<double>{1, 2}));
   EXPECT_TRUE(x.contiguous().requires_grad());
+}
+
+TEST(ParityMore, ModulesAsPyTorch) {
+  // PyTorch 1.13's reprs of the same modules
+  EXPECT_EQ(nn::Hardshrink().str(), "Hardshrink(0.5)");
+  EXPECT_EQ(nn::Softshrink(1.0).str(), "Softshrink(1.0)");
+  EXPECT_EQ(nn::Tanhshrink().str(), "Tanhshrink()");
+  EXPECT_EQ(nn::LocalResponseNorm(5).str(), "LocalResponseNorm(5, alpha=0.0001, beta=0.75, k=1.0)");
+  EXPECT_EQ(nn::LocalResponseNorm(2, 2e-5, 1.5, 1e16).str(), "LocalResponseNorm(2, alpha=2e-05, beta=1.5, k=1e+16)");
+  EXPECT_EQ(nn::MSELoss().str(), "MSELoss()");
+  EXPECT_EQ(nn::CrossEntropyLoss().str(), "CrossEntropyLoss()");
+  EXPECT_EQ(nn::CosineSimilarity().str(), "CosineSimilarity()");
+  // A class weight is a buffer, as PyTorch's ("weight" in the state dict), that moves with the module.
+  nn::CrossEntropyLoss ce({.weight = from_vector<double>({1, 2})});
+  ASSERT_EQ(ce.buffers().size(), 1u);
+  ASSERT_EQ(ce.state_dict().size(), 1u);
+  EXPECT_EQ(ce.state_dict()[0].first, "weight");
+  nn::BCEWithLogitsLoss bce({.pos_weight = from_vector<double>({3})});
+  ASSERT_EQ(bce.state_dict().size(), 1u);
+  EXPECT_EQ(bce.state_dict()[0].first, "pos_weight");
+  EXPECT_EQ(nn::NLLLoss().buffers().size(), 0u);
+  // Shrinks and LRN go in a Sequential; the losses' forward takes (input, target).
+  nn::Sequential seq(nn::Linear(3, 3), nn::Hardshrink(), nn::Softshrink(0.1), nn::Tanhshrink());
+  EXPECT_EQ(seq(test::rnd({2, 3}, 4).to(kFloat32)).shape(), (IntList{2, 3}));
+}
+
+// Every channel of a channel dropout is zeroed whole or scaled whole by 1 / (1 - p); about p of them are zeroed;
+// the gradient is the same mask; eval mode and p = 0 are the identity.
+void expect_channel_dropout(const Tensor& x, int64_t channel_dims, const Tensor& y) {
+  const std::vector<double> in = values(x), out = values(y);
+  const size_t per_channel = static_cast<size_t>(x.numel() / test::numel_of(IntList(x.shape().begin(), x.shape().begin() + channel_dims)));
+  size_t dropped = 0, channels = in.size() / per_channel;
+  for (size_t c = 0; c < channels; ++c) {
+    const bool zero = out[c * per_channel] == 0;
+    dropped += zero;
+    for (size_t i = c * per_channel; i < (c + 1) * per_channel; ++i)
+      ASSERT_EQ(out[i], zero ? 0.0 : in[i] * 2.0) << "channel " << c << " element " << i; // p = 0.5
+  }
+  EXPECT_GT(dropped, channels / 4);
+  EXPECT_LT(dropped, 3 * channels / 4);
+}
+
+TEST(ParityMore, ChannelDropout) {
+  const Tensor x1 = test::rnd({16, 32, 5}, 1) + 5.0, x2 = test::rnd({8, 16, 3, 2}, 2) + 5.0;
+  const Tensor x3 = test::rnd({4, 16, 2, 2, 2}, 3) + 5.0, x3u = test::rnd({64, 2, 1, 2}, 4) + 5.0;
+  expect_channel_dropout(x1, 2, F::dropout1d(x1, 0.5, 7));
+  expect_channel_dropout(x1.select(0, 0), 1, F::dropout1d(x1.select(0, 0), 0.5, 7)); // unbatched [C, L]
+  expect_channel_dropout(x2, 2, F::dropout2d(x2, 0.5, 8));
+  expect_channel_dropout(x1, 2, F::dropout2d(x1, 0.5, 8)); // [N, C, L]: channel-wise, as PyTorch 1.13
+  expect_channel_dropout(x3, 2, F::dropout3d(x3, 0.5, 9));
+  expect_channel_dropout(x3u, 1, F::dropout3d(x3u, 0.5, 9)); // unbatched [C, D, H, W]
+  Tensor w = x2.detach().requires_grad_();
+  const Tensor y = F::dropout2d(w, 0.5, 10);
+  y.sum().backward();
+  EXPECT_EQ(values(w.grad()), values(y / w.detach())); // the mask (0 or 2) where x is not 0
+  EXPECT_EQ(values(F::dropout2d(x2, 0.5, 8, false)), values(x2));
+  EXPECT_EQ(values(F::dropout3d(x3, 0.0, 8)), values(x3));
+  EXPECT_EQ(values(F::dropout1d(x1, 1.0, 8)), std::vector<double>(static_cast<size_t>(x1.numel()), 0.0));
+  // The modules: a new mask each training call (seeded as Dropout), the identity in eval mode.
+  nn::Dropout2d d(0.5, 3);
+  const std::vector<double> first = values(d(x2)), second = values(d(x2));
+  EXPECT_NE(first, second);
+  EXPECT_EQ(d.calls(), 2u);
+  expect_channel_dropout(x2, 2, d(x2));
+  d.eval();
+  EXPECT_EQ(values(d(x2)), values(x2));
+  EXPECT_EQ(nn::Dropout1d(0.25).str(), "Dropout1d(p=0.25)");
+  EXPECT_EQ(nn::Dropout3d().str(), "Dropout3d(p=0.5)");
+  nn::Sequential seq(nn::Conv2d(2, 4, 3), nn::Dropout2d(0.2), nn::Dropout());
+  EXPECT_EQ(seq(zeros({1, 2, 5, 5})).shape(), (IntList{1, 4, 3, 3}));
 }
 
 TEST(ParityMore, Errors) {
@@ -205,6 +320,22 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { x.expand_as(zeros({4}, kFloat64)); }, file, __LINE__, "expand_as", {"f64[2,3]"});
   expect_error_at([&] { x.view_as(zeros({4}, kFloat64)); }, file, __LINE__, "view_as", {"f64[2,3]"});
   expect_error_at([&] { clip(x, 1.0, 0.5).swapaxes(0, 2); }, file, __LINE__, "swapaxes", {"dim 2", "f64[2,3]"});
+  expect_error_at([&] { F::hardshrink(arange(3)); }, file, __LINE__, "hardshrink", {"floating", "i64[3]"});
+  expect_error_at([&] { F::softshrink(x, -0.5); }, file, __LINE__, "softshrink", {"lambd", "f64[2,3]"});
+  expect_error_at([&] { nn::Softshrink(-1.0)(x); }, file, __LINE__, "Softshrink", {"lambd", "f64[2,3]"});
+  expect_error_at([&] { F::local_response_norm(x, 2); }, file, __LINE__, "local_response_norm", {"3 or more dims", "f64[2,3]"});
+  expect_error_at([&] { F::local_response_norm(zeros({1, 2, 3}, kFloat64), 0); }, file, __LINE__, "local_response_norm", {"size", "f64[1,2,3]"});
+  expect_error_at([&] { nn::CrossEntropyLoss().forward(x, from_vector<int64_t>({0})); }, file, __LINE__, "CrossEntropyLoss", {"f64[2,3]"});
+  expect_error_at([&] { nn::MSELoss().forward(x, zeros({3}, kFloat64)); }, file, __LINE__, "MSELoss", {"f64[3]"});
+  expect_error_at([&] { nn::SmoothL1Loss(F::Reduction::Mean, -1.0).forward(x, x); }, file, __LINE__, "SmoothL1Loss", {"beta"});
+  expect_error_at([&] { nn::KLDivLoss(F::Reduction::BatchMean).forward(x, zeros({4}, kFloat64)); }, file, __LINE__, "KLDivLoss", {"f64[4]"});
+  expect_error_at([&] { nn::PairwiseDistance().forward(x, zeros({4}, kFloat64)); }, file, __LINE__, "PairwiseDistance", {"f64[4]"});
+  expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
+  expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
+  expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});
+  expect_error_at([&] { nn::Dropout2d(0.5)(x); }, file, __LINE__, "Dropout2d", {"3 or 4 dims", "f64[2,3]"});
+  expect_error_at([&] { nn::TripletMarginLoss().forward(x, x, zeros({2, 4}, kFloat64)); }, file, __LINE__, "TripletMarginLoss", {"f64[2,4]"});
+  expect_error_at([&] { nn::GaussianNLLLoss().forward(x, x, zeros({3, 3}, kFloat64)); }, file, __LINE__, "GaussianNLLLoss", {"f64[3,3]"});
 }
 
 } // namespace

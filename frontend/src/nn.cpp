@@ -1036,10 +1036,28 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
   if (!(p >= 0 && p <= 1)) throw Error("Dropout", "p must be in [0, 1], got " + std::to_string(p), loc);
 }
 
+uint64_t Dropout::next_mask_seed() {
+  return detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
+}
+
 Tensor Dropout::forward_impl(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
-  const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
-  return functional::dropout(x, p_, seed, true);
+  return functional::dropout(x, p_, next_mask_seed(), true);
+}
+
+Tensor Dropout1d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout1d(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor Dropout2d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout2d(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor Dropout3d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout3d(x, p(), masks ? next_mask_seed() : 0, masks);
 }
 
 std::string Dropout::extra_repr() const {
@@ -1059,12 +1077,17 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
 
 namespace {
 
-// A float as Python's repr writes it ("1.0", "0.01", "1e-05"), as PyTorch's module reprs show their floats:
-// the shortest digits that read back as v (std::to_chars), with ".0" after an integral value.
+// A float as Python's repr writes it ("1.0", "0.01", "0.0001", "1e-05"), as PyTorch's module reprs show their
+// floats: the shortest digits that read back as v (std::to_chars), positional from 1e-4 to below 1e16 with ".0"
+// after an integral value, scientific outside.
 std::string python_float(double v) {
   char buf[32];
-  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0"; // n: inf and nan stay as they are
+  if (!std::isfinite(v)) return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); // inf, -inf, nan
+  const std::string sci(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific).ptr);
+  const int exp10 = std::stoi(sci.substr(sci.find('e') + 1));
+  if (exp10 < -4 || exp10 >= 16) return sci; // Python's repr: 1e-05, 1e+16 ("1.5e-07": shortest digits)
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed).ptr); // 0.0001, 100.0
+  if (s.find('.') == std::string::npos) s += ".0";
   return s;
 }
 
@@ -1078,6 +1101,12 @@ CELU::CELU(double alpha, Loc loc) : alpha_(alpha) {
 }
 
 std::string CELU::extra_repr() const { return "alpha=" + python_float(alpha_); }
+std::string Hardshrink::extra_repr() const { return python_float(lambd_); }
+std::string Softshrink::extra_repr() const { return python_float(lambd_); }
+std::string LocalResponseNorm::extra_repr() const {
+  return std::to_string(size_) + ", alpha=" + python_float(alpha_) + ", beta=" + python_float(beta_) +
+         ", k=" + python_float(k_);
+}
 
 std::string Softplus::extra_repr() const {
   std::ostringstream os; // PyTorch's defaults are ints: "beta=1, threshold=20"

@@ -2,15 +2,18 @@
 """Prints tests/pytorch_parity_more_table.inc, the reference of test_parity_more: PyTorch 1.13's hypot, logaddexp2,
 logit, sinc, deg2rad, rad2deg, float_power, fmax, fmin, heaviside, logical_xor, torch.special (xlog1py, entr, expit),
 isclose, allclose, equal, the other names (cat, clip, arctan2, ...), movedim, select, ravel, atleast_*d,
-broadcast_tensors, diagflat, inner, eye, linspace, logspace, full_like and Tensor's conveniences (clone, expand_as,
-type_as, new_*), in f64 (and bool / i64 / f32 where the contract is about them): each case's outputs and the gradients
-of sum(out * u) over its floating outputs (u = 1, 2, 3, ...) with respect to each f64 input. A case names a call;
+broadcast_tensors, diagflat, inner, eye, linspace, logspace, full_like, Tensor's conveniences (clone, expand_as,
+type_as, new_*), F.hardshrink, softshrink, tanhshrink, local_response_norm and torch.nn's loss and distance classes,
+in f64 (and bool / i64 / f32 where the contract is about them): each case's outputs and the gradients of
+sum(out * u) over its floating outputs (u = 1, 2, 3, ...) with respect to each f64 input. A case names a call;
 tests/test_parity_more.cpp makes the same call under the same name. Run with Debian's python3-torch from the
 repository root:
     cd tests/tools && /usr/bin/python3 pytorch_parity_more_table.py > ../pytorch_parity_more_table.inc"""
 import sys
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from call_tables import write_cases
 
@@ -105,6 +108,35 @@ CALLS = {
     "new_zeros": lambda x: x.new_zeros((2, 3)),
     "new_ones": lambda x: x.new_ones((1, 2)),
     "new_full": lambda x: x.new_full((3,), 7),
+    "hardshrink": lambda x: F.hardshrink(x),
+    "hardshrink_1": lambda x: F.hardshrink(x, 1.0),
+    "softshrink": lambda x: F.softshrink(x),
+    "softshrink_0": lambda x: F.softshrink(x, 0.0),
+    "tanhshrink": lambda x: F.tanhshrink(x),
+    "lrn_3": lambda x: F.local_response_norm(x, 3),
+    "lrn_2_args": lambda x: F.local_response_norm(x, 2, 0.5, 0.6, 2.0),
+    "lrn_4": lambda x: F.local_response_norm(x, 4, 0.1),
+    "CrossEntropyLoss": lambda x, t, w: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(x, t),
+    "NLLLoss": lambda x, t: nn.NLLLoss(ignore_index=1)(x, t),
+    "BCELoss": lambda x, t, w: nn.BCELoss(weight=w)(x, t),
+    "BCEWithLogitsLoss": lambda x, t, p: nn.BCEWithLogitsLoss(pos_weight=p)(x, t),
+    "MSELoss": lambda x, t: nn.MSELoss(reduction="sum")(x, t),
+    "L1Loss": lambda x, t: nn.L1Loss(reduction="none")(x, t),
+    "SmoothL1Loss": lambda x, t: nn.SmoothL1Loss(beta=0.5)(x, t),
+    "HuberLoss": lambda x, t: nn.HuberLoss(delta=2.0)(x, t),
+    "KLDivLoss": lambda x, t: nn.KLDivLoss(reduction="batchmean", log_target=True)(x, t),
+    "SoftMarginLoss": lambda x, t: nn.SoftMarginLoss()(x, t),
+    "MultiLabelSoftMarginLoss": lambda x, t, w: nn.MultiLabelSoftMarginLoss(weight=w, reduction="sum")(x, t),
+    "MultiMarginLoss": lambda x, t: nn.MultiMarginLoss(p=2, margin=0.5)(x, t),
+    "MultiLabelMarginLoss": lambda x, t: nn.MultiLabelMarginLoss(reduction="none")(x, t),
+    "MarginRankingLoss": lambda a, c, t: nn.MarginRankingLoss(margin=0.3)(a, c, t),
+    "CosineEmbeddingLoss": lambda a, c, t: nn.CosineEmbeddingLoss(margin=0.2, reduction="sum")(a, c, t),
+    "HingeEmbeddingLoss": lambda x, t: nn.HingeEmbeddingLoss(margin=0.5)(x, t),
+    "TripletMarginLoss": lambda a, p, n: nn.TripletMarginLoss(margin=0.5, p=1.0, swap=True)(a, p, n),
+    "PoissonNLLLoss": lambda x, t: nn.PoissonNLLLoss(log_input=False, full=True)(x, t),
+    "GaussianNLLLoss": lambda x, t, v: nn.GaussianNLLLoss(full=True, reduction="none")(x, t, v),
+    "CosineSimilarity": lambda a, c: nn.CosineSimilarity(dim=0)(a, c),
+    "PairwiseDistance": lambda a, c: nn.PairwiseDistance(p=1.0, keepdim=True)(a, c),
 }
 
 
@@ -224,6 +256,44 @@ def cases():
         ("new_zeros", "new_zeros", [t([1, 2], dtype=torch.int64)], False),
         ("new_ones", "new_ones", [randn(3)], False),
         ("new_full", "new_full", [t([True])], False),
+        ("hardshrink", "hardshrink", [t([-1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 3.0, NAN, -INF])], True),
+        ("hardshrink_1", "hardshrink_1", [randn(3, 4)], True),
+        ("softshrink", "softshrink", [t([-1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 3.0, NAN, -INF])], True),
+        ("softshrink_0", "softshrink_0", [t([-1.0, 0.0, -0.0, 2.0])], True),
+        ("tanhshrink", "tanhshrink", [t([-3.0, -0.5, 0.0, 1e-3, 2.0, 20.0])], True),
+        ("lrn_3", "lrn_3", [randn(2, 5, 4)], True),
+        ("lrn_2_args", "lrn_2_args", [randn(2, 4, 3, 2)], True),
+        ("lrn_4_5d", "lrn_4", [randn(1, 3, 2, 2, 2)], True),
+        ("lrn_zero_size", "lrn_3", [randn(0, 3, 2)], True),
+        ("CrossEntropyLoss", "CrossEntropyLoss", [randn(4, 3), t([0, 2, 1, 2], dtype=torch.int64),
+                                                  t([1.0, 2.0, 0.5])], [True, False, False]),
+        ("NLLLoss", "NLLLoss", [F.log_softmax(randn(5, 3), 1), t([0, 1, 2, 1, 0], dtype=torch.int64)], True),
+        ("BCELoss", "BCELoss", [unit(2, 3), unit(2, 3), t([1.0, 2.0, 3.0])], [True, False, False]),
+        ("BCEWithLogitsLoss", "BCEWithLogitsLoss", [randn(2, 3), unit(2, 3), t([1.0, 2.0, 0.5])],
+         [True, True, False]),
+        ("MSELoss", "MSELoss", [randn(2, 3), randn(2, 3)], True),
+        ("L1Loss", "L1Loss", [randn(2, 3), randn(2, 3)], True),
+        ("SmoothL1Loss", "SmoothL1Loss", [randn(3, 3), randn(3, 3)], True),
+        ("HuberLoss", "HuberLoss", [randn(3, 3) * 3, randn(3, 3)], True),
+        ("KLDivLoss", "KLDivLoss", [F.log_softmax(randn(3, 4), 1), F.log_softmax(randn(3, 4), 1)], True),
+        ("SoftMarginLoss", "SoftMarginLoss", [randn(5), t([1.0, -1.0, 1.0, 1.0, -1.0])], [True, False]),
+        ("MultiLabelSoftMarginLoss", "MultiLabelSoftMarginLoss",
+         [randn(3, 4), t([[1, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 0]], dtype=torch.float64), t([1.0, 2.0, 0.5, 1.5])],
+         [True, False, False]),
+        ("MultiMarginLoss", "MultiMarginLoss", [randn(4, 3), t([0, 2, 1, 1], dtype=torch.int64)], True),
+        ("MultiLabelMarginLoss", "MultiLabelMarginLoss",
+         [randn(2, 4), t([[3, 0, -1, 1], [1, 2, 3, -1]], dtype=torch.int64)], True),
+        ("MarginRankingLoss", "MarginRankingLoss", [randn(5), randn(5), t([1.0, -1.0, 1.0, -1.0, 1.0])],
+         [True, True, False]),
+        ("CosineEmbeddingLoss", "CosineEmbeddingLoss", [randn(3, 4), randn(3, 4), t([1.0, -1.0, -1.0])],
+         [True, True, False]),
+        ("HingeEmbeddingLoss", "HingeEmbeddingLoss", [randn(2, 3), t([[1.0, -1.0, 1.0], [-1.0, -1.0, 1.0]])],
+         [True, False]),
+        ("TripletMarginLoss", "TripletMarginLoss", [randn(3, 4), randn(3, 4), randn(3, 4)], True),
+        ("PoissonNLLLoss", "PoissonNLLLoss", [unit(2, 3) * 3, t([[0.0, 1.0, 2.0], [3.0, 0.5, 4.0]])], [True, False]),
+        ("GaussianNLLLoss", "GaussianNLLLoss", [randn(2, 3), randn(2, 3), unit(2, 3)], [True, True, True]),
+        ("CosineSimilarity", "CosineSimilarity", [randn(3, 2), randn(3, 2)], True),
+        ("PairwiseDistance", "PairwiseDistance", [randn(4, 3), randn(4, 3)], True),
     ]
 
 

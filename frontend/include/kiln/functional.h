@@ -121,6 +121,14 @@ Tensor relu6(const Tensor& x, Loc loc = Loc::current());
 Tensor logsigmoid(const Tensor& x, Loc loc = Loc::current());
 /// x / (1 + |x|) (inf gives NaN, as PyTorch's).
 Tensor softsign(const Tensor& x, Loc loc = Loc::current());
+/// x where |x| > lambd, else 0 (NaN stays NaN), as torch.nn.functional.hardshrink; the gradient is 1 where
+/// |x| > lambd and 0 elsewhere, the bounds and NaN included (PyTorch's).
+Tensor hardshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current());
+/// x - lambd where x > lambd, x + lambd where x < -lambd, else 0 (NaN too, as PyTorch 1.13's), as
+/// torch.nn.functional.softshrink; lambd must be >= 0; the gradient is 0 on [-lambd, lambd] and at NaN.
+Tensor softshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current());
+/// x - tanh(x), as torch.nn.functional.tanhshrink.
+Tensor tanhshrink(const Tensor& x, Loc loc = Loc::current());
 /// a * sigmoid(b) for the two halves a, b of x along dim; an odd size there, or a 0-d x, is an error.
 Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
 /// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has
@@ -420,6 +428,15 @@ Tensor instance_norm(const Tensor& x, Tensor running_mean = Tensor(), Tensor run
 /// Zeroes elements with probability p in [0, 1] (mask from `seed`) and scales the rest by 1/(1-p); p = 1 gives
 /// x * 0 (zeros, NaN for a non-finite x, as PyTorch); identity unless training.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout, as torch.nn.functional.dropout1d: each channel (dim 1 of [N, C, L]; dim 0 of an unbatched
+/// [C, L]) is zeroed whole with probability p (mask from `seed`) and the rest scaled by 1/(1-p); identity unless
+/// training. Other ranks are an error.
+Tensor dropout1d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout of [N, C, H, W], or [N, C, L] (channel-wise 1-d, as PyTorch 1.13 takes a 3-d input), as
+/// torch.nn.functional.dropout2d; other ranks are an error (PyTorch 1.13 warns and drops channels of dim 1).
+Tensor dropout2d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout of [N, C, D, H, W], or an unbatched [C, D, H, W], as torch.nn.functional.dropout3d.
+Tensor dropout3d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- norms and distances
 /// x divided by its p-norm along dim (at least eps), as torch.nn.functional.normalize: x / max(norm, eps),
@@ -435,6 +452,12 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// torch.nn.functional.pairwise_distance (kiln::norm's orders and gradients).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6, bool keepdim = false,
                          Loc loc = Loc::current());
+
+/// Local response normalization across channels (dim 1) of x [N, C, ...] (rank >= 3), as
+/// torch.nn.functional.local_response_norm: x / (k + alpha * mean of x^2 over the `size` channels around each
+/// one, zero-padded: size / 2 before, (size - 1) / 2 after)^beta. A zero-size x gives itself.
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0,
+                           Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses
 /// Options of cross_entropy, in PyTorch's argument order (designated initializers: `{.ignore_index = 0}`).
