@@ -143,6 +143,40 @@ const std::map<std::string, Call>& calls() {
        [](V x) {
          return T{nn::GaussianNLLLoss({.full = true, .reduction = F::Reduction::None}).forward(x[0], x[1], x[2])};
        }},
+      {"trapezoid", [](V x) { return T{trapezoid(x[0])}; }},
+      {"trapezoid_dx_d0", [](V x) { return T{trapezoid(x[0], 0.5, 0)}; }},
+      {"trapezoid_x", [](V x) { return T{trapezoid(x[0], x[1], 1)}; }},
+      {"trapz_x", [](V x) { return T{trapz(x[0], x[1])}; }},
+      {"cumulative_trapezoid", [](V x) { return T{cumulative_trapezoid(x[0], 2.0)}; }},
+      {"cumulative_trapezoid_x", [](V x) { return T{cumulative_trapezoid(x[0], x[1], 0)}; }},
+      {"cov", [](V x) { return T{cov(x[0])}; }},
+      {"cov_0", [](V x) { return T{cov(x[0], 0)}; }},
+      {"corrcoef", [](V x) { return T{corrcoef(x[0])}; }},
+      {"pdist", [](V x) { return T{pdist(x[0])}; }},
+      {"pdist_1", [](V x) { return T{F::pdist(x[0], 1.0)}; }},
+      {"pdist_inf", [](V x) { return T{pdist(x[0], kInf)}; }},
+      {"matrix_power_0", [](V x) { return T{matrix_power(x[0], 0)}; }},
+      {"matrix_power_1", [](V x) { return T{matrix_power(x[0], 1)}; }},
+      {"matrix_power_5", [](V x) { return T{linalg::matrix_power(x[0], 5)}; }},
+      {"vander", [](V x) { return T{vander(x[0])}; }},
+      {"vander_4_inc", [](V x) { return T{vander(x[0], 4, true)}; }},
+      {"linalg_vander", [](V x) { return T{linalg::vander(x[0])}; }},
+      {"linalg_vander_3", [](V x) { return T{linalg::vander(x[0], 3)}; }},
+      {"multi_dot", [](V x) { return T{linalg::multi_dot({x[0], x[1], x[2]})}; }},
+      {"vecdot", [](V x) { return T{linalg::vecdot(x[0], x[1], 0)}; }},
+      {"BatchNorm3d",
+       [](V x) {
+         nn::BatchNorm3d m(3, {.momentum = 0.2});
+         m.to(kFloat64);
+         const Tensor y = m(x[0]);
+         return T{y, m.running_mean.detach(), m.running_var.detach()};
+       }},
+      {"InstanceNorm3d",
+       [](V x) {
+         nn::InstanceNorm3d m(3, 1e-5, 0.1, /*affine=*/true);
+         m.to(kFloat64);
+         return T{m(x[0])};
+       }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -172,6 +206,12 @@ TEST(ParityMore, Gradcheck) {
   test::expect_gradcheck([](V x) { return inner(x[0], x[1]); }, {spread({2, 3}, 17), spread({4, 3}, 18)});
   test::expect_gradcheck([](V x) { return F::softshrink(x[0], 0.05) + F::tanhshrink(x[0]); }, {spread({5}, 19)});
   test::expect_gradcheck([](V x) { return F::local_response_norm(x[0], 3, 0.5, 0.7, 1.5); }, {spread({2, 4, 3}, 24)});
+  test::expect_gradcheck([](V x) { return vander(x[0], 4) + vander(x[0], 4, true) * 0.5; }, {spread({4}, 25)});
+  test::expect_gradcheck([](V x) { return linalg::vander(x[0], 3); }, {spread({2, 3}, 26)});
+  test::expect_gradcheck([](V x) { return matrix_power(x[0], 3); }, {spread({2, 2}, 27) * 0.3});
+  test::expect_gradcheck([](V x) { return corrcoef(x[0]) + cov(x[0], 0); }, {spread({2, 5}, 28)});
+  test::expect_gradcheck([](V x) { return pdist(x[0]) + pdist(x[0], 3.0); }, {spread({4, 3}, 29)});
+  test::expect_gradcheck([](V x) { return cumulative_trapezoid(x[0], x[1], 0); }, {spread({3, 2}, 30), spread({3}, 31)});
 }
 
 TEST(ParityMore, CustomGradientsAreDifferentiable) {
@@ -330,6 +370,20 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { nn::SmoothL1Loss(F::Reduction::Mean, -1.0).forward(x, x); }, file, __LINE__, "SmoothL1Loss", {"beta"});
   expect_error_at([&] { nn::KLDivLoss(F::Reduction::BatchMean).forward(x, zeros({4}, kFloat64)); }, file, __LINE__, "KLDivLoss", {"f64[4]"});
   expect_error_at([&] { nn::PairwiseDistance().forward(x, zeros({4}, kFloat64)); }, file, __LINE__, "PairwiseDistance", {"f64[4]"});
+  expect_error_at([&] { trapezoid(x, from_vector<double>({1, 2})); }, file, __LINE__, "trapezoid", {"1-d x", "f64[2]"});
+  expect_error_at([&] { trapz(zeros({}, kFloat64)); }, file, __LINE__, "trapz", {"1 dim", "f64[]"});
+  expect_error_at([&] { cumulative_trapezoid(x, 1.0, 2); }, file, __LINE__, "cumulative_trapezoid", {"dim 2", "f64[2,3]"});
+  expect_error_at([&] { cov(zeros({2, 2, 2}, kFloat64)); }, file, __LINE__, "cov", {"2-d", "f64[2,2,2]"});
+  expect_error_at([&] { corrcoef(arange(3)); }, file, __LINE__, "corrcoef", {"floating", "i64[3]"});
+  expect_error_at([&] { pdist(zeros({3}, kFloat64)); }, file, __LINE__, "pdist", {"2-d", "f64[3]"});
+  expect_error_at([&] { matrix_power(x, 2); }, file, __LINE__, "matrix_power", {"square", "f64[2,3]"});
+  expect_error_at([&] { matrix_power(zeros({2, 2}, kFloat64), -1); }, file, __LINE__, "matrix_power", {"inverse", "f64[2,2]"});
+  expect_error_at([&] { vander(x); }, file, __LINE__, "vander", {"1-d", "f64[2,3]"});
+  expect_error_at([&] { linalg::multi_dot({x}); }, file, __LINE__, "linalg.multi_dot", {"at least 2"});
+  expect_error_at([&] { linalg::multi_dot({x, x}); }, file, __LINE__, "linalg.multi_dot", {"3 vs 2", "f64[2,3]"});
+  expect_error_at([&] { linalg::vecdot(x, x, 2); }, file, __LINE__, "linalg.vecdot", {"dim 2", "f64[2,3]"});
+  expect_error_at([&] { nn::BatchNorm3d(3)(zeros({2, 3, 4, 4}, kFloat64)); }, file, __LINE__, "BatchNorm3d", {"[N, 3, D, H, W]", "f64[2,3,4,4]"});
+  expect_error_at([&] { nn::InstanceNorm3d(3)(zeros({2, 3}, kFloat64)); }, file, __LINE__, "InstanceNorm3d", {"D, H, W]", "f64[2,3]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

@@ -891,7 +891,12 @@ BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int 
 
 Tensor BatchNorm::forward_impl(const Tensor& x) {
   if (x.dim() < rank_min_ || x.dim() > rank_max_ || x.size(1) != features_)
-    detail::fail(name_, "expects [N, " + std::to_string(features_) + (rank_max_ == 4 ? ", H, W]" : "(, L)]") + " inputs",
+    detail::fail(name_,
+                 "expects [N, " + std::to_string(features_) +
+                     (rank_max_ == 5   ? ", D, H, W]"
+                      : rank_max_ == 4 ? ", H, W]"
+                                       : "(, L)]") +
+                     " inputs",
                  {&x}, Loc::current());
   const bool use_batch = is_training() || !options.track_running_stats;
   const Tensor factor = count_batch();
@@ -986,7 +991,7 @@ InstanceNorm::InstanceNorm(int64_t features, double eps, double momentum, bool a
 }
 
 Tensor InstanceNorm::forward_impl(const Tensor& x) {
-  const std::string dims = rank_ == 3 ? "L]" : "H, W]";
+  const std::string dims = rank_ == 3 ? "L]" : rank_ == 4 ? "H, W]" : "D, H, W]";
   if (x.dim() != rank_ && x.dim() != rank_ - 1)
     detail::fail(name_, "expects [N, C, " + dims + " (or unbatched [C, " + dims + ") inputs", {&x}, Loc::current());
   const bool unbatched = x.dim() == rank_ - 1;

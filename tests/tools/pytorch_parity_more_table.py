@@ -39,6 +39,13 @@ def b(value):
     return torch.tensor(value)
 
 
+def batch_norm_3d(x):
+    """BatchNorm3d(3) in training mode: the output and the updated running statistics."""
+    m = nn.BatchNorm3d(3, momentum=0.2).double()
+    y = m(x)
+    return y, m.running_mean.clone(), m.running_var.clone()
+
+
 # call id -> the PyTorch call; tests/test_parity_more.cpp maps the same ids to kiln's calls.
 CALLS = {
     "hypot": lambda a, c: torch.hypot(a, c),
@@ -135,6 +142,29 @@ CALLS = {
     "TripletMarginLoss": lambda a, p, n: nn.TripletMarginLoss(margin=0.5, p=1.0, swap=True)(a, p, n),
     "PoissonNLLLoss": lambda x, t: nn.PoissonNLLLoss(log_input=False, full=True)(x, t),
     "GaussianNLLLoss": lambda x, t, v: nn.GaussianNLLLoss(full=True, reduction="none")(x, t, v),
+    "trapezoid": lambda y: torch.trapezoid(y),
+    "trapezoid_dx_d0": lambda y: torch.trapezoid(y, dx=0.5, dim=0),
+    "trapezoid_x": lambda y, x: torch.trapezoid(y, x, dim=1),
+    "trapz_x": lambda y, x: torch.trapz(y, x),
+    "cumulative_trapezoid": lambda y: torch.cumulative_trapezoid(y, dx=2.0),
+    "cumulative_trapezoid_x": lambda y, x: torch.cumulative_trapezoid(y, x, dim=0),
+    "cov": lambda x: torch.cov(x),
+    "cov_0": lambda x: torch.cov(x, correction=0),
+    "corrcoef": lambda x: torch.corrcoef(x),
+    "pdist": lambda x: torch.pdist(x),
+    "pdist_1": lambda x: F.pdist(x, 1.0),
+    "pdist_inf": lambda x: torch.pdist(x, INF),
+    "matrix_power_0": lambda x: torch.matrix_power(x, 0),
+    "matrix_power_1": lambda x: torch.matrix_power(x, 1),
+    "matrix_power_5": lambda x: torch.linalg.matrix_power(x, 5),
+    "vander": lambda x: torch.vander(x),
+    "vander_4_inc": lambda x: torch.vander(x, 4, True),
+    "linalg_vander": lambda x: torch.linalg.vander(x),
+    "linalg_vander_3": lambda x: torch.linalg.vander(x, N=3),
+    "multi_dot": lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
+    "vecdot": lambda a, c: torch.linalg.vecdot(a, c, dim=0),
+    "BatchNorm3d": lambda x: batch_norm_3d(x),
+    "InstanceNorm3d": lambda x: nn.InstanceNorm3d(3, affine=True).double()(x),
     "CosineSimilarity": lambda a, c: nn.CosineSimilarity(dim=0)(a, c),
     "PairwiseDistance": lambda a, c: nn.PairwiseDistance(p=1.0, keepdim=True)(a, c),
 }
@@ -292,6 +322,39 @@ def cases():
         ("TripletMarginLoss", "TripletMarginLoss", [randn(3, 4), randn(3, 4), randn(3, 4)], True),
         ("PoissonNLLLoss", "PoissonNLLLoss", [unit(2, 3) * 3, t([[0.0, 1.0, 2.0], [3.0, 0.5, 4.0]])], [True, False]),
         ("GaussianNLLLoss", "GaussianNLLLoss", [randn(2, 3), randn(2, 3), unit(2, 3)], [True, True, True]),
+        ("trapezoid", "trapezoid", [randn(3, 5)], True),
+        ("trapezoid_dx_d0", "trapezoid_dx_d0", [randn(4, 2)], True),
+        ("trapezoid_one", "trapezoid", [randn(2, 1)], True),
+        ("trapezoid_x", "trapezoid_x", [randn(2, 4), t([0.0, 0.5, 1.5, 1.75])], True),
+        ("trapezoid_x_full", "trapezoid_x", [randn(2, 3), randn(2, 3)], True),
+        ("trapz_x", "trapz_x", [randn(4), t([1.0, 2.0, 4.0, 8.0])], True),
+        ("cumulative_trapezoid", "cumulative_trapezoid", [randn(2, 5)], True),
+        ("cumulative_trapezoid_x", "cumulative_trapezoid_x", [randn(4, 2), t([0.0, 1.0, 1.5, 3.0])], True),
+        ("cov", "cov", [randn(3, 6)], True),
+        ("cov_1d", "cov", [randn(5)], True),
+        ("cov_0", "cov_0", [randn(2, 4)], True),
+        ("cov_one_obs", "cov", [randn(2, 1)], False),
+        ("corrcoef", "corrcoef", [randn(3, 5)], True),
+        ("corrcoef_1d", "corrcoef", [randn(4)], False),
+        ("pdist", "pdist", [randn(5, 3)], True),
+        ("pdist_1", "pdist_1", [randn(4, 2)], True),
+        ("pdist_inf", "pdist_inf", [randn(4, 3)], True),
+        ("pdist_one_row", "pdist", [randn(1, 3)], True),
+        ("matrix_power_0", "matrix_power_0", [randn(2, 3, 3)], False),
+        ("matrix_power_1", "matrix_power_1", [randn(3, 3)], True),
+        ("matrix_power_5", "matrix_power_5", [randn(2, 3, 3) * 0.5], True),
+        # PyTorch 1.13's vander backward fails (an in-place cumprod): values only (test_parity_more gradchecks)
+        ("vander", "vander", [randn(4)], False),
+        ("vander_4_inc", "vander_4_inc", [randn(3)], False),
+        ("vander_i64", "vander", [t([1, 2, 3], dtype=torch.int64)], False),
+        ("linalg_vander", "linalg_vander", [randn(2, 3)], False),
+        ("linalg_vander_3", "linalg_vander_3", [randn(4)], False),
+        ("multi_dot", "multi_dot", [randn(3), randn(3, 4), randn(4)], True),
+        ("multi_dot_2d", "multi_dot", [randn(2, 3), randn(3, 4), randn(4, 2)], True),
+        ("vecdot", "vecdot", [randn(3, 2), randn(3, 1)], True),
+        ("BatchNorm3d", "BatchNorm3d", [randn(2, 3, 2, 2, 3)], True),
+        ("InstanceNorm3d", "InstanceNorm3d", [randn(2, 3, 2, 3, 2)], True),
+        ("InstanceNorm3d_unbatched", "InstanceNorm3d", [randn(3, 2, 2, 2)], True),
         ("CosineSimilarity", "CosineSimilarity", [randn(3, 2), randn(3, 2)], True),
         ("PairwiseDistance", "PairwiseDistance", [randn(4, 3), randn(4, 3)], True),
     ]

@@ -452,6 +452,8 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// torch.nn.functional.pairwise_distance (kiln::norm's orders and gradients).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6, bool keepdim = false,
                          Loc loc = Loc::current());
+/// torch.nn.functional.pdist: kiln::pdist (kiln/linalg.h).
+Tensor pdist(const Tensor& x, double p = 2, Loc loc = Loc::current());
 
 /// Local response normalization across channels (dim 1) of x [N, C, ...] (rank >= 3), as
 /// torch.nn.functional.local_response_norm: x / (k + alpha * mean of x^2 over the `size` channels around each

@@ -974,7 +974,7 @@ public:
   BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name, Loc loc);
   /// normalized x, same shape; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
-  std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
+  std::string name() const override { return name_; } ///< "BatchNorm1d", "BatchNorm2d" or "BatchNorm3d"
   std::string extra_repr() const override;  ///< configuration
   int64_t num_features() const { return features_; } ///< C
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
@@ -1009,6 +1009,14 @@ public:
   /// For `features` channels.
   explicit BatchNorm2d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
       : BatchNorm(features, options, 4, 4, "BatchNorm2d", loc) {}
+};
+
+/// BatchNorm over [N, C, D, H, W] inputs, as torch.nn.BatchNorm3d.
+class BatchNorm3d : public BatchNorm {
+public:
+  /// For `features` channels.
+  explicit BatchNorm3d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
+      : BatchNorm(features, options, 5, 5, "BatchNorm3d", loc) {}
 };
 
 /// Layer normalization over the trailing dims given by `normalized_shape`.
@@ -1078,7 +1086,7 @@ public:
                std::string name, Loc loc);
   /// normalized x, same shape; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
-  std::string name() const override { return name_; } ///< "InstanceNorm1d" or "InstanceNorm2d"
+  std::string name() const override { return name_; } ///< "InstanceNorm1d", "InstanceNorm2d" or "InstanceNorm3d"
   std::string extra_repr() const override;             ///< configuration
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
   Tensor bias;                ///< [C] shift (zeros), undefined unless affine
@@ -1111,6 +1119,15 @@ public:
   explicit InstanceNorm2d(int64_t features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
                           bool track_running_stats = false, Loc loc = Loc::current())
       : InstanceNorm(features, eps, momentum, affine, track_running_stats, 4, "InstanceNorm2d", loc) {}
+};
+
+/// InstanceNorm over [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.InstanceNorm3d.
+class InstanceNorm3d : public InstanceNorm {
+public:
+  /// For `features` channels; PyTorch's defaults (no affine, no running statistics).
+  explicit InstanceNorm3d(int64_t features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                          bool track_running_stats = false, Loc loc = Loc::current())
+      : InstanceNorm(features, eps, momentum, affine, track_running_stats, 5, "InstanceNorm3d", loc) {}
 };
 
 /// Zeroes elements with probability p in training mode and scales the rest by

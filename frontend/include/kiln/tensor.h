@@ -725,6 +725,25 @@ std::pair<Tensor, Tensor> std_mean(const Tensor& x, IntList dims, C correction, 
                                    Loc loc = Loc::current()) {
   return detail::moments_corrected(x, std::move(dims), static_cast<int64_t>(correction), keepdim, true, loc);
 }
+/// The integral of y along dim by the trapezoidal rule with spacing dx, as torch.trapezoid (0 for fewer than
+/// 2 samples).
+Tensor trapezoid(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid at sample points x: 1-d of y's extent along dim, or of y's shape.
+Tensor trapezoid(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid, as torch.trapz.
+Tensor trapz(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid at sample points x, as torch.trapz.
+Tensor trapz(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// The running trapezoidal integral along dim (one element fewer), as torch.cumulative_trapezoid.
+Tensor cumulative_trapezoid(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// cumulative_trapezoid at sample points x (as trapezoid's).
+Tensor cumulative_trapezoid(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// The covariance matrix of the variables in the rows of a floating x [vars, obs] (a 1-d x: one variable, a 0-d
+/// result), with `correction` subtracted from the observation count, as torch.cov without fweights and aweights (a
+/// count at or below the correction gives inf or NaN, as PyTorch's).
+Tensor cov(const Tensor& x, int64_t correction = 1, Loc loc = Loc::current());
+/// The Pearson correlation coefficients of the rows of x, clipped to [-1, 1], as torch.corrcoef.
+Tensor corrcoef(const Tensor& x, Loc loc = Loc::current());
 /// log(exp(a) + exp(b)) computed stably, as torch.logaddexp (a and b broadcast; floating); the gradients are
 /// sigmoid(a - b) and sigmoid(b - a), 1/2 each at a tie.
 Tensor logaddexp(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
