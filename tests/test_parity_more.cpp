@@ -177,6 +177,14 @@ const std::map<std::string, Call>& calls() {
          m.to(kFloat64);
          return T{m(x[0])};
        }},
+      {"nonzero", [](V x) { return T{nonzero(x[0])}; }},
+      {"argwhere", [](V x) { return T{x[0].argwhere()}; }},
+      {"masked_select", [](V x) { return T{x[0].masked_select(x[1])}; }},
+      {"adaptive_avg_pool3d", [](V x) { return T{F::adaptive_avg_pool3d(x[0], {2, 3, 1})}; }},
+      {"AdaptiveAvgPool3d", [](V x) { return T{nn::AdaptiveAvgPool3d(2)(x[0])}; }},
+      {"UpsamplingNearest2d", [](V x) { return T{nn::UpsamplingNearest2d({}, {2.0})(x[0])}; }},
+      {"UpsamplingBilinear2d", [](V x) { return T{nn::UpsamplingBilinear2d({3, 5})(x[0])}; }},
+      {"upsample_bilinear", [](V x) { return T{F::upsample_bilinear(x[0], {}, {2.0})}; }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -271,6 +279,9 @@ TEST(ParityMore, ModulesAsPyTorch) {
   EXPECT_EQ(nn::MSELoss().str(), "MSELoss()");
   EXPECT_EQ(nn::CrossEntropyLoss().str(), "CrossEntropyLoss()");
   EXPECT_EQ(nn::CosineSimilarity().str(), "CosineSimilarity()");
+  EXPECT_EQ(nn::AdaptiveAvgPool3d({1, 2, 3}).str(), "AdaptiveAvgPool3d(output_size=(1, 2, 3))");
+  EXPECT_EQ(nn::UpsamplingNearest2d({}, {2.0}).str(), "UpsamplingNearest2d(scale_factor=2.0, mode='nearest')"); // as kiln's Upsample (Debian's 1.13: no quotes)
+  EXPECT_EQ(nn::UpsamplingBilinear2d({4, 4}).str(), "UpsamplingBilinear2d(size=(4, 4), mode='bilinear')");
   // A class weight is a buffer, as PyTorch's ("weight" in the state dict), that moves with the module.
   nn::CrossEntropyLoss ce({.weight = from_vector<double>({1, 2})});
   ASSERT_EQ(ce.buffers().size(), 1u);
@@ -384,6 +395,10 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { linalg::vecdot(x, x, 2); }, file, __LINE__, "linalg.vecdot", {"dim 2", "f64[2,3]"});
   expect_error_at([&] { nn::BatchNorm3d(3)(zeros({2, 3, 4, 4}, kFloat64)); }, file, __LINE__, "BatchNorm3d", {"[N, 3, D, H, W]", "f64[2,3,4,4]"});
   expect_error_at([&] { nn::InstanceNorm3d(3)(zeros({2, 3}, kFloat64)); }, file, __LINE__, "InstanceNorm3d", {"D, H, W]", "f64[2,3]"});
+  expect_error_at([&] { masked_select(x, zeros({2, 3}, kFloat64)); }, file, __LINE__, "masked_select", {"bool", "f64[2,3]"});
+  expect_error_at([&] { masked_select(x, zeros({4}, kBool)); }, file, __LINE__, "masked_select", {"broadcast", "bool[4]"});
+  expect_error_at([&] { compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{nonzero(in[0])}; })({x}); }, file, __LINE__, "nonzero", {"compile()", "f64[2,3]"});
+  expect_error_at([&] { F::adaptive_avg_pool3d(x, 2); }, file, __LINE__, "adaptive_avg_pool3d", {"[N, C, D, H, W]", "f64[2,3]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

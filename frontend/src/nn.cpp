@@ -596,6 +596,10 @@ std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size
 
 Tensor AdaptiveAvgPool1d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool1d(x, output_size_); }
 
+std::string AdaptiveAvgPool3d::extra_repr() const {
+  return "output_size=" + join_ints({output_size_.d, output_size_.h, output_size_.w});
+}
+
 std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
 
 std::pair<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& x, Loc loc) {

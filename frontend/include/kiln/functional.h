@@ -315,6 +315,9 @@ Tensor fold(const Tensor& x, const Size2& output_size, const Size2& kernel_size,
 /// sum over the window by an ulp or so. Errors: the rank, a non-floating input, a negative output extent,
 /// an empty H or W. Unlike PyTorch's, output_size has no "None" entry (keep that extent): give the extent.
 Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc = Loc::current());
+/// torch.nn.functional.adaptive_avg_pool3d: adaptive_avg_pool2d's windows along D, H and W of [N, C, D, H, W]
+/// (or unbatched [C, D, H, W]).
+Tensor adaptive_avg_pool3d(const Tensor& x, const Size3& output_size, Loc loc = Loc::current());
 /// Mean over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
 /// torch.nn.functional.adaptive_avg_pool1d: output i averages [floor(i L / Lo), ceil((i + 1) L / Lo)).
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
@@ -396,6 +399,13 @@ struct InterpolateOptions {
 /// this rank, size and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty
 /// input (but for the batch) or output, a non-floating input.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
+/// torch.nn.functional.upsample: interpolate.
+Tensor upsample(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
+/// torch.nn.functional.upsample_nearest: interpolate in mode "nearest" to `size`, or (size empty) by `scale_factor`.
+Tensor upsample_nearest(const Tensor& x, IntList size, std::vector<double> scale_factor = {}, Loc loc = Loc::current());
+/// torch.nn.functional.upsample_bilinear: interpolate in mode "bilinear" with align_corners (as PyTorch's).
+Tensor upsample_bilinear(const Tensor& x, IntList size, std::vector<double> scale_factor = {},
+                         Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());

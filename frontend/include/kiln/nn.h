@@ -463,6 +463,22 @@ private:
   Size2 output_size_;
 };
 
+/// Mean over adaptive windows of [N, C, D, H, W] (or [C, D, H, W]) inputs to fixed extents, as
+/// torch.nn.AdaptiveAvgPool3d (functional::adaptive_avg_pool3d).
+class AdaptiveAvgPool3d : public Module {
+public:
+  /// The output's extents (Do, Ho, Wo); an integer means all three.
+  explicit AdaptiveAvgPool3d(Size3 output_size) : output_size_(output_size) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool3d"; } ///< "AdaptiveAvgPool3d"
+  std::string extra_repr() const override; ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::adaptive_avg_pool3d(x, output_size_); }
+private:
+  Size3 output_size_;
+};
+
 /// Mean over adaptive windows of [N, C, L] (or [C, L]) inputs to a fixed output length, as
 /// torch.nn.AdaptiveAvgPool1d (functional::adaptive_avg_pool1d).
 class AdaptiveAvgPool1d : public Module {
@@ -793,6 +809,27 @@ public:
   functional::InterpolateOptions options;  ///< what interpolate is given
 protected:
   Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Upsample in mode "nearest" with a size or scale factors, as torch.nn.UpsamplingNearest2d.
+class UpsamplingNearest2d : public Upsample {
+public:
+  /// The output's size, or (size empty) the scale factors.
+  explicit UpsamplingNearest2d(IntList size = {}, std::vector<double> scale_factor = {})
+      : Upsample({.size = std::move(size), .scale_factor = std::move(scale_factor), .mode = "nearest"}) {}
+  std::string name() const override { return "UpsamplingNearest2d"; } ///< "UpsamplingNearest2d"
+};
+
+/// Upsample in mode "bilinear" with align_corners, as torch.nn.UpsamplingBilinear2d.
+class UpsamplingBilinear2d : public Upsample {
+public:
+  /// The output's size, or (size empty) the scale factors.
+  explicit UpsamplingBilinear2d(IntList size = {}, std::vector<double> scale_factor = {})
+      : Upsample({.size = std::move(size),
+                  .scale_factor = std::move(scale_factor),
+                  .mode = "bilinear",
+                  .align_corners = true}) {}
+  std::string name() const override { return "UpsamplingBilinear2d"; } ///< "UpsamplingBilinear2d"
 };
 
 /// What the padding modules share (ZeroPad2d, ConstantPad1d, ReflectionPad2d, ReplicationPad3d, ...): a

@@ -348,6 +348,9 @@ public:
   Tensor fmin(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::fmin
   Tensor float_power(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
   Tensor float_power(Scalar exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
+  Tensor nonzero(Loc loc = Loc::current()) const; ///< see kiln::nonzero (kiln/indexops.h)
+  Tensor argwhere(Loc loc = Loc::current()) const; ///< see kiln::argwhere
+  Tensor masked_select(const Tensor& mask, Loc loc = Loc::current()) const; ///< see kiln::masked_select
 
   /// The graph node currently holding this tensor's value (internal).
   const std::shared_ptr<const graph::Node>& node() const;
