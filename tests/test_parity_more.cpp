@@ -185,6 +185,12 @@ const std::map<std::string, Call>& calls() {
       {"UpsamplingNearest2d", [](V x) { return T{nn::UpsamplingNearest2d({}, {2.0})(x[0])}; }},
       {"UpsamplingBilinear2d", [](V x) { return T{nn::UpsamplingBilinear2d({3, 5})(x[0])}; }},
       {"upsample_bilinear", [](V x) { return T{F::upsample_bilinear(x[0], {}, {2.0})}; }},
+      {"lgamma", [](V x) { return T{lgamma(x[0])}; }},
+      {"gammaln", [](V x) { return T{special::gammaln(x[0])}; }},
+      {"digamma", [](V x) { return T{x[0].digamma()}; }},
+      {"psi", [](V x) { return T{special::psi(x[0])}; }},
+      {"mvlgamma_3", [](V x) { return T{mvlgamma(x[0], 3)}; }},
+      {"multigammaln_1", [](V x) { return T{special::multigammaln(x[0], 1)}; }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -220,6 +226,7 @@ TEST(ParityMore, Gradcheck) {
   test::expect_gradcheck([](V x) { return corrcoef(x[0]) + cov(x[0], 0); }, {spread({2, 5}, 28)});
   test::expect_gradcheck([](V x) { return pdist(x[0]) + pdist(x[0], 3.0); }, {spread({4, 3}, 29)});
   test::expect_gradcheck([](V x) { return cumulative_trapezoid(x[0], x[1], 0); }, {spread({3, 2}, 30), spread({3}, 31)});
+  test::expect_gradcheck([](V x) { return lgamma(x[0]) + digamma(x[0]); }, {spread({6}, 32)});
 }
 
 TEST(ParityMore, CustomGradientsAreDifferentiable) {
@@ -235,6 +242,7 @@ TEST(ParityMore, CustomGradientsAreDifferentiable) {
   test::expect_gradcheck(second([](const Tensor& x) { return logit(x); }), {unit({4}, 21)});
   test::expect_gradcheck(second([](const Tensor& x) { return special::xlog1py(x, x * x); }), {spread({4}, 22)});
   test::expect_gradcheck(second([](const Tensor& x) { return special::entr(x); }), {unit({4}, 23)});
+  test::expect_gradcheck(second([](const Tensor& x) { return lgamma(x); }), {spread({4}, 24)});
 }
 
 TEST(ParityMore, FusedUnfusedAndCompiledAgree) {
@@ -245,7 +253,8 @@ TEST(ParityMore, FusedUnfusedAndCompiledAgree) {
                           fmax(x, x.flip({1})) + special::xlog1py(x, u) + special::entr(u) + deg2rad(x))
                              .sum() +
                          inner(x, x).sum() + select(x, 1, -1).sum() + F::hardshrink(x).sum() +
-                         F::softshrink(x).sum() + F::local_response_norm(x.reshape({1, 3, 3}), 2).sum();
+                         F::softshrink(x).sum() + F::local_response_norm(x.reshape({1, 3, 3}), 2).sum() +
+                         (lgamma(u + 0.25) + digamma(u + 0.5)).sum();
         return std::vector<Tensor>{y, isclose(x, x * 1.000001), grad({y}, {x})[0]};
       },
       [](uint64_t seed) {
@@ -399,6 +408,8 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { masked_select(x, zeros({4}, kBool)); }, file, __LINE__, "masked_select", {"broadcast", "bool[4]"});
   expect_error_at([&] { compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{nonzero(in[0])}; })({x}); }, file, __LINE__, "nonzero", {"compile()", "f64[2,3]"});
   expect_error_at([&] { F::adaptive_avg_pool3d(x, 2); }, file, __LINE__, "adaptive_avg_pool3d", {"[N, C, D, H, W]", "f64[2,3]"});
+  expect_error_at([&] { mvlgamma(x, 0); }, file, __LINE__, "mvlgamma", {"at least 1", "f64[2,3]"});
+  expect_error_at([&] { mvlgamma(from_vector<double>({1.5, 0.9}).realize(), 3); }, file, __LINE__, "mvlgamma", {"greater than", "f64[2]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

@@ -101,6 +101,110 @@ Tensor entr_value(const Tensor& x, const Loc& loc) {
   return where(isnan(x, loc), x, below, loc);
 }
 
+// ---------------------------------------------------------------- gamma functions (f64 tensors)
+
+constexpr double kPi = std::numbers::pi;
+
+// x - round(x): sin(pi x) = +-sin(pi r) with an exact argument reduction.
+Tensor near_integer_offset(const Tensor& x, const Loc& loc) { return x - round(x, loc); }
+
+// True at 0 and the negative integers (the poles of Gamma).
+Tensor at_pole(const Tensor& x, const Loc& loc) {
+  return logical_and(le(x, wrap_scalar(0, x), loc), eq(x, floor(x, loc), loc), loc);
+}
+
+// lgamma for x >= 1/2 by the Lanczos sum (g = 7, n = 9), (z + 1/2)(log t - 1) - g written so that it does not
+// overflow before the result does.
+Tensor lanczos_lgamma(const Tensor& x, const Loc& loc) {
+  static constexpr double kP[] = {0.99999999999980993,  676.5203681218851,     -1259.1392167224028,
+                                  771.32342877765313,   -176.61502916214059,   12.507343278686905,
+                                  -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7};
+  const Tensor z = x - 1.0;
+  Tensor a = full_like(z, kP[0], loc);
+  for (int i = 1; i < 9; ++i) a = a + kP[i] / (z + static_cast<double>(i));
+  const Tensor t = z + 7.5;
+  return (z + 0.5) * (log(t, loc) - 1.0) - 7.0 + 0.5 * std::log(2 * kPi) + log(a, loc);
+}
+
+Tensor lgamma_value(const Tensor& x, const Loc& loc) {
+  const Tensor small = lt(x, wrap_scalar(0.5, x), loc);
+  const Tensor up = where(small, 1.0 - x, x, loc); // the reflection's 1 - x below 1/2
+  const Tensor big = lanczos_lgamma(up, loc);
+  const Tensor s = abs(sin(near_integer_offset(x, loc) * kPi, loc), loc);
+  const Tensor safe_s = where(eq(s, wrap_scalar(0, s), loc), wrap_scalar(1, s), s, loc);
+  const Tensor reflected = log(kPi / safe_s, loc) - big;
+  const Tensor value = where(small, reflected, big, loc);
+  return where(logical_or(at_pole(x, loc), isinf(x, loc), loc), wrap_scalar(kInf, x), value, loc);
+}
+
+// PyTorch's calc_digamma for x >= 0 (not 0): recurrence to x >= 10 (ten steps at most), then the asymptotic
+// series (its Cephes coefficients), PSI_10 at exactly 10.
+Tensor digamma_nonnegative(const Tensor& x0, const Loc& loc) {
+  static constexpr double kA[] = {8.33333333333333333333E-2,  -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                                  -4.16666666666666666667E-3, 3.96825396825396825397E-3,  -8.33333333333333333333E-3,
+                                  8.33333333333333333333E-2};
+  Tensor x = x0, result = zeros_like(x0);
+  for (int i = 0; i < 10; ++i) {
+    const Tensor below = lt(x, wrap_scalar(10, x), loc);
+    result = where(below, result - 1.0 / x, result, loc);
+    x = where(below, x + 1.0, x, loc);
+  }
+  const Tensor z = 1.0 / (x * x);
+  Tensor poly = full_like(z, kA[0], loc);
+  for (int i = 1; i < 7; ++i) poly = poly * z + kA[i];
+  const Tensor y = where(lt(x, wrap_scalar(1e17, x), loc), z * poly, wrap_scalar(0, z), loc);
+  const Tensor series = result + log(x, loc) - 0.5 / x - y;
+  return where(eq(x, wrap_scalar(10, x), loc), result + 2.25175258906672110764, series, loc);
+}
+
+Tensor digamma_value(const Tensor& x, const Loc& loc) {
+  const Tensor negative = lt(x, wrap_scalar(0, x), loc);
+  const Tensor up = where(negative, 1.0 - x, x, loc);
+  const Tensor safe_up = where(eq(up, wrap_scalar(0, up), loc), wrap_scalar(1, up), up, loc);
+  const Tensor base = digamma_nonnegative(safe_up, loc);
+  const Tensor r = x - trunc(x, loc); // modf's fraction
+  const Tensor reflected = base - kPi / tan(r * kPi, loc);
+  Tensor value = where(negative, reflected, base, loc);
+  value = where(logical_and(negative, eq(x, trunc(x, loc), loc), loc), wrap_scalar(kNaN, x), value, loc);
+  const Tensor signed_inf =
+      where(gt(1.0 / x, wrap_scalar(0, x), loc), wrap_scalar(-kInf, x), wrap_scalar(kInf, x), loc);
+  return where(eq(x, wrap_scalar(0, x), loc), signed_inf, value, loc);
+}
+
+// PyTorch's calc_trigamma: reflection below 1/2, six recurrence steps, then a short series.
+Tensor trigamma_value(const Tensor& x0, const Loc& loc) {
+  const Tensor small = lt(x0, wrap_scalar(0.5, x0), loc);
+  const Tensor sin_pi_x = sin(x0 * kPi, loc);
+  Tensor result = where(small, -(kPi * kPi) / (sin_pi_x * sin_pi_x), zeros_like(x0), loc);
+  Tensor x = where(small, 1.0 - x0, x0, loc);
+  for (int i = 0; i < 6; ++i) {
+    result = result + 1.0 / (x * x);
+    x = x + 1.0;
+  }
+  const Tensor ixx = 1.0 / (x * x);
+  result = result + (1.0 + 1.0 / (2.0 * x) + ixx * (1.0 / 6 - ixx * (1.0 / 30 - ixx * (1.0 / 42)))) / x;
+  return where(small, -result, result, loc);
+}
+
+// A unary function of x computed in f64 (integers and f32 cast there; the result cast back to x's floating
+// dtype), its gradient g * grad(x).
+Tensor unary_f64(const char* op, const Tensor& x, Tensor (*value)(const Tensor&, const Loc&),
+                 Tensor (*grad)(const Tensor&, const Loc&), const Loc& loc) {
+  const Tensor xf = floating(op, x, loc);
+  const CustomFunction f{
+      op, [value, loc](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {value(in[0], loc)}; },
+      [grad, loc](const std::vector<Tensor>& in, const std::vector<Tensor>&,
+                  const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0] * grad(in[0], loc)}; }};
+  return f({xf.to(kFloat64, loc)}, loc)[0].to(xf.dtype(), loc);
+}
+
+Tensor digamma_of(const Tensor& x, const Loc& loc);
+
+Tensor lgamma_of(const Tensor& x, const Loc& loc) { return unary_f64("lgamma", x, lgamma_value, digamma_of, loc); }
+Tensor digamma_of(const Tensor& x, const Loc& loc) {
+  return unary_f64("digamma", x, digamma_value, trigamma_value, loc);
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- kiln/tensor.h
@@ -199,6 +303,30 @@ Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) {
   return ne(a.to(kBool, loc), b.to(kBool, loc), loc);
 }
 
+Tensor lgamma(const Tensor& x, Loc loc) {
+  const Scope scope("lgamma", loc);
+  return lgamma_of(x, loc);
+}
+
+Tensor digamma(const Tensor& x, Loc loc) {
+  const Scope scope("digamma", loc);
+  return digamma_of(x, loc);
+}
+
+Tensor mvlgamma(const Tensor& x, int64_t p, Loc loc) {
+  const Scope scope("mvlgamma", loc);
+  require_floating("mvlgamma", x, loc);
+  if (p < 1) fail("mvlgamma", "p must be at least 1, got " + std::to_string(p), {&x}, loc);
+  const double bound = static_cast<double>(p - 1) / 2;
+  if (x.node()->realized() && !all(gt(x, wrap_scalar(bound, x), loc), loc).item<bool>(loc)) // a lazy x: unchecked
+    fail("mvlgamma", "all elements must be greater than (p - 1) / 2 = " + std::to_string(bound), {&x}, loc);
+  Tensor sum = lgamma_of(x, loc);
+  for (int64_t i = 1; i < p; ++i) sum = sum + lgamma_of(x - static_cast<double>(i) / 2, loc);
+  return sum + static_cast<double>(p * (p - 1)) / 4 * std::log(kPi);
+}
+
+Tensor Tensor::lgamma(Loc loc) const { return kiln::lgamma(*this, loc); }
+Tensor Tensor::digamma(Loc loc) const { return kiln::digamma(*this, loc); }
 Tensor Tensor::hypot(const Tensor& other, Loc loc) const { return kiln::hypot(*this, other, loc); }
 Tensor Tensor::logit(std::optional<double> eps, Loc loc) const { return kiln::logit(*this, eps, loc); }
 Tensor Tensor::sinc(Loc loc) const { return kiln::sinc(*this, loc); }
@@ -242,6 +370,10 @@ Tensor special::expm1(const Tensor& x, Loc loc) { return kiln::expm1(x, loc); }
 Tensor special::log1p(const Tensor& x, Loc loc) { return kiln::log1p(x, loc); }
 Tensor special::erf(const Tensor& x, Loc loc) { return kiln::erf(x, loc); }
 Tensor special::round(const Tensor& x, Loc loc) { return kiln::round(x, loc); }
+Tensor special::gammaln(const Tensor& x, Loc loc) { return kiln::lgamma(x, loc); }
+Tensor special::digamma(const Tensor& x, Loc loc) { return kiln::digamma(x, loc); }
+Tensor special::psi(const Tensor& x, Loc loc) { return kiln::digamma(x, loc); }
+Tensor special::multigammaln(const Tensor& x, int64_t p, Loc loc) { return kiln::mvlgamma(x, p, loc); }
 Tensor special::logsumexp(const Tensor& x, IntList dims, bool keepdim, Loc loc) {
   return kiln::logsumexp(x, std::move(dims), keepdim, loc);
 }

@@ -1,8 +1,8 @@
 #pragma once
 /// \file special.h
 /// torch.special: kiln::special::xlog1py, entr and the other names PyTorch 1.13 gives there to functions kiln
-/// declares in kiln/tensor.h (expit is sigmoid; kiln has no gamma or Bessel functions). Compositions of kiln's ops
-/// (special.cpp): gradients, fusion, compile() and CUDA come with them.
+/// declares in kiln/tensor.h (expit is sigmoid, gammaln is lgamma; kiln has no Bessel functions). Compositions of
+/// kiln's ops (special.cpp): gradients, fusion, compile() and CUDA come with them.
 
 #include "kiln/tensor.h"
 
@@ -24,6 +24,10 @@ Tensor expm1(const Tensor& x, Loc loc = Loc::current()); ///< kiln::expm1
 Tensor log1p(const Tensor& x, Loc loc = Loc::current()); ///< kiln::log1p
 Tensor erf(const Tensor& x, Loc loc = Loc::current()); ///< kiln::erf
 Tensor round(const Tensor& x, Loc loc = Loc::current()); ///< kiln::round
+Tensor gammaln(const Tensor& x, Loc loc = Loc::current()); ///< kiln::lgamma
+Tensor digamma(const Tensor& x, Loc loc = Loc::current()); ///< kiln::digamma
+Tensor psi(const Tensor& x, Loc loc = Loc::current()); ///< kiln::digamma
+Tensor multigammaln(const Tensor& x, int64_t p, Loc loc = Loc::current()); ///< kiln::mvlgamma
 /// kiln::logsumexp
 Tensor logsumexp(const Tensor& x, IntList dims, bool keepdim = false, Loc loc = Loc::current());
 

@@ -348,6 +348,8 @@ public:
   Tensor fmin(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::fmin
   Tensor float_power(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
   Tensor float_power(Scalar exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
+  Tensor lgamma(Loc loc = Loc::current()) const; ///< see kiln::lgamma
+  Tensor digamma(Loc loc = Loc::current()) const; ///< see kiln::digamma
   Tensor nonzero(Loc loc = Loc::current()) const; ///< see kiln::nonzero (kiln/indexops.h)
   Tensor argwhere(Loc loc = Loc::current()) const; ///< see kiln::argwhere
   Tensor masked_select(const Tensor& mask, Loc loc = Loc::current()) const; ///< see kiln::masked_select
@@ -973,6 +975,17 @@ Tensor fmin(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor heaviside(const Tensor& x, const Tensor& values, Loc loc = Loc::current());
 /// (a != 0) xor (b != 0), as torch.logical_xor (bool; broadcast).
 Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// log|Gamma(x)|, as torch.lgamma: a Lanczos sum (g = 7, 9 terms; reflection below 1/2), in f64 (f32 rounds the
+/// f64 value), within ~1e-15 of the true value away from the poles; +inf at 0 and the negative integers, +inf at
+/// +-inf. Integers give f32. The gradient is digamma(x).
+Tensor lgamma(const Tensor& x, Loc loc = Loc::current());
+/// The digamma function, d lgamma / dx, as torch.digamma: PyTorch's algorithm (reflection below 0, recurrence to
+/// x >= 10 and its asymptotic series) in f64; -inf at +0, +inf at -0, NaN at the negative integers. The gradient
+/// is the trigamma function, by PyTorch's formula (recurrence to x >= 6, a 4-term series: within ~1e-10).
+Tensor digamma(const Tensor& x, Loc loc = Loc::current());
+/// The multivariate log-gamma function of dimension p >= 1, as torch.mvlgamma: sum over i < p of lgamma(x - i/2)
+/// plus p (p - 1) / 4 log(pi); every element must exceed (p - 1) / 2 (checked when x is already computed).
+Tensor mvlgamma(const Tensor& x, int64_t p, Loc loc = Loc::current());
 
 /// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
