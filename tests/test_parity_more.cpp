@@ -191,6 +191,13 @@ const std::map<std::string, Call>& calls() {
       {"psi", [](V x) { return T{special::psi(x[0])}; }},
       {"mvlgamma_3", [](V x) { return T{mvlgamma(x[0], 3)}; }},
       {"multigammaln_1", [](V x) { return T{special::multigammaln(x[0], 1)}; }},
+      {"rrelu_eval", [](V x) { return T{F::rrelu(x[0], 0.1, 0.3)}; }},
+      {"RReLU_eval",
+       [](V x) {
+         nn::RReLU m;
+         m.eval();
+         return T{m(x[0])};
+       }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -351,6 +358,51 @@ TEST(ParityMore, ChannelDropout) {
   EXPECT_EQ(seq(zeros({1, 2, 5, 5})).shape(), (IntList{1, 4, 3, 3}));
 }
 
+TEST(ParityMore, RandomizedReLUAndGumbelSoftmax) {
+  // rrelu in training: x where x > 0, else x times a slope in [lower, upper) that is also its gradient.
+  Tensor x = (test::rnd({400}, 5) * 2.0).detach().requires_grad_();
+  const Tensor y = F::rrelu(x, 0.1, 0.3, true, 11);
+  y.sum().backward();
+  const std::vector<double> xv = values(x), yv = values(y), gv = values(x.grad());
+  double smallest = 1, largest = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    if (xv[i] > 0) {
+      EXPECT_EQ(yv[i], xv[i]);
+      EXPECT_EQ(gv[i], 1.0);
+      continue;
+    }
+    const double slope = yv[i] / xv[i];
+    EXPECT_NEAR(gv[i], slope, 1e-12);
+    smallest = std::min(smallest, slope), largest = std::max(largest, slope);
+  }
+  EXPECT_GE(smallest, 0.1);
+  EXPECT_LT(largest, 0.3);
+  EXPECT_GT(largest - smallest, 0.15); // the slopes spread over the range
+  EXPECT_EQ(values(F::rrelu(x, 0.1, 0.3, true, 11)), yv); // one seed, one draw
+  nn::RReLU m(0.1, 0.3, 4);
+  EXPECT_NE(values(m(x)), values(m(x))); // a new draw each training call
+  EXPECT_EQ(m.str(), "RReLU(lower=0.1, upper=0.3)");
+  EXPECT_EQ(nn::RReLU().str(), "RReLU(lower=0.125, upper=0.3333333333333333)");
+
+  // gumbel_softmax: rows on the simplex, one seed one sample; hard rows one-hot at the soft sample's argmax with
+  // the soft sample's gradient (straight through).
+  Tensor logits = test::rnd({64, 5}, 6).detach().requires_grad_();
+  const Tensor soft = F::gumbel_softmax(logits, 3, 0.5);
+  const std::vector<double> sums = values(soft.sum({1}));
+  for (double v : sums) EXPECT_NEAR(v, 1.0, 1e-12);
+  EXPECT_EQ(values(F::gumbel_softmax(logits, 3, 0.5)), values(soft));
+  EXPECT_NE(values(F::gumbel_softmax(logits, 4, 0.5)), values(soft));
+  const Tensor hard = F::gumbel_softmax(logits, 3, 0.5, true);
+  EXPECT_EQ(values(hard.sum({1})), std::vector<double>(64, 1.0));
+  EXPECT_EQ(values(hard.argmax(1)), values(soft.argmax(1)));
+  EXPECT_EQ(values(hard.max({1})), std::vector<double>(64, 1.0));
+  const Tensor u = test::rnd({64, 5}, 7);
+  const Tensor g_hard = grad({(hard * u).sum()}, {logits})[0], g_soft = grad({(soft * u).sum()}, {logits})[0];
+  test::expect_close(values(g_hard), values(g_soft), 1e-12, "straight-through gradient");
+  // Along dim 0: the columns are on the simplex.
+  for (double v : values(F::gumbel_softmax(logits, 5, 2.0, false, 0).sum({0}))) EXPECT_NEAR(v, 1.0, 1e-12);
+}
+
 TEST(ParityMore, Errors) {
   const Tensor x = test::rnd({2, 3}, 1);
   const std::string file = __FILE__;
@@ -410,6 +462,10 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { F::adaptive_avg_pool3d(x, 2); }, file, __LINE__, "adaptive_avg_pool3d", {"[N, C, D, H, W]", "f64[2,3]"});
   expect_error_at([&] { mvlgamma(x, 0); }, file, __LINE__, "mvlgamma", {"at least 1", "f64[2,3]"});
   expect_error_at([&] { mvlgamma(from_vector<double>({1.5, 0.9}).realize(), 3); }, file, __LINE__, "mvlgamma", {"greater than", "f64[2]"});
+  expect_error_at([&] { F::rrelu(x, 0.5, 0.2); }, file, __LINE__, "rrelu", {"lower", "f64[2,3]"});
+  expect_error_at([&] { nn::RReLU(0.5, 0.2); }, file, __LINE__, "RReLU", {"lower"});
+  expect_error_at([&] { F::gumbel_softmax(x, 1, 0.0); }, file, __LINE__, "gumbel_softmax", {"tau", "f64[2,3]"});
+  expect_error_at([&] { F::gumbel_softmax(x, 1, 1.0, false, 2); }, file, __LINE__, "gumbel_softmax", {"dim 2", "f64[2,3]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

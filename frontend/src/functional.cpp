@@ -513,6 +513,38 @@ Tensor softshrink(const Tensor& x, double lambd, Loc loc) {
   return where(gt(x, wrap_scalar(lambd, x), loc), x - lambd, below, loc);
 }
 
+Tensor rrelu(const Tensor& x, double lower, double upper, bool training, uint64_t seed, Loc loc) {
+  const graph::SourceScope at(loc, "rrelu");
+  const detail::UserCall call("rrelu", loc);
+  require_floating("rrelu", x, loc);
+  if (!(lower <= upper))
+    fail("rrelu", "lower (" + std::to_string(lower) + ") must not exceed upper (" + std::to_string(upper) + ")", {&x},
+         loc);
+  if (!training) return leaky_relu(x, (lower + upper) / 2, loc);
+  const Tensor slope = rand(x.shape(), seed, x.dtype(), x.device(), loc) * (upper - lower) + lower;
+  return where(le(x, wrap_scalar(0, x), loc), x * slope, x, loc);
+}
+
+Tensor gumbel_softmax(const Tensor& logits, uint64_t seed, double tau, bool hard, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "gumbel_softmax");
+  const detail::UserCall call("gumbel_softmax", loc);
+  require_floating("gumbel_softmax", logits, loc);
+  if (!(tau > 0)) fail("gumbel_softmax", "tau must be positive, got " + std::to_string(tau), {&logits}, loc);
+  const int64_t d = detail::wrap_dim_or_fail("gumbel_softmax", dim, logits, loc);
+  // g = -log(E), E = -log(1 - U) exponential (kept above 0 so that g stays finite), in f64.
+  const Tensor u = rand(logits.shape(), seed, kFloat64, logits.device(), loc);
+  const Tensor e = clamp(-log1p(-u, loc), 1e-300, std::nullopt, loc);
+  const Tensor g = (-log(e, loc)).to(logits.dtype(), loc);
+  const Tensor soft = softmax((logits + g) / tau, d, loc);
+  if (!hard) return soft;
+  IntList where_shape(static_cast<size_t>(logits.dim()), 1);
+  where_shape[static_cast<size_t>(d)] = logits.size(d);
+  const Tensor positions =
+      arange(0, static_cast<double>(logits.size(d)), 1, kInt64, logits.device(), loc).reshape(where_shape, loc);
+  const Tensor one_hot_rows = eq(positions, argmax(soft, d, true, loc), loc).to(logits.dtype(), loc);
+  return one_hot_rows - soft.detach() + soft;
+}
+
 Tensor tanhshrink(const Tensor& x, Loc loc) {
   const graph::SourceScope at(loc, "tanhshrink");
   require_floating("tanhshrink", x, loc);

@@ -1110,6 +1110,20 @@ CELU::CELU(double alpha, Loc loc) : alpha_(alpha) {
 }
 
 std::string CELU::extra_repr() const { return "alpha=" + python_float(alpha_); }
+RReLU::RReLU(double lower, double upper, std::optional<uint64_t> seed, Loc loc)
+    : lower_(lower), upper_(upper), seed_(seed.value_or(next_seed())), calls_(std::make_shared<uint64_t>(0)) {
+  if (!(lower <= upper))
+    throw Error("RReLU", "lower (" + python_float(lower) + ") must not exceed upper (" + python_float(upper) + ")",
+                loc);
+}
+
+Tensor RReLU::forward_impl(const Tensor& x) {
+  if (!is_training()) return functional::rrelu(x, lower_, upper_, false);
+  const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
+  return functional::rrelu(x, lower_, upper_, true, seed);
+}
+
+std::string RReLU::extra_repr() const { return "lower=" + python_float(lower_) + ", upper=" + python_float(upper_); }
 std::string Hardshrink::extra_repr() const { return python_float(lambd_); }
 std::string Softshrink::extra_repr() const { return python_float(lambd_); }
 std::string LocalResponseNorm::extra_repr() const {

@@ -179,6 +179,8 @@ CALLS = {
     "psi": lambda x: torch.special.psi(x),
     "mvlgamma_3": lambda x: torch.mvlgamma(x, 3),
     "multigammaln_1": lambda x: torch.special.multigammaln(x, 1),
+    "rrelu_eval": lambda x: F.rrelu(x, 0.1, 0.3, training=False),
+    "RReLU_eval": lambda x: nn.RReLU().eval()(x),
     "CosineSimilarity": lambda a, c: nn.CosineSimilarity(dim=0)(a, c),
     "PairwiseDistance": lambda a, c: nn.PairwiseDistance(p=1.0, keepdim=True)(a, c),
 }
@@ -398,6 +400,8 @@ def cases():
         ("psi", "psi", [unit(3, 2) * 20], True),
         ("mvlgamma_3", "mvlgamma_3", [unit(2, 3) * 5 + 1.01], True),
         ("multigammaln_1", "multigammaln_1", [unit(4) * 3], True),
+        ("rrelu_eval", "rrelu_eval", [t([-2.0, -0.5, 0.0, -0.0, 0.5, 3.0, NAN, -INF])], True),
+        ("RReLU_eval", "RReLU_eval", [randn(2, 4)], True),
         ("CosineSimilarity", "CosineSimilarity", [randn(3, 2), randn(3, 2)], True),
         ("PairwiseDistance", "PairwiseDistance", [randn(4, 3), randn(4, 3)], True),
     ]

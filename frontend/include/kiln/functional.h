@@ -129,6 +129,16 @@ Tensor hardshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current())
 Tensor softshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current());
 /// x - tanh(x), as torch.nn.functional.tanhshrink.
 Tensor tanhshrink(const Tensor& x, Loc loc = Loc::current());
+/// Randomized leaky ReLU, as torch.nn.functional.rrelu: x where x > 0, else x times a slope drawn uniformly from
+/// [lower, upper) per element (from `seed`) in training, or leaky_relu with slope (lower + upper) / 2 otherwise;
+/// the gradient at 0 and below is the slope (PyTorch's). lower <= upper.
+Tensor rrelu(const Tensor& x, double lower = 1.0 / 8, double upper = 1.0 / 3, bool training = false, uint64_t seed = 0,
+             Loc loc = Loc::current());
+/// Samples of the Gumbel-softmax distribution, as torch.nn.functional.gumbel_softmax: softmax((logits + g) / tau)
+/// along dim with Gumbel noise g from `seed`; with `hard`, the one-hot of each row's argmax (its first maximum)
+/// whose gradient is the soft sample's (y_hard - y_soft.detach() + y_soft). tau > 0.
+Tensor gumbel_softmax(const Tensor& logits, uint64_t seed, double tau = 1, bool hard = false, int64_t dim = -1,
+                      Loc loc = Loc::current());
 /// a * sigmoid(b) for the two halves a, b of x along dim; an odd size there, or a 0-d x, is an error.
 Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
 /// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has

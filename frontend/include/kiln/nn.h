@@ -1490,6 +1490,25 @@ private:
   double lambd_;
 };
 
+/// Randomized leaky ReLU, as torch.nn.RReLU (see functional::rrelu): a new slope per element and call in training
+/// mode (from a seed derived from the module's and the call count, as Dropout's), the mean slope in eval mode.
+class RReLU : public Module {
+public:
+  /// The slopes' range, lower <= upper; the seed defaults to next_seed().
+  explicit RReLU(double lower = 1.0 / 8, double upper = 1.0 / 3, std::optional<uint64_t> seed = std::nullopt,
+                 Loc loc = Loc::current());
+  /// rrelu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "RReLU"; } ///< "RReLU"
+  std::string extra_repr() const override; ///< lower, upper
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  double lower_, upper_;
+  uint64_t seed_;
+  std::shared_ptr<uint64_t> calls_; // shared so that copies of the module continue one sequence
+};
+
 /// x - tanh(x), as torch.nn.Tanhshrink.
 class Tanhshrink : public Module {
 public:
