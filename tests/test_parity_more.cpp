@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -198,6 +199,10 @@ const std::map<std::string, Call>& calls() {
          m.eval();
          return T{m(x[0])};
        }},
+      {"isin", [](V x) { return T{isin(x[0], x[1])}; }},
+      {"isin_invert", [](V x) { return T{isin(x[0], x[1], true)}; }},
+      {"fliplr", [](V x) { return T{fliplr(x[0])}; }},
+      {"flipud", [](V x) { return T{flipud(x[0])}; }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -403,6 +408,51 @@ TEST(ParityMore, RandomizedReLUAndGumbelSoftmax) {
   for (double v : values(F::gumbel_softmax(logits, 5, 2.0, false, 0).sum({0}))) EXPECT_NEAR(v, 1.0, 1e-12);
 }
 
+// The mean and (population) standard deviation of a tensor's values.
+std::pair<double, double> moments(const Tensor& t) {
+  const std::vector<double> v = values(t);
+  double m = 0, s = 0;
+  for (double e : v) m += e;
+  m /= static_cast<double>(v.size());
+  for (double e : v) s += (e - m) * (e - m);
+  return {m, std::sqrt(s / static_cast<double>(v.size()))};
+}
+
+TEST(ParityMore, RandomTensors) {
+  const Tensor like = zeros({200, 500}, kFloat64);
+  const Tensor r = rand_like(like, 1), n = randn_like(like, 2);
+  EXPECT_EQ(r.shape(), like.shape());
+  EXPECT_EQ(n.dtype(), kFloat64);
+  EXPECT_EQ(values(r), values(rand({200, 500}, 1, kFloat64))); // rand's values of like's shape
+  EXPECT_NEAR(moments(n).first, 0, 0.01);
+  EXPECT_NEAR(moments(n).second, 1, 0.01);
+  const Tensor i = randint(-3, 4, {100000}, 3);
+  EXPECT_EQ(i.dtype(), kInt64);
+  std::vector<int64_t> counts(7, 0);
+  for (int64_t v : i.to_vector<int64_t>()) {
+    ASSERT_TRUE(v >= -3 && v < 4) << v;
+    ++counts[static_cast<size_t>(v + 3)];
+  }
+  for (int64_t c : counts) EXPECT_NEAR(static_cast<double>(c), 100000.0 / 7, 600); // each value about 1/7
+  std::vector<int64_t> perm = randperm(1000, 4).to_vector<int64_t>(), sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t k = 0; k < 1000; ++k) ASSERT_EQ(sorted[static_cast<size_t>(k)], k);
+  EXPECT_NE(perm, sorted);
+  EXPECT_EQ(randperm(0, 4).shape(), (IntList{0}));
+  const Tensor p = full({100000}, 0.3, kFloat64);
+  const Tensor b = bernoulli(p, 5);
+  EXPECT_NEAR(moments(b).first, 0.3, 0.01);
+  for (double v : values(b)) ASSERT_TRUE(v == 0 || v == 1);
+  EXPECT_EQ(values(bernoulli(from_vector<double>({0, 1, 0, 1}), 6)), (std::vector<double>{0, 1, 0, 1}));
+  Tensor mean = full({100000}, 2.0, kFloat64).requires_grad_(), sd = full({1}, 3.0, kFloat64).requires_grad_();
+  const Tensor y = normal(mean, sd, 7);
+  EXPECT_NEAR(moments(y).first, 2, 0.05);
+  EXPECT_NEAR(moments(y).second, 3, 0.05);
+  const auto g = grad({y.sum()}, {mean, sd});
+  EXPECT_EQ(values(g[0]), std::vector<double>(100000, 1.0));
+  EXPECT_NEAR(values(g[1])[0], values((y.detach() - 2.0).sum() / 3.0)[0], 1e-6); // d/dstd = the draws
+}
+
 TEST(ParityMore, Errors) {
   const Tensor x = test::rnd({2, 3}, 1);
   const std::string file = __FILE__;
@@ -466,6 +516,14 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { nn::RReLU(0.5, 0.2); }, file, __LINE__, "RReLU", {"lower"});
   expect_error_at([&] { F::gumbel_softmax(x, 1, 0.0); }, file, __LINE__, "gumbel_softmax", {"tau", "f64[2,3]"});
   expect_error_at([&] { F::gumbel_softmax(x, 1, 1.0, false, 2); }, file, __LINE__, "gumbel_softmax", {"dim 2", "f64[2,3]"});
+  expect_error_at([&] { rand_like(arange(3), 1); }, file, __LINE__, "rand_like", {"floating", "i64[3]"});
+  expect_error_at([&] { randint(3, 3, {2}, 1); }, file, __LINE__, "randint", {"high (3)", "low (3)"});
+  expect_error_at([&] { randperm(-1, 1); }, file, __LINE__, "randperm", {"non-negative", "-1"});
+  expect_error_at([&] { bernoulli(from_vector<double>({0.5, 1.5}).realize(), 1); }, file, __LINE__, "bernoulli", {"[0, 1]", "f64[2]"});
+  expect_error_at([&] { normal(x, x.to(kFloat32), 1); }, file, __LINE__, "normal", {"dtype", "f32[2,3]"});
+  expect_error_at([&] { normal(x, from_vector<double>({-1.0}).realize(), 1); }, file, __LINE__, "normal", {"std", "f64[1]"});
+  expect_error_at([&] { fliplr(zeros({3}, kFloat64)); }, file, __LINE__, "fliplr", {"2 dims", "f64[3]"});
+  expect_error_at([&] { flipud(zeros({}, kFloat64)); }, file, __LINE__, "flipud", {"1 dim", "f64[]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

@@ -303,6 +303,31 @@ bool equal(const Tensor& a, const Tensor& b, Loc loc) {
   return all(eq(a.detach(), b.detach(), loc), loc).item<bool>(loc);
 }
 
+Tensor isin(const Tensor& elements, const Tensor& test_elements, bool invert, Loc loc) {
+  const Scope scope("isin", loc);
+  require_defined("isin", elements, loc);
+  require_defined("isin", test_elements, loc);
+  const DType dt = promote_types(elements.dtype(), test_elements.dtype());
+  const Tensor tests = test_elements.detach().to(dt, loc).reshape({1, -1}, loc);
+  const Tensor found = any(eq(elements.detach().to(dt, loc).reshape({-1, 1}, loc), tests, loc), 1, false, loc);
+  const Tensor in = found.reshape(elements.shape(), loc);
+  return invert ? logical_not(in, loc) : in;
+}
+
+Tensor fliplr(const Tensor& x, Loc loc) {
+  const Scope scope("fliplr", loc);
+  require_defined("fliplr", x, loc);
+  if (x.dim() < 2) fail("fliplr", "needs a tensor of at least 2 dims", {&x}, loc);
+  return flip(x, {1}, loc);
+}
+
+Tensor flipud(const Tensor& x, Loc loc) {
+  const Scope scope("flipud", loc);
+  require_defined("flipud", x, loc);
+  if (x.dim() < 1) fail("flipud", "needs a tensor of at least 1 dim", {&x}, loc);
+  return flip(x, {0}, loc);
+}
+
 // ---------------------------------------------------------------- Tensor methods
 
 Tensor Tensor::clone(Loc loc) const {

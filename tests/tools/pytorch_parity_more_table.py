@@ -181,6 +181,10 @@ CALLS = {
     "multigammaln_1": lambda x: torch.special.multigammaln(x, 1),
     "rrelu_eval": lambda x: F.rrelu(x, 0.1, 0.3, training=False),
     "RReLU_eval": lambda x: nn.RReLU().eval()(x),
+    "isin": lambda a, c: torch.isin(a, c),
+    "isin_invert": lambda a, c: torch.isin(a, c, invert=True),
+    "fliplr": lambda x: torch.fliplr(x),
+    "flipud": lambda x: torch.flipud(x),
     "CosineSimilarity": lambda a, c: nn.CosineSimilarity(dim=0)(a, c),
     "PairwiseDistance": lambda a, c: nn.PairwiseDistance(p=1.0, keepdim=True)(a, c),
 }
@@ -402,6 +406,11 @@ def cases():
         ("multigammaln_1", "multigammaln_1", [unit(4) * 3], True),
         ("rrelu_eval", "rrelu_eval", [t([-2.0, -0.5, 0.0, -0.0, 0.5, 3.0, NAN, -INF])], True),
         ("RReLU_eval", "RReLU_eval", [randn(2, 4)], True),
+        ("isin", "isin", [t([[1, 5, 2], [7, 2, 0]], dtype=torch.int64), t([2, 7, 9], dtype=torch.int64)], False),
+        ("isin_f64", "isin", [t([1.0, NAN, -0.0, 2.5]), t([0.0, NAN, 2.5])], False),
+        ("isin_invert", "isin_invert", [t([1, 5, 2], dtype=torch.int64), t([[2], [1]], dtype=torch.int64)], False),
+        ("fliplr", "fliplr", [randn(2, 3, 2)], True),
+        ("flipud", "flipud", [randn(3, 2)], True),
         ("CosineSimilarity", "CosineSimilarity", [randn(3, 2), randn(3, 2)], True),
         ("PairwiseDistance", "PairwiseDistance", [randn(4, 3), randn(4, 3)], True),
     ]

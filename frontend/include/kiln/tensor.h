@@ -392,6 +392,22 @@ Tensor arange(double start, double end, double step, DType dtype, Device device 
 Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// Standard normal from a seed.
 Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
+// More random tensors (random.cpp), from a seed as rand and randn (PyTorch's take a generator's state instead).
+/// rand of like's shape, dtype and device, as torch.rand_like (floating only).
+Tensor rand_like(const Tensor& like, uint64_t seed, Loc loc = Loc::current());
+/// randn of like's shape, dtype and device, as torch.randn_like (floating only).
+Tensor randn_like(const Tensor& like, uint64_t seed, Loc loc = Loc::current());
+/// Integers uniform in [low, high) (high > low), as torch.randint, i64 by default.
+Tensor randint(int64_t low, int64_t high, IntList shape, uint64_t seed, DType dtype = kInt64, Device device = kCPU,
+               Loc loc = Loc::current());
+/// A random permutation of 0 .. n-1 (i64), as torch.randperm: the argsort of n uniform draws.
+Tensor randperm(int64_t n, uint64_t seed, Device device = kCPU, Loc loc = Loc::current());
+/// 1 with probability p (each element of a floating p in [0, 1]; checked when p is already computed), else 0, in
+/// p's dtype, as torch.bernoulli; no gradient.
+Tensor bernoulli(const Tensor& p, uint64_t seed, Loc loc = Loc::current());
+/// mean + std * randn of their broadcast shape, as torch.normal with tensor mean and std (floating, one dtype; std
+/// >= 0, checked when computed); differentiable in mean and std.
+Tensor normal(const Tensor& mean, const Tensor& std, uint64_t seed, Loc loc = Loc::current());
 /// A 1-d tensor holding a copy of host data (like torch.tensor([...])).
 template <class T> Tensor from_vector(const std::vector<T>& data);
 /// A tensor of the given shape holding a copy of host data ({} makes a 0-d tensor of one value).
@@ -973,6 +989,13 @@ Tensor fmin(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 /// broadcast and must have one dtype. kiln's gradient flows to values where x is 0 (PyTorch's is not
 /// implemented).
 Tensor heaviside(const Tensor& x, const Tensor& values, Loc loc = Loc::current());
+/// Whether each element of `elements` equals one of `test_elements` (bool, elements' shape), as torch.isin; with
+/// invert, whether it equals none. The two are promoted to one dtype; NaN is in nothing.
+Tensor isin(const Tensor& elements, const Tensor& test_elements, bool invert = false, Loc loc = Loc::current());
+/// x reversed along dim 1 (rank >= 2), as torch.fliplr.
+Tensor fliplr(const Tensor& x, Loc loc = Loc::current());
+/// x reversed along dim 0 (rank >= 1), as torch.flipud.
+Tensor flipud(const Tensor& x, Loc loc = Loc::current());
 /// (a != 0) xor (b != 0), as torch.logical_xor (bool; broadcast).
 Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 /// log|Gamma(x)|, as torch.lgamma: a Lanczos sum (g = 7, 9 terms; reflection below 1/2), in f64 (f32 rounds the
