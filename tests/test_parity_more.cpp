@@ -453,6 +453,46 @@ TEST(ParityMore, RandomTensors) {
   EXPECT_NEAR(values(g[1])[0], values((y.detach() - 2.0).sum() / 3.0)[0], 1e-6); // d/dstd = the draws
 }
 
+TEST(ParityMore, AlphaDropout) {
+  // Each element is a x + alpha a p (kept) or alpha a p - alpha a (dropped), PyTorch's constants; a standard
+  // normal input keeps mean 0 and variance 1.
+  constexpr double alpha = 1.7580993408473766, p = 0.2;
+  const double a = 1 / std::sqrt((alpha * alpha * p + 1) * (1 - p));
+  const Tensor x = test::rnd({400, 500}, 8);
+  const Tensor y = F::alpha_dropout(x, p, 9);
+  const std::vector<double> xv = values(x), yv = values(y);
+  size_t dropped = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const bool kept = std::fabs(yv[i] - (xv[i] * a + alpha * a * p)) < 1e-12;
+    dropped += !kept;
+    if (!kept) ASSERT_NEAR(yv[i], alpha * a * p - alpha * a, 1e-12) << i;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(xv.size()), p, 0.005);
+  EXPECT_NEAR(moments(y).first, 0, 0.01);
+  EXPECT_NEAR(moments(y).second, 1, 0.01);
+  EXPECT_EQ(values(F::alpha_dropout(x, p, 9, false)), xv);
+  EXPECT_EQ(values(F::alpha_dropout(x, 1.0, 9)), std::vector<double>(xv.size(), 0.0));
+  // The feature form draws once per [N, C]: each channel is all kept or all dropped.
+  const Tensor xc = test::rnd({8, 16, 3, 2}, 10);
+  const std::vector<double> in = values(xc), out = values(F::feature_alpha_dropout(xc, 0.5, 11));
+  const double a5 = 1 / std::sqrt((alpha * alpha * 0.5 + 1) * 0.5); // a at p = 1/2
+  size_t channels_dropped = 0;
+  for (size_t c = 0; c < in.size() / 6; ++c) { // 6 elements a channel
+    const bool kept = std::fabs(out[c * 6] - (in[c * 6] * a5 + alpha * a5 * 0.5)) < 1e-12;
+    channels_dropped += !kept;
+    for (size_t i = c * 6; i < c * 6 + 6; ++i)
+      ASSERT_NEAR(out[i], kept ? in[i] * a5 + alpha * a5 * 0.5 : alpha * a5 * 0.5 - alpha * a5, 1e-12) << i;
+  }
+  EXPECT_GT(channels_dropped, 32u); // of 128, about half
+  EXPECT_LT(channels_dropped, 96u);
+  nn::AlphaDropout m(p, 3);
+  EXPECT_NE(values(m(x)), values(m(x)));
+  m.eval();
+  EXPECT_EQ(values(m(x)), xv);
+  EXPECT_EQ(nn::FeatureAlphaDropout(0.1).str(), "FeatureAlphaDropout(p=0.1)");
+  EXPECT_EQ(nn::FeatureAlphaDropout(0.5, 2)(xc).shape(), xc.shape());
+}
+
 TEST(ParityMore, Errors) {
   const Tensor x = test::rnd({2, 3}, 1);
   const std::string file = __FILE__;
@@ -524,6 +564,8 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { normal(x, from_vector<double>({-1.0}).realize(), 1); }, file, __LINE__, "normal", {"std", "f64[1]"});
   expect_error_at([&] { fliplr(zeros({3}, kFloat64)); }, file, __LINE__, "fliplr", {"2 dims", "f64[3]"});
   expect_error_at([&] { flipud(zeros({}, kFloat64)); }, file, __LINE__, "flipud", {"1 dim", "f64[]"});
+  expect_error_at([&] { F::alpha_dropout(x, -0.1, 1); }, file, __LINE__, "alpha_dropout", {"[0, 1]", "f64[2,3]"});
+  expect_error_at([&] { F::feature_alpha_dropout(zeros({3}, kFloat64), 0.5, 1); }, file, __LINE__, "feature_alpha_dropout", {"2 dims", "f64[3]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

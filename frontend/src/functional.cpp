@@ -1667,7 +1667,39 @@ Tensor feature_dropout(const char* op, const Tensor& x, double p, uint64_t seed,
   return x * (keep * (1.0 / (1.0 - p)));
 }
 
+// PyTorch's alpha dropout of x with `keep` (1 kept, 0 dropped; broadcast to x): x keep a + (keep - 1) alpha a +
+// alpha a p.
+Tensor alpha_dropout_with(const Tensor& x, const Tensor& keep, double p) {
+  constexpr double kAlpha = 1.7580993408473766;
+  const double a = 1.0 / std::sqrt((kAlpha * kAlpha * p + 1) * (1 - p));
+  return x * (keep * a) + ((keep - 1.0) * (kAlpha * a) + kAlpha * a * p);
+}
+
+// alpha_dropout (feature: one draw per [N, C]) checked under `op`.
+Tensor alpha_dropout_of(const char* op, const Tensor& x, double p, uint64_t seed, bool training, bool feature,
+                        const Loc& loc) {
+  const graph::SourceScope at(loc, op);
+  require_floating(op, x, loc);
+  if (feature && x.dim() < 2) fail(op, "needs an input of at least 2 dims [N, C, ...]", {&x}, loc);
+  if (!(p >= 0 && p <= 1)) fail(op, "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
+  if (!training || p == 0 || x.numel() == 0) return x;
+  if (p == 1) return x * 0.0;
+  IntList mask_shape = x.shape();
+  if (feature)
+    for (size_t d = 2; d < mask_shape.size(); ++d) mask_shape[d] = 1;
+  const Tensor keep = cast(rand(mask_shape, seed, x.dtype(), x.device(), loc) >= p, x.dtype(), loc);
+  return alpha_dropout_with(x, keep, p);
+}
+
 } // namespace
+
+Tensor alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return alpha_dropout_of("alpha_dropout", x, p, seed, training, false, loc);
+}
+
+Tensor feature_alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return alpha_dropout_of("feature_alpha_dropout", x, p, seed, training, true, loc);
+}
 
 Tensor dropout1d(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
   return feature_dropout("dropout1d", x, p, seed, training, 2, false, loc);

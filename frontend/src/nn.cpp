@@ -1064,6 +1064,16 @@ Tensor Dropout2d::forward_impl(const Tensor& x) {
   return functional::dropout2d(x, p(), masks ? next_mask_seed() : 0, masks);
 }
 
+Tensor AlphaDropout::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::alpha_dropout(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor FeatureAlphaDropout::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::feature_alpha_dropout(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
 Tensor Dropout3d::forward_impl(const Tensor& x) {
   const bool masks = is_training() && p() > 0;
   return functional::dropout3d(x, p(), masks ? next_mask_seed() : 0, masks);

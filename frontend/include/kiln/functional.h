@@ -457,6 +457,14 @@ Tensor dropout1d(const Tensor& x, double p, uint64_t seed, bool training = true,
 Tensor dropout2d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 /// Channel dropout of [N, C, D, H, W], or an unbatched [C, D, H, W], as torch.nn.functional.dropout3d.
 Tensor dropout3d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Alpha dropout (for SELU networks), as torch.nn.functional.alpha_dropout: each element kept with probability
+/// 1 - p (mask from `seed`) as a x + alpha a p, else alpha a p - alpha a, with alpha = 1.7580993408473766 and
+/// a = 1 / sqrt((alpha^2 p + 1)(1 - p)), so that a zero-mean unit-variance input keeps its mean and variance;
+/// p = 1 gives zeros; identity unless training.
+Tensor alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// alpha_dropout of whole channels (one draw per [N, C] of an input of 2 or more dims), as
+/// torch.nn.functional.feature_alpha_dropout.
+Tensor feature_alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- norms and distances
 /// x divided by its p-norm along dim (at least eps), as torch.nn.functional.normalize: x / max(norm, eps),

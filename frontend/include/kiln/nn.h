@@ -1215,6 +1215,28 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 };
 
+/// Alpha dropout (functional::alpha_dropout) in training mode, as torch.nn.AlphaDropout; seeded as Dropout.
+class AlphaDropout : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// alpha-dropped x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AlphaDropout"; } ///< "AlphaDropout"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Alpha dropout of whole channels (functional::feature_alpha_dropout), as torch.nn.FeatureAlphaDropout.
+class FeatureAlphaDropout : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// alpha-dropped channels of x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "FeatureAlphaDropout"; } ///< "FeatureAlphaDropout"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
 /// Zeroes whole channels of [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.Dropout3d.
 class Dropout3d : public Dropout {
 public:
