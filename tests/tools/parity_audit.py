@@ -43,6 +43,11 @@ SPELLED_DIFFERENTLY = {
     "torch.from_numpy": "from_vector",
 }
 
+# Missing names with a note on why, printed after the lists.
+NOTES = {
+    "torch.dist": "kiln::dist is the distributed namespace: write norm(a - b, p)",
+}
+
 # Names that are not model or training code: torch's internals, backends, storage, quantization, sparse and
 # complex layouts, named tensors, the C++ extension API, dtype and printing settings.
 SKIP = re.compile(
@@ -180,6 +185,9 @@ def main():
         missing = [n for n, _, ok in rows if not ok]
         print("\n%s missing (%d):" % (title, len(missing)))
         print("  " + " ".join(missing))
+        for name, note in NOTES.items():
+            if name.startswith(title + ".") and name[len(title) + 1:] in missing:
+                print("  note: %s: %s" % (name, note))
         if show_all:
             print("%s found:" % title)
             print("  " + " ".join(n if k == n else "%s(=%s)" % (n, k) for n, k, ok in rows if ok))
