@@ -203,6 +203,9 @@ const std::map<std::string, Call>& calls() {
       {"isin_invert", [](V x) { return T{isin(x[0], x[1], true)}; }},
       {"fliplr", [](V x) { return T{fliplr(x[0])}; }},
       {"flipud", [](V x) { return T{flipud(x[0])}; }},
+      {"rsub", [](V x) { return T{rsub(x[0], x[1])}; }},
+      {"rsub_alpha", [](V x) { return T{rsub(x[0], x[1], 2.5)}; }},
+      {"split_with_sizes", [](V x) { return split_with_sizes(x[0], {1, 3}, 1); }},
       {"CosineSimilarity", [](V x) { return T{nn::CosineSimilarity(0).forward(x[0], x[1])}; }},
       {"PairwiseDistance", [](V x) { return T{nn::PairwiseDistance(1.0, 1e-6, true).forward(x[0], x[1])}; }},
   };
@@ -465,7 +468,9 @@ TEST(ParityMore, AlphaDropout) {
   for (size_t i = 0; i < xv.size(); ++i) {
     const bool kept = std::fabs(yv[i] - (xv[i] * a + alpha * a * p)) < 1e-12;
     dropped += !kept;
-    if (!kept) ASSERT_NEAR(yv[i], alpha * a * p - alpha * a, 1e-12) << i;
+    if (!kept) {
+      ASSERT_NEAR(yv[i], alpha * a * p - alpha * a, 1e-12) << i;
+    }
   }
   EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(xv.size()), p, 0.005);
   EXPECT_NEAR(moments(y).first, 0, 0.01);
@@ -566,6 +571,10 @@ TEST(ParityMore, Errors) {
   expect_error_at([&] { flipud(zeros({}, kFloat64)); }, file, __LINE__, "flipud", {"1 dim", "f64[]"});
   expect_error_at([&] { F::alpha_dropout(x, -0.1, 1); }, file, __LINE__, "alpha_dropout", {"[0, 1]", "f64[2,3]"});
   expect_error_at([&] { F::feature_alpha_dropout(zeros({3}, kFloat64), 0.5, 1); }, file, __LINE__, "feature_alpha_dropout", {"2 dims", "f64[3]"});
+  EXPECT_EQ(broadcast_shapes({{2, 1}, {3, 1, 4}, {}}), (IntList{3, 2, 4})); // torch.broadcast_shapes's
+  EXPECT_EQ(broadcast_shapes({}), (IntList{}));
+  expect_error_at([&] { broadcast_shapes({{2, 3}, {4}}); }, file, __LINE__, "broadcast_shapes", {"[4]", "[2, 3]"});
+  expect_error_at([&] { split_with_sizes(x, {1, 1}, 1); }, file, __LINE__, "split_with_sizes", {"f64[2,3]"});
   expect_error_at([&] { F::dropout2d(x, 0.5, 1); }, file, __LINE__, "dropout2d", {"3 or 4 dims", "f64[2,3]"});
   expect_error_at([&] { F::dropout1d(zeros({2}, kFloat64), 0.5, 1, false); }, file, __LINE__, "dropout1d", {"2 or 3 dims", "f64[2]"});
   expect_error_at([&] { F::dropout3d(zeros({1, 1, 1, 1}, kFloat64), 1.5, 1); }, file, __LINE__, "dropout3d", {"[0, 1]", "f64[1,1,1,1]"});

@@ -136,6 +136,31 @@ Tensor broadcast_to(const Tensor& x, IntList shape, Loc loc) {
 
 // ---------------------------------------------------------------- small composites
 
+Tensor rsub(const Tensor& input, const Tensor& other, Scalar alpha, Loc loc) {
+  const Scope scope("rsub", loc);
+  require_defined("rsub", input, loc);
+  require_defined("rsub", other, loc);
+  return sub(other, alpha.to_double() == 1 ? input : input * alpha, loc);
+}
+
+std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& split_sizes, int64_t dim, Loc loc) {
+  const Scope scope("split_with_sizes", loc);
+  require_defined("split_with_sizes", x, loc);
+  return split(x, split_sizes, dim, loc);
+}
+
+IntList broadcast_shapes(const std::vector<IntList>& shapes, Loc loc) {
+  graph::Shape shape;
+  for (const IntList& s : shapes) {
+    const std::optional<graph::Shape> b = graph::broadcast_shapes(shape, s);
+    if (!b)
+      throw Error("broadcast_shapes",
+                  "shape " + detail::list_str(s) + " does not broadcast with " + detail::list_str(shape), loc);
+    shape = *b;
+  }
+  return shape;
+}
+
 Tensor ravel(const Tensor& x, Loc loc) {
   const Scope scope("ravel", loc);
   require_defined("ravel", x, loc);

@@ -185,6 +185,9 @@ CALLS = {
     "isin_invert": lambda a, c: torch.isin(a, c, invert=True),
     "fliplr": lambda x: torch.fliplr(x),
     "flipud": lambda x: torch.flipud(x),
+    "rsub": lambda a, c: torch.rsub(a, c),
+    "rsub_alpha": lambda a, c: torch.rsub(a, c, alpha=2.5),
+    "split_with_sizes": lambda x: torch.split_with_sizes(x, [1, 3], 1),
     "CosineSimilarity": lambda a, c: nn.CosineSimilarity(dim=0)(a, c),
     "PairwiseDistance": lambda a, c: nn.PairwiseDistance(p=1.0, keepdim=True)(a, c),
 }
@@ -411,6 +414,9 @@ def cases():
         ("isin_invert", "isin_invert", [t([1, 5, 2], dtype=torch.int64), t([[2], [1]], dtype=torch.int64)], False),
         ("fliplr", "fliplr", [randn(2, 3, 2)], True),
         ("flipud", "flipud", [randn(3, 2)], True),
+        ("rsub", "rsub", [randn(2, 3), randn(3)], True),
+        ("rsub_alpha", "rsub_alpha", [randn(3), randn(2, 1)], True),
+        ("split_with_sizes", "split_with_sizes", [randn(2, 4)], True),
         ("CosineSimilarity", "CosineSimilarity", [randn(3, 2), randn(3, 2)], True),
         ("PairwiseDistance", "PairwiseDistance", [randn(4, 3), randn(4, 3)], True),
     ]

@@ -910,6 +910,14 @@ Tensor swapdims(const Tensor& x, int64_t d0, int64_t d1, Loc loc = Loc::current(
 Tensor broadcast_to(const Tensor& x, IntList shape, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- small composites (aliases.cpp)
+/// other - alpha * input, as torch.rsub (broadcast).
+Tensor rsub(const Tensor& input, const Tensor& other, Scalar alpha = 1, Loc loc = Loc::current());
+/// split with a list of sizes, as torch.split_with_sizes.
+std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& split_sizes, int64_t dim = 0,
+                                     Loc loc = Loc::current());
+/// The shape the given shapes broadcast to (NumPy rules), as torch.broadcast_shapes; shapes that do not broadcast
+/// are an error naming them.
+IntList broadcast_shapes(const std::vector<IntList>& shapes, Loc loc = Loc::current());
 /// x flattened to 1-d, as torch.ravel.
 Tensor ravel(const Tensor& x, Loc loc = Loc::current());
 /// The dims `source` moved to the positions `destination` (the others keep their order), as torch.movedim;
