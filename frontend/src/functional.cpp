@@ -497,6 +497,60 @@ Tensor softsign(const Tensor& x, Loc loc) {
   return x / (abs(x) + 1.0);
 }
 
+Tensor hardshrink(const Tensor& x, double lambd, Loc loc) {
+  const graph::SourceScope at(loc, "hardshrink");
+  require_floating("hardshrink", x, loc);
+  const Tensor inside = logical_and(ge(x, wrap_scalar(-lambd, x), loc), le(x, wrap_scalar(lambd, x), loc), loc);
+  const Tensor nan_kept = where(isnan(x, loc), x.detach(), wrap_scalar(0, x), loc); // no gradient at NaN, as PyTorch's
+  return where(inside, wrap_scalar(0, x), where(isnan(x, loc), nan_kept, x, loc), loc);
+}
+
+Tensor softshrink(const Tensor& x, double lambd, Loc loc) {
+  const graph::SourceScope at(loc, "softshrink");
+  require_floating("softshrink", x, loc);
+  if (!(lambd >= 0)) fail("softshrink", "lambd must be >= 0, got " + std::to_string(lambd), {&x}, loc);
+  const Tensor below = where(lt(x, wrap_scalar(-lambd, x), loc), x + lambd, wrap_scalar(0, x), loc);
+  return where(gt(x, wrap_scalar(lambd, x), loc), x - lambd, below, loc);
+}
+
+Tensor rrelu(const Tensor& x, double lower, double upper, bool training, uint64_t seed, Loc loc) {
+  const graph::SourceScope at(loc, "rrelu");
+  const detail::UserCall call("rrelu", loc);
+  require_floating("rrelu", x, loc);
+  if (!(lower <= upper))
+    fail("rrelu", "lower (" + std::to_string(lower) + ") must not exceed upper (" + std::to_string(upper) + ")", {&x},
+         loc);
+  if (!training) return leaky_relu(x, (lower + upper) / 2, loc);
+  const Tensor slope = rand(x.shape(), seed, x.dtype(), x.device(), loc) * (upper - lower) + lower;
+  return where(le(x, wrap_scalar(0, x), loc), x * slope, x, loc);
+}
+
+Tensor gumbel_softmax(const Tensor& logits, uint64_t seed, double tau, bool hard, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "gumbel_softmax");
+  const detail::UserCall call("gumbel_softmax", loc);
+  require_floating("gumbel_softmax", logits, loc);
+  if (!(tau > 0)) fail("gumbel_softmax", "tau must be positive, got " + std::to_string(tau), {&logits}, loc);
+  const int64_t d = detail::wrap_dim_or_fail("gumbel_softmax", dim, logits, loc);
+  // g = -log(E), E = -log(1 - U) exponential (kept above 0 so that g stays finite), in f64.
+  const Tensor u = rand(logits.shape(), seed, kFloat64, logits.device(), loc);
+  const Tensor e = clamp(-log1p(-u, loc), 1e-300, std::nullopt, loc);
+  const Tensor g = (-log(e, loc)).to(logits.dtype(), loc);
+  const Tensor soft = softmax((logits + g) / tau, d, loc);
+  if (!hard) return soft;
+  IntList where_shape(static_cast<size_t>(logits.dim()), 1);
+  where_shape[static_cast<size_t>(d)] = logits.size(d);
+  const Tensor positions =
+      arange(0, static_cast<double>(logits.size(d)), 1, kInt64, logits.device(), loc).reshape(where_shape, loc);
+  const Tensor one_hot_rows = eq(positions, argmax(soft, d, true, loc), loc).to(logits.dtype(), loc);
+  return one_hot_rows - soft.detach() + soft;
+}
+
+Tensor tanhshrink(const Tensor& x, Loc loc) {
+  const graph::SourceScope at(loc, "tanhshrink");
+  require_floating("tanhshrink", x, loc);
+  return x - tanh(x, loc);
+}
+
 Tensor glu(const Tensor& x, int64_t dim, Loc loc) {
   const graph::SourceScope at(loc, "glu");
   require_floating("glu", x, loc);
@@ -1524,6 +1578,20 @@ void check_channel_affine(const char* op, const Tensor& x, const Tensor& weight,
 
 } // namespace
 
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k, Loc loc) {
+  const graph::SourceScope at(loc, "local_response_norm");
+  const detail::UserCall call("local_response_norm", loc);
+  require_floating("local_response_norm", x, loc);
+  if (x.dim() < 3) fail("local_response_norm", "needs an input of 3 or more dims [N, C, ...]", {&x}, loc);
+  if (size < 1) fail("local_response_norm", "size must be positive, got " + std::to_string(size), {&x}, loc);
+  if (x.numel() == 0) return x;
+  IntList pads(2 * static_cast<size_t>(x.dim() - 1), 0); // (before, after) from the last dim: channels last
+  pads[pads.size() - 2] = size / 2, pads.back() = (size - 1) / 2;
+  const Tensor windows = pad(x * x, pads, 0, loc).unfold(1, size, 1, loc); // [N, C, ..., size]
+  const Tensor div = pow(windows.sum({-1}, false, loc) * (alpha / static_cast<double>(size)) + k, beta, loc);
+  return x / div;
+}
+
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps, Loc loc) {
   const char* op = "group_norm";
   const graph::SourceScope at(loc, op); // nodes made here record the caller's line
@@ -1576,6 +1644,73 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc)
   if (p == 1) return x * 0.0;
   Tensor keep = cast(rand(x.shape(), seed, x.dtype(), x.device(), loc) >= p, x.dtype(), loc);
   return x * (keep * (1.0 / (1.0 - p)));
+}
+
+namespace {
+
+// Dropout of whole channels: x of rank `unbatched` (channels at dim 0) or unbatched + 1 (at dim 1, after the
+// batch), `batched_only` when the lower rank is batched too (dropout2d's [N, C, L]).
+Tensor feature_dropout(const char* op, const Tensor& x, double p, uint64_t seed, bool training, int64_t unbatched,
+                       bool batched_only, const Loc& loc) {
+  const graph::SourceScope at(loc, op);
+  require_floating(op, x, loc);
+  if (x.dim() != unbatched && x.dim() != unbatched + 1)
+    fail(op, "expects an input of " + std::to_string(unbatched) + " or " + std::to_string(unbatched + 1) + " dims",
+         {&x}, loc);
+  if (!(p >= 0 && p <= 1)) fail(op, "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  const int64_t kept = x.dim() == unbatched && !batched_only ? 1 : 2; // the dims that own a mask
+  IntList mask_shape(x.shape().begin(), x.shape().begin() + kept);
+  mask_shape.resize(static_cast<size_t>(x.dim()), 1);
+  const Tensor keep = cast(rand(mask_shape, seed, x.dtype(), x.device(), loc) >= p, x.dtype(), loc);
+  return x * (keep * (1.0 / (1.0 - p)));
+}
+
+// PyTorch's alpha dropout of x with `keep` (1 kept, 0 dropped; broadcast to x): x keep a + (keep - 1) alpha a +
+// alpha a p.
+Tensor alpha_dropout_with(const Tensor& x, const Tensor& keep, double p) {
+  constexpr double kAlpha = 1.7580993408473766;
+  const double a = 1.0 / std::sqrt((kAlpha * kAlpha * p + 1) * (1 - p));
+  return x * (keep * a) + ((keep - 1.0) * (kAlpha * a) + kAlpha * a * p);
+}
+
+// alpha_dropout (feature: one draw per [N, C]) checked under `op`.
+Tensor alpha_dropout_of(const char* op, const Tensor& x, double p, uint64_t seed, bool training, bool feature,
+                        const Loc& loc) {
+  const graph::SourceScope at(loc, op);
+  require_floating(op, x, loc);
+  if (feature && x.dim() < 2) fail(op, "needs an input of at least 2 dims [N, C, ...]", {&x}, loc);
+  if (!(p >= 0 && p <= 1)) fail(op, "p must be in [0, 1], got " + std::to_string(p), {&x}, loc);
+  if (!training || p == 0 || x.numel() == 0) return x;
+  if (p == 1) return x * 0.0;
+  IntList mask_shape = x.shape();
+  if (feature)
+    for (size_t d = 2; d < mask_shape.size(); ++d) mask_shape[d] = 1;
+  const Tensor keep = cast(rand(mask_shape, seed, x.dtype(), x.device(), loc) >= p, x.dtype(), loc);
+  return alpha_dropout_with(x, keep, p);
+}
+
+} // namespace
+
+Tensor alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return alpha_dropout_of("alpha_dropout", x, p, seed, training, false, loc);
+}
+
+Tensor feature_alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return alpha_dropout_of("feature_alpha_dropout", x, p, seed, training, true, loc);
+}
+
+Tensor dropout1d(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return feature_dropout("dropout1d", x, p, seed, training, 2, false, loc);
+}
+
+Tensor dropout2d(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return feature_dropout("dropout2d", x, p, seed, training, 3, true, loc);
+}
+
+Tensor dropout3d(const Tensor& x, double p, uint64_t seed, bool training, Loc loc) {
+  return feature_dropout("dropout3d", x, p, seed, training, 4, false, loc);
 }
 
 // ---------------------------------------------------------------- losses

@@ -294,8 +294,9 @@ void check_adaptive(const char* op, const Tensor& x, int64_t spatial, const IntL
   if (!x.defined()) throw Error(op, "the input is undefined", loc);
   if (x.dim() != spatial + 1 && x.dim() != spatial + 2)
     detail::fail(op,
-                 spatial == 1 ? "expects a [N, C, L] (or unbatched [C, L]) input"
-                              : "expects a [N, C, H, W] (or unbatched [C, H, W]) input",
+                 spatial == 1   ? "expects a [N, C, L] (or unbatched [C, L]) input"
+                 : spatial == 2 ? "expects a [N, C, H, W] (or unbatched [C, H, W]) input"
+                                : "expects a [N, C, D, H, W] (or unbatched [C, D, H, W]) input",
                  {&x}, loc);
   if (!is_floating(x.dtype())) detail::fail(op, "needs a floating tensor", {&x}, loc);
   for (int64_t v : output_size)
@@ -385,6 +386,11 @@ Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc) {
   return adaptive_avg_pool("adaptive_avg_pool1d", x, {output_size}, loc);
 }
 
+Tensor adaptive_avg_pool3d(const Tensor& x, const Size3& output_size, Loc loc) {
+  const graph::SourceScope at(loc, "adaptive_avg_pool3d"); // nodes made here record the caller's line
+  return adaptive_avg_pool("adaptive_avg_pool3d", x, {output_size.d, output_size.h, output_size.w}, loc);
+}
+
 std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, const Size2& output_size, Loc loc) {
   const graph::SourceScope at(loc, "adaptive_max_pool2d"); // nodes made here record the caller's line
   return adaptive_max_pool("adaptive_max_pool2d", x, {output_size.h, output_size.w}, loc);
@@ -401,6 +407,23 @@ std::pair<Tensor, Tensor> adaptive_max_pool1d_with_indices(const Tensor& x, int6
 
 Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size, Loc loc) {
   return adaptive_max_pool1d_with_indices(x, output_size, loc).first;
+}
+
+Tensor upsample(const Tensor& x, const InterpolateOptions& options, Loc loc) {
+  const detail::UserCall call("upsample", loc);
+  return interpolate(x, options, loc);
+}
+
+Tensor upsample_nearest(const Tensor& x, IntList size, std::vector<double> scale_factor, Loc loc) {
+  const detail::UserCall call("upsample_nearest", loc);
+  return interpolate(x, {.size = std::move(size), .scale_factor = std::move(scale_factor), .mode = "nearest"}, loc);
+}
+
+Tensor upsample_bilinear(const Tensor& x, IntList size, std::vector<double> scale_factor, Loc loc) {
+  const detail::UserCall call("upsample_bilinear", loc);
+  return interpolate(
+      x, {.size = std::move(size), .scale_factor = std::move(scale_factor), .mode = "bilinear", .align_corners = true},
+      loc);
 }
 
 } // namespace kiln::nn::functional

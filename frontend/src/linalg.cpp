@@ -11,7 +11,9 @@
 
 #include "frontend/src/tensor_impl.h"
 #include "graph/shape.h"
+#include "kiln/arrange.h"
 #include "kiln/functional.h"
+#include "kiln/indexops.h"
 
 namespace kiln {
 
@@ -348,6 +350,121 @@ Tensor cdist(const Tensor& x1, const Tensor& x2, double p, Loc loc) {
   if (!graph::broadcast_shapes(b1, b2)) fail("cdist", "the batch dims cannot be broadcast", {&x1, &x2}, loc);
   const Tensor diff = x1.unsqueeze(-2, loc) - x2.unsqueeze(-3, loc); // [..., P, R, M]
   return linalg_vector_norm(diff, p, {-1}, false, loc);
+}
+
+Tensor pdist(const Tensor& x, double p, Loc loc) {
+  const graph::SourceScope at(loc, "pdist");
+  const detail::UserCall call("pdist", loc);
+  check_defined("pdist", {&x}, loc);
+  check_rank("pdist", x, 2, "the input", {&x}, loc);
+  if (!is_floating(x.dtype())) fail("pdist", "the input must be floating point", {&x}, loc);
+  if (!(p >= 0)) fail("pdist", "p must be >= 0, got " + std::to_string(p), {&x}, loc);
+  const int64_t n = x.size(0);
+  const Tensor pairs = triu_indices(n, n, 1, x.device(), loc); // [2, n (n - 1) / 2]: (i; j), i < j
+  const Tensor diff =
+      index_select(x, 0, pairs.select(0, 0, loc), loc) - index_select(x, 0, pairs.select(0, 1, loc), loc);
+  return linalg_vector_norm(diff, p, {-1}, false, loc);
+}
+
+namespace {
+
+// x [..., n, n] checked for matrix_power (under `op`).
+void check_square(const char* op, const Tensor& x, const Loc& loc) {
+  check_defined(op, {&x}, loc);
+  if (x.dim() < 2 || x.size(-1) != x.size(-2)) fail(op, "needs square matrices [..., n, n]", {&x}, loc);
+}
+
+// x^0, ..., x^(N-1) of the elements of x along a new last dim: a cumulative product of [1, x, x, ...].
+Tensor powers(const Tensor& x, int64_t N, const Loc& loc) {
+  if (N == 0) return zeros_like(x).unsqueeze(-1, loc).slice(-1, 0, 0, 1, loc);
+  IntList shape = x.shape();
+  shape.push_back(N - 1);
+  const Tensor repeated = x.unsqueeze(-1, loc).expand(shape, loc);
+  return cumprod(concat({ones_like(x).unsqueeze(-1, loc), repeated}, -1, loc), -1, loc);
+}
+
+} // namespace
+
+Tensor matrix_power(const Tensor& x, int64_t k, Loc loc) {
+  const graph::SourceScope at(loc, "matrix_power");
+  const detail::UserCall call("matrix_power", loc);
+  check_square("matrix_power", x, loc);
+  if (k < 0)
+    fail("matrix_power", "a negative power (" + num(k) + ") needs a matrix inverse, which kiln does not have", {&x},
+         loc);
+  const int64_t n = x.size(-1);
+  if (k == 0) return eye(n, n, x.dtype(), x.device(), loc).expand(x.shape(), loc);
+  Tensor result, square = x;
+  for (int64_t e = k;; e >>= 1) { // binary powering: the set bits of k
+    if (e & 1) result = result.defined() ? matmul(result, square, loc) : square;
+    if (e <= 1) break;
+    square = matmul(square, square, loc);
+  }
+  return result;
+}
+
+Tensor vander(const Tensor& x, std::optional<int64_t> N, bool increasing, Loc loc) {
+  const graph::SourceScope at(loc, "vander");
+  const detail::UserCall call("vander", loc);
+  check_defined("vander", {&x}, loc);
+  check_rank("vander", x, 1, "the input", {&x}, loc);
+  const int64_t cols = N.value_or(x.size(0));
+  if (cols < 0) fail("vander", "N must be non-negative, got " + num(cols), {&x}, loc);
+  const Tensor v = powers(x, cols, loc);
+  return increasing ? v : flip(v, {1}, loc);
+}
+
+Tensor nn::functional::pdist(const Tensor& x, double p, Loc loc) { return kiln::pdist(x, p, loc); }
+
+Tensor linalg::matrix_power(const Tensor& x, int64_t k, Loc loc) {
+  const detail::UserCall call("linalg.matrix_power", loc);
+  return kiln::matrix_power(x, k, loc);
+}
+
+Tensor linalg::multi_dot(const std::vector<Tensor>& tensors, Loc loc) {
+  const graph::SourceScope at(loc, "linalg.multi_dot");
+  const detail::UserCall call("linalg.multi_dot", loc);
+  if (tensors.size() < 2)
+    throw Error("linalg.multi_dot", "needs at least 2 tensors, got " + num(std::ssize(tensors)), loc);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    check_defined("linalg.multi_dot", {&t}, loc);
+    const bool end = i == 0 || i + 1 == tensors.size();
+    if (t.dim() != 2 && !(end && t.dim() == 1))
+      fail("linalg.multi_dot",
+           "tensor " + num(static_cast<int64_t>(i)) + " must be 2-d (the first and last may be 1-d)", {&t}, loc);
+  }
+  const bool row = tensors.front().dim() == 1, col = tensors.back().dim() == 1;
+  Tensor acc = row ? tensors.front().unsqueeze(0, loc) : tensors.front();
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const Tensor next = i + 1 == tensors.size() && col ? tensors[i].unsqueeze(1, loc) : tensors[i];
+    if (acc.size(1) != next.size(0))
+      fail("linalg.multi_dot",
+           "tensor " + num(static_cast<int64_t>(i)) + " does not chain: " + num(acc.size(1)) + " vs " +
+               num(next.size(0)),
+           {&acc, &next}, loc);
+    acc = mm(acc, next, loc);
+  }
+  if (col) acc = acc.squeeze(1, loc);
+  return row ? acc.squeeze(0, loc) : acc;
+}
+
+Tensor linalg::vecdot(const Tensor& x, const Tensor& y, int64_t dim, Loc loc) {
+  const graph::SourceScope at(loc, "linalg.vecdot");
+  const detail::UserCall call("linalg.vecdot", loc);
+  check_defined("linalg.vecdot", {&x, &y}, loc);
+  const Tensor prod = x * y;
+  return prod.sum({wrap_dim_or_fail("linalg.vecdot", dim, prod, loc)}, false, loc);
+}
+
+Tensor linalg::vander(const Tensor& x, std::optional<int64_t> N, Loc loc) {
+  const graph::SourceScope at(loc, "linalg.vander");
+  const detail::UserCall call("linalg.vander", loc);
+  check_defined("linalg.vander", {&x}, loc);
+  if (x.dim() < 1) fail("linalg.vander", "needs at least 1 dim", {&x}, loc);
+  const int64_t cols = N.value_or(x.size(-1));
+  if (cols < 1) fail("linalg.vander", "N must be at least 1, got " + num(cols), {&x}, loc);
+  return powers(x, cols, loc);
 }
 
 // ---------------------------------------------------------------- methods

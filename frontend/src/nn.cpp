@@ -596,6 +596,10 @@ std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + size
 
 Tensor AdaptiveAvgPool1d::forward_impl(const Tensor& x) { return functional::adaptive_avg_pool1d(x, output_size_); }
 
+std::string AdaptiveAvgPool3d::extra_repr() const {
+  return "output_size=" + join_ints({output_size_.d, output_size_.h, output_size_.w});
+}
+
 std::string AdaptiveAvgPool1d::extra_repr() const { return "output_size=" + std::to_string(output_size_); }
 
 std::pair<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& x, Loc loc) {
@@ -891,7 +895,12 @@ BatchNorm::BatchNorm(int64_t features, BatchNormOptions opts, int rank_min, int 
 
 Tensor BatchNorm::forward_impl(const Tensor& x) {
   if (x.dim() < rank_min_ || x.dim() > rank_max_ || x.size(1) != features_)
-    detail::fail(name_, "expects [N, " + std::to_string(features_) + (rank_max_ == 4 ? ", H, W]" : "(, L)]") + " inputs",
+    detail::fail(name_,
+                 "expects [N, " + std::to_string(features_) +
+                     (rank_max_ == 5   ? ", D, H, W]"
+                      : rank_max_ == 4 ? ", H, W]"
+                                       : "(, L)]") +
+                     " inputs",
                  {&x}, Loc::current());
   const bool use_batch = is_training() || !options.track_running_stats;
   const Tensor factor = count_batch();
@@ -986,7 +995,7 @@ InstanceNorm::InstanceNorm(int64_t features, double eps, double momentum, bool a
 }
 
 Tensor InstanceNorm::forward_impl(const Tensor& x) {
-  const std::string dims = rank_ == 3 ? "L]" : "H, W]";
+  const std::string dims = rank_ == 3 ? "L]" : rank_ == 4 ? "H, W]" : "D, H, W]";
   if (x.dim() != rank_ && x.dim() != rank_ - 1)
     detail::fail(name_, "expects [N, C, " + dims + " (or unbatched [C, " + dims + ") inputs", {&x}, Loc::current());
   const bool unbatched = x.dim() == rank_ - 1;
@@ -1036,10 +1045,38 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed, Loc loc)
   if (!(p >= 0 && p <= 1)) throw Error("Dropout", "p must be in [0, 1], got " + std::to_string(p), loc);
 }
 
+uint64_t Dropout::next_mask_seed() {
+  return detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
+}
+
 Tensor Dropout::forward_impl(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
-  const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
-  return functional::dropout(x, p_, seed, true);
+  return functional::dropout(x, p_, next_mask_seed(), true);
+}
+
+Tensor Dropout1d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout1d(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor Dropout2d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout2d(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor AlphaDropout::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::alpha_dropout(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor FeatureAlphaDropout::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::feature_alpha_dropout(x, p(), masks ? next_mask_seed() : 0, masks);
+}
+
+Tensor Dropout3d::forward_impl(const Tensor& x) {
+  const bool masks = is_training() && p() > 0;
+  return functional::dropout3d(x, p(), masks ? next_mask_seed() : 0, masks);
 }
 
 std::string Dropout::extra_repr() const {
@@ -1059,12 +1096,17 @@ GELU::GELU(std::string approximate, Loc loc) : approximate_(std::move(approximat
 
 namespace {
 
-// A float as Python's repr writes it ("1.0", "0.01", "1e-05"), as PyTorch's module reprs show their floats:
-// the shortest digits that read back as v (std::to_chars), with ".0" after an integral value.
+// A float as Python's repr writes it ("1.0", "0.01", "0.0001", "1e-05"), as PyTorch's module reprs show their
+// floats: the shortest digits that read back as v (std::to_chars), positional from 1e-4 to below 1e16 with ".0"
+// after an integral value, scientific outside.
 std::string python_float(double v) {
   char buf[32];
-  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0"; // n: inf and nan stay as they are
+  if (!std::isfinite(v)) return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); // inf, -inf, nan
+  const std::string sci(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific).ptr);
+  const int exp10 = std::stoi(sci.substr(sci.find('e') + 1));
+  if (exp10 < -4 || exp10 >= 16) return sci; // Python's repr: 1e-05, 1e+16 ("1.5e-07": shortest digits)
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed).ptr); // 0.0001, 100.0
+  if (s.find('.') == std::string::npos) s += ".0";
   return s;
 }
 
@@ -1078,6 +1120,26 @@ CELU::CELU(double alpha, Loc loc) : alpha_(alpha) {
 }
 
 std::string CELU::extra_repr() const { return "alpha=" + python_float(alpha_); }
+RReLU::RReLU(double lower, double upper, std::optional<uint64_t> seed, Loc loc)
+    : lower_(lower), upper_(upper), seed_(seed.value_or(next_seed())), calls_(std::make_shared<uint64_t>(0)) {
+  if (!(lower <= upper))
+    throw Error("RReLU", "lower (" + python_float(lower) + ") must not exceed upper (" + python_float(upper) + ")",
+                loc);
+}
+
+Tensor RReLU::forward_impl(const Tensor& x) {
+  if (!is_training()) return functional::rrelu(x, lower_, upper_, false);
+  const uint64_t seed = detail::host_seed([base = seed_, calls = calls_] { return mix(base ^ mix((*calls)++)); });
+  return functional::rrelu(x, lower_, upper_, true, seed);
+}
+
+std::string RReLU::extra_repr() const { return "lower=" + python_float(lower_) + ", upper=" + python_float(upper_); }
+std::string Hardshrink::extra_repr() const { return python_float(lambd_); }
+std::string Softshrink::extra_repr() const { return python_float(lambd_); }
+std::string LocalResponseNorm::extra_repr() const {
+  return std::to_string(size_) + ", alpha=" + python_float(alpha_) + ", beta=" + python_float(beta_) +
+         ", k=" + python_float(k_);
+}
 
 std::string Softplus::extra_repr() const {
   std::ostringstream os; // PyTorch's defaults are ints: "beta=1, threshold=20"

@@ -609,6 +609,91 @@ std::pair<Tensor, Tensor> detail::moments_corrected(const Tensor& x, IntList dim
   return {spread, mean(x, dims, keepdim, loc)};
 }
 
+namespace {
+
+// y along dim as its `before` (0 .. n-2) and `after` (1 .. n-1) samples; x likewise (x 1-d is laid along dim).
+struct Samples {
+  Tensor y0, y1, dx; // dx undefined: unit spacing (the caller scales)
+};
+
+Samples samples(const char* op, const Tensor& y, const Tensor* x, int64_t dim, const Loc& loc) {
+  require_floating(op, y, loc);
+  if (y.dim() == 0) fail(op, "needs an input of at least 1 dim", {&y}, loc);
+  const int64_t d = detail::wrap_dim_or_fail(op, dim, y, loc), n = y.size(d);
+  Samples s{y.slice(d, 0, std::max<int64_t>(n - 1, 0), 1, loc), y.slice(d, 1, n, 1, loc), Tensor()};
+  if (!x) return s;
+  require_defined(op, *x, loc);
+  Tensor xs = *x;
+  if (x->dim() == 1) {
+    if (x->size(0) != n) fail(op, "a 1-d x must have y's extent along dim", {&y, x}, loc);
+    IntList shape(static_cast<size_t>(y.dim()), 1);
+    shape[static_cast<size_t>(d)] = n;
+    xs = x->reshape(shape, loc);
+  } else if (x->shape() != y.shape()) {
+    fail(op, "x must be 1-d or have y's shape", {&y, x}, loc);
+  }
+  s.dx = xs.slice(d, 1, n, 1, loc) - xs.slice(d, 0, std::max<int64_t>(n - 1, 0), 1, loc);
+  return s;
+}
+
+} // namespace
+
+Tensor trapezoid(const Tensor& y, double dx, int64_t dim, Loc loc) {
+  const Scope scope("trapezoid", loc);
+  const Samples s = samples("trapezoid", y, nullptr, dim, loc);
+  const int64_t d = detail::wrap_dim_or_fail("trapezoid", dim, y, loc);
+  return (s.y0 + s.y1).sum({d}, false, loc) * (dx / 2);
+}
+
+Tensor trapezoid(const Tensor& y, const Tensor& x, int64_t dim, Loc loc) {
+  const Scope scope("trapezoid", loc);
+  const Samples s = samples("trapezoid", y, &x, dim, loc);
+  const int64_t d = detail::wrap_dim_or_fail("trapezoid", dim, y, loc);
+  return (s.dx * (s.y0 + s.y1)).sum({d}, false, loc) / 2.0;
+}
+
+Tensor trapz(const Tensor& y, double dx, int64_t dim, Loc loc) {
+  const Scope scope("trapz", loc);
+  return trapezoid(y, dx, dim, loc);
+}
+
+Tensor trapz(const Tensor& y, const Tensor& x, int64_t dim, Loc loc) {
+  const Scope scope("trapz", loc);
+  return trapezoid(y, x, dim, loc);
+}
+
+Tensor cumulative_trapezoid(const Tensor& y, double dx, int64_t dim, Loc loc) {
+  const Scope scope("cumulative_trapezoid", loc);
+  const Samples s = samples("cumulative_trapezoid", y, nullptr, dim, loc);
+  return cumsum((s.y0 + s.y1) * (dx / 2), detail::wrap_dim_or_fail("cumulative_trapezoid", dim, y, loc), loc);
+}
+
+Tensor cumulative_trapezoid(const Tensor& y, const Tensor& x, int64_t dim, Loc loc) {
+  const Scope scope("cumulative_trapezoid", loc);
+  const Samples s = samples("cumulative_trapezoid", y, &x, dim, loc);
+  return cumsum(s.dx * (s.y0 + s.y1) / 2.0, detail::wrap_dim_or_fail("cumulative_trapezoid", dim, y, loc), loc);
+}
+
+Tensor cov(const Tensor& x, int64_t correction, Loc loc) {
+  const Scope scope("cov", loc);
+  require_floating("cov", x, loc);
+  if (x.dim() > 2) fail("cov", "needs a 1-d or 2-d input [variables, observations]", {&x}, loc);
+  const Tensor rows = x.dim() < 2 ? x.reshape({1, -1}, loc) : x;
+  const Tensor centered = rows - rows.mean({1}, true, loc);
+  const double count = static_cast<double>(rows.size(1) - correction);
+  const Tensor c = matmul(centered, centered.t(loc), loc) / std::max(count, 0.0);
+  return x.dim() < 2 ? c.reshape({}, loc) : c;
+}
+
+Tensor corrcoef(const Tensor& x, Loc loc) {
+  const Scope scope("corrcoef", loc);
+  require_floating("corrcoef", x, loc);
+  const Tensor c = cov(x, 1, loc);
+  if (c.dim() == 0) return c / c;
+  const Tensor sd = sqrt(c.diagonal(0, 0, 1, loc), loc);
+  return clamp((c / sd.unsqueeze(1, loc)) / sd.unsqueeze(0, loc), -1.0, 1.0, loc);
+}
+
 Tensor logaddexp(const Tensor& a, const Tensor& b, Loc loc) {
   const Scope scope("logaddexp", loc);
   require_floating("logaddexp", a, loc);

@@ -121,6 +121,24 @@ Tensor relu6(const Tensor& x, Loc loc = Loc::current());
 Tensor logsigmoid(const Tensor& x, Loc loc = Loc::current());
 /// x / (1 + |x|) (inf gives NaN, as PyTorch's).
 Tensor softsign(const Tensor& x, Loc loc = Loc::current());
+/// x where |x| > lambd, else 0 (NaN stays NaN), as torch.nn.functional.hardshrink; the gradient is 1 where
+/// |x| > lambd and 0 elsewhere, the bounds and NaN included (PyTorch's).
+Tensor hardshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current());
+/// x - lambd where x > lambd, x + lambd where x < -lambd, else 0 (NaN too, as PyTorch 1.13's), as
+/// torch.nn.functional.softshrink; lambd must be >= 0; the gradient is 0 on [-lambd, lambd] and at NaN.
+Tensor softshrink(const Tensor& x, double lambd = 0.5, Loc loc = Loc::current());
+/// x - tanh(x), as torch.nn.functional.tanhshrink.
+Tensor tanhshrink(const Tensor& x, Loc loc = Loc::current());
+/// Randomized leaky ReLU, as torch.nn.functional.rrelu: x where x > 0, else x times a slope drawn uniformly from
+/// [lower, upper) per element (from `seed`) in training, or leaky_relu with slope (lower + upper) / 2 otherwise;
+/// the gradient at 0 and below is the slope (PyTorch's). lower <= upper.
+Tensor rrelu(const Tensor& x, double lower = 1.0 / 8, double upper = 1.0 / 3, bool training = false, uint64_t seed = 0,
+             Loc loc = Loc::current());
+/// Samples of the Gumbel-softmax distribution, as torch.nn.functional.gumbel_softmax: softmax((logits + g) / tau)
+/// along dim with Gumbel noise g from `seed`; with `hard`, the one-hot of each row's argmax (its first maximum)
+/// whose gradient is the soft sample's (y_hard - y_soft.detach() + y_soft). tau > 0.
+Tensor gumbel_softmax(const Tensor& logits, uint64_t seed, double tau = 1, bool hard = false, int64_t dim = -1,
+                      Loc loc = Loc::current());
 /// a * sigmoid(b) for the two halves a, b of x along dim; an odd size there, or a 0-d x, is an error.
 Tensor glu(const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
 /// x for x > 0, else weight * x, with a weight of 1 element or of x.size(1) (the channels; a 1-d or 0-d x has
@@ -307,6 +325,9 @@ Tensor fold(const Tensor& x, const Size2& output_size, const Size2& kernel_size,
 /// sum over the window by an ulp or so. Errors: the rank, a non-floating input, a negative output extent,
 /// an empty H or W. Unlike PyTorch's, output_size has no "None" entry (keep that extent): give the extent.
 Tensor adaptive_avg_pool2d(const Tensor& x, const Size2& output_size, Loc loc = Loc::current());
+/// torch.nn.functional.adaptive_avg_pool3d: adaptive_avg_pool2d's windows along D, H and W of [N, C, D, H, W]
+/// (or unbatched [C, D, H, W]).
+Tensor adaptive_avg_pool3d(const Tensor& x, const Size3& output_size, Loc loc = Loc::current());
 /// Mean over PyTorch's adaptive windows of x [N, C, L] (or unbatched [C, L]), as
 /// torch.nn.functional.adaptive_avg_pool1d: output i averages [floor(i L / Lo), ceil((i + 1) L / Lo)).
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
@@ -388,6 +409,13 @@ struct InterpolateOptions {
 /// this rank, size and scale_factor both or neither given, align_corners with a nearest mode or "area", an empty
 /// input (but for the batch) or output, a non-floating input.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
+/// torch.nn.functional.upsample: interpolate.
+Tensor upsample(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
+/// torch.nn.functional.upsample_nearest: interpolate in mode "nearest" to `size`, or (size empty) by `scale_factor`.
+Tensor upsample_nearest(const Tensor& x, IntList size, std::vector<double> scale_factor = {}, Loc loc = Loc::current());
+/// torch.nn.functional.upsample_bilinear: interpolate in mode "bilinear" with align_corners (as PyTorch's).
+Tensor upsample_bilinear(const Tensor& x, IntList size, std::vector<double> scale_factor = {},
+                         Loc loc = Loc::current());
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims of `normalized_shape`.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5, Loc loc = Loc::current());
@@ -420,6 +448,23 @@ Tensor instance_norm(const Tensor& x, Tensor running_mean = Tensor(), Tensor run
 /// Zeroes elements with probability p in [0, 1] (mask from `seed`) and scales the rest by 1/(1-p); p = 1 gives
 /// x * 0 (zeros, NaN for a non-finite x, as PyTorch); identity unless training.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout, as torch.nn.functional.dropout1d: each channel (dim 1 of [N, C, L]; dim 0 of an unbatched
+/// [C, L]) is zeroed whole with probability p (mask from `seed`) and the rest scaled by 1/(1-p); identity unless
+/// training. Other ranks are an error.
+Tensor dropout1d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout of [N, C, H, W], or [N, C, L] (channel-wise 1-d, as PyTorch 1.13 takes a 3-d input), as
+/// torch.nn.functional.dropout2d; other ranks are an error (PyTorch 1.13 warns and drops channels of dim 1).
+Tensor dropout2d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Channel dropout of [N, C, D, H, W], or an unbatched [C, D, H, W], as torch.nn.functional.dropout3d.
+Tensor dropout3d(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// Alpha dropout (for SELU networks), as torch.nn.functional.alpha_dropout: each element kept with probability
+/// 1 - p (mask from `seed`) as a x + alpha a p, else alpha a p - alpha a, with alpha = 1.7580993408473766 and
+/// a = 1 / sqrt((alpha^2 p + 1)(1 - p)), so that a zero-mean unit-variance input keeps its mean and variance;
+/// p = 1 gives zeros; identity unless training.
+Tensor alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
+/// alpha_dropout of whole channels (one draw per [N, C] of an input of 2 or more dims), as
+/// torch.nn.functional.feature_alpha_dropout.
+Tensor feature_alpha_dropout(const Tensor& x, double p, uint64_t seed, bool training = true, Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- norms and distances
 /// x divided by its p-norm along dim (at least eps), as torch.nn.functional.normalize: x / max(norm, eps),
@@ -435,6 +480,14 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// torch.nn.functional.pairwise_distance (kiln::norm's orders and gradients).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6, bool keepdim = false,
                          Loc loc = Loc::current());
+/// torch.nn.functional.pdist: kiln::pdist (kiln/linalg.h).
+Tensor pdist(const Tensor& x, double p = 2, Loc loc = Loc::current());
+
+/// Local response normalization across channels (dim 1) of x [N, C, ...] (rank >= 3), as
+/// torch.nn.functional.local_response_norm: x / (k + alpha * mean of x^2 over the `size` channels around each
+/// one, zero-padded: size / 2 before, (size - 1) / 2 after)^beta. A zero-size x gives itself.
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0,
+                           Loc loc = Loc::current());
 
 // ---------------------------------------------------------------- losses
 /// Options of cross_entropy, in PyTorch's argument order (designated initializers: `{.ignore_index = 0}`).

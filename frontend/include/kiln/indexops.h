@@ -145,4 +145,16 @@ std::pair<Tensor, Tensor> topk(const Tensor& input, int64_t k, int64_t dim = -1,
 /// torch.msort: sort(input, 0).first, the values sorted along dim 0.
 Tensor msort(const Tensor& input, Loc loc = Loc::current());
 
+// ---------------------------------------------------------------- selections of data-dependent size (nonzero.cpp)
+// Their result's shape depends on the values: the mask is computed and read on the host (so they cannot be
+// traced by compile(): an error says so), and the positions become an i64 tensor on the input's device.
+/// torch.nonzero: the [n, rank] i64 coordinates of the n nonzero elements (NaN is nonzero, false is zero), in
+/// row-major order.
+Tensor nonzero(const Tensor& input, Loc loc = Loc::current());
+/// torch.argwhere: nonzero.
+Tensor argwhere(const Tensor& input, Loc loc = Loc::current());
+/// torch.masked_select: the 1-d elements of input where the bool mask is true (the two broadcast), in row-major
+/// order; differentiable in input (the gradient scatters back).
+Tensor masked_select(const Tensor& input, const Tensor& mask, Loc loc = Loc::current());
+
 } // namespace kiln

@@ -27,5 +27,6 @@
 #include "kiln/profile.h"
 #include "kiln/rnn.h"
 #include "kiln/scalar.h"
+#include "kiln/special.h"
 #include "kiln/tensor.h"
 #include "kiln/transformer.h"

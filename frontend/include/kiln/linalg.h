@@ -81,6 +81,17 @@ Tensor cross(const Tensor& a, const Tensor& b, std::optional<int64_t> dim = std:
 /// differ by rounding and which gives 1e-15 rather than 0 at distance 0).
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2, Loc loc = Loc::current());
 
+/// torch.pdist: the p-norm distances between the rows of x [N, M], i < j, in row-major order of (i, j):
+/// [N (N - 1) / 2] (kiln::norm's orders, p >= 0, and gradients: 0 at a distance of 0, as PyTorch's).
+Tensor pdist(const Tensor& x, double p = 2, Loc loc = Loc::current());
+/// torch.matrix_power: the square matrices of x [..., n, n] to the power k >= 0 by repeated squaring (k = 0:
+/// the identity). A negative k needs an inverse, which kiln does not have: an error.
+Tensor matrix_power(const Tensor& x, int64_t k, Loc loc = Loc::current());
+/// torch.vander: the Vandermonde matrix of a 1-d x, [n, N] (N = n when absent) with columns x^(N-1), ..., x^0,
+/// or x^0, ..., x^(N-1) when increasing (a cumulative product, so with gradients); N >= 0.
+Tensor vander(const Tensor& x, std::optional<int64_t> N = std::nullopt, bool increasing = false,
+              Loc loc = Loc::current());
+
 /// torch.einsum: the sum of products given by an equation, e.g. "bij,bjk->bik". Subscripts are
 /// letters (spaces are ignored); a letter repeated in one operand takes its diagonal; letters missing
 /// from the output are summed; without "->" the output is the letters that appear once, in
@@ -94,6 +105,15 @@ namespace linalg {
 /// torch.linalg.cross: the cross product of 3-vectors along `dim` (extent 3 in both), a and b of
 /// equal rank, their other dims broadcast.
 Tensor cross(const Tensor& a, const Tensor& b, int64_t dim = -1, Loc loc = Loc::current());
+/// torch.linalg.matrix_power: kiln::matrix_power.
+Tensor matrix_power(const Tensor& x, int64_t k, Loc loc = Loc::current());
+/// torch.linalg.multi_dot: the product of the matrices left to right; the first may be a 1-d row and the last a
+/// 1-d column (their dims are dropped from the result); at least two.
+Tensor multi_dot(const std::vector<Tensor>& tensors, Loc loc = Loc::current());
+/// torch.linalg.vecdot: sum(x * y) along dim (x and y broadcast).
+Tensor vecdot(const Tensor& x, const Tensor& y, int64_t dim = -1, Loc loc = Loc::current());
+/// torch.linalg.vander: x [..., n] to [..., n, N] (N = n when absent), columns x^0, ..., x^(N-1); N >= 1.
+Tensor vander(const Tensor& x, std::optional<int64_t> N = std::nullopt, Loc loc = Loc::current());
 } // namespace linalg
 
 } // namespace kiln

@@ -463,6 +463,22 @@ private:
   Size2 output_size_;
 };
 
+/// Mean over adaptive windows of [N, C, D, H, W] (or [C, D, H, W]) inputs to fixed extents, as
+/// torch.nn.AdaptiveAvgPool3d (functional::adaptive_avg_pool3d).
+class AdaptiveAvgPool3d : public Module {
+public:
+  /// The output's extents (Do, Ho, Wo); an integer means all three.
+  explicit AdaptiveAvgPool3d(Size3 output_size) : output_size_(output_size) {}
+  /// [N, C, Do, Ho, Wo]; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AdaptiveAvgPool3d"; } ///< "AdaptiveAvgPool3d"
+  std::string extra_repr() const override; ///< output_size
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::adaptive_avg_pool3d(x, output_size_); }
+private:
+  Size3 output_size_;
+};
+
 /// Mean over adaptive windows of [N, C, L] (or [C, L]) inputs to a fixed output length, as
 /// torch.nn.AdaptiveAvgPool1d (functional::adaptive_avg_pool1d).
 class AdaptiveAvgPool1d : public Module {
@@ -795,6 +811,27 @@ protected:
   Tensor forward_impl(const Tensor& x) override;
 };
 
+/// Upsample in mode "nearest" with a size or scale factors, as torch.nn.UpsamplingNearest2d.
+class UpsamplingNearest2d : public Upsample {
+public:
+  /// The output's size, or (size empty) the scale factors.
+  explicit UpsamplingNearest2d(IntList size = {}, std::vector<double> scale_factor = {})
+      : Upsample({.size = std::move(size), .scale_factor = std::move(scale_factor), .mode = "nearest"}) {}
+  std::string name() const override { return "UpsamplingNearest2d"; } ///< "UpsamplingNearest2d"
+};
+
+/// Upsample in mode "bilinear" with align_corners, as torch.nn.UpsamplingBilinear2d.
+class UpsamplingBilinear2d : public Upsample {
+public:
+  /// The output's size, or (size empty) the scale factors.
+  explicit UpsamplingBilinear2d(IntList size = {}, std::vector<double> scale_factor = {})
+      : Upsample({.size = std::move(size),
+                  .scale_factor = std::move(scale_factor),
+                  .mode = "bilinear",
+                  .align_corners = true}) {}
+  std::string name() const override { return "UpsamplingBilinear2d"; } ///< "UpsamplingBilinear2d"
+};
+
 /// What the padding modules share (ZeroPad2d, ConstantPad1d, ReflectionPad2d, ReplicationPad3d, ...): a
 /// kiln::pad of the last 1, 2 or 3 dims by fixed amounts, in one mode.
 class Pad : public Module {
@@ -974,7 +1011,7 @@ public:
   BatchNorm(int64_t features, BatchNormOptions options, int rank_min, int rank_max, std::string name, Loc loc);
   /// normalized x, same shape; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
-  std::string name() const override { return name_; } ///< "BatchNorm1d" or "BatchNorm2d"
+  std::string name() const override { return name_; } ///< "BatchNorm1d", "BatchNorm2d" or "BatchNorm3d"
   std::string extra_repr() const override;  ///< configuration
   int64_t num_features() const { return features_; } ///< C
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
@@ -1009,6 +1046,14 @@ public:
   /// For `features` channels.
   explicit BatchNorm2d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
       : BatchNorm(features, options, 4, 4, "BatchNorm2d", loc) {}
+};
+
+/// BatchNorm over [N, C, D, H, W] inputs, as torch.nn.BatchNorm3d.
+class BatchNorm3d : public BatchNorm {
+public:
+  /// For `features` channels.
+  explicit BatchNorm3d(int64_t features, BatchNormOptions options = {}, Loc loc = Loc::current())
+      : BatchNorm(features, options, 5, 5, "BatchNorm3d", loc) {}
 };
 
 /// Layer normalization over the trailing dims given by `normalized_shape`.
@@ -1078,7 +1123,7 @@ public:
                std::string name, Loc loc);
   /// normalized x, same shape; a direct call names the caller's line, as operator() does
   Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
-  std::string name() const override { return name_; } ///< "InstanceNorm1d" or "InstanceNorm2d"
+  std::string name() const override { return name_; } ///< "InstanceNorm1d", "InstanceNorm2d" or "InstanceNorm3d"
   std::string extra_repr() const override;             ///< configuration
   Tensor weight;              ///< [C] scale (ones), undefined unless affine
   Tensor bias;                ///< [C] shift (zeros), undefined unless affine
@@ -1113,6 +1158,15 @@ public:
       : InstanceNorm(features, eps, momentum, affine, track_running_stats, 4, "InstanceNorm2d", loc) {}
 };
 
+/// InstanceNorm over [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.InstanceNorm3d.
+class InstanceNorm3d : public InstanceNorm {
+public:
+  /// For `features` channels; PyTorch's defaults (no affine, no running statistics).
+  explicit InstanceNorm3d(int64_t features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                          bool track_running_stats = false, Loc loc = Loc::current())
+      : InstanceNorm(features, eps, momentum, affine, track_running_stats, 5, "InstanceNorm3d", loc) {}
+};
+
 /// Zeroes elements with probability p in training mode and scales the rest by
 /// 1/(1-p) (p = 1 gives x * 0, zeros, as PyTorch); the identity in eval mode. The mask of
 /// the k-th call uses a seed derived from the module's seed and k, so calls differ and runs repeat.
@@ -1128,10 +1182,70 @@ public:
   uint64_t calls() const { return *calls_; }
 protected:
   Tensor forward_impl(const Tensor& x) override;
+  /// The drop probability.
+  double p() const { return p_; }
+  /// The seed of the next mask (a training call's), counting the call.
+  uint64_t next_mask_seed();
 private:
   double p_;
   uint64_t seed_;
   std::shared_ptr<uint64_t> calls_; // shared so that copies of the module continue one sequence
+};
+
+/// Zeroes whole channels (dim 1 of [N, C, L], dim 0 of an unbatched [C, L]) with probability p in training mode
+/// and scales the rest by 1/(1-p), as torch.nn.Dropout1d (see functional::dropout1d); seeded as Dropout.
+class Dropout1d : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// channel-masked and scaled x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Dropout1d"; } ///< "Dropout1d"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Zeroes whole channels of [N, C, H, W] (or [N, C, L]) inputs, as torch.nn.Dropout2d (see functional::dropout2d).
+class Dropout2d : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// channel-masked and scaled x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Dropout2d"; } ///< "Dropout2d"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Alpha dropout (functional::alpha_dropout) in training mode, as torch.nn.AlphaDropout; seeded as Dropout.
+class AlphaDropout : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// alpha-dropped x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "AlphaDropout"; } ///< "AlphaDropout"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Alpha dropout of whole channels (functional::feature_alpha_dropout), as torch.nn.FeatureAlphaDropout.
+class FeatureAlphaDropout : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// alpha-dropped channels of x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "FeatureAlphaDropout"; } ///< "FeatureAlphaDropout"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+};
+
+/// Zeroes whole channels of [N, C, D, H, W] (or unbatched [C, D, H, W]) inputs, as torch.nn.Dropout3d.
+class Dropout3d : public Dropout {
+public:
+  using Dropout::Dropout;
+  /// channel-masked and scaled x; a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Dropout3d"; } ///< "Dropout3d"
+protected:
+  Tensor forward_impl(const Tensor& x) override;
 };
 
 /// Merges dims start..end into one (default: all but the batch dim).
@@ -1366,6 +1480,82 @@ public:
   std::string name() const override { return "Softsign"; } ///< "Softsign"
 protected:
   Tensor forward_impl(const Tensor& x) override { return functional::softsign(x); }
+};
+
+/// x where |x| > lambd, else 0, as torch.nn.Hardshrink.
+class Hardshrink : public Module {
+public:
+  /// The threshold lambd.
+  explicit Hardshrink(double lambd = 0.5) : lambd_(lambd) {}
+  /// hardshrink(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Hardshrink"; } ///< "Hardshrink"
+  std::string extra_repr() const override; ///< lambd
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::hardshrink(x, lambd_); }
+private:
+  double lambd_;
+};
+
+/// x shrunk toward 0 by lambd (0 within it), as torch.nn.Softshrink.
+class Softshrink : public Module {
+public:
+  /// The threshold lambd (>= 0, checked at the call).
+  explicit Softshrink(double lambd = 0.5) : lambd_(lambd) {}
+  /// softshrink(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Softshrink"; } ///< "Softshrink"
+  std::string extra_repr() const override; ///< lambd
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::softshrink(x, lambd_); }
+private:
+  double lambd_;
+};
+
+/// Randomized leaky ReLU, as torch.nn.RReLU (see functional::rrelu): a new slope per element and call in training
+/// mode (from a seed derived from the module's and the call count, as Dropout's), the mean slope in eval mode.
+class RReLU : public Module {
+public:
+  /// The slopes' range, lower <= upper; the seed defaults to next_seed().
+  explicit RReLU(double lower = 1.0 / 8, double upper = 1.0 / 3, std::optional<uint64_t> seed = std::nullopt,
+                 Loc loc = Loc::current());
+  /// rrelu(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "RReLU"; } ///< "RReLU"
+  std::string extra_repr() const override; ///< lower, upper
+protected:
+  Tensor forward_impl(const Tensor& x) override;
+private:
+  double lower_, upper_;
+  uint64_t seed_;
+  std::shared_ptr<uint64_t> calls_; // shared so that copies of the module continue one sequence
+};
+
+/// x - tanh(x), as torch.nn.Tanhshrink.
+class Tanhshrink : public Module {
+public:
+  /// tanhshrink(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "Tanhshrink"; } ///< "Tanhshrink"
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::tanhshrink(x); }
+};
+
+/// Local response normalization across channels, as torch.nn.LocalResponseNorm (see local_response_norm).
+class LocalResponseNorm : public Module {
+public:
+  /// The channels per window and alpha, beta, k.
+  explicit LocalResponseNorm(int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0)
+      : size_(size), alpha_(alpha), beta_(beta), k_(k) {}
+  /// local_response_norm(x); a direct call names the caller's line, as operator() does
+  Tensor forward(const Tensor& x, Loc loc = Loc::current()) { return forward_at(x, loc); }
+  std::string name() const override { return "LocalResponseNorm"; } ///< "LocalResponseNorm"
+  std::string extra_repr() const override; ///< size, alpha, beta, k
+protected:
+  Tensor forward_impl(const Tensor& x) override { return functional::local_response_norm(x, size_, alpha_, beta_, k_); }
+private:
+  int64_t size_;
+  double alpha_, beta_, k_;
 };
 
 /// a * sigmoid(b) for the halves a, b of x along dim.
@@ -1703,6 +1893,285 @@ public:
   std::vector<std::string> keys() const;
   /// Removes `key` and returns its parameter; kiln::Error when absent.
   Tensor pop(const std::string& key, Loc loc = Loc::current());
+};
+
+// ---------------------------------------------------------------- losses and distances as modules
+// torch.nn's loss classes: each holds its functional's options and its forward(input, target) calls it (so
+// they are not usable in Sequential); an error names the module and the caller's line. A class weight is a
+// buffer (it moves with to()), as PyTorch's.
+
+/// cross_entropy(input, target, options), as torch.nn.CrossEntropyLoss.
+class CrossEntropyLoss : public Module {
+public:
+  /// The options (weight, ignore_index, reduction, label_smoothing: `{.label_smoothing = 0.1}`).
+  explicit CrossEntropyLoss(functional::CrossEntropyOptions options = {}, Loc loc = Loc::current());
+  /// The loss of logits `input` against class indices or probabilities `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "CrossEntropyLoss"; } ///< "CrossEntropyLoss"
+private:
+  functional::CrossEntropyOptions options_;
+};
+
+/// nll_loss(input, target, options), as torch.nn.NLLLoss.
+class NLLLoss : public Module {
+public:
+  /// The options (weight, ignore_index, reduction).
+  explicit NLLLoss(functional::NllLossOptions options = {}, Loc loc = Loc::current());
+  /// The loss of log-probabilities `input` against class indices `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "NLLLoss"; } ///< "NLLLoss"
+private:
+  functional::NllLossOptions options_;
+};
+
+/// binary_cross_entropy(input, target, weight, reduction), as torch.nn.BCELoss.
+class BCELoss : public Module {
+public:
+  /// An optional weight (broadcast to the input's shape) and the reduction.
+  explicit BCELoss(Tensor weight = Tensor(), functional::Reduction reduction = functional::Reduction::Mean,
+                   Loc loc = Loc::current());
+  /// The loss of probabilities `input` against `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "BCELoss"; } ///< "BCELoss"
+private:
+  Tensor weight_;
+  functional::Reduction reduction_;
+};
+
+/// binary_cross_entropy_with_logits(input, target, options), as torch.nn.BCEWithLogitsLoss.
+class BCEWithLogitsLoss : public Module {
+public:
+  /// The options (weight, reduction, pos_weight: `{.pos_weight = w}`).
+  explicit BCEWithLogitsLoss(functional::BinaryCrossEntropyWithLogitsOptions options = {}, Loc loc = Loc::current());
+  /// The loss of logits `input` against `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "BCEWithLogitsLoss"; } ///< "BCEWithLogitsLoss"
+private:
+  functional::BinaryCrossEntropyWithLogitsOptions options_;
+};
+
+/// A loss of (input, target) with only a reduction: MSELoss, L1Loss (and the base of the ones below).
+class ReducedLoss : public Module {
+public:
+  /// The reduction.
+  explicit ReducedLoss(functional::Reduction reduction) : reduction_(reduction) {}
+  /// The reduction the loss applies.
+  functional::Reduction reduction() const { return reduction_; }
+private:
+  functional::Reduction reduction_;
+};
+
+/// mse_loss(input, target, reduction), as torch.nn.MSELoss.
+class MSELoss : public ReducedLoss {
+public:
+  /// The reduction.
+  explicit MSELoss(functional::Reduction reduction = functional::Reduction::Mean) : ReducedLoss(reduction) {}
+  /// The loss of `input` against `target` (one shape).
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "MSELoss"; } ///< "MSELoss"
+};
+
+/// l1_loss(input, target, reduction), as torch.nn.L1Loss.
+class L1Loss : public ReducedLoss {
+public:
+  /// The reduction.
+  explicit L1Loss(functional::Reduction reduction = functional::Reduction::Mean) : ReducedLoss(reduction) {}
+  /// The loss of `input` against `target` (one shape).
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "L1Loss"; } ///< "L1Loss"
+};
+
+/// smooth_l1_loss(input, target, reduction, beta), as torch.nn.SmoothL1Loss.
+class SmoothL1Loss : public ReducedLoss {
+public:
+  /// The reduction and beta (>= 0, checked at the call).
+  explicit SmoothL1Loss(functional::Reduction reduction = functional::Reduction::Mean, double beta = 1.0)
+      : ReducedLoss(reduction), beta_(beta) {}
+  /// The loss of `input` against `target` (one shape).
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "SmoothL1Loss"; } ///< "SmoothL1Loss"
+private:
+  double beta_;
+};
+
+/// huber_loss(input, target, reduction, delta), as torch.nn.HuberLoss.
+class HuberLoss : public ReducedLoss {
+public:
+  /// The reduction and delta (> 0, checked at the call).
+  explicit HuberLoss(functional::Reduction reduction = functional::Reduction::Mean, double delta = 1.0)
+      : ReducedLoss(reduction), delta_(delta) {}
+  /// The loss of `input` against `target` (one shape).
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "HuberLoss"; } ///< "HuberLoss"
+private:
+  double delta_;
+};
+
+/// kl_div(input, target, reduction, log_target), as torch.nn.KLDivLoss.
+class KLDivLoss : public ReducedLoss {
+public:
+  /// The reduction (BatchMean for the batch's KL divergence) and whether the target is log-probabilities.
+  explicit KLDivLoss(functional::Reduction reduction = functional::Reduction::Mean, bool log_target = false)
+      : ReducedLoss(reduction), log_target_(log_target) {}
+  /// The divergence of log-probabilities `input` from `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "KLDivLoss"; } ///< "KLDivLoss"
+private:
+  bool log_target_;
+};
+
+/// soft_margin_loss(input, target, reduction), as torch.nn.SoftMarginLoss.
+class SoftMarginLoss : public ReducedLoss {
+public:
+  /// The reduction.
+  explicit SoftMarginLoss(functional::Reduction reduction = functional::Reduction::Mean) : ReducedLoss(reduction) {}
+  /// The loss of `input` against targets of 1 or -1.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "SoftMarginLoss"; } ///< "SoftMarginLoss"
+};
+
+/// multilabel_soft_margin_loss(input, target, weight, reduction), as torch.nn.MultiLabelSoftMarginLoss.
+class MultiLabelSoftMarginLoss : public Module {
+public:
+  /// An optional [C] class weight and the reduction.
+  explicit MultiLabelSoftMarginLoss(Tensor weight = Tensor(),
+                                    functional::Reduction reduction = functional::Reduction::Mean,
+                                    Loc loc = Loc::current());
+  /// The loss of `input` [N, C] against 0/1 targets of its shape.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "MultiLabelSoftMarginLoss"; } ///< "MultiLabelSoftMarginLoss"
+private:
+  Tensor weight_;
+  functional::Reduction reduction_;
+};
+
+/// multi_margin_loss(input, target, options), as torch.nn.MultiMarginLoss.
+class MultiMarginLoss : public Module {
+public:
+  /// The options (p, margin, weight, reduction).
+  explicit MultiMarginLoss(functional::MultiMarginLossOptions options = {}, Loc loc = Loc::current());
+  /// The loss of `input` [N, C] against class indices `target` [N].
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "MultiMarginLoss"; } ///< "MultiMarginLoss"
+private:
+  functional::MultiMarginLossOptions options_;
+};
+
+/// multilabel_margin_loss(input, target, reduction), as torch.nn.MultiLabelMarginLoss.
+class MultiLabelMarginLoss : public ReducedLoss {
+public:
+  /// The reduction.
+  explicit MultiLabelMarginLoss(functional::Reduction reduction = functional::Reduction::Mean)
+      : ReducedLoss(reduction) {}
+  /// The loss of `input` against class-index targets of its shape (ended by -1).
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "MultiLabelMarginLoss"; } ///< "MultiLabelMarginLoss"
+};
+
+/// A loss of (input1, input2, target) with a margin and a reduction: MarginRankingLoss, HingeEmbeddingLoss' base.
+class MarginLoss : public ReducedLoss {
+public:
+  /// The margin and the reduction.
+  MarginLoss(double margin, functional::Reduction reduction) : ReducedLoss(reduction), margin_(margin) {}
+  /// The margin.
+  double margin() const { return margin_; }
+private:
+  double margin_;
+};
+
+/// margin_ranking_loss(input1, input2, target, margin, reduction), as torch.nn.MarginRankingLoss.
+class MarginRankingLoss : public MarginLoss {
+public:
+  /// The margin and the reduction.
+  explicit MarginRankingLoss(double margin = 0, functional::Reduction reduction = functional::Reduction::Mean)
+      : MarginLoss(margin, reduction) {}
+  /// The loss of ranking input1 above input2 where target is 1 (below where it is -1).
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "MarginRankingLoss"; } ///< "MarginRankingLoss"
+};
+
+/// cosine_embedding_loss(input1, input2, target, margin, reduction), as torch.nn.CosineEmbeddingLoss.
+class CosineEmbeddingLoss : public MarginLoss {
+public:
+  /// The margin and the reduction.
+  explicit CosineEmbeddingLoss(double margin = 0, functional::Reduction reduction = functional::Reduction::Mean)
+      : MarginLoss(margin, reduction) {}
+  /// The loss of input1 and input2 being similar (target 1) or not (-1).
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "CosineEmbeddingLoss"; } ///< "CosineEmbeddingLoss"
+};
+
+/// hinge_embedding_loss(input, target, margin, reduction), as torch.nn.HingeEmbeddingLoss.
+class HingeEmbeddingLoss : public MarginLoss {
+public:
+  /// The margin and the reduction.
+  explicit HingeEmbeddingLoss(double margin = 1.0, functional::Reduction reduction = functional::Reduction::Mean)
+      : MarginLoss(margin, reduction) {}
+  /// The loss of distances `input` against targets of 1 or -1.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "HingeEmbeddingLoss"; } ///< "HingeEmbeddingLoss"
+};
+
+/// triplet_margin_loss(anchor, positive, negative, options), as torch.nn.TripletMarginLoss.
+class TripletMarginLoss : public Module {
+public:
+  /// The options (margin, p, eps, swap, reduction).
+  explicit TripletMarginLoss(functional::TripletMarginLossOptions options = {}) : options_(options) {}
+  /// The loss of the anchor being nearer the positive than the negative by the margin.
+  Tensor forward(const Tensor& anchor, const Tensor& positive, const Tensor& negative, Loc loc = Loc::current());
+  std::string name() const override { return "TripletMarginLoss"; } ///< "TripletMarginLoss"
+private:
+  functional::TripletMarginLossOptions options_;
+};
+
+/// poisson_nll_loss(input, target, options), as torch.nn.PoissonNLLLoss.
+class PoissonNLLLoss : public Module {
+public:
+  /// The options (log_input, full, eps, reduction).
+  explicit PoissonNLLLoss(functional::PoissonNllLossOptions options = {}) : options_(options) {}
+  /// The loss of rates `input` (log-rates with log_input) against counts `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, Loc loc = Loc::current());
+  std::string name() const override { return "PoissonNLLLoss"; } ///< "PoissonNLLLoss"
+private:
+  functional::PoissonNllLossOptions options_;
+};
+
+/// gaussian_nll_loss(input, target, var, options), as torch.nn.GaussianNLLLoss.
+class GaussianNLLLoss : public Module {
+public:
+  /// The options (full, eps, reduction).
+  explicit GaussianNLLLoss(functional::GaussianNllLossOptions options = {}) : options_(options) {}
+  /// The loss of means `input` and variances `var` against `target`.
+  Tensor forward(const Tensor& input, const Tensor& target, const Tensor& var, Loc loc = Loc::current());
+  std::string name() const override { return "GaussianNLLLoss"; } ///< "GaussianNLLLoss"
+private:
+  functional::GaussianNllLossOptions options_;
+};
+
+/// cosine_similarity(x1, x2, dim, eps), as torch.nn.CosineSimilarity.
+class CosineSimilarity : public Module {
+public:
+  /// The dim to reduce and eps.
+  explicit CosineSimilarity(int64_t dim = 1, double eps = 1e-8) : dim_(dim), eps_(eps) {}
+  /// The similarity of x1 and x2 along dim.
+  Tensor forward(const Tensor& x1, const Tensor& x2, Loc loc = Loc::current());
+  std::string name() const override { return "CosineSimilarity"; } ///< "CosineSimilarity"
+private:
+  int64_t dim_;
+  double eps_;
+};
+
+/// pairwise_distance(x1, x2, p, eps, keepdim), as torch.nn.PairwiseDistance.
+class PairwiseDistance : public Module {
+public:
+  /// The norm's order, eps and keepdim.
+  explicit PairwiseDistance(double p = 2, double eps = 1e-6, bool keepdim = false) : p_(p), eps_(eps), keepdim_(keepdim) {}
+  /// The distance of x1 and x2 along the last dim.
+  Tensor forward(const Tensor& x1, const Tensor& x2, Loc loc = Loc::current());
+  std::string name() const override { return "PairwiseDistance"; } ///< "PairwiseDistance"
+private:
+  double p_, eps_;
+  bool keepdim_;
 };
 
 } // namespace kiln::nn

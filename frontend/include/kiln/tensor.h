@@ -307,6 +307,53 @@ public:
                            Loc loc = Loc::current()) const;
   Tensor norm(double p = 2, IntList dims = {}, bool keepdim = false, Loc loc = Loc::current()) const; ///< see kiln::norm
 
+  // ---- torch.Tensor's conveniences and other names (aliases.cpp, special.cpp)
+  /// The same value as a new tensor, as Tensor.clone: gradients flow through it to this tensor, and an
+  /// assign() to either leaves the other as it was.
+  Tensor clone(Loc loc = Loc::current()) const;
+  /// This tensor, as Tensor.contiguous (kiln's values have no strides to make contiguous).
+  Tensor contiguous(Loc loc = Loc::current()) const;
+  Tensor expand_as(const Tensor& other, Loc loc = Loc::current()) const; ///< expand(other.shape())
+  Tensor reshape_as(const Tensor& other, Loc loc = Loc::current()) const; ///< reshape(other.shape())
+  Tensor view_as(const Tensor& other, Loc loc = Loc::current()) const; ///< reshape(other.shape())
+  Tensor type_as(const Tensor& other, Loc loc = Loc::current()) const; ///< to(other.dtype())
+  /// zeros of `shape` with this tensor's dtype and device, as Tensor.new_zeros.
+  Tensor new_zeros(IntList shape, Loc loc = Loc::current()) const;
+  /// ones of `shape` with this tensor's dtype and device, as Tensor.new_ones.
+  Tensor new_ones(IntList shape, Loc loc = Loc::current()) const;
+  /// `value` in `shape` with this tensor's dtype and device, as Tensor.new_full.
+  Tensor new_full(IntList shape, Scalar value, Loc loc = Loc::current()) const;
+  Tensor select(int64_t dim, int64_t index, Loc loc = Loc::current()) const; ///< see kiln::select
+  Tensor movedim(IntList source, IntList destination, Loc loc = Loc::current()) const; ///< see kiln::movedim
+  Tensor movedim(int64_t source, int64_t destination, Loc loc = Loc::current()) const; ///< see kiln::movedim
+  Tensor moveaxis(IntList source, IntList destination, Loc loc = Loc::current()) const; ///< see kiln::movedim
+  Tensor moveaxis(int64_t source, int64_t destination, Loc loc = Loc::current()) const; ///< see kiln::movedim
+  Tensor swapaxes(int64_t d0, int64_t d1, Loc loc = Loc::current()) const; ///< transpose
+  Tensor swapdims(int64_t d0, int64_t d1, Loc loc = Loc::current()) const; ///< transpose
+  Tensor ravel(Loc loc = Loc::current()) const; ///< see kiln::ravel
+  Tensor broadcast_to(IntList shape, Loc loc = Loc::current()) const; ///< expand
+  /// see kiln::clamp
+  Tensor clip(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current()) const;
+  /// see kiln::isclose
+  Tensor isclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false,
+                 Loc loc = Loc::current()) const;
+  /// see kiln::allclose
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false,
+                Loc loc = Loc::current()) const;
+  bool equal(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::equal
+  Tensor hypot(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::hypot
+  Tensor logit(std::optional<double> eps = std::nullopt, Loc loc = Loc::current()) const; ///< see kiln::logit
+  Tensor sinc(Loc loc = Loc::current()) const; ///< see kiln::sinc
+  Tensor fmax(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::fmax
+  Tensor fmin(const Tensor& other, Loc loc = Loc::current()) const; ///< see kiln::fmin
+  Tensor float_power(const Tensor& exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
+  Tensor float_power(Scalar exponent, Loc loc = Loc::current()) const; ///< see kiln::float_power
+  Tensor lgamma(Loc loc = Loc::current()) const; ///< see kiln::lgamma
+  Tensor digamma(Loc loc = Loc::current()) const; ///< see kiln::digamma
+  Tensor nonzero(Loc loc = Loc::current()) const; ///< see kiln::nonzero (kiln/indexops.h)
+  Tensor argwhere(Loc loc = Loc::current()) const; ///< see kiln::argwhere
+  Tensor masked_select(const Tensor& mask, Loc loc = Loc::current()) const; ///< see kiln::masked_select
+
   /// The graph node currently holding this tensor's value (internal).
   const std::shared_ptr<const graph::Node>& node() const;
   /// Shared state (internal).
@@ -345,6 +392,22 @@ Tensor arange(double start, double end, double step, DType dtype, Device device 
 Tensor rand(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
 /// Standard normal from a seed.
 Tensor randn(IntList shape, uint64_t seed, DType dtype = kFloat32, Device device = kCPU, Loc loc = Loc::current());
+// More random tensors (random.cpp), from a seed as rand and randn (PyTorch's take a generator's state instead).
+/// rand of like's shape, dtype and device, as torch.rand_like (floating only).
+Tensor rand_like(const Tensor& like, uint64_t seed, Loc loc = Loc::current());
+/// randn of like's shape, dtype and device, as torch.randn_like (floating only).
+Tensor randn_like(const Tensor& like, uint64_t seed, Loc loc = Loc::current());
+/// Integers uniform in [low, high) (high > low), as torch.randint, i64 by default.
+Tensor randint(int64_t low, int64_t high, IntList shape, uint64_t seed, DType dtype = kInt64, Device device = kCPU,
+               Loc loc = Loc::current());
+/// A random permutation of 0 .. n-1 (i64), as torch.randperm: the argsort of n uniform draws.
+Tensor randperm(int64_t n, uint64_t seed, Device device = kCPU, Loc loc = Loc::current());
+/// 1 with probability p (each element of a floating p in [0, 1]; checked when p is already computed), else 0, in
+/// p's dtype, as torch.bernoulli; no gradient.
+Tensor bernoulli(const Tensor& p, uint64_t seed, Loc loc = Loc::current());
+/// mean + std * randn of their broadcast shape, as torch.normal with tensor mean and std (floating, one dtype; std
+/// >= 0, checked when computed); differentiable in mean and std.
+Tensor normal(const Tensor& mean, const Tensor& std, uint64_t seed, Loc loc = Loc::current());
 /// A 1-d tensor holding a copy of host data (like torch.tensor([...])).
 template <class T> Tensor from_vector(const std::vector<T>& data);
 /// A tensor of the given shape holding a copy of host data ({} makes a 0-d tensor of one value).
@@ -683,6 +746,25 @@ std::pair<Tensor, Tensor> std_mean(const Tensor& x, IntList dims, C correction, 
                                    Loc loc = Loc::current()) {
   return detail::moments_corrected(x, std::move(dims), static_cast<int64_t>(correction), keepdim, true, loc);
 }
+/// The integral of y along dim by the trapezoidal rule with spacing dx, as torch.trapezoid (0 for fewer than
+/// 2 samples).
+Tensor trapezoid(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid at sample points x: 1-d of y's extent along dim, or of y's shape.
+Tensor trapezoid(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid, as torch.trapz.
+Tensor trapz(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// trapezoid at sample points x, as torch.trapz.
+Tensor trapz(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// The running trapezoidal integral along dim (one element fewer), as torch.cumulative_trapezoid.
+Tensor cumulative_trapezoid(const Tensor& y, double dx = 1, int64_t dim = -1, Loc loc = Loc::current());
+/// cumulative_trapezoid at sample points x (as trapezoid's).
+Tensor cumulative_trapezoid(const Tensor& y, const Tensor& x, int64_t dim = -1, Loc loc = Loc::current());
+/// The covariance matrix of the variables in the rows of a floating x [vars, obs] (a 1-d x: one variable, a 0-d
+/// result), with `correction` subtracted from the observation count, as torch.cov without fweights and aweights (a
+/// count at or below the correction gives inf or NaN, as PyTorch's).
+Tensor cov(const Tensor& x, int64_t correction = 1, Loc loc = Loc::current());
+/// The Pearson correlation coefficients of the rows of x, clipped to [-1, 1], as torch.corrcoef.
+Tensor corrcoef(const Tensor& x, Loc loc = Loc::current());
 /// log(exp(a) + exp(b)) computed stably, as torch.logaddexp (a and b broadcast; floating); the gradients are
 /// sigmoid(a - b) and sigmoid(b - a), 1/2 each at a tie.
 Tensor logaddexp(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
@@ -791,6 +873,150 @@ Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t
 /// the call cannot be traced by compile() (pass an integer there), as the output's size in PyTorch.
 Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt,
                          Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- torch's other names (aliases.cpp)
+// Functions torch has under two names: kiln's is declared above, these forward to it (same checks, errors
+// and gradients, under the name the user called).
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current()); ///< torch.cat: concat
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t dim = 0, Loc loc = Loc::current()); ///< concat
+Tensor absolute(const Tensor& x, Loc loc = Loc::current()); ///< abs
+Tensor negative(const Tensor& x, Loc loc = Loc::current()); ///< neg
+/// x itself, as torch.positive (bool is an error, as PyTorch's).
+Tensor positive(const Tensor& x, Loc loc = Loc::current());
+Tensor fix(const Tensor& x, Loc loc = Loc::current()); ///< trunc
+Tensor sgn(const Tensor& x, Loc loc = Loc::current()); ///< sign (kiln has no complex dtype)
+Tensor arccos(const Tensor& x, Loc loc = Loc::current()); ///< acos
+Tensor arcsin(const Tensor& x, Loc loc = Loc::current()); ///< asin
+Tensor arctan(const Tensor& x, Loc loc = Loc::current()); ///< atan
+Tensor arccosh(const Tensor& x, Loc loc = Loc::current()); ///< acosh
+Tensor arcsinh(const Tensor& x, Loc loc = Loc::current()); ///< asinh
+Tensor arctanh(const Tensor& x, Loc loc = Loc::current()); ///< atanh
+Tensor arctan2(const Tensor& y, const Tensor& x, Loc loc = Loc::current()); ///< atan2
+/// clamp
+Tensor clip(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt,
+            Loc loc = Loc::current());
+Tensor multiply(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< mul
+Tensor divide(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< div (true division)
+Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< div
+Tensor subtract(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< sub
+Tensor greater(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< gt
+Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< ge
+Tensor less(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< lt
+Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< le
+Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current()); ///< ne
+Tensor swapaxes(const Tensor& x, int64_t d0, int64_t d1, Loc loc = Loc::current()); ///< transpose
+Tensor swapdims(const Tensor& x, int64_t d0, int64_t d1, Loc loc = Loc::current()); ///< transpose
+/// expand, as torch.broadcast_to (-1 keeps an extent).
+Tensor broadcast_to(const Tensor& x, IntList shape, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- small composites (aliases.cpp)
+/// other - alpha * input, as torch.rsub (broadcast).
+Tensor rsub(const Tensor& input, const Tensor& other, Scalar alpha = 1, Loc loc = Loc::current());
+/// split with a list of sizes, as torch.split_with_sizes.
+std::vector<Tensor> split_with_sizes(const Tensor& x, const IntList& split_sizes, int64_t dim = 0,
+                                     Loc loc = Loc::current());
+/// The shape the given shapes broadcast to (NumPy rules), as torch.broadcast_shapes; shapes that do not broadcast
+/// are an error naming them.
+IntList broadcast_shapes(const std::vector<IntList>& shapes, Loc loc = Loc::current());
+/// x flattened to 1-d, as torch.ravel.
+Tensor ravel(const Tensor& x, Loc loc = Loc::current());
+/// The dims `source` moved to the positions `destination` (the others keep their order), as torch.movedim;
+/// both lists have one length, and a dim repeated in either is an error.
+Tensor movedim(const Tensor& x, IntList source, IntList destination, Loc loc = Loc::current());
+/// movedim of one dim.
+Tensor movedim(const Tensor& x, int64_t source, int64_t destination, Loc loc = Loc::current());
+/// movedim, as torch.moveaxis.
+Tensor moveaxis(const Tensor& x, IntList source, IntList destination, Loc loc = Loc::current());
+/// movedim of one dim, as torch.moveaxis.
+Tensor moveaxis(const Tensor& x, int64_t source, int64_t destination, Loc loc = Loc::current());
+/// x without `dim`, at position `index` of it (negative counts from the end), as torch.select; a view.
+Tensor select(const Tensor& x, int64_t dim, int64_t index, Loc loc = Loc::current());
+/// The tensors expanded to their common broadcast shape, as torch.broadcast_tensors.
+std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& xs, Loc loc = Loc::current());
+/// x with at least 1 dim (a 0-d tensor becomes [1]), as torch.atleast_1d.
+Tensor atleast_1d(const Tensor& x, Loc loc = Loc::current());
+/// x with at least 2 dims (sizes 1 in front: [n] becomes [1, n]), as torch.atleast_2d.
+Tensor atleast_2d(const Tensor& x, Loc loc = Loc::current());
+/// x with at least 3 dims, as torch.atleast_3d: [] -> [1, 1, 1], [n] -> [1, n, 1], [m, n] -> [m, n, 1].
+Tensor atleast_3d(const Tensor& x, Loc loc = Loc::current());
+/// The flattened x on diagonal `offset` of a square matrix, as torch.diagflat.
+Tensor diagflat(const Tensor& x, int64_t offset = 0, Loc loc = Loc::current());
+/// The sum of products over the last dims of a and b (which must have one extent), as torch.inner: the
+/// result's shape is a's without its last dim followed by b's without its last; a 0-d operand multiplies.
+Tensor inner(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// A tensor of like's shape, dtype and device filled with value, as torch.full_like.
+Tensor full_like(const Tensor& like, Scalar value, Loc loc = Loc::current());
+/// The n x m identity matrix (m = n when absent), as torch.eye.
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = kFloat32, Device device = kCPU,
+           Loc loc = Loc::current());
+/// `steps` values from start to end evenly spaced, as torch.linspace (PyTorch's formula: the first half from
+/// start, the second from end, so both ends are exact); steps 0 gives an empty tensor, 1 gives [start].
+Tensor linspace(double start, double end, int64_t steps, DType dtype = kFloat32, Device device = kCPU,
+                Loc loc = Loc::current());
+/// base ^ linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype).
+Tensor logspace(double start, double end, int64_t steps, double base = 10, DType dtype = kFloat32, Device device = kCPU,
+                Loc loc = Loc::current());
+/// Elementwise |a - b| <= atol + rtol |b|, or a == b (equal infinities), or both NaN with equal_nan, as
+/// torch.isclose (bool; a and b broadcast and must be of one dtype class: both floating or both not).
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false,
+               Loc loc = Loc::current());
+/// Whether every element isclose, as torch.allclose (computes the value now).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false,
+              Loc loc = Loc::current());
+/// Whether a and b have one shape and equal elements (NaN is never equal), as torch.equal (computes the value
+/// now; different shapes are false, not an error).
+bool equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
+// ---------------------------------------------------------------- more pointwise math (special.cpp)
+// Compositions of kiln's ops, as PyTorch 1.13's functions of the same names (see also kiln/special.h).
+/// sqrt(a^2 + b^2) without overflow or underflow on the way (scaled by the larger magnitude), as torch.hypot: a
+/// and b floating, broadcast; an infinity gives +inf, even with NaN. The gradients are PyTorch's: g a / hypot and
+/// g b / hypot (NaN at a = b = 0, as PyTorch's).
+Tensor hypot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// log2(2^a + 2^b) computed stably, as torch.logaddexp2 (see logaddexp).
+Tensor logaddexp2(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// log(x / (1 - x)), as torch.logit; with eps, x is first clamped to [eps, 1 - eps]. Integers give f32. The
+/// gradient is PyTorch's: g / (x (1 - x)), 0 outside [eps, 1 - eps] with eps, NaN outside [0, 1] without.
+Tensor logit(const Tensor& x, std::optional<double> eps = std::nullopt, Loc loc = Loc::current());
+/// sin(pi x) / (pi x), 1 at 0, as torch.sinc (integers give f32; the gradient at 0 is 0).
+Tensor sinc(const Tensor& x, Loc loc = Loc::current());
+/// x pi / 180, as torch.deg2rad (integers give f32).
+Tensor deg2rad(const Tensor& x, Loc loc = Loc::current());
+/// x 180 / pi, as torch.rad2deg (integers give f32).
+Tensor rad2deg(const Tensor& x, Loc loc = Loc::current());
+/// a ^ b in f64 (both cast to f64 first), as torch.float_power.
+Tensor float_power(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// float_power with a number exponent.
+Tensor float_power(const Tensor& a, Scalar b, Loc loc = Loc::current());
+/// The larger of a and b where neither is NaN, the other where one is, as torch.fmax (broadcast, promoted); the
+/// gradient goes to a where a >= b or b is NaN, to b elsewhere (PyTorch's).
+Tensor fmax(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// The smaller, NaN-ignoring as fmax, as torch.fmin; the gradient goes to a where a <= b or b is NaN.
+Tensor fmin(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// 0 where x < 0, values where x == 0, 1 where x > 0 (and 0 where x is NaN), as torch.heaviside: x and values
+/// broadcast and must have one dtype. kiln's gradient flows to values where x is 0 (PyTorch's is not
+/// implemented).
+Tensor heaviside(const Tensor& x, const Tensor& values, Loc loc = Loc::current());
+/// Whether each element of `elements` equals one of `test_elements` (bool, elements' shape), as torch.isin; with
+/// invert, whether it equals none. The two are promoted to one dtype; NaN is in nothing.
+Tensor isin(const Tensor& elements, const Tensor& test_elements, bool invert = false, Loc loc = Loc::current());
+/// x reversed along dim 1 (rank >= 2), as torch.fliplr.
+Tensor fliplr(const Tensor& x, Loc loc = Loc::current());
+/// x reversed along dim 0 (rank >= 1), as torch.flipud.
+Tensor flipud(const Tensor& x, Loc loc = Loc::current());
+/// (a != 0) xor (b != 0), as torch.logical_xor (bool; broadcast).
+Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+/// log|Gamma(x)|, as torch.lgamma: a Lanczos sum (g = 7, 9 terms; reflection below 1/2), in f64 (f32 rounds the
+/// f64 value), within ~1e-15 of the true value away from the poles; +inf at 0 and the negative integers, +inf at
+/// +-inf. Integers give f32. The gradient is digamma(x).
+Tensor lgamma(const Tensor& x, Loc loc = Loc::current());
+/// The digamma function, d lgamma / dx, as torch.digamma: PyTorch's algorithm (reflection below 0, recurrence to
+/// x >= 10 and its asymptotic series) in f64; -inf at +0, +inf at -0, NaN at the negative integers. The gradient
+/// is the trigamma function, by PyTorch's formula (recurrence to x >= 6, a 4-term series: within ~1e-10).
+Tensor digamma(const Tensor& x, Loc loc = Loc::current());
+/// The multivariate log-gamma function of dimension p >= 1, as torch.mvlgamma: sum over i < p of lgamma(x - i/2)
+/// plus p (p - 1) / 4 log(pi); every element must exceed (p - 1) / 2 (checked when x is already computed).
+Tensor mvlgamma(const Tensor& x, int64_t p, Loc loc = Loc::current());
 
 /// Matrix product with PyTorch's rules: 1-d operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
