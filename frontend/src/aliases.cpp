@@ -17,12 +17,7 @@ using detail::fail;
 
 namespace {
 
-// The caller's line on the nodes made in a public function, and its name on the errors of the ops it uses.
-struct Scope {
-  graph::SourceScope at;
-  detail::UserCall call;
-  Scope(const char* op, const Loc& loc) : at(loc, op), call(op, loc) {}
-};
+using Scope = detail::OpScope;
 
 void require_defined(const char* op, const Tensor& x, const Loc& loc) {
   if (!x.defined()) throw Error(op, "an input is undefined", loc);

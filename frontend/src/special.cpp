@@ -21,12 +21,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The caller's line on the nodes made in a public function, and its name on the errors of the ops it uses.
-struct Scope {
-  graph::SourceScope at;
-  detail::UserCall call;
-  Scope(const char* op, const Loc& loc) : at(loc, op), call(op, loc) {}
-};
+using Scope = detail::OpScope;
 
 void require_defined(const char* op, const Tensor& x, const Loc& loc) {
   if (!x.defined()) throw Error(op, "an input is undefined", loc);
@@ -271,21 +266,21 @@ Tensor float_power(const Tensor& a, Scalar b, Loc loc) {
   return pow(a.to(kFloat64, loc), b, loc);
 }
 
-Tensor fmax(const Tensor& a, const Tensor& b, Loc loc) {
-  const Scope scope("fmax", loc);
-  require_defined("fmax", a, loc);
-  require_defined("fmax", b, loc);
+namespace {
+// fmax (max) or fmin: a where it is no less (no greater) than b or b is NaN, else b: a NaN loses to a number.
+Tensor nan_losing_extreme(const char* op, const Tensor& a, const Tensor& b, bool max, const Loc& loc) {
+  const Scope scope(op, loc);
+  require_defined(op, a, loc);
+  require_defined(op, b, loc);
   const auto [x, y] = broadcast_pair(a, b, promote_types(a.dtype(), b.dtype()), loc);
-  return where(logical_or(ge(x, y, loc), isnan(y, loc), loc), x, y, loc);
+  const Tensor keep_x = max ? ge(x, y, loc) : le(x, y, loc);
+  return where(logical_or(keep_x, isnan(y, loc), loc), x, y, loc);
 }
+} // namespace
 
-Tensor fmin(const Tensor& a, const Tensor& b, Loc loc) {
-  const Scope scope("fmin", loc);
-  require_defined("fmin", a, loc);
-  require_defined("fmin", b, loc);
-  const auto [x, y] = broadcast_pair(a, b, promote_types(a.dtype(), b.dtype()), loc);
-  return where(logical_or(le(x, y, loc), isnan(y, loc), loc), x, y, loc);
-}
+Tensor fmax(const Tensor& a, const Tensor& b, Loc loc) { return nan_losing_extreme("fmax", a, b, true, loc); }
+
+Tensor fmin(const Tensor& a, const Tensor& b, Loc loc) { return nan_losing_extreme("fmin", a, b, false, loc); }
 
 Tensor heaviside(const Tensor& x, const Tensor& values, Loc loc) {
   const Scope scope("heaviside", loc);

@@ -90,6 +90,14 @@ private:
 
 namespace detail {
 
+/// While alive, records the caller's line on the nodes a public function makes (graph::SourceScope) and names
+/// the function on the errors of the ops it uses (UserCall).
+struct OpScope {
+  graph::SourceScope at;
+  UserCall call;
+  OpScope(const char* op, const Loc& loc) : at(loc, op), call(op, loc) {}
+};
+
 /// "f32[2,3]" of a tensor.
 std::string operand_str(const Tensor& t);
 /// "[9, 11]": a list of extents as Python prints one (error messages, reprs).
