@@ -621,6 +621,7 @@ Tensor Tensor::to(Device device, Loc loc) const {
 }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+bool Tensor::is_leaf() const { return !impl_ || impl_->is_leaf; }
 Tensor Tensor::grad() const {
   if (!impl_) return Tensor();
   if (detail::active_capture()) detail::note_state_read(impl_, true); // a gradient a compiled function reads
@@ -634,12 +635,29 @@ Tensor Tensor::detach() const { return Tensor(graph::build::detach(node())); }
 
 void Tensor::assign(const Tensor& new_value, Loc loc) {
   const graph::SourceScope at(loc, "assign"); // nodes made here record the caller's line
+  store_value(new_value, false, "assign", loc);
+}
+
+void Tensor::store_value(const Tensor& new_value, bool keep_graph, const char* op, const Loc& loc) {
   const graph::NodeRef current = node_snapshot(*this); // other threads may be reading this tensor
   const graph::NodeRef incoming = node_snapshot(new_value);
   if (incoming->shape != current->shape || incoming->dtype != current->dtype)
-    detail::fail("assign", "the new value must have the same shape and dtype", {this, &new_value}, loc);
+    detail::fail(op, "the new value must have the same shape and dtype", {this, &new_value}, loc);
   const Tensor value = new_value.to(current->device, loc); // a checkpoint's CPU value into a GPU tensor
   detail::note_state_change(impl_);
+  if (keep_graph && value.requires_grad()) { // an in-place op recorded: this tensor is now its result
+    impl_->requires_grad = true;
+    impl_->is_leaf = false;
+    if (auto old = impl_->made.lock()) old->tensor_makers.fetch_sub(1, std::memory_order_relaxed);
+    impl_->made.reset();
+    if (!detail::leaf_for(value.node().get())) { // as detail::result: count this tensor a maker of its node
+      value.node()->tensor_makers.fetch_add(1, std::memory_order_relaxed);
+      impl_->made = value.node();
+    }
+    impl_->store_node(value.node());
+    detail::note_pending(impl_);
+    return;
+  }
   const bool detached = value.node()->op == graph::OpKind::Detach; // already blocks gradients
   graph::NodeRef stored = detached || !requires_grad() ? value.node() : graph::build::detach(value.node());
   // Leaves are found by node: two parameters assigned one value (hash-consed to one node) would

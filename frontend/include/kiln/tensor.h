@@ -84,6 +84,8 @@ public:
   Tensor& requires_grad_(bool on = true, Loc loc = Loc::current());
   /// True when gradients flow to (or through) this tensor.
   bool requires_grad() const;
+  /// False for the result of ops on grad-requiring tensors (recorded for backward()), as torch's is_leaf.
+  bool is_leaf() const;
   /// The gradient accumulated by backward() (undefined before).
   Tensor grad() const;
   /// Clears the accumulated gradient.
@@ -100,6 +102,64 @@ public:
   /// (grad, requires_grad); the way optimizers update parameters. A value on another
   /// device is copied to this tensor's device first (loading a checkpoint into a GPU model).
   void assign(const Tensor& value, Loc loc = Loc::current());
+
+  // ---- in-place methods (inplace.cpp; README "In-place methods") ----
+  // Each replaces this tensor's value by the op's result, as PyTorch's `x.add_(y)`, and returns *this; every
+  // handle on this tensor sees it. The result keeps this tensor's shape (the other operands must broadcast to it)
+  // and dtype (a result type that cannot be cast to it, as an integer tensor's add_(0.5), is an error). On a
+  // tensor computed from grad-requiring ones the op is recorded (gradients flow through it); on a grad-requiring
+  // leaf it is an error unless grad mode is off (NoGradGuard), where it is an update as assign(). kiln has no views
+  // sharing memory: on a tensor whose value is a view-like movement (reshape, view, slice, select, narrow, permute,
+  // transpose, expand, squeeze, unfold ...) of another value it is an error rather than a change to the copy alone.
+  Tensor& add_(const Tensor& other, Scalar alpha = 1, Loc loc = Loc::current()); ///< this += alpha * other
+  Tensor& add_(Scalar other, Scalar alpha = 1, Loc loc = Loc::current()); ///< this += alpha * other
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1, Loc loc = Loc::current()); ///< this -= alpha * other
+  Tensor& sub_(Scalar other, Scalar alpha = 1, Loc loc = Loc::current()); ///< this -= alpha * other
+  Tensor& mul_(const Tensor& other, Loc loc = Loc::current()); ///< this *= other
+  Tensor& mul_(Scalar other, Loc loc = Loc::current()); ///< this *= other
+  Tensor& div_(const Tensor& other, Loc loc = Loc::current()); ///< this /= other (true division)
+  Tensor& div_(Scalar other, Loc loc = Loc::current()); ///< this /= other (true division)
+  Tensor& pow_(const Tensor& exponent, Loc loc = Loc::current()); ///< this = this ^ exponent
+  Tensor& pow_(Scalar exponent, Loc loc = Loc::current()); ///< this = this ^ exponent
+  Tensor& neg_(Loc loc = Loc::current()); ///< this = -this
+  Tensor& abs_(Loc loc = Loc::current()); ///< this = |this|
+  Tensor& sqrt_(Loc loc = Loc::current()); ///< this = sqrt(this)
+  Tensor& exp_(Loc loc = Loc::current()); ///< this = e^this
+  Tensor& log_(Loc loc = Loc::current()); ///< this = log(this)
+  Tensor& relu_(Loc loc = Loc::current()); ///< this = max(this, 0)
+  Tensor& sigmoid_(Loc loc = Loc::current()); ///< this = sigmoid(this)
+  Tensor& tanh_(Loc loc = Loc::current()); ///< this = tanh(this)
+  /// this = clamp(this, min, max) (see kiln::clamp)
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, Loc loc = Loc::current());
+  Tensor& clamp_min_(Scalar min, Loc loc = Loc::current()); ///< this = max(this, min)
+  Tensor& clamp_max_(Scalar max, Loc loc = Loc::current()); ///< this = min(this, max)
+  Tensor& zero_(Loc loc = Loc::current()); ///< every element 0
+  Tensor& fill_(Scalar value, Loc loc = Loc::current()); ///< every element `value`
+  Tensor& fill_(const Tensor& value, Loc loc = Loc::current()); ///< every element the 0-d tensor `value`
+  /// this = src broadcast to this tensor's shape, cast to its dtype and copied to its device.
+  Tensor& copy_(const Tensor& src, Loc loc = Loc::current());
+  /// `value` where mask (bool, broadcast to this tensor's shape) is true (see kiln::masked_fill).
+  Tensor& masked_fill_(const Tensor& mask, Scalar value, Loc loc = Loc::current());
+  /// see kiln::index_fill
+  Tensor& index_fill_(int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
+  /// see kiln::index_copy
+  Tensor& index_copy_(int64_t dim, const Tensor& index, const Tensor& source, Loc loc = Loc::current());
+  /// see kiln::index_add
+  Tensor& index_add_(int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1,
+                     Loc loc = Loc::current());
+  /// see kiln::index_put
+  Tensor& index_put_(const std::vector<Tensor>& indices, const Tensor& values, bool accumulate = false,
+                     Loc loc = Loc::current());
+  /// see kiln::scatter
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
+  /// see kiln::scatter (a value)
+  Tensor& scatter_(int64_t dim, const Tensor& index, Scalar value, Loc loc = Loc::current());
+  /// see kiln::scatter_add
+  Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src, Loc loc = Loc::current());
+  /// Uniform in [from, to) from a seed (as kiln::rand: PyTorch's take a generator's state instead); floating only.
+  Tensor& uniform_(double from, double to, uint64_t seed, Loc loc = Loc::current());
+  /// Normal of mean and std from a seed (as kiln::randn); floating only.
+  Tensor& normal_(double mean, double std, uint64_t seed, Loc loc = Loc::current());
   /// The value on `device`: this tensor when it is there already, else a copy made now
   /// (realizing it first; a GPU-to-host copy waits for the GPU). Differentiable: the
   /// gradient is copied back. Throws kiln::Error when the device is unusable (saying why)
@@ -360,6 +420,12 @@ public:
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
 
 private:
+  /// Makes `value` this tensor's value (assign's and the in-place methods' one place): detached unless
+  /// `keep_graph` (an in-place op on a non-leaf), for every handle; `op` names the errors.
+  void store_value(const Tensor& value, bool keep_graph, const char* op, const Loc& loc);
+  /// The in-place methods' one place: checks this tensor may be updated by `op`, then stores `value` (the op's
+  /// out-of-place result) cast to this tensor's dtype, checking its shape and dtype as PyTorch does.
+  Tensor& update_in_place(const char* op, const Tensor& value, const Loc& loc);
   /// var (or, with `root`, std) with an integer correction: what the correction overloads call.
   Tensor var_corrected(IntList dims, int64_t correction, bool keepdim, bool root, Loc loc) const;
   std::shared_ptr<TensorImpl> impl_;

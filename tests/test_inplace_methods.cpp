@@ -1,0 +1,172 @@
+// In-place methods (frontend/src/inplace.cpp): values against torch 1.13 (the expected values were printed by the
+// same calls in /usr/bin/python3 with torch 1.13), gradients through a recorded in-place op, PyTorch's errors (a
+// grad-requiring leaf, dtype, shape) and kiln's view rule, two handles on one tensor, and compile() replay of
+// in-place updates. The error tests keep each expect_error_at call on one line (__LINE__ is the call's line).
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "tests/error_of.h"
+
+namespace {
+
+using namespace kiln;
+using kiln::test::expect_error_at;
+
+Tensor vec(std::vector<float> v) { return from_vector(v); }
+
+TEST(InPlaceMethods, ValuesMatchTorch) {
+  Tensor x = vec({1, -2, 3, 4});
+  // torch: x.add_(torch.tensor([1.,1,1,1]), alpha=2).mul_(0.5).sub_(1).clamp_(-1, 2)
+  x.add_(vec({1, 1, 1, 1}), 2).mul_(0.5).sub_(1).clamp_(-1, 2);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0.5, -1, 1.5, 2}));
+  x.neg_().abs_().pow_(2).div_(2);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0.125, 0.5, 1.125, 2}));
+  Tensor m = from_vector(std::vector<bool>{true, false, false, true});
+  x.masked_fill_(m, 7).clamp_min_(1).clamp_max_(5);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{5, 1, 1.125, 5}));
+  x.index_fill_(0, from_vector(std::vector<int64_t>{1}), -3).relu_();
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{5, 0, 1.125, 5}));
+  x.index_add_(0, from_vector(std::vector<int64_t>{0, 0}), vec({1, 2}), 2);
+  x.scatter_add_(0, from_vector(std::vector<int64_t>{3}), vec({1}));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{11, 0, 1.125, 6}));
+  x.index_put_({from_vector(std::vector<int64_t>{1})}, vec({9}), true)
+      .scatter_(0, from_vector(std::vector<int64_t>{2}), 4);
+  x.index_copy_(0, from_vector(std::vector<int64_t>{0}), vec({1}));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 9, 4, 6}));
+  x.sqrt_().log_().exp_();
+  const std::vector<float> torch_sqrt{1.0, 3.0, 2.0, 2.4494898319244385};
+  for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(x.to_vector<float>()[k], torch_sqrt[k], 1e-6) << k;
+  x.fill_(0.25).sigmoid_().tanh_();
+  EXPECT_NEAR(x.to_vector<float>()[2], 0.5095905661582947, 1e-6);
+  x.zero_();
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+}
+
+// clang-format off
+TEST(InPlaceMethods, DtypeIsKeptAndCastsFollowTorch) {
+  Tensor i = from_vector(std::vector<int64_t>{1, 2, 3});
+  i.add_(2).mul_(3); // integers stay integers
+  EXPECT_EQ(i.dtype(), DType::Int64);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{9, 12, 15}));
+  i.copy_(vec({1.5, 2.7, -3.9})); // copy_ converts (truncates), as torch
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, -3}));
+  i.fill_(2.9); // fill_ converts too
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{2, 2, 2}));
+  Tensor f = zeros({3}, DType::Float64);
+  f.add_(vec({1, 2, 3})); // f32 into f64: kept f64
+  EXPECT_EQ(f.dtype(), DType::Float64);
+  // torch: "result type Float can't be cast to the desired output type Long"
+  expect_error_at([&] { i.add_(0.5); }, __FILE__, __LINE__, "add_", {"result type Float can't be cast to the desired output type Long"});
+  expect_error_at([&] { i.mul_(vec({1, 2, 3})); }, __FILE__, __LINE__, "mul_", {"can't be cast to the desired output type Long"});
+  expect_error_at([&] { i.div_(2); }, __FILE__, __LINE__, "div_", {"result type Float can't be cast"});
+}
+
+TEST(InPlaceMethods, OtherMustBroadcastToSelf) {
+  Tensor x = zeros({2, 3});
+  x.add_(vec({1, 2, 3})).copy_(vec({4, 5, 6}));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{4, 5, 6, 4, 5, 6}));
+  Tensor y = zeros({3});
+  // torch: "output with shape [3] doesn't match the broadcast shape [2, 3]"
+  expect_error_at([&] { y.add_(ones({2, 3})); }, __FILE__, __LINE__, "add_", {"output with shape [3] doesn't match the broadcast shape [2, 3]"});
+  expect_error_at([&] { y.fill_(ones({1})); }, __FILE__, __LINE__, "fill_", {"0-dimension value tensor"});
+  EXPECT_EQ(y.shape(), (IntList{3}));
+}
+
+TEST(InPlaceMethods, RecordedOnNonLeavesGradientsFlow) {
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor y = x * 2;
+  y.add_(1);
+  EXPECT_FALSE(y.is_leaf());
+  y.mul_(x); // torch: d/dx (2x + 1) * x = 4x + 1 = [5, 9, 13]
+  y.sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{5, 9, 13}));
+  // a tensor that did not require grad does after an in-place op with one that does
+  Tensor z = zeros({3});
+  z.add_(x);
+  EXPECT_TRUE(z.requires_grad());
+  x.zero_grad();
+  z.sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(InPlaceMethods, LeafThatRequiresGradIsAnErrorUnlessNoGrad) {
+  Tensor w = vec({1, 2, 3}).requires_grad_();
+  expect_error_at([&] { w.mul_(0.5); }, __FILE__, __LINE__, "mul_", {"a leaf Variable that requires grad is being used in an in-place operation"});
+  (w * w).sum().backward();
+  {
+    NoGradGuard no_grad;
+    w.sub_(w.grad(), 0.5).clamp_(-1, 1); // an SGD-like update: [0, 0, 0] then clamped
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE(w.is_leaf());
+  w.zero_grad();
+  (w * 3).sum().backward(); // still a leaf that accumulates
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 3, 3}));
+}
+
+TEST(InPlaceMethods, ViewsAreRefused) {
+  Tensor x = zeros({2, 3});
+  expect_error_at([&] { x.slice(1, 0, 2).add_(1); }, __FILE__, __LINE__, "add_", {"kiln has no views sharing memory"});
+  expect_error_at([&] { x.reshape({3, 2}).zero_(); }, __FILE__, __LINE__, "zero_", {"view (reshape)"});
+  expect_error_at([&] { x.t().fill_(1); }, __FILE__, __LINE__, "fill_", {"kiln has no views"});
+  expect_error_at([&] { x.expand({4, 2, 3}).mul_(2); }, __FILE__, __LINE__, "mul_", {"kiln has no views"});
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>(6, 0)));
+  Tensor y = x.reshape({3, 2}) + 0; // a computed value may be updated
+  y.add_(1);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>(6, 1)));
+}
+
+// clang-format on
+
+TEST(InPlaceMethods, EveryHandleSeesTheNewValue) {
+  Tensor a = vec({1, 2});
+  Tensor b = a; // a second handle on one tensor
+  a.mul_(3);
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{3, 6}));
+  Tensor& r = b.add_(1);
+  EXPECT_EQ(&r, &b);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{4, 7}));
+}
+
+TEST(InPlaceMethods, CompileReplaysInPlaceUpdatesOfState) {
+  Tensor w = vec({1, 2, 3}).requires_grad_();
+  Tensor running = zeros({3});
+  Tensor w_ref = vec({1, 2, 3}).requires_grad_();
+  Tensor running_ref = zeros({3});
+  auto body = [](Tensor& p, Tensor& run, const Tensor& data) {
+    Tensor loss = (p * data).sum();
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      p.sub_(p.grad(), 0.1);
+      run.mul_(0.9).add_(data, 0.1);
+    }
+    p.zero_grad();
+    return loss.detach();
+  };
+  auto step = compile([&](const std::vector<Tensor>& a) { return std::vector<Tensor>{body(w, running, a[0])}; });
+  for (int i = 0; i < 3; ++i) {
+    Tensor d = vec({1.f + i, 2, 3});
+    step({d});
+    body(w_ref, running_ref, d); // the same steps, not compiled
+    EXPECT_EQ(w.to_vector<float>(), w_ref.to_vector<float>()) << i;
+    EXPECT_EQ(running.to_vector<float>(), running_ref.to_vector<float>()) << i;
+  }
+  EXPECT_NEAR(w.to_vector<float>()[0], 1 - 0.1f * (1 + 2 + 3), 1e-5);
+}
+
+TEST(InPlaceMethods, UniformAndNormalFollowTheSeed) {
+  Tensor x = zeros({1000});
+  x.uniform_(-2, 2, 7);
+  EXPECT_EQ(x.to_vector<float>(), (rand({1000}, 7) * 4 - 2).to_vector<float>());
+  EXPECT_LE(x.max().item<float>(), 2);
+  EXPECT_GE(x.min().item<float>(), -2);
+  x.normal_(1, 3, 5);
+  EXPECT_EQ(x.to_vector<float>(), (randn({1000}, 5) * 3 + 1).to_vector<float>());
+}
+
+} // namespace
