@@ -159,6 +159,21 @@ TEST(InPlaceMethods, CompileReplaysInPlaceUpdatesOfState) {
   EXPECT_NEAR(w.to_vector<float>()[0], 1 - 0.1f * (1 + 2 + 3), 1e-5);
 }
 
+TEST(InPlaceMethods, CompileReplaysInPlaceUpdatesOfAnArgument) {
+  auto step = compile([](const std::vector<Tensor>& a) {
+    Tensor x = a[0];
+    x.mul_(2).add_(1); // the caller's tensor, as assign() to an argument
+    return std::vector<Tensor>{x * 1};
+  });
+  Tensor arg = vec({1, 2});
+  for (int i = 0; i < 3; ++i) step({arg});
+  EXPECT_EQ(arg.to_vector<float>(), (std::vector<float>{15, 23})); // 1 -> 3 -> 7 -> 15, 2 -> 5 -> 11 -> 23
+  Tensor other = vec({0, 1});
+  const std::vector<Tensor> r = step({other});
+  EXPECT_EQ(other.to_vector<float>(), (std::vector<float>{1, 3}));
+  EXPECT_EQ(r[0].to_vector<float>(), (std::vector<float>{1, 3}));
+}
+
 TEST(InPlaceMethods, UniformAndNormalFollowTheSeed) {
   Tensor x = zeros({1000});
   x.uniform_(-2, 2, 7);
@@ -168,5 +183,46 @@ TEST(InPlaceMethods, UniformAndNormalFollowTheSeed) {
   x.normal_(1, 3, 5);
   EXPECT_EQ(x.to_vector<float>(), (randn({1000}, 5) * 3 + 1).to_vector<float>());
 }
+
+TEST(RetainGrad, NonLeafGradIsFilledByBackward) {
+  // torch 1.13: y = x * 2; y.retain_grad(); (y * y).sum().backward() gives y.grad [4, 8, 12], x.grad [8, 16, 24]
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor y = x * 2;
+  y.retain_grad();
+  (y * y).sum().backward();
+  EXPECT_EQ(y.grad().to_vector<float>(), (std::vector<float>{4, 8, 12}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{8, 16, 24}));
+  (y * y).sum().backward(); // accumulates, as a leaf's
+  EXPECT_EQ(y.grad().to_vector<float>(), (std::vector<float>{8, 16, 24}));
+}
+
+TEST(RetainGrad, FollowsAnInPlaceOpAndTheRoot) {
+  // torch 1.13: y.retain_grad(); y.add_(1); (y * y).sum().backward() gives y.grad [6, 10, 14], x.grad [12, 20, 28]
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor y = x * 2;
+  y.retain_grad();
+  y.add_(1);
+  (y * y).sum().backward();
+  EXPECT_EQ(y.grad().to_vector<float>(), (std::vector<float>{6, 10, 14}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{12, 20, 28}));
+  Tensor s = (x * 2).sum(); // the root itself: grad 1
+  s.retain_grad();
+  s.backward();
+  EXPECT_EQ(s.grad().item<float>(), 1.0f);
+  EXPECT_FALSE(s.is_leaf());
+  EXPECT_TRUE(x.is_leaf());
+}
+
+// clang-format off
+TEST(RetainGrad, LeafIsANoOpAndNoGradIsAnError) {
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  x.retain_grad();
+  (x * 2).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  Tensor z = zeros({2});
+  expect_error_at([&] { z.retain_grad(); }, __FILE__, __LINE__, "retain_grad", {"can't retain_grad on Tensor that has requires_grad=False"});
+}
+
+// clang-format on
 
 } // namespace

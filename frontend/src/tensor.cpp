@@ -622,6 +622,41 @@ Tensor Tensor::to(Device device, Loc loc) const {
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 bool Tensor::is_leaf() const { return !impl_ || impl_->is_leaf; }
+
+namespace {
+/// The non-leaves that retain_grad() was called on, while they live (backward() finds them by their node).
+struct RetainedGrads {
+  std::mutex mu;
+  std::vector<std::weak_ptr<TensorImpl>> impls;
+
+  static RetainedGrads& get() {
+    static RetainedGrads r;
+    return r;
+  }
+  void add(const std::shared_ptr<TensorImpl>& impl) {
+    std::lock_guard lock(mu);
+    std::erase_if(impls, [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); });
+    impls.push_back(impl);
+  }
+  /// The live retaining tensors whose value is one of `nodes`.
+  std::vector<std::shared_ptr<TensorImpl>> among(const std::unordered_set<const graph::Node*>& nodes) {
+    std::lock_guard lock(mu);
+    std::vector<std::shared_ptr<TensorImpl>> found;
+    for (const std::weak_ptr<TensorImpl>& w : impls)
+      if (auto impl = w.lock(); impl && impl->retains_grad && nodes.count(impl->load_node().get()))
+        found.push_back(impl);
+    return found;
+  }
+};
+} // namespace
+
+void Tensor::retain_grad(Loc loc) {
+  if (!requires_grad())
+    detail::fail("retain_grad", "can't retain_grad on Tensor that has requires_grad=False", {this}, loc);
+  if (impl_->is_leaf || impl_->retains_grad) return;
+  impl_->retains_grad = true;
+  RetainedGrads::get().add(impl_);
+}
 Tensor Tensor::grad() const {
   if (!impl_) return Tensor();
   if (detail::active_capture()) detail::note_state_read(impl_, true); // a gradient a compiled function reads
@@ -718,6 +753,20 @@ void detail::check_graph_retained(const std::string& op, const Tensor& t, const 
              "first backward() to differentiate it again", {&t}, loc);
 }
 
+namespace {
+/// Adds to backward()'s gradient targets the non-leaves that retain their grad (retain_grad()) on the graph of `root`.
+void add_retained_grads(const graph::Node* root, std::vector<std::shared_ptr<TensorImpl>>& impls,
+                        std::vector<Tensor>& targets) {
+  const std::vector<const graph::Node*> nodes = reachable(root);
+  for (const auto& impl : RetainedGrads::get().among({nodes.begin(), nodes.end()})) {
+    targets.push_back(Tensor(impl->load_node(), false));
+    targets.back().impl()->is_leaf = false;
+    targets.back().impl()->requires_grad = true;
+    impls.push_back(impl);
+  }
+}
+} // namespace
+
 void Tensor::backward(bool retain_graph, Loc loc) const { backward(Tensor(), retain_graph, loc); }
 
 void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) const {
@@ -738,6 +787,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
     impls.push_back(impl);
     leaf_tensors.push_back(Tensor(n->shared_from_this(), true)); // the node this graph uses
   }
+  add_retained_grads(node().get(), impls, leaf_tensors);
   if (replaced) check_no_replaced_leaf(node().get(), *this, loc);
   std::vector<Tensor> go;
   if (grad_output.defined()) go.push_back(grad_output);

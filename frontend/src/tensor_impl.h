@@ -37,6 +37,7 @@ struct TensorImpl {
   bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
   Tensor grad;                 ///< accumulated by backward()
   bool graph_released = false; ///< backward() was called on it without retain_graph
+  bool retains_grad = false; ///< a non-leaf whose grad() backward() fills (Tensor::retain_grad)
   mutable std::mutex node_mu;  ///< guards `node` where one thread assigns while others read
   std::weak_ptr<const graph::Node> made; ///< the node it counts itself a maker of (graph::Node::tensor_makers)
 

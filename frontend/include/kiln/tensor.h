@@ -86,6 +86,9 @@ public:
   bool requires_grad() const;
   /// False for the result of ops on grad-requiring tensors (recorded for backward()), as torch's is_leaf.
   bool is_leaf() const;
+  /// Makes backward() fill grad() of this non-leaf too (accumulating, as a leaf's), as torch's retain_grad;
+  /// a no-op on a leaf that requires grad, an error on a tensor that does not require grad.
+  void retain_grad(Loc loc = Loc::current());
   /// The gradient accumulated by backward() (undefined before).
   Tensor grad() const;
   /// Clears the accumulated gradient.
