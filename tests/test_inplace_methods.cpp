@@ -225,4 +225,66 @@ TEST(RetainGrad, LeafIsANoOpAndNoGradIsAnError) {
 
 // clang-format on
 
+TEST(RegisterHook, LeafHookScalesWhatBackwardAccumulatesUntilRemoved) {
+  // torch 1.13: x.register_hook(lambda g: g * 2); (x * 3).sum().backward() -> [6, 6, 6]; after remove(): +3
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  HookHandle h = x.register_hook([](const Tensor& g) { return g * 2; });
+  (x * 3).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{6, 6, 6}));
+  h.remove();
+  (x * 3).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{9, 9, 9}));
+  // torch 1.13's autograd.grad returns a leaf input's gradient unhooked
+  x.register_hook([](const Tensor& g) { return g * 2; });
+  EXPECT_EQ(kiln::grad({(x * 3).sum()}, {x})[0].to_vector<float>(), (std::vector<float>{3, 3, 3}));
+  Tensor u = vec({1, 2}).requires_grad_();
+  u.register_hook([](const Tensor&) { return Tensor(); }); // None: unchanged
+  (u * 3).sum().backward();
+  EXPECT_EQ(u.grad().to_vector<float>(), (std::vector<float>{3, 3}));
+}
+
+TEST(RegisterHook, NonLeafHookSeesAndReplacesTheGradientFlowingOn) {
+  // torch 1.13: y = x * 2; hook g -> g * 10 sees [4, 8, 12]; x.grad [80, 160, 240] (also by autograd.grad)
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor y = x * 2;
+  std::vector<float> seen;
+  HookHandle h = y.register_hook([&](const Tensor& g) {
+    seen = g.to_vector<float>();
+    return g * 10;
+  });
+  (y * y).sum().backward();
+  EXPECT_EQ(seen, (std::vector<float>{4, 8, 12}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{80, 160, 240}));
+  EXPECT_EQ(kiln::grad({(y * y).sum()}, {x})[0].to_vector<float>(), (std::vector<float>{80, 160, 240}));
+  h.remove();
+  EXPECT_EQ(kiln::grad({(y * y).sum()}, {x})[0].to_vector<float>(), (std::vector<float>{8, 16, 24}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 4, 6})); // the value is unchanged
+}
+
+TEST(RegisterHook, InsideCompileTheHooksAreReplayed) {
+  Tensor w = vec({1, 2}).requires_grad_();
+  w.register_hook([](const Tensor& g) { return g * 2; });
+  auto step = compile([&](const std::vector<Tensor>& a) {
+    w.zero_grad();
+    Tensor y = w * a[0];
+    y.register_hook([](const Tensor& g) { return g + 1; });
+    (y * 3).sum().backward();
+    return std::vector<Tensor>{w.grad()};
+  });
+  for (float s : {1.f, 3.f, 5.f}) { // w.grad = 2 * (3 + 1) * s
+    const Tensor d = vec({s, s});
+    EXPECT_EQ(step({d})[0].to_vector<float>(), (std::vector<float>{8 * s, 8 * s})) << s;
+  }
+}
+
+// clang-format off
+TEST(RegisterHook, Errors) {
+  Tensor z = zeros({2});
+  expect_error_at([&] { z.register_hook([](const Tensor& g) { return g; }); }, __FILE__, __LINE__, "register_hook", {"cannot register a hook on a tensor that doesn't require gradient"});
+  Tensor x = vec({1, 2}).requires_grad_();
+  x.register_hook([](const Tensor& g) { return g.sum(); });
+  expect_error_at([&] { (x * 3).sum().backward(); }, __FILE__, __LINE__, "backward", {"the hook returned a gradient of shape [] for one of shape [2]"});
+}
+// clang-format on
+
 } // namespace

@@ -624,6 +624,28 @@ bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 bool Tensor::is_leaf() const { return !impl_ || impl_->is_leaf; }
 
 namespace {
+/// `g` passed through `hook` (none: unchanged); an undefined result keeps g, another shape is an error.
+Tensor run_hook(const std::function<Tensor(const Tensor&)>* hook, const Tensor& g, const Loc& loc) {
+  if (!hook) return g;
+  Tensor r = (*hook)(g);
+  if (!r.defined()) return g;
+  if (r.shape() != g.shape())
+    detail::fail("register_hook",
+                 "the hook returned a gradient of shape " + detail::list_str(r.shape()) + " for one of shape " +
+                     detail::list_str(g.shape()),
+                 {&g, &r}, loc);
+  return r;
+}
+
+} // namespace
+
+Tensor detail::after_leaf_hooks(const TensorImpl& impl, Tensor g, const Loc& loc) {
+  for (const auto& [on, hook] : impl.hooks)
+    if (*on) g = run_hook(&hook, g, loc);
+  return g;
+}
+
+namespace {
 /// The non-leaves that retain_grad() was called on, while they live (backward() finds them by their node).
 struct RetainedGrads {
   std::mutex mu;
@@ -649,6 +671,25 @@ struct RetainedGrads {
   }
 };
 } // namespace
+
+HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook, Loc loc) {
+  if (!requires_grad())
+    detail::fail("register_hook", "cannot register a hook on a tensor that doesn't require gradient", {this}, loc);
+  auto on = std::make_shared<bool>(true);
+  if (impl_->is_leaf) {
+    detail::note_state_change(impl_);
+    impl_->hooks.emplace_back(on, std::move(hook));
+    return HookHandle(on);
+  }
+  // A non-leaf: its value becomes an identity op whose backward runs the hook (later uses go through it).
+  const CustomFunction through{"hook", [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; },
+                               [on, loc, hook = std::move(hook)](const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                                                 const std::vector<Tensor>& g) {
+                                 return std::vector<Tensor>{run_hook(*on ? &hook : nullptr, g[0], loc)};
+                               }};
+  store_value(through({*this}, loc)[0], true, "register_hook", loc);
+  return HookHandle(on);
+}
 
 void Tensor::retain_grad(Loc loc) {
   if (!requires_grad())
@@ -799,7 +840,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, Loc loc) con
   impl_->graph_released = !retain_graph;
   for (size_t i = 0; i < impls.size(); ++i) {
     detail::note_state_change(impls[i]);
-    Tensor g = grads[i].detach();
+    Tensor g = (impls[i]->is_leaf ? detail::after_leaf_hooks(*impls[i], grads[i], loc) : grads[i]).detach();
     impls[i]->grad = impls[i]->grad.defined() ? Tensor(graph::build::add(impls[i]->grad.node(), g.node())) : g;
     detail::note_pending(impls[i]);
   }

@@ -37,6 +37,8 @@ struct TensorImpl {
   bool wrapped_number = false; ///< a C++ scalar operand (lowest priority in type promotion)
   Tensor grad;                 ///< accumulated by backward()
   bool graph_released = false; ///< backward() was called on it without retain_graph
+  /// A leaf's gradient hooks (Tensor::register_hook): each runs while its flag is true.
+  std::vector<std::pair<std::shared_ptr<bool>, std::function<Tensor(const Tensor&)>>> hooks;
   bool retains_grad = false; ///< a non-leaf whose grad() backward() fills (Tensor::retain_grad)
   mutable std::mutex node_mu;  ///< guards `node` where one thread assigns while others read
   std::weak_ptr<const graph::Node> made; ///< the node it counts itself a maker of (graph::Node::tensor_makers)
@@ -99,6 +101,8 @@ struct OpScope {
   OpScope(const char* op, const Loc& loc) : at(loc, op), call(op, loc) {}
 };
 
+/// A leaf's gradient `g` after its hooks (Tensor::register_hook), in the order registered; errors name `loc`.
+Tensor after_leaf_hooks(const TensorImpl& impl, Tensor g, const Loc& loc);
 /// "f32[2,3]" of a tensor.
 std::string operand_str(const Tensor& t);
 /// "[9, 11]": a list of extents as Python prints one (error messages, reprs).

@@ -8,6 +8,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -41,6 +42,22 @@ struct IndexAt {
 };
 
 struct TensorImpl;
+
+/// What Tensor::register_hook returns, as torch's RemovableHandle: remove() stops the hook (copies share it).
+class HookHandle {
+public:
+  /// A handle of no hook (remove() does nothing).
+  HookHandle() = default;
+  /// The handle of a hook that runs while *on is true (internal).
+  explicit HookHandle(std::shared_ptr<bool> on) : on_(std::move(on)) {}
+  /// Stops the hook: later backward() and grad() calls pass the gradient on unchanged.
+  void remove() {
+    if (on_) *on_ = false;
+  }
+
+private:
+  std::shared_ptr<bool> on_;
+};
 
 /// A tensor: a (shared) handle on a value computed lazily from a graph.
 class Tensor {
@@ -89,6 +106,12 @@ public:
   /// Makes backward() fill grad() of this non-leaf too (accumulating, as a leaf's), as torch's retain_grad;
   /// a no-op on a leaf that requires grad, an error on a tensor that does not require grad.
   void retain_grad(Loc loc = Loc::current());
+  /// Calls `hook` with the gradient flowing into this tensor (a lazy tensor) when backward() or grad() builds the
+  /// gradients; a defined tensor it returns (shaped like the gradient) replaces it, as torch's register_hook. On a
+  /// non-leaf, the hook sees the gradient of the uses made after this call (torch: of all uses); on a leaf, the
+  /// gradient backward() accumulates (grad() of a leaf input returns it unhooked, as torch 1.13). Inside compile() the
+  /// hook runs while tracing and what it returns is replayed.
+  HookHandle register_hook(std::function<Tensor(const Tensor&)> hook, Loc loc = Loc::current());
   /// The gradient accumulated by backward() (undefined before).
   Tensor grad() const;
   /// Clears the accumulated gradient.
