@@ -1,5 +1,6 @@
-// In-place methods (frontend/src/inplace.cpp): values against torch 1.13 (the expected values were printed by the
-// same calls in /usr/bin/python3 with torch 1.13), gradients through a recorded in-place op, PyTorch's errors (a
+// In-place methods (frontend/src/inplace.cpp): values and gradients against torch 1.13 (the table
+// tests/pytorch_inplace_table.inc from tests/tools/pytorch_inplace_table.py, and values printed by the same calls in
+// /usr/bin/python3 with torch 1.13), gradients through a recorded in-place op, PyTorch's errors (a
 // grad-requiring leaf, dtype, shape) and kiln's view rule, two handles on one tensor, and compile() replay of
 // in-place updates. The error tests keep each expect_error_at call on one line (__LINE__ is the call's line).
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "tests/call_table.h"
 #include "tests/error_of.h"
 
 namespace {
@@ -16,6 +18,46 @@ using namespace kiln;
 using kiln::test::expect_error_at;
 
 Tensor vec(std::vector<float> v) { return from_vector(v); }
+
+const std::vector<test::Case> kCases = {
+#include "tests/pytorch_inplace_table.inc"
+};
+
+using V = const std::vector<Tensor>&;
+
+// The kiln calls of the table (tests/tools/pytorch_inplace_table.py): each on the non-leaf x * 1.
+std::map<std::string, test::Call> table_calls() {
+  auto one = [](const Tensor& t) { return std::vector<Tensor>{t}; };
+  auto self = [](const Tensor& x) { return x * 1; };
+  std::map<std::string, test::Call> m;
+  m["add_alpha"] = [=](V x) { return one(self(x[0]).add_(x[1], 2.5)); };
+  m["sub_scalar"] = [=](V x) { return one(self(x[0]).sub_(1.5, 2)); };
+  m["mul_"] = [=](V x) { return one(self(x[0]).mul_(x[1])); };
+  m["div_"] = [=](V x) { return one(self(x[0]).div_(x[1])); };
+  m["pow_"] = [=](V x) { return one(self(x[0]).pow_(3)); };
+  m["sqrt_"] = [=](V x) { return one(self(x[0]).neg_().abs_().add_(0.5).sqrt_()); };
+  m["log_"] = [=](V x) { return one(self(x[0]).abs_().add_(0.5).log_()); };
+  m["exp_"] = [=](V x) { return one(self(x[0]).exp_()); };
+  m["tanh_"] = [=](V x) { return one(self(x[0]).tanh_()); };
+  m["sigmoid_"] = [=](V x) { return one(self(x[0]).sigmoid_()); };
+  m["clamp_"] = [=](V x) { return one(self(x[0]).clamp_(-0.5, 0.7)); };
+  m["relu_"] = [=](V x) { return one(self(x[0]).relu_()); };
+  m["copy_"] = [=](V x) { return one(self(x[0]).copy_(x[1])); };
+  m["masked_fill_"] = [=](V x) { return one(self(x[0]).masked_fill_(x[1], 2.5)); };
+  m["index_add_"] = [=](V x) { return one(self(x[0]).index_add_(0, x[1], x[2], 0.5)); };
+  m["index_copy_"] = [=](V x) { return one(self(x[0]).index_copy_(1, x[1], x[2])); };
+  m["index_put_acc"] = [=](V x) { return one(self(x[0]).index_put_({x[1]}, x[2], true)); };
+  m["scatter_"] = [=](V x) { return one(self(x[0]).scatter_(1, x[1], x[2])); };
+  m["scatter_add_"] = [=](V x) { return one(self(x[0]).scatter_add_(0, x[1], x[2])); };
+  m["index_fill_"] = [=](V x) { return one(self(x[0]).index_fill_(1, x[1], -1.0)); };
+  m["zero_then_add_"] = [=](V x) { return one(self(x[0]).zero_().add_(x[1])); };
+  return m;
+}
+
+TEST(InPlaceMethods, TableMatchesTorch) {
+  test::expect_call_table(kCases, table_calls());
+  test::expect_every_call_used(kCases, table_calls());
+}
 
 TEST(InPlaceMethods, ValuesMatchTorch) {
   Tensor x = vec({1, -2, 3, 4});
